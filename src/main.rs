@@ -1,0 +1,79 @@
+//! rollgate: a release proves itself before it goes live. See README.md.
+
+mod cli;
+mod policy;
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use cli::{Cli, Command, EvalArgs, PolicyCommand};
+use policy::EvalOptions;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Policy(command) => run_policy(command),
+    }
+}
+
+/// Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
+fn stderr_color() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn eval_options(args: EvalArgs) -> EvalOptions {
+    EvalOptions {
+        import_paths: args.import_paths,
+        timeout: Duration::from_millis(args.timeout_ms),
+        max_file_bytes: args.max_file_bytes,
+        color: stderr_color(),
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
+fn run_policy(command: PolicyCommand) -> ExitCode {
+    match command {
+        PolicyCommand::Export { file, format, eval } => {
+            match policy::export(&file, format, &eval_options(eval)) {
+                Ok(text) => {
+                    print(&text);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{}", render_error(&e));
+                    ExitCode::from(1)
+                }
+            }
+        }
+        PolicyCommand::Check {
+            files,
+            format,
+            eval,
+        } => {
+            let outcomes = policy::check::check_files(&files, &eval_options(eval));
+            let (report, all_ok) = policy::check::render(&outcomes, format);
+            print(&report);
+            ExitCode::from(if all_ok { 0 } else { 1 })
+        }
+        PolicyCommand::Contract => {
+            print(policy::ROLLOUT_POLICY_NCL);
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Nickel diagnostics already start with `error:`; other errors get the prefix here.
+fn render_error(e: &policy::PolicyError) -> String {
+    match e {
+        policy::PolicyError::Nickel(_) => e.to_string(),
+        other => format!("error: {other}"),
+    }
+}

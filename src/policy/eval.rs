@@ -1,0 +1,300 @@
+//! Evaluating policies with nickel-lang-core: one file as `nickel export` would, or many in one
+//! shared program. Every evaluation runs in the sandbox of `sandbox.rs`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nickel_lang_core::error::Error as NickelError;
+use nickel_lang_core::eval::cache::CacheImpl;
+use nickel_lang_core::identifier::LocIdent;
+use nickel_lang_core::program::{FieldPath, Program, ProgramBuilder};
+use nickel_lang_core::serialize::{self, ExportFormat};
+
+use super::bundle::{contracts_dir, CONTRACT_FILE};
+use super::diagnostic::Diagnostic;
+use super::sandbox::isolated;
+use super::PolicyError;
+
+/// How a policy file is read and evaluated.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// `--import-path` folders, searched after the importing file's own folder.
+    pub import_paths: Vec<PathBuf>,
+    /// Evaluation time limit per call.
+    pub timeout: Duration,
+    /// Larger inputs are refused before Nickel reads them.
+    pub max_file_bytes: u64,
+    /// Colour in rendered diagnostics.
+    pub color: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            import_paths: Vec::new(),
+            timeout: Duration::from_secs(10),
+            max_file_bytes: 10 << 20,
+            color: false,
+        }
+    }
+}
+
+/// Nickel source files are evaluated as written; data files hold a map of service name to
+/// policy and get the bundled contract applied to every entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    Nickel,
+    Data,
+}
+
+impl InputKind {
+    pub fn of(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json" | "yaml" | "yml" | "toml") => InputKind::Data,
+            _ => InputKind::Nickel,
+        }
+    }
+}
+
+/// A successful evaluation.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Evaluated {
+    pub value: serde_json::Value,
+    /// The document in the requested format, byte for byte what `nickel export` prints.
+    pub text: String,
+}
+
+/// Refuses what Nickel should never be handed: missing files, folders, huge or non-UTF-8 input.
+pub fn check_input(path: &Path, opts: &EvalOptions) -> Result<(), PolicyError> {
+    let input_error = |reason: String| PolicyError::Input {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| input_error(io_reason(&e)))?;
+    if meta.is_dir() {
+        return Err(input_error("is a directory, not a policy file".into()));
+    }
+    if meta.len() > opts.max_file_bytes {
+        return Err(input_error(format!(
+            "is {} bytes, over the {}-byte limit (raise it with --max-file-bytes)",
+            meta.len(),
+            opts.max_file_bytes
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| input_error(io_reason(&e)))?;
+    if let Err(e) = std::str::from_utf8(&bytes) {
+        let at = e.valid_up_to();
+        let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        return Err(input_error(format!(
+            "is not UTF-8 text (invalid byte at line {line}, byte offset {at})"
+        )));
+    }
+    Ok(())
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// The folders imports are looked up in after the importing file's own folder:
+/// `--import-path`, then `NICKEL_IMPORT_PATH` (colon-separated, as Nickel's CLI reads it), then
+/// the bundled contracts.
+pub fn import_paths(opts: &EvalOptions) -> Result<Vec<PathBuf>, PolicyError> {
+    let mut paths = opts.import_paths.clone();
+    if let Some(env) = std::env::var_os("NICKEL_IMPORT_PATH") {
+        paths.extend(std::env::split_paths(&env).filter(|p| !p.as_os_str().is_empty()));
+    }
+    paths.push(bundled_dir()?);
+    Ok(paths)
+}
+
+fn bundled_dir() -> Result<PathBuf, PolicyError> {
+    contracts_dir().map_err(|e| PolicyError::Bundle(e.to_string()))
+}
+
+/// Nickel string literal for a path: quotes, backslashes and `%` escaped.
+fn nickel_string(path: &Path) -> String {
+    let mut out = String::from("\"");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '"' | '\\' | '%' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' => out.push_str("\\n"),
+            _ => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The Nickel expression that evaluates one input: an import for Nickel files, an import with
+/// the contract applied to each entry for data files.
+fn input_expression(path: &Path, contract: &Path) -> String {
+    let import = format!("import {}", nickel_string(&absolute(path)));
+    match InputKind::of(path) {
+        InputKind::Nickel => import,
+        InputKind::Data => format!(
+            "let {{ RolloutPolicy, .. }} = import {} in ({import}) | {{ _ | RolloutPolicy }}",
+            nickel_string(contract)
+        ),
+    }
+}
+
+fn build(
+    main: Main<'_>,
+    imports: Vec<PathBuf>,
+) -> Result<Program<CacheImpl>, PolicyError> {
+    let builder = ProgramBuilder::new().add_import_paths(imports);
+    let builder = match main {
+        Main::File(path) => builder.add_path(path),
+        Main::Source(source, name) => builder.add_source_string(source, name),
+    };
+    builder
+        .build()
+        .map_err(|e| PolicyError::Bundle(format!("cannot load the policy: {e}")))
+}
+
+enum Main<'a> {
+    File(&'a Path),
+    Source(String, &'a str),
+}
+
+fn export_value(
+    program: &mut Program<CacheImpl>,
+    format: ExportFormat,
+) -> Result<Evaluated, NickelError> {
+    let value = program.eval_full_for_export()?;
+    serialize::validate(format, &value)
+        .map_err(|e| NickelError::export_error(program.pos_table().clone(), e))?;
+    let mut text = serialize::to_string(format, &value)
+        .map_err(|e| NickelError::export_error(program.pos_table().clone(), e))?;
+    // Nickel's CLI adds the final newline for JSON only; YAML and TOML writers end with one.
+    if format == ExportFormat::Json {
+        text.push('\n');
+    }
+    let json = serde_json::to_value(&value).unwrap_or(serde_json::Value::Null);
+    Ok(Evaluated { value: json, text })
+}
+
+/// Evaluates one policy file as `nickel export --format FORMAT` would.
+pub fn evaluate(
+    path: &Path,
+    format: ExportFormat,
+    opts: &EvalOptions,
+) -> Result<Evaluated, PolicyError> {
+    check_input(path, opts)?;
+    let imports = import_paths(opts)?;
+    let contract = imports.last().expect("bundled dir").join(CONTRACT_FILE);
+    let owned = path.to_path_buf();
+    let color = opts.color;
+    isolated(path, opts.timeout, move || {
+        let mut program = match InputKind::of(&owned) {
+            InputKind::Nickel => build(Main::File(&owned), imports)?,
+            InputKind::Data => build(
+                Main::Source(input_expression(&owned, &contract), "<rollgate: data policy>"),
+                imports,
+            )?,
+        };
+        export_value(&mut program, format)
+            .map_err(|e| PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color))))
+    })
+}
+
+/// Evaluates many inputs in one program, so the standard library and the contract are loaded
+/// once. Returns one entry per input: `Some(Ok)` for a file that evaluated, `Some(Err)` for one
+/// that failed in the batch, `None` where the batch could not decide. Callers re-check every
+/// failure on its own (see `check::check_files`): batch diagnostics are not what `export` prints.
+///
+/// A failure poisons the program it happened in (Nickel's cache is left half-prepared), so after
+/// one the batch is rebuilt from the files still undecided, leaving out the culprit: the input
+/// the diagnostic points into (a syntax error in file 7 surfaces while evaluating file 0), or
+/// else the field being evaluated.
+pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Result<(), ()>>> {
+    let count = paths.len();
+    let Ok(imports) = import_paths(opts) else {
+        return vec![None; count];
+    };
+    let contract = imports.last().expect("bundled dir").join(CONTRACT_FILE);
+    let inputs: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            (
+                absolute(p).to_string_lossy().into_owned(),
+                input_expression(p, &contract),
+            )
+        })
+        .collect();
+    // The batch gets the time of one check per file; a runaway file is then found by the
+    // one-by-one pass, which names it.
+    let budget = opts.timeout.saturating_mul(count.max(1) as u32);
+    let outcome = isolated(Path::new("<batch>"), budget, move || {
+        let mut results: Vec<Option<Result<(), ()>>> = vec![None; count];
+        loop {
+            let remaining: Vec<usize> = (0..count).filter(|i| results[*i].is_none()).collect();
+            if remaining.is_empty() {
+                break;
+            }
+            let mut source = String::from("{\n");
+            for i in &remaining {
+                source.push_str(&format!("  f{i} = {},\n", inputs[*i].1));
+            }
+            source.push('}');
+            let mut program = build(Main::Source(source, "<rollgate: check batch>"), imports.clone())?;
+            let mut poisoned = false;
+            for &i in &remaining {
+                program.field = FieldPath(vec![LocIdent::from(format!("f{i}"))]);
+                match export_value(&mut program, ExportFormat::Json) {
+                    Ok(_) => results[i] = Some(Ok(())),
+                    Err(error) => {
+                        let culprit = Diagnostic::from_nickel(&program, error, false)
+                            .location
+                            .and_then(|at| remaining.iter().copied().find(|j| inputs[*j].0 == at.file))
+                            .unwrap_or(i);
+                        results[culprit] = Some(Err(()));
+                        poisoned = true;
+                        break;
+                    }
+                }
+            }
+            if !poisoned {
+                break;
+            }
+        }
+        Ok(results)
+    });
+    outcome.unwrap_or_else(|_| vec![None; count])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nickel_string_escapes_what_would_break_the_literal() {
+        assert_eq!(nickel_string(Path::new("/a/b.ncl")), "\"/a/b.ncl\"");
+        assert_eq!(
+            nickel_string(Path::new("/we\"ird/%{x}\\.ncl")),
+            "\"/we\\\"ird/\\%{x}\\\\.ncl\""
+        );
+    }
+
+    #[test]
+    fn kind_follows_the_extension() {
+        assert_eq!(InputKind::of(Path::new("p.yaml")), InputKind::Data);
+        assert_eq!(InputKind::of(Path::new("p.yml")), InputKind::Data);
+        assert_eq!(InputKind::of(Path::new("p.toml")), InputKind::Data);
+        assert_eq!(InputKind::of(Path::new("p.json")), InputKind::Data);
+        assert_eq!(InputKind::of(Path::new("p.ncl")), InputKind::Nickel);
+        assert_eq!(InputKind::of(Path::new("policy")), InputKind::Nickel);
+    }
+}

@@ -1,0 +1,134 @@
+//! Rollout policies: Nickel files (or JSON/YAML/TOML maps of them) checked against the bounded
+//! `RolloutPolicy` contract inside this process, before any release is touched.
+
+mod bundle;
+pub mod check;
+mod diagnostic;
+mod eval;
+pub mod k8s;
+mod sandbox;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nickel_lang_core::serialize::ExportFormat;
+use serde::Deserialize;
+
+pub use bundle::ROLLOUT_POLICY_NCL;
+pub use diagnostic::Diagnostic;
+pub use eval::EvalOptions;
+
+/// Everything that can stop a policy from being used. Serializable because evaluation errors
+/// come back from the sandbox process as JSON.
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+pub enum PolicyError {
+    #[error("{}: {reason}", path.display())]
+    Input { path: PathBuf, reason: String },
+    #[error(
+        "{}: evaluation did not finish within {} ms (an endless recursion?); \
+         raise the limit with --timeout-ms if the policy is just slow",
+        path.display(), limit.as_millis()
+    )]
+    Timeout { path: PathBuf, limit: Duration },
+    /// Nickel refused the policy; the text is Nickel's own diagnostic.
+    #[error("{}", .0.rendered.trim_end())]
+    Nickel(Box<Diagnostic>),
+    #[error("{0}")]
+    Bundle(String),
+    #[error("{}: {how}; simplify the policy", path.display())]
+    Crashed { path: PathBuf, how: String },
+    #[error("Nickel failed internally ({0}); please report this policy to the rollgate maintainers")]
+    Internal(String),
+    #[error("{}: {source}", path.display())]
+    #[serde(skip)]
+    K8s {
+        path: PathBuf,
+        source: k8s::K8sError,
+    },
+    #[error("{}: no policy entry `{entry}` (entries: {available})", path.display())]
+    MissingEntry {
+        path: PathBuf,
+        entry: String,
+        available: String,
+    },
+}
+
+/// Output formats of `policy export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportAs {
+    Json,
+    Yaml,
+    Toml,
+    /// Kubernetes Deployment fragments, one YAML document per service entry.
+    K8s,
+}
+
+/// Evaluates a policy and renders it the way `nickel export` would (or as Kubernetes fields).
+pub fn export(path: &Path, format: ExportAs, opts: &EvalOptions) -> Result<String, PolicyError> {
+    let nickel_format = match format {
+        ExportAs::Json | ExportAs::K8s => ExportFormat::Json,
+        ExportAs::Yaml => ExportFormat::Yaml,
+        ExportAs::Toml => ExportFormat::Toml,
+    };
+    let evaluated = eval::evaluate(path, nickel_format, opts)?;
+    if format != ExportAs::K8s {
+        return Ok(evaluated.text);
+    }
+    let k8s_error = |source| PolicyError::K8s {
+        path: path.to_path_buf(),
+        source,
+    };
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "policy".into());
+    let entries = k8s::entries(&evaluated.value, &stem).map_err(k8s_error)?;
+    k8s::render(&entries, &path.display().to_string()).map_err(k8s_error)
+}
+
+/// What a stall at the deadline leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStall {
+    Rollback,
+    Escalate,
+}
+
+/// The fields of one checked policy entry the deployer acts on.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RolloutSettings {
+    pub progress_deadline_ms: u64,
+    pub poll_ms: u64,
+    pub max_unavailable_pct: u64,
+    pub max_surge_pct: u64,
+    pub on_stall: OnStall,
+    #[serde(default)]
+    pub stop_grace_ms: Option<u64>,
+    #[serde(default)]
+    pub drain_timeout_ms: Option<u64>,
+}
+
+/// Loads entry `entry` of a policy file, checked by the contract on the way.
+pub fn load_entry(
+    path: &Path,
+    entry: &str,
+    opts: &EvalOptions,
+) -> Result<RolloutSettings, PolicyError> {
+    let evaluated = eval::evaluate(path, ExportFormat::Json, opts)?;
+    let missing = || PolicyError::MissingEntry {
+        path: path.to_path_buf(),
+        entry: entry.to_string(),
+        available: evaluated
+            .value
+            .as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+            .unwrap_or_default(),
+    };
+    let value = evaluated.value.get(entry).ok_or_else(missing)?;
+    serde_json::from_value(value.clone()).map_err(|e| PolicyError::Input {
+        path: path.to_path_buf(),
+        reason: format!(
+            "entry `{entry}` is not a rollout policy ({e}); wrap it with `| RolloutPolicy`"
+        ),
+    })
+}

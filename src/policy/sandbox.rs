@@ -1,0 +1,169 @@
+//! Evaluation in a forked child process.
+//!
+//! Nickel's parser and typechecker recurse over the syntax tree, so a hostile or broken policy
+//! (100 000 nested brackets, a million-term `1 + 1 + ...`) can overflow any stack, and a policy
+//! that recurses forever never returns. Neither may take rollgate down or leave a thread
+//! spinning. So each evaluation runs in a child: it gets a large stack, an address-space cap and
+//! a deadline; it sends its answer back as JSON through a pipe; the parent kills it at the
+//! deadline and turns a crash into an error naming the file.
+//!
+//! Callers fork before starting any other thread (the deploy path loads its policy before the
+//! async runtime starts), so the child inherits no held locks.
+
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, pipe, ForkResult, Pid};
+use serde::{de::DeserializeOwned, Serialize};
+
+use super::PolicyError;
+
+/// Stack of the evaluating thread in the child. Only touched pages cost memory.
+const CHILD_STACK_BYTES: usize = 1 << 30;
+/// Address-space cap for the child: a runaway evaluation fails instead of eating the host.
+const CHILD_ADDRESS_SPACE_BYTES: u64 = 8 << 30;
+
+/// Runs `work` in a child process and returns its answer, or an error naming `label` if it
+/// overruns `timeout` or dies.
+pub fn isolated<T, F>(label: &Path, timeout: Duration, work: F) -> Result<T, PolicyError>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    F: FnOnce() -> Result<T, PolicyError> + Send + 'static,
+{
+    let sandbox_error = |what: &str, e: nix::Error| {
+        PolicyError::Bundle(format!("cannot start the policy evaluator ({what}: {e})"))
+    };
+    let (reader, writer) = pipe().map_err(|e| sandbox_error("pipe", e))?;
+    // SAFETY: the child only runs the evaluation, writes to its pipe and `_exit`s; callers fork
+    // while single-threaded, so no lock is held across the fork.
+    match unsafe { fork() }.map_err(|e| sandbox_error("fork", e))? {
+        ForkResult::Child => {
+            drop(reader);
+            run_child(writer, work)
+        }
+        ForkResult::Parent { child } => {
+            drop(writer);
+            let answer = read_answer(reader, timeout);
+            let status = match answer {
+                Answer::TimedOut => {
+                    let _ = kill(child, Signal::SIGKILL);
+                    reap(child);
+                    return Err(PolicyError::Timeout {
+                        path: label.to_path_buf(),
+                        limit: timeout,
+                    });
+                }
+                Answer::Bytes(_) => reap(child),
+            };
+            let Answer::Bytes(bytes) = answer else {
+                unreachable!()
+            };
+            match serde_json::from_slice::<Result<T, PolicyError>>(&bytes) {
+                Ok(result) => result,
+                Err(_) => Err(PolicyError::Crashed {
+                    path: label.to_path_buf(),
+                    how: describe(status),
+                }),
+            }
+        }
+    }
+}
+
+fn run_child<T, F>(writer: OwnedFd, work: F) -> !
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce() -> Result<T, PolicyError> + Send + 'static,
+{
+    // A stack overflow or panic message would interleave with the parent's output; the parent
+    // reports the crash itself.
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto stderr of this single-purpose child.
+        unsafe { libc::dup2(null.as_raw_fd(), 2) };
+    }
+    let cap = CHILD_ADDRESS_SPACE_BYTES;
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, cap, cap);
+    let result = std::thread::Builder::new()
+        .stack_size(CHILD_STACK_BYTES)
+        .spawn(move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(
+                |payload| {
+                    let message = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err(PolicyError::Internal(message))
+                },
+            )
+        })
+        .map(|handle| handle.join());
+    if let Ok(Ok(result)) = result {
+        if let Ok(bytes) = serde_json::to_vec(&result) {
+            let mut file = std::fs::File::from(writer);
+            let _ = std::io::Write::write_all(&mut file, &bytes);
+        }
+    }
+    // SAFETY: `_exit` skips atexit handlers and destructors the parent owns.
+    unsafe { libc::_exit(0) }
+}
+
+enum Answer {
+    Bytes(Vec<u8>),
+    TimedOut,
+}
+
+fn read_answer(reader: OwnedFd, timeout: Duration) -> Answer {
+    let deadline = Instant::now() + timeout;
+    let mut file = std::fs::File::from(reader);
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Answer::TimedOut;
+        }
+        let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, wait) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => return Answer::Bytes(bytes),
+        }
+        match file.read(&mut chunk) {
+            Ok(0) => return Answer::Bytes(bytes),
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Answer::Bytes(bytes),
+        }
+    }
+}
+
+fn reap(child: Pid) -> Option<WaitStatus> {
+    loop {
+        match waitpid(child, None) {
+            Err(nix::Error::EINTR) => continue,
+            other => return other.ok(),
+        }
+    }
+}
+
+fn describe(status: Option<WaitStatus>) -> String {
+    match status {
+        Some(WaitStatus::Signaled(_, Signal::SIGSEGV | Signal::SIGABRT | Signal::SIGBUS, _)) => {
+            "the evaluator crashed, most likely nesting too deep for its stack".into()
+        }
+        Some(WaitStatus::Signaled(_, signal, _)) => format!("the evaluator was killed by {signal}"),
+        Some(WaitStatus::Exited(_, code)) => {
+            format!("the evaluator exited with status {code} without an answer (out of memory?)")
+        }
+        _ => "the evaluator stopped without an answer".into(),
+    }
+}
