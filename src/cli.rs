@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::log::output::Format;
 use crate::policy::check::CheckFormat;
 use crate::policy::ExportAs;
 
@@ -31,11 +32,120 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check and export rollout policies (Nickel contracts, evaluated in-process).
-    #[command(subcommand, after_help = "Examples:
+    #[command(
+        subcommand,
+        after_help = "Examples:
   rollgate policy export contracts/policy.ncl
   rollgate policy check --format github policies/*.ncl
-  rollgate policy contract > rollout-policy.ncl")]
+  rollgate policy contract > rollout-policy.ncl"
+    )]
     Policy(PolicyCommand),
+    /// Answer questions from deploy logs (JSON lines: ts, event, version, detail).
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rollgate log summary fixtures/gated.log
+  rollgate log history deploy.log --at 2026-11-02T10:00:00Z
+  rollgate log stats deploy.log --format json
+  rollgate log query deploy.log --sql \"SELECT version, count(*) AS n FROM log GROUP BY version\"
+
+Only lines that begin with `{` are records. A record line that is not valid JSON is skipped
+with a warning naming the file and line (--strict makes it an error).
+Exit codes: 0 answered; 1 a log could not be read, or --strict found bad lines; 2 usage."
+    )]
+    Log(LogCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// The lesson's summary line: outcomes, rollback reasons, and the live release.
+    #[command(after_help = "Examples:
+  rollgate log summary fixtures/gated.log
+  rollgate log summary a.log b.log --merge
+  rollgate log summary deploy.log --format table
+
+Prints {\"releases\",\"promoted\",\"rolled_back\",\"reasons\",\"live\"}: releases counts outcomes
+(promoted and rolled_back) only; a reason is the detail up to its first \"; \"; live is the
+version of the last promoted record, never a rolled-back one.")]
+    Summary {
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// Treat all logs as one history ordered by ts (default: one line per log).
+        #[arg(long)]
+        merge: bool,
+        #[arg(long, short, value_enum, default_value = "json")]
+        format: Format,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// One row per attempt: started, finished, outcome, time to outcome, reason, time live.
+    #[command(after_help = "Examples:
+  rollgate log history deploy.log
+  rollgate log history deploy.log --format csv > attempts.csv
+  rollgate log history deploy.log --at 1730540400
+  rollgate log history deploy.log --at 2026-11-02T10:00:00+01:00")]
+    History {
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// Instead of the history, say which release was live at this time (Unix seconds or
+        /// RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Attempts, promotion frequency, candidate rejection rate, rollbacks by reason and version,
+    /// time to ready and to rollback, exposure to releases rolled back after promotion.
+    #[command(after_help = "Examples:
+  rollgate log stats deploy.log
+  rollgate log stats deploy.log --since 2026-11-01 --format json
+
+Candidate rejection rate = rolled_back / (promoted + rolled_back): failures the gate caught
+before users saw them, not DORA's change failure rate. Time to ready = candidate_started to
+promoted: not lead time (the log has no commit times).")]
+    Stats {
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+    /// Run polars SQL over table `log` (line, ts, event, version, detail, and any extra
+    /// fields) and table `attempts` (as `history` shows them).
+    #[command(after_help = "Examples:
+  rollgate log query deploy.log --sql \"SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY n DESC\"
+  rollgate log query deploy.log --sql \"SELECT version, time_to_outcome_s FROM attempts WHERE outcome = 'promoted'\" --format csv")]
+    Query {
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// The query.
+        #[arg(long)]
+        sql: String,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
+}
+
+/// Which records to read; shared by every `log` command.
+#[derive(Debug, Clone, Args)]
+pub struct ReadArgs {
+    /// Refuse a log with any bad record line (exit 1) instead of warning and skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    /// Only records at or after this time (Unix seconds or RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only records at or before this time (Unix seconds or RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only records of this version.
+    #[arg(long = "version", value_name = "VERSION")]
+    pub only_version: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,6 +1,7 @@
 //! rollgate: a release proves itself before it goes live. See README.md.
 
 mod cli;
+mod log;
 mod policy;
 
 use std::io::{IsTerminal, Write};
@@ -9,13 +10,14 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use cli::{Cli, Command, EvalArgs, PolicyCommand};
+use cli::{Cli, Command, EvalArgs, LogCommand, PolicyCommand, ReadArgs};
 use policy::EvalOptions;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Policy(command) => run_policy(command),
+        Command::Log(command) => run_log(command),
     }
 }
 
@@ -75,5 +77,65 @@ fn render_error(e: &policy::PolicyError) -> String {
     match e {
         policy::PolicyError::Nickel(_) => e.to_string(),
         other => format!("error: {other}"),
+    }
+}
+
+fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
+    let time = |t: Option<String>| {
+        t.map(|t| log::time::parse_time(&t).map_err(log::LogError::Usage))
+            .transpose()
+    };
+    Ok(log::Reading {
+        strict: args.strict,
+        selection: log::Selection {
+            since: time(args.since)?,
+            until: time(args.until)?,
+            version: args.only_version,
+        },
+        extra_fields: false,
+    })
+}
+
+fn run_log(command: LogCommand) -> ExitCode {
+    let result = match command {
+        LogCommand::Summary {
+            logs,
+            merge,
+            format,
+            read,
+        } => reading(read).and_then(|r| log::summary(&logs, merge, format, &r)),
+        LogCommand::History {
+            logs,
+            at,
+            format,
+            read,
+        } => reading(read).and_then(|r| match at {
+            Some(at) => log::time::parse_time(&at)
+                .map_err(log::LogError::Usage)
+                .and_then(|at| log::live_at(&logs, at, format, &r)),
+            None => log::history(&logs, format, &r),
+        }),
+        LogCommand::Stats { logs, format, read } => {
+            reading(read).and_then(|r| log::stats(&logs, format, &r))
+        }
+        LogCommand::Query {
+            logs,
+            sql,
+            format,
+            read,
+        } => reading(read).and_then(|r| log::query(&logs, &sql, format, &r)),
+    };
+    match result {
+        Ok(text) => {
+            print(&text);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(match e {
+                log::LogError::Usage(_) => 2,
+                _ => 1,
+            })
+        }
     }
 }

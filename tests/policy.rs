@@ -53,7 +53,11 @@ fn bundled_contract_is_found_from_any_folder() {
     let dir = tempfile::tempdir().unwrap();
     let policy = std::fs::read_to_string(repo().join("contracts/policy.ncl")).unwrap();
     let path = write(dir.path(), "policy.ncl", &policy);
-    let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), EXAMPLE_JSON);
 }
@@ -64,8 +68,16 @@ fn a_contract_beside_the_policy_wins_over_the_bundled_one() {
     // A local contract that only accepts deadlines up to 1000 ms.
     let local = rollgate_contract().replace("Bounded 100 600000", "Bounded 100 1000");
     write(dir.path(), "rollout-policy.ncl", &local);
-    let path = write(dir.path(), "p.ncl", &policy_with("progress_deadline_ms", "1500"));
-    let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+    let path = write(
+        dir.path(),
+        "p.ncl",
+        &policy_with("progress_deadline_ms", "1500"),
+    );
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("progress_deadline_ms must be an integer from 100 to 1000"));
 }
@@ -86,7 +98,11 @@ fn import_path_option_is_searched_before_the_bundle() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("poll_ms must be an integer from 50 to 60"));
     // Without the option the bundled contract accepts it.
-    let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -104,23 +120,54 @@ fn rollgate_contract() -> String {
 #[test]
 fn each_bound_is_refused_with_the_lessons_words() {
     let cases = [
-        ("progress_deadline_ms", "900000", "progress_deadline_ms must be an integer from 100 to 600000"),
-        ("max_unavailable_pct", "50", "max_unavailable_pct must be an integer from 0 to 25"),
-        ("poll_ms", "49", "poll_ms must be an integer from 50 to 5000"),
-        ("max_surge_pct", "101", "max_surge_pct must be an integer from 0 to 100"),
-        ("progress_deadline_ms", "1500.5", "progress_deadline_ms must be an integer from 100 to 600000"),
-        ("progress_deadline_ms", "\"1500\"", "progress_deadline_ms must be an integer from 100 to 600000"),
+        (
+            "progress_deadline_ms",
+            "900000",
+            "progress_deadline_ms must be an integer from 100 to 600000",
+        ),
+        (
+            "max_unavailable_pct",
+            "50",
+            "max_unavailable_pct must be an integer from 0 to 25",
+        ),
+        (
+            "poll_ms",
+            "49",
+            "poll_ms must be an integer from 50 to 5000",
+        ),
+        (
+            "max_surge_pct",
+            "101",
+            "max_surge_pct must be an integer from 0 to 100",
+        ),
+        (
+            "progress_deadline_ms",
+            "1500.5",
+            "progress_deadline_ms must be an integer from 100 to 600000",
+        ),
+        (
+            "progress_deadline_ms",
+            "\"1500\"",
+            "progress_deadline_ms must be an integer from 100 to 600000",
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (field, value, message) in cases {
         let path = write(dir.path(), "bad.ncl", &policy_with(field, value));
-        let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+        let out = rollgate()
+            .args(["policy", "export"])
+            .arg(&path)
+            .output()
+            .unwrap();
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{field}={value}: {err}");
         assert!(out.stdout.is_empty());
         let title = format!("error: contract broken by the value of `{field}`\n");
         assert!(err.starts_with(&title), "{field}={value}: {err}");
-        assert!(err.contains(&format!("       {message}\n")), "{field}={value}: {err}");
+        assert!(
+            err.contains(&format!("       {message}\n")),
+            "{field}={value}: {err}"
+        );
         // Both places: the contract's line and the offending value in bad.ncl.
         assert!(err.contains("rollout-policy.ncl:"), "{err}");
         assert!(err.contains("expected type"), "{err}");
@@ -133,13 +180,29 @@ fn each_bound_is_refused_with_the_lessons_words() {
 #[test]
 fn the_lessons_bad_policy_renders_like_nickel() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), "bad.ncl", &policy_with("progress_deadline_ms", "900000"));
-    let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+    let path = write(
+        dir.path(),
+        "bad.ncl",
+        &policy_with("progress_deadline_ms", "900000"),
+    );
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&path)
+        .output()
+        .unwrap();
     let err = stderr(&out);
     // Same snippet layout as the lesson's `nickel export bad.ncl`.
-    assert!(err.contains("9 │     progress_deadline_ms | Bounded 100 600000 \"progress_deadline_ms\",\n"), "{err}");
+    assert!(
+        err.contains(
+            "9 │     progress_deadline_ms | Bounded 100 600000 \"progress_deadline_ms\",\n"
+        ),
+        "{err}"
+    );
     assert!(err.contains("  │                            ----------------------------------------- expected type\n"), "{err}");
-    assert!(err.contains(&format!("  ┌─ {}:2:26\n", path.display())), "{err}");
+    assert!(
+        err.contains(&format!("  ┌─ {}:2:26\n", path.display())),
+        "{err}"
+    );
 }
 
 #[test]
@@ -150,20 +213,40 @@ fn missing_deadline_extra_field_and_wrong_tag_are_refused() {
         "missing.ncl",
         "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ max_unavailable_pct = 0, } | RolloutPolicy\n",
     );
-    let out = rollgate().args(["policy", "export"]).arg(&missing).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&missing)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).starts_with("error: missing definition for `progress_deadline_ms`\n"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: missing definition for `progress_deadline_ms`\n"),
+        "{}",
+        stderr(&out)
+    );
 
     let extra = policy_with("on_stall", "'rollback, replicas = 3");
     let path = write(dir.path(), "extra.ncl", &extra);
-    let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("replicas"), "{}", stderr(&out));
 
     let path = write(dir.path(), "tag.ncl", &policy_with("on_stall", "'retry"));
-    let out = rollgate().args(["policy", "export"]).arg(&path).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("contract broken by the value of `on_stall`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("contract broken by the value of `on_stall`"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 const GOOD_YAML: &str = "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 100\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n";
@@ -172,12 +255,20 @@ const GOOD_YAML: &str = "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 100
 fn data_files_get_the_contract_on_every_entry() {
     let dir = tempfile::tempdir().unwrap();
     let yaml = write(dir.path(), "good.yaml", GOOD_YAML);
-    let out = rollgate().args(["policy", "export"]).arg(&yaml).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&yaml)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(value["edge_svc"]["on_stall"], "rollback");
 
-    let bad_yaml = write(dir.path(), "bad.yaml", &GOOD_YAML.replace("max_unavailable_pct: 0", "max_unavailable_pct: 50"));
+    let bad_yaml = write(
+        dir.path(),
+        "bad.yaml",
+        &GOOD_YAML.replace("max_unavailable_pct: 0", "max_unavailable_pct: 50"),
+    );
     let json = write(
         dir.path(),
         "bad.json",
@@ -189,11 +280,19 @@ fn data_files_get_the_contract_on_every_entry() {
         "[a]\nprogress_deadline_ms = 1500\npoll_ms = 100\nmax_unavailable_pct = 0\nmax_surge_pct = 100\non_stall = \"sideways\"\n",
     );
     for (path, expected, line) in [
-        (&bad_yaml, "max_unavailable_pct must be an integer from 0 to 25", ":4:"),
+        (
+            &bad_yaml,
+            "max_unavailable_pct must be an integer from 0 to 25",
+            ":4:",
+        ),
         (&json, "poll_ms must be an integer from 50 to 5000", ":1:"),
         (&toml, "contract broken by the value of `on_stall`", ":6:"),
     ] {
-        let out = rollgate().args(["policy", "export"]).arg(path).output().unwrap();
+        let out = rollgate()
+            .args(["policy", "export"])
+            .arg(path)
+            .output()
+            .unwrap();
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(expected), "{err}");
@@ -205,19 +304,31 @@ fn data_files_get_the_contract_on_every_entry() {
 fn exported_json_checks_again_as_a_data_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "policy.json", EXAMPLE_JSON);
-    let out = rollgate().args(["policy", "check"]).arg(&path).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stdout(&out));
 }
 
 #[test]
 fn yaml_and_toml_export_formats() {
     let policy = repo().join("contracts/policy.ncl");
-    let out = rollgate().args(["policy", "export", "--format", "yaml"]).arg(&policy).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export", "--format", "yaml"])
+        .arg(&policy)
+        .output()
+        .unwrap();
     assert_eq!(
         stdout(&out),
         "edge_svc:\n  max_polls: 15\n  max_surge_pct: 100\n  max_unavailable_pct: 0\n  on_stall: rollback\n  poll_ms: 100\n  progress_deadline_ms: 1500\n"
     );
-    let out = rollgate().args(["policy", "export", "--format", "toml"]).arg(&policy).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export", "--format", "toml"])
+        .arg(&policy)
+        .output()
+        .unwrap();
     assert_eq!(
         stdout(&out),
         "[edge_svc]\nmax_polls = 15\nmax_surge_pct = 100\nmax_unavailable_pct = 0\non_stall = \"rollback\"\npoll_ms = 100\nprogress_deadline_ms = 1500\n"
@@ -250,8 +361,16 @@ fn k8s_output_for_the_example_policy() {
 #[test]
 fn k8s_refuses_a_policy_kubernetes_would_refuse() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), "p.yaml", &GOOD_YAML.replace("max_surge_pct: 100", "max_surge_pct: 0"));
-    let out = rollgate().args(["policy", "export", "--format", "k8s"]).arg(&path).output().unwrap();
+    let path = write(
+        dir.path(),
+        "p.yaml",
+        &GOOD_YAML.replace("max_surge_pct: 100", "max_surge_pct: 0"),
+    );
+    let out = rollgate()
+        .args(["policy", "export", "--format", "k8s"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("both 0"), "{}", stderr(&out));
 }
@@ -261,7 +380,11 @@ fn check_fixture() -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
     let files = vec![
         write(dir.path(), "good.ncl", &policy_with("poll_ms", "100")),
         write(dir.path(), "good.yaml", GOOD_YAML),
-        write(dir.path(), "wide.ncl", &policy_with("max_unavailable_pct", "50")),
+        write(
+            dir.path(),
+            "wide.ncl",
+            &policy_with("max_unavailable_pct", "50"),
+        ),
         write(dir.path(), "broken.ncl", "{ a = , }\n"),
         dir.path().join("absent.ncl"),
     ];
@@ -271,7 +394,12 @@ fn check_fixture() -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
 #[test]
 fn check_reports_one_line_per_file_and_a_total() {
     let (dir, files) = check_fixture();
-    let out = rollgate().current_dir(dir.path()).args(["policy", "check"]).args(&files).output().unwrap();
+    let out = rollgate()
+        .current_dir(dir.path())
+        .args(["policy", "check"])
+        .args(&files)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
@@ -285,15 +413,28 @@ fn check_reports_one_line_per_file_and_a_total() {
             files[2].display()
         )
     );
-    assert_eq!(lines[3], format!("{0}: error at {0}:1:7: unexpected token", files[3].display()));
-    assert_eq!(lines[4], format!("{}: error: no such file", files[4].display()));
+    assert_eq!(
+        lines[3],
+        format!(
+            "{0}: error at {0}:1:7: unexpected token",
+            files[3].display()
+        )
+    );
+    assert_eq!(
+        lines[4],
+        format!("{}: error: no such file", files[4].display())
+    );
     assert_eq!(lines[5], "5 files checked: 2 ok, 3 failed");
 }
 
 #[test]
 fn check_all_good_exits_zero() {
     let (_dir, files) = check_fixture();
-    let out = rollgate().args(["policy", "check"]).args(&files[..2]).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "check"])
+        .args(&files[..2])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).ends_with("2 files checked: 2 ok, 0 failed\n"));
 }
@@ -301,7 +442,11 @@ fn check_all_good_exits_zero() {
 #[test]
 fn check_json_format_is_one_object_per_file() {
     let (_dir, files) = check_fixture();
-    let out = rollgate().args(["policy", "check", "--format", "json"]).args(&files).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "check", "--format", "json"])
+        .args(&files)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let objects: Vec<serde_json::Value> = stdout(&out)
         .lines()
@@ -310,22 +455,39 @@ fn check_json_format_is_one_object_per_file() {
     assert_eq!(objects.len(), 5);
     assert_eq!(objects[0]["ok"], true);
     assert_eq!(objects[2]["ok"], false);
-    assert_eq!(objects[2]["error"], "contract broken by the value of `max_unavailable_pct`");
-    assert_eq!(objects[2]["message"], "max_unavailable_pct must be an integer from 0 to 25");
+    assert_eq!(
+        objects[2]["error"],
+        "contract broken by the value of `max_unavailable_pct`"
+    );
+    assert_eq!(
+        objects[2]["message"],
+        "max_unavailable_pct must be an integer from 0 to 25"
+    );
     assert_eq!(objects[2]["location"]["line"], 2);
-    assert!(objects[2]["diagnostic"].as_str().unwrap().contains("applied to this expression"));
+    assert!(objects[2]["diagnostic"]
+        .as_str()
+        .unwrap()
+        .contains("applied to this expression"));
     assert_eq!(objects[4]["error"], "no such file");
 }
 
 #[test]
 fn check_github_format_annotates_failures() {
     let (_dir, files) = check_fixture();
-    let out = rollgate().args(["policy", "check", "--format", "github"]).args(&files).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "check", "--format", "github"])
+        .args(&files)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
-    let wide = files[2].display().to_string().replace(':', "%3A").replace(',', "%2C");
+    let wide = files[2]
+        .display()
+        .to_string()
+        .replace(':', "%3A")
+        .replace(',', "%2C");
     assert!(
         lines[0].starts_with(&format!("::error file={wide},line=2,col=69,title=")),
         "{}",
@@ -345,10 +507,17 @@ fn a_missing_definition_is_annotated_in_the_policy_not_the_contract() {
         "missing.ncl",
         "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ max_unavailable_pct = 0, } | RolloutPolicy\n",
     );
-    let out = rollgate().args(["policy", "check"]).arg(&path).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(
         stdout(&out).lines().next().unwrap(),
-        format!("{0}: error at {0}:2:1: missing definition for `progress_deadline_ms`", path.display())
+        format!(
+            "{0}: error at {0}:2:1: missing definition for `progress_deadline_ms`",
+            path.display()
+        )
     );
 }
 
@@ -366,14 +535,21 @@ fn check_many_files_with_a_poisoned_batch_still_judges_each() {
         };
         files.push(write(dir.path(), &format!("p{i}.ncl"), &text));
     }
-    let out = rollgate().args(["policy", "check"]).args(&files).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "check"])
+        .args(&files)
+        .output()
+        .unwrap();
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1));
     for (i, line) in text.lines().take(30).enumerate() {
         let ok = line.ends_with(": ok");
         assert_eq!(ok, i != 7 && i != 19, "line {i}: {line}");
     }
-    assert!(text.ends_with("30 files checked: 28 ok, 2 failed\n"), "{text}");
+    assert!(
+        text.ends_with("30 files checked: 28 ok, 2 failed\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -384,19 +560,38 @@ fn bad_input_is_refused_cleanly() {
     write(d, "cycle1.ncl", "import \"cycle2.ncl\"\n");
     write(d, "cycle2.ncl", "import \"cycle1.ncl\"\n");
     write(d, "noimport.ncl", "import \"not-here.ncl\"\n");
-    write(d, "nested.ncl", &format!("{}{}", "[".repeat(200_000), "]".repeat(200_000)));
+    write(
+        d,
+        "nested.ncl",
+        &format!("{}{}", "[".repeat(200_000), "]".repeat(200_000)),
+    );
     write(d, "forever.ncl", "let rec f = fun x => f (x + 1) in f 0\n");
     let big = std::fs::File::create(d.join("big.ncl")).unwrap();
     big.set_len(50 << 20).unwrap();
     let cases: [(&str, &str); 9] = [
         ("absent.ncl", "absent.ncl: no such file"),
         (".", "is a directory"),
-        ("binary.ncl", "binary.ncl: is not UTF-8 text (invalid byte at line 1"),
+        (
+            "binary.ncl",
+            "binary.ncl: is not UTF-8 text (invalid byte at line 1",
+        ),
         ("cycle1.ncl", "error: infinite recursion"),
-        ("noimport.ncl", "error: import of not-here.ncl failed: could not find import"),
-        ("nested.ncl", "nested.ncl: the evaluator crashed, most likely nesting too deep"),
-        ("forever.ncl", "forever.ncl: evaluation did not finish within 1500 ms"),
-        ("big.ncl", "big.ncl: is 52428800 bytes, over the 10485760-byte limit"),
+        (
+            "noimport.ncl",
+            "error: import of not-here.ncl failed: could not find import",
+        ),
+        (
+            "nested.ncl",
+            "nested.ncl: the evaluator crashed, most likely nesting too deep",
+        ),
+        (
+            "forever.ncl",
+            "forever.ncl: evaluation did not finish within 1500 ms",
+        ),
+        (
+            "big.ncl",
+            "big.ncl: is 52428800 bytes, over the 10485760-byte limit",
+        ),
         ("", "policy"),
     ];
     for (name, expected) in cases {
@@ -412,7 +607,10 @@ fn bad_input_is_refused_cleanly() {
         let err = stderr(&out);
         let want_code = if name.is_empty() { 2 } else { 1 };
         assert_eq!(out.status.code(), Some(want_code), "{name}: {err}");
-        assert!(err.contains(expected), "{name}: expected {expected:?} in {err}");
+        assert!(
+            err.contains(expected),
+            "{name}: expected {expected:?} in {err}"
+        );
         assert!(!err.contains("panicked"), "{name}: {err}");
         assert!(!err.contains("overflowed"), "{name}: {err}");
     }
@@ -420,7 +618,10 @@ fn bad_input_is_refused_cleanly() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let out = rollgate().args(["policy", "export", "--format", "xml", "p.ncl"]).output().unwrap();
+    let out = rollgate()
+        .args(["policy", "export", "--format", "xml", "p.ncl"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = rollgate().args(["policy", "check"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -431,8 +632,16 @@ fn usage_errors_exit_2() {
 #[test]
 fn help_and_version() {
     let out = rollgate().arg("--version").output().unwrap();
-    assert_eq!(stdout(&out), format!("rollgate {}\n", env!("CARGO_PKG_VERSION")));
-    for args in [vec!["--help"], vec!["policy", "--help"], vec!["policy", "export", "--help"], vec!["policy", "check", "--help"]] {
+    assert_eq!(
+        stdout(&out),
+        format!("rollgate {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [
+        vec!["--help"],
+        vec!["policy", "--help"],
+        vec!["policy", "export", "--help"],
+        vec!["policy", "check", "--help"],
+    ] {
         let out = rollgate().args(&args).output().unwrap();
         assert!(out.status.success());
         assert!(stdout(&out).contains("Example"), "{args:?}");

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use super::eval::{check_input, evaluate, evaluate_batch, EvalOptions};
 use super::diagnostic::Location;
+use super::eval::{check_input, evaluate, evaluate_batch, EvalOptions};
 use super::{Diagnostic, PolicyError};
 use nickel_lang_core::serialize::ExportFormat;
 
@@ -160,7 +160,9 @@ pub fn render(outcomes: &[Outcome], format: CheckFormat) -> (String, bool) {
 
 /// GitHub's workflow-command escaping for the message part.
 fn escape_data(s: &str) -> String {
-    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
 }
 
 /// GitHub's escaping for `key=value` properties, which also reserve `:` and `,`.

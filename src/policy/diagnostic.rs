@@ -52,7 +52,9 @@ impl Diagnostic {
         let places: Vec<Location> = labels
             .into_iter()
             .filter_map(|label| {
-                let place = files.location(label.file_id, label.range.start as u32).ok()?;
+                let place = files
+                    .location(label.file_id, label.range.start as u32)
+                    .ok()?;
                 Some(Location {
                     file: files.name(label.file_id).to_string_lossy().into_owned(),
                     line: place.line.to_usize() + 1,

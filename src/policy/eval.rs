@@ -150,10 +150,7 @@ fn input_expression(path: &Path, contract: &Path) -> String {
     }
 }
 
-fn build(
-    main: Main<'_>,
-    imports: Vec<PathBuf>,
-) -> Result<Program<CacheImpl>, PolicyError> {
+fn build(main: Main<'_>, imports: Vec<PathBuf>) -> Result<Program<CacheImpl>, PolicyError> {
     let builder = ProgramBuilder::new().add_import_paths(imports);
     let builder = match main {
         Main::File(path) => builder.add_path(path),
@@ -201,7 +198,10 @@ pub fn evaluate(
         let mut program = match InputKind::of(&owned) {
             InputKind::Nickel => build(Main::File(&owned), imports)?,
             InputKind::Data => build(
-                Main::Source(input_expression(&owned, &contract), "<rollgate: data policy>"),
+                Main::Source(
+                    input_expression(&owned, &contract),
+                    "<rollgate: data policy>",
+                ),
                 imports,
             )?,
         };
@@ -249,7 +249,10 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
                 source.push_str(&format!("  f{i} = {},\n", inputs[*i].1));
             }
             source.push('}');
-            let mut program = build(Main::Source(source, "<rollgate: check batch>"), imports.clone())?;
+            let mut program = build(
+                Main::Source(source, "<rollgate: check batch>"),
+                imports.clone(),
+            )?;
             let mut poisoned = false;
             for &i in &remaining {
                 program.field = FieldPath(vec![LocIdent::from(format!("f{i}"))]);
@@ -258,7 +261,9 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
                     Err(error) => {
                         let culprit = Diagnostic::from_nickel(&program, error, false)
                             .location
-                            .and_then(|at| remaining.iter().copied().find(|j| inputs[*j].0 == at.file))
+                            .and_then(|at| {
+                                remaining.iter().copied().find(|j| inputs[*j].0 == at.file)
+                            })
                             .unwrap_or(i);
                         results[culprit] = Some(Err(()));
                         poisoned = true;

@@ -52,10 +52,12 @@ pub fn entries(exported: &Value, fallback_name: &str) -> Result<Vec<Entry>, K8sE
 
 fn entry(name: &str, v: &Value) -> Result<Entry, K8sError> {
     let number = |field: &'static str| {
-        v.get(field).and_then(Value::as_u64).ok_or(K8sError::BadField {
-            entry: name.to_string(),
-            field,
-        })
+        v.get(field)
+            .and_then(Value::as_u64)
+            .ok_or(K8sError::BadField {
+                entry: name.to_string(),
+                field,
+            })
     };
     Ok(Entry {
         name: name.to_string(),

@@ -37,7 +37,9 @@ pub enum PolicyError {
     Bundle(String),
     #[error("{}: {how}; simplify the policy", path.display())]
     Crashed { path: PathBuf, how: String },
-    #[error("Nickel failed internally ({0}); please report this policy to the rollgate maintainers")]
+    #[error(
+        "Nickel failed internally ({0}); please report this policy to the rollgate maintainers"
+    )]
     Internal(String),
     #[error("{}: {source}", path.display())]
     #[serde(skip)]

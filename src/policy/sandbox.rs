@@ -91,16 +91,14 @@ where
     let result = std::thread::Builder::new()
         .stack_size(CHILD_STACK_BYTES)
         .spawn(move || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(
-                |payload| {
-                    let message = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err(PolicyError::Internal(message))
-                },
-            )
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|payload| {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(PolicyError::Internal(message))
+            })
         })
         .map(|handle| handle.join());
     if let Ok(Ok(result)) = result {

@@ -1,0 +1,244 @@
+//! Attempts: each `candidate_started` paired with the outcome that ended it. Pure logic over
+//! the columns, so every rule here is tested without files.
+
+use std::collections::HashMap;
+
+use super::read::Log;
+use super::summary::{reason_of, PROMOTED, ROLLED_BACK, STARTED};
+
+pub const ESCALATED: &str = "escalated";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Promoted,
+    RolledBack,
+    /// Left running at the deadline for a person to promote or abort.
+    Escalated,
+    /// Started, and the log says nothing more (a deploy in progress, or a crashed deployer).
+    Unfinished,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Promoted => "promoted",
+            Outcome::RolledBack => "rolled_back",
+            Outcome::Escalated => "escalated",
+            Outcome::Unfinished => "unfinished",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub version: Option<String>,
+    pub started: Option<f64>,
+    pub finished: Option<f64>,
+    pub outcome: Outcome,
+    /// For a rollback, the detail up to its first `"; "`.
+    pub reason: Option<String>,
+    /// For a promotion: when the next promotion replaced it (None while still live).
+    pub live_until: Option<f64>,
+    /// The release that is live at the end of the log.
+    pub live_now: bool,
+    /// For a promotion later rolled back in production: when that happened.
+    pub rolled_back_at: Option<f64>,
+}
+
+impl Attempt {
+    /// Time from the candidate's start to its outcome: time to ready for a promotion, time to
+    /// rollback for a rollback. Not lead time: the log has no commit times.
+    pub fn time_to_outcome(&self) -> Option<f64> {
+        Some(self.finished? - self.started?)
+    }
+
+    /// How long a promoted release served, where the log says (until replaced).
+    pub fn live_for(&self) -> Option<f64> {
+        Some(self.live_until? - self.finished?)
+    }
+
+    /// How long users were exposed to a release that had to be rolled back after promotion.
+    pub fn exposure(&self) -> Option<f64> {
+        Some(self.rolled_back_at? - self.finished?)
+    }
+}
+
+/// Pairs records into attempts, in log order.
+///
+/// Rules: a `candidate_started` opens an attempt for its version; the next `promoted` or
+/// `rolled_back` of that version closes the most recent open one (`escalated` marks it and
+/// keeps it open). An outcome with no open attempt is an attempt whose start is not in the log,
+/// unless it is a rollback of the live release: that is a production rollback of a promotion,
+/// recorded on the promotion. Only `promoted` changes which release is live.
+pub fn attempts(log: &Log) -> Vec<Attempt> {
+    let mut attempts: Vec<Attempt> = Vec::new();
+    let mut open: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+    let mut live: Option<usize> = None;
+    for i in 0..log.len() {
+        let version = log.version[i].as_deref();
+        let ts = log.ts[i];
+        let new_attempt = |outcome| Attempt {
+            version: version.map(String::from),
+            started: None,
+            finished: None,
+            outcome,
+            reason: None,
+            live_until: None,
+            live_now: false,
+            rolled_back_at: None,
+        };
+        match log.event[i].as_deref() {
+            Some(STARTED) => {
+                let mut attempt = new_attempt(Outcome::Unfinished);
+                attempt.started = ts;
+                attempts.push(attempt);
+                open.entry(version).or_default().push(attempts.len() - 1);
+            }
+            Some(ESCALATED) => {
+                if let Some(&index) = open.get(&version).and_then(|v| v.last()) {
+                    attempts[index].outcome = Outcome::Escalated;
+                }
+            }
+            Some(event @ (PROMOTED | ROLLED_BACK)) => {
+                let opened = open.get_mut(&version).and_then(Vec::pop);
+                let is_live_version =
+                    live.is_some_and(|l| attempts[l].version.as_deref() == version);
+                if event == ROLLED_BACK && opened.is_none() && is_live_version {
+                    let l = live.expect("checked above");
+                    attempts[l]
+                        .rolled_back_at
+                        .get_or_insert(ts.unwrap_or(f64::NAN));
+                    continue;
+                }
+                let index = opened.unwrap_or_else(|| {
+                    attempts.push(new_attempt(Outcome::Unfinished));
+                    attempts.len() - 1
+                });
+                let attempt = &mut attempts[index];
+                attempt.finished = ts;
+                if event == PROMOTED {
+                    attempt.outcome = Outcome::Promoted;
+                    if let Some(previous) = live {
+                        attempts[previous].live_until = ts;
+                    }
+                    live = Some(index);
+                } else {
+                    attempt.outcome = Outcome::RolledBack;
+                    attempt.reason = log.detail[i].as_deref().map(|d| reason_of(d).to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    for attempt in &mut attempts {
+        if attempt.rolled_back_at.is_some_and(f64::is_nan) {
+            attempt.rolled_back_at = None;
+        }
+    }
+    if let Some(l) = live {
+        attempts[l].live_now = true;
+    }
+    attempts
+}
+
+/// Which release was live at a moment, and for how long around it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveAt {
+    pub version: Option<String>,
+    pub since: f64,
+    pub until: Option<f64>,
+}
+
+/// The last promotion at or before `at` (records without `ts` cannot be placed and are passed
+/// over). `None`: nothing had been promoted yet.
+pub fn live_at(log: &Log, at: f64) -> Option<LiveAt> {
+    let mut found: Option<LiveAt> = None;
+    for i in 0..log.len() {
+        if log.event[i].as_deref() != Some(PROMOTED) {
+            continue;
+        }
+        let Some(ts) = log.ts[i] else { continue };
+        if ts <= at {
+            found = Some(LiveAt {
+                version: log.version[i].clone(),
+                since: ts,
+                until: None,
+            });
+        } else if let Some(current) = found.as_mut() {
+            current.until.get_or_insert(ts);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::read::{parse_bytes, ReadOptions};
+
+    fn log(text: &str) -> Log {
+        parse_bytes(text.as_bytes(), ReadOptions::default()).0
+    }
+
+    const STORY: &str = r#"{"ts":100,"event":"candidate_started","version":"v2","detail":""}
+{"ts":101,"event":"promoted","version":"v2","detail":"ready"}
+{"ts":200,"event":"candidate_started","version":"v3","detail":""}
+{"ts":201.5,"event":"rolled_back","version":"v3","detail":"not ready after 1500 ms; v2 answering"}
+{"ts":300,"event":"candidate_started","version":"v4","detail":""}
+{"ts":300.25,"event":"promoted","version":"v4","detail":"ready"}
+{"ts":400,"event":"rolled_back","version":"v4","detail":"error rate; manual"}
+{"ts":500,"event":"candidate_started","version":"v5","detail":""}
+"#;
+
+    #[test]
+    fn pairs_starts_with_outcomes() {
+        let a = attempts(&log(STORY));
+        assert_eq!(a.len(), 4);
+        assert_eq!(a[0].outcome, Outcome::Promoted);
+        assert_eq!(a[0].time_to_outcome(), Some(1.0));
+        assert_eq!(a[0].live_until, Some(300.25));
+        assert_eq!(a[0].live_for(), Some(199.25));
+        assert_eq!(a[1].outcome, Outcome::RolledBack);
+        assert_eq!(a[1].reason.as_deref(), Some("not ready after 1500 ms"));
+        assert_eq!(a[1].time_to_outcome(), Some(1.5));
+        // v4 was promoted, then rolled back in production: still the live one by the log's
+        // rule, with its exposure recorded.
+        assert_eq!(a[2].outcome, Outcome::Promoted);
+        assert_eq!(a[2].exposure(), Some(99.75));
+        assert!(a[2].live_now);
+        assert_eq!(a[3].outcome, Outcome::Unfinished);
+        assert_eq!(a[3].started, Some(500.0));
+    }
+
+    #[test]
+    fn live_at_takes_the_last_promotion_before() {
+        let l = log(STORY);
+        assert_eq!(live_at(&l, 50.0), None);
+        let at = live_at(&l, 250.0).unwrap();
+        assert_eq!(at.version.as_deref(), Some("v2"));
+        assert_eq!(at.until, Some(300.25));
+        let at = live_at(&l, 301.0).unwrap();
+        assert_eq!(at.version.as_deref(), Some("v4"));
+        assert_eq!(at.until, None);
+    }
+
+    #[test]
+    fn an_outcome_without_a_start_is_its_own_attempt() {
+        let a = attempts(&log(
+            r#"{"ts":5,"event":"rolled_back","version":"v9","detail":"x"}"#,
+        ));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].started, None);
+        assert_eq!(a[0].time_to_outcome(), None);
+    }
+
+    #[test]
+    fn escalation_stays_open_until_promoted_by_hand() {
+        let a = attempts(&log(r#"{"ts":1,"event":"candidate_started","version":"v2"}
+{"ts":3,"event":"escalated","version":"v2"}
+{"ts":9,"event":"promoted","version":"v2"}"#));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].outcome, Outcome::Promoted);
+        assert_eq!(a[0].time_to_outcome(), Some(8.0));
+    }
+}

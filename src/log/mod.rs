@@ -1,0 +1,404 @@
+//! Deploy-log analysis: the lesson's summary, attempt history, "what was live at T", honest
+//! rates, and SQL — over JSON-lines logs whose bad lines cost only themselves.
+
+mod frame;
+pub mod history;
+pub mod output;
+pub mod read;
+mod stats;
+pub mod summary;
+pub mod time;
+
+use std::path::{Path, PathBuf};
+
+use polars::prelude::*;
+
+use output::{figures_table, Display, Format};
+use read::{read_log, Log, ReadOptions};
+use time::{format_duration, format_time};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("{0}")]
+    Read(#[from] read::ReadError),
+    #[error("{}: {count} bad line{} (--strict refuses a log with any)", path.display(), if *count == 1 { "" } else { "s" })]
+    Strict { path: PathBuf, count: usize },
+    #[error("{0}")]
+    Usage(String),
+    #[error("query failed: {0}")]
+    Query(String),
+}
+
+impl From<PolarsError> for LogError {
+    fn from(e: PolarsError) -> Self {
+        LogError::Query(e.to_string())
+    }
+}
+
+/// Which records a question is asked of.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub since: Option<f64>,
+    pub until: Option<f64>,
+    pub version: Option<String>,
+}
+
+impl Selection {
+    fn apply(&self, log: &mut Log) {
+        if self.since.is_none() && self.until.is_none() && self.version.is_none() {
+            return;
+        }
+        let (ts, version) = (log.ts.clone(), log.version.clone());
+        log.retain(|i| {
+            let in_time = match ts[i] {
+                Some(t) => self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u),
+                None => self.since.is_none() && self.until.is_none(),
+            };
+            in_time
+                && self
+                    .version
+                    .as_ref()
+                    .is_none_or(|v| version[i].as_ref() == Some(v))
+        });
+    }
+}
+
+/// How logs are read for one command.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    pub strict: bool,
+    pub selection: Selection,
+    pub extra_fields: bool,
+}
+
+const MAX_WARNINGS_PER_FILE: usize = 20;
+
+/// Reads one log, printing its problems to stderr as `warning: FILE:LINE: ...`.
+fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
+    let read = read_log(
+        path,
+        ReadOptions {
+            extra_fields: reading.extra_fields,
+        },
+    )?;
+    let label = if reading.strict { "error" } else { "warning" };
+    for problem in read.problems.iter().take(MAX_WARNINGS_PER_FILE) {
+        eprintln!(
+            "{label}: {}:{}: {}",
+            path.display(),
+            problem.line,
+            problem.what
+        );
+    }
+    if read.problems.len() > MAX_WARNINGS_PER_FILE {
+        eprintln!(
+            "{label}: {}: {} more problem lines not shown",
+            path.display(),
+            read.problems.len() - MAX_WARNINGS_PER_FILE
+        );
+    }
+    if reading.strict && !read.problems.is_empty() {
+        return Err(LogError::Strict {
+            path: path.to_path_buf(),
+            count: read.problems.len(),
+        });
+    }
+    let mut log = read.log;
+    reading.selection.apply(&mut log);
+    Ok(log)
+}
+
+/// Several logs as one history ordered by `ts` (stable: equal times keep file order; records
+/// without `ts` cannot be placed and go first, in file order).
+fn load_merged(paths: &[PathBuf], reading: &Reading) -> Result<Log, LogError> {
+    let mut logs = paths
+        .iter()
+        .map(|p| load_one(p, reading))
+        .collect::<Result<Vec<_>, _>>()?;
+    if logs.len() == 1 {
+        return Ok(logs.pop().expect("one log"));
+    }
+    let mut merged = Log::default();
+    for log in &logs {
+        merged.line.extend(&log.line);
+        merged.ts.extend(&log.ts);
+        merged.event.extend(log.event.iter().cloned());
+        merged.version.extend(log.version.iter().cloned());
+        merged.detail.extend(log.detail.iter().cloned());
+    }
+    let mut order: Vec<usize> = (0..merged.len()).collect();
+    order.sort_by(|a, b| {
+        let key = |i: usize| merged.ts[i].unwrap_or(f64::NEG_INFINITY);
+        key(*a).total_cmp(&key(*b))
+    });
+    let pick = |column: &Vec<Option<String>>| order.iter().map(|i| column[*i].clone()).collect();
+    Ok(Log {
+        line: order.iter().map(|i| merged.line[*i]).collect(),
+        ts: order.iter().map(|i| merged.ts[*i]).collect(),
+        event: pick(&merged.event),
+        version: pick(&merged.version),
+        detail: pick(&merged.detail),
+        extra: Vec::new(),
+    })
+}
+
+/// `log summary`: one line per log, or one for all with `merge`.
+pub fn summary(
+    paths: &[PathBuf],
+    merge: bool,
+    format: Format,
+    reading: &Reading,
+) -> Result<String, LogError> {
+    let groups: Vec<(String, Log)> = if merge {
+        vec![("merged".into(), load_merged(paths, reading)?)]
+    } else {
+        paths
+            .iter()
+            .map(|p| Ok((p.display().to_string(), load_one(p, reading)?)))
+            .collect::<Result<_, LogError>>()?
+    };
+    let mut out = String::new();
+    for (name, log) in groups {
+        let s = summary::summarize(&log);
+        match format {
+            Format::Json => {
+                out.push_str(&s.to_json_line());
+                out.push('\n');
+            }
+            Format::Table | Format::Csv => {
+                let reasons: Vec<String> = s
+                    .reasons
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}: {}",
+                            r.version.as_deref().unwrap_or("?"),
+                            r.reason.as_deref().unwrap_or("(no detail)")
+                        )
+                    })
+                    .collect();
+                let rows = vec![
+                    ("log".to_string(), name),
+                    ("releases".into(), s.releases.to_string()),
+                    ("promoted".into(), s.promoted.to_string()),
+                    ("rolled back".into(), s.rolled_back.to_string()),
+                    ("reasons".into(), reasons.join("\n")),
+                    ("live".into(), s.live.unwrap_or_else(|| "(none)".into())),
+                ];
+                if format == Format::Table {
+                    out.push_str(&figures_table(&rows));
+                } else {
+                    if out.is_empty() {
+                        out.push_str("log,releases,promoted,rolled_back,live\n");
+                    }
+                    let field = |t: &str| {
+                        if t.contains([',', '"', '\n']) {
+                            format!("\"{}\"", t.replace('"', "\"\""))
+                        } else {
+                            t.to_string()
+                        }
+                    };
+                    out.push_str(&format!(
+                        "{},{},{},{},{}\n",
+                        field(&rows[0].1),
+                        rows[1].1,
+                        rows[2].1,
+                        rows[3].1,
+                        field(&rows[5].1)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+const TIME_COLUMNS: &[&str] = &["started", "finished", "rolled_back_at", "ts"];
+const DURATION_COLUMNS: &[&str] = &["time_to_outcome_s", "live_for_s", "exposure_s"];
+
+fn display() -> Display<'static> {
+    Display {
+        times: TIME_COLUMNS,
+        durations: DURATION_COLUMNS,
+    }
+}
+
+/// `log history`: one row per attempt.
+pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
+    let log = load_merged(paths, reading)?;
+    let df = frame::attempts(&history::attempts(&log))?;
+    Ok(output::render(&df, format, display()))
+}
+
+/// `log history --at T`: which release was live then.
+pub fn live_at(
+    paths: &[PathBuf],
+    at: f64,
+    format: Format,
+    reading: &Reading,
+) -> Result<String, LogError> {
+    let log = load_merged(paths, reading)?;
+    let found = history::live_at(&log, at);
+    let version = found.as_ref().and_then(|f| f.version.clone());
+    let since = found.as_ref().map(|f| f.since);
+    let until = found.as_ref().and_then(|f| f.until);
+    Ok(match format {
+        Format::Json => format!(
+            "{}\n",
+            serde_json::json!({"at": at, "live": version, "since": since, "until": until})
+        ),
+        Format::Csv => format!(
+            "at,live,since,until\n{at},{},{},{}\n",
+            version.clone().unwrap_or_default(),
+            since.map(|s| s.to_string()).unwrap_or_default(),
+            until.map(|u| u.to_string()).unwrap_or_default()
+        ),
+        Format::Table => figures_table(&[
+            ("at".into(), format_time(at)),
+            (
+                "live".into(),
+                match (&found, version) {
+                    (None, _) => "(nothing promoted yet)".into(),
+                    (Some(_), v) => v.unwrap_or_else(|| "(no version)".into()),
+                },
+            ),
+            ("since".into(), since.map(format_time).unwrap_or_default()),
+            (
+                "until".into(),
+                match (found.is_some(), until) {
+                    (true, None) => "(still live at the end of the log)".into(),
+                    (_, u) => u.map(format_time).unwrap_or_default(),
+                },
+            ),
+        ]),
+    })
+}
+
+/// `log stats`.
+pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
+    let log = load_merged(paths, reading)?;
+    let attempts = history::attempts(&log);
+    let s = stats::stats(&log, &attempts)?;
+    let pct = |r: Option<f64>| {
+        r.map(|r| format!("{:.1} %", r * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
+    let num = |r: Option<f64>| r.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
+    let dur = |r: Option<f64>| r.map(format_duration).unwrap_or_else(|| "-".into());
+    let spread = |sp: &stats::Spread| {
+        format!(
+            "{} / {} / {} (n={})",
+            dur(sp.median_s),
+            dur(sp.p90_s),
+            dur(sp.max_s),
+            sp.count
+        )
+    };
+    let rows: Vec<(String, String)> = vec![
+        ("records".into(), s.records.to_string()),
+        ("attempts".into(), s.attempts.to_string()),
+        ("promoted".into(), s.promoted.to_string()),
+        (
+            "rolled back before users saw them".into(),
+            s.rolled_back.to_string(),
+        ),
+        (
+            "escalated, awaiting a person".into(),
+            s.escalated.to_string(),
+        ),
+        ("unfinished".into(), s.unfinished.to_string()),
+        (
+            "candidate rejection rate".into(),
+            pct(s.candidate_rejection_rate),
+        ),
+        ("log span".into(), dur(s.span_s)),
+        ("promotions per day".into(), num(s.promotions_per_day)),
+        ("promotions per week".into(), num(s.promotions_per_week)),
+        (
+            "days with a promotion".into(),
+            s.days_with_a_promotion.to_string(),
+        ),
+        (
+            "time to ready: median / p90 / max".into(),
+            spread(&s.time_to_ready),
+        ),
+        (
+            "time to rollback: median / p90 / max".into(),
+            spread(&s.time_to_rollback),
+        ),
+    ];
+    Ok(match format {
+        Format::Json => format!("{}\n", serde_json::to_string(&s).expect("stats serialize")),
+        Format::Csv => {
+            let mut out = String::from("figure,value\n");
+            for (name, value) in &rows {
+                out.push_str(&format!("{name},\"{}\"\n", value.replace('"', "\"\"")));
+            }
+            out
+        }
+        Format::Table => {
+            let mut out = figures_table(&rows);
+            let counts = |title: &str, rows: &[stats::Count]| {
+                let mut t = comfy_table::Table::new();
+                t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+                    .set_header([title, "rollbacks"]);
+                for c in rows {
+                    t.add_row([
+                        c.key.clone().unwrap_or_else(|| "(none)".into()),
+                        c.count.to_string(),
+                    ]);
+                }
+                format!("{t}\n")
+            };
+            if !s.rollbacks_by_reason.is_empty() {
+                out.push_str("\nRollbacks by reason\n");
+                out.push_str(&counts("reason", &s.rollbacks_by_reason));
+                out.push_str("\nRollbacks by version\n");
+                out.push_str(&counts("version", &s.rollbacks_by_version));
+            }
+            if !s.rolled_back_after_promotion.is_empty() {
+                out.push_str("\nRolled back after promotion (production failures)\n");
+                let mut t = comfy_table::Table::new();
+                t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+                    .set_header(["version", "promoted", "rolled back", "users exposed for"]);
+                for e in &s.rolled_back_after_promotion {
+                    t.add_row([
+                        e.version.clone().unwrap_or_default(),
+                        e.promoted_at.map(format_time).unwrap_or_default(),
+                        e.rolled_back_at.map(format_time).unwrap_or_default(),
+                        dur(e.exposure_s),
+                    ]);
+                }
+                out.push_str(&format!("{t}\n"));
+            }
+            out
+        }
+    })
+}
+
+/// `log query --sql`: polars SQL over tables `log` (records, with any extra fields) and
+/// `attempts` (as `log history` shows them).
+pub fn query(
+    paths: &[PathBuf],
+    sql: &str,
+    format: Format,
+    reading: &Reading,
+) -> Result<String, LogError> {
+    let reading = Reading {
+        extra_fields: true,
+        ..reading.clone()
+    };
+    let log = if paths.len() == 1 {
+        load_one(&paths[0], &reading)?
+    } else {
+        load_merged(paths, &reading)?
+    };
+    let mut ctx = polars::sql::SQLContext::new();
+    ctx.register("log", frame::records(&log)?.lazy());
+    ctx.register(
+        "attempts",
+        frame::attempts(&history::attempts(&log))?.lazy(),
+    );
+    let df = ctx.execute(sql)?.collect()?;
+    Ok(output::render(&df, format, Display::default()))
+}

@@ -1,0 +1,194 @@
+//! `log stats`: rates and durations, each named for what it measures.
+//!
+//! - *candidate rejection rate* = rolled_back / (promoted + rolled_back): candidates the gate
+//!   stopped before users saw them. Not DORA's change failure rate: those failures never
+//!   reached production.
+//! - *time to ready* = candidate_started → promoted; *time to rollback* = candidate_started →
+//!   rolled_back. Not lead time for changes: the log has no commit times.
+//! - *exposure* = promoted → rolled_back for a release rolled back after it went live: how long
+//!   users were exposed to a production failure.
+//! - *promotions per day / week* over the log's span (first to last timestamp).
+
+use polars::prelude::*;
+use serde::Serialize;
+
+use super::frame;
+use super::history::Attempt;
+use super::read::Log;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spread {
+    pub count: u64,
+    pub median_s: Option<f64>,
+    pub p90_s: Option<f64>,
+    pub max_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Count {
+    pub key: Option<String>,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Exposure {
+    pub version: Option<String>,
+    pub promoted_at: Option<f64>,
+    pub rolled_back_at: Option<f64>,
+    pub exposure_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    pub records: u64,
+    pub attempts: u64,
+    pub promoted: u64,
+    pub rolled_back: u64,
+    pub escalated: u64,
+    pub unfinished: u64,
+    pub candidate_rejection_rate: Option<f64>,
+    pub span_s: Option<f64>,
+    pub promotions_per_day: Option<f64>,
+    pub promotions_per_week: Option<f64>,
+    pub days_with_a_promotion: u64,
+    pub time_to_ready: Spread,
+    pub time_to_rollback: Spread,
+    pub rollbacks_by_reason: Vec<Count>,
+    pub rollbacks_by_version: Vec<Count>,
+    pub rolled_back_after_promotion: Vec<Exposure>,
+}
+
+fn outcome_is(name: &str) -> Expr {
+    col("outcome").eq(lit(name))
+}
+
+fn count_where(df: &DataFrame, predicate: Expr) -> PolarsResult<u64> {
+    let out = df
+        .clone()
+        .lazy()
+        .filter(predicate)
+        .select([len()])
+        .collect()?;
+    Ok(out.columns()[0].get(0)?.extract::<u64>().unwrap_or(0))
+}
+
+fn f64_at(df: &DataFrame, name: &str) -> PolarsResult<Option<f64>> {
+    Ok(df.column(name)?.get(0)?.extract::<f64>())
+}
+
+fn spread(df: &DataFrame, outcome: &str) -> PolarsResult<Spread> {
+    let d = col("time_to_outcome_s");
+    let out = df
+        .clone()
+        .lazy()
+        .filter(outcome_is(outcome).and(d.clone().is_not_null()))
+        .select([
+            d.clone().count().alias("count"),
+            d.clone().median().alias("median"),
+            d.clone()
+                .quantile(lit(0.9), QuantileMethod::Linear)
+                .alias("p90"),
+            d.max().alias("max"),
+        ])
+        .collect()?;
+    Ok(Spread {
+        count: out.column("count")?.get(0)?.extract::<u64>().unwrap_or(0),
+        median_s: f64_at(&out, "median")?,
+        p90_s: f64_at(&out, "p90")?,
+        max_s: f64_at(&out, "max")?,
+    })
+}
+
+fn rollbacks_by(df: &DataFrame, key: &str) -> PolarsResult<Vec<Count>> {
+    let out = df
+        .clone()
+        .lazy()
+        .filter(outcome_is("rolled_back"))
+        .group_by([col(key)])
+        .agg([len().alias("count")])
+        .sort_by_exprs(
+            [col("count"), col(key)],
+            SortMultipleOptions::default()
+                .with_order_descending_multi([true, false])
+                .with_nulls_last(true),
+        )
+        .collect()?;
+    let keys = out.column(key)?;
+    let counts = out.column("count")?;
+    (0..out.height())
+        .map(|i| {
+            Ok(Count {
+                key: keys.get(i)?.get_str().map(String::from),
+                count: counts.get(i)?.extract::<u64>().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+pub fn stats(log: &Log, attempts: &[Attempt]) -> PolarsResult<Stats> {
+    let df = frame::attempts(attempts)?;
+    let records = frame::records(log)?;
+
+    let promoted = count_where(&df, outcome_is("promoted"))?;
+    let rolled_back = count_where(&df, outcome_is("rolled_back"))?;
+    let decided = promoted + rolled_back;
+
+    let span = records
+        .clone()
+        .lazy()
+        .select([(col("ts").max() - col("ts").min()).alias("span")])
+        .collect()?;
+    let span_s = f64_at(&span, "span")?;
+    let per = |seconds: f64| {
+        span_s
+            .filter(|s| *s > 0.0)
+            .map(|s| promoted as f64 / (s / seconds))
+    };
+    let promotion_days = records
+        .clone()
+        .lazy()
+        .filter(
+            col("event")
+                .eq(lit("promoted"))
+                .and(col("ts").is_not_null()),
+        )
+        .select([(col("ts") / lit(86_400.0))
+            .cast(DataType::Int64)
+            .n_unique()
+            .alias("days")])
+        .collect()?;
+
+    let exposures = attempts
+        .iter()
+        .filter(|a| a.rolled_back_at.is_some())
+        .map(|a| Exposure {
+            version: a.version.clone(),
+            promoted_at: a.finished,
+            rolled_back_at: a.rolled_back_at,
+            exposure_s: a.exposure(),
+        })
+        .collect();
+
+    Ok(Stats {
+        records: log.len() as u64,
+        attempts: attempts.len() as u64,
+        promoted,
+        rolled_back,
+        escalated: count_where(&df, outcome_is("escalated"))?,
+        unfinished: count_where(&df, outcome_is("unfinished"))?,
+        candidate_rejection_rate: (decided > 0).then(|| rolled_back as f64 / decided as f64),
+        span_s,
+        promotions_per_day: per(86_400.0),
+        promotions_per_week: per(7.0 * 86_400.0),
+        days_with_a_promotion: promotion_days
+            .column("days")?
+            .get(0)?
+            .extract::<u64>()
+            .unwrap_or(0),
+        time_to_ready: spread(&df, "promoted")?,
+        time_to_rollback: spread(&df, "rolled_back")?,
+        rollbacks_by_reason: rollbacks_by(&df, "reason")?,
+        rollbacks_by_version: rollbacks_by(&df, "version")?,
+        rolled_back_after_promotion: exposures,
+    })
+}

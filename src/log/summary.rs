@@ -1,0 +1,105 @@
+//! The lesson's summary: outcomes counted, each rollback's reason, and the live release taken
+//! from the last promotion only. Computed straight from the columns: one pass, no frame.
+
+use serde::Serialize;
+
+use super::read::Log;
+
+/// Outcome events. Everything else (`candidate_started`, `escalated`, unknown events) is not an
+/// outcome and is not counted.
+pub const PROMOTED: &str = "promoted";
+pub const ROLLED_BACK: &str = "rolled_back";
+pub const STARTED: &str = "candidate_started";
+
+/// Field order is the output's key order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub releases: u64,
+    pub promoted: u64,
+    pub rolled_back: u64,
+    pub reasons: Vec<Reason>,
+    pub live: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reason {
+    pub version: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// The reason is the detail up to its first `"; "`; what follows is context for a person.
+pub fn reason_of(detail: &str) -> &str {
+    detail.split("; ").next().unwrap_or(detail)
+}
+
+pub fn summarize(log: &Log) -> Summary {
+    let mut summary = Summary {
+        releases: 0,
+        promoted: 0,
+        rolled_back: 0,
+        reasons: Vec::new(),
+        live: None,
+    };
+    for i in 0..log.len() {
+        match log.event[i].as_deref() {
+            Some(PROMOTED) => {
+                summary.promoted += 1;
+                summary.live = log.version[i].clone();
+            }
+            Some(ROLLED_BACK) => {
+                summary.rolled_back += 1;
+                summary.reasons.push(Reason {
+                    version: log.version[i].clone(),
+                    reason: log.detail[i].as_deref().map(|d| reason_of(d).to_string()),
+                });
+            }
+            _ => continue,
+        }
+        summary.releases += 1;
+    }
+    summary
+}
+
+impl Summary {
+    /// The compact one-line JSON the lesson prints.
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a summary always serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::read::{parse_bytes, ReadOptions};
+
+    fn summary_of(text: &str) -> String {
+        summarize(&parse_bytes(text.as_bytes(), ReadOptions::default()).0).to_json_line()
+    }
+
+    #[test]
+    fn a_rolled_back_release_is_never_live() {
+        let log = r#"{"ts":1,"event":"candidate_started","version":"v2","detail":""}
+{"ts":2,"event":"promoted","version":"v2","detail":"ready after 300 ms"}
+{"ts":3,"event":"candidate_started","version":"v3","detail":""}
+{"ts":5,"event":"rolled_back","version":"v3","detail":"not ready after 1500 ms; old release v2 answering"}
+"#;
+        assert_eq!(
+            summary_of(log),
+            r#"{"releases":2,"promoted":1,"rolled_back":1,"reasons":[{"version":"v3","reason":"not ready after 1500 ms"}],"live":"v2"}"#
+        );
+    }
+
+    #[test]
+    fn empty_and_noise_only_logs() {
+        let none = r#"{"releases":0,"promoted":0,"rolled_back":0,"reasons":[],"live":null}"#;
+        assert_eq!(summary_of(""), none);
+        assert_eq!(summary_of("hello\n\n  {\"event\":\"promoted\"}\n"), none);
+    }
+
+    #[test]
+    fn reason_is_the_detail_up_to_the_first_separator() {
+        assert_eq!(reason_of("a; b; c"), "a");
+        assert_eq!(reason_of("a;b"), "a;b");
+        assert_eq!(reason_of(""), "");
+    }
+}

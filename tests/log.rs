@@ -1,0 +1,349 @@
+//! `rollgate log`: the lesson's summaries exactly, the log's odd lines, history, stats and SQL.
+
+mod common;
+use common::*;
+
+const GATED: &str = r#"{"releases":3,"promoted":1,"rolled_back":2,"reasons":[{"version":"v3","reason":"not ready after 1500 ms"},{"version":"v4","reason":"candidate exited with exit status: 78 before ready"}],"live":"v2"}"#;
+const UNGATED: &str = r#"{"releases":3,"promoted":3,"rolled_back":0,"reasons":[],"live":"v4"}"#;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    repo().join("fixtures").join(name)
+}
+
+#[test]
+fn fixtures_give_the_lessons_summaries() {
+    for (name, expected) in [("gated.log", GATED), ("ungated.log", UNGATED)] {
+        let out = rollgate()
+            .args(["log", "summary"])
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stdout(&out), format!("{expected}\n"));
+        assert!(out.stderr.is_empty());
+        // Six records each: three starts, three outcomes.
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        assert_eq!(text.lines().filter(|l| l.starts_with('{')).count(), 6);
+        assert_eq!(text.matches("candidate_started").count(), 3);
+    }
+}
+
+#[test]
+fn several_logs_one_line_each_or_merged() {
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(fixture("gated.log"))
+        .arg(fixture("ungated.log"))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), format!("{GATED}\n{UNGATED}\n"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let early = write(dir.path(), "early.log", "{\"ts\":10,\"event\":\"promoted\",\"version\":\"v1\",\"detail\":\"\"}\n{\"ts\":30,\"event\":\"promoted\",\"version\":\"v3\",\"detail\":\"\"}\n");
+    let late = write(dir.path(), "late.log", "{\"ts\":20,\"event\":\"promoted\",\"version\":\"v2\",\"detail\":\"\"}\n{\"ts\":25,\"event\":\"rolled_back\",\"version\":\"v9\",\"detail\":\"boom; more\"}\n");
+    let out = rollgate()
+        .args(["log", "summary", "--merge"])
+        .arg(&early)
+        .arg(&late)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "{\"releases\":4,\"promoted\":3,\"rolled_back\":1,\"reasons\":[{\"version\":\"v9\",\"reason\":\"boom\"}],\"live\":\"v3\"}\n"
+    );
+    // Listed the other way round, merged by ts: same answer.
+    let out = rollgate()
+        .args(["log", "summary", "--merge"])
+        .arg(&late)
+        .arg(&early)
+        .output()
+        .unwrap();
+    assert!(stdout(&out).ends_with("\"live\":\"v3\"}\n"));
+}
+
+#[test]
+fn a_messy_log_gets_the_lessons_query_semantics() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = concat!(
+        "deploy log for edge-svc\r\n",
+        "\r\n",
+        "{\"ts\":1,\"event\":\"candidate_started\",\"version\":\"v2\",\"detail\":\"\"}\r\n",
+        "{\"ts\":2,\"event\":\"promoted\",\"version\":\"v2\",\"detail\":\"ready\"}\r\n",
+        "   {\"ts\":3,\"event\":\"promoted\",\"version\":\"indented\",\"detail\":\"\"}\r\n",
+        "{\"ts\":4,\"event\":\"health_note\",\"version\":\"v2\",\"detail\":\"unknown events are not outcomes\"}\r\n",
+        "{\"ts\":5,\"event\":\"candidate_started\",\"version\":\"v3\",\"detail\":\"\"}\r\n",
+        "{\"ts\":6,\"event\":\"rolled_back\",\"version\":\"v3\",\"detail\":\"not ready after 1500 ms; v2 answering\",\"port\":8083}\r\n",
+        "{\"ts\":7,\"event\":\"promoted\",\"version\":\"v4\",\"det",
+    );
+    let path = write(dir.path(), "messy.log", text);
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out),
+        "{\"releases\":2,\"promoted\":1,\"rolled_back\":1,\"reasons\":[{\"version\":\"v3\",\"reason\":\"not ready after 1500 ms\"}],\"live\":\"v2\"}\n"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!(
+            "warning: {}:9: not valid JSON, cut short",
+            path.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let out = rollgate()
+        .args(["log", "summary", "--strict"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(stderr(&out).contains("1 bad line (--strict refuses a log with any)"));
+}
+
+#[test]
+fn odd_files_are_answered_or_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(dir.path(), "empty.log", "");
+    let noise = write(
+        dir.path(),
+        "noise.log",
+        "nothing\n  {\"event\":\"promoted\"}\n\n",
+    );
+    let binary = dir.path().join("binary.log");
+    std::fs::write(&binary, b"\xff\xfe\x00garbage\n{\"ts\":1,\"event\":\"promoted\",\"version\":\"v\xff\"}\n{\"ts\":2,\"event\":\"promoted\",\"version\":\"ok\"}\n").unwrap();
+    let types = write(
+        dir.path(),
+        "types.log",
+        "{\"ts\":\"5\",\"event\":\"promoted\",\"version\":7,\"detail\":null}\n",
+    );
+    let none = r#"{"releases":0,"promoted":0,"rolled_back":0,"reasons":[],"live":null}"#;
+    for (path, expected) in [
+        (&empty, none.to_string()),
+        (&noise, none.to_string()),
+        (
+            &binary,
+            r#"{"releases":1,"promoted":1,"rolled_back":0,"reasons":[],"live":"ok"}"#.to_string(),
+        ),
+        (
+            &types,
+            r#"{"releases":1,"promoted":1,"rolled_back":0,"reasons":[],"live":"7"}"#.to_string(),
+        ),
+    ] {
+        let out = rollgate()
+            .args(["log", "summary"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stdout(&out), format!("{expected}\n"), "{}", path.display());
+    }
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(dir.path().join("absent.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("absent.log: no such file"));
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is a directory"));
+}
+
+const KNOWN: &str = r#"{"ts":1000,"event":"candidate_started","version":"v1","detail":""}
+{"ts":1001.5,"event":"promoted","version":"v1","detail":"ready"}
+{"ts":2000,"event":"candidate_started","version":"v2","detail":""}
+{"ts":2003,"event":"rolled_back","version":"v2","detail":"not ready after 3000 ms; v1 answering"}
+{"ts":3000,"event":"candidate_started","version":"v3","detail":""}
+{"ts":3000.5,"event":"rolled_back","version":"v3","detail":"candidate exited with exit status: 78 before ready"}
+{"ts":4000,"event":"candidate_started","version":"v4","detail":""}
+{"ts":4002,"event":"promoted","version":"v4","detail":"ready"}
+{"ts":5000,"event":"candidate_started","version":"v5","detail":""}
+{"ts":5001,"event":"rolled_back","version":"v5","detail":"not ready after 3000 ms"}
+{"ts":90400,"event":"rolled_back","version":"v4","detail":"error budget burnt; manual"}
+"#;
+
+#[test]
+fn history_rows_and_live_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "known.log", KNOWN);
+    let out = rollgate()
+        .args(["log", "history", "--format", "csv"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = stdout(&out);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "version,started,finished,outcome,time_to_outcome_s,reason,live_for_s,live_now,rolled_back_at,exposure_s");
+    assert_eq!(lines[1], "v1,1000,1001.5,promoted,1.5,,3000.5,false,,");
+    assert_eq!(
+        lines[2],
+        "v2,2000,2003,rolled_back,3,not ready after 3000 ms,,false,,"
+    );
+    assert_eq!(lines[4], "v4,4000,4002,promoted,2,,,true,90400,86398");
+    assert_eq!(lines.len(), 6);
+
+    for (at, live) in [
+        ("999", "null"),
+        ("1001.5", "\"v1\""),
+        ("3500", "\"v1\""),
+        ("1970-01-01T01:10:00Z", "\"v4\""),
+    ] {
+        let out = rollgate()
+            .args(["log", "history", "--format", "json", "--at", at])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["live"].to_string(), live, "at {at}");
+    }
+    let out = rollgate()
+        .args(["log", "history", "--at", "later"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is not a time"));
+}
+
+#[test]
+fn stats_on_a_known_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "known.log", KNOWN);
+    let out = rollgate()
+        .args(["log", "stats", "--format", "json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["attempts"], 5);
+    assert_eq!(s["promoted"], 2);
+    assert_eq!(s["rolled_back"], 3);
+    assert_eq!(s["candidate_rejection_rate"], 0.6);
+    assert_eq!(s["time_to_ready"]["median_s"], 1.75);
+    assert_eq!(s["time_to_ready"]["max_s"], 2.0);
+    assert_eq!(s["time_to_rollback"]["median_s"], 1.0);
+    assert_eq!(s["time_to_rollback"]["max_s"], 3.0);
+    // p90 of [0.5, 1, 3] with linear interpolation: 1 + 0.8 * 2 = 2.6
+    assert!((s["time_to_rollback"]["p90_s"].as_f64().unwrap() - 2.6).abs() < 1e-9);
+    assert_eq!(
+        s["rollbacks_by_reason"][0],
+        serde_json::json!({"key": "not ready after 3000 ms", "count": 2})
+    );
+    assert_eq!(s["rolled_back_after_promotion"][0]["version"], "v4");
+    assert_eq!(s["rolled_back_after_promotion"][0]["exposure_s"], 86398.0);
+    assert_eq!(s["days_with_a_promotion"], 1);
+    let span = 90400.0 - 1000.0;
+    assert!((s["promotions_per_day"].as_f64().unwrap() - 2.0 / (span / 86400.0)).abs() < 1e-9);
+
+    let out = rollgate()
+        .args(["log", "stats"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let table = stdout(&out);
+    assert!(table.contains("candidate rejection rate"));
+    assert!(table.contains("60.0 %"));
+    assert!(table.contains("Rolled back after promotion (production failures)"));
+}
+
+#[test]
+fn sql_over_the_log_and_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "known.log",
+        &KNOWN.replace(r#""detail":"ready"}"#, r#""detail":"ready","port":8081}"#),
+    );
+    let out = rollgate()
+        .args([
+            "log",
+            "query",
+            "--format",
+            "csv",
+            "--sql",
+            "SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY n DESC, event",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "event,n\ncandidate_started,5\nrolled_back,4\npromoted,2\n"
+    );
+
+    let out = rollgate()
+        .args([
+            "log",
+            "query",
+            "--format",
+            "json",
+            "--sql",
+            "SELECT version, port FROM log WHERE port IS NOT NULL ORDER BY ts",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "{\"version\":\"v1\",\"port\":8081}\n{\"version\":\"v4\",\"port\":8081}\n"
+    );
+
+    let out = rollgate()
+        .args([
+            "log",
+            "query",
+            "--format",
+            "csv",
+            "--sql",
+            "SELECT version FROM attempts WHERE outcome = 'rolled_back' ORDER BY version",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "version\nv2\nv3\nv5\n");
+
+    let out = rollgate()
+        .args(["log", "query", "--sql", "SELEC nonsense"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with("error: query failed:"));
+}
+
+#[test]
+fn since_until_and_version_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "known.log", KNOWN);
+    let out = rollgate()
+        .args(["log", "summary", "--since", "2000", "--until", "5001"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "{\"releases\":4,\"promoted\":1,\"rolled_back\":3,\"reasons\":[{\"version\":\"v2\",\"reason\":\"not ready after 3000 ms\"},{\"version\":\"v3\",\"reason\":\"candidate exited with exit status: 78 before ready\"},{\"version\":\"v5\",\"reason\":\"not ready after 3000 ms\"}],\"live\":\"v4\"}\n"
+    );
+    let out = rollgate()
+        .args(["log", "summary", "--version", "v2"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "{\"releases\":1,\"promoted\":0,\"rolled_back\":1,\"reasons\":[{\"version\":\"v2\",\"reason\":\"not ready after 3000 ms\"}],\"live\":null}\n"
+    );
+}
