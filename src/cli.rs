@@ -54,6 +54,84 @@ with a warning naming the file and line (--strict makes it an error).
 Exit codes: 0 answered; 1 a log could not be read, or --strict found bad lines; 2 usage."
     )]
     Log(LogCommand),
+    /// Start a release beside the live one, gate it on /readyz, then switch or roll back.
+    #[command(after_help = "Examples:
+  rollgate deploy edge-svc 8082 v2 --root /srv/edge
+  rollgate deploy edge-svc 8083 v3 2000 --root /srv/edge          (2000 ms deadline)
+  rollgate deploy edge-svc 8083 v3 --root /srv/edge --policy policy.ncl
+
+The root holds releases/<version>/<svc> (the executable), `current` (the live release, JSON),
+deploy.log (JSON lines) and deploy.lock. The candidate runs in releases/<version>/ with
+PORT=<new-port> and ROLLGATE_VERSION=<version>; its output goes to releases/<version>/<svc>.output.
+Deadline and poll interval: the deadline-ms argument, else the policy, else 1500 ms / 100 ms.
+
+Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anything started;
+3 escalated (on_stall = 'escalate: the candidate is left running for `promote` or `abort`).")]
+    Deploy {
+        /// Service name: the executable's file name under releases/<version>/.
+        service: String,
+        /// Port the candidate listens on (127.0.0.1), beside the live release's.
+        new_port: u16,
+        /// Version to deploy: a folder under releases/.
+        new_version: String,
+        /// Readiness deadline in milliseconds (overrides the policy).
+        deadline_ms: Option<u64>,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Rollout policy (Nickel, or its exported JSON), checked by the contracts first.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Policy entry to read (default: the service name with `-` as `_`).
+        #[arg(long, value_name = "NAME")]
+        policy_entry: Option<String>,
+        /// After SIGTERM, how long the old release (or a failed candidate) gets before SIGKILL
+        /// (default: the policy's stop_grace_ms, else 5000).
+        #[arg(long, value_name = "MS")]
+        grace_ms: Option<u64>,
+        #[command(flatten)]
+        eval: EvalArgs,
+    },
+    /// Promote an escalated candidate by hand (same switch as a ready one).
+    #[command(after_help = "Example:
+  rollgate promote edge-svc --root /srv/edge
+
+Exit codes: 0 promoted; 1 the candidate had died and was rolled back; 2 nothing to promote.")]
+    Promote {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// Abort an escalated candidate by hand (same rollback as a failed one).
+    #[command(after_help = "Example:
+  rollgate abort edge-svc --root /srv/edge
+
+Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
+    Abort {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// The live release (version, port, pid, uptime, answering) and the last outcomes.
+    #[command(after_help = "Examples:
+  rollgate status --root /srv/edge
+  rollgate status --root /srv/edge --format json")]
+    Status {
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// A small HTTP service with knobs, standing in for a release in tests and the demo.
+    #[command(hide = true)]
+    SampleService(crate::sample::SampleArgs),
+}
+
+/// The folder a deploy works in.
+#[derive(Debug, Clone, Args)]
+pub struct RootArgs {
+    /// Folder holding releases/, current, deploy.log.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub root: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

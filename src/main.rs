@@ -1,8 +1,10 @@
 //! rollgate: a release proves itself before it goes live. See README.md.
 
 mod cli;
+mod deploy;
 mod log;
 mod policy;
+mod sample;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -18,6 +20,44 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Policy(command) => run_policy(command),
         Command::Log(command) => run_log(command),
+        Command::Deploy {
+            service,
+            new_port,
+            new_version,
+            deadline_ms,
+            target,
+            policy,
+            policy_entry,
+            grace_ms,
+            eval,
+        } => finish_deploy(deploy::deploy(deploy::Request {
+            service,
+            port: new_port,
+            version: new_version,
+            deadline_ms,
+            root: target.root,
+            policy,
+            policy_entry,
+            grace_ms,
+            eval: eval_options(eval),
+        })),
+        Command::Promote { service, target } => {
+            finish_deploy(deploy::finish_escalated(&service, target.root, true))
+        }
+        Command::Abort { service, target } => {
+            finish_deploy(deploy::finish_escalated(&service, target.root, false))
+        }
+        Command::Status { target, format } => match deploy::status(target.root, format) {
+            Ok(text) => {
+                print(&text);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(e.exit_code())
+            }
+        },
+        Command::SampleService(args) => sample::run(args),
     }
 }
 
@@ -32,6 +72,25 @@ fn eval_options(args: EvalArgs) -> EvalOptions {
         timeout: Duration::from_millis(args.timeout_ms),
         max_file_bytes: args.max_file_bytes,
         color: stderr_color(),
+    }
+}
+
+fn finish_deploy(result: Result<deploy::Outcome, deploy::DeployError>) -> ExitCode {
+    match result {
+        Ok(outcome) => {
+            let line = match outcome {
+                deploy::Outcome::Promoted => "promoted",
+                deploy::Outcome::RolledBack => "rolled back (see deploy.log for why)",
+                deploy::Outcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`",
+                deploy::Outcome::Aborted => "aborted: candidate stopped, logged as rolled_back",
+            };
+            eprintln!("rollgate: {line}");
+            ExitCode::from(outcome.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 

@@ -1,0 +1,43 @@
+//! One deploy per root at a time: an flock on `deploy.lock`, which also names the holder.
+//! The kernel drops the lock when its holder dies, so a dead deployer never blocks the next.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
+
+pub struct Lock {
+    _file: Flock<File>,
+}
+
+/// Takes the lock or says who holds it.
+pub fn acquire(path: &Path) -> Result<Lock, String> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut locked) => {
+            let _ = locked.set_len(0);
+            let _ = locked.rewind();
+            let _ = writeln!(locked, "{}", std::process::id());
+            let _ = locked.sync_data();
+            Ok(Lock { _file: locked })
+        }
+        Err((mut file, nix::Error::EWOULDBLOCK)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            Err(format!(
+                "another deploy is running on this root (pid {}, holding {}); wait for it to finish",
+                if holder.is_empty() { "unknown" } else { holder },
+                path.display()
+            ))
+        }
+        Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display())),
+    }
+}

@@ -1,0 +1,252 @@
+//! What to do next, decided without touching anything: names, settings, the readiness gate's
+//! verdicts and the words the log uses for them. Everything here is tested directly.
+
+use std::time::Duration;
+
+use crate::policy::{OnStall, RolloutSettings};
+
+/// The lesson's defaults when neither the command line nor a policy says otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(1500);
+pub const DEFAULT_POLL: Duration = Duration::from_millis(100);
+pub const DEFAULT_GRACE: Duration = Duration::from_millis(5000);
+
+/// Versions and service names become path components under the root: refuse anything that
+/// could climb out of it or hide (`..`, `/`, leading dot, control characters).
+pub fn check_name(kind: &str, name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+');
+    if name.is_empty() {
+        return Err(format!("the {kind} name is empty"));
+    }
+    if name.len() > 128 {
+        return Err(format!("the {kind} name is longer than 128 characters"));
+    }
+    if name.starts_with('.') {
+        return Err(format!(
+            "{kind} `{name}` starts with a dot (`..` and hidden names are refused)"
+        ));
+    }
+    if let Some(bad) = name.chars().find(|c| !allowed(*c)) {
+        return Err(format!(
+            "{kind} `{}` contains {bad:?}; allowed are letters, digits, `.`, `_`, `-` and `+`",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
+/// The policy entry a service reads by default: `edge-svc` → `edge_svc`.
+pub fn policy_entry_for(service: &str) -> String {
+    service.replace('-', "_")
+}
+
+/// The numbers one deploy runs by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub deadline: Duration,
+    pub poll: Duration,
+    pub on_stall: OnStall,
+    pub grace: Duration,
+    /// Where the deadline came from, for the log.
+    pub deadline_source: &'static str,
+}
+
+/// Command line first, then the policy, then the defaults.
+pub fn resolve(
+    deadline_arg: Option<u64>,
+    grace_arg: Option<u64>,
+    policy: Option<&RolloutSettings>,
+) -> Settings {
+    let (deadline, deadline_source) = match (deadline_arg, policy) {
+        (Some(ms), _) => (Duration::from_millis(ms), "command line"),
+        (None, Some(p)) => (Duration::from_millis(p.progress_deadline_ms), "policy"),
+        (None, None) => (DEFAULT_DEADLINE, "default"),
+    };
+    Settings {
+        deadline,
+        poll: policy.map_or(DEFAULT_POLL, |p| Duration::from_millis(p.poll_ms)),
+        on_stall: policy.map_or(OnStall::Rollback, |p| p.on_stall),
+        grace: grace_arg
+            .map(Duration::from_millis)
+            .or_else(|| {
+                policy
+                    .and_then(|p| p.stop_grace_ms)
+                    .map(Duration::from_millis)
+            })
+            .unwrap_or(DEFAULT_GRACE),
+        deadline_source,
+    }
+}
+
+/// What one readiness probe saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Status(u16),
+    Refused,
+    TimedOut(Duration),
+    Failed(String),
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Probe::Status(code) => write!(f, "HTTP {code}"),
+            Probe::Refused => write!(f, "connection refused"),
+            Probe::TimedOut(after) => write!(f, "no answer within {} ms", after.as_millis()),
+            Probe::Failed(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Something the gate observed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Probed(Probe),
+    /// The candidate exited; the text is its exit status as Rust prints it
+    /// (`exit status: 78`, `signal: 9 (SIGKILL)`).
+    Exited(String),
+    DeadlinePassed,
+    Signal(&'static str),
+}
+
+/// How the gate ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Ready,
+    Exited(String),
+    Stalled,
+    Interrupted(&'static str),
+}
+
+/// The gate: the first of ready, exited, deadline (or a signal to rollgate) ends it.
+pub fn decide(event: &Event) -> Option<Verdict> {
+    match event {
+        Event::Probed(Probe::Status(200)) => Some(Verdict::Ready),
+        Event::Probed(_) => None,
+        Event::Exited(status) => Some(Verdict::Exited(status.clone())),
+        Event::DeadlinePassed => Some(Verdict::Stalled),
+        Event::Signal(name) => Some(Verdict::Interrupted(name)),
+    }
+}
+
+/// What happens after the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Promote,
+    RollBack,
+    /// Leave the candidate running, unpromoted, for a person.
+    Escalate,
+}
+
+pub fn action(verdict: &Verdict, on_stall: OnStall) -> Action {
+    match (verdict, on_stall) {
+        (Verdict::Ready, _) => Action::Promote,
+        (Verdict::Stalled, OnStall::Escalate) => Action::Escalate,
+        _ => Action::RollBack,
+    }
+}
+
+/// The reason as the lesson words it: the part of `detail` before the first `"; "`.
+pub fn reason(verdict: &Verdict, settings: &Settings) -> String {
+    match verdict {
+        Verdict::Ready => format!("ready within {} ms", settings.deadline.as_millis()),
+        Verdict::Exited(status) => format!("candidate exited with {status} before ready"),
+        Verdict::Stalled => format!("not ready after {} ms", settings.deadline.as_millis()),
+        Verdict::Interrupted(signal) => format!("interrupted by {signal}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(deadline: u64, on_stall: OnStall) -> RolloutSettings {
+        RolloutSettings {
+            progress_deadline_ms: deadline,
+            poll_ms: 250,
+            max_unavailable_pct: 0,
+            max_surge_pct: 100,
+            on_stall,
+            stop_grace_ms: Some(700),
+            drain_timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn names_that_could_escape_the_root_are_refused() {
+        assert!(check_name("version", "v1.2.3-rc+7").is_ok());
+        for bad in ["", "..", ".", ".hidden", "a/b", "../v1", "v 1", "v\n1"] {
+            assert!(check_name("version", bad).is_err(), "{bad:?}");
+        }
+        assert!(check_name("version", "").unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn settings_come_from_the_command_line_then_the_policy_then_defaults() {
+        let p = policy(4000, OnStall::Escalate);
+        let s = resolve(Some(900), None, Some(&p));
+        assert_eq!(s.deadline, Duration::from_millis(900));
+        assert_eq!(s.poll, Duration::from_millis(250));
+        assert_eq!(s.on_stall, OnStall::Escalate);
+        assert_eq!(s.grace, Duration::from_millis(700));
+        let s = resolve(None, Some(50), Some(&p));
+        assert_eq!(s.deadline, Duration::from_millis(4000));
+        assert_eq!(s.grace, Duration::from_millis(50));
+        let s = resolve(None, None, None);
+        assert_eq!(
+            (s.deadline, s.poll, s.on_stall),
+            (DEFAULT_DEADLINE, DEFAULT_POLL, OnStall::Rollback)
+        );
+    }
+
+    #[test]
+    fn only_a_200_is_ready() {
+        assert_eq!(
+            decide(&Event::Probed(Probe::Status(200))),
+            Some(Verdict::Ready)
+        );
+        for p in [
+            Probe::Status(503),
+            Probe::Status(204),
+            Probe::Refused,
+            Probe::TimedOut(Duration::from_millis(5)),
+        ] {
+            assert_eq!(decide(&Event::Probed(p)), None);
+        }
+    }
+
+    #[test]
+    fn reasons_use_the_lessons_words() {
+        let s = resolve(None, None, None);
+        assert_eq!(reason(&Verdict::Stalled, &s), "not ready after 1500 ms");
+        assert_eq!(
+            reason(&Verdict::Exited("exit status: 78".into()), &s),
+            "candidate exited with exit status: 78 before ready"
+        );
+        assert_eq!(
+            reason(&Verdict::Interrupted("SIGTERM"), &s),
+            "interrupted by SIGTERM"
+        );
+    }
+
+    #[test]
+    fn a_stall_escalates_only_when_the_policy_says_so() {
+        assert_eq!(
+            action(&Verdict::Stalled, OnStall::Escalate),
+            Action::Escalate
+        );
+        assert_eq!(
+            action(&Verdict::Stalled, OnStall::Rollback),
+            Action::RollBack
+        );
+        assert_eq!(
+            action(&Verdict::Exited("x".into()), OnStall::Escalate),
+            Action::RollBack
+        );
+        assert_eq!(action(&Verdict::Ready, OnStall::Rollback), Action::Promote);
+    }
+
+    #[test]
+    fn policy_entry_names() {
+        assert_eq!(policy_entry_for("edge-svc"), "edge_svc");
+    }
+}

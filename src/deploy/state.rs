@@ -1,0 +1,199 @@
+//! The files under the root that say what is live and what is in flight.
+//!
+//! - `current`: the live release. Replaced only by [`write_atomically`]: a temporary file in
+//!   the same folder, fsync, rename over the old one, fsync the folder. A crash at any moment
+//!   leaves the complete old pointer or the complete new one, never a torn file.
+//! - `candidate`: the deploy in flight, written *before* the candidate is spawned (with a token
+//!   the candidate carries in its environment), so the next deploy can find and stop what a
+//!   killed deployer left behind.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::process::Identity;
+
+pub const POINTER_FILE: &str = "current";
+pub const CANDIDATE_FILE: &str = "candidate";
+pub const LOG_FILE: &str = "deploy.log";
+pub const LOCK_FILE: &str = "deploy.lock";
+
+/// The live release.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pointer {
+    pub service: String,
+    pub version: String,
+    pub port: u16,
+    pub pid: i32,
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat`, field 22): a pid
+    /// reused by another process has another start time, so it is never signalled.
+    pub start_time: u64,
+    /// Unix seconds.
+    pub promoted_at: f64,
+}
+
+impl Pointer {
+    pub fn identity(&self) -> Identity {
+        Identity {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+}
+
+/// Where a deploy in flight stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Recorded, about to spawn: the pid is not known yet, the token is.
+    Spawning,
+    /// Spawned and gated.
+    Running,
+    /// Left running at the deadline for `rollgate promote` or `rollgate abort`.
+    Escalated,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub service: String,
+    pub version: String,
+    pub port: u16,
+    /// Carried by the candidate as `ROLLGATE_DEPLOY_TOKEN`, to find it if the pid never got
+    /// recorded.
+    pub token: String,
+    pub pid: Option<i32>,
+    pub start_time: Option<u64>,
+    pub stage: Stage,
+    pub deployer_pid: u32,
+    pub started_at: f64,
+    pub grace_ms: u64,
+    /// The release that was live when this deploy began, to stop it if the switch happened
+    /// and the deployer died before it could.
+    pub previous: Option<Pointer>,
+}
+
+impl Candidate {
+    pub fn identity(&self) -> Option<Identity> {
+        Some(Identity {
+            pid: self.pid?,
+            start_time: self.start_time?,
+        })
+    }
+}
+
+/// Replaces `path` so that readers see the old content or the new, whole.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            format!(
+                "{} is not a rollgate state file ({e}); move it aside if it is not rollgate's",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// The root folder and the paths in it.
+#[derive(Debug, Clone)]
+pub struct Root(pub PathBuf);
+
+impl Root {
+    /// The root as an absolute path: the candidate runs in its release folder, so relative
+    /// paths would point elsewhere from there.
+    pub fn new(path: PathBuf) -> Root {
+        Root(std::path::absolute(&path).unwrap_or(path))
+    }
+
+    pub fn pointer_path(&self) -> PathBuf {
+        self.0.join(POINTER_FILE)
+    }
+    pub fn candidate_path(&self) -> PathBuf {
+        self.0.join(CANDIDATE_FILE)
+    }
+    pub fn log_path(&self) -> PathBuf {
+        self.0.join(LOG_FILE)
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.0.join(LOCK_FILE)
+    }
+    pub fn release_dir(&self, version: &str) -> PathBuf {
+        self.0.join("releases").join(version)
+    }
+    pub fn executable(&self, version: &str, service: &str) -> PathBuf {
+        self.release_dir(version).join(service)
+    }
+    /// The candidate's stdout and stderr, beside its executable.
+    pub fn output_path(&self, version: &str, service: &str) -> PathBuf {
+        self.release_dir(version).join(format!("{service}.output"))
+    }
+
+    pub fn read_pointer(&self) -> Result<Option<Pointer>, String> {
+        read_json(&self.pointer_path())
+    }
+    pub fn write_pointer(&self, pointer: &Pointer) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(pointer).expect("pointer serializes");
+        bytes.push(b'\n');
+        write_atomically(&self.pointer_path(), &bytes)
+    }
+    pub fn read_candidate(&self) -> Result<Option<Candidate>, String> {
+        read_json(&self.candidate_path())
+    }
+    pub fn write_candidate(&self, candidate: &Candidate) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(candidate).expect("candidate serializes");
+        write_atomically(&self.candidate_path(), &bytes)
+    }
+    pub fn clear_candidate(&self) -> std::io::Result<()> {
+        match fs::remove_file(self.candidate_path()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => File::open(&self.0)?.sync_all(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_whole_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("current");
+        write_atomically(&path, b"old").unwrap();
+        write_atomically(&path, b"new content").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new content");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("current")]);
+    }
+
+    #[test]
+    fn a_foreign_pointer_file_is_refused_with_advice() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("current"), "v1\n").unwrap();
+        let err = Root::new(dir.path().into()).read_pointer().unwrap_err();
+        assert!(err.contains("is not a rollgate state file"), "{err}");
+    }
+}

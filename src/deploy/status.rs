@@ -1,0 +1,138 @@
+//! `rollgate status`: what is live under a root, whether it answers, and the last outcomes.
+
+use std::time::Duration;
+
+use crate::log::output::{figures_table, Format};
+use crate::log::read::{read_log, ReadOptions};
+use crate::log::time::{format_duration, format_time};
+
+use super::state::Root;
+use super::{journal, probe, DeployError};
+
+/// How many outcomes the status shows.
+const RECENT: usize = 5;
+
+pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, DeployError> {
+    let root = Root::new(root);
+    let pointer = root.read_pointer().map_err(DeployError::Refused)?;
+    let candidate = root.read_candidate().map_err(DeployError::Refused)?;
+    let running = pointer.as_ref().is_some_and(|p| p.identity().is_running());
+    let answer = match &pointer {
+        Some(p) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| DeployError::Failed(e.to_string()))?;
+            Some(rt.block_on(probe::readyz(p.port, Duration::from_secs(1))))
+        }
+        None => None,
+    };
+    let answering = matches!(answer, Some(super::plan::Probe::Status(200)));
+    let recent: Vec<(f64, String, String, String)> =
+        match read_log(&root.log_path(), ReadOptions::default()) {
+            Ok(read) => {
+                let log = read.log;
+                (0..log.len())
+                    .filter(|i| {
+                        matches!(
+                            log.event[*i].as_deref(),
+                            Some("promoted" | "rolled_back" | "escalated")
+                        )
+                    })
+                    .map(|i| {
+                        (
+                            log.ts[i].unwrap_or(0.0),
+                            log.event[i].clone().unwrap_or_default(),
+                            log.version[i].clone().unwrap_or_default(),
+                            log.detail[i].clone().unwrap_or_default(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .take(RECENT)
+                    .collect()
+            }
+            Err(_) => Vec::new(),
+        };
+    let now = journal::now();
+    if format == Format::Json {
+        let value = serde_json::json!({
+            "live": pointer.as_ref().map(|p| serde_json::json!({
+                "service": p.service, "version": p.version, "port": p.port, "pid": p.pid,
+                "promoted_at": p.promoted_at, "live_for_s": now - p.promoted_at,
+                "running": running, "answering": answering,
+                "readyz": answer.as_ref().map(|a| a.to_string()),
+            })),
+            "candidate": candidate.as_ref().map(|c| serde_json::json!({
+                "version": c.version, "port": c.port, "pid": c.pid,
+                "stage": c.stage, "started_at": c.started_at,
+            })),
+            "recent": recent.iter().map(|(ts, event, version, detail)| serde_json::json!({
+                "ts": ts, "event": event, "version": version, "detail": detail,
+            })).collect::<Vec<_>>(),
+        });
+        return Ok(format!("{value}\n"));
+    }
+    let mut rows: Vec<(String, String)> = Vec::new();
+    match &pointer {
+        None => rows.push(("live".into(), "(nothing promoted yet)".into())),
+        Some(p) => {
+            rows.push(("live".into(), format!("{} {}", p.service, p.version)));
+            rows.push(("port".into(), p.port.to_string()));
+            rows.push((
+                "pid".into(),
+                format!(
+                    "{} ({})",
+                    p.pid,
+                    if running { "running" } else { "NOT running" }
+                ),
+            ));
+            rows.push((
+                "live since".into(),
+                format!(
+                    "{} ({})",
+                    format_time(p.promoted_at),
+                    format_duration(now - p.promoted_at)
+                ),
+            ));
+            rows.push((
+                "answering".into(),
+                format!(
+                    "{} (readyz: {})",
+                    if answering { "yes" } else { "NO" },
+                    answer.map(|a| a.to_string()).unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    if let Some(c) = &candidate {
+        rows.push((
+            "in flight".into(),
+            format!(
+                "{} on port {} ({:?}, pid {})",
+                c.version,
+                c.port,
+                c.stage,
+                c.pid.map_or("?".into(), |p| p.to_string())
+            ),
+        ));
+    }
+    let mut out = figures_table(&rows);
+    if !recent.is_empty() {
+        let mut t = comfy_table::Table::new();
+        t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+            .set_header(["when", "outcome", "version", "detail"]);
+        for (ts, event, version, detail) in &recent {
+            t.add_row([
+                format_time(*ts),
+                event.clone(),
+                version.clone(),
+                detail.clone(),
+            ]);
+        }
+        out.push_str("\nLast outcomes\n");
+        out.push_str(&format!("{t}\n"));
+    }
+    Ok(out)
+}
