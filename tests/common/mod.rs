@@ -1,0 +1,198 @@
+//! Shared helpers for the integration tests: the real binary, run on files the test writes.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn rollgate() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("rollgate").expect("binary built");
+    cmd.env_remove("NICKEL_IMPORT_PATH").env("NO_COLOR", "1");
+    cmd
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A deploy root in a temporary folder, with releases that run the real binary's
+/// `sample-service`. Dropping it kills every process still running from it.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        Site {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `releases/<version>/edge-svc` running `rollgate sample-service <args>`.
+    pub fn release(&self, version: &str, args: &str) {
+        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        self.script(
+            version,
+            &format!("exec '{}' sample-service {args}\n", bin.display()),
+        );
+    }
+
+    /// `releases/<version>/edge-svc` with a shell body of its own.
+    pub fn script(&self, version: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = write(
+            self.root(),
+            &format!("releases/{version}/edge-svc"),
+            &format!("#!/bin/sh\n{body}"),
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    pub fn deploy(&self, port: u16, version: &str, extra: &[&str]) -> Output {
+        rollgate()
+            .args(["deploy", "edge-svc", &port.to_string(), version, "--root"])
+            .arg(self.root())
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap()
+    }
+
+    pub fn log_lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.root().join("deploy.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn events(&self) -> Vec<(String, String)> {
+        self.log_lines()
+            .iter()
+            .map(|v| {
+                (
+                    v["event"].as_str().unwrap().to_string(),
+                    v["version"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn last_detail(&self) -> String {
+        self.log_lines()
+            .last()
+            .map(|v| v["detail"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    pub fn pointer(&self) -> Option<serde_json::Value> {
+        std::fs::read(self.root().join("current"))
+            .ok()
+            .map(|b| serde_json::from_slice(&b).unwrap())
+    }
+
+    pub fn live_pid(&self) -> Option<i32> {
+        self.pointer().map(|p| p["pid"].as_i64().unwrap() as i32)
+    }
+
+    /// Processes whose working directory is inside this root.
+    pub fn processes(&self) -> Vec<i32> {
+        let root = std::fs::canonicalize(self.root()).unwrap();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .is_ok_and(|cwd| cwd.starts_with(&root))
+                    && !is_zombie(*pid)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        for pid in self.processes() {
+            unsafe { libc_kill(pid, 9) };
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+pub fn send_signal(pid: i32, signal: i32) {
+    unsafe { libc_kill(pid, signal) };
+}
+
+pub fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+pub fn alive(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid)
+}
+
+/// A port nothing listens on right now (the kernel's pick).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `condition` every 20 ms for up to `seconds`.
+pub fn wait_for(seconds: u64, mut condition: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while std::time::Instant::now() < end {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// GET / on a port: the sample service answers with its version.
+pub fn version_on(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text.rsplit("\r\n\r\n").next()?.trim().to_string())
+}
