@@ -121,6 +121,20 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
         #[arg(long, short, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Deploy four sample releases through the real deployer and show what the log says.
+    #[command(after_help = "Examples:
+  rollgate demo
+  rollgate demo --root /tmp/edge-demo
+
+v1 and v2 become ready and are promoted; v3 is ready only after 60 s and is rolled back at the
+1500 ms deadline; v4 exits 78 at boot and is rolled back at once. The live release is v2.
+The demo stops the live release at the end, so nothing is left running; the files stay.")]
+    Demo {
+        /// Folder to deploy into (created if needed; must not hold a deploy). Default: a new
+        /// temporary folder.
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
     /// A small HTTP service with knobs, standing in for a release in tests and the demo.
     #[command(hide = true)]
     SampleService(crate::sample::SampleArgs),
@@ -151,6 +165,12 @@ version of the last promoted record, never a rolled-back one.")]
         /// Treat all logs as one history ordered by ts (default: one line per log).
         #[arg(long)]
         merge: bool,
+        /// Compute the summary with this Nickel query instead of the built-in one: a function
+        /// from the records ({ ts, event, version, detail }) to a record of the summary's shape.
+        #[arg(long, value_name = "FILE.ncl")]
+        query: Option<PathBuf>,
+        #[command(flatten)]
+        eval: EvalArgs,
         #[arg(long, short, value_enum, default_value = "json")]
         format: Format,
         #[command(flatten)]

@@ -1,6 +1,7 @@
 //! rollgate: a release proves itself before it goes live. See README.md.
 
 mod cli;
+mod demo;
 mod deploy;
 mod log;
 mod policy;
@@ -58,6 +59,13 @@ fn main() -> ExitCode {
             }
         },
         Command::SampleService(args) => sample::run(args),
+        Command::Demo { root } => match demo::run(root) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 
@@ -160,9 +168,22 @@ fn run_log(command: LogCommand) -> ExitCode {
         LogCommand::Summary {
             logs,
             merge,
+            query,
+            eval,
             format,
             read,
-        } => reading(read).and_then(|r| log::summary(&logs, merge, format, &r)),
+        } => {
+            let eval = eval_options(eval);
+            reading(read).and_then(|r| {
+                log::summary(
+                    &logs,
+                    merge,
+                    format,
+                    &r,
+                    query.as_deref().map(|q| (q, &eval)),
+                )
+            })
+        }
         LogCommand::History {
             logs,
             at,
@@ -188,6 +209,10 @@ fn run_log(command: LogCommand) -> ExitCode {
         Ok(text) => {
             print(&text);
             ExitCode::SUCCESS
+        }
+        Err(log::LogError::Nickel(diagnostic)) => {
+            eprintln!("{diagnostic}");
+            ExitCode::from(1)
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -652,6 +652,17 @@ pub fn finish_escalated(
     })
 }
 
+/// Stops a release process group by pid and start time, waiting up to the default grace
+/// (for the demo, which leaves nothing running).
+pub fn stop_release(pid: i32, start_time: u64) {
+    if let Ok(rt) = runtime() {
+        rt.block_on(process::stop_group(
+            Identity { pid, start_time },
+            plan::DEFAULT_GRACE,
+        ));
+    }
+}
+
 /// A live line on a terminal: elapsed / deadline, probes, last answer. Silent otherwise.
 struct Progress {
     enabled: bool,

@@ -27,6 +27,9 @@ pub enum LogError {
     Usage(String),
     #[error("query failed: {0}")]
     Query(String),
+    /// A Nickel query was refused; the text is Nickel's diagnostic.
+    #[error("{0}")]
+    Nickel(String),
 }
 
 impl From<PolarsError> for LogError {
@@ -142,12 +145,48 @@ fn load_merged(paths: &[PathBuf], reading: &Reading) -> Result<Log, LogError> {
     })
 }
 
-/// `log summary`: one line per log, or one for all with `merge`.
+/// The records as the array a Nickel query receives: `{ ts, event, version, detail }` each,
+/// missing fields as null.
+fn records_json(log: &Log) -> serde_json::Value {
+    (0..log.len())
+        .map(|i| {
+            serde_json::json!({
+                "ts": log.ts[i], "event": log.event[i], "version": log.version[i], "detail": log.detail[i],
+            })
+        })
+        .collect()
+}
+
+/// Runs a summary query written in Nickel: a function from the records to a record of the
+/// summary's shape, printed exactly as the built-in summary is.
+fn summary_by_query(
+    query: &Path,
+    log: &Log,
+    eval: &crate::policy::EvalOptions,
+) -> Result<summary::Summary, LogError> {
+    let value =
+        crate::policy::evaluate_applied(query, &records_json(log), eval).map_err(|e| match e {
+            crate::policy::PolicyError::Nickel(d) => {
+                LogError::Nickel(d.rendered.trim_end().to_string())
+            }
+            other => LogError::Nickel(format!("error: {other}")),
+        })?;
+    serde_json::from_value(value.clone()).map_err(|e| {
+        LogError::Nickel(format!(
+            "error: {}: the query returned {value}, not a summary ({e}); it must return {{ releases, promoted, rolled_back, reasons = [{{ version, reason }}], live }}",
+            query.display()
+        ))
+    })
+}
+
+/// `log summary`: one line per log, or one for all with `merge`; by the built-in query or a
+/// Nickel one.
 pub fn summary(
     paths: &[PathBuf],
     merge: bool,
     format: Format,
     reading: &Reading,
+    query: Option<(&Path, &crate::policy::EvalOptions)>,
 ) -> Result<String, LogError> {
     let groups: Vec<(String, Log)> = if merge {
         vec![("merged".into(), load_merged(paths, reading)?)]
@@ -159,7 +198,10 @@ pub fn summary(
     };
     let mut out = String::new();
     for (name, log) in groups {
-        let s = summary::summarize(&log);
+        let s = match query {
+            Some((query, eval)) => summary_by_query(query, &log, eval)?,
+            None => summary::summarize(&log),
+        };
         match format {
             Format::Json => {
                 out.push_str(&s.to_json_line());

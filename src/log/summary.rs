@@ -1,7 +1,7 @@
 //! The lesson's summary: outcomes counted, each rollback's reason, and the live release taken
 //! from the last promotion only. Computed straight from the columns: one pass, no frame.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::read::Log;
 
@@ -12,7 +12,8 @@ pub const ROLLED_BACK: &str = "rolled_back";
 pub const STARTED: &str = "candidate_started";
 
 /// Field order is the output's key order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Summary {
     pub releases: u64,
     pub promoted: u64,
@@ -21,7 +22,8 @@ pub struct Summary {
     pub live: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Reason {
     pub version: Option<String>,
     pub reason: Option<String>,

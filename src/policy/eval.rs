@@ -210,6 +210,38 @@ pub fn evaluate(
     })
 }
 
+/// Applies the Nickel function in `function` to the JSON document `argument` and returns the
+/// result as JSON: how `log summary --query` runs a query written in Nickel.
+pub fn evaluate_applied(
+    function: &Path,
+    argument: &serde_json::Value,
+    opts: &EvalOptions,
+) -> Result<serde_json::Value, PolicyError> {
+    check_input(function, opts)?;
+    let imports = import_paths(opts)?;
+    let scratch = tempfile::tempdir()
+        .map_err(|e| PolicyError::Bundle(format!("cannot make a scratch folder: {e}")))?;
+    let argument_path = scratch.path().join("records.json");
+    std::fs::write(
+        &argument_path,
+        serde_json::to_vec(argument).expect("JSON serializes"),
+    )
+    .map_err(|e| PolicyError::Bundle(format!("cannot write {}: {e}", argument_path.display())))?;
+    let source = format!(
+        "(import {}) (import {})",
+        nickel_string(&absolute(function)),
+        nickel_string(&argument_path)
+    );
+    let color = opts.color;
+    let evaluated = isolated(function, opts.timeout, move || {
+        let mut program = build(Main::Source(source, "<rollgate: query>"), imports)?;
+        export_value(&mut program, ExportFormat::Json)
+            .map_err(|e| PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color))))
+    })?;
+    drop(scratch);
+    Ok(evaluated.value)
+}
+
 /// Evaluates many inputs in one program, so the standard library and the contract are loaded
 /// once. Returns one entry per input: `Some(Ok)` for a file that evaluated, `Some(Err)` for one
 /// that failed in the batch, `None` where the batch could not decide. Callers re-check every

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 pub use bundle::ROLLOUT_POLICY_NCL;
 pub use diagnostic::Diagnostic;
-pub use eval::EvalOptions;
+pub use eval::{evaluate_applied, EvalOptions};
 
 /// Everything that can stop a policy from being used. Serializable because evaluation errors
 /// come back from the sandbox process as JSON.
