@@ -117,7 +117,7 @@ fn run_policy(command: PolicyCommand) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("{}", render_error(&e));
+                    eprint!("{}", render_error(&e));
                     ExitCode::from(1)
                 }
             }
@@ -139,11 +139,12 @@ fn run_policy(command: PolicyCommand) -> ExitCode {
     }
 }
 
-/// Nickel diagnostics already start with `error:`; other errors get the prefix here.
+/// Nickel diagnostics are printed byte for byte as `nickel export` prints them (they start with
+/// `error:` and end with a blank line); other errors get the prefix here.
 fn render_error(e: &policy::PolicyError) -> String {
     match e {
-        policy::PolicyError::Nickel(_) => e.to_string(),
-        other => format!("error: {other}"),
+        policy::PolicyError::Nickel(d) => d.rendered.clone(),
+        other => format!("error: {other}\n"),
     }
 }
 

@@ -647,3 +647,51 @@ fn help_and_version() {
         assert!(stdout(&out).contains("Example"), "{args:?}");
     }
 }
+
+#[test]
+fn export_matches_nickel_1_18_byte_for_byte() {
+    let golden = repo().join("tests/golden");
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&golden).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "ncl") {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let dir_text = std::fs::canonicalize(dir.path())
+        .unwrap()
+        .display()
+        .to_string();
+    let mut compared = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let case = path.file_stem().unwrap().to_str().unwrap().to_string();
+        if case == "rollout-policy" {
+            continue;
+        }
+        for format in ["json", "yaml", "toml"] {
+            let expect = |part: &str| {
+                std::fs::read_to_string(golden.join(format!("{case}.{format}.{part}"))).unwrap()
+            };
+            let out = rollgate()
+                .current_dir(dir.path())
+                .args(["policy", "export", "--format", format])
+                .arg(format!("{case}.ncl"))
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code().unwrap().to_string(),
+                expect("code").trim(),
+                "{case} {format}"
+            );
+            assert_eq!(stdout(&out), expect("stdout"), "{case} {format}");
+            assert_eq!(
+                stderr(&out).replace(&dir_text, "@DIR@"),
+                expect("stderr"),
+                "{case} {format}"
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 36);
+}
