@@ -73,6 +73,13 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
         }
     };
     eprintln!("sample-service {version}: listening on 127.0.0.1:{port}");
+    if args.readyz_status.is_none() && !args.hang_readyz {
+        // For benchmarks: when /readyz starts answering 200, in Unix seconds.
+        eprintln!(
+            "sample-service: ready from {:.6}",
+            unix_now() + args.ready_after_ms as f64 / 1000.0
+        );
+    }
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
@@ -99,11 +106,18 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                 }
             }
             _ = async { match exit_at { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
-                eprintln!("sample-service: exiting with status {}", args.exit_code);
+                eprintln!("sample-service: exiting with status {} at {:.6}", args.exit_code, unix_now());
                 return std::process::ExitCode::from(args.exit_code as u8);
             }
         }
     }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 async fn answer(

@@ -373,24 +373,7 @@ fn two_concurrent_deploys_one_wins_one_is_refused() {
     first_release(&site);
     site.release("v2", "--ready-after-ms 1500");
     site.release("v3", "");
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let mut first = std::process::Command::new(&bin)
-        .args([
-            "deploy",
-            "edge-svc",
-            &free_port().to_string(),
-            "v2",
-            "3000",
-            "--root",
-        ])
-        .arg(site.root())
-        .env("NO_COLOR", "1")
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_for(10, || site.events().len() == 3),
-        "first deploy started"
-    );
+    let mut first = site.deploy_in_background("v2", "3000");
     let out = site.deploy(free_port(), "v3", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -411,20 +394,7 @@ fn sigterm_to_rollgate_rolls_back_and_leaves_the_pointer() {
     first_release(&site);
     let pointer_before = std::fs::read(site.root().join("current")).unwrap();
     site.release("v2", "--ready-after-ms 60000");
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let mut deployer = std::process::Command::new(&bin)
-        .args([
-            "deploy",
-            "edge-svc",
-            &free_port().to_string(),
-            "v2",
-            "30000",
-            "--root",
-        ])
-        .arg(site.root())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(10, || site.events().len() == 3));
+    let mut deployer = site.deploy_in_background("v2", "30000");
     send_signal(deployer.id() as i32, 15);
     assert_eq!(deployer.wait().unwrap().code(), Some(1));
     assert_eq!(
@@ -450,20 +420,7 @@ fn after_kill_9_the_next_deploy_cleans_up_and_succeeds() {
     first_release(&site);
     site.release("v2", "--ready-after-ms 60000");
     site.release("v3", "");
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let mut deployer = std::process::Command::new(&bin)
-        .args([
-            "deploy",
-            "edge-svc",
-            &free_port().to_string(),
-            "v2",
-            "30000",
-            "--root",
-        ])
-        .arg(site.root())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(10, || site.events().len() == 3));
+    let mut deployer = site.deploy_in_background("v2", "30000");
     send_signal(deployer.id() as i32, 9);
     deployer.wait().unwrap();
     // The orphaned candidate is still there, and the pointer is whole.

@@ -53,11 +53,7 @@ fn bundled_contract_is_found_from_any_folder() {
     let dir = tempfile::tempdir().unwrap();
     let policy = std::fs::read_to_string(repo().join("contracts/policy.ncl")).unwrap();
     let path = write(dir.path(), "policy.ncl", &policy);
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = export(&path, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), EXAMPLE_JSON);
 }
@@ -73,11 +69,7 @@ fn a_contract_beside_the_policy_wins_over_the_bundled_one() {
         "p.ncl",
         &policy_with("progress_deadline_ms", "1500"),
     );
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = export(&path, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("progress_deadline_ms must be an integer from 100 to 1000"));
 }
@@ -98,11 +90,7 @@ fn import_path_option_is_searched_before_the_bundle() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("poll_ms must be an integer from 50 to 60"));
     // Without the option the bundled contract accepts it.
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = export(&path, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -154,11 +142,7 @@ fn each_bound_is_refused_with_the_lessons_words() {
     let dir = tempfile::tempdir().unwrap();
     for (field, value, message) in cases {
         let path = write(dir.path(), "bad.ncl", &policy_with(field, value));
-        let out = rollgate()
-            .args(["policy", "export"])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = export(&path, &[]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{field}={value}: {err}");
         assert!(out.stdout.is_empty());
@@ -185,11 +169,7 @@ fn the_lessons_bad_policy_renders_like_nickel() {
         "bad.ncl",
         &policy_with("progress_deadline_ms", "900000"),
     );
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = export(&path, &[]);
     let err = stderr(&out);
     // Same snippet layout as the lesson's `nickel export bad.ncl`.
     assert!(
@@ -213,11 +193,7 @@ fn missing_deadline_extra_field_and_wrong_tag_are_refused() {
         "missing.ncl",
         "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ max_unavailable_pct = 0, } | RolloutPolicy\n",
     );
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&missing)
-        .output()
-        .unwrap();
+    let out = export(&missing, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with("error: missing definition for `progress_deadline_ms`\n"),
@@ -227,20 +203,12 @@ fn missing_deadline_extra_field_and_wrong_tag_are_refused() {
 
     let extra = policy_with("on_stall", "'rollback, replicas = 3");
     let path = write(dir.path(), "extra.ncl", &extra);
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = export(&path, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("replicas"), "{}", stderr(&out));
 
     let path = write(dir.path(), "tag.ncl", &policy_with("on_stall", "'retry"));
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = export(&path, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("contract broken by the value of `on_stall`"),
@@ -255,11 +223,7 @@ const GOOD_YAML: &str = "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 100
 fn data_files_get_the_contract_on_every_entry() {
     let dir = tempfile::tempdir().unwrap();
     let yaml = write(dir.path(), "good.yaml", GOOD_YAML);
-    let out = rollgate()
-        .args(["policy", "export"])
-        .arg(&yaml)
-        .output()
-        .unwrap();
+    let out = export(&yaml, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(value["edge_svc"]["on_stall"], "rollback");
@@ -288,11 +252,7 @@ fn data_files_get_the_contract_on_every_entry() {
         (&json, "poll_ms must be an integer from 50 to 5000", ":1:"),
         (&toml, "contract broken by the value of `on_stall`", ":6:"),
     ] {
-        let out = rollgate()
-            .args(["policy", "export"])
-            .arg(path)
-            .output()
-            .unwrap();
+        let out = export(&path, &[]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(expected), "{err}");

@@ -23,6 +23,16 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// `rollgate policy export [ARGS] FILE`.
+pub fn export(file: &Path, args: &[&str]) -> Output {
+    rollgate()
+        .args(["policy", "export"])
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -76,6 +86,29 @@ impl Site {
             .timeout(std::time::Duration::from_secs(60))
             .output()
             .unwrap()
+    }
+
+    /// Starts a deploy in the background and waits until its candidate_started line is logged.
+    pub fn deploy_in_background(&self, version: &str, deadline_ms: &str) -> std::process::Child {
+        let before = self.log_lines().len();
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args([
+                "deploy",
+                "edge-svc",
+                &free_port().to_string(),
+                version,
+                deadline_ms,
+                "--root",
+            ])
+            .arg(self.root())
+            .env("NO_COLOR", "1")
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for(10, || self.log_lines().len() > before),
+            "deploy of {version} started"
+        );
+        child
     }
 
     pub fn log_lines(&self) -> Vec<serde_json::Value> {
