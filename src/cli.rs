@@ -88,6 +88,10 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
         /// (default: the policy's stop_grace_ms, else 5000).
         #[arg(long, value_name = "MS")]
         grace_ms: Option<u64>,
+        /// When `rollgate proxy` serves the root: how long it may take to finish the old
+        /// release's requests before SIGTERM (default: the policy's drain_timeout_ms, else 30000).
+        #[arg(long, value_name = "MS")]
+        drain_timeout_ms: Option<u64>,
         #[command(flatten)]
         eval: EvalArgs,
     },
@@ -120,6 +124,36 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
         target: RootArgs,
         #[arg(long, short, value_enum, default_value = "table")]
         format: Format,
+    },
+    /// Reverse proxy in front of the live release: follows each switch, drains the old release.
+    #[command(after_help = "Examples:
+  rollgate proxy --listen 127.0.0.1:8080 --root /srv/edge
+  rollgate proxy --listen 0.0.0.0:80 --root /srv/edge --version-header x-release
+
+Forwards every request to 127.0.0.1:<port> of the release `current` names (503 when none,
+502 when it refuses). Adds X-Forwarded-For and X-Forwarded-Proto, keeps Host. The deployer
+asks it over ROOT/proxy.sock to drain the old release before stopping it.
+SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
+    Proxy {
+        /// Address to listen on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Add this response header naming the release that answered (off by default: it
+        /// tells the world your versions).
+        #[arg(long, value_name = "NAME")]
+        version_header: Option<String>,
+        /// Connections served at once; more wait in the accept queue.
+        #[arg(long, value_name = "N", default_value_t = 1024)]
+        max_connections: usize,
+        /// A client must send its request headers within this (slowloris guard); also the
+        /// idle timeout of a keep-alive connection.
+        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        header_read_timeout_ms: u64,
+        /// Largest request head accepted, in bytes (larger: 431).
+        #[arg(long, value_name = "BYTES", default_value_t = 16_384)]
+        max_header_bytes: usize,
     },
     /// Deploy four sample releases through the real deployer and show what the log says.
     #[command(after_help = "Examples:

@@ -5,6 +5,7 @@ mod demo;
 mod deploy;
 mod log;
 mod policy;
+mod proxy;
 mod sample;
 
 use std::io::{IsTerminal, Write};
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
             policy,
             policy_entry,
             grace_ms,
+            drain_timeout_ms,
             eval,
         } => finish_deploy(deploy::deploy(deploy::Request {
             service,
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
             policy,
             policy_entry,
             grace_ms,
+            drain_ms: drain_timeout_ms,
             eval: eval_options(eval),
         })),
         Command::Promote { service, target } => {
@@ -59,6 +62,28 @@ fn main() -> ExitCode {
             }
         },
         Command::SampleService(args) => sample::run(args),
+        Command::Proxy {
+            listen,
+            target,
+            version_header,
+            max_connections,
+            header_read_timeout_ms,
+            max_header_bytes,
+        } => match proxy::run(proxy::Options {
+            listen,
+            root: target.root,
+            version_header,
+            max_connections: max_connections.max(1),
+            header_read_timeout: Duration::from_millis(header_read_timeout_ms),
+            max_header_bytes,
+            upstream_idle: Duration::from_secs(30),
+        }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::Demo { root } => match demo::run(root) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -35,6 +35,9 @@ pub struct SampleArgs {
     /// Ignore SIGTERM (only SIGKILL stops it).
     #[arg(long)]
     pub ignore_sigterm: bool,
+    /// Answer `GET /` only after this long (a slow request, for drain tests).
+    #[arg(long, default_value_t = 0)]
+    pub response_delay_ms: u64,
     /// Port to listen on (default: $PORT).
     #[arg(long)]
     pub port: Option<u16>,
@@ -147,6 +150,11 @@ async fn answer(
             };
             reply(status, format!("{}\n", status.as_u16()))
         }
-        _ => reply(StatusCode::OK, format!("{version}\n")),
+        _ => {
+            if args.response_delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(args.response_delay_ms)).await;
+            }
+            reply(StatusCode::OK, format!("{version}\n"))
+        }
     })
 }

@@ -7,7 +7,7 @@ mod lock;
 mod plan;
 mod probe;
 mod process;
-mod state;
+pub mod state;
 mod status;
 
 use std::collections::VecDeque;
@@ -40,6 +40,7 @@ pub struct Request {
     pub policy: Option<PathBuf>,
     pub policy_entry: Option<String>,
     pub grace_ms: Option<u64>,
+    pub drain_ms: Option<u64>,
     pub eval: EvalOptions,
 }
 
@@ -120,7 +121,12 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         }
         None => None,
     };
-    let settings = plan::resolve(request.deadline_ms, request.grace_ms, policy.as_ref());
+    let settings = plan::resolve(
+        request.deadline_ms,
+        request.grace_ms,
+        request.drain_ms,
+        policy.as_ref(),
+    );
     let root = Root::new(request.root.clone());
     if !root.0.is_dir() {
         return Err(refused(format!(
@@ -191,6 +197,7 @@ async fn gate_and_finish(
         deployer_pid: std::process::id(),
         started_at: journal::now(),
         grace_ms: settings.grace.as_millis() as u64,
+        drain_ms: settings.drain.as_millis() as u64,
         previous: live.clone(),
     };
     root.write_candidate(&candidate).map_err(|e| {
@@ -400,12 +407,20 @@ async fn switch(
             candidate.version
         ))
     })?;
+    // A proxy serving this root finishes the old release's requests before it is stopped.
+    let drained = match &live {
+        Some(old) => {
+            let answer = crate::proxy::drain::request(&root.0, old.port, settings.drain).await;
+            format!("{answer}; ")
+        }
+        None => String::new(),
+    };
     let old = stop_previous(live.as_ref(), settings.grace).await;
     log(
         root,
         candidate,
         "promoted",
-        format!("{detail}; {old}"),
+        format!("{detail}; {drained}{old}"),
         Some(elapsed),
     )?;
     root.clear_candidate().map_err(|e| {
@@ -621,6 +636,7 @@ pub fn finish_escalated(
                 poll: Duration::ZERO,
                 on_stall: OnStall::Escalate,
                 grace,
+                drain: Duration::from_millis(candidate.drain_ms),
                 deadline_source: "escalation",
             };
             let answer = probe::readyz(candidate.port, PROBE_TIMEOUT).await;

@@ -9,6 +9,8 @@ use crate::policy::{OnStall, RolloutSettings};
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(1500);
 pub const DEFAULT_POLL: Duration = Duration::from_millis(100);
 pub const DEFAULT_GRACE: Duration = Duration::from_millis(5000);
+/// How long a proxy may take to finish the old release's requests before it is stopped anyway.
+pub const DEFAULT_DRAIN: Duration = Duration::from_millis(30_000);
 
 /// Versions and service names become path components under the root: refuse anything that
 /// could climb out of it or hide (`..`, `/`, leading dot, control characters).
@@ -46,6 +48,7 @@ pub struct Settings {
     pub poll: Duration,
     pub on_stall: OnStall,
     pub grace: Duration,
+    pub drain: Duration,
     /// Where the deadline came from, for the log.
     pub deadline_source: &'static str,
 }
@@ -54,6 +57,7 @@ pub struct Settings {
 pub fn resolve(
     deadline_arg: Option<u64>,
     grace_arg: Option<u64>,
+    drain_arg: Option<u64>,
     policy: Option<&RolloutSettings>,
 ) -> Settings {
     let (deadline, deadline_source) = match (deadline_arg, policy) {
@@ -73,6 +77,14 @@ pub fn resolve(
                     .map(Duration::from_millis)
             })
             .unwrap_or(DEFAULT_GRACE),
+        drain: drain_arg
+            .map(Duration::from_millis)
+            .or_else(|| {
+                policy
+                    .and_then(|p| p.drain_timeout_ms)
+                    .map(Duration::from_millis)
+            })
+            .unwrap_or(DEFAULT_DRAIN),
         deadline_source,
     }
 }
@@ -167,7 +179,7 @@ mod tests {
             max_surge_pct: 100,
             on_stall,
             stop_grace_ms: Some(700),
-            drain_timeout_ms: None,
+            drain_timeout_ms: Some(900),
         }
     }
 
@@ -183,14 +195,16 @@ mod tests {
     #[test]
     fn settings_come_from_the_command_line_then_the_policy_then_defaults() {
         let p = policy(4000, OnStall::Escalate);
-        let s = resolve(Some(900), None, Some(&p));
+        let s = resolve(Some(900), None, None, Some(&p));
         assert_eq!(s.deadline, Duration::from_millis(900));
         assert_eq!(s.poll, Duration::from_millis(250));
         assert_eq!(s.on_stall, OnStall::Escalate);
         assert_eq!(s.grace, Duration::from_millis(700));
-        let s = resolve(None, Some(50), Some(&p));
+        assert_eq!(s.drain, Duration::from_millis(900));
+        let s = resolve(None, Some(50), Some(40), Some(&p));
         assert_eq!(s.deadline, Duration::from_millis(4000));
         assert_eq!(s.grace, Duration::from_millis(50));
+        assert_eq!(s.drain, Duration::from_millis(40));
         let s = resolve(None, None, None);
         assert_eq!(
             (s.deadline, s.poll, s.on_stall),
@@ -216,7 +230,7 @@ mod tests {
 
     #[test]
     fn reasons_use_the_lessons_words() {
-        let s = resolve(None, None, None);
+        let s = resolve(None, None, None, None);
         assert_eq!(reason(&Verdict::Stalled, &s), "not ready after 1500 ms");
         assert_eq!(
             reason(&Verdict::Exited("exit status: 78".into()), &s),

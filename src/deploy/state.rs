@@ -69,6 +69,8 @@ pub struct Candidate {
     pub deployer_pid: u32,
     pub started_at: f64,
     pub grace_ms: u64,
+    #[serde(default)]
+    pub drain_ms: u64,
     /// The release that was live when this deploy began, to stop it if the switch happened
     /// and the deployer died before it could.
     pub previous: Option<Pointer>,

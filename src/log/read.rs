@@ -62,7 +62,6 @@ pub struct Problem {
 /// A read log and what was wrong with it.
 #[derive(Debug, Clone)]
 pub struct ReadLog {
-    pub path: PathBuf,
     pub log: Log,
     pub problems: Vec<Problem>,
 }
@@ -153,11 +152,7 @@ pub fn read_log(path: &Path, options: ReadOptions) -> Result<ReadLog, ReadError>
     let mut parser = Parser::new(options);
     read_blocks(file, |line| parser.line(line)).map_err(|e| error(io_reason(&e)))?;
     let (log, problems) = parser.finish();
-    Ok(ReadLog {
-        path: path.to_path_buf(),
-        log,
-        problems,
-    })
+    Ok(ReadLog { log, problems })
 }
 
 fn io_reason(e: &std::io::Error) -> String {
@@ -326,6 +321,7 @@ impl Parser {
 }
 
 /// Parses a whole log held in memory (tests and the property test use this).
+#[cfg(test)]
 pub fn parse_bytes(bytes: &[u8], options: ReadOptions) -> (Log, Vec<Problem>) {
     let mut parser = Parser::new(options);
     read_blocks(bytes, |line| parser.line(line)).expect("reading from memory cannot fail");

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Policy check benchmark: one file and 200 files, rollgate (one process) against the Nickel
+# CLI (one `nickel export` per file, as a CI step would run it).
+# Usage: sh bench/policy_bench.sh ROLLGATE NICKEL
+set -eu
+rollgate=$1 nickel=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+here=$(cd "$(dirname "$0")/.." && pwd)
+cp "$here/contracts/rollout-policy.ncl" "$dir/"
+i=1
+while [ $i -le 200 ]; do
+  sed "s/progress_deadline_ms = 1500/progress_deadline_ms = $((1000 + i))/; s/edge_svc/svc_$i/" \
+    "$here/contracts/policy.ncl" >"$dir/p$i.ncl"
+  i=$((i + 1))
+done
+cd "$dir"
+hyperfine --warmup 3 --runs 30 -N \
+  -n "rollgate policy check (1 file)" "$rollgate policy check p1.ncl" \
+  -n "nickel export (1 file)" "$nickel export p1.ncl"
+hyperfine --warmup 1 --runs 10 \
+  -n "rollgate policy check (200 files, one call)" "$rollgate policy check p*.ncl" \
+  -n "nickel export x200 (one process per file)" "for f in p*.ncl; do $nickel export \$f >/dev/null; done"

@@ -1,0 +1,250 @@
+//! One request through the proxy: lease the live release, forward with the usual proxy headers,
+//! stream the answer back, and keep the lease until the last byte of the body has gone.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioIo;
+
+use super::routes::{Lease, Routes};
+
+pub type Body = BoxBody<Bytes, hyper::Error>;
+pub type Upstream = Client<HttpConnector, Incoming>;
+
+/// What every request needs to know.
+pub struct Shared {
+    pub routes: Arc<Routes>,
+    pub client: Upstream,
+    /// Response header naming the release that answered, if enabled.
+    pub version_header: Option<HeaderName>,
+    pub root: String,
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn plain(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(text + "\n"))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
+    headers.contains_key(UPGRADE)
+        && headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+pub async fn handle(
+    mut request: Request<Incoming>,
+    peer: SocketAddr,
+    ctx: Arc<Shared>,
+) -> Result<Response<Body>, Infallible> {
+    let Some(lease) = ctx.routes.lease() else {
+        return Ok(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no live release: {}/current names none yet", ctx.root),
+        ));
+    };
+    let port = lease.target.port;
+    let upgrade = is_upgrade(request.headers());
+    let upgrade_value = request.headers().get(UPGRADE).cloned();
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
+
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let uri = match format!("http://127.0.0.1:{port}{path}").parse() {
+        Ok(uri) => uri,
+        Err(_) => return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
+    };
+    *request.uri_mut() = uri;
+    let headers = request.headers_mut();
+    strip_hop_by_hop(headers);
+    if !headers.contains_key(HOST) {
+        headers.insert(HOST, HeaderValue::from_static("localhost"));
+    }
+    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(earlier) => format!("{earlier}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert("x-forwarded-for", value);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if let Some(value) = upgrade_value {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(UPGRADE, value);
+    }
+
+    let mut response = match ctx.client.request(request).await {
+        Ok(response) => response,
+        Err(e) => {
+            let refused = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+                || format!("{e:?}").contains("ConnectionRefused");
+            let what = if refused {
+                "refused the connection"
+            } else {
+                "failed"
+            };
+            return Ok(plain(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "release {} on 127.0.0.1:{port} {what}",
+                    lease.target.version
+                ),
+            ));
+        }
+    };
+
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let upstream_upgrade = hyper::upgrade::on(&mut response);
+            tokio::spawn(async move {
+                // The lease lives as long as the tunnel.
+                let _lease = lease;
+                if let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) {
+                    let _ = tokio::io::copy_bidirectional(
+                        &mut TokioIo::new(client),
+                        &mut TokioIo::new(upstream),
+                    )
+                    .await;
+                }
+            });
+            let (parts, _) = response.into_parts();
+            return Ok(Response::from_parts(
+                parts,
+                http_body_util::Empty::new()
+                    .map_err(|never| match never {})
+                    .boxed(),
+            ));
+        }
+    }
+
+    let version = lease.target.version.clone();
+    let keep_upgrade = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let (mut parts, body) = response.into_parts();
+    if !keep_upgrade {
+        strip_hop_by_hop(&mut parts.headers);
+    }
+    if let Some(name) = &ctx.version_header {
+        if let Ok(value) = HeaderValue::from_str(&version) {
+            parts.headers.insert(name.clone(), value);
+        }
+    }
+    Ok(Response::from_parts(
+        parts,
+        Leased {
+            body,
+            _lease: lease,
+        }
+        .boxed(),
+    ))
+}
+
+/// A response body that holds its request's lease until it is finished or dropped, so a
+/// release counts as busy while its answer is still streaming.
+struct Leased {
+    body: Incoming,
+    _lease: Lease,
+}
+
+impl hyper::body::Body for Leased {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_named_in_connection_are_dropped() {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        headers.insert(HOST, HeaderValue::from_static("example"));
+        strip_hop_by_hop(&mut headers);
+        let names: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), 2);
+        assert!(headers.contains_key("x-kept") && headers.contains_key(HOST));
+    }
+
+    #[test]
+    fn upgrade_needs_both_headers() {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        assert!(!is_upgrade(&headers));
+        headers.insert(CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
+        assert!(is_upgrade(&headers));
+    }
+}
