@@ -479,3 +479,85 @@ fn the_logs_summary_after_a_sequence_matches_what_happened() {
     assert_eq!(status["recent"][0]["version"], "v4");
     assert_eq!(status["recent"].as_array().unwrap().len(), 4);
 }
+
+/// Start time of a process, as `/proc/PID/stat` field 22 gives it.
+fn start_time(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
+    // The state a deployer killed right after its rename leaves: `current` names the
+    // candidate, the candidate record is still there, the old release still runs.
+    let site = Site::new();
+    first_release(&site);
+    let old_pointer = site.pointer().unwrap();
+    let old_pid = site.live_pid().unwrap();
+    let port = free_port();
+    let candidate = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg("sample-service")
+        .current_dir(site.root())
+        .env("PORT", port.to_string())
+        .env("ROLLGATE_VERSION", "v2")
+        .spawn()
+        .unwrap();
+    let pid = candidate.id() as i32;
+    let pointer = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "pid": pid,
+        "start_time": start_time(pid), "promoted_at": 1.0});
+    write(site.root(), "current", &pointer.to_string());
+    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "token": "t",
+        "pid": pid, "start_time": start_time(pid), "stage": "running", "deployer_pid": 999999,
+        "started_at": 1.0, "grace_ms": 2000, "previous": old_pointer});
+    write(site.root(), "candidate", &record.to_string());
+
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = site.log_lines();
+    assert_eq!(lines[2]["event"], "promoted");
+    assert_eq!(lines[2]["version"], "v2");
+    assert!(lines[2]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("switched before deployer pid 999999 died"));
+    assert!(wait_for(5, || !alive(old_pid)), "old release stopped");
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
+    assert!(wait_for(5, || !alive(pid)), "v2 replaced by v3 and stopped");
+}
+
+#[test]
+fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
+    let site = Site::new();
+    first_release(&site);
+    let port = free_port();
+    let orphan = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg("sample-service")
+        .current_dir(site.root())
+        .env("PORT", port.to_string())
+        .env("ROLLGATE_DEPLOY_TOKEN", "token-from-a-dead-run")
+        .spawn()
+        .unwrap();
+    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
+        "token": "token-from-a-dead-run", "pid": null, "start_time": null, "stage": "spawning",
+        "deployer_pid": 999999, "started_at": 1.0, "grace_ms": 2000, "previous": null});
+    write(site.root(), "candidate", &record.to_string());
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let abandoned = &site.log_lines()[2];
+    assert_eq!(abandoned["event"], "rolled_back");
+    let detail = abandoned["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("pid {} stopped (SIGTERM)", orphan.id())),
+        "{detail}"
+    );
+    assert!(wait_for(5, || !alive(orphan.id() as i32)));
+}

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
@@ -16,25 +16,53 @@ pub struct Identity {
     pub start_time: u64,
 }
 
-/// Reads `/proc/PID/stat`: the state letter and the start time (field 22). The command name
-/// (field 2) may hold spaces and parentheses, so fields are counted after its last `)`.
-fn stat(pid: i32) -> Option<(char, u64)> {
+/// What `/proc/PID/stat` says of a process.
+struct Stat {
+    state: char,
+    process_group: i32,
+    start_time: u64,
+}
+
+/// Reads `/proc/PID/stat`: the state (field 3), the process group (field 5) and the start time
+/// (field 22). The command name (field 2) may hold spaces and parentheses, so fields are
+/// counted after its last `)`.
+fn stat(pid: i32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    let start_time = fields.get(19)?.parse().ok()?;
-    Some((state, start_time))
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        process_group: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
 }
 
 impl Identity {
     pub fn of(pid: i32) -> Option<Identity> {
-        stat(pid).map(|(_, start_time)| Identity { pid, start_time })
+        stat(pid).map(|s| Identity {
+            pid,
+            start_time: s.start_time,
+        })
     }
 
     /// The same process is still there and not a zombie.
     pub fn is_running(&self) -> bool {
-        matches!(stat(self.pid), Some((state, start)) if start == self.start_time && state != 'Z' && state != 'X')
+        matches!(stat(self.pid), Some(s) if s.start_time == self.start_time && s.state != 'Z' && s.state != 'X')
+    }
+
+    /// Signals the process's whole group when it leads one (every release rollgate starts
+    /// does), else the process alone: never a group that merely shares the number.
+    fn signal(&self, signal: Signal) {
+        let pid = Pid::from_raw(self.pid);
+        match stat(self.pid) {
+            Some(s) if s.process_group == self.pid => {
+                let _ = killpg(pid, signal);
+            }
+            Some(_) => {
+                let _ = kill(pid, signal);
+            }
+            None => {}
+        }
     }
 }
 
@@ -65,8 +93,7 @@ pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
     if !who.is_running() {
         return Stopped::AlreadyGone;
     }
-    let group = Pid::from_raw(who.pid);
-    let _ = killpg(group, Signal::SIGTERM);
+    who.signal(Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     while tokio::time::Instant::now() < deadline {
         if !who.is_running() {
@@ -77,7 +104,7 @@ pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
     if !who.is_running() {
         return Stopped::Terminated;
     }
-    let _ = killpg(group, Signal::SIGKILL);
+    who.signal(Signal::SIGKILL);
     for _ in 0..400 {
         if !who.is_running() {
             break;
