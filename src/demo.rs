@@ -120,11 +120,11 @@ fn free_port() -> Result<u16, String> {
 }
 
 fn last_reason(root: &Path) -> String {
-    let Ok(read) = crate::log::read::read_log(&root.join("deploy.log"), Default::default()) else {
+    let Ok((log, _)) = crate::log::read::read_log(&root.join("deploy.log"), Default::default())
+    else {
         return "(no log)".into();
     };
-    read.log
-        .detail
+    log.detail
         .last()
         .cloned()
         .flatten()

@@ -185,7 +185,7 @@ fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
             until: time(args.until)?,
             version: args.only_version,
         },
-        extra_fields: false,
+        everything: false,
     })
 }
 

@@ -205,7 +205,7 @@ mod tests {
         assert_eq!(s.deadline, Duration::from_millis(4000));
         assert_eq!(s.grace, Duration::from_millis(50));
         assert_eq!(s.drain, Duration::from_millis(40));
-        let s = resolve(None, None, None);
+        let s = resolve(None, None, None, None);
         assert_eq!(
             (s.deadline, s.poll, s.on_stall),
             (DEFAULT_DEADLINE, DEFAULT_POLL, OnStall::Rollback)

@@ -28,33 +28,35 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
         None => None,
     };
     let answering = matches!(answer, Some(super::plan::Probe::Status(200)));
-    let recent: Vec<(f64, String, String, String)> =
-        match read_log(&root.log_path(), ReadOptions::default()) {
-            Ok(read) => {
-                let log = read.log;
-                (0..log.len())
-                    .filter(|i| {
-                        matches!(
-                            log.event[*i].as_deref(),
-                            Some("promoted" | "rolled_back" | "escalated")
-                        )
-                    })
-                    .map(|i| {
-                        (
-                            log.ts[i].unwrap_or(0.0),
-                            log.event[i].clone().unwrap_or_default(),
-                            log.version[i].clone().unwrap_or_default(),
-                            log.detail[i].clone().unwrap_or_default(),
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .take(RECENT)
-                    .collect()
-            }
-            Err(_) => Vec::new(),
-        };
+    let recent: Vec<(f64, String, String, String)> = match read_log(
+        &root.log_path(),
+        ReadOptions {
+            all_details: true,
+            ..ReadOptions::default()
+        },
+    ) {
+        Ok((log, _)) => (0..log.len())
+            .filter(|i| {
+                matches!(
+                    log.event[*i].as_deref(),
+                    Some("promoted" | "rolled_back" | "escalated")
+                )
+            })
+            .map(|i| {
+                (
+                    log.ts[i].unwrap_or(0.0),
+                    log.event[i].as_deref().unwrap_or_default().to_string(),
+                    log.version[i].clone().unwrap_or_default(),
+                    log.detail[i].clone().unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .take(RECENT)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     let now = journal::now();
     if format == Format::Json {
         let value = serde_json::json!({

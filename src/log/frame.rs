@@ -23,7 +23,13 @@ pub fn records(log: &Log) -> PolarsResult<DataFrame> {
     let mut columns = vec![
         Series::new("line".into(), &log.line).into_column(),
         column("ts", &log.ts),
-        text_column("event", &log.event),
+        text_column(
+            "event",
+            &log.event
+                .iter()
+                .map(|e| e.as_deref().map(String::from))
+                .collect::<Vec<_>>(),
+        ),
         text_column("version", &log.version),
         text_column("detail", &log.detail),
     ];

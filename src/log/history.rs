@@ -72,7 +72,10 @@ impl Attempt {
 /// recorded on the promotion. Only `promoted` changes which release is live.
 pub fn attempts(log: &Log) -> Vec<Attempt> {
     let mut attempts: Vec<Attempt> = Vec::new();
-    let mut open: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+    // Open attempts per version, most recent first: the map holds the newest, and
+    // `earlier_open[i]` the one opened before attempt `i` (a stack without a Vec per version).
+    let mut open: HashMap<Option<&str>, usize> = HashMap::new();
+    let mut earlier_open: Vec<Option<usize>> = Vec::new();
     let mut live: Option<usize> = None;
     for i in 0..log.len() {
         let version = log.version[i].as_deref();
@@ -92,15 +95,22 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
                 let mut attempt = new_attempt(Outcome::Unfinished);
                 attempt.started = ts;
                 attempts.push(attempt);
-                open.entry(version).or_default().push(attempts.len() - 1);
+                earlier_open.resize(attempts.len(), None);
+                let index = attempts.len() - 1;
+                earlier_open[index] = open.insert(version, index);
             }
             Some(ESCALATED) => {
-                if let Some(&index) = open.get(&version).and_then(|v| v.last()) {
+                if let Some(&index) = open.get(&version) {
                     attempts[index].outcome = Outcome::Escalated;
                 }
             }
             Some(event @ (PROMOTED | ROLLED_BACK)) => {
-                let opened = open.get_mut(&version).and_then(Vec::pop);
+                let opened = open.remove(&version);
+                if let Some(index) = opened {
+                    if let Some(earlier) = earlier_open[index] {
+                        open.insert(version, earlier);
+                    }
+                }
                 let is_live_version =
                     live.is_some_and(|l| attempts[l].version.as_deref() == version);
                 if event == ROLLED_BACK && opened.is_none() && is_live_version {
@@ -112,6 +122,7 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
                 }
                 let index = opened.unwrap_or_else(|| {
                     attempts.push(new_attempt(Outcome::Unfinished));
+                    earlier_open.resize(attempts.len(), None);
                     attempts.len() - 1
                 });
                 let attempt = &mut attempts[index];
@@ -177,7 +188,7 @@ mod tests {
     use crate::log::read::{parse_bytes, ReadOptions};
 
     fn log(text: &str) -> Log {
-        parse_bytes(text.as_bytes(), ReadOptions::default()).0
+        parse_bytes::<Log>(text.as_bytes(), ReadOptions::default()).0
     }
 
     const STORY: &str = r#"{"ts":100,"event":"candidate_started","version":"v2","detail":""}

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 
 use output::{figures_table, Display, Format};
-use read::{read_log, Log, ReadOptions};
+use read::{read_with, Log, ReadOptions, Sink};
 use time::{format_duration, format_time};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +47,12 @@ pub struct Selection {
 }
 
 impl Selection {
+    fn is_empty(&self) -> bool {
+        self.since.is_none() && self.until.is_none() && self.version.is_none()
+    }
+
     fn apply(&self, log: &mut Log) {
-        if self.since.is_none() && self.until.is_none() && self.version.is_none() {
+        if self.is_empty() {
             return;
         }
         let (ts, version) = (log.ts.clone(), log.version.clone());
@@ -71,21 +75,27 @@ impl Selection {
 pub struct Reading {
     pub strict: bool,
     pub selection: Selection,
-    pub extra_fields: bool,
+    /// Extra fields and every detail (SQL needs them; other questions do not).
+    pub everything: bool,
+}
+
+impl Reading {
+    fn options(&self) -> ReadOptions {
+        ReadOptions {
+            extra_fields: self.everything,
+            all_details: self.everything,
+        }
+    }
 }
 
 const MAX_WARNINGS_PER_FILE: usize = 20;
 
-/// Reads one log, printing its problems to stderr as `warning: FILE:LINE: ...`.
-fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
-    let read = read_log(
-        path,
-        ReadOptions {
-            extra_fields: reading.extra_fields,
-        },
-    )?;
+/// Reads one log into a sink, printing its problems to stderr as `warning: FILE:LINE: ...`
+/// (or failing under `--strict`).
+fn load_into<S: Sink>(path: &Path, reading: &Reading) -> Result<S, LogError> {
+    let (sink, problems) = read_with::<S>(path, reading.options())?;
     let label = if reading.strict { "error" } else { "warning" };
-    for problem in read.problems.iter().take(MAX_WARNINGS_PER_FILE) {
+    for problem in problems.iter().take(MAX_WARNINGS_PER_FILE) {
         eprintln!(
             "{label}: {}:{}: {}",
             path.display(),
@@ -93,20 +103,24 @@ fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
             problem.what
         );
     }
-    if read.problems.len() > MAX_WARNINGS_PER_FILE {
+    if problems.len() > MAX_WARNINGS_PER_FILE {
         eprintln!(
             "{label}: {}: {} more problem lines not shown",
             path.display(),
-            read.problems.len() - MAX_WARNINGS_PER_FILE
+            problems.len() - MAX_WARNINGS_PER_FILE
         );
     }
-    if reading.strict && !read.problems.is_empty() {
+    if reading.strict && !problems.is_empty() {
         return Err(LogError::Strict {
             path: path.to_path_buf(),
-            count: read.problems.len(),
+            count: problems.len(),
         });
     }
-    let mut log = read.log;
+    Ok(sink)
+}
+
+fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
+    let mut log: Log = load_into(path, reading)?;
     reading.selection.apply(&mut log);
     Ok(log)
 }
@@ -114,35 +128,24 @@ fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
 /// Several logs as one history ordered by `ts` (stable: equal times keep file order; records
 /// without `ts` cannot be placed and go first, in file order).
 fn load_merged(paths: &[PathBuf], reading: &Reading) -> Result<Log, LogError> {
-    let mut logs = paths
-        .iter()
-        .map(|p| load_one(p, reading))
-        .collect::<Result<Vec<_>, _>>()?;
-    if logs.len() == 1 {
-        return Ok(logs.pop().expect("one log"));
+    let mut merged: Option<Log> = None;
+    for path in paths {
+        let log = load_one(path, reading)?;
+        match merged.as_mut() {
+            None => merged = Some(log),
+            Some(all) => all.append(log),
+        }
     }
-    let mut merged = Log::default();
-    for log in &logs {
-        merged.line.extend(&log.line);
-        merged.ts.extend(&log.ts);
-        merged.event.extend(log.event.iter().cloned());
-        merged.version.extend(log.version.iter().cloned());
-        merged.detail.extend(log.detail.iter().cloned());
+    let mut merged = merged.unwrap_or_default();
+    if paths.len() > 1 {
+        let mut order: Vec<usize> = (0..merged.len()).collect();
+        order.sort_by(|a, b| {
+            let key = |i: usize| merged.ts[i].unwrap_or(f64::NEG_INFINITY);
+            key(*a).total_cmp(&key(*b))
+        });
+        merged = merged.reordered(&order);
     }
-    let mut order: Vec<usize> = (0..merged.len()).collect();
-    order.sort_by(|a, b| {
-        let key = |i: usize| merged.ts[i].unwrap_or(f64::NEG_INFINITY);
-        key(*a).total_cmp(&key(*b))
-    });
-    let pick = |column: &Vec<Option<String>>| order.iter().map(|i| column[*i].clone()).collect();
-    Ok(Log {
-        line: order.iter().map(|i| merged.line[*i]).collect(),
-        ts: order.iter().map(|i| merged.ts[*i]).collect(),
-        event: pick(&merged.event),
-        version: pick(&merged.version),
-        detail: pick(&merged.detail),
-        extra: Vec::new(),
-    })
+    Ok(merged)
 }
 
 /// The records as the array a Nickel query receives: `{ ts, event, version, detail }` each,
@@ -188,20 +191,31 @@ pub fn summary(
     reading: &Reading,
     query: Option<(&Path, &crate::policy::EvalOptions)>,
 ) -> Result<String, LogError> {
-    let groups: Vec<(String, Log)> = if merge {
-        vec![("merged".into(), load_merged(paths, reading)?)]
+    // The built-in summary of a whole file streams; merging, filters and queries need the
+    // records. Both give the same answer (a property test holds them to it).
+    let streams = query.is_none() && reading.selection.is_empty();
+    let of_log = |log: &Log| -> Result<summary::Summary, LogError> {
+        match query {
+            Some((query, eval)) => summary_by_query(query, log, eval),
+            None => Ok(summary::summarize(log)),
+        }
+    };
+    let one = |path: &Path| -> Result<summary::Summary, LogError> {
+        if streams {
+            return Ok(load_into::<summary::Streaming>(path, reading)?.0);
+        }
+        of_log(&load_one(path, reading)?)
+    };
+    let groups: Vec<(String, summary::Summary)> = if merge && paths.len() > 1 {
+        vec![("merged".into(), of_log(&load_merged(paths, reading)?)?)]
     } else {
         paths
             .iter()
-            .map(|p| Ok((p.display().to_string(), load_one(p, reading)?)))
+            .map(|p| Ok((p.display().to_string(), one(p)?)))
             .collect::<Result<_, LogError>>()?
     };
     let mut out = String::new();
-    for (name, log) in groups {
-        let s = match query {
-            Some((query, eval)) => summary_by_query(query, &log, eval)?,
-            None => summary::summarize(&log),
-        };
+    for (name, s) in groups {
         match format {
             Format::Json => {
                 out.push_str(&s.to_json_line());
@@ -427,14 +441,10 @@ pub fn query(
     reading: &Reading,
 ) -> Result<String, LogError> {
     let reading = Reading {
-        extra_fields: true,
+        everything: true,
         ..reading.clone()
     };
-    let log = if paths.len() == 1 {
-        load_one(&paths[0], &reading)?
-    } else {
-        load_merged(paths, &reading)?
-    };
+    let log = load_merged(paths, &reading)?;
     let mut ctx = polars::sql::SQLContext::new();
     ctx.register("log", frame::records(&log)?.lazy());
     ctx.register(

@@ -1,29 +1,40 @@
-//! Reading a deploy log into columns.
+//! Reading a deploy log.
 //!
 //! The log is JSON lines, but only a line that *begins* with `{` is a record (the lesson's query
 //! keeps exactly those: blank lines, prose and indented lines are noise). Each record line is
 //! parsed on its own with serde_json, so one torn or garbled line costs that line only: it is
 //! reported with its number and skipped, never the whole read (polars' own NDJSON reader fails
-//! the whole file on one bad line). The file is read in blocks, so memory follows the records
-//! kept, not the file size.
+//! the whole file on one bad line).
+//!
+//! The file is read in blocks of whole lines; worker threads parse blocks into a [`Sink`] each,
+//! and the sinks are merged in file order. Memory follows what the sink keeps (the summary keeps
+//! almost nothing), not the file size.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+/// Event names the deployer writes, kept without an allocation per record.
+const KNOWN_EVENTS: [&str; 4] = ["candidate_started", "promoted", "rolled_back", "escalated"];
 
 /// The four columns every record has, plus any other fields, one entry per record.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Log {
     pub line: Vec<u64>,
     pub ts: Vec<Option<f64>>,
-    pub event: Vec<Option<String>>,
+    pub event: Vec<Option<Cow<'static, str>>>,
     pub version: Vec<Option<String>>,
     pub detail: Vec<Option<String>>,
     /// Fields beyond the four, by name, aligned with the columns above (only when asked for).
     pub extra: Vec<(String, Vec<Option<Value>>)>,
+    options: ReadOptions,
 }
 
 impl Log {
@@ -50,6 +61,128 @@ impl Log {
             filter(column, &picks);
         }
     }
+
+    /// Appends another log's records (used to merge several files).
+    pub fn append(&mut self, other: Log) {
+        self.absorb(other, 0);
+    }
+
+    /// The records in the given order.
+    pub fn reordered(&self, order: &[usize]) -> Log {
+        fn pick<T: Clone>(column: &[T], order: &[usize]) -> Vec<T> {
+            order.iter().map(|i| column[*i].clone()).collect()
+        }
+        Log {
+            line: pick(&self.line, order),
+            ts: pick(&self.ts, order),
+            event: pick(&self.event, order),
+            version: pick(&self.version, order),
+            detail: pick(&self.detail, order),
+            extra: self
+                .extra
+                .iter()
+                .map(|(n, c)| (n.clone(), pick(c, order)))
+                .collect(),
+            options: self.options,
+        }
+    }
+
+    fn extra_column(&mut self, name: &str) -> &mut Vec<Option<Value>> {
+        let rows = self.line.len();
+        let index = match self.extra.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                self.extra.push((name.to_string(), vec![None; rows]));
+                self.extra.len() - 1
+            }
+        };
+        &mut self.extra[index].1
+    }
+
+    fn pad_extras(&mut self) {
+        let rows = self.line.len();
+        for (_, column) in &mut self.extra {
+            column.resize(rows, None);
+        }
+    }
+}
+
+/// One record's fields, decoded, borrowed from its line where no escape forced a copy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<'a> {
+    pub ts: Option<f64>,
+    pub event: Option<Cow<'a, str>>,
+    pub version: Option<Cow<'a, str>>,
+    pub detail: Option<Cow<'a, str>>,
+    /// The whole line, for fields beyond the four.
+    pub raw: &'a [u8],
+}
+
+/// Where parsed records go. Each block of the file fills its own sink; the sinks are then
+/// merged in file order with [`Sink::absorb`].
+pub trait Sink: Send + Sized {
+    fn new(options: ReadOptions) -> Self;
+    fn record(&mut self, line: u64, record: Record<'_>);
+    /// Appends the results of the block that follows; its line numbers start after
+    /// `line_offset`.
+    fn absorb(&mut self, later: Self, line_offset: u64);
+}
+
+impl Sink for Log {
+    fn new(options: ReadOptions) -> Self {
+        Log {
+            options,
+            ..Log::default()
+        }
+    }
+
+    fn record(&mut self, line: u64, record: Record<'_>) {
+        let event = record
+            .event
+            .map(|e| match KNOWN_EVENTS.iter().find(|k| **k == e) {
+                Some(known) => Cow::Borrowed(*known),
+                None => Cow::Owned(e.into_owned()),
+            });
+        // Details of starts and promotions are long and never asked for, except by SQL.
+        let keep_detail = self.options.all_details
+            || !matches!(event.as_deref(), Some("candidate_started" | "promoted"));
+        if self.options.extra_fields {
+            if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(record.raw) {
+                for (key, value) in map {
+                    if !matches!(key.as_str(), "ts" | "event" | "version" | "detail") {
+                        let rows = self.line.len();
+                        let column = self.extra_column(&key);
+                        column.resize(rows, None);
+                        column.push(Some(value));
+                    }
+                }
+            }
+        }
+        self.line.push(line);
+        self.ts.push(record.ts);
+        self.event.push(event);
+        self.version.push(record.version.map(Cow::into_owned));
+        self.detail
+            .push(record.detail.filter(|_| keep_detail).map(Cow::into_owned));
+        if self.options.extra_fields {
+            self.pad_extras();
+        }
+    }
+
+    fn absorb(&mut self, later: Self, line_offset: u64) {
+        let rows = self.line.len();
+        self.line.extend(later.line.iter().map(|l| l + line_offset));
+        self.ts.extend(later.ts);
+        self.event.extend(later.event);
+        self.version.extend(later.version);
+        self.detail.extend(later.detail);
+        for (name, values) in later.extra {
+            let column = self.extra_column(&name);
+            column.resize(rows, None);
+            column.extend(values);
+        }
+        self.pad_extras();
+    }
 }
 
 /// Something wrong with one line, kept so the caller can warn (or fail under `--strict`).
@@ -57,13 +190,6 @@ impl Log {
 pub struct Problem {
     pub line: u64,
     pub what: String,
-}
-
-/// A read log and what was wrong with it.
-#[derive(Debug, Clone)]
-pub struct ReadLog {
-    pub log: Log,
-    pub problems: Vec<Problem>,
 }
 
 /// Why a log could not be read at all.
@@ -90,14 +216,14 @@ struct RawRecord<'a> {
 }
 
 /// What a raw field holds, decoded.
-enum Field {
+enum Field<'a> {
     Missing,
     Number(f64),
-    Text(String),
+    Text(Cow<'a, str>),
     Other(&'static str),
 }
 
-fn decode(raw: Option<&RawValue>) -> Field {
+fn decode(raw: Option<&RawValue>) -> Field<'_> {
     let Some(raw) = raw else {
         return Field::Missing;
     };
@@ -106,14 +232,15 @@ fn decode(raw: Option<&RawValue>) -> Field {
         Some(b'"') => {
             let inner = &text[1..text.len() - 1];
             if inner.contains('\\') {
-                serde_json::from_str::<String>(text).map_or(Field::Other("a string"), Field::Text)
+                serde_json::from_str::<String>(text)
+                    .map_or(Field::Other("a string"), |s| Field::Text(Cow::Owned(s)))
             } else {
-                Field::Text(inner.to_string())
+                Field::Text(Cow::Borrowed(inner))
             }
         }
         Some(b'n') => Field::Missing,
-        Some(b't') => Field::Text("true".into()),
-        Some(b'f') => Field::Text("false".into()),
+        Some(b't') => Field::Text(Cow::Borrowed("true")),
+        Some(b'f') => Field::Text(Cow::Borrowed("false")),
         Some(b'{') => Field::Other("an object"),
         Some(b'[') => Field::Other("an array"),
         _ => text
@@ -130,16 +257,183 @@ fn format_number(n: f64) -> String {
     }
 }
 
+/// Parses one line. `None` for noise and for broken records (which are noted in `problems`).
+fn parse_line<'a>(bytes: &'a [u8], number: u64, problems: &mut Vec<Problem>) -> Option<Record<'a>> {
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    if bytes.first() != Some(&b'{') {
+        return None;
+    }
+    let record: RawRecord = match serde_json::from_slice(bytes) {
+        Ok(record) => record,
+        Err(e) => {
+            let what = if e.is_eof() {
+                format!("not valid JSON, cut short ({e}); a torn last write?")
+            } else {
+                format!("not valid JSON ({e})")
+            };
+            problems.push(Problem { line: number, what });
+            return None;
+        }
+    };
+    let mut note = |field: &str, what: String| {
+        problems.push(Problem {
+            line: number,
+            what: format!("field `{field}` {what}"),
+        })
+    };
+    let ts = match decode(record.ts) {
+        Field::Missing => None,
+        Field::Number(n) => Some(n),
+        Field::Text(s) => match s.trim().parse::<f64>() {
+            Ok(n) if n.is_finite() => Some(n),
+            _ => {
+                note(
+                    "ts",
+                    format!("is the string {s:?}, not Unix seconds; treated as missing"),
+                );
+                None
+            }
+        },
+        Field::Other(kind) => {
+            note(
+                "ts",
+                format!("is {kind}, not Unix seconds; treated as missing"),
+            );
+            None
+        }
+    };
+    let mut text = |field: &str, raw: Option<&'a RawValue>| match decode(raw) {
+        Field::Missing => None,
+        Field::Text(s) => Some(s),
+        Field::Number(n) => Some(Cow::Owned(format_number(n))),
+        Field::Other(kind) => {
+            note(field, format!("is {kind}, not text; treated as missing"));
+            None
+        }
+    };
+    Some(Record {
+        ts,
+        event: text("event", record.event),
+        version: text("version", record.version),
+        detail: text("detail", record.detail),
+        raw: bytes,
+    })
+}
+
 /// How to read.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ReadOptions {
     /// Also collect fields beyond the four (for SQL).
     pub extra_fields: bool,
+    /// Keep the detail of every record, not only of rollbacks and escalations (for SQL).
+    pub all_details: bool,
 }
 
-/// Reads a log file. Missing, unreadable or directory paths are errors; everything inside the
-/// file is answered, with problems listed.
-pub fn read_log(path: &Path, options: ReadOptions) -> Result<ReadLog, ReadError> {
+/// A block's results, line numbers relative to the block.
+struct Parsed<S> {
+    sink: S,
+    problems: Vec<Problem>,
+    lines: u64,
+}
+
+/// Parses a block of whole lines (the last may lack its newline).
+fn parse_block<S: Sink>(block: &[u8], first: bool, options: ReadOptions) -> Parsed<S> {
+    let mut sink = S::new(options);
+    let mut problems = Vec::new();
+    let mut lines = 0;
+    for raw in block.split(|b| *b == b'\n') {
+        lines += 1;
+        let bytes = if first && lines == 1 {
+            raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw)
+        } else {
+            raw
+        };
+        if let Some(record) = parse_line(bytes, lines, &mut problems) {
+            sink.record(lines, record);
+        }
+    }
+    if block.ends_with(b"\n") {
+        lines -= 1; // `split` yields an empty piece after the last newline
+    }
+    Parsed {
+        sink,
+        problems,
+        lines,
+    }
+}
+
+/// Merges block results in order.
+struct Merged<S> {
+    sink: S,
+    problems: Vec<Problem>,
+    lines: u64,
+}
+
+impl<S: Sink> Merged<S> {
+    fn new(options: ReadOptions) -> Self {
+        Merged {
+            sink: S::new(options),
+            problems: Vec::new(),
+            lines: 0,
+        }
+    }
+
+    fn push(&mut self, block: Parsed<S>) {
+        let offset = self.lines;
+        self.sink.absorb(block.sink, offset);
+        self.problems
+            .extend(block.problems.into_iter().map(|p| Problem {
+                line: p.line + offset,
+                ..p
+            }));
+        self.lines += block.lines;
+    }
+}
+
+const BLOCK: usize = 4 << 20;
+
+/// Splits `source` into blocks of whole lines of about [`BLOCK`] bytes and calls `each` with
+/// each block, in order.
+pub fn read_blocks(mut source: impl Read, mut each: impl FnMut(Vec<u8>)) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; BLOCK];
+    let mut filled = 0;
+    loop {
+        if filled == buffer.len() {
+            // No newline in a whole buffer: one long line; grow rather than split it.
+            buffer.resize(buffer.len() * 2, 0);
+        }
+        let n = match source.read(&mut buffer[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            if filled > 0 {
+                buffer.truncate(filled);
+                each(buffer);
+            }
+            return Ok(());
+        }
+        filled += n;
+        if let Some(last) = memchr::memrchr(b'\n', &buffer[..filled]) {
+            let rest = buffer[last + 1..filled].to_vec();
+            buffer.truncate(last + 1);
+            each(std::mem::replace(
+                &mut buffer,
+                vec![0u8; BLOCK.max(rest.len() * 2)],
+            ));
+            buffer[..rest.len()].copy_from_slice(&rest);
+            filled = rest.len();
+        }
+    }
+}
+
+/// Reads a log file into a sink. Missing, unreadable or directory paths are errors; everything
+/// inside the file is answered, with problems listed by line.
+pub fn read_with<S: Sink>(
+    path: &Path,
+    options: ReadOptions,
+) -> Result<(S, Vec<Problem>), ReadError> {
     let error = |reason: String| ReadError {
         path: path.to_path_buf(),
         reason,
@@ -149,10 +443,49 @@ pub fn read_log(path: &Path, options: ReadOptions) -> Result<ReadLog, ReadError>
         return Err(error("is a directory, not a log file".into()));
     }
     let file = std::fs::File::open(path).map_err(|e| error(io_reason(&e)))?;
-    let mut parser = Parser::new(options);
-    read_blocks(file, |line| parser.line(line)).map_err(|e| error(io_reason(&e)))?;
-    let (log, problems) = parser.finish();
-    Ok(ReadLog { log, problems })
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8);
+    let (block_tx, block_rx) = mpsc::sync_channel::<(usize, Vec<u8>)>(workers * 2);
+    let block_rx = Arc::new(Mutex::new(block_rx));
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Parsed<S>)>();
+    let mut merged = Merged::new(options);
+    let read = std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (block_rx, done_tx) = (block_rx.clone(), done_tx.clone());
+            scope.spawn(move || loop {
+                let next = block_rx.lock().expect("block queue").recv();
+                let Ok((index, block)) = next else { break };
+                let _ = done_tx.send((index, parse_block(&block, index == 0, options)));
+            });
+        }
+        drop(done_tx);
+        let reader = scope.spawn(move || {
+            let mut index = 0;
+            read_blocks(file, |block| {
+                let _ = block_tx.send((index, block));
+                index += 1;
+            })
+        });
+        // Blocks finish out of order; merge them in order.
+        let mut waiting = BTreeMap::new();
+        let mut next = 0;
+        for (index, parsed) in done_rx {
+            waiting.insert(index, parsed);
+            while let Some(parsed) = waiting.remove(&next) {
+                merged.push(parsed);
+                next += 1;
+            }
+        }
+        reader.join().expect("reader thread")
+    });
+    read.map_err(|e| error(io_reason(&e)))?;
+    Ok((merged.sink, merged.problems))
+}
+
+/// Reads a log into columns.
+pub fn read_log(path: &Path, options: ReadOptions) -> Result<(Log, Vec<Problem>), ReadError> {
+    read_with(path, options)
 }
 
 fn io_reason(e: &std::io::Error) -> String {
@@ -163,169 +496,17 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-const BLOCK: usize = 4 << 20;
-
-/// Calls `each` for every line (without its `\n`), reading `source` in large blocks.
-pub fn read_blocks(mut source: impl Read, mut each: impl FnMut(&[u8])) -> std::io::Result<()> {
-    let mut buffer = vec![0u8; BLOCK];
-    let mut filled = 0;
-    loop {
-        if filled == buffer.len() {
-            // One line longer than the buffer: grow rather than split it.
-            buffer.resize(buffer.len() * 2, 0);
-        }
-        let n = match source.read(&mut buffer[filled..]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            if filled > 0 {
-                each(&buffer[..filled]);
-            }
-            return Ok(());
-        }
-        filled += n;
-        let mut start = 0;
-        while let Some(offset) = memchr(b'\n', &buffer[start..filled]) {
-            each(&buffer[start..start + offset]);
-            start += offset + 1;
-        }
-        buffer.copy_within(start..filled, 0);
-        filled -= start;
-    }
-}
-
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|b| *b == needle)
-}
-
-/// Parses lines one at a time into columns.
-pub struct Parser {
-    options: ReadOptions,
-    log: Log,
-    problems: Vec<Problem>,
-    line_number: u64,
-}
-
-impl Parser {
-    pub fn new(options: ReadOptions) -> Self {
-        Parser {
-            options,
-            log: Log::default(),
-            problems: Vec::new(),
-            line_number: 0,
-        }
-    }
-
-    /// Feeds one line, without its `\n` (a trailing `\r` is allowed).
-    pub fn line(&mut self, raw: &[u8]) {
-        self.line_number += 1;
-        let mut bytes = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if self.line_number == 1 {
-            bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-        }
-        if bytes.first() != Some(&b'{') {
-            return;
-        }
-        let number = self.line_number;
-        let record: RawRecord = match serde_json::from_slice(bytes) {
-            Ok(record) => record,
-            Err(e) => {
-                let what = if e.is_eof() {
-                    format!("not valid JSON, cut short ({e}); a torn last write?")
-                } else {
-                    format!("not valid JSON ({e})")
-                };
-                self.problems.push(Problem { line: number, what });
-                return;
-            }
-        };
-        let mut note = |field: &str, what: String| {
-            self.problems.push(Problem {
-                line: number,
-                what: format!("field `{field}` {what}"),
-            })
-        };
-        let ts = match decode(record.ts) {
-            Field::Missing => None,
-            Field::Number(n) => Some(n),
-            Field::Text(s) => match s.trim().parse::<f64>() {
-                Ok(n) if n.is_finite() => Some(n),
-                _ => {
-                    note(
-                        "ts",
-                        format!("is the string {s:?}, not Unix seconds; treated as missing"),
-                    );
-                    None
-                }
-            },
-            Field::Other(kind) => {
-                note(
-                    "ts",
-                    format!("is {kind}, not Unix seconds; treated as missing"),
-                );
-                None
-            }
-        };
-        let mut text = |field: &str, raw: Option<&RawValue>| match decode(raw) {
-            Field::Missing => None,
-            Field::Text(s) => Some(s),
-            Field::Number(n) => Some(format_number(n)),
-            Field::Other(kind) => {
-                note(field, format!("is {kind}, not text; treated as missing"));
-                None
-            }
-        };
-        let event = text("event", record.event);
-        let version = text("version", record.version);
-        let detail = text("detail", record.detail);
-        if self.options.extra_fields {
-            self.collect_extra(bytes);
-        }
-        self.log.line.push(number);
-        self.log.ts.push(ts);
-        self.log.event.push(event);
-        self.log.version.push(version);
-        self.log.detail.push(detail);
-    }
-
-    fn collect_extra(&mut self, bytes: &[u8]) {
-        let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(bytes) else {
-            return;
-        };
-        let row = self.log.line.len();
-        for (key, value) in map {
-            if matches!(key.as_str(), "ts" | "event" | "version" | "detail") {
-                continue;
-            }
-            let column = match self.log.extra.iter().position(|(name, _)| *name == key) {
-                Some(i) => &mut self.log.extra[i].1,
-                None => {
-                    self.log.extra.push((key, vec![None; row]));
-                    &mut self.log.extra.last_mut().expect("just pushed").1
-                }
-            };
-            column.resize(row, None);
-            column.push(Some(value));
-        }
-    }
-
-    pub fn finish(mut self) -> (Log, Vec<Problem>) {
-        let rows = self.log.line.len();
-        for (_, column) in &mut self.log.extra {
-            column.resize(rows, None);
-        }
-        (self.log, self.problems)
-    }
-}
-
-/// Parses a whole log held in memory (tests and the property test use this).
+/// Parses a whole log held in memory, block by block like a file (tests use this).
 #[cfg(test)]
-pub fn parse_bytes(bytes: &[u8], options: ReadOptions) -> (Log, Vec<Problem>) {
-    let mut parser = Parser::new(options);
-    read_blocks(bytes, |line| parser.line(line)).expect("reading from memory cannot fail");
-    parser.finish()
+pub fn parse_bytes<S: Sink>(bytes: &[u8], options: ReadOptions) -> (S, Vec<Problem>) {
+    let mut merged = Merged::new(options);
+    let mut index = 0;
+    read_blocks(bytes, |block| {
+        merged.push(parse_block(&block, index == 0, options));
+        index += 1;
+    })
+    .expect("reading from memory cannot fail");
+    (merged.sink, merged.problems)
 }
 
 #[cfg(test)]
@@ -335,7 +516,7 @@ mod tests {
     #[test]
     fn only_lines_beginning_with_a_brace_are_records() {
         let text = b"# deploy log\n\n  {\"event\":\"promoted\",\"version\":\"v0\"}\n{\"ts\":1,\"event\":\"promoted\",\"version\":\"v1\",\"detail\":\"ok\"}\nfree text\n";
-        let (log, problems) = parse_bytes(text, ReadOptions::default());
+        let (log, problems) = parse_bytes::<Log>(text, ReadOptions::default());
         assert_eq!(log.line, vec![4]);
         assert_eq!(log.version, vec![Some("v1".into())]);
         assert!(problems.is_empty());
@@ -344,16 +525,16 @@ mod tests {
     #[test]
     fn crlf_missing_final_newline_and_bom() {
         let text = b"\xEF\xBB\xBF{\"ts\":1,\"event\":\"a\"}\r\n{\"ts\":2,\"event\":\"b\"}";
-        let (log, problems) = parse_bytes(text, ReadOptions::default());
+        let (log, problems) = parse_bytes::<Log>(text, ReadOptions::default());
         assert_eq!(log.ts, vec![Some(1.0), Some(2.0)]);
-        assert_eq!(log.event, vec![Some("a".into()), Some("b".into())]);
+        assert_eq!(log.event, vec![Some(Cow::from("a")), Some(Cow::from("b"))]);
         assert!(problems.is_empty());
     }
 
     #[test]
     fn a_torn_line_is_reported_with_its_number_and_skipped() {
         let text = b"{\"ts\":1,\"event\":\"a\"}\n{\"ts\":2,\"ev";
-        let (log, problems) = parse_bytes(text, ReadOptions::default());
+        let (log, problems) = parse_bytes::<Log>(text, ReadOptions::default());
         assert_eq!(log.len(), 1);
         assert_eq!(problems.len(), 1);
         assert_eq!(problems[0].line, 2);
@@ -368,7 +549,7 @@ mod tests {
     fn wrong_types_are_answered_or_noted() {
         let text = br#"{"ts":"1700000000","event":"promoted","version":3,"detail":null}
 {"ts":"yesterday","event":"promoted","version":{"a":1}}"#;
-        let (log, problems) = parse_bytes(text, ReadOptions::default());
+        let (log, problems) = parse_bytes::<Log>(text, ReadOptions::default());
         assert_eq!(log.ts, vec![Some(1_700_000_000.0), None]);
         assert_eq!(log.version, vec![Some("3".into()), None]);
         assert_eq!(log.detail, vec![None, None]);
@@ -380,7 +561,7 @@ mod tests {
     #[test]
     fn invalid_utf8_in_a_record_is_a_problem_not_a_panic() {
         let text = b"{\"ts\":1,\"event\":\"\xff\"}\n";
-        let (log, problems) = parse_bytes(text, ReadOptions::default());
+        let (log, problems) = parse_bytes::<Log>(text, ReadOptions::default());
         assert_eq!(log.len(), 0);
         assert_eq!(problems.len(), 1);
     }
@@ -388,7 +569,13 @@ mod tests {
     #[test]
     fn extra_fields_line_up_with_their_records() {
         let text = b"{\"ts\":1,\"event\":\"a\"}\n{\"ts\":2,\"event\":\"b\",\"port\":8081}\n{\"ts\":3,\"event\":\"c\"}\n";
-        let (log, _) = parse_bytes(text, ReadOptions { extra_fields: true });
+        let (log, _) = parse_bytes::<Log>(
+            text,
+            ReadOptions {
+                extra_fields: true,
+                all_details: true,
+            },
+        );
         assert_eq!(log.extra.len(), 1);
         assert_eq!(log.extra[0].0, "port");
         assert_eq!(
@@ -401,7 +588,7 @@ mod tests {
     fn lines_longer_than_a_block_are_kept_whole() {
         let detail = "x".repeat(BLOCK * 2);
         let text = format!("{{\"event\":\"rolled_back\",\"detail\":\"{detail}\"}}\n");
-        let (log, problems) = parse_bytes(text.as_bytes(), ReadOptions::default());
+        let (log, problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions::default());
         assert!(problems.is_empty());
         assert_eq!(log.detail[0].as_deref().map(str::len), Some(BLOCK * 2));
     }
@@ -417,7 +604,7 @@ mod properties {
         /// record, reported as a problem, or passed over as noise.
         #[test]
         fn arbitrary_bytes_are_answered(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            let (log, problems) = parse_bytes(&bytes, ReadOptions { extra_fields: true });
+            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true });
             let lines = bytes.split(|b| *b == b'\n').count() as u64;
             prop_assert!(log.line.iter().all(|l| *l >= 1 && *l <= lines));
             let bad_lines: std::collections::HashSet<u64> = problems.iter().map(|p| p.line).collect();
@@ -447,7 +634,7 @@ mod properties {
             let line = format!("{{{}}}", body.join(","));
             let cut = cut.min(line.len());
             let text = format!("{line}\r\n{}", &line[..cut]);
-            let (log, _problems) = parse_bytes(text.as_bytes(), ReadOptions { extra_fields: true });
+            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true });
             prop_assert!(log.len() <= 2);
             for (_, column) in &log.extra {
                 prop_assert_eq!(column.len(), log.len());

@@ -127,32 +127,28 @@ fn rollbacks_by(df: &DataFrame, key: &str) -> PolarsResult<Vec<Count>> {
 
 pub fn stats(log: &Log, attempts: &[Attempt]) -> PolarsResult<Stats> {
     let df = frame::attempts(attempts)?;
-    let records = frame::records(log)?;
-
     let promoted = count_where(&df, outcome_is("promoted"))?;
     let rolled_back = count_where(&df, outcome_is("rolled_back"))?;
     let decided = promoted + rolled_back;
 
-    let span = records
+    // The log's span straight from the column: no need to copy every record into a frame.
+    let times = log.ts.iter().flatten();
+    let span_s = times
         .clone()
-        .lazy()
-        .select([(col("ts").max() - col("ts").min()).alias("span")])
-        .collect()?;
-    let span_s = f64_at(&span, "span")?;
+        .copied()
+        .reduce(f64::min)
+        .zip(times.copied().reduce(f64::max))
+        .map(|(first, last)| last - first);
     let per = |seconds: f64| {
         span_s
             .filter(|s| *s > 0.0)
             .map(|s| promoted as f64 / (s / seconds))
     };
-    let promotion_days = records
+    let promotion_days = df
         .clone()
         .lazy()
-        .filter(
-            col("event")
-                .eq(lit("promoted"))
-                .and(col("ts").is_not_null()),
-        )
-        .select([(col("ts") / lit(86_400.0))
+        .filter(outcome_is("promoted").and(col("finished").is_not_null()))
+        .select([(col("finished") / lit(86_400.0))
             .cast(DataType::Int64)
             .n_unique()
             .alias("days")])

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::read::Log;
+use super::read::{Log, ReadOptions, Record, Sink};
 
 /// Outcome events. Everything else (`candidate_started`, `escalated`, unknown events) is not an
 /// outcome and is not counted.
@@ -62,6 +62,47 @@ pub fn summarize(log: &Log) -> Summary {
     summary
 }
 
+/// The summary computed while the log is read: only the outcomes are looked at and only the
+/// reasons kept, so memory stays flat however long the log. Answers exactly as [`summarize`].
+#[derive(Debug)]
+pub struct Streaming(pub Summary);
+
+impl Sink for Streaming {
+    fn new(_: ReadOptions) -> Self {
+        Streaming(summarize(&Log::default()))
+    }
+
+    fn record(&mut self, _line: u64, record: Record<'_>) {
+        let s = &mut self.0;
+        match record.event.as_deref() {
+            Some(PROMOTED) => {
+                s.promoted += 1;
+                s.live = record.version.map(|v| v.into_owned());
+            }
+            Some(ROLLED_BACK) => {
+                s.rolled_back += 1;
+                s.reasons.push(Reason {
+                    version: record.version.map(|v| v.into_owned()),
+                    reason: record.detail.as_deref().map(|d| reason_of(d).to_string()),
+                });
+            }
+            _ => return,
+        }
+        s.releases += 1;
+    }
+
+    fn absorb(&mut self, later: Self, _line_offset: u64) {
+        let (s, later) = (&mut self.0, later.0);
+        s.releases += later.releases;
+        s.promoted += later.promoted;
+        s.rolled_back += later.rolled_back;
+        s.reasons.extend(later.reasons);
+        if later.promoted > 0 {
+            s.live = later.live;
+        }
+    }
+}
+
 impl Summary {
     /// The compact one-line JSON the lesson prints.
     pub fn to_json_line(&self) -> String {
@@ -75,7 +116,7 @@ mod tests {
     use crate::log::read::{parse_bytes, ReadOptions};
 
     fn summary_of(text: &str) -> String {
-        summarize(&parse_bytes(text.as_bytes(), ReadOptions::default()).0).to_json_line()
+        summarize(&parse_bytes::<Log>(text.as_bytes(), ReadOptions::default()).0).to_json_line()
     }
 
     #[test]
@@ -96,6 +137,30 @@ mod tests {
         let none = r#"{"releases":0,"promoted":0,"rolled_back":0,"reasons":[],"live":null}"#;
         assert_eq!(summary_of(""), none);
         assert_eq!(summary_of("hello\n\n  {\"event\":\"promoted\"}\n"), none);
+    }
+
+    proptest::proptest! {
+        /// The streaming summary and the one over columns agree on any mix of records, noise
+        /// and broken lines, whatever the block boundaries.
+        #[test]
+        fn streaming_equals_columns(lines in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Just("{\"event\":\"promoted\",\"version\":\"v1\"}".to_string()),
+                proptest::strategy::Just("{\"event\":\"promoted\"}".to_string()),
+                proptest::strategy::Just("{\"event\":\"rolled_back\",\"version\":\"v2\",\"detail\":\"a; b\"}".to_string()),
+                proptest::strategy::Just("{\"event\":\"rolled_back\",\"version\":7}".to_string()),
+                proptest::strategy::Just("{\"event\":\"candidate_started\",\"version\":\"v3\"}".to_string()),
+                proptest::strategy::Just("{\"event\":\"promo".to_string()),
+                proptest::strategy::Just("noise".to_string()),
+                "[a-z{}\":, ]{0,30}",
+            ],
+            0..60,
+        )) {
+            let text = lines.join("\n");
+            let columns = summarize(&parse_bytes::<Log>(text.as_bytes(), ReadOptions::default()).0);
+            let streaming = parse_bytes::<Streaming>(text.as_bytes(), ReadOptions::default()).0 .0;
+            proptest::prop_assert_eq!(columns, streaming);
+        }
     }
 
     #[test]
