@@ -57,7 +57,7 @@ with tempfile.TemporaryDirectory() as root:
             promoted_at = json.load(f)["promoted_at"]
         switch.append((promoted_at - output_value(root, v, r"ready from ([0-9.]+)")) * 1000)
 
-        v = f"x{i}"; release(root, v, f"--exit-after-ms {200 + (i * 13) % POLL_MS} --exit-code 78")
+        v = f"x{i}"; release(root, v, f"--ready-after-ms 600000 --exit-after-ms {200 + (i * 13) % POLL_MS} --exit-code 78")
         code, kb = deploy(root, v, ["5000"]); assert code == 1, code; rss.append(kb)
         exits.append((last_log(root)["ts"] - output_value(root, v, r"at ([0-9.]+)\n")) * 1000)
 

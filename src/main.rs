@@ -51,16 +51,9 @@ fn main() -> ExitCode {
         Command::Abort { service, target } => {
             finish_deploy(deploy::finish_escalated(&service, target.root, false))
         }
-        Command::Status { target, format } => match deploy::status(target.root, format) {
-            Ok(text) => {
-                print(&text);
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(e.exit_code())
-            }
-        },
+        Command::Status { target, format } => {
+            answer(deploy::status(target.root, format), |e| e.exit_code())
+        }
         Command::SampleService(args) => sample::run(args),
         Command::Proxy {
             listen,
@@ -69,28 +62,34 @@ fn main() -> ExitCode {
             max_connections,
             header_read_timeout_ms,
             max_header_bytes,
-        } => match proxy::run(proxy::Options {
-            listen,
-            root: target.root,
-            version_header,
-            max_connections: max_connections.max(1),
-            header_read_timeout: Duration::from_millis(header_read_timeout_ms),
-            max_header_bytes,
-            upstream_idle: Duration::from_secs(30),
-        }) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-        },
-        Command::Demo { root } => match demo::run(root) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-        },
+        } => answer(
+            proxy::run(proxy::Options {
+                listen,
+                root: target.root,
+                version_header,
+                max_connections: max_connections.max(1),
+                header_read_timeout: Duration::from_millis(header_read_timeout_ms),
+                max_header_bytes,
+                upstream_idle: Duration::from_secs(30),
+            })
+            .map(|()| String::new()),
+            |_| 1,
+        ),
+        Command::Demo { root } => answer(demo::run(root).map(|()| String::new()), |_| 1),
+    }
+}
+
+/// Prints a command's answer, or its error with the exit code the error calls for.
+fn answer<E: std::fmt::Display>(result: Result<String, E>, code: impl Fn(&E) -> u8) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print(&text);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(code(&e))
+        }
     }
 }
 
@@ -231,21 +230,13 @@ fn run_log(command: LogCommand) -> ExitCode {
             read,
         } => reading(read).and_then(|r| log::query(&logs, &sql, format, &r)),
     };
-    match result {
-        Ok(text) => {
-            print(&text);
-            ExitCode::SUCCESS
-        }
-        Err(log::LogError::Nickel(diagnostic)) => {
-            eprintln!("{diagnostic}");
-            ExitCode::from(1)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(match e {
-                log::LogError::Usage(_) => 2,
-                _ => 1,
-            })
-        }
+    if let Err(log::LogError::Nickel(diagnostic)) = &result {
+        // Nickel's diagnostic carries its own `error:` heading.
+        eprintln!("{diagnostic}");
+        return ExitCode::from(1);
     }
+    answer(result, |e| match e {
+        log::LogError::Usage(_) => 2,
+        _ => 1,
+    })
 }

@@ -1,0 +1,33 @@
+#!/bin/sh
+# Log analysis benchmark: a generated log of ATTEMPTS attempts (two records each, plus noise);
+# rollgate's summary, history and stats, and the same summary by jq and by the lesson's Nushell
+# query where they are installed. Wall time and peak RSS from /usr/bin/time; answers compared.
+# Usage: sh bench/log_bench.sh ROLLGATE [ATTEMPTS]   (NU=/path/to/nu to name Nushell)
+set -eu
+rollgate=$1 attempts=${2:-1000000}
+here=$(cd "$(dirname "$0")" && pwd)
+log=$(mktemp --suffix=.log)
+out=$(mktemp -d)
+trap 'rm -rf "$log" "$out"' EXIT
+python3 "$here/gen_log.py" "$attempts" "$log"
+bytes=$(stat -c %s "$log")
+echo "log: $(wc -l <"$log") lines, $bytes bytes"
+run() { # name, command...
+  name=$1; shift
+  /usr/bin/time -f "%e %M" -o "$out/time" "$@" >"$out/$name.out" 2>"$out/$name.err"
+  read -r secs kb <"$out/time"
+  printf '%-22s %7.2f s %8.0f MB/s %7.0f MB peak\n' "$name" "$secs" \
+    "$(echo "$bytes / 1000000 / $secs" | bc -l)" "$(echo "$kb / 1024" | bc -l)"
+}
+run "rollgate summary" "$rollgate" log summary "$log"
+run "rollgate history" "$rollgate" log history --format csv "$log"
+run "rollgate stats" "$rollgate" log stats --format json "$log"
+if command -v jq >/dev/null; then
+  run "jq summary" jq -R -n -c -f "$here/summary.jq" "$log"
+  cmp -s "$out/rollgate summary.out" "$out/jq summary.out" && echo "  jq's answer is identical" || echo "  jq's answer DIFFERS"
+fi
+nu=${NU:-nu}
+if command -v "$nu" >/dev/null; then
+  run "nushell summary" "$nu" "$here/rollouts.nu" "$log"
+  cmp -s "$out/rollgate summary.out" "$out/nushell summary.out" && echo "  Nushell's answer is identical" || echo "  Nushell's answer DIFFERS"
+fi
