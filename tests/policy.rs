@@ -655,3 +655,45 @@ fn export_matches_nickel_1_18_byte_for_byte() {
     }
     assert_eq!(compared, 36);
 }
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "bad.ncl", &policy_with("poll_ms", "49"));
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    // `script` gives the command a terminal.
+    let on_terminal = |no_color: bool| {
+        let mut cmd = std::process::Command::new("script");
+        cmd.args([
+            "-qec",
+            &format!("'{}' policy export '{}'", bin.display(), path.display()),
+            "/dev/null",
+        ]);
+        cmd.env_remove("NO_COLOR");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&cmd.output().unwrap().stdout).into_owned()
+    };
+    let coloured = on_terminal(false);
+    assert!(
+        coloured.contains("poll_ms must be an integer from 50 to 5000"),
+        "{coloured}"
+    );
+    assert!(
+        coloured.contains('\u{1b}'),
+        "no colour on a terminal: {coloured}"
+    );
+    let plain = on_terminal(true);
+    assert!(
+        plain.contains("poll_ms must be an integer from 50 to 5000"),
+        "{plain}"
+    );
+    assert!(
+        !plain.contains("\u{1b}["),
+        "colour despite NO_COLOR: {plain}"
+    );
+    // Off a terminal: plain.
+    let out = export(&path, &[]);
+    assert!(!stderr(&out).contains('\u{1b}'));
+}
