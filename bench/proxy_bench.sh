@@ -1,11 +1,13 @@
 #!/bin/sh
 # Proxy benchmark: throughput and latency straight to a release and through `rollgate proxy`,
 # side by side in one run, then failed requests under load across 100 deploys.
-# Usage: sh bench/proxy_bench.sh ROLLGATE   (needs wrk and oha on PATH)
+# nginx (bench/nginx.conf) runs beside them as the reverse proxy a user would otherwise use.
+# Usage: sh bench/proxy_bench.sh ROLLGATE   (needs wrk, oha and nginx on PATH)
 set -eu
 rollgate=$1
 root=$(mktemp -d)
-trap 'pkill -f "sample-service" 2>/dev/null; kill $proxy 2>/dev/null; rm -rf "$root"' EXIT
+here=$(cd "$(dirname "$0")" && pwd)
+trap 'pkill -f "sample-service" 2>/dev/null; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 release() { mkdir -p "$root/releases/$1"; printf '#!/bin/sh\nexec %s sample-service\n' "$rollgate" >"$root/releases/$1/svc"; chmod +x "$root/releases/$1/svc"; }
 release a; release b
@@ -14,17 +16,22 @@ direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$root/current")
 pport=$(free_port)
 "$rollgate" proxy --listen 127.0.0.1:$pport --root "$root" 2>/dev/null &
 proxy=$!
+nport=$(free_port)
+sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/" "$here/nginx.conf" >"$root/nginx.conf"
+nginx -c "$root/nginx.conf"
 sleep 0.5
 
 echo "== saturation: wrk -t1 -c32 -d10s (keep-alive)"
-for target in "direct 127.0.0.1:$direct" "proxy 127.0.0.1:$pport"; do
+for target in "direct 127.0.0.1:$direct" "nginx 127.0.0.1:$nport" "rollgate 127.0.0.1:$pport"; do
   set -- $target
-  printf '%s: ' "$1"; wrk -t1 -c32 -d10s --latency "http://$2/" | grep -E 'Requests/sec|50%|99%' | tr -s ' ' | tr '\n' ' '; echo
+  wrk -t1 -c32 -d10s --latency "http://$2/" >"$root/wrk.$1"
+  printf '%s: ' "$1"; grep -E 'Requests/sec|50%|99%' "$root/wrk.$1" | tr -s ' ' | tr '\n' ' '; echo
 done
 
-echo "== latency at a fixed rate: oha -q RATE -c8 -z10s"
-rate=${RATE:-5000}
-for target in "direct 127.0.0.1:$direct" "proxy 127.0.0.1:$pport"; do
+# Half of rollgate's own saturation throughput.
+rate=${RATE:-$(awk '/Requests\/sec/ { printf "%d", $2 / 2 }' "$root/wrk.rollgate")}
+echo "== latency at half of rollgate's saturation: oha -q $rate -c8 -z10s"
+for target in "direct 127.0.0.1:$direct" "nginx 127.0.0.1:$nport" "rollgate 127.0.0.1:$pport"; do
   set -- $target
   printf '%s: ' "$1"; oha --no-tui -q "$rate" -c 8 -z 10s "http://$2/" | grep -E 'Requests/sec|50.00%|99.00%|Success rate' | tr -s ' ' | tr '\n' ' '; echo
 done

@@ -87,7 +87,12 @@ async fn serve(options: Options, version_header: Option<HeaderName>) -> Result<(
         .timer(TokioTimer::new());
     let shared = Arc::new(Shared {
         routes: routes.clone(),
-        client: upstream.build_http(),
+        client: upstream.build({
+            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            // Small requests and answers: do not let Nagle hold them back.
+            connector.set_nodelay(true);
+            connector
+        }),
         version_header,
         root: root.0.display().to_string(),
     });
