@@ -434,3 +434,66 @@ fn hostile_clients_get_errors_and_the_proxy_keeps_serving() {
     let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
     assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
 }
+
+#[test]
+fn an_upgrade_is_passed_through_as_a_tunnel() {
+    // A stand-in release that accepts an Upgrade and then echoes bytes back, uppercased.
+    let site = Site::new();
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream_port = upstream.local_addr().unwrap().port();
+    write(
+        site.root(),
+        "current",
+        &format!(
+            r#"{{"service":"edge-svc","version":"ws","port":{upstream_port},"pid":1,"start_time":0,"promoted_at":0}}"#
+        ),
+    );
+    let proxy = Proxy::start(&site, &[]);
+    let release = std::thread::spawn(move || {
+        let (mut stream, _) = upstream.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line.to_lowercase());
+        }
+        stream
+            .write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
+            )
+            .unwrap();
+        let mut buf = [0u8; 5];
+        reader.read_exact(&mut buf).unwrap();
+        stream.write_all(&buf.to_ascii_uppercase()).unwrap();
+        head
+    });
+    let mut conn = Conn::open(proxy.port).unwrap();
+    write!(
+        conn.reader.get_mut(),
+        "GET /tunnel HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"
+    )
+    .unwrap();
+    let mut status = String::new();
+    conn.reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 101"), "{status}");
+    loop {
+        let mut line = String::new();
+        conn.reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    conn.reader.get_mut().write_all(b"hello").unwrap();
+    let mut echoed = [0u8; 5];
+    conn.reader.read_exact(&mut echoed).unwrap();
+    assert_eq!(&echoed, b"HELLO");
+    let head = release.join().unwrap();
+    assert!(
+        head.contains("upgrade: echo\r\n") && head.contains("connection: upgrade\r\n"),
+        "{head}"
+    );
+}
