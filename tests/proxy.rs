@@ -134,6 +134,34 @@ impl Conn {
     }
 }
 
+/// A listener standing in for a release, named live in `current` (pid 1 is never signalled:
+/// nothing deploys over it).
+fn stand_in_release(site: &Site, version: &str) -> std::net::TcpListener {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    write(
+        site.root(),
+        "current",
+        &format!(
+            r#"{{"service":"edge-svc","version":"{version}","port":{port},"pid":1,"start_time":0,"promoted_at":0}}"#
+        ),
+    );
+    upstream
+}
+
+/// Reads a request head up to its blank line, lowercased.
+fn read_head(reader: &mut impl BufRead) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            return head;
+        }
+        head.push_str(&line.to_lowercase());
+    }
+}
+
 #[test]
 fn no_live_release_is_a_503_with_a_reason() {
     let site = Site::new();
@@ -173,28 +201,12 @@ fn forwards_with_proxy_headers_and_names_the_version_when_asked() {
 fn headers_reach_the_release() {
     // The sample service does not echo headers, so stand a tiny listener in for the release.
     let site = Site::new();
-    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let upstream_port = upstream.local_addr().unwrap().port();
-    write(
-        site.root(),
-        "current",
-        &format!(
-            r#"{{"service":"edge-svc","version":"echo","port":{upstream_port},"pid":1,"start_time":0,"promoted_at":0}}"#
-        ),
-    );
+    let upstream = stand_in_release(&site, "echo");
     let proxy = Proxy::start(&site, &[]);
     let seen = std::thread::spawn(move || {
         let (mut stream, _) = upstream.accept().unwrap();
         let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            head.push_str(&line);
-        }
+        let head = read_head(&mut reader);
         stream
             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
             .unwrap();
@@ -208,7 +220,7 @@ fn headers_reach_the_release() {
         )
         .unwrap();
     assert_eq!(answer.status, 200);
-    let head = seen.join().unwrap().to_lowercase();
+    let head = seen.join().unwrap();
     assert!(head.starts_with("get /path?q=1 http/1.1\r\n"), "{head}");
     assert!(head.contains("host: app.example\r\n"), "{head}");
     assert!(
@@ -439,28 +451,12 @@ fn hostile_clients_get_errors_and_the_proxy_keeps_serving() {
 fn an_upgrade_is_passed_through_as_a_tunnel() {
     // A stand-in release that accepts an Upgrade and then echoes bytes back, uppercased.
     let site = Site::new();
-    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let upstream_port = upstream.local_addr().unwrap().port();
-    write(
-        site.root(),
-        "current",
-        &format!(
-            r#"{{"service":"edge-svc","version":"ws","port":{upstream_port},"pid":1,"start_time":0,"promoted_at":0}}"#
-        ),
-    );
+    let upstream = stand_in_release(&site, "ws");
     let proxy = Proxy::start(&site, &[]);
     let release = std::thread::spawn(move || {
         let (mut stream, _) = upstream.accept().unwrap();
         let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            head.push_str(&line.to_lowercase());
-        }
+        let head = read_head(&mut reader);
         stream
             .write_all(
                 b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
@@ -477,16 +473,8 @@ fn an_upgrade_is_passed_through_as_a_tunnel() {
         "GET /tunnel HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"
     )
     .unwrap();
-    let mut status = String::new();
-    conn.reader.read_line(&mut status).unwrap();
-    assert!(status.starts_with("HTTP/1.1 101"), "{status}");
-    loop {
-        let mut line = String::new();
-        conn.reader.read_line(&mut line).unwrap();
-        if line == "\r\n" {
-            break;
-        }
-    }
+    let answer = read_head(&mut conn.reader);
+    assert!(answer.starts_with("http/1.1 101"), "{answer}");
     conn.reader.get_mut().write_all(b"hello").unwrap();
     let mut echoed = [0u8; 5];
     conn.reader.read_exact(&mut echoed).unwrap();
