@@ -561,3 +561,53 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
     );
     assert!(wait_for(5, || !alive(orphan.id() as i32)));
 }
+
+#[test]
+fn a_terminal_sees_a_live_progress_line_and_a_pipe_does_not() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 400");
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let command = format!(
+        "'{}' deploy edge-svc {} v2 --root '{}'",
+        bin.display(),
+        free_port(),
+        site.root().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("v2: 0."), "{screen}");
+    assert!(screen.contains(" s / 1.5 s, "), "{screen}");
+    assert!(screen.contains("probes, last: HTTP 503"), "{screen}");
+    assert!(screen.contains("rollgate: promoted"), "{screen}");
+    // Through a pipe (the other deploys in these tests), only the outcome line.
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(stderr(&out), "rollgate: promoted\n");
+}
+
+#[test]
+fn status_as_a_table() {
+    let site = Site::new();
+    first_release(&site);
+    let out = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let table = stdout(&out);
+    assert!(table.contains("edge-svc v1"), "{table}");
+    assert!(table.contains("yes (readyz: HTTP 200)"), "{table}");
+    assert!(table.contains("Last outcomes"), "{table}");
+    assert!(table.contains("promoted"), "{table}");
+    let empty = tempfile::tempdir().unwrap();
+    let out = rollgate()
+        .args(["status", "--root"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("(nothing promoted yet)"));
+}

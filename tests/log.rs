@@ -347,3 +347,35 @@ fn since_until_and_version_filters() {
         "{\"releases\":1,\"promoted\":0,\"rolled_back\":1,\"reasons\":[{\"version\":\"v2\",\"reason\":\"not ready after 3000 ms\"}],\"live\":null}\n"
     );
 }
+
+#[test]
+fn summary_as_a_table_and_as_csv() {
+    let out = rollgate()
+        .args(["log", "summary", "--format", "table"])
+        .arg(fixture("gated.log"))
+        .output()
+        .unwrap();
+    let table = stdout(&out);
+    assert!(table.contains("v3: not ready after 1500 ms"), "{table}");
+    assert!(
+        table.contains("v4: candidate exited with exit status: 78 before ready"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("live") && l.contains("v2")),
+        "{table}"
+    );
+    let out = rollgate()
+        .args(["log", "summary", "--format", "csv"])
+        .arg(fixture("gated.log"))
+        .arg(fixture("ungated.log"))
+        .output()
+        .unwrap();
+    let csv = stdout(&out);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "log,releases,promoted,rolled_back,live");
+    assert!(lines[1].ends_with("gated.log,3,1,2,v2"), "{csv}");
+    assert!(lines[2].ends_with("ungated.log,3,3,0,v4"), "{csv}");
+}

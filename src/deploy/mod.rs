@@ -2,26 +2,29 @@
 //! refused before anything starts, start the candidate beside the live release, gate it on
 //! `/readyz` until the deadline, then switch `current` with one rename or roll back.
 
+mod escalation;
 mod journal;
 mod lock;
 mod plan;
 mod probe;
 mod process;
+mod progress;
+mod recover;
 pub mod state;
 mod status;
 
 use std::collections::VecDeque;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::policy::{self, EvalOptions, OnStall};
+use crate::policy::{self, EvalOptions};
 use plan::{Action, Event, Probe, Settings, Verdict};
-use process::{Identity, Stopped};
+use process::Identity;
 use state::{Candidate, Pointer, Root, Stage};
 
+pub use escalation::finish_escalated;
 pub use status::status;
 
 /// A probe gets at most this long, and never beyond the deadline.
@@ -139,7 +142,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
 
     runtime()?.block_on(async {
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
-        recover(&root).await?;
+        recover::recover(&root).await?;
         let live = root.read_pointer().map_err(refused)?;
         if let Some(live) = &live {
             if live.port == request.port {
@@ -347,7 +350,7 @@ async fn run_gate(
         probes: 0,
         recent: VecDeque::new(),
     };
-    let progress = Progress::new(&request.version, settings.deadline);
+    let progress = progress::Progress::new(&request.version, settings.deadline);
     loop {
         let event = tokio::select! {
             biased;
@@ -516,158 +519,6 @@ fn log(
     })
 }
 
-/// A candidate left behind by a deployer that died (we hold the lock, so it is dead): if the
-/// switch had happened, record the promotion and stop the old release; otherwise stop the
-/// candidate and record the rollback. An escalated candidate waits for a person instead.
-async fn recover(root: &Root) -> Result<(), DeployError> {
-    let Some(left) = root.read_candidate().map_err(refused)? else {
-        return Ok(());
-    };
-    if left.stage == Stage::Escalated {
-        return Err(refused(format!(
-            "candidate {} of {} is escalated and waiting for a person: run `rollgate promote {svc} --root {root}` or `rollgate abort {svc} --root {root}` first",
-            left.version,
-            left.service,
-            svc = left.service,
-            root = root.0.display()
-        )));
-    }
-    let grace = Duration::from_millis(left.grace_ms);
-    let pointer = root.read_pointer().map_err(refused)?;
-    let switched = pointer
-        .as_ref()
-        .is_some_and(|p| p.version == left.version && Some(p.pid) == left.pid);
-    if switched {
-        let old = stop_previous(left.previous.as_ref(), grace).await;
-        log(
-            root,
-            &left,
-            "promoted",
-            format!(
-                "switched before deployer pid {} died; recorded by the next deploy; {old}",
-                left.deployer_pid
-            ),
-            None,
-        )?;
-        return root
-            .clear_candidate()
-            .map_err(|e| DeployError::Failed(e.to_string()));
-    }
-    let mut found: Vec<Identity> = left.identity().into_iter().collect();
-    if found.is_empty() {
-        found = process::find_by_token(&left.token);
-    }
-    let mut outcome = Vec::new();
-    for who in &found {
-        outcome.push(format!(
-            "pid {} {}",
-            who.pid,
-            process::stop_group(*who, grace).await
-        ));
-    }
-    if outcome.is_empty() {
-        outcome.push(Stopped::AlreadyGone.to_string());
-    }
-    log(
-        root,
-        &left,
-        "rolled_back",
-        format!(
-            "abandoned: deployer pid {} died before an outcome; candidate {}; stopped by the next deploy",
-            left.deployer_pid,
-            outcome.join(", ")
-        ),
-        None,
-    )?;
-    root.clear_candidate()
-        .map_err(|e| DeployError::Failed(e.to_string()))
-}
-
-/// `rollgate promote` / `rollgate abort`: finish an escalated deploy by hand.
-pub fn finish_escalated(
-    service: &str,
-    root: PathBuf,
-    promote: bool,
-) -> Result<Outcome, DeployError> {
-    plan::check_name("service", service).map_err(refused)?;
-    let root = Root::new(root);
-    runtime()?.block_on(async {
-        let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
-        let candidate = match root.read_candidate().map_err(refused)? {
-            Some(c) if c.stage == Stage::Escalated && c.service == service => c,
-            Some(c) if c.stage == Stage::Escalated => {
-                return Err(refused(format!(
-                    "the escalated candidate under {} is for service {}, not {service}",
-                    root.0.display(),
-                    c.service
-                )))
-            }
-            _ => {
-                return Err(refused(format!(
-                    "no escalated deploy of {service} waits under {}",
-                    root.0.display()
-                )))
-            }
-        };
-        let live = root.read_pointer().map_err(refused)?;
-        let grace = Duration::from_millis(candidate.grace_ms);
-        let Some(identity) = candidate.identity().filter(Identity::is_running) else {
-            roll_back(
-                &root,
-                &candidate,
-                candidate.identity().unwrap_or(Identity {
-                    pid: 0,
-                    start_time: 0,
-                }),
-                None,
-                live.as_ref(),
-                grace,
-                "candidate exited while escalated".into(),
-                "found by a person".into(),
-                Duration::ZERO,
-            )
-            .await?;
-            return Ok(Outcome::RolledBack);
-        };
-        let elapsed = Duration::from_secs_f64((journal::now() - candidate.started_at).max(0.0));
-        if promote {
-            let settings = Settings {
-                deadline: Duration::ZERO,
-                poll: Duration::ZERO,
-                on_stall: OnStall::Escalate,
-                grace,
-                drain: Duration::from_millis(candidate.drain_ms),
-                deadline_source: "escalation",
-            };
-            let answer = probe::readyz(candidate.port, PROBE_TIMEOUT).await;
-            switch(
-                &root,
-                &candidate,
-                identity,
-                live,
-                &settings,
-                format!("promoted by hand after escalation (readyz: {answer})"),
-                elapsed,
-            )
-            .await
-        } else {
-            roll_back(
-                &root,
-                &candidate,
-                identity,
-                None,
-                live.as_ref(),
-                grace,
-                "aborted by hand after escalation".into(),
-                "decided by a person".into(),
-                elapsed,
-            )
-            .await?;
-            Ok(Outcome::Aborted)
-        }
-    })
-}
-
 /// Stops a release process group by pid and start time, waiting up to the default grace
 /// (for the demo, which leaves nothing running).
 pub fn stop_release(pid: i32, start_time: u64) {
@@ -676,40 +527,5 @@ pub fn stop_release(pid: i32, start_time: u64) {
             Identity { pid, start_time },
             plan::DEFAULT_GRACE,
         ));
-    }
-}
-
-/// A live line on a terminal: elapsed / deadline, probes, last answer. Silent otherwise.
-struct Progress {
-    enabled: bool,
-    version: String,
-    deadline: Duration,
-}
-
-impl Progress {
-    fn new(version: &str, deadline: Duration) -> Self {
-        Progress {
-            enabled: std::io::stderr().is_terminal(),
-            version: version.to_string(),
-            deadline,
-        }
-    }
-
-    fn show(&self, elapsed: Duration, probes: u32, last: Option<&Probe>) {
-        if self.enabled {
-            let last = last.map_or("-".to_string(), Probe::to_string);
-            eprint!(
-                "\r\x1b[2K{}: {:.1} s / {:.1} s, {probes} probes, last: {last}",
-                self.version,
-                elapsed.as_secs_f64(),
-                self.deadline.as_secs_f64()
-            );
-        }
-    }
-
-    fn finish(&self) {
-        if self.enabled {
-            eprintln!();
-        }
     }
 }

@@ -1,0 +1,99 @@
+//! `rollgate promote` and `rollgate abort`: a person finishes an escalated deploy through the
+//! same switch and rollback code a deploy uses.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::policy::OnStall;
+
+use super::plan::{self, Settings};
+use super::process::Identity;
+use super::state::{Root, Stage};
+use super::{
+    journal, lock, probe, refused, roll_back, runtime, switch, DeployError, Outcome, PROBE_TIMEOUT,
+};
+
+/// `rollgate promote` / `rollgate abort`: finish an escalated deploy by hand.
+pub fn finish_escalated(
+    service: &str,
+    root: PathBuf,
+    promote: bool,
+) -> Result<Outcome, DeployError> {
+    plan::check_name("service", service).map_err(refused)?;
+    let root = Root::new(root);
+    runtime()?.block_on(async {
+        let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
+        let candidate = match root.read_candidate().map_err(refused)? {
+            Some(c) if c.stage == Stage::Escalated && c.service == service => c,
+            Some(c) if c.stage == Stage::Escalated => {
+                return Err(refused(format!(
+                    "the escalated candidate under {} is for service {}, not {service}",
+                    root.0.display(),
+                    c.service
+                )))
+            }
+            _ => {
+                return Err(refused(format!(
+                    "no escalated deploy of {service} waits under {}",
+                    root.0.display()
+                )))
+            }
+        };
+        let live = root.read_pointer().map_err(refused)?;
+        let grace = Duration::from_millis(candidate.grace_ms);
+        let Some(identity) = candidate.identity().filter(Identity::is_running) else {
+            roll_back(
+                &root,
+                &candidate,
+                candidate.identity().unwrap_or(Identity {
+                    pid: 0,
+                    start_time: 0,
+                }),
+                None,
+                live.as_ref(),
+                grace,
+                "candidate exited while escalated".into(),
+                "found by a person".into(),
+                Duration::ZERO,
+            )
+            .await?;
+            return Ok(Outcome::RolledBack);
+        };
+        let elapsed = Duration::from_secs_f64((journal::now() - candidate.started_at).max(0.0));
+        if promote {
+            let settings = Settings {
+                deadline: Duration::ZERO,
+                poll: Duration::ZERO,
+                on_stall: OnStall::Escalate,
+                grace,
+                drain: Duration::from_millis(candidate.drain_ms),
+                deadline_source: "escalation",
+            };
+            let answer = probe::readyz(candidate.port, PROBE_TIMEOUT).await;
+            switch(
+                &root,
+                &candidate,
+                identity,
+                live,
+                &settings,
+                format!("promoted by hand after escalation (readyz: {answer})"),
+                elapsed,
+            )
+            .await
+        } else {
+            roll_back(
+                &root,
+                &candidate,
+                identity,
+                None,
+                live.as_ref(),
+                grace,
+                "aborted by hand after escalation".into(),
+                "decided by a person".into(),
+                elapsed,
+            )
+            .await?;
+            Ok(Outcome::Aborted)
+        }
+    })
+}
