@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
 
-use output::{figures_table, Display, Format};
+use output::{csv_field, figures_table, Display, Format};
 use read::{read_with, Log, ReadOptions, Sink};
 use time::{format_duration, format_time};
 
@@ -239,7 +239,10 @@ pub fn summary(
                     ("promoted".into(), s.promoted.to_string()),
                     ("rolled back".into(), s.rolled_back.to_string()),
                     ("reasons".into(), reasons.join("\n")),
-                    ("live".into(), s.live.unwrap_or_else(|| "(none)".into())),
+                    (
+                        "live".into(),
+                        s.live.clone().unwrap_or_else(|| "(none)".into()),
+                    ),
                 ];
                 if format == Format::Table {
                     out.push_str(&figures_table(&rows));
@@ -247,20 +250,13 @@ pub fn summary(
                     if out.is_empty() {
                         out.push_str("log,releases,promoted,rolled_back,live\n");
                     }
-                    let field = |t: &str| {
-                        if t.contains([',', '"', '\n']) {
-                            format!("\"{}\"", t.replace('"', "\"\""))
-                        } else {
-                            t.to_string()
-                        }
-                    };
                     out.push_str(&format!(
                         "{},{},{},{},{}\n",
-                        field(&rows[0].1),
-                        rows[1].1,
-                        rows[2].1,
-                        rows[3].1,
-                        field(&rows[5].1)
+                        csv_field(&rows[0].1),
+                        s.releases,
+                        s.promoted,
+                        s.rolled_back,
+                        csv_field(s.live.as_deref().unwrap_or("")),
                     ));
                 }
             }
@@ -305,7 +301,7 @@ pub fn live_at(
         ),
         Format::Csv => format!(
             "at,live,since,until\n{at},{},{},{}\n",
-            version.clone().unwrap_or_default(),
+            csv_field(version.as_deref().unwrap_or_default()),
             since.map(|s| s.to_string()).unwrap_or_default(),
             until.map(|u| u.to_string()).unwrap_or_default()
         ),
@@ -388,7 +384,7 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
         Format::Csv => {
             let mut out = String::from("figure,value\n");
             for (name, value) in &rows {
-                out.push_str(&format!("{name},\"{}\"\n", value.replace('"', "\"\"")));
+                out.push_str(&format!("{},{}\n", csv_field(name), csv_field(value)));
             }
             out
         }

@@ -68,7 +68,8 @@ fn json_value(value: &AnyValue) -> serde_json::Value {
     }
 }
 
-fn csv_field(text: &str) -> String {
+/// One CSV field, quoted only when it has to be (RFC 4180).
+pub fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
