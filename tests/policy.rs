@@ -697,3 +697,39 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     let out = export(&path, &[]);
     assert!(!stderr(&out).contains('\u{1b}'));
 }
+
+#[test]
+fn a_runaway_file_in_a_batch_is_named_and_the_others_still_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        write(dir.path(), "a.ncl", &policy_with("poll_ms", "100")),
+        write(
+            dir.path(),
+            "forever.ncl",
+            "let rec f = fun x => f (x + 1) in f 0\n",
+        ),
+        write(dir.path(), "b.ncl", &policy_with("poll_ms", "200")),
+    ];
+    let started = std::time::Instant::now();
+    let out = rollgate()
+        .args(["policy", "check", "--timeout-ms", "1500"])
+        .args(&files)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text.contains("a.ncl: ok\n") && text.contains("b.ncl: ok\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("forever.ncl: error: evaluation did not finish within 1500 ms"),
+        "{text}"
+    );
+    // One limit for the batch, one for the file alone: not one per file in the batch.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -266,9 +266,9 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
             )
         })
         .collect();
-    // The batch gets the time of one check per file; a runaway file is then found by the
-    // one-by-one pass, which names it.
-    let budget = opts.timeout.saturating_mul(count.max(1) as u32);
+    // The batch gets the time limit of one file: a batch that overruns it (a runaway file) is
+    // abandoned, and the one-by-one pass names the file, each with its own limit.
+    let budget = opts.timeout;
     let outcome = isolated(Path::new("<batch>"), budget, move || {
         let mut results: Vec<Option<Result<(), ()>>> = vec![None; count];
         loop {
