@@ -523,7 +523,7 @@ fn bad_input_is_refused_cleanly() {
     write(
         d,
         "nested.ncl",
-        &format!("{}{}", "[".repeat(200_000), "]".repeat(200_000)),
+        &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
     );
     write(d, "forever.ncl", "let rec f = fun x => f (x + 1) in f 0\n");
     let big = std::fs::File::create(d.join("big.ncl")).unwrap();
@@ -557,8 +557,15 @@ fn bad_input_is_refused_cleanly() {
     for (name, expected) in cases {
         let mut cmd = rollgate();
         cmd.current_dir(d).args(["policy", "export"]);
-        if name == "forever.ncl" {
-            cmd.args(["--timeout-ms", "1500"]);
+        match name {
+            "forever.ncl" => {
+                cmd.args(["--timeout-ms", "1500"]);
+            }
+            // Crashing takes a while in a debug build on a busy machine: not a time-out.
+            "nested.ncl" => {
+                cmd.args(["--timeout-ms", "120000"]);
+            }
+            _ => {}
         }
         if !name.is_empty() {
             cmd.arg(name);

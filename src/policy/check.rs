@@ -25,8 +25,9 @@ pub fn check_files(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Outcome> {
         .collect();
     let pending: Vec<usize> = (0..paths.len()).filter(|i| results[*i].is_none()).collect();
     let batch_paths: Vec<PathBuf> = pending.iter().map(|i| paths[*i].clone()).collect();
-    let batch = if batch_paths.is_empty() {
-        Vec::new()
+    // One file gains nothing from a shared program: it is evaluated as `export` would.
+    let batch = if batch_paths.len() < 2 {
+        vec![None; batch_paths.len()]
     } else {
         evaluate_batch(&batch_paths, opts)
     };
