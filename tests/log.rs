@@ -6,6 +6,11 @@ use common::*;
 const GATED: &str = r#"{"releases":3,"promoted":1,"rolled_back":2,"reasons":[{"version":"v3","reason":"not ready after 1500 ms"},{"version":"v4","reason":"candidate exited with exit status: 78 before ready"}],"live":"v2"}"#;
 const UNGATED: &str = r#"{"releases":3,"promoted":3,"rolled_back":0,"reasons":[],"live":"v4"}"#;
 
+/// `rollgate log ARGS... FILE`.
+fn run_log(args: &[&str], file: &std::path::Path) -> std::process::Output {
+    rollgate().arg("log").args(args).arg(file).output().unwrap()
+}
+
 fn fixture(name: &str) -> std::path::PathBuf {
     repo().join("fixtures").join(name)
 }
@@ -13,11 +18,7 @@ fn fixture(name: &str) -> std::path::PathBuf {
 #[test]
 fn fixtures_give_the_lessons_summaries() {
     for (name, expected) in [("gated.log", GATED), ("ungated.log", UNGATED)] {
-        let out = rollgate()
-            .args(["log", "summary"])
-            .arg(fixture(name))
-            .output()
-            .unwrap();
+        let out = run_log(&["summary"], &fixture(name));
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(stdout(&out), format!("{expected}\n"));
         assert!(out.stderr.is_empty());
@@ -76,11 +77,7 @@ fn a_messy_log_gets_the_lessons_query_semantics() {
         "{\"ts\":7,\"event\":\"promoted\",\"version\":\"v4\",\"det",
     );
     let path = write(dir.path(), "messy.log", text);
-    let out = rollgate()
-        .args(["log", "summary"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["summary"], &path);
     assert!(out.status.success());
     assert_eq!(
         stdout(&out),
@@ -96,11 +93,7 @@ fn a_messy_log_gets_the_lessons_query_semantics() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 
-    let out = rollgate()
-        .args(["log", "summary", "--strict"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["summary", "--strict"], &path);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert!(stderr(&out).contains("1 bad line (--strict refuses a log with any)"));
@@ -135,26 +128,14 @@ fn odd_files_are_answered_or_refused_clearly() {
             r#"{"releases":1,"promoted":1,"rolled_back":0,"reasons":[],"live":"7"}"#.to_string(),
         ),
     ] {
-        let out = rollgate()
-            .args(["log", "summary"])
-            .arg(path)
-            .output()
-            .unwrap();
+        let out = run_log(&["summary"], &path);
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(stdout(&out), format!("{expected}\n"), "{}", path.display());
     }
-    let out = rollgate()
-        .args(["log", "summary"])
-        .arg(dir.path().join("absent.log"))
-        .output()
-        .unwrap();
+    let out = run_log(&["summary"], &dir.path().join("absent.log"));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("absent.log: no such file"));
-    let out = rollgate()
-        .args(["log", "summary"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = run_log(&["summary"], &dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("is a directory"));
 }
@@ -176,11 +157,7 @@ const KNOWN: &str = r#"{"ts":1000,"event":"candidate_started","version":"v1","de
 fn history_rows_and_live_at() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "known.log", KNOWN);
-    let out = rollgate()
-        .args(["log", "history", "--format", "csv"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["history", "--format", "csv"], &path);
     assert!(out.status.success(), "{}", stderr(&out));
     let csv = stdout(&out);
     let lines: Vec<&str> = csv.lines().collect();
@@ -207,11 +184,7 @@ fn history_rows_and_live_at() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["live"].to_string(), live, "at {at}");
     }
-    let out = rollgate()
-        .args(["log", "history", "--at", "later"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["history", "--at", "later"], &path);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("is not a time"));
 }
@@ -220,11 +193,7 @@ fn history_rows_and_live_at() {
 fn stats_on_a_known_log() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "known.log", KNOWN);
-    let out = rollgate()
-        .args(["log", "stats", "--format", "json"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["stats", "--format", "json"], &path);
     assert!(out.status.success(), "{}", stderr(&out));
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["attempts"], 5);
@@ -247,11 +216,7 @@ fn stats_on_a_known_log() {
     let span = 90400.0 - 1000.0;
     assert!((s["promotions_per_day"].as_f64().unwrap() - 2.0 / (span / 86400.0)).abs() < 1e-9);
 
-    let out = rollgate()
-        .args(["log", "stats"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["stats"], &path);
     let table = stdout(&out);
     assert!(table.contains("candidate rejection rate"));
     assert!(table.contains("60.0 %"));
@@ -266,60 +231,50 @@ fn sql_over_the_log_and_attempts() {
         "known.log",
         &KNOWN.replace(r#""detail":"ready"}"#, r#""detail":"ready","port":8081}"#),
     );
-    let out = rollgate()
-        .args([
-            "log",
+    let out = run_log(
+        &[
             "query",
             "--format",
             "csv",
             "--sql",
             "SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY n DESC, event",
-        ])
-        .arg(&path)
-        .output()
-        .unwrap();
+        ],
+        &path,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
         "event,n\ncandidate_started,5\nrolled_back,4\npromoted,2\n"
     );
 
-    let out = rollgate()
-        .args([
-            "log",
+    let out = run_log(
+        &[
             "query",
             "--format",
             "json",
             "--sql",
             "SELECT version, port FROM log WHERE port IS NOT NULL ORDER BY ts",
-        ])
-        .arg(&path)
-        .output()
-        .unwrap();
+        ],
+        &path,
+    );
     assert_eq!(
         stdout(&out),
         "{\"version\":\"v1\",\"port\":8081}\n{\"version\":\"v4\",\"port\":8081}\n"
     );
 
-    let out = rollgate()
-        .args([
-            "log",
+    let out = run_log(
+        &[
             "query",
             "--format",
             "csv",
             "--sql",
             "SELECT version FROM attempts WHERE outcome = 'rolled_back' ORDER BY version",
-        ])
-        .arg(&path)
-        .output()
-        .unwrap();
+        ],
+        &path,
+    );
     assert_eq!(stdout(&out), "version\nv2\nv3\nv5\n");
 
-    let out = rollgate()
-        .args(["log", "query", "--sql", "SELEC nonsense"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["query", "--sql", "SELEC nonsense"], &path);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("error: query failed:"));
 }
@@ -328,20 +283,12 @@ fn sql_over_the_log_and_attempts() {
 fn since_until_and_version_filters() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "known.log", KNOWN);
-    let out = rollgate()
-        .args(["log", "summary", "--since", "2000", "--until", "5001"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["summary", "--since", "2000", "--until", "5001"], &path);
     assert_eq!(
         stdout(&out),
         "{\"releases\":4,\"promoted\":1,\"rolled_back\":3,\"reasons\":[{\"version\":\"v2\",\"reason\":\"not ready after 3000 ms\"},{\"version\":\"v3\",\"reason\":\"candidate exited with exit status: 78 before ready\"},{\"version\":\"v5\",\"reason\":\"not ready after 3000 ms\"}],\"live\":\"v4\"}\n"
     );
-    let out = rollgate()
-        .args(["log", "summary", "--version", "v2"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = run_log(&["summary", "--version", "v2"], &path);
     assert_eq!(
         stdout(&out),
         "{\"releases\":1,\"promoted\":0,\"rolled_back\":1,\"reasons\":[{\"version\":\"v2\",\"reason\":\"not ready after 3000 ms\"}],\"live\":null}\n"
@@ -350,11 +297,7 @@ fn since_until_and_version_filters() {
 
 #[test]
 fn summary_as_a_table_and_as_csv() {
-    let out = rollgate()
-        .args(["log", "summary", "--format", "table"])
-        .arg(fixture("gated.log"))
-        .output()
-        .unwrap();
+    let out = run_log(&["summary", "--format", "table"], &fixture("gated.log"));
     let table = stdout(&out);
     assert!(table.contains("v3: not ready after 1500 ms"), "{table}");
     assert!(
