@@ -52,114 +52,198 @@ pub fn run(options: Options) -> Result<(), String> {
                 .map_err(|_| format!("`{name}` is not a valid header name"))
         })
         .transpose()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(serve(options, version_header))
-}
-
-async fn serve(options: Options, version_header: Option<HeaderName>) -> Result<(), String> {
     let root = Root::new(options.root.clone());
     if !root.0.is_dir() {
         return Err(format!("root {} is not a folder", root.0.display()));
     }
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
-    let drain_socket = drain::listen(&root.0).await?;
-
+    // One single-threaded runtime per core, each with its own listener on the same port
+    // (SO_REUSEPORT: the kernel spreads connections) and its own upstream pool: a request
+    // never crosses threads. Only the routing table is shared.
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 16);
+    let listeners = reuseport_listeners(options.listen, cores)?;
+    let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
     let routes = Arc::new(Routes::default());
     watch::refresh(&root, &routes);
-    let reread = Arc::new(Notify::new());
-    tokio::spawn(watch::follow(root.clone(), routes.clone(), reread.clone()));
-    tokio::spawn(drain::serve(
-        drain_socket,
-        root.clone(),
-        routes.clone(),
-        reread,
-    ));
-
-    let mut upstream = Client::builder(TokioExecutor::new());
-    upstream
-        .pool_idle_timeout(options.upstream_idle)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new());
-    let shared = Arc::new(Shared {
-        routes: routes.clone(),
-        client: upstream.build({
-            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            // Small requests and answers: do not let Nagle hold them back.
-            connector.set_nodelay(true);
-            connector
-        }),
-        version_header,
-        root: root.0.display().to_string(),
-    });
-    eprintln!(
-        "rollgate proxy: listening on {} for {} ({})",
-        listener.local_addr().map_or(options.listen, |a| a),
-        root.0.display(),
-        match routes.current() {
-            Some(t) => format!("live: {} on port {}", t.version, t.port),
-            None => "nothing live yet".into(),
-        }
-    );
-
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("semaphore open"),
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(_) => continue,
-            },
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let mut stop = stop_rx.clone();
-        let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(options.header_read_timeout)
-            .max_buf_size(options.max_header_bytes.max(8192))
-            .keep_alive(true);
-        connections.spawn(async move {
-            let _permit = permit;
-            let service = service_fn(move |request| forward::handle(request, peer, shared.clone()));
-            let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = stop.changed() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
+    let core = |listener: std::net::TcpListener| Core {
+        listener,
+        shared: Arc::new(Shared {
+            routes: routes.clone(),
+            client: upstream_client(&options),
+            version_header: version_header.clone(),
+            root: root.0.display().to_string(),
+        }),
+        slots: slots.clone(),
+        stop: stop_rx.clone(),
+        options: options.clone(),
+    };
+    let mut listeners = listeners.into_iter();
+    let first = core(listeners.next().expect("at least one core"));
+    let others: Vec<Core> = listeners.map(core).collect();
+
+    let result = std::thread::scope(|scope| {
+        for other in others {
+            scope.spawn(move || match current_thread() {
+                Ok(runtime) => runtime.block_on(other.serve()),
+                Err(e) => eprintln!("rollgate proxy: a core did not start: {e}"),
+            });
+        }
+        let runtime = current_thread()?;
+        runtime.block_on(async {
+            let drain_socket = drain::listen(&root.0).await?;
+            let reread = Arc::new(Notify::new());
+            tokio::spawn(watch::follow(root.clone(), routes.clone(), reread.clone()));
+            tokio::spawn(drain::serve(
+                drain_socket,
+                root.clone(),
+                routes.clone(),
+                reread,
+            ));
+            let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+            let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+            eprintln!(
+                "rollgate proxy: listening on {listen} for {} ({}; {cores} core(s))",
+                root.0.display(),
+                match routes.current() {
+                    Some(t) => format!("live: {} on port {}", t.version, t.port),
+                    None => "nothing live yet".into(),
                 }
-            }
-        });
-        // Reap finished connection tasks as we go.
-        while connections.try_join_next().is_some() {}
-    }
-    eprintln!(
-        "rollgate proxy: stopping; finishing {} connection(s)",
-        connections.len()
-    );
-    drop(listener);
-    let _ = stop_tx.send(true);
-    while connections.join_next().await.is_some() {}
+            );
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = sigterm.recv() => {}
+                    _ = sigint.recv() => {}
+                }
+                eprintln!("rollgate proxy: stopping; finishing in-flight requests");
+                let _ = stop_tx.send(true);
+            });
+            first.serve().await;
+            Ok::<(), String>(())
+        })
+    });
     let _ = std::fs::remove_file(drain::socket_path(&root.0));
+    result?;
     eprintln!("rollgate proxy: stopped");
     Ok(())
+}
+
+fn current_thread() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+fn upstream_client(options: &Options) -> forward::Upstream {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    // Small requests and answers: do not let Nagle hold them back.
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(options.upstream_idle)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// `count` listening sockets on the same address (the first one's port, if it asked for 0).
+fn reuseport_listeners(
+    listen: SocketAddr,
+    count: usize,
+) -> Result<Vec<std::net::TcpListener>, String> {
+    use nix::sys::socket::{
+        bind, listen as listen_on, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag,
+        SockType, SockaddrStorage,
+    };
+    let mut address = listen;
+    let mut listeners = Vec::with_capacity(count);
+    for _ in 0..count {
+        let family = if address.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        let fail = |what: &str, e: nix::Error| format!("cannot listen on {address}: {what}: {e}");
+        let fd = socket(
+            family,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .map_err(|e| fail("socket", e))?;
+        setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| fail("SO_REUSEADDR", e))?;
+        setsockopt(&fd, sockopt::ReusePort, &true).map_err(|e| fail("SO_REUSEPORT", e))?;
+        use std::os::fd::AsRawFd;
+        bind(fd.as_raw_fd(), &SockaddrStorage::from(address)).map_err(|e| fail("bind", e))?;
+        listen_on(&fd, Backlog::new(1024).unwrap_or(Backlog::MAXCONN))
+            .map_err(|e| fail("listen", e))?;
+        let listener = std::net::TcpListener::from(fd);
+        address = listener.local_addr().map_err(|e| e.to_string())?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// One core's share of the work: its listener, its upstream pool, and the shared limits.
+struct Core {
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    options: Options,
+}
+
+impl Core {
+    /// Accepts and serves until told to stop, then finishes its connections' requests.
+    async fn serve(self) {
+        let Ok(listener) = TcpListener::from_std(self.listener) else {
+            return;
+        };
+        let mut stop = self.stop.clone();
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let permit = tokio::select! {
+                permit = self.slots.clone().acquire_owned() => permit.expect("semaphore open"),
+                _ = stop.changed() => break,
+            };
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(pair) => pair,
+                    Err(_) => continue,
+                },
+                _ = stop.changed() => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let shared = self.shared.clone();
+            let mut stop = self.stop.clone();
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(self.options.header_read_timeout)
+                .max_buf_size(self.options.max_header_bytes.max(8192))
+                .keep_alive(true);
+            connections.spawn(async move {
+                let _permit = permit;
+                let service =
+                    service_fn(move |request| forward::handle(request, peer, shared.clone()));
+                let connection = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                tokio::pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    _ = stop.changed() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.await;
+                    }
+                }
+            });
+            // Reap finished connection tasks as we go.
+            while connections.try_join_next().is_some() {}
+        }
+        drop(listener);
+        while connections.join_next().await.is_some() {}
+    }
 }
