@@ -102,14 +102,16 @@ fn io_reason(e: &std::io::Error) -> String {
 
 /// The folders imports are looked up in after the importing file's own folder:
 /// `--import-path`, then `NICKEL_IMPORT_PATH` (colon-separated, as Nickel's CLI reads it), then
-/// the bundled contracts.
-pub fn import_paths(opts: &EvalOptions) -> Result<Vec<PathBuf>, PolicyError> {
+/// the bundled contracts; and the bundled contract itself, which data files are checked with.
+fn import_paths(opts: &EvalOptions) -> Result<(Vec<PathBuf>, PathBuf), PolicyError> {
     let mut paths = opts.import_paths.clone();
     if let Some(env) = std::env::var_os("NICKEL_IMPORT_PATH") {
         paths.extend(std::env::split_paths(&env).filter(|p| !p.as_os_str().is_empty()));
     }
-    paths.push(bundled_dir()?);
-    Ok(paths)
+    let bundled = bundled_dir()?;
+    let contract = bundled.join(CONTRACT_FILE);
+    paths.push(bundled);
+    Ok((paths, contract))
 }
 
 fn bundled_dir() -> Result<PathBuf, PolicyError> {
@@ -190,8 +192,7 @@ pub fn evaluate(
     opts: &EvalOptions,
 ) -> Result<Evaluated, PolicyError> {
     check_input(path, opts)?;
-    let imports = import_paths(opts)?;
-    let contract = imports.last().expect("bundled dir").join(CONTRACT_FILE);
+    let (imports, contract) = import_paths(opts)?;
     let owned = path.to_path_buf();
     let color = opts.color;
     isolated(path, opts.timeout, move || {
@@ -218,7 +219,7 @@ pub fn evaluate_applied(
     opts: &EvalOptions,
 ) -> Result<serde_json::Value, PolicyError> {
     check_input(function, opts)?;
-    let imports = import_paths(opts)?;
+    let (imports, _) = import_paths(opts)?;
     let scratch = tempfile::tempdir()
         .map_err(|e| PolicyError::Bundle(format!("cannot make a scratch folder: {e}")))?;
     let argument_path = scratch.path().join("records.json");
@@ -253,10 +254,9 @@ pub fn evaluate_applied(
 /// else the field being evaluated.
 pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Result<(), ()>>> {
     let count = paths.len();
-    let Ok(imports) = import_paths(opts) else {
+    let Ok((imports, contract)) = import_paths(opts) else {
         return vec![None; count];
     };
-    let contract = imports.last().expect("bundled dir").join(CONTRACT_FILE);
     let inputs: Vec<(String, String)> = paths
         .iter()
         .map(|p| {
