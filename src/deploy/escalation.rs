@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::policy::OnStall;
-
-use super::plan::{self, Settings};
+use super::plan;
 use super::process::Identity;
 use super::state::{Root, Stage};
 use super::{
@@ -61,21 +59,12 @@ pub fn finish_escalated(
         };
         let elapsed = Duration::from_secs_f64((journal::now() - candidate.started_at).max(0.0));
         if promote {
-            let settings = Settings {
-                deadline: Duration::ZERO,
-                poll: Duration::ZERO,
-                on_stall: OnStall::Escalate,
-                grace,
-                drain: Duration::from_millis(candidate.drain_ms),
-                deadline_source: "escalation",
-            };
             let answer = probe::readyz(candidate.port, PROBE_TIMEOUT).await;
             switch(
                 &root,
                 &candidate,
                 identity,
                 live,
-                &settings,
                 format!("promoted by hand after escalation (readyz: {answer})"),
                 elapsed,
             )

@@ -263,7 +263,7 @@ async fn gate_and_finish(
                 gate.probes,
                 if gate.probes == 1 { "" } else { "s" }
             );
-            switch(root, &candidate, identity, live, settings, detail, elapsed).await
+            switch(root, &candidate, identity, live, detail, elapsed).await
         }
         Action::Escalate => {
             candidate.stage = Stage::Escalated;
@@ -385,13 +385,13 @@ async fn run_gate(
     }
 }
 
-/// The switch: the new pointer in one rename, then the old release stopped, then the log.
+/// The switch: the new pointer in one rename, then the old release drained (if a proxy serves
+/// the root) and stopped with the grace recorded for this deploy, then the log.
 async fn switch(
     root: &Root,
     candidate: &Candidate,
     identity: Identity,
     live: Option<Pointer>,
-    settings: &Settings,
     detail: String,
     elapsed: Duration,
 ) -> Result<Outcome, DeployError> {
@@ -413,12 +413,13 @@ async fn switch(
     // A proxy serving this root finishes the old release's requests before it is stopped.
     let drained = match &live {
         Some(old) => {
-            let answer = crate::proxy::drain::request(&root.0, old.port, settings.drain).await;
+            let drain = Duration::from_millis(candidate.drain_ms);
+            let answer = crate::proxy::drain::request(&root.0, old.port, drain).await;
             format!("{answer}; ")
         }
         None => String::new(),
     };
-    let old = stop_previous(live.as_ref(), settings.grace).await;
+    let old = stop_previous(live.as_ref(), Duration::from_millis(candidate.grace_ms)).await;
     log(
         root,
         candidate,
