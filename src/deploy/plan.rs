@@ -69,24 +69,23 @@ pub fn resolve(
         deadline,
         poll: policy.map_or(DEFAULT_POLL, |p| Duration::from_millis(p.poll_ms)),
         on_stall: policy.map_or(OnStall::Rollback, |p| p.on_stall),
-        grace: grace_arg
-            .map(Duration::from_millis)
-            .or_else(|| {
-                policy
-                    .and_then(|p| p.stop_grace_ms)
-                    .map(Duration::from_millis)
-            })
-            .unwrap_or(DEFAULT_GRACE),
-        drain: drain_arg
-            .map(Duration::from_millis)
-            .or_else(|| {
-                policy
-                    .and_then(|p| p.drain_timeout_ms)
-                    .map(Duration::from_millis)
-            })
-            .unwrap_or(DEFAULT_DRAIN),
+        grace: first_of(
+            grace_arg,
+            policy.and_then(|p| p.stop_grace_ms),
+            DEFAULT_GRACE,
+        ),
+        drain: first_of(
+            drain_arg,
+            policy.and_then(|p| p.drain_timeout_ms),
+            DEFAULT_DRAIN,
+        ),
         deadline_source,
     }
+}
+
+/// The command line's milliseconds, else the policy's, else the default.
+fn first_of(arg: Option<u64>, policy: Option<u64>, default: Duration) -> Duration {
+    arg.or(policy).map_or(default, Duration::from_millis)
 }
 
 /// What one readiness probe saw.

@@ -55,18 +55,22 @@ impl Selection {
         if self.is_empty() {
             return;
         }
-        let (ts, version) = (log.ts.clone(), log.version.clone());
-        log.retain(|i| {
-            let in_time = match ts[i] {
-                Some(t) => self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u),
-                None => self.since.is_none() && self.until.is_none(),
-            };
-            in_time
-                && self
-                    .version
-                    .as_ref()
-                    .is_none_or(|v| version[i].as_ref() == Some(v))
-        });
+        let picks: Vec<bool> = (0..log.len())
+            .map(|i| {
+                let in_time = match log.ts[i] {
+                    Some(t) => {
+                        self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u)
+                    }
+                    None => self.since.is_none() && self.until.is_none(),
+                };
+                in_time
+                    && self
+                        .version
+                        .as_ref()
+                        .is_none_or(|v| log.version[i].as_ref() == Some(v))
+            })
+            .collect();
+        log.keep(&picks);
     }
 }
 

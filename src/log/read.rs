@@ -42,9 +42,8 @@ impl Log {
         self.line.len()
     }
 
-    /// Keeps the records for which `keep(i)` holds, in order.
-    pub fn retain(&mut self, keep: impl Fn(usize) -> bool) {
-        let picks: Vec<bool> = (0..self.len()).map(keep).collect();
+    /// Keeps the records whose entry in `picks` is true, in order.
+    pub fn keep(&mut self, picks: &[bool]) {
         fn filter<T>(column: &mut Vec<T>, picks: &[bool]) {
             let mut i = 0;
             column.retain(|_| {
@@ -52,13 +51,13 @@ impl Log {
                 picks[i - 1]
             });
         }
-        filter(&mut self.line, &picks);
-        filter(&mut self.ts, &picks);
-        filter(&mut self.event, &picks);
-        filter(&mut self.version, &picks);
-        filter(&mut self.detail, &picks);
+        filter(&mut self.line, picks);
+        filter(&mut self.ts, picks);
+        filter(&mut self.event, picks);
+        filter(&mut self.version, picks);
+        filter(&mut self.detail, picks);
         for (_, column) in &mut self.extra {
-            filter(column, &picks);
+            filter(column, picks);
         }
     }
 
