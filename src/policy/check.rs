@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::diagnostic::Location;
-use super::eval::{check_input, evaluate, evaluate_batch, EvalOptions};
+use super::eval::{check_input, evaluate_batch, evaluate_checked, EvalOptions};
 use super::{Diagnostic, PolicyError};
 use nickel_lang_core::serialize::ExportFormat;
 
@@ -34,7 +34,7 @@ pub fn check_files(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Outcome> {
     for (index, verdict) in pending.into_iter().zip(batch) {
         results[index] = Some(match verdict {
             Some(Ok(())) => Ok(()),
-            _ => evaluate(&paths[index], ExportFormat::Json, opts).map(|_| ()),
+            _ => evaluate_checked(&paths[index], ExportFormat::Json, opts).map(|_| ()),
         });
     }
     paths
