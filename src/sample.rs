@@ -38,6 +38,12 @@ pub struct SampleArgs {
     /// Answer `GET /` only after this long (a slow request, for drain tests).
     #[arg(long, default_value_t = 0)]
     pub response_delay_ms: u64,
+    /// Spend this much CPU time on every `GET /`, as a real handler would (for benchmarks).
+    #[arg(long, default_value_t = 0)]
+    pub work_us: u64,
+    /// Serve on this many threads, each with its own listener on the port (SO_REUSEPORT).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
     /// Port to listen on (default: $PORT).
     #[arg(long)]
     pub port: Option<u16>,
@@ -68,13 +74,46 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     };
     let version = std::env::var("ROLLGATE_VERSION").unwrap_or_else(|_| "unknown".into());
-    let listener = match TcpListener::bind(("127.0.0.1", port)).await {
-        Ok(l) => l,
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let bound = if args.threads > 1 {
+        crate::proxy::reuseport_listeners(address, usize::from(args.threads))
+    } else {
+        std::net::TcpListener::bind(address)
+            .and_then(|l| l.set_nonblocking(true).map(|()| vec![l]))
+            .map_err(|e| format!("cannot listen on {address}: {e}"))
+    };
+    let mut listeners = match bound {
+        Ok(listeners) => listeners.into_iter(),
         Err(e) => {
-            eprintln!("sample-service: cannot listen on 127.0.0.1:{port}: {e}");
+            eprintln!("sample-service: {e}");
             return std::process::ExitCode::from(3);
         }
     };
+    let Some(Ok(listener)) = listeners.next().map(TcpListener::from_std) else {
+        eprintln!("sample-service: cannot use the listener on {address}");
+        return std::process::ExitCode::from(3);
+    };
+    // Extra threads only serve; this one also watches for SIGTERM and the exit timer, and the
+    // process ends when it returns.
+    for extra in listeners {
+        let (args, version) = (args.clone(), version.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(extra) else {
+                    return;
+                };
+                loop {
+                    if let Ok((stream, _)) = listener.accept().await {
+                        serve_connection(stream, &args, &version, started);
+                    }
+                }
+            });
+        });
+    }
     eprintln!("sample-service {version}: listening on 127.0.0.1:{port}");
     if args.readyz_status.is_none() && !args.hang_readyz {
         // For benchmarks: when /readyz starts answering 200, in Unix seconds.
@@ -93,12 +132,7 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let args = args.clone();
-                let version = version.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| answer(req, args.clone(), version.clone(), started));
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
+                serve_connection(stream, &args, &version, started);
             }
             _ = sigterm.recv() => {
                 if args.ignore_sigterm {
@@ -114,6 +148,21 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
             }
         }
     }
+}
+
+fn serve_connection(
+    stream: tokio::net::TcpStream,
+    args: &SampleArgs,
+    version: &str,
+    started: Instant,
+) {
+    let (args, version) = (args.clone(), version.to_string());
+    tokio::spawn(async move {
+        let service = service_fn(move |req| answer(req, args.clone(), version.clone(), started));
+        let _ = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    });
 }
 
 fn unix_now() -> f64 {
@@ -151,6 +200,12 @@ async fn answer(
             reply(status, format!("{}\n", status.as_u16()))
         }
         _ => {
+            if args.work_us > 0 {
+                let until = Instant::now() + Duration::from_micros(args.work_us);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
             if args.response_delay_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(args.response_delay_ms)).await;
             }

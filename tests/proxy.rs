@@ -485,3 +485,31 @@ fn an_upgrade_is_passed_through_as_a_tunnel() {
         "{head}"
     );
 }
+
+/// The knobs `bench/proxy_bench.sh` uses to stand in for a real application behind the proxy.
+#[test]
+fn the_sample_service_can_spend_cpu_per_request_on_several_threads() {
+    let site = Site::new();
+    site.release("busy", "--threads 3 --work-us 30000");
+    let port = free_port();
+    let out = site.deploy(port, "busy", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pid = site.live_pid().unwrap();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    assert!(threads >= 3, "{threads} thread(s)");
+    for _ in 0..4 {
+        let mut conn = Conn::open(port).unwrap();
+        let started = Instant::now();
+        let answer = conn.get("/", "").unwrap();
+        assert_eq!((answer.status, answer.body.as_str()), (200, "busy"));
+        assert!(started.elapsed() >= Duration::from_millis(30));
+    }
+
+    let refused = rollgate()
+        .args(["sample-service", "--threads", "0", "--port", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+}

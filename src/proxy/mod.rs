@@ -149,7 +149,7 @@ fn upstream_client(options: &Options) -> forward::Upstream {
 }
 
 /// `count` listening sockets on the same address (the first one's port, if it asked for 0).
-fn reuseport_listeners(
+pub(crate) fn reuseport_listeners(
     listen: SocketAddr,
     count: usize,
 ) -> Result<Vec<std::net::TcpListener>, String> {
