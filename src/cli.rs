@@ -154,6 +154,10 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// Largest request head accepted, in bytes (larger: 431).
         #[arg(long, value_name = "BYTES", default_value_t = 16_384)]
         max_header_bytes: usize,
+        /// Serving threads, each with its own listener and upstream pool. Default: one per
+        /// core. Fewer leave more CPU to the releases on a small host.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+        threads: Option<u16>,
     },
     /// Deploy four sample releases through the real deployer and show what the log says.
     #[command(after_help = "Examples:

@@ -62,6 +62,7 @@ fn main() -> ExitCode {
             max_connections,
             header_read_timeout_ms,
             max_header_bytes,
+            threads,
         } => answer(
             proxy::run(proxy::Options {
                 listen,
@@ -71,6 +72,7 @@ fn main() -> ExitCode {
                 header_read_timeout: Duration::from_millis(header_read_timeout_ms),
                 max_header_bytes,
                 upstream_idle: Duration::from_secs(30),
+                threads: threads.map(usize::from),
             })
             .map(|()| String::new()),
             |_| 1,

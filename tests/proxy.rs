@@ -513,3 +513,28 @@ fn the_sample_service_can_spend_cpu_per_request_on_several_threads() {
         .unwrap();
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
 }
+
+#[test]
+fn the_proxy_serves_on_as_many_threads_as_asked() {
+    let site = Site::new();
+    site.release("v1", "");
+    let port = free_port();
+    assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &["--threads", "3"]);
+    let threads = std::fs::read_dir(format!("/proc/{}/task", proxy.child.id()))
+        .unwrap()
+        .count();
+    assert!(threads >= 3, "{threads} thread(s)");
+    // Each thread has its own listener on the port; every connection gets an answer.
+    for _ in 0..12 {
+        let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+        assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    }
+
+    let refused = rollgate()
+        .args(["proxy", "--threads", "0", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+}

@@ -41,6 +41,8 @@ pub struct Options {
     pub max_header_bytes: usize,
     /// Idle pooled connections to releases are closed after this.
     pub upstream_idle: Duration,
+    /// Serving threads; `None`: one per core.
+    pub threads: Option<usize>,
 }
 
 pub fn run(options: Options) -> Result<(), String> {
@@ -59,9 +61,11 @@ pub fn run(options: Options) -> Result<(), String> {
     // One single-threaded runtime per core, each with its own listener on the same port
     // (SO_REUSEPORT: the kernel spreads connections) and its own upstream pool: a request
     // never crosses threads. Only the routing table is shared.
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 16);
+    let cores = options.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 16)
+    });
     let listeners = reuseport_listeners(options.listen, cores)?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
     let routes = Arc::new(Routes::default());
@@ -105,7 +109,7 @@ pub fn run(options: Options) -> Result<(), String> {
             let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
             eprintln!(
-                "rollgate proxy: listening on {listen} for {} ({}; {cores} core(s))",
+                "rollgate proxy: listening on {listen} for {} ({}; {cores} thread(s))",
                 root.0.display(),
                 match routes.current() {
                     Some(t) => format!("live: {} on port {}", t.version, t.port),
