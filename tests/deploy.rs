@@ -611,3 +611,61 @@ fn status_as_a_table() {
         .unwrap();
     assert!(stdout(&out).contains("(nothing promoted yet)"));
 }
+
+/// The policy is evaluated in a child process that exits after answering; a deploy, which runs
+/// on for the whole deadline, must have waited for it rather than leave a zombie behind.
+#[test]
+fn a_running_deploy_keeps_no_finished_policy_evaluator() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("slow", "--ready-after-ms 60000");
+    let policy = write(
+        site.root(),
+        "policy.ncl",
+        "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ edge_svc = { progress_deadline_ms = 4000, poll_ms = 100, max_unavailable_pct = 0, max_surge_pct = 100, on_stall = 'rollback } | RolloutPolicy }\n",
+    );
+    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "slow",
+            "--root",
+        ])
+        .arg(site.root())
+        .arg("--policy")
+        .arg(&policy)
+        .env("NO_COLOR", "1")
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(10, || site
+            .events()
+            .iter()
+            .any(|(e, v)| e == "candidate_started" && v == "slow")),
+        "{:?}",
+        site.events()
+    );
+    let children = children_of(deploy.id() as i32);
+    assert!(!children.is_empty(), "the candidate is the deploy's child");
+    for child in &children {
+        assert!(
+            !is_zombie(*child),
+            "child {child} of the deploy is a zombie"
+        );
+    }
+    assert_eq!(deploy.wait().unwrap().code(), Some(1), "rolled back");
+}
+
+/// Every child of `pid`, over all its threads.
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}

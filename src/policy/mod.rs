@@ -116,7 +116,10 @@ pub fn load_entry(
     entry: &str,
     opts: &EvalOptions,
 ) -> Result<RolloutSettings, PolicyError> {
-    let evaluated = eval::evaluate(path, ExportFormat::Json, opts)?;
+    let evaluated = eval::evaluate(path, ExportFormat::Json, opts);
+    // The deployer runs on for seconds or minutes: no finished evaluator waits for it.
+    sandbox::reap_exited_evaluators();
+    let evaluated = evaluated?;
     let missing = || PolicyError::MissingEntry {
         path: path.to_path_buf(),
         entry: entry.to_string(),

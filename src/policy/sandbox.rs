@@ -13,11 +13,12 @@
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, pipe, ForkResult, Pid};
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -38,6 +39,7 @@ where
     let sandbox_error = |what: &str, e: nix::Error| {
         PolicyError::Bundle(format!("cannot start the policy evaluator ({what}: {e})"))
     };
+    reap_exited_evaluators();
     let (reader, writer) = pipe().map_err(|e| sandbox_error("pipe", e))?;
     // SAFETY: the child only runs the evaluation, writes to its pipe and `_exit`s; callers fork
     // while single-threaded, so no lock is held across the fork.
@@ -48,8 +50,7 @@ where
         }
         ForkResult::Parent { child } => {
             drop(writer);
-            let answer = read_answer(reader, timeout);
-            let status = match answer {
+            let bytes = match read_answer(reader, timeout) {
                 Answer::TimedOut => {
                     let _ = kill(child, Signal::SIGKILL);
                     reap(child);
@@ -58,16 +59,16 @@ where
                         limit: timeout,
                     });
                 }
-                Answer::Bytes(_) => reap(child),
-            };
-            let Answer::Bytes(bytes) = answer else {
-                unreachable!()
+                Answer::Bytes(bytes) => bytes,
             };
             match serde_json::from_slice::<Result<T, PolicyError>>(&bytes) {
-                Ok(result) => result,
+                Ok(result) => {
+                    reap_later(child);
+                    result
+                }
                 Err(_) => Err(PolicyError::Crashed {
                     path: label.to_path_buf(),
-                    how: describe(status),
+                    how: describe(reap(child)),
                 }),
             }
         }
@@ -102,12 +103,15 @@ where
             })
         })
         .map(|handle| handle.join());
+    let mut file = std::fs::File::from(writer);
     if let Ok(Ok(result)) = result {
         if let Ok(bytes) = serde_json::to_vec(&result) {
-            let mut file = std::fs::File::from(writer);
             let _ = std::io::Write::write_all(&mut file, &bytes);
         }
     }
+    // Closing the pipe before `_exit` hands the parent its answer now, not after the kernel
+    // has freed this process's memory.
+    drop(file);
     // SAFETY: `_exit` skips atexit handlers and destructors the parent owns.
     unsafe { libc::_exit(0) }
 }
@@ -160,6 +164,36 @@ fn read_answer(reader: OwnedFd, timeout: Duration) -> Answer {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return Answer::Bytes(bytes),
         }
+    }
+}
+
+/// Evaluators that answered and are still exiting: the kernel frees their memory (about half a
+/// millisecond for a small policy) while the parent goes on. Reaped by the next evaluation or
+/// by `reap_exited_evaluators`; a one-shot command that exits first leaves them to init, like
+/// any orphan.
+static EXITING: Mutex<Vec<Pid>> = Mutex::new(Vec::new());
+
+fn reap_later(child: Pid) {
+    match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::StillAlive) => EXITING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(child),
+        Err(nix::Error::EINTR) => reap_later(child),
+        _ => {}
+    }
+}
+
+/// Waits for every evaluator that answered but had not finished exiting. Long-running
+/// commands call this once their policy is loaded, so no zombie outlives the evaluation.
+pub fn reap_exited_evaluators() {
+    let exiting = std::mem::take(
+        &mut *EXITING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    );
+    for child in exiting {
+        reap(child);
     }
 }
 
