@@ -502,7 +502,7 @@ fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
     let old_pointer = site.pointer().unwrap();
     let old_pid = site.live_pid().unwrap();
     let port = free_port();
-    let candidate = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut candidate = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
         .arg("sample-service")
         .current_dir(site.root())
         .env("PORT", port.to_string())
@@ -531,6 +531,7 @@ fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
     assert!(wait_for(5, || !alive(old_pid)), "old release stopped");
     assert_eq!(site.pointer().unwrap()["version"], "v3");
     assert!(wait_for(5, || !alive(pid)), "v2 replaced by v3 and stopped");
+    candidate.wait().unwrap();
 }
 
 #[test]
@@ -538,7 +539,7 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
     let site = Site::new();
     first_release(&site);
     let port = free_port();
-    let orphan = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut orphan = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
         .arg("sample-service")
         .current_dir(site.root())
         .env("PORT", port.to_string())
@@ -560,6 +561,7 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
         "{detail}"
     );
     assert!(wait_for(5, || !alive(orphan.id() as i32)));
+    orphan.wait().unwrap();
 }
 
 #[test]

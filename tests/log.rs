@@ -128,14 +128,14 @@ fn odd_files_are_answered_or_refused_clearly() {
             r#"{"releases":1,"promoted":1,"rolled_back":0,"reasons":[],"live":"7"}"#.to_string(),
         ),
     ] {
-        let out = run_log(&["summary"], &path);
+        let out = run_log(&["summary"], path);
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(stdout(&out), format!("{expected}\n"), "{}", path.display());
     }
     let out = run_log(&["summary"], &dir.path().join("absent.log"));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("absent.log: no such file"));
-    let out = run_log(&["summary"], &dir.path());
+    let out = run_log(&["summary"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("is a directory"));
 }

@@ -18,7 +18,7 @@ const EXAMPLE_JSON: &str = r#"{
 
 /// A policy in the lesson's `bad.ncl` shape with one field replaced.
 fn policy_with(field: &str, value: &str) -> String {
-    let mut fields = vec![
+    let mut fields = [
         ("progress_deadline_ms", "1500"),
         ("poll_ms", "100"),
         ("max_unavailable_pct", "0"),
@@ -252,7 +252,7 @@ fn data_files_get_the_contract_on_every_entry() {
         (&json, "poll_ms must be an integer from 50 to 5000", ":1:"),
         (&toml, "contract broken by the value of `on_stall`", ":6:"),
     ] {
-        let out = export(&path, &[]);
+        let out = export(path, &[]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(expected), "{err}");
