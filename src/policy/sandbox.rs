@@ -167,7 +167,7 @@ fn read_answer(reader: OwnedFd, timeout: Duration) -> Answer {
     }
 }
 
-/// Evaluators that answered and are still exiting: the kernel frees their memory (about half a
+/// Evaluators that answered and are still exiting: the kernel frees their memory (about a
 /// millisecond for a small policy) while the parent goes on. Reaped by the next evaluation or
 /// by `reap_exited_evaluators`; a one-shot command that exits first leaves them to init, like
 /// any orphan.
