@@ -58,15 +58,15 @@ pub fn run(options: Options) -> Result<(), String> {
     if !root.0.is_dir() {
         return Err(format!("root {} is not a folder", root.0.display()));
     }
-    // One single-threaded runtime per core, each with its own listener on the same port
-    // (SO_REUSEPORT: the kernel spreads connections) and its own upstream pool: a request
-    // never crosses threads. Only the routing table is shared.
-    let cores = options.threads.unwrap_or_else(|| {
+    // One single-threaded runtime per serving thread (one per core unless --threads), each with
+    // its own listener on the same port (SO_REUSEPORT: the kernel spreads connections) and its
+    // own upstream pool: a request never crosses threads. Only the routing table is shared.
+    let threads = options.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, 16)
     });
-    let listeners = reuseport_listeners(options.listen, cores)?;
+    let listeners = reuseport_listeners(options.listen, threads)?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
     let routes = Arc::new(Routes::default());
     watch::refresh(&root, &routes);
@@ -109,7 +109,7 @@ pub fn run(options: Options) -> Result<(), String> {
             let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
             eprintln!(
-                "rollgate proxy: listening on {listen} for {} ({}; {cores} thread(s))",
+                "rollgate proxy: listening on {listen} for {} ({}; {threads} thread(s))",
                 root.0.display(),
                 match routes.current() {
                     Some(t) => format!("live: {} on port {}", t.version, t.port),
