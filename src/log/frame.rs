@@ -43,38 +43,37 @@ pub fn records(log: &Log) -> PolarsResult<DataFrame> {
 }
 
 fn extra_column(name: &str, values: &[Option<Value>]) -> Column {
-    let present = || values.iter().flatten();
-    if present().all(|v| v.is_i64()) {
-        let ints: Vec<Option<i64>> = values
-            .iter()
-            .map(|v| v.as_ref().and_then(Value::as_i64))
-            .collect();
-        return Series::new(name.into(), ints).into_column();
-    }
-    if present().all(Value::is_number) {
-        let floats: Vec<Option<f64>> = values
-            .iter()
-            .map(|v| v.as_ref().and_then(Value::as_f64))
-            .collect();
-        return Series::new(name.into(), floats).into_column();
-    }
-    if present().all(Value::is_boolean) {
-        let bools: Vec<Option<bool>> = values
-            .iter()
-            .map(|v| v.as_ref().and_then(Value::as_bool))
-            .collect();
-        return Series::new(name.into(), bools).into_column();
-    }
-    let texts: Vec<Option<String>> = values
-        .iter()
-        .map(|v| {
-            v.as_ref().map(|v| match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
+    typed_column(name, values, Value::as_i64)
+        .or_else(|| typed_column(name, values, Value::as_f64))
+        .or_else(|| typed_column(name, values, Value::as_bool))
+        .unwrap_or_else(|| {
+            let texts: Vec<Option<String>> = values
+                .iter()
+                .map(|v| {
+                    v.as_ref().map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                })
+                .collect();
+            Series::new(name.into(), texts).into_column()
         })
-        .collect();
-    Series::new(name.into(), texts).into_column()
+}
+
+/// The column as `T` if every value present converts to one (missing values stay null).
+fn typed_column<T>(
+    name: &str,
+    values: &[Option<Value>],
+    convert: fn(&Value) -> Option<T>,
+) -> Option<Column>
+where
+    Series: NamedFrom<Vec<Option<T>>, [Option<T>]>,
+{
+    let converted = values
+        .iter()
+        .map(|v| v.as_ref().map_or(Some(None), |v| convert(v).map(Some)))
+        .collect::<Option<Vec<Option<T>>>>()?;
+    Some(Series::new(name.into(), converted).into_column())
 }
 
 /// One row per attempt. Times are Unix seconds, durations seconds.
@@ -99,4 +98,25 @@ pub fn attempts(attempts: &[Attempt]) -> PolarsResult<DataFrame> {
             column("exposure_s", pick(Attempt::exposure)),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn typed(values: &[Option<Value>]) -> DataType {
+        extra_column("x", values).dtype().clone()
+    }
+
+    #[test]
+    fn extra_fields_get_the_narrowest_type_all_their_values_fit() {
+        assert_eq!(typed(&[Some(json!(8081)), None]), DataType::Int64);
+        assert_eq!(typed(&[Some(json!(1)), Some(json!(1.5))]), DataType::Float64);
+        assert_eq!(typed(&[None, Some(json!(true))]), DataType::Boolean);
+        let mixed = extra_column("x", &[Some(json!("a")), Some(json!(2)), None]);
+        assert_eq!(mixed.dtype(), &DataType::String);
+        let texts: Vec<Option<&str>> = mixed.str().unwrap().iter().collect();
+        assert_eq!(texts, vec![Some("a"), Some("2"), None]);
+    }
 }
