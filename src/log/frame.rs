@@ -112,7 +112,10 @@ mod tests {
     #[test]
     fn extra_fields_get_the_narrowest_type_all_their_values_fit() {
         assert_eq!(typed(&[Some(json!(8081)), None]), DataType::Int64);
-        assert_eq!(typed(&[Some(json!(1)), Some(json!(1.5))]), DataType::Float64);
+        assert_eq!(
+            typed(&[Some(json!(1)), Some(json!(1.5))]),
+            DataType::Float64
+        );
         assert_eq!(typed(&[None, Some(json!(true))]), DataType::Boolean);
         let mixed = extra_column("x", &[Some(json!("a")), Some(json!(2)), None]);
         assert_eq!(mixed.dtype(), &DataType::String);
