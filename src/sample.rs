@@ -165,6 +165,8 @@ fn serve_connection(
     });
 }
 
+/// Unix seconds at full precision: `journal::now` rounds to the millisecond, too coarse for the
+/// deploy benchmark's ready -> rename figures.
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
