@@ -740,3 +740,43 @@ fn a_runaway_file_in_a_batch_is_named_and_the_others_still_pass() {
         started.elapsed()
     );
 }
+
+/// A CI job may run under `ulimit -v`. The evaluator's stack must shrink to fit under it (a
+/// 1 GiB stack does not fit in 1 GB) and still keep deep nesting a reported crash.
+#[test]
+fn checks_under_a_tight_address_space_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(repo().join("contracts/policy.ncl"), d.join("policy.ncl")).unwrap();
+    write(
+        d,
+        "nested.ncl",
+        &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
+    );
+    let binary = assert_cmd::cargo::cargo_bin("rollgate");
+    let limited = |file: &str| {
+        std::process::Command::new("sh")
+            .env_remove("NICKEL_IMPORT_PATH")
+            .current_dir(d)
+            .arg("-c")
+            .arg(r#"ulimit -v 1000000 && exec "$0" policy check --timeout-ms 120000 "$1""#)
+            .arg(&binary)
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let out = limited("policy.ncl");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "policy.ncl: ok\n1 file checked: 1 ok, 0 failed\n"
+    );
+    let out = limited("nested.ncl");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out)
+            .contains("nested.ncl: error: the evaluator crashed, most likely nesting too deep"),
+        "{}",
+        stdout(&out)
+    );
+}

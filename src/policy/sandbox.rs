@@ -26,6 +26,8 @@ use super::PolicyError;
 
 /// Stack the child evaluates on. Only touched pages cost memory.
 const CHILD_STACK_BYTES: usize = 1 << 30;
+/// The least stack an evaluation gets: the main-thread stack `nickel` itself runs on.
+const MIN_STACK_BYTES: usize = 8 << 20;
 /// Address-space cap for the child: a runaway evaluation fails instead of eating the host.
 const CHILD_ADDRESS_SPACE_BYTES: u64 = 8 << 30;
 
@@ -87,14 +89,14 @@ where
         // SAFETY: dup2 onto stderr of this single-purpose child.
         unsafe { libc::dup2(null.as_raw_fd(), 2) };
     }
-    let cap = CHILD_ADDRESS_SPACE_BYTES;
-    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, cap, cap);
+    cap_address_space();
+    let stack_bytes = evaluation_stack_bytes();
     tune_allocator_for_one_shot();
     let mut file = std::fs::File::from(writer);
     // The evaluation runs on a fresh large stack in this same thread (no thread to start and
     // join), and the answer leaves from that stack: the pipe is closed, handing the parent its
     // answer, before anything is torn down, and `_exit` skips the teardown altogether.
-    stacker::grow(CHILD_STACK_BYTES, move || {
+    stacker::grow(stack_bytes, move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
             .unwrap_or_else(|payload| Err(PolicyError::Internal(panic_message(&*payload))));
         if let Ok(bytes) = serde_json::to_vec(&result) {
@@ -104,6 +106,33 @@ where
         // SAFETY: `_exit` skips atexit handlers and destructors the parent owns.
         unsafe { libc::_exit(0) }
     })
+}
+
+/// Lowers the child's address-space limit to `CHILD_ADDRESS_SPACE_BYTES`, or keeps a lower
+/// one it inherited (a CI job's `ulimit -v`).
+fn cap_address_space() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_AS) else {
+        return;
+    };
+    let cap = CHILD_ADDRESS_SPACE_BYTES.min(hard);
+    if soft > cap {
+        let _ = setrlimit(Resource::RLIMIT_AS, cap, cap);
+    }
+}
+
+/// The evaluation stack: `CHILD_STACK_BYTES`, or a quarter of a lower address-space limit, so
+/// that under a tight `ulimit -v` the stack still leaves room for the binary and the heap (at
+/// 1 GiB it would not fit, and the check would fail where `nickel` passes).
+fn evaluation_stack_bytes() -> usize {
+    use nix::sys::resource::{getrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_AS) {
+        Ok((soft, _)) if soft != libc::RLIM_INFINITY => usize::try_from(soft / 4)
+            .map_or(CHILD_STACK_BYTES, |quarter| {
+                quarter.clamp(MIN_STACK_BYTES, CHILD_STACK_BYTES)
+            }),
+        _ => CHILD_STACK_BYTES,
+    }
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
