@@ -780,3 +780,76 @@ fn checks_under_a_tight_address_space_limit() {
         stdout(&out)
     );
 }
+
+/// The shared program is only a shortcut: whatever mix of good and broken files one call
+/// checks, each file's line must be exactly the line it gets when checked alone. The mix puts
+/// broken contracts (which the batch survives) next to syntax and import errors (which force a
+/// rebuild), data files, and policies that share a helper module.
+#[test]
+fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "helper.ncl",
+        "{ deadline = fun ms => if ms > 1000 then ms else 1000 }\n",
+    );
+    let helper_policy = |ms: &str| {
+        format!(
+            "let {{ RolloutPolicy, .. }} = import \"rollout-policy.ncl\" in\nlet h = import \"helper.ncl\" in\n{{ progress_deadline_ms = h.deadline {ms}, poll_ms = 100, max_unavailable_pct = 0, max_surge_pct = 100, on_stall = 'escalate }} | RolloutPolicy\n"
+        )
+    };
+    let good_yaml = "svc:\n  progress_deadline_ms: 1500\n  poll_ms: 100\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n";
+    let mut names = Vec::new();
+    for i in 0..36 {
+        let (name, text) = match i % 12 {
+            1 => (format!("p{i}.ncl"), policy_with("progress_deadline_ms", "900000")),
+            3 => (format!("p{i}.ncl"), policy_with("on_stall", "'retry")),
+            4 => (format!("p{i}.yaml"), good_yaml.replace("poll_ms: 100", "poll_ms: 49")),
+            5 => (format!("p{i}.ncl"), helper_policy("700000")),
+            6 => (format!("p{i}.ncl"), helper_policy("10")),
+            7 if i == 19 => (format!("p{i}.ncl"), "{ a = , }\n".to_string()),
+            8 => (format!("p{i}.yaml"), good_yaml.to_string()),
+            9 if i == 33 => (format!("p{i}.ncl"), "import \"gone.ncl\"\n".to_string()),
+            10 => (format!("p{i}.ncl"), policy_with("max_surge_pct", "\"100\"")),
+            11 => (
+                format!("p{i}.json"),
+                r#"{"svc": {"progress_deadline_ms": 1500, "poll_ms": 100, "max_unavailable_pct": 50, "max_surge_pct": 100, "on_stall": "rollback"}}"#.to_string(),
+            ),
+            _ => (format!("p{i}.ncl"), policy_with("poll_ms", &(60 + i).to_string())),
+        };
+        write(d, &name, &text);
+        names.push(name);
+    }
+    let together = rollgate()
+        .current_dir(d)
+        .args(["policy", "check"])
+        .args(&names)
+        .output()
+        .unwrap();
+    let lines: Vec<String> = stdout(&together).lines().map(String::from).collect();
+    assert_eq!(lines.len(), names.len() + 1, "{}", stdout(&together));
+    let mut failed = 0;
+    for (name, line) in names.iter().zip(&lines) {
+        let alone = rollgate()
+            .current_dir(d)
+            .args(["policy", "check", name])
+            .output()
+            .unwrap();
+        let alone_line = stdout(&alone)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(line, &alone_line, "{name}");
+        if !line.ends_with(": ok") {
+            failed += 1;
+        }
+    }
+    // Six of every twelve are broken in some way, plus the syntax and import errors.
+    assert_eq!(failed, 3 * 6 + 2, "{}", stdout(&together));
+    assert_eq!(
+        lines[names.len()],
+        format!("36 files checked: {} ok, {failed} failed", 36 - failed)
+    );
+}

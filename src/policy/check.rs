@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::diagnostic::Location;
-use super::eval::{check_input, evaluate_batch, evaluate_checked, EvalOptions};
+use super::eval::{check_input, evaluate_batch, evaluate_each_checked, EvalOptions};
 use super::{Diagnostic, PolicyError};
 use nickel_lang_core::serialize::ExportFormat;
 
@@ -17,7 +17,7 @@ pub struct Outcome {
 /// Checks every file. The good files are proven in one shared Nickel program (the standard
 /// library and contract load once); every file that fails there is evaluated again on its own,
 /// because one broken file can fail the shared program for all, and because its diagnostic must
-/// read exactly as `policy export` would print it.
+/// read exactly as `policy export` would print it. Those lone evaluations run on every core.
 pub fn check_files(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Outcome> {
     let mut results: Vec<Option<Result<(), PolicyError>>> = paths
         .iter()
@@ -31,11 +31,17 @@ pub fn check_files(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Outcome> {
     } else {
         evaluate_batch(&batch_paths, opts)
     };
+    let mut alone = Vec::new();
     for (index, verdict) in pending.into_iter().zip(batch) {
-        results[index] = Some(match verdict {
-            Some(Ok(())) => Ok(()),
-            _ => evaluate_checked(&paths[index], ExportFormat::Json, opts).map(|_| ()),
-        });
+        match verdict {
+            Some(Ok(())) => results[index] = Some(Ok(())),
+            _ => alone.push(index),
+        }
+    }
+    let alone_paths: Vec<PathBuf> = alone.iter().map(|i| paths[*i].clone()).collect();
+    let verdicts = evaluate_each_checked(&alone_paths, ExportFormat::Json, opts);
+    for (index, verdict) in alone.into_iter().zip(verdicts) {
+        results[index] = Some(verdict.map(|_| ()));
     }
     paths
         .iter()

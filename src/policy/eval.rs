@@ -12,7 +12,7 @@ use nickel_lang_core::serialize::{self, ExportFormat};
 
 use super::bundle::{contracts_dir, CONTRACT_FILE};
 use super::diagnostic::Diagnostic;
-use super::sandbox::isolated;
+use super::sandbox::{isolated, isolated_each};
 use super::PolicyError;
 
 /// How a policy file is read and evaluated.
@@ -203,31 +203,59 @@ pub fn evaluate(
 }
 
 /// `evaluate` for a file that already passed `check_input`.
-pub(super) fn evaluate_checked(
+fn evaluate_checked(
     path: &Path,
     format: ExportFormat,
     opts: &EvalOptions,
 ) -> Result<Evaluated, PolicyError> {
     let (imports, contract) = import_paths(opts)?;
-    let owned = path.to_path_buf();
-    let color = opts.color;
-    isolated(path, opts.timeout, move || {
-        let mut program = match InputKind::of(&owned) {
-            InputKind::Nickel => build(Main::File(&owned), imports)?,
-            InputKind::Data => build(
-                Main::Source(
-                    input_expression(&owned, &contract),
-                    "<rollgate: data policy>",
-                ),
-                imports,
-            )?,
-        };
-        let result = export_value(&mut program, format).map_err(|e| {
-            PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color)))
-        });
-        abandon(program);
-        result
+    isolated(path, opts.timeout, || {
+        evaluate_here(path, format, imports, &contract, opts.color)
     })
+}
+
+/// `evaluate_checked` for many files, each in its own sandbox, as many at once as there are
+/// cores.
+pub(super) fn evaluate_each_checked(
+    paths: &[PathBuf],
+    format: ExportFormat,
+    opts: &EvalOptions,
+) -> Vec<Result<Evaluated, PolicyError>> {
+    let (imports, contract) = match import_paths(opts) {
+        Ok(found) => found,
+        Err(e) => {
+            let reason = e.to_string();
+            return paths
+                .iter()
+                .map(|_| Err(PolicyError::Bundle(reason.clone())))
+                .collect();
+        }
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    isolated_each(paths, opts.timeout, cores, |i| {
+        evaluate_here(&paths[i], format, imports.clone(), &contract, opts.color)
+    })
+}
+
+/// The evaluation itself, run inside a sandbox child.
+fn evaluate_here(
+    path: &Path,
+    format: ExportFormat,
+    imports: Vec<PathBuf>,
+    contract: &Path,
+    color: bool,
+) -> Result<Evaluated, PolicyError> {
+    let mut program = match InputKind::of(path) {
+        InputKind::Nickel => build(Main::File(path), imports)?,
+        InputKind::Data => build(
+            Main::Source(input_expression(path, contract), "<rollgate: data policy>"),
+            imports,
+        )?,
+    };
+    let result = export_value(&mut program, format)
+        .map_err(|e| PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color))));
+    abandon(program);
+    result
 }
 
 /// Applies the Nickel function in `function` to the JSON document `argument` and returns the
@@ -270,10 +298,11 @@ pub fn evaluate_applied(
 /// that failed in the batch, `None` where the batch could not decide. Callers re-check every
 /// failure on its own (see `check::check_files`): batch diagnostics are not what `export` prints.
 ///
-/// A failure poisons the program it happened in (Nickel's cache is left half-prepared), so after
-/// one the batch is rebuilt from the files still undecided, leaving out the culprit: the input
-/// the diagnostic points into (a syntax error in file 7 surfaces while evaluating file 0), or
-/// else the field being evaluated.
+/// A field whose evaluation fails (a broken contract) is marked and the program goes on. A
+/// failure while preparing the program (a syntax, type or import error anywhere) poisons it
+/// (Nickel's cache is left half-prepared), so the batch is then rebuilt from the files still
+/// undecided, leaving out the culprit: the input the diagnostic points into (a syntax error in
+/// file 7 surfaces while evaluating file 0), or else the field being evaluated.
 pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Result<(), ()>>> {
     let count = paths.len();
     let Ok((imports, contract)) = import_paths(opts) else {
@@ -312,6 +341,12 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
                 program.field = FieldPath(vec![LocIdent::from(format!("f{i}"))]);
                 match export_value(&mut program, ExportFormat::Json) {
                     Ok(_) => results[i] = Some(Ok(())),
+                    // A broken contract or an unexportable value fails this field only: the
+                    // virtual machine unwinds on error, so no thunk stays blackholed and the
+                    // program goes on to the next field.
+                    Err(NickelError::EvalError(_) | NickelError::ExportError(_)) => {
+                        results[i] = Some(Err(()));
+                    }
                     Err(error) => {
                         let culprit = Diagnostic::from_nickel(&program, error, false)
                             .location

@@ -12,7 +12,7 @@
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -35,52 +35,187 @@ const CHILD_ADDRESS_SPACE_BYTES: u64 = 8 << 30;
 /// overruns `timeout` or dies.
 pub fn isolated<T, F>(label: &Path, timeout: Duration, work: F) -> Result<T, PolicyError>
 where
-    T: Serialize + DeserializeOwned + Send + 'static,
-    F: FnOnce() -> Result<T, PolicyError> + Send + 'static,
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Result<T, PolicyError>,
+{
+    let mut work = Some(work);
+    let labels = [label.to_path_buf()];
+    let mut answers = isolated_each(&labels, timeout, 1, |_| match work.take() {
+        Some(work) => work(),
+        None => Err(PolicyError::Internal("the evaluation ran twice".into())),
+    });
+    answers.pop().expect("one answer per label")
+}
+
+/// Runs `work(i)` for every label `i`, each in its own child with its own `timeout`, at most
+/// `parallel` children at a time, and returns the answers in label order. Failing policy files
+/// are each evaluated alone, so a CI run with many of them uses every core.
+pub fn isolated_each<T, F>(
+    labels: &[PathBuf],
+    timeout: Duration,
+    parallel: usize,
+    mut work: F,
+) -> Vec<Result<T, PolicyError>>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnMut(usize) -> Result<T, PolicyError>,
+{
+    reap_exited_evaluators();
+    let mut answers: Vec<Option<Result<T, PolicyError>>> = labels.iter().map(|_| None).collect();
+    let mut running: Vec<Running> = Vec::new();
+    let mut next = 0;
+    loop {
+        while running.len() < parallel.max(1) && next < labels.len() {
+            match start(next, timeout, &mut work) {
+                Ok(child) => running.push(child),
+                Err(e) => answers[next] = Some(Err(e)),
+            }
+            next += 1;
+        }
+        if running.is_empty() {
+            break;
+        }
+        for (child, ending) in wait_for_any(&mut running) {
+            let index = child.index;
+            answers[index] = Some(conclude(&labels[index], timeout, child, ending));
+        }
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("every child was concluded"))
+        .collect()
+}
+
+/// A child at work, and what it has sent so far.
+struct Running {
+    index: usize,
+    pid: Pid,
+    reader: std::fs::File,
+    bytes: Vec<u8>,
+    deadline: Instant,
+}
+
+enum Ending {
+    /// The child closed its pipe (answered, or died).
+    Closed,
+    TimedOut,
+}
+
+fn start<T, F>(index: usize, timeout: Duration, work: &mut F) -> Result<Running, PolicyError>
+where
+    T: Serialize,
+    F: FnMut(usize) -> Result<T, PolicyError>,
 {
     let sandbox_error = |what: &str, e: nix::Error| {
         PolicyError::Bundle(format!("cannot start the policy evaluator ({what}: {e})"))
     };
-    reap_exited_evaluators();
     let (reader, writer) = pipe().map_err(|e| sandbox_error("pipe", e))?;
     // SAFETY: the child only runs the evaluation, writes to its pipe and `_exit`s; callers fork
     // while single-threaded, so no lock is held across the fork.
     match unsafe { fork() }.map_err(|e| sandbox_error("fork", e))? {
         ForkResult::Child => {
             drop(reader);
-            run_child(writer, work)
+            run_child(writer, || work(index))
         }
         ForkResult::Parent { child } => {
             drop(writer);
-            let bytes = match read_answer(reader, timeout) {
-                Answer::TimedOut => {
-                    let _ = kill(child, Signal::SIGKILL);
-                    reap(child);
-                    return Err(PolicyError::Timeout {
-                        path: label.to_path_buf(),
-                        limit: timeout,
-                    });
-                }
-                Answer::Bytes(bytes) => bytes,
-            };
-            match serde_json::from_slice::<Result<T, PolicyError>>(&bytes) {
-                Ok(result) => {
-                    reap_later(child);
-                    result
-                }
-                Err(_) => Err(PolicyError::Crashed {
-                    path: label.to_path_buf(),
-                    how: describe(reap(child)),
-                }),
+            Ok(Running {
+                index,
+                pid: child,
+                reader: std::fs::File::from(reader),
+                bytes: Vec::new(),
+                deadline: Instant::now() + timeout,
+            })
+        }
+    }
+}
+
+/// Waits until at least one child has closed its pipe or overrun its deadline, and takes those
+/// out of `running`.
+fn wait_for_any(running: &mut Vec<Running>) -> Vec<(Running, Ending)> {
+    let mut ended = Vec::new();
+    while ended.is_empty() {
+        let now = Instant::now();
+        let soonest = running.iter().map(|c| c.deadline).min().unwrap_or(now);
+        let left = soonest.saturating_duration_since(now);
+        let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX);
+        let mut fds: Vec<PollFd> = running
+            .iter()
+            .map(|c| PollFd::new(c.reader.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let failed = match poll(&mut fds, wait) {
+            Ok(_) | Err(nix::Error::EINTR) => false,
+            // Not expected with valid descriptors: end every child rather than spin.
+            Err(_) => true,
+        };
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        let closed: Vec<bool> = ready
+            .into_iter()
+            .zip(running.iter_mut())
+            .map(|(ready, child)| failed || (ready && read_some(child)))
+            .collect();
+        let now = Instant::now();
+        for i in (0..running.len()).rev() {
+            if closed[i] {
+                ended.push((running.swap_remove(i), Ending::Closed));
+            } else if running[i].deadline <= now {
+                ended.push((running.swap_remove(i), Ending::TimedOut));
             }
         }
+    }
+    ended
+}
+
+/// One read from a child's pipe that poll found ready (one, so it never blocks); true once the
+/// pipe is closed.
+fn read_some(child: &mut Running) -> bool {
+    let mut chunk = [0u8; 64 * 1024];
+    match child.reader.read(&mut chunk) {
+        Ok(0) => true,
+        Ok(n) => {
+            child.bytes.extend_from_slice(&chunk[..n]);
+            false
+        }
+        Err(e) => e.kind() != std::io::ErrorKind::Interrupted,
+    }
+}
+
+/// Turns how a child ended into its answer, or into an error naming `label`.
+fn conclude<T: DeserializeOwned>(
+    label: &Path,
+    timeout: Duration,
+    child: Running,
+    ending: Ending,
+) -> Result<T, PolicyError> {
+    if let Ending::TimedOut = ending {
+        let _ = kill(child.pid, Signal::SIGKILL);
+        reap(child.pid);
+        return Err(PolicyError::Timeout {
+            path: label.to_path_buf(),
+            limit: timeout,
+        });
+    }
+    match serde_json::from_slice::<Result<T, PolicyError>>(&child.bytes) {
+        Ok(result) => {
+            reap_later(child.pid);
+            result
+        }
+        Err(_) => Err(PolicyError::Crashed {
+            path: label.to_path_buf(),
+            how: describe(reap(child.pid)),
+        }),
     }
 }
 
 fn run_child<T, F>(writer: OwnedFd, work: F) -> !
 where
-    T: Serialize + Send + 'static,
-    F: FnOnce() -> Result<T, PolicyError> + Send + 'static,
+    T: Serialize,
+    F: FnOnce() -> Result<T, PolicyError>,
 {
     // A stack overflow or panic message would interleave with the parent's output; the parent
     // reports the crash itself.
@@ -158,39 +293,6 @@ fn tune_allocator_for_one_shot() {
 
 #[cfg(not(target_env = "gnu"))]
 fn tune_allocator_for_one_shot() {}
-
-enum Answer {
-    Bytes(Vec<u8>),
-    TimedOut,
-}
-
-fn read_answer(reader: OwnedFd, timeout: Duration) -> Answer {
-    let deadline = Instant::now() + timeout;
-    let mut file = std::fs::File::from(reader);
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Answer::TimedOut;
-        }
-        let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, wait) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(nix::Error::EINTR) => continue,
-            Err(_) => return Answer::Bytes(bytes),
-        }
-        match file.read(&mut chunk) {
-            Ok(0) => return Answer::Bytes(bytes),
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Answer::Bytes(bytes),
-        }
-    }
-}
 
 /// Evaluators that answered and are still exiting: the kernel frees their memory (about a
 /// millisecond for a small policy) while the parent goes on. Reaped by the next evaluation or
