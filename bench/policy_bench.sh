@@ -1,6 +1,6 @@
 #!/bin/sh
-# Policy check benchmark: one file and 200 files, rollgate (one process) against the Nickel
-# CLI (one `nickel export` per file, as a CI step would run it).
+# Policy check benchmark: one file, 200 files, and 200 files half of them failing; rollgate
+# (one process) against the Nickel CLI (one `nickel export` per file, as a CI step would run it).
 # Usage: sh bench/policy_bench.sh ROLLGATE NICKEL   (RUNS: one-file rounds, default 400)
 set -eu
 rollgate=$1 nickel=$2
@@ -21,3 +21,18 @@ python3 "$here/bench/interleave.py" "${RUNS:-400}" \
 hyperfine --warmup 1 --runs 10 \
   -n "rollgate policy check (200 files, one call)" "$rollgate policy check p*.ncl" \
   -n "nickel export x200 (one process per file)" "for f in p*.ncl; do $nickel export \$f >/dev/null; done"
+# 200 files of which every second one breaks its deadline bound: the failures are re-checked
+# alone for their diagnostics.
+mkdir failing
+cp rollout-policy.ncl failing/
+i=1
+while [ $i -le 200 ]; do
+  if [ $((i % 2)) = 0 ]; then deadline=900000; else deadline=$((1000 + i)); fi
+  sed "s/progress_deadline_ms = 1500/progress_deadline_ms = $deadline/; s/edge_svc/svc_$i/" \
+    "$here/contracts/policy.ncl" >"failing/p$i.ncl"
+  i=$((i + 1))
+done
+cd failing
+hyperfine --warmup 1 --runs 5 -i \
+  -n "rollgate policy check (200 files, 100 failing, one call)" "$rollgate policy check p*.ncl" \
+  -n "nickel export x200 (100 failing)" "for f in p*.ncl; do $nickel export \$f >/dev/null 2>&1; done"

@@ -298,8 +298,9 @@ pub fn evaluate_applied(
 /// that failed in the batch, `None` where the batch could not decide. Callers re-check every
 /// failure on its own (see `check::check_files`): batch diagnostics are not what `export` prints.
 ///
-/// A field whose evaluation fails (a broken contract) is marked and the program goes on. A
-/// failure while preparing the program (a syntax, type or import error anywhere) poisons it
+/// A field whose evaluation fails (a broken contract) is marked and the program goes on. Files
+/// Nickel cannot parse are left out from the start. A failure while preparing the program (a
+/// type or import error, a syntax error in an imported file or a data file) poisons it
 /// (Nickel's cache is left half-prepared), so the batch is then rebuilt from the files still
 /// undecided, leaving out the culprit: the input the diagnostic points into (a syntax error in
 /// file 7 surfaces while evaluating file 0), or else the field being evaluated.
@@ -321,7 +322,12 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
     // abandoned, and the one-by-one pass names the file, each with its own limit.
     let budget = opts.timeout;
     let outcome = isolated(Path::new("<batch>"), budget, move || {
-        let mut results: Vec<Option<Result<(), ()>>> = vec![None; count];
+        // A syntax error would poison the shared program and cost a rebuild per broken file:
+        // such files go straight to the lone pass.
+        let mut results: Vec<Option<Result<(), ()>>> = paths
+            .iter()
+            .map(|p| (InputKind::of(p) == InputKind::Nickel && !parses(p)).then_some(Err(())))
+            .collect();
         loop {
             let remaining: Vec<usize> = (0..count).filter(|i| results[*i].is_none()).collect();
             if remaining.is_empty() {
@@ -370,6 +376,22 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
     outcome.unwrap_or_else(|_| vec![None; count])
 }
 
+/// Whether Nickel's parser accepts the file on its own (what it imports is not looked at).
+fn parses(path: &Path) -> bool {
+    use nickel_lang_core::ast::AstAlloc;
+    use nickel_lang_core::files::Files;
+    use nickel_lang_core::parser::{grammar::TermParser, lexer::Lexer, ErrorTolerantParser};
+    let Ok(source) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let mut files = Files::empty();
+    let id = files.add(path.as_os_str(), source.as_str());
+    let alloc = AstAlloc::new();
+    TermParser::new()
+        .parse_strict(&alloc, id, Lexer::new(&source))
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,6 +403,23 @@ mod tests {
             nickel_string(Path::new("/we\"ird/%{x}\\.ncl")),
             "\"/we\\\"ird/\\%{x}\\\\.ncl\""
         );
+    }
+
+    #[test]
+    fn the_syntax_probe_agrees_with_nickel() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        assert!(parses(&file(
+            "good.ncl",
+            "let x = import \"gone.ncl\" in { a = x }"
+        )));
+        assert!(!parses(&file("bad.ncl", "{ a = , }")));
+        assert!(!parses(&file("open.ncl", "{ a = 1")));
+        assert!(!parses(&dir.path().join("absent.ncl")));
     }
 
     #[test]
