@@ -300,14 +300,23 @@ fn tune_allocator_for_one_shot() {}
 /// any orphan.
 static EXITING: Mutex<Vec<Pid>> = Mutex::new(Vec::new());
 
+/// Queues `child` for reaping, and reaps the queued ones that have finished exiting, so a long
+/// run of evaluations (the lone pass of `policy check`) does not pile up zombies.
 fn reap_later(child: Pid) {
-    match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-        Ok(WaitStatus::StillAlive) => EXITING
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(child),
-        Err(nix::Error::EINTR) => reap_later(child),
-        _ => {}
+    let mut exiting = EXITING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    exiting.push(child);
+    exiting.retain(|pid| still_exiting(*pid));
+}
+
+fn still_exiting(child: Pid) -> bool {
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => return true,
+            Err(nix::Error::EINTR) => continue,
+            _ => return false,
+        }
     }
 }
 
