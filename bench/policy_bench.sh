@@ -36,3 +36,14 @@ cd failing
 hyperfine --warmup 1 --runs 5 -i \
   -n "rollgate policy check (200 files, 100 failing, one call)" "$rollgate policy check p*.ncl" \
   -n "nickel export x200 (100 failing)" "for f in p*.ncl; do $nickel export \$f >/dev/null 2>&1; done"
+# The same with syntax errors instead: these files never enter the shared program.
+cd "$dir"
+mkdir syntax
+cp rollout-policy.ncl syntax/
+for f in failing/p*.ncl; do
+  if grep -q 900000 "$f"; then echo "{ a = , }" >"syntax/${f#failing/}"; else cp "$f" syntax/; fi
+done
+cd syntax
+hyperfine --warmup 1 --runs 5 -i \
+  -n "rollgate policy check (200 files, 100 syntax errors, one call)" "$rollgate policy check p*.ncl" \
+  -n "nickel export x200 (100 syntax errors)" "for f in p*.ncl; do $nickel export \$f >/dev/null 2>&1; done"

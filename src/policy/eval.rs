@@ -231,7 +231,11 @@ pub(super) fn evaluate_each_checked(
                 .collect();
         }
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Asking for the core count reads cgroup files: not worth it for one file.
+    let cores = match paths.len() {
+        0 | 1 => 1,
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     isolated_each(paths, opts.timeout, cores, |i| {
         evaluate_here(&paths[i], format, imports.clone(), &contract, opts.color)
     })
