@@ -658,16 +658,3 @@ fn a_running_deploy_keeps_no_finished_policy_evaluator() {
     }
     assert_eq!(deploy.wait().unwrap().code(), Some(1), "rolled back");
 }
-
-/// Every child of `pid`, over all its threads.
-fn children_of(pid: i32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
-}

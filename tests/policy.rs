@@ -854,3 +854,36 @@ fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
         format!("36 files checked: {} ok, {failed} failed", 36 - failed)
     );
 }
+
+/// The parent enforces the time limit; if it is killed, its evaluator must not spin on as an
+/// orphan.
+#[test]
+fn an_evaluator_dies_with_its_rollgate() {
+    let dir = tempfile::tempdir().unwrap();
+    let forever = write(
+        dir.path(),
+        "forever.ncl",
+        "let rec f = fun x => f (x + 1) in f 0\n",
+    );
+    let mut parent = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["policy", "export", "--timeout-ms", "600000"])
+        .arg(&forever)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut evaluators = Vec::new();
+    assert!(
+        wait_for(20, || {
+            evaluators = children_of(parent.id() as i32);
+            !evaluators.is_empty()
+        }),
+        "no evaluator started"
+    );
+    send_signal(parent.id() as i32, 9);
+    parent.wait().unwrap();
+    assert!(
+        wait_for(10, || evaluators.iter().all(|pid| !alive(*pid))),
+        "evaluators {evaluators:?} outlived their parent"
+    );
+}

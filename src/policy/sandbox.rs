@@ -110,11 +110,13 @@ where
         PolicyError::Bundle(format!("cannot start the policy evaluator ({what}: {e})"))
     };
     let (reader, writer) = pipe().map_err(|e| sandbox_error("pipe", e))?;
+    let parent = nix::unistd::getpid();
     // SAFETY: the child only runs the evaluation, writes to its pipe and `_exit`s; callers fork
     // while single-threaded, so no lock is held across the fork.
     match unsafe { fork() }.map_err(|e| sandbox_error("fork", e))? {
         ForkResult::Child => {
             drop(reader);
+            die_with(parent);
             run_child(writer, || work(index))
         }
         ForkResult::Parent { child } => {
@@ -209,6 +211,18 @@ fn conclude<T: DeserializeOwned>(
             path: label.to_path_buf(),
             how: describe(reap(child.pid)),
         }),
+    }
+}
+
+/// Has the kernel kill this child when rollgate dies (killed, or crashed), so an evaluation
+/// that would never end cannot outlive the deadline its parent was there to enforce.
+fn die_with(parent: Pid) {
+    // SAFETY: PR_SET_PDEATHSIG only sets the signal this process gets when its parent exits.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // The parent may have died before the prctl: then this child already has a new parent.
+    if nix::unistd::getppid() != parent {
+        // SAFETY: `_exit` skips atexit handlers and destructors the parent owns.
+        unsafe { libc::_exit(1) }
     }
 }
 

@@ -192,6 +192,19 @@ pub fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
+/// Every child of `pid`, over all its threads.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
 pub fn alive(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid)
 }
