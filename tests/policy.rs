@@ -16,6 +16,9 @@ const EXAMPLE_JSON: &str = r#"{
 }
 "#;
 
+/// A policy whose evaluation never ends.
+const ENDLESS_POLICY: &str = "let rec f = fun x => f (x + 1) in f 0\n";
+
 /// A policy in the lesson's `bad.ncl` shape with one field replaced.
 fn policy_with(field: &str, value: &str) -> String {
     let mut fields = [
@@ -526,7 +529,7 @@ fn bad_input_is_refused_cleanly() {
         "nested.ncl",
         &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
     );
-    write(d, "forever.ncl", "let rec f = fun x => f (x + 1) in f 0\n");
+    write(d, "forever.ncl", ENDLESS_POLICY);
     let big = std::fs::File::create(d.join("big.ncl")).unwrap();
     big.set_len(50 << 20).unwrap();
     let cases: [(&str, &str); 9] = [
@@ -711,11 +714,7 @@ fn a_runaway_file_in_a_batch_is_named_and_the_others_still_pass() {
     let dir = tempfile::tempdir().unwrap();
     let files = [
         write(dir.path(), "a.ncl", &policy_with("poll_ms", "100")),
-        write(
-            dir.path(),
-            "forever.ncl",
-            "let rec f = fun x => f (x + 1) in f 0\n",
-        ),
+        write(dir.path(), "forever.ncl", ENDLESS_POLICY),
         write(dir.path(), "b.ncl", &policy_with("poll_ms", "200")),
     ];
     let started = std::time::Instant::now();
@@ -860,11 +859,7 @@ fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
 #[test]
 fn an_evaluator_dies_with_its_rollgate() {
     let dir = tempfile::tempdir().unwrap();
-    let forever = write(
-        dir.path(),
-        "forever.ncl",
-        "let rec f = fun x => f (x + 1) in f 0\n",
-    );
+    let forever = write(dir.path(), "forever.ncl", ENDLESS_POLICY);
     let mut parent = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
         .args(["policy", "export", "--timeout-ms", "600000"])
         .arg(&forever)
