@@ -561,15 +561,9 @@ fn bad_input_is_refused_cleanly() {
     for (name, expected) in cases {
         let mut cmd = rollgate();
         cmd.current_dir(d).args(["policy", "export"]);
-        match name {
-            "forever.ncl" => {
-                cmd.args(["--timeout-ms", "1500"]);
-            }
-            // Crashing takes a while in a debug build on a busy machine: not a time-out.
-            "nested.ncl" => {
-                cmd.args(["--timeout-ms", "120000"]);
-            }
-            _ => {}
+        // Nested brackets keep the default 10 s limit: they must crash well before it.
+        if name == "forever.ncl" {
+            cmd.args(["--timeout-ms", "1500"]);
         }
         if !name.is_empty() {
             cmd.arg(name);
@@ -741,8 +735,8 @@ fn a_runaway_file_in_a_batch_is_named_and_the_others_still_pass() {
     );
 }
 
-/// A CI job may run under `ulimit -v`. The evaluator's stack must shrink to fit under it (a
-/// 1 GiB stack does not fit in 1 GB) and still keep deep nesting a reported crash.
+/// A CI job may run under `ulimit -v`: the evaluator must keep that limit rather than fail to
+/// raise it, fit its stack under it, and still report deep nesting as a crash.
 #[test]
 fn checks_under_a_tight_address_space_limit() {
     let dir = tempfile::tempdir().unwrap();
