@@ -777,8 +777,9 @@ fn checks_under_a_tight_address_space_limit() {
 
 /// The shared program is only a shortcut: whatever mix of good and broken files one call
 /// checks, each file's line must be exactly the line it gets when checked alone. The mix puts
-/// broken contracts (which the batch survives) next to syntax and import errors (which force a
-/// rebuild), data files, and policies that share a helper module.
+/// broken contracts (which the batch survives) next to files that do not parse (kept out of
+/// it), a missing import (which forces a rebuild), data files, and policies that share a
+/// helper module.
 #[test]
 fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -794,6 +795,7 @@ fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
         )
     };
     let good_yaml = "svc:\n  progress_deadline_ms: 1500\n  poll_ms: 100\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n";
+    let good_toml = "[svc]\nprogress_deadline_ms = 1500\npoll_ms = 100\nmax_unavailable_pct = 0\nmax_surge_pct = 100\non_stall = \"rollback\"\n";
     let mut names = Vec::new();
     for i in 0..36 {
         let (name, text) = match i % 12 {
@@ -803,6 +805,10 @@ fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
             5 => (format!("p{i}.ncl"), helper_policy("700000")),
             6 => (format!("p{i}.ncl"), helper_policy("10")),
             7 if i == 19 => (format!("p{i}.ncl"), "{ a = , }\n".to_string()),
+            2 if i == 14 => (format!("p{i}.yaml"), "svc:\n  poll_ms: [100\n".to_string()),
+            0 if i == 24 => (format!("p{i}.json"), r#"{"svc": {"poll_ms": 100}"#.to_string()),
+            2 if i == 26 => (format!("p{i}.toml"), good_toml.to_string()),
+            7 if i == 31 => (format!("p{i}.toml"), good_toml.replace("[svc]", "[svc")),
             8 => (format!("p{i}.yaml"), good_yaml.to_string()),
             9 if i == 33 => (format!("p{i}.ncl"), "import \"gone.ncl\"\n".to_string()),
             10 => (format!("p{i}.ncl"), policy_with("max_surge_pct", "\"100\"")),
@@ -840,8 +846,9 @@ fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
             failed += 1;
         }
     }
-    // Six of every twelve are broken in some way, plus the syntax and import errors.
-    assert_eq!(failed, 3 * 6 + 2, "{}", stdout(&together));
+    // Six of every twelve are broken in some way, plus the syntax and import errors and three
+    // data files that do not parse.
+    assert_eq!(failed, 3 * 6 + 2 + 3, "{}", stdout(&together));
     assert_eq!(
         lines[names.len()],
         format!("36 files checked: {} ok, {failed} failed", 36 - failed)

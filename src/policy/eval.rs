@@ -304,7 +304,7 @@ pub fn evaluate_applied(
 ///
 /// A field whose evaluation fails (a broken contract) is marked and the program goes on. Files
 /// Nickel cannot parse are left out from the start. A failure while preparing the program (a
-/// type or import error, a syntax error in an imported file or a data file) poisons it
+/// type or import error, a syntax error in an imported file) poisons it
 /// (Nickel's cache is left half-prepared), so the batch is then rebuilt from the files still
 /// undecided, leaving out the culprit: the input the diagnostic points into (a syntax error in
 /// file 7 surfaces while evaluating file 0), or else the field being evaluated.
@@ -330,7 +330,7 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
         // such files go straight to the lone pass.
         let mut results: Vec<Option<Result<(), ()>>> = paths
             .iter()
-            .map(|p| (InputKind::of(p) == InputKind::Nickel && !parses(p)).then_some(Err(())))
+            .map(|p| (!parses(p)).then_some(Err(())))
             .collect();
         loop {
             let remaining: Vec<usize> = (0..count).filter(|i| results[*i].is_none()).collect();
@@ -380,20 +380,30 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
     outcome.unwrap_or_else(|_| vec![None; count])
 }
 
-/// Whether Nickel's parser accepts the file on its own (what it imports is not looked at).
+/// Whether Nickel's parser for the file's format (Nickel, JSON, YAML or TOML) accepts it on its
+/// own; what a Nickel file imports is not looked at.
 fn parses(path: &Path) -> bool {
     use nickel_lang_core::ast::AstAlloc;
     use nickel_lang_core::files::Files;
     use nickel_lang_core::parser::{grammar::TermParser, lexer::Lexer, ErrorTolerantParser};
+    use nickel_lang_core::position::PosTable;
+    use nickel_lang_core::serialize::{toml_deser, yaml};
     let Ok(source) = std::fs::read_to_string(path) else {
         return false;
     };
     let mut files = Files::empty();
     let id = files.add(path.as_os_str(), source.as_str());
-    let alloc = AstAlloc::new();
-    TermParser::new()
-        .parse_strict(&alloc, id, Lexer::new(&source))
-        .is_ok()
+    let mut positions = PosTable::new();
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => yaml::load_json_value(&mut positions, &source, Some(id)).is_ok(),
+        Some("yaml" | "yml") => {
+            yaml::load_yaml_value(&mut positions, &source, Some(id), yaml::Listify::Auto).is_ok()
+        }
+        Some("toml") => toml_deser::from_str(&mut positions, &source, id).is_ok(),
+        _ => TermParser::new()
+            .parse_strict(&AstAlloc::new(), id, Lexer::new(&source))
+            .is_ok(),
+    }
 }
 
 #[cfg(test)]
@@ -424,6 +434,12 @@ mod tests {
         assert!(!parses(&file("bad.ncl", "{ a = , }")));
         assert!(!parses(&file("open.ncl", "{ a = 1")));
         assert!(!parses(&dir.path().join("absent.ncl")));
+        assert!(parses(&file("good.json", r#"{"svc": {"poll_ms": 100}}"#)));
+        assert!(!parses(&file("bad.json", r#"{"svc": {"poll_ms": 100}"#)));
+        assert!(parses(&file("good.yaml", "svc:\n  poll_ms: 100\n")));
+        assert!(!parses(&file("bad.yaml", "svc:\n  poll_ms: [100\n")));
+        assert!(parses(&file("good.toml", "[svc]\npoll_ms = 100\n")));
+        assert!(!parses(&file("bad.toml", "[svc\npoll_ms = 100\n")));
     }
 
     #[test]
