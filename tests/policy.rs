@@ -883,3 +883,32 @@ fn an_evaluator_dies_with_its_rollgate() {
         "evaluators {evaluators:?} outlived their parent"
     );
 }
+
+/// A data file cut off mid-list fails at its very end; the report must point there, in the
+/// file itself, not at the import rollgate wraps it in.
+#[test]
+fn a_data_file_that_does_not_parse_is_located_in_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "open.yaml", "svc:\n  poll_ms: [100\n");
+    let out = rollgate()
+        .current_dir(dir.path())
+        .args(["policy", "check", "open.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let line = stdout(&out).lines().next().unwrap_or_default().to_string();
+    assert!(
+        line.starts_with("open.yaml: error at open.yaml:3:1: yaml parse error: "),
+        "{line}"
+    );
+    let out = rollgate()
+        .current_dir(dir.path())
+        .args(["policy", "check", "--format", "github", "open.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).starts_with("::error file=open.yaml,line=3,col=1,"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -3,6 +3,7 @@
 
 use nickel_lang_core::error::{report::report_as_str, Error, IntoDiagnostics, LabelStyle};
 use nickel_lang_core::eval::cache::CacheImpl;
+use nickel_lang_core::files::{FileId, Files};
 use nickel_lang_core::program::Program;
 
 /// A place in a source file, 1-based like editors and GitHub show it.
@@ -26,6 +27,22 @@ pub struct Diagnostic {
     pub places: Vec<Location>,
     /// The whole diagnostic exactly as `nickel export` renders it.
     pub rendered: String,
+}
+
+/// 1-based line and column of a byte in a file. Nickel's own lookup refuses the very end of
+/// the file, which is where a parse error about an unfinished file points (a YAML list left
+/// open), so that place is computed here, as Nickel's renderer shows it.
+fn locate(files: &Files, file: FileId, byte: usize) -> Option<(usize, usize)> {
+    if let Ok(place) = files.location(file, byte as u32) {
+        return Some((place.line.to_usize() + 1, place.column.to_usize() + 1));
+    }
+    let source = files.source(file);
+    if byte != source.len() {
+        return None;
+    }
+    let line = source.matches('\n').count() + 1;
+    let column = source.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    Some((line, column))
 }
 
 impl Diagnostic {
@@ -52,13 +69,11 @@ impl Diagnostic {
         let places: Vec<Location> = labels
             .into_iter()
             .filter_map(|label| {
-                let place = files
-                    .location(label.file_id, label.range.start as u32)
-                    .ok()?;
+                let (line, column) = locate(&files, label.file_id, label.range.start)?;
                 Some(Location {
                     file: files.name(label.file_id).to_string_lossy().into_owned(),
-                    line: place.line.to_usize() + 1,
-                    column: place.column.to_usize() + 1,
+                    line,
+                    column,
                 })
             })
             .collect();
