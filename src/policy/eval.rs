@@ -208,10 +208,8 @@ fn evaluate_checked(
     format: ExportFormat,
     opts: &EvalOptions,
 ) -> Result<Evaluated, PolicyError> {
-    let (imports, contract) = import_paths(opts)?;
-    isolated(path, opts.timeout, || {
-        evaluate_here(path, format, imports, &contract, opts.color)
-    })
+    let mut answers = evaluate_each_checked(&[path.to_path_buf()], format, opts);
+    answers.pop().expect("one answer per file")
 }
 
 /// `evaluate_checked` for many files, each in its own sandbox, as many at once as there are
