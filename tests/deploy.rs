@@ -481,18 +481,6 @@ fn the_logs_summary_after_a_sequence_matches_what_happened() {
 }
 
 /// Start time of a process, as `/proc/PID/stat` field 22 gives it.
-fn start_time(pid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat.rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(19)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
     // The state a deployer killed right after its rename leaves: `current` names the
@@ -511,10 +499,10 @@ fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
         .unwrap();
     let pid = candidate.id() as i32;
     let pointer = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "pid": pid,
-        "start_time": start_time(pid), "promoted_at": 1.0});
+        "start_time": start_time_of(pid), "promoted_at": 1.0});
     write(site.root(), "current", &pointer.to_string());
     let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "token": "t",
-        "pid": pid, "start_time": start_time(pid), "stage": "running", "deployer_pid": 999999,
+        "pid": pid, "start_time": start_time_of(pid), "stage": "running", "deployer_pid": 999999,
         "started_at": 1.0, "grace_ms": 2000, "previous": old_pointer});
     write(site.root(), "candidate", &record.to_string());
 

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use super::plan;
 use super::process::Identity;
+use super::recover::switched;
+use super::signals::Signals;
 use super::state::{Root, Stage};
 use super::{
-    journal, lock, probe, refused, roll_back, runtime, switch, DeployError, Outcome, PROBE_TIMEOUT,
+    finish_switch, journal, lock, probe, refused, roll_back, runtime, switch, DeployError, Outcome,
+    PROBE_TIMEOUT,
 };
 
 /// `rollgate promote` / `rollgate abort`: finish an escalated deploy by hand.
@@ -20,6 +23,9 @@ pub fn finish_escalated(
     plan::check_name("service", service).map_err(refused)?;
     let root = Root::new(root);
     runtime()?.block_on(async {
+        // Installed first and kept to the end: a Ctrl-C or a lost terminal between the rename
+        // and the log line must not leave a switch half-recorded.
+        let _signals = Signals::install().map_err(refused)?;
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
         let candidate = match root.read_candidate().map_err(refused)? {
             Some(c) if c.stage == Stage::Escalated && c.service == service => c,
@@ -37,8 +43,30 @@ pub fn finish_escalated(
                 )))
             }
         };
+        let elapsed = Duration::from_secs_f64((journal::now() - candidate.started_at).max(0.0));
+        // An earlier promote renamed the pointer and was interrupted: the candidate is live.
+        // Finish that switch; never stop the release the pointer names.
+        if switched(&root, &candidate)? {
+            if !promote {
+                return Err(refused(format!(
+                    "the switch to {v} already happened: current names it (pid {pid}), so aborting would stop the live release. \
+                     Run `rollgate promote {service} --root {root}` to finish the switch, then roll forward: deploy the release you want live",
+                    v = candidate.version,
+                    pid = candidate.pid.unwrap_or(0),
+                    root = root.0.display()
+                )));
+            }
+            return finish_switch(
+                &root,
+                &candidate,
+                candidate.previous.as_ref(),
+                "promoted by hand; the switch had happened in an interrupted promote, finished now"
+                    .into(),
+                Some(elapsed),
+            )
+            .await;
+        }
         let live = root.read_pointer().map_err(refused)?;
-        let grace = Duration::from_millis(candidate.grace_ms);
         let Some(identity) = candidate.identity().filter(Identity::is_running) else {
             roll_back(
                 &root,
@@ -49,7 +77,6 @@ pub fn finish_escalated(
                 }),
                 None,
                 live.as_ref(),
-                grace,
                 "candidate exited while escalated".into(),
                 "found by a person".into(),
                 Duration::ZERO,
@@ -57,7 +84,6 @@ pub fn finish_escalated(
             .await?;
             return Ok(Outcome::RolledBack);
         };
-        let elapsed = Duration::from_secs_f64((journal::now() - candidate.started_at).max(0.0));
         if promote {
             let answer = probe::readyz(candidate.port, PROBE_TIMEOUT).await;
             switch(
@@ -76,7 +102,6 @@ pub fn finish_escalated(
                 identity,
                 None,
                 live.as_ref(),
-                grace,
                 "aborted by hand after escalation".into(),
                 "decided by a person".into(),
                 elapsed,

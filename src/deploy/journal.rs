@@ -1,17 +1,42 @@
 //! The deploy log: one JSON line per action, appended and fsynced before rollgate moves on.
 
-use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+/// The events the deployer writes: one vocabulary for the writer and the code that looks back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    CandidateStarted,
+    Promoted,
+    RolledBack,
+    Escalated,
+}
+
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::CandidateStarted => "candidate_started",
+            Event::Promoted => "promoted",
+            Event::RolledBack => "rolled_back",
+            Event::Escalated => "escalated",
+        }
+    }
+
+    /// Ends an attempt; recorded once per deploy token.
+    pub fn is_outcome(self) -> bool {
+        matches!(self, Event::Promoted | Event::RolledBack)
+    }
+}
+
 /// Field order is the line's key order: the lesson's four first, then the optional ones.
 #[derive(Debug, Clone, Serialize)]
 pub struct Entry<'a> {
     pub ts: f64,
-    pub event: &'a str,
+    pub event: Event,
     pub version: &'a str,
     pub detail: String,
     pub service: &'a str,
@@ -21,6 +46,9 @@ pub struct Entry<'a> {
     pub pid: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
+    /// The deploy's token: lets recovery see that an outcome was already written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<&'a str>,
 }
 
 /// Unix seconds, to the millisecond.
@@ -36,7 +64,121 @@ pub fn now() -> f64 {
 pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(entry).expect("entries serialize");
     line.push(b'\n');
-    let mut file = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut file = super::state::open_append(path)?;
     file.write_all(&line)?;
     file.sync_data()
+}
+
+/// The outcome (`promoted` or `rolled_back`) already written for deploy `token`, looking back
+/// from the end of the log no further than records older than `since` (the deploy's start, in
+/// Unix seconds): a crash between the outcome's line and clearing the candidate record must not
+/// make recovery write it twice. Reads backwards in blocks, so a long log costs nothing extra.
+pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Option<Event>> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(default)]
+        ts: f64,
+        #[serde(default)]
+        event: &'a str,
+        #[serde(default)]
+        token: Option<&'a str>,
+    }
+    const BLOCK: u64 = 64 * 1024;
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut end = file.seek(SeekFrom::End(0))?;
+    // Bytes after the last newline seen so far, carried to the next (earlier) block.
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let start = end.saturating_sub(BLOCK);
+        let mut block = vec![0; (end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block)?;
+        block.extend_from_slice(&carry);
+        let mut lines: Vec<&[u8]> = block.split(|b| *b == b'\n').collect();
+        // The first piece may be the end of a line that began in an earlier block.
+        let first = if start > 0 {
+            lines.remove(0).to_vec()
+        } else {
+            Vec::new()
+        };
+        for line in lines.iter().rev() {
+            let Ok(record) = serde_json::from_slice::<Line>(line) else {
+                continue;
+            };
+            if record.token == Some(token) {
+                let event = [Event::Promoted, Event::RolledBack]
+                    .into_iter()
+                    .find(|e| e.as_str() == record.event);
+                if event.is_some() {
+                    return Ok(event);
+                }
+            }
+            if record.ts > 0.0 && record.ts < since - 1.0 {
+                return Ok(None);
+            }
+        }
+        if start == 0 {
+            return Ok(None);
+        }
+        carry = first;
+        end = start;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ts: f64, event: Event, token: &str) -> String {
+        let mut line = serde_json::to_string(&Entry {
+            ts,
+            event,
+            version: "v1",
+            detail: "d".into(),
+            service: "s",
+            port: None,
+            pid: None,
+            elapsed_ms: None,
+            token: Some(token),
+        })
+        .unwrap();
+        line.push('\n');
+        line
+    }
+
+    #[test]
+    fn an_outcome_is_found_by_its_token_across_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deploy.log");
+        let mut text = String::new();
+        text.push_str(&entry(100.0, Event::Promoted, "old"));
+        text.push_str(&entry(200.0, Event::CandidateStarted, "t1"));
+        // A long line between them, so the search crosses a block boundary mid-line.
+        text.push_str(&format!(
+            "{{\"ts\":201,\"event\":\"noise\",\"detail\":\"{}\"}}\n",
+            "n".repeat(100_000)
+        ));
+        text.push_str(&entry(202.0, Event::RolledBack, "t1"));
+        text.push_str(&entry(300.0, Event::CandidateStarted, "t2"));
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            outcome_for(&path, "t1", 200.0).unwrap(),
+            Some(Event::RolledBack)
+        );
+        assert_eq!(outcome_for(&path, "t2", 300.0).unwrap(), None);
+        // Older than the deploy's start: not looked at.
+        assert_eq!(outcome_for(&path, "old", 300.0).unwrap(), None);
+        assert_eq!(
+            outcome_for(&path, "old", 100.0).unwrap(),
+            Some(Event::Promoted)
+        );
+        assert_eq!(
+            outcome_for(&dir.path().join("none"), "t", 0.0).unwrap(),
+            None
+        );
+    }
 }

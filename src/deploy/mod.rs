@@ -10,6 +10,7 @@ mod probe;
 mod process;
 mod progress;
 mod recover;
+mod signals;
 pub mod state;
 mod status;
 
@@ -17,12 +18,13 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{signal, SignalKind};
-
 use crate::policy::{self, EvalOptions};
+use crate::proxy::drain;
+use journal::Event as LogEvent;
 use plan::{Action, Event, Probe, Settings, Verdict};
 use process::Identity;
-use state::{Candidate, Pointer, Root, Stage};
+use signals::Signals;
+use state::{Candidate, Pointer, Root, Stage, WriteError};
 
 pub use escalation::finish_escalated;
 pub use status::status;
@@ -130,6 +132,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         request.drain_ms,
         policy.as_ref(),
     );
+    plan::check_bounds(&settings).map_err(refused)?;
     let root = Root::new(request.root.clone());
     if !root.0.is_dir() {
         return Err(refused(format!(
@@ -141,6 +144,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
     check_executable(&executable, &request)?;
 
     runtime()?.block_on(async {
+        let mut signals = Signals::install().map_err(refused)?;
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
         recover::recover(&root).await?;
         let live = root.read_pointer().map_err(refused)?;
@@ -158,7 +162,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
                 request.port
             )));
         }
-        gate_and_finish(&root, &request, &settings, live).await
+        gate_and_finish(&root, &request, &settings, live, &mut signals).await
     })
 }
 
@@ -186,8 +190,8 @@ async fn gate_and_finish(
     request: &Request,
     settings: &Settings,
     live: Option<Pointer>,
+    signals: &mut Signals,
 ) -> Result<Outcome, DeployError> {
-    let failed = |what: &str, e: std::io::Error| DeployError::Failed(format!("{what}: {e}"));
     // Recorded before the spawn, so a deployer killed right after it still leaves a trace.
     let mut candidate = Candidate {
         service: request.service.clone(),
@@ -231,17 +235,62 @@ async fn gate_and_finish(
         }
     };
     let started = Instant::now();
-    let pid = child.id().map(|p| p as i32).unwrap_or(0);
-    let identity = Identity::of(pid);
+    let pid = child.id().map_or(0, |p| p as i32);
+    let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
     candidate.pid = Some(pid);
-    candidate.start_time = identity.map(|i| i.start_time);
+    candidate.start_time = Some(identity.start_time);
     candidate.stage = Stage::Running;
-    root.write_candidate(&candidate)
+    let spawned = Spawned {
+        identity,
+        started,
+        child: &mut child,
+    };
+    match gate_spawned(
+        root,
+        request,
+        settings,
+        live,
+        signals,
+        &mut candidate,
+        spawned,
+    )
+    .await
+    {
+        Ok(outcome) => Ok(outcome),
+        Err(error) => Err(abandon(root, &candidate, identity, &mut child, error).await),
+    }
+}
+
+/// The candidate as the deploy that started it holds it.
+struct Spawned<'a> {
+    identity: Identity,
+    started: Instant,
+    child: &'a mut tokio::process::Child,
+}
+
+/// Everything after the spawn. Any error here reaches [`abandon`], which decides what is left.
+async fn gate_spawned(
+    root: &Root,
+    request: &Request,
+    settings: &Settings,
+    live: Option<Pointer>,
+    signals: &mut Signals,
+    candidate: &mut Candidate,
+    spawned: Spawned<'_>,
+) -> Result<Outcome, DeployError> {
+    let failed = |what: &str, e: std::io::Error| DeployError::Failed(format!("{what}: {e}"));
+    let Spawned {
+        identity,
+        started,
+        child,
+    } = spawned;
+    let pid = identity.pid;
+    root.write_candidate(candidate)
         .map_err(|e| failed("cannot record the candidate", e))?;
     log(
         root,
-        &candidate,
-        "candidate_started",
+        candidate,
+        LogEvent::CandidateStarted,
         format!(
             "port {}; pid {pid}; deadline {} ms ({}); poll {} ms",
             request.port,
@@ -252,9 +301,8 @@ async fn gate_and_finish(
         None,
     )?;
 
-    let gate = run_gate(&mut child, request, settings, started).await;
+    let gate = run_gate(child, request, settings, started, signals).await;
     let elapsed = started.elapsed();
-    let identity = identity.unwrap_or(Identity { pid, start_time: 0 });
     match plan::action(&gate.verdict, settings.on_stall) {
         Action::Promote => {
             let detail = format!(
@@ -263,16 +311,16 @@ async fn gate_and_finish(
                 gate.probes,
                 if gate.probes == 1 { "" } else { "s" }
             );
-            switch(root, &candidate, identity, live, detail, elapsed).await
+            switch(root, candidate, identity, live, detail, elapsed).await
         }
         Action::Escalate => {
             candidate.stage = Stage::Escalated;
-            root.write_candidate(&candidate)
+            root.write_candidate(candidate)
                 .map_err(|e| failed("cannot record the escalation", e))?;
             log(
                 root,
-                &candidate,
-                "escalated",
+                candidate,
+                LogEvent::Escalated,
                 format!(
                     "{}; left running on port {} (pid {pid}) for a person: rollgate promote {svc} --root {root} or rollgate abort {svc} --root {root}; last probes: {}",
                     plan::reason(&gate.verdict, settings),
@@ -288,18 +336,12 @@ async fn gate_and_finish(
         Action::RollBack => {
             let reason = plan::reason(&gate.verdict, settings);
             let context = format!("last probes: {}", gate.last_probes());
-            // An exited candidate was reaped by the gate: its pid is no longer ours to signal.
-            let unreaped = match gate.verdict {
-                Verdict::Exited(_) => None,
-                _ => Some(&mut child),
-            };
             roll_back(
                 root,
-                &candidate,
+                candidate,
                 identity,
-                unreaped,
+                Some(child),
                 live.as_ref(),
-                settings.grace,
                 reason,
                 context,
                 elapsed,
@@ -308,6 +350,41 @@ async fn gate_and_finish(
             Ok(Outcome::RolledBack)
         }
     }
+}
+
+/// A failure after the spawn (a log or record that cannot be written): the candidate must not
+/// outlive this deploy without an outcome, unless the switch already made it the live release.
+/// Returns the error completed with the state that is left.
+async fn abandon(
+    root: &Root,
+    candidate: &Candidate,
+    identity: Identity,
+    child: &mut tokio::process::Child,
+    error: DeployError,
+) -> DeployError {
+    let version = &candidate.version;
+    let left = match root.read_pointer() {
+        Ok(Some(pointer)) if pointer.names(identity) => format!(
+            "{version} is live (current names it); its record stays in {} so the next deploy or `rollgate promote` finishes the switch",
+            root.candidate_path().display()
+        ),
+        Err(e) => format!(
+            "cannot tell whether the switch happened ({e}); candidate {version} (pid {}) is left running and recorded for the next deploy",
+            identity.pid
+        ),
+        Ok(_) => {
+            let stopped = process::stop_group(identity, Duration::from_millis(candidate.grace_ms)).await;
+            // Our child: reap it so no zombie is left while this process lives on.
+            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+            match root.clear_candidate() {
+                Ok(()) => format!("candidate {version} {stopped}; current unchanged"),
+                Err(e) => format!(
+                    "candidate {version} {stopped}; current unchanged; its record could not be removed ({e}), the next deploy will"
+                ),
+            }
+        }
+    };
+    DeployError::Failed(format!("{error}; {left}"))
 }
 
 /// What the gate saw.
@@ -338,10 +415,9 @@ async fn run_gate(
     request: &Request,
     settings: &Settings,
     started: Instant,
+    signals: &mut Signals,
 ) -> Gate {
     let deadline = tokio::time::Instant::from_std(started + settings.deadline);
-    let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut ticker = tokio::time::interval(settings.poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut in_flight: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Probe>>>> = None;
@@ -358,8 +434,7 @@ async fn run_gate(
                 Ok(status) => status.to_string(),
                 Err(e) => format!("an unknown status ({e})"),
             }),
-            _ = sigterm.recv() => Event::Signal("SIGTERM"),
-            _ = sigint.recv() => Event::Signal("SIGINT"),
+            name = signals.recv() => Event::Signal(name),
             _ = tokio::time::sleep_until(deadline) => Event::DeadlinePassed,
             probe = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
                 in_flight = None;
@@ -385,8 +460,7 @@ async fn run_gate(
     }
 }
 
-/// The switch: the new pointer in one rename, then the old release drained (if a proxy serves
-/// the root) and stopped with the grace recorded for this deploy, then the log.
+/// The switch: the new pointer in one rename, then [`finish_switch`].
 async fn switch(
     root: &Root,
     candidate: &Candidate,
@@ -403,29 +477,48 @@ async fn switch(
         start_time: identity.start_time,
         promoted_at: journal::now(),
     };
-    root.write_pointer(&pointer).map_err(|e| {
-        DeployError::Failed(format!(
-            "cannot switch {}: {e}; the old pointer is intact and candidate {} is still running",
-            root.pointer_path().display(),
-            candidate.version
-        ))
-    })?;
-    // A proxy serving this root finishes the old release's requests before it is stopped.
-    let drained = match &live {
-        Some(old) => {
-            let drain = Duration::from_millis(candidate.drain_ms);
-            let answer = crate::proxy::drain::request(&root.0, old.port, drain).await;
-            format!("{answer}; ")
+    let durability = match root.write_pointer(&pointer) {
+        Ok(()) => String::new(),
+        Err(WriteError::NotWritten(e)) => {
+            return Err(DeployError::Failed(format!(
+                "cannot switch {}: {e}; the old pointer is intact",
+                root.pointer_path().display(),
+            )))
         }
+        // The rename happened: readers see the new release, so the switch goes on.
+        Err(error @ WriteError::NotDurable(_)) => format!("; current {error}"),
+    };
+    finish_switch(
+        root,
+        candidate,
+        live.as_ref(),
+        format!("{detail}{durability}"),
+        Some(elapsed),
+    )
+    .await
+}
+
+/// After the rename, whoever performs it (a deploy, `promote`, or the next deploy after a
+/// crash): the previous release drained (if a proxy serves the root) and stopped with the grace
+/// recorded for this deploy, the outcome logged once, the record cleared.
+async fn finish_switch(
+    root: &Root,
+    candidate: &Candidate,
+    previous: Option<&Pointer>,
+    detail: String,
+    elapsed: Option<Duration>,
+) -> Result<Outcome, DeployError> {
+    let drained = match previous {
+        Some(old) => drain_before_stop(root, old, candidate.drain_ms).await,
         None => String::new(),
     };
-    let old = stop_previous(live.as_ref(), Duration::from_millis(candidate.grace_ms)).await;
+    let old = stop_previous(previous, Duration::from_millis(candidate.grace_ms)).await;
     log(
         root,
         candidate,
-        "promoted",
+        LogEvent::Promoted,
         format!("{detail}; {drained}{old}"),
-        Some(elapsed),
+        elapsed,
     )?;
     root.clear_candidate().map_err(|e| {
         DeployError::Failed(format!(
@@ -433,6 +526,23 @@ async fn switch(
         ))
     })?;
     Ok(Outcome::Promoted)
+}
+
+/// Asks a proxy serving the root to finish the old release's requests. Unless it confirms (or
+/// there is no proxy), it may still be routing to the old release, so the old release is kept
+/// for the whole drain timeout before it is stopped.
+async fn drain_before_stop(root: &Root, old: &Pointer, drain_ms: u64) -> String {
+    let limit = Duration::from_millis(drain_ms).min(plan::MAX_WAIT);
+    let asked = Instant::now();
+    let answer = drain::request(&root.0, old.port, limit).await;
+    if plan::drain_confirmed(&answer) {
+        return format!("{answer}; ");
+    }
+    tokio::time::sleep(limit.saturating_sub(asked.elapsed())).await;
+    format!(
+        "{answer}; the proxy did not confirm, so the old release was kept for the {} ms drain timeout; ",
+        limit.as_millis()
+    )
 }
 
 async fn stop_previous(live: Option<&Pointer>, grace: Duration) -> String {
@@ -445,8 +555,8 @@ async fn stop_previous(live: Option<&Pointer>, grace: Duration) -> String {
     }
 }
 
-/// The rollback: stop the candidate's whole group, check the old release still answers, log
-/// why. The pointer is never touched.
+/// The rollback: stop the candidate's whole group (what its leader left running too), check the
+/// old release still answers, log why. The pointer is never touched.
 #[allow(clippy::too_many_arguments)]
 async fn roll_back(
     root: &Root,
@@ -454,19 +564,12 @@ async fn roll_back(
     identity: Identity,
     child: Option<&mut tokio::process::Child>,
     live: Option<&Pointer>,
-    grace: Duration,
     reason: String,
     context: String,
     elapsed: Duration,
 ) -> Result<(), DeployError> {
-    let stopped = process::stop_group(identity, grace).await;
+    let stopped = process::stop_group(identity, Duration::from_millis(candidate.grace_ms)).await;
     if let Some(child) = child {
-        // The exited leader is our zombie until reaped, so its pid cannot have been reused:
-        // clear any stragglers left in its group, then reap it.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(identity.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
     }
     let old = match live {
@@ -484,7 +587,7 @@ async fn roll_back(
     if !output.is_empty() {
         detail.push_str(&format!("; candidate output: {output}"));
     }
-    log(root, candidate, "rolled_back", detail, Some(elapsed))?;
+    log(root, candidate, LogEvent::RolledBack, detail, Some(elapsed))?;
     root.clear_candidate().map_err(|e| {
         DeployError::Failed(format!(
             "rolled back, but cannot clear the candidate record: {e}"
@@ -492,13 +595,28 @@ async fn roll_back(
     })
 }
 
+/// Appends one line for this deploy. An outcome already written under this deploy's token (by
+/// a run that crashed before clearing the record) is not written again.
 fn log(
     root: &Root,
     candidate: &Candidate,
-    event: &str,
+    event: LogEvent,
     detail: String,
     elapsed: Option<Duration>,
 ) -> Result<(), DeployError> {
+    let cannot = |e: std::io::Error| {
+        DeployError::Failed(format!(
+            "cannot append to {}: {e}",
+            root.log_path().display()
+        ))
+    };
+    if event.is_outcome()
+        && journal::outcome_for(&root.log_path(), &candidate.token, candidate.started_at)
+            .map_err(cannot)?
+            .is_some()
+    {
+        return Ok(());
+    }
     journal::append(
         &root.log_path(),
         &journal::Entry {
@@ -510,14 +628,10 @@ fn log(
             port: Some(candidate.port),
             pid: candidate.pid,
             elapsed_ms: elapsed.map(|e| e.as_millis() as u64),
+            token: Some(&candidate.token),
         },
     )
-    .map_err(|e| {
-        DeployError::Failed(format!(
-            "cannot append to {}: {e}",
-            root.log_path().display()
-        ))
-    })
+    .map_err(cannot)
 }
 
 /// Stops a release process group by pid and start time, waiting up to the default grace

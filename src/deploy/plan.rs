@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::policy::{OnStall, RolloutSettings};
+use crate::proxy::drain::Drain;
 
 /// The lesson's defaults when neither the command line nor a policy says otherwise.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(1500);
@@ -11,6 +12,11 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(100);
 pub const DEFAULT_GRACE: Duration = Duration::from_millis(5000);
 /// How long a proxy may take to finish the old release's requests before it is stopped anyway.
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(30_000);
+
+/// The longest any single wait of a deploy may be (deadline, poll, grace, drain). A `.ncl`
+/// policy need not apply the bundled contract, so the deployer keeps its own floor and ceiling:
+/// a zero poll would panic the ticker, and an absurd wait would overflow a timer or hang.
+pub const MAX_WAIT: Duration = Duration::from_millis(24 * 3600 * 1000);
 
 /// Versions and service names become path components under the root: refuse anything that
 /// could climb out of it or hide (`..`, `/`, leading dot, control characters).
@@ -81,6 +87,35 @@ pub fn resolve(
         ),
         deadline_source,
     }
+}
+
+/// Refuses settings the deployer cannot run by, naming the field and what is allowed. Checked
+/// before anything is recorded or spawned.
+pub fn check_bounds(s: &Settings) -> Result<(), String> {
+    let max = MAX_WAIT.as_millis();
+    let within = |field: &str, value: Duration, min: u128| {
+        let ms = value.as_millis();
+        if ms < min || ms > max {
+            Err(format!(
+                "{field} is {ms} ms; the deployer runs with {min} ..= {max} ms (24 h); nothing was started"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let deadline_field = match s.deadline_source {
+        "policy" => "progress_deadline_ms (policy)",
+        "command line" => "the deadline-ms argument",
+        _ => "the default deadline",
+    };
+    within(deadline_field, s.deadline, 1)?;
+    within("poll_ms (policy)", s.poll, 1)?;
+    within("the stop grace (--grace-ms or stop_grace_ms)", s.grace, 0)?;
+    within(
+        "the drain timeout (--drain-timeout-ms or drain_timeout_ms)",
+        s.drain,
+        0,
+    )
 }
 
 /// The command line's milliseconds, else the policy's, else the default.
@@ -154,6 +189,13 @@ pub fn action(verdict: &Verdict, on_stall: OnStall) -> Action {
         (Verdict::Stalled, OnStall::Escalate) => Action::Escalate,
         _ => Action::RollBack,
     }
+}
+
+/// Whether the old release may be stopped now: the proxy confirmed it routes elsewhere and
+/// the old release's requests are done, or no proxy serves the root. Anything else (an error
+/// line, no answer, a broken socket) may mean the proxy still sends users there.
+pub fn drain_confirmed(answer: &Drain) -> bool {
+    matches!(answer, Drain::Drained(_) | Drain::NoProxy)
 }
 
 /// The reason as the lesson words it: the part of `detail` before the first `"; "`.
@@ -256,6 +298,35 @@ mod tests {
             Action::RollBack
         );
         assert_eq!(action(&Verdict::Ready, OnStall::Rollback), Action::Promote);
+    }
+
+    #[test]
+    fn settings_outside_the_deployers_bounds_are_named() {
+        let mut p = policy(4000, OnStall::Rollback);
+        p.poll_ms = 0;
+        let err = check_bounds(&resolve(None, None, None, Some(&p))).unwrap_err();
+        assert!(err.starts_with("poll_ms (policy) is 0 ms"), "{err}");
+        let err = check_bounds(&resolve(Some(0), None, None, None)).unwrap_err();
+        assert!(err.starts_with("the deadline-ms argument is 0 ms"), "{err}");
+        let p = policy(0, OnStall::Rollback);
+        let err = check_bounds(&resolve(None, None, None, Some(&p))).unwrap_err();
+        assert!(err.starts_with("progress_deadline_ms (policy)"), "{err}");
+        let err = check_bounds(&resolve(None, Some(u64::MAX), None, None)).unwrap_err();
+        assert!(err.contains("stop grace"), "{err}");
+        let err = check_bounds(&resolve(None, None, Some(u64::MAX), None)).unwrap_err();
+        assert!(err.contains("drain timeout"), "{err}");
+        assert!(check_bounds(&resolve(None, Some(0), Some(0), None)).is_ok());
+    }
+
+    #[test]
+    fn only_a_confirmed_drain_or_no_proxy_lets_the_old_release_stop_early() {
+        assert!(drain_confirmed(&Drain::NoProxy));
+        assert!(drain_confirmed(&Drain::Drained(Duration::from_millis(3))));
+        assert!(!drain_confirmed(&Drain::Refused(
+            "cannot read current".into()
+        )));
+        assert!(!drain_confirmed(&Drain::Failed("broken pipe".into())));
+        assert!(!drain_confirmed(&Drain::TimedOut(Duration::from_secs(1))));
     }
 
     #[test]

@@ -50,20 +50,62 @@ impl Identity {
         matches!(stat(self.pid), Some(s) if s.start_time == self.start_time && s.state != 'Z' && s.state != 'X')
     }
 
-    /// Signals the process's whole group when it leads one (every release rollgate starts
-    /// does), else the process alone: never a group that merely shares the number.
-    fn signal(&self, signal: Signal) {
-        let pid = Pid::from_raw(self.pid);
+    /// What stopping this release means: its whole process group when it leads one (every
+    /// release rollgate starts does), the process alone otherwise, nothing if it is gone.
+    ///
+    /// The group outlives its leader: a release that exited may have left workers (a backgrounded
+    /// `sleep` holding the port). The kernel does not hand out a pid that is still some group's
+    /// id, so while any member lives, the number names our group; and if the number now names a
+    /// process with another start time, our group was empty when it was reused.
+    fn stop_target(&self) -> StopTarget {
+        // 0 and below name our own group or every process to kill(2): never a release.
+        if self.pid <= 1 {
+            return StopTarget::Nothing;
+        }
         match stat(self.pid) {
-            Some(s) if s.process_group == self.pid => {
-                let _ = killpg(pid, signal);
-            }
-            Some(_) => {
-                let _ = kill(pid, signal);
-            }
-            None => {}
+            Some(s) if s.start_time != self.start_time => StopTarget::Nothing,
+            Some(s) if s.process_group == self.pid => StopTarget::Group(self.pid),
+            Some(_) => StopTarget::Process(*self),
+            None => StopTarget::Group(self.pid),
         }
     }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum StopTarget {
+    Group(i32),
+    Process(Identity),
+    Nothing,
+}
+
+impl StopTarget {
+    /// Anything left to stop (zombies are gone already: only their parent's wait is missing).
+    fn remains(&self) -> bool {
+        match self {
+            StopTarget::Group(pgid) => group_has_live_member(*pgid),
+            StopTarget::Process(who) => who.is_running(),
+            StopTarget::Nothing => false,
+        }
+    }
+
+    fn send(&self, signal: Signal) {
+        let _ = match self {
+            StopTarget::Group(pgid) => killpg(Pid::from_raw(*pgid), signal),
+            StopTarget::Process(who) => kill(Pid::from_raw(who.pid), signal),
+            StopTarget::Nothing => Ok(()),
+        };
+    }
+}
+
+/// Whether any live (non-zombie) process belongs to process group `pgid`.
+fn group_has_live_member(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .any(|s| s.process_group == pgid && s.state != 'Z' && s.state != 'X')
 }
 
 /// How a stop went.
@@ -87,31 +129,40 @@ impl std::fmt::Display for Stopped {
     }
 }
 
-/// Stops the process group led by `who`: SIGTERM, wait up to `grace`, then SIGKILL. Never
-/// signals a pid whose start time differs (it was reused).
+/// How often a stop looks whether anything is left.
+const STOP_POLL: Duration = Duration::from_millis(10);
+/// How long after SIGKILL a stop waits to see the group gone.
+const AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// Stops the release `who` led, with every process left in its group: SIGTERM to the group,
+/// wait up to `grace` for all of it to exit, then SIGKILL to whatever remains. Never signals a
+/// pid whose start time differs (it was reused).
 pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
-    if !who.is_running() {
+    let target = who.stop_target();
+    if !target.remains() {
         return Stopped::AlreadyGone;
     }
-    who.signal(Signal::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        if !who.is_running() {
-            return Stopped::Terminated;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    if !who.is_running() {
+    target.send(Signal::SIGTERM);
+    if wait_until_gone(target, grace.min(super::plan::MAX_WAIT)).await {
         return Stopped::Terminated;
     }
-    who.signal(Signal::SIGKILL);
-    for _ in 0..400 {
-        if !who.is_running() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    target.send(Signal::SIGKILL);
+    wait_until_gone(target, AFTER_KILL).await;
     Stopped::Killed
+}
+
+/// True once nothing of `target` remains, false if something still does after `limit`.
+async fn wait_until_gone(target: StopTarget, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if !target.remains() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(STOP_POLL).await;
+    }
 }
 
 /// What a candidate is started with.
@@ -125,8 +176,11 @@ pub struct Launch<'a> {
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
-/// outlives rollgate once promoted), stdout and stderr appended to `output`.
+/// outlives rollgate once promoted), stdout and stderr written to `output`. The previous run's
+/// output of the same release is kept beside it as `output.1` (one generation, replaced each
+/// run), so a release folder holds at most two runs' output and the log quotes this run only.
 pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
+    rotate(launch.output)?;
     let output = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -168,13 +222,48 @@ pub fn find_by_token(token: &str) -> Vec<Identity> {
         .collect()
 }
 
-/// The last lines of a file, for the log's detail (a crashed candidate's own words).
+/// The file a release's previous run wrote to.
+pub fn previous_output(output: &Path) -> std::path::PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".1");
+    name.into()
+}
+
+fn rotate(output: &Path) -> std::io::Result<()> {
+    match std::fs::metadata(output) {
+        Ok(m) if m.len() > 0 => std::fs::rename(output, previous_output(output)),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// How much of the end of an output file is read to quote its last lines.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// The last lines of a file, for the log's detail (a crashed candidate's own words). Only the
+/// file's last 64 KiB are read, whatever its size.
 pub fn tail(path: &Path, lines: usize) -> String {
-    let Ok(bytes) = std::fs::read(path) else {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
         return String::new();
     };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else {
+        return String::new();
+    };
+    let from = len.saturating_sub(TAIL_BYTES);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err()
+        || file.take(TAIL_BYTES).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
     let text = String::from_utf8_lossy(&bytes);
-    let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // A read that starts mid-file starts mid-line: that first piece is not a whole line.
+    if from > 0 && !kept.is_empty() {
+        kept.remove(0);
+    }
     kept[kept.len().saturating_sub(lines)..].join(" | ")
 }
 
@@ -191,5 +280,16 @@ mod tests {
             start_time: me.start_time + 1,
         };
         assert!(!impostor.is_running());
+    }
+
+    #[test]
+    fn the_tail_reads_the_end_of_a_long_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut text = "x".repeat(200_000);
+        text.push_str("\nsecond to last\n\nlast words\n");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(tail(&path, 2), "second to last | last words");
+        assert_eq!(tail(&dir.path().join("missing"), 3), "");
     }
 }

@@ -2,17 +2,43 @@
 
 use std::time::Duration;
 
+use super::journal::Event;
 use super::process::{self, Identity, Stopped};
-use super::state::{Root, Stage};
-use super::{log, refused, stop_previous, DeployError};
+use super::state::{Candidate, Root, Stage};
+use super::{finish_switch, log, refused, DeployError};
+
+/// Whether the pointer already names this candidate's process: the switch happened, whatever
+/// the record's stage says.
+pub(super) fn switched(root: &Root, candidate: &Candidate) -> Result<bool, DeployError> {
+    let pointer = root.read_pointer().map_err(refused)?;
+    Ok(match (pointer, candidate.identity()) {
+        (Some(pointer), Some(process)) => pointer.names(process),
+        _ => false,
+    })
+}
 
 /// A candidate left behind by a deployer that died (we hold the lock, so it is dead): if the
-/// switch had happened, record the promotion and stop the old release; otherwise stop the
-/// candidate and record the rollback. An escalated candidate waits for a person instead.
+/// switch had happened, finish it (drain and stop the previous release, record the promotion);
+/// otherwise stop the candidate and record the rollback. An outcome the dead deployer already
+/// logged is not logged again. An escalated candidate waits for a person instead.
 pub(super) async fn recover(root: &Root) -> Result<(), DeployError> {
     let Some(left) = root.read_candidate().map_err(refused)? else {
         return Ok(());
     };
+    if switched(root, &left)? {
+        finish_switch(
+            root,
+            &left,
+            left.previous.as_ref(),
+            format!(
+                "switched before deployer pid {} died; recorded by the next deploy",
+                left.deployer_pid
+            ),
+            None,
+        )
+        .await?;
+        return Ok(());
+    }
     if left.stage == Stage::Escalated {
         return Err(refused(format!(
             "candidate {} of {} is escalated and waiting for a person: run `rollgate promote {svc} --root {root}` or `rollgate abort {svc} --root {root}` first",
@@ -23,26 +49,6 @@ pub(super) async fn recover(root: &Root) -> Result<(), DeployError> {
         )));
     }
     let grace = Duration::from_millis(left.grace_ms);
-    let pointer = root.read_pointer().map_err(refused)?;
-    let switched = pointer
-        .as_ref()
-        .is_some_and(|p| p.version == left.version && Some(p.pid) == left.pid);
-    if switched {
-        let old = stop_previous(left.previous.as_ref(), grace).await;
-        log(
-            root,
-            &left,
-            "promoted",
-            format!(
-                "switched before deployer pid {} died; recorded by the next deploy; {old}",
-                left.deployer_pid
-            ),
-            None,
-        )?;
-        return root
-            .clear_candidate()
-            .map_err(|e| DeployError::Failed(e.to_string()));
-    }
     let mut found: Vec<Identity> = left.identity().into_iter().collect();
     if found.is_empty() {
         found = process::find_by_token(&left.token);
@@ -61,7 +67,7 @@ pub(super) async fn recover(root: &Root) -> Result<(), DeployError> {
     log(
         root,
         &left,
-        "rolled_back",
+        Event::RolledBack,
         format!(
             "abandoned: deployer pid {} died before an outcome; candidate {}; stopped by the next deploy",
             left.deployer_pid,

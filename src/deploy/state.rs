@@ -9,6 +9,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,12 @@ impl Pointer {
             pid: self.pid,
             start_time: self.start_time,
         }
+    }
+
+    /// Whether this pointer names that very process (pid and start time): the way to tell that
+    /// a switch to a candidate already happened.
+    pub fn names(&self, process: Identity) -> bool {
+        self.identity() == process
     }
 }
 
@@ -85,22 +92,85 @@ impl Candidate {
     }
 }
 
-/// Replaces `path` so that readers see the old content or the new, whole.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Mode of every state file: whatever the deployer's umask, a proxy running as another user
+/// must be able to read `current` (an unreadable pointer is a proxy that cannot follow a switch).
+pub const STATE_FILE_MODE: u32 = 0o644;
+
+/// How an atomic replacement failed: before the rename (the old content is intact) or after it
+/// (the new content is in place, but the folder's fsync failed, so a power loss could undo it).
+#[derive(Debug)]
+pub enum WriteError {
+    NotWritten(std::io::Error),
+    NotDurable(std::io::Error),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::NotWritten(e) => write!(f, "{e} (the old content is intact)"),
+            WriteError::NotDurable(e) => write!(
+                f,
+                "replaced, but the folder's fsync failed ({e}): durability unknown"
+            ),
+        }
+    }
+}
+
+/// A fault the test suite injects into the real binary: `ROLLGATE_FAULT=name[,name...]`.
+/// Nothing sets it in normal use; each name is one failing step that cannot be provoked on a
+/// healthy file system.
+pub fn fault(name: &str) -> bool {
+    std::env::var("ROLLGATE_FAULT").is_ok_and(|v| v.split(',').any(|n| n == name))
+}
+
+/// Replaces `path` so that readers see the old content or the new, whole, with mode
+/// [`STATE_FILE_MODE`] whatever the umask.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut file = File::create(&tmp)?;
+    let written = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(STATE_FILE_MODE)
+            .open(&tmp)?;
+        // The mode given to open(2) is filtered by the umask; set it outright.
+        file.set_permissions(fs::Permissions::from_mode(STATE_FILE_MODE))?;
         file.write_all(bytes)?;
         file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        fs::rename(&tmp, path)
     })();
-    if result.is_err() {
+    if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
+        return Err(WriteError::NotWritten(e));
     }
-    result
+    let synced = if fault(&format!("fsync-dir-after-{name}")) {
+        Err(std::io::Error::other("injected fault"))
+    } else {
+        File::open(dir).and_then(|d| d.sync_all())
+    };
+    synced.map_err(WriteError::NotDurable)
+}
+
+/// Opens `path` for appending, creating it with [`STATE_FILE_MODE`] whatever the umask.
+pub fn open_append(path: &Path) -> std::io::Result<File> {
+    match fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(STATE_FILE_MODE)
+        .open(path)
+    {
+        Ok(file) => {
+            file.set_permissions(fs::Permissions::from_mode(STATE_FILE_MODE))?;
+            Ok(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::OpenOptions::new().append(true).open(path)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
@@ -153,7 +223,7 @@ impl Root {
     pub fn read_pointer(&self) -> Result<Option<Pointer>, String> {
         read_json(&self.pointer_path())
     }
-    pub fn write_pointer(&self, pointer: &Pointer) -> std::io::Result<()> {
+    pub fn write_pointer(&self, pointer: &Pointer) -> Result<(), WriteError> {
         let mut bytes = serde_json::to_vec_pretty(pointer).expect("pointer serializes");
         bytes.push(b'\n');
         write_atomically(&self.pointer_path(), &bytes)
@@ -161,9 +231,13 @@ impl Root {
     pub fn read_candidate(&self) -> Result<Option<Candidate>, String> {
         read_json(&self.candidate_path())
     }
+    /// The candidate record must be durable before the spawn it announces, so a folder fsync
+    /// that fails counts as a failed write here.
     pub fn write_candidate(&self, candidate: &Candidate) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(candidate).expect("candidate serializes");
-        write_atomically(&self.candidate_path(), &bytes)
+        write_atomically(&self.candidate_path(), &bytes).map_err(|e| match e {
+            WriteError::NotWritten(e) | WriteError::NotDurable(e) => e,
+        })
     }
     pub fn clear_candidate(&self) -> std::io::Result<()> {
         match fs::remove_file(self.candidate_path()) {
@@ -189,6 +263,24 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("current")]);
+    }
+
+    #[test]
+    fn state_files_are_readable_by_all_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = unsafe { libc::umask(0o077) };
+        let written = write_atomically(&dir.path().join("current"), b"x");
+        let appended = open_append(&dir.path().join("deploy.log"));
+        unsafe { libc::umask(old) };
+        written.unwrap();
+        appended.unwrap();
+        for name in ["current", "deploy.log"] {
+            let mode = fs::metadata(dir.path().join(name))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o644, "{name}");
+        }
     }
 
     #[test]

@@ -4,8 +4,14 @@
 //! deployer connects and sends one line, `drain <old-port>\n`. The proxy re-reads the pointer
 //! (so it has switched too), waits until no request is in flight to the release it retired on
 //! that port, and answers `drained <old-port> <waited-ms>\n`. Only then does the deployer send
-//! SIGTERM to the old release. No socket (or nobody listening) means no proxy: nothing to wait
-//! for. The deployer gives up after its drain timeout and stops the old release anyway.
+//! SIGTERM to the old release. If the proxy could not re-read the pointer, or still routes new
+//! requests to that port, it answers `error <why>\n` instead, and the deployer keeps the old
+//! release for its whole drain timeout. No socket (or nobody listening) means no proxy: nothing
+//! to wait for.
+//!
+//! The socket is the deployer's alone: mode 0600, a peer of another uid (root excepted) is
+//! refused, and a request line is at most [`MAX_LINE`] bytes and must arrive within
+//! [`LINE_TIMEOUT`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +26,10 @@ use super::watch::refresh;
 use crate::deploy::state::Root;
 
 pub const SOCKET_FILE: &str = "proxy.sock";
+/// The longest request line (`drain 65535` is 11 bytes).
+pub const MAX_LINE: u64 = 64;
+/// How long a peer has to send its request line.
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn socket_path(root: &Path) -> PathBuf {
     root.join(SOCKET_FILE)
@@ -31,6 +41,8 @@ pub enum Drain {
     NoProxy,
     Drained(Duration),
     TimedOut(Duration),
+    /// The proxy answered `error ...`: it did not switch, or could not tell.
+    Refused(String),
     Failed(String),
 }
 
@@ -44,6 +56,7 @@ impl std::fmt::Display for Drain {
                 "proxy still draining after {} ms (drain timeout)",
                 d.as_millis()
             ),
+            Drain::Refused(why) => write!(f, "proxy refused to confirm the drain ({why})"),
             Drain::Failed(why) => write!(f, "proxy drain failed ({why})"),
         }
     }
@@ -76,14 +89,18 @@ pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
         Err(_) => Drain::TimedOut(timeout),
         Ok(Err(e)) => Drain::Failed(e.to_string()),
         Ok(Ok(line)) => match line.split_whitespace().collect::<Vec<_>>()[..] {
-            ["drained", _, ms] => Drain::Drained(Duration::from_millis(ms.parse().unwrap_or(0))),
+            ["drained", answered, ms] if answered == port.to_string() => {
+                Drain::Drained(Duration::from_millis(ms.parse().unwrap_or(0)))
+            }
+            ["error", ..] => Drain::Refused(line.trim().trim_start_matches("error ").to_string()),
             _ => Drain::Failed(format!("unexpected answer {:?}", line.trim())),
         },
     }
 }
 
-/// Proxy side: binds the socket, refusing if another proxy already answers on it.
+/// Proxy side: binds the socket (mode 0600), refusing if another proxy already answers on it.
 pub async fn listen(root: &Path) -> Result<UnixListener, String> {
+    use std::os::unix::fs::PermissionsExt;
     let path = socket_path(root);
     if UnixStream::connect(&path).await.is_ok() {
         return Err(format!(
@@ -92,38 +109,83 @@ pub async fn listen(root: &Path) -> Result<UnixListener, String> {
         ));
     }
     let _ = std::fs::remove_file(&path);
-    UnixListener::bind(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+    let listener = UnixListener::bind(&path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    // Someone connecting between bind and chmod is still checked by uid in `serve`.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// Whether a peer may ask for drains: the proxy's own user, or root.
+fn trusted(stream: &UnixStream) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    stream
+        .peer_cred()
+        .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
 }
 
 /// Proxy side: answers drain requests until the listener is dropped.
 pub async fn serve(listener: UnixListener, root: Root, routes: Arc<Routes>, switched: Arc<Notify>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors, most likely: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let (root, routes, switched) = (root.clone(), routes.clone(), switched.clone());
         tokio::spawn(async move {
-            let (read, mut write) = stream.into_split();
-            let mut line = String::new();
-            if BufReader::new(read).read_line(&mut line).await.is_err() {
+            if !trusted(&stream) {
                 return;
             }
-            let answer = match line.split_whitespace().collect::<Vec<_>>()[..] {
-                ["drain", port] => match port.parse::<u16>() {
-                    Ok(port) => {
-                        refresh(&root, &routes);
-                        switched.notify_one();
-                        let started = Instant::now();
-                        for target in routes.retired_on(port) {
-                            target.drained().await;
-                        }
-                        format!("drained {port} {}\n", started.elapsed().as_millis())
-                    }
-                    Err(_) => "error bad port\n".to_string(),
-                },
-                _ => "error expected `drain <port>`\n".to_string(),
+            let (read, mut write) = stream.into_split();
+            let answer = match read_request(read).await {
+                Ok(port) => answer(port, &root, &routes, &switched).await,
+                Err(why) => format!("error {why}\n"),
             };
             let _ = write.write_all(answer.as_bytes()).await;
         });
     }
+}
+
+/// Reads `drain <port>\n`, bounded in length and time.
+async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<u16, &'static str> {
+    use tokio::io::AsyncReadExt;
+    let mut line = String::new();
+    let mut limited = BufReader::new(read.take(MAX_LINE));
+    match tokio::time::timeout(LINE_TIMEOUT, limited.read_line(&mut line)).await {
+        Err(_) => return Err("no request line within 5 s"),
+        Ok(Err(_)) => return Err("the request line is not text"),
+        Ok(Ok(_)) if !line.ends_with('\n') => {
+            return Err("expected one line `drain <port>` of at most 64 bytes")
+        }
+        Ok(Ok(_)) => {}
+    }
+    match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["drain", port] => port.parse::<u16>().map_err(|_| "bad port"),
+        _ => Err("expected `drain <port>`"),
+    }
+}
+
+/// Confirms a drain only once the pointer was re-read and new requests go elsewhere.
+async fn answer(port: u16, root: &Root, routes: &Routes, switched: &Notify) -> String {
+    if let Err(e) = refresh(root, routes) {
+        return format!("error cannot re-read the pointer: {}\n", one_line(&e));
+    }
+    switched.notify_one();
+    if routes.current().is_some_and(|t| t.port == port) {
+        return format!("error the pointer still names port {port}; new requests still go there\n");
+    }
+    let started = Instant::now();
+    for target in routes.retired_on(port) {
+        target.drained().await;
+    }
+    format!("drained {port} {}\n", started.elapsed().as_millis())
+}
+
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
 }

@@ -69,7 +69,7 @@ pub fn run(options: Options) -> Result<(), String> {
     let listeners = reuseport_listeners(options.listen, threads)?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
     let routes = Arc::new(Routes::default());
-    watch::refresh(&root, &routes);
+    let _ = watch::refresh(&root, &routes);
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let core = |listener: std::net::TcpListener| Core {

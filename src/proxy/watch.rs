@@ -25,8 +25,9 @@ impl AsRawFd for Watch {
 }
 
 /// Reads `current` and points the routes at it. A missing pointer means nothing is live; an
-/// unreadable one keeps the current target (a bad file must not take traffic down).
-pub fn refresh(root: &Root, routes: &Routes) {
+/// unreadable one keeps the current target (a bad file must not take traffic down) and is the
+/// error returned, so a drain is never confirmed on a pointer the proxy could not read.
+pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
     match root.read_pointer() {
         Ok(Some(p)) => {
             if let Switched::Changed { replaced } = routes.switch(Some((&p.version, p.port, p.pid)))
@@ -48,8 +49,12 @@ pub fn refresh(root: &Root, routes: &Routes) {
                 );
             }
         }
-        Err(e) => eprintln!("rollgate proxy: keeping the current target: {e}"),
+        Err(e) => {
+            eprintln!("rollgate proxy: keeping the current target: {e}");
+            return Err(e);
+        }
     }
+    Ok(())
 }
 
 /// Runs forever: re-reads the pointer on every change under the root, every second, and
@@ -92,6 +97,6 @@ pub async fn follow(root: Root, routes: Arc<Routes>, now: Arc<Notify>) {
             _ = ticker.tick() => {}
             _ = now.notified() => {}
         }
-        refresh(&root, &routes);
+        let _ = refresh(&root, &routes);
     }
 }

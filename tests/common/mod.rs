@@ -242,3 +242,94 @@ pub fn version_on(port: u16) -> Option<String> {
     s.read_to_string(&mut text).ok()?;
     Some(text.rsplit("\r\n\r\n").next()?.trim().to_string())
 }
+
+/// A release process the test started itself; killed and reaped when dropped.
+pub struct ReleaseProcess(pub std::process::Child);
+
+impl ReleaseProcess {
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for ReleaseProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `rollgate sample-service` started by the test itself in `releases/<version>/` as the leader
+/// of its own process group, the way the deployer starts releases: for states a deployer left.
+pub fn start_release_process(site: &Site, version: &str, port: u16) -> ReleaseProcess {
+    use std::os::unix::process::CommandExt;
+    let dir = site.root().join("releases").join(version);
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg("sample-service")
+        .current_dir(&dir)
+        .env("PORT", port.to_string())
+        .env("ROLLGATE_VERSION", version)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(10, || version_on(port).is_some()),
+        "{version} answers"
+    );
+    ReleaseProcess(child)
+}
+
+/// Field 22 of `/proc/PID/stat`: what the deployer records beside a pid.
+pub fn start_time_of(pid: i32) -> u64 {
+    stat_field(pid, 19).unwrap()
+}
+
+fn stat_field(pid: i32, index: usize) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(index)?
+        .parse()
+        .ok()
+}
+
+/// Live (non-zombie) processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| stat_field(*pid, 2) == Some(pgid as u64) && !is_zombie(*pid))
+        .collect()
+}
+
+/// Live processes of this root started by a deploy (they carry `ROLLGATE_DEPLOY_TOKEN`),
+/// other than the live release's group.
+pub fn token_carriers(site: &Site) -> Vec<i32> {
+    let live = site.live_pid().map(group_members).unwrap_or_default();
+    site.processes()
+        .into_iter()
+        .filter(|pid| !live.contains(pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|var| var.starts_with(b"ROLLGATE_DEPLOY_TOKEN="))
+            })
+        })
+        .collect()
+}
+
+/// The pointer JSON the deployer writes for a process.
+pub fn pointer_for(version: &str, port: u16, pid: i32) -> serde_json::Value {
+    serde_json::json!({"service": "edge-svc", "version": version, "port": port, "pid": pid,
+        "start_time": start_time_of(pid), "promoted_at": 1.0})
+}
+
+/// How many `event` lines the log holds for `version`.
+pub fn count_events(site: &Site, event: &str, version: &str) -> usize {
+    site.events()
+        .iter()
+        .filter(|(e, v)| e == event && v == version)
+        .count()
+}
