@@ -131,7 +131,8 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
   rollgate proxy --listen 0.0.0.0:80 --root /srv/edge --version-header x-release
 
 Forwards every request to 127.0.0.1:<port> of the release `current` names (503 when none,
-502 when it refuses). Adds X-Forwarded-For and X-Forwarded-Proto, keeps Host. The deployer
+502 when it refuses). Sets X-Forwarded-For (appends to the client's only with
+--trust-forwarded) and X-Forwarded-Proto, keeps Host. The deployer
 asks it over ROOT/proxy.sock to drain the old release before stopping it.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
     Proxy {
@@ -144,16 +145,35 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// tells the world your versions).
         #[arg(long, value_name = "NAME")]
         version_header: Option<String>,
-        /// Connections served at once; more wait in the accept queue.
-        #[arg(long, value_name = "N", default_value_t = 1024)]
-        max_connections: usize,
+        /// Connections served at once, upgraded tunnels included; more wait in the accept
+        /// queue.
+        #[arg(long, value_name = "N", default_value_t = 1024,
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        max_connections: u32,
         /// A client must send its request headers within this (slowloris guard); also the
         /// idle timeout of a keep-alive connection.
-        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        #[arg(long, value_name = "MS", default_value_t = 10_000,
+              value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
         header_read_timeout_ms: u64,
-        /// Largest request head accepted, in bytes (larger: 431).
-        #[arg(long, value_name = "BYTES", default_value_t = 16_384)]
-        max_header_bytes: usize,
+        /// Largest request head accepted, in bytes (larger: 431). At least 8192, the smallest
+        /// buffer the HTTP parser works with.
+        #[arg(long, value_name = "BYTES", default_value_t = 16_384,
+              value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
+        max_header_bytes: u32,
+        /// A request or response body that sends nothing for this long is cut (the client
+        /// gets 502 or a closed connection), so slow clients cannot hold every slot.
+        #[arg(long, value_name = "MS", default_value_t = 30_000,
+              value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        body_idle_timeout_ms: u64,
+        /// An upgraded connection (WebSocket) where no byte moves either way for this long is
+        /// closed.
+        #[arg(long, value_name = "MS", default_value_t = 300_000,
+              value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+        tunnel_idle_timeout_ms: u64,
+        /// The proxy sits behind another proxy: append to the client's X-Forwarded-For
+        /// instead of replacing it (otherwise any client could claim any address).
+        #[arg(long)]
+        trust_forwarded: bool,
         /// Serving threads, each with its own listener and upstream pool. Default: one per
         /// core. Fewer leave more CPU to the releases on a small host.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]

@@ -223,10 +223,8 @@ fn headers_reach_the_release() {
     let head = seen.join().unwrap();
     assert!(head.starts_with("get /path?q=1 http/1.1\r\n"), "{head}");
     assert!(head.contains("host: app.example\r\n"), "{head}");
-    assert!(
-        head.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1\r\n"),
-        "{head}"
-    );
+    // The client's own X-Forwarded-For is replaced: anyone could claim any address.
+    assert!(head.contains("x-forwarded-for: 127.0.0.1\r\n"), "{head}");
     assert!(head.contains("x-forwarded-proto: http\r\n"), "{head}");
     assert!(
         !head.contains("x-hop"),
@@ -537,4 +535,334 @@ fn the_proxy_serves_on_as_many_threads_as_asked() {
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+}
+
+/// What a request through the proxy looks like to a stand-in release.
+fn head_seen_by_release(extra_args: &[&str], extra_headers: &str) -> String {
+    let site = Site::new();
+    let upstream = stand_in_release(&site, "echo");
+    let proxy = Proxy::start(&site, extra_args);
+    let seen = std::thread::spawn(move || {
+        let (mut stream, _) = upstream.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let head = read_head(&mut reader);
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .unwrap();
+        head
+    });
+    let answer = Conn::open(proxy.port)
+        .unwrap()
+        .get("/", extra_headers)
+        .unwrap();
+    assert_eq!(answer.status, 200);
+    seen.join().unwrap()
+}
+
+#[test]
+fn x_forwarded_for_from_the_client_is_kept_only_with_trust_forwarded() {
+    let forged = "X-Forwarded-For: 203.0.113.9\r\n";
+    let head = head_seen_by_release(&[], forged);
+    assert!(head.contains("x-forwarded-for: 127.0.0.1\r\n"), "{head}");
+    let head = head_seen_by_release(&["--trust-forwarded"], forged);
+    assert!(
+        head.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1\r\n"),
+        "{head}"
+    );
+}
+
+#[test]
+fn max_header_bytes_below_the_parsers_floor_is_refused() {
+    let site = Site::new();
+    let out = rollgate()
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-header-bytes",
+            "100",
+            "--root",
+        ])
+        .arg(site.root())
+        .timeout(Duration::from_secs(10))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("8192"), "{}", stderr(&out));
+}
+
+/// Sends one raw line to the drain socket and returns the proxy's answer.
+fn drain_exchange(site: &Site, request: &[u8]) -> String {
+    let mut socket =
+        std::os::unix::net::UnixStream::connect(site.root().join("proxy.sock")).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = socket.write_all(request);
+    let mut answer = String::new();
+    let _ = socket.read_to_string(&mut answer);
+    answer
+}
+
+#[test]
+fn defect_02_the_proxy_never_confirms_a_drain_on_a_pointer_it_could_not_read() {
+    let site = Site::new();
+    site.release("v1", "");
+    let port = free_port();
+    assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &[]);
+    let good = std::fs::read(site.root().join("current")).unwrap();
+    // A torn or foreign pointer: the proxy keeps its target, and must not say `drained`.
+    write(site.root(), "current", "{\"service\": \"edge-sv");
+    let answer = drain_exchange(&site, format!("drain {port}\n").as_bytes());
+    assert!(
+        answer.starts_with("error cannot re-read the pointer"),
+        "{answer}"
+    );
+    // Readable, but still naming the port to drain: new requests still go there.
+    std::fs::write(site.root().join("current"), good).unwrap();
+    let answer = drain_exchange(&site, format!("drain {port}\n").as_bytes());
+    assert!(
+        answer.starts_with("error the pointer still names port"),
+        "{answer}"
+    );
+    let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+}
+
+#[test]
+fn defect_09_slow_body_clients_cannot_hold_every_connection_slot() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(
+        &site,
+        &["--max-connections", "4", "--body-idle-timeout-ms", "1000"],
+    );
+    // Four clients announce a body and send almost none of it.
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+            s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab")
+                .unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a fifth client waited {:?}",
+        started.elapsed()
+    );
+    drop(stalled);
+}
+
+#[test]
+fn defect_09_tunnels_count_against_the_limit_and_close_when_idle() {
+    let site = Site::new();
+    let upstream = stand_in_release(&site, "ws");
+    let proxy = Proxy::start(
+        &site,
+        &["--max-connections", "1", "--tunnel-idle-timeout-ms", "1500"],
+    );
+    let release = std::thread::spawn(move || {
+        let (mut stream, _) = upstream.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        read_head(&mut reader);
+        stream
+            .write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n",
+            )
+            .unwrap();
+        // Then silence: the tunnel stays open until the proxy's idle timeout.
+        let mut rest = Vec::new();
+        let _ = reader.read_to_end(&mut rest);
+        upstream
+    });
+    let mut tunnel = Conn::open(proxy.port).unwrap();
+    write!(
+        tunnel.reader.get_mut(),
+        "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut tunnel.reader).starts_with("http/1.1 101"));
+    let opened = Instant::now();
+    // The tunnel holds the only slot: a second client is not served while it is open.
+    let mut second = TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+    second
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        second.read(&mut byte).is_err(),
+        "served while the tunnel held the only slot"
+    );
+    // Idle for 1.5 s: the proxy closes the tunnel, and the slot goes to the waiting client.
+    tunnel
+        .reader
+        .get_mut()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = tunnel.reader.read_to_end(&mut rest);
+    let closed_after = opened.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(1400),
+        "{closed_after:?}"
+    );
+    assert!(closed_after < Duration::from_secs(8), "{closed_after:?}");
+    let upstream = release.join().unwrap();
+    let serve = std::thread::spawn(move || {
+        let (mut stream, _) = upstream.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        read_head(&mut reader);
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .unwrap();
+    });
+    second
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = second.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    serve.join().unwrap();
+}
+
+/// Clock ticks of CPU (user + system) a process has used.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<u64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    fields.iter().sum()
+}
+
+#[test]
+fn defect_09_out_of_descriptors_the_proxy_backs_off_and_recovers() {
+    use std::os::unix::process::CommandExt;
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let port = free_port();
+    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+    command
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--threads",
+            "1",
+        ])
+        .args(["--header-read-timeout-ms", "60000", "--root"])
+        .arg(site.root())
+        .stderr(std::process::Stdio::null());
+    // As `prlimit --nofile=64`: soft and hard both 64, so the proxy cannot raise it.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().unwrap();
+    let proxy = Proxy { child, port };
+    assert!(wait_for(10, || site.root().join("proxy.sock").exists()));
+    let pid = proxy.child.id() as i32;
+    // 80 clients that connect and say nothing: more than the proxy has descriptors for.
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_ticks(pid) - before;
+    // 100 ticks a second: a spinning accept loop would use ~300 here.
+    assert!(used < 60, "the proxy used {used} ticks of CPU in 3 s");
+    drop(idle);
+    let started = Instant::now();
+    let served = wait_for(20, || {
+        Conn::open(port)
+            .and_then(|mut c| c.get("/", ""))
+            .is_ok_and(|a| a.status == 200 && a.body == "v1")
+    });
+    assert!(
+        served,
+        "not serving again {:?} after the clients left",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn defect_10_a_second_proxy_on_an_address_already_served_fails_at_start() {
+    let site = Site::new();
+    let proxy = Proxy::start(&site, &[]);
+    let other = Site::new();
+    let out = rollgate()
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{}", proxy.port),
+            "--root",
+        ])
+        .arg(other.root())
+        .timeout(Duration::from_secs(10))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("already served"), "{err}");
+    assert!(!other.root().join("proxy.sock").exists());
+    // The first one still has the whole address.
+    let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+    assert_eq!(answer.status, 503);
+}
+
+#[test]
+fn defect_11_the_drain_socket_is_private_bounded_and_cannot_stall_the_proxy() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new();
+    site.release("v1", "");
+    let port = free_port();
+    assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &[]);
+    let mode = std::fs::metadata(site.root().join("proxy.sock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // 1 MiB without a newline: refused after at most 64 bytes.
+    let answer = drain_exchange(&site, &vec![b'a'; 1 << 20]);
+    assert!(answer.starts_with("error expected one line"), "{answer}");
+    // A peer that connects and says nothing is cut off, and does not block others meanwhile.
+    let silent = std::os::unix::net::UnixStream::connect(site.root().join("proxy.sock")).unwrap();
+    let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    let answer = drain_exchange(&site, b"drain 1\n");
+    assert!(answer.starts_with("drained 1 "), "{answer}");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let started = Instant::now();
+    let mut said = String::new();
+    let _ = (&silent).read_to_string(&mut said);
+    assert!(said.starts_with("error no request line"), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(10));
 }

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Bytes, Frame, Incoming};
@@ -14,10 +15,13 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioIo;
 
+use super::idle::{Activity, BoxError, IdleBody, Watched};
 use super::routes::{Lease, Routes};
 
-pub type Body = BoxBody<Bytes, hyper::Error>;
-pub type Upstream = Client<HttpConnector, Incoming>;
+pub type Body = BoxBody<Bytes, BoxError>;
+/// A request body on its way to the release, failing if the client stops sending it.
+pub type UpstreamBody = IdleBody<Incoming>;
+pub type Upstream = Client<HttpConnector, UpstreamBody>;
 
 /// What every request needs to know.
 pub struct Shared {
@@ -26,6 +30,13 @@ pub struct Shared {
     /// Response header naming the release that answered, if enabled.
     pub version_header: Option<HeaderName>,
     pub root: String,
+    /// A request or response body with no data for this long is cut.
+    pub body_idle: Duration,
+    /// An upgraded tunnel with no byte either way for this long is closed.
+    pub tunnel_idle: Duration,
+    /// Keep the client's `X-Forwarded-For` and append to it (behind another proxy); otherwise
+    /// it is replaced, so a client cannot forge where it comes from.
+    pub trust_forwarded: bool,
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only.
@@ -83,11 +94,15 @@ fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
             })
 }
 
+/// Serves one request. `slot` is the connection's share of `--max-connections`; an upgraded
+/// tunnel keeps it, so tunnels count against the limit for as long as they are open.
 pub async fn handle(
-    mut request: Request<Incoming>,
+    request: Request<Incoming>,
     peer: SocketAddr,
     ctx: Arc<Shared>,
+    slot: Arc<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Response<Body>, Infallible> {
+    let mut request = request.map(|body| IdleBody::new(body, ctx.body_idle, "request body"));
     let Some(lease) = ctx.routes.lease() else {
         return Ok(plain(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -114,7 +129,11 @@ pub async fn handle(
     if !headers.contains_key(HOST) {
         headers.insert(HOST, HeaderValue::from_static("localhost"));
     }
-    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+    let earlier = headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| ctx.trust_forwarded);
+    let forwarded_for = match earlier {
         Some(earlier) => format!("{earlier}, {}", peer.ip()),
         None => peer.ip().to_string(),
     };
@@ -152,15 +171,19 @@ pub async fn handle(
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_upgrade) = client_upgrade {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
+            let idle = ctx.tunnel_idle;
             tokio::spawn(async move {
-                // The lease lives as long as the tunnel.
+                // The lease and the connection slot live as long as the tunnel.
                 let _lease = lease;
+                let _slot = slot;
                 if let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) {
-                    let _ = tokio::io::copy_bidirectional(
-                        &mut TokioIo::new(client),
-                        &mut TokioIo::new(upstream),
-                    )
-                    .await;
+                    let activity = Activity::new();
+                    let mut client = Watched::new(TokioIo::new(client), activity.clone());
+                    let mut upstream = Watched::new(TokioIo::new(upstream), activity.clone());
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                        _ = activity.idle_for(idle) => {}
+                    }
                 }
             });
             let (parts, _) = response.into_parts();
@@ -187,29 +210,32 @@ pub async fn handle(
     Ok(Response::from_parts(
         parts,
         Leased {
-            body,
+            body: IdleBody::new(body, ctx.body_idle, "response body"),
             _lease: lease,
         }
         .boxed(),
     ))
 }
 
-/// A response body that holds its request's lease until it is finished or dropped, so a
-/// release counts as busy while its answer is still streaming.
-struct Leased {
-    body: Incoming,
-    _lease: Lease,
+pin_project_lite::pin_project! {
+    /// A response body that holds its request's lease until it is finished or dropped, so a
+    /// release counts as busy while its answer is still streaming.
+    struct Leased {
+        #[pin]
+        body: IdleBody<Incoming>,
+        _lease: Lease,
+    }
 }
 
 impl hyper::body::Body for Leased {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.project().body.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

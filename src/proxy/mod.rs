@@ -5,6 +5,7 @@
 
 pub mod drain;
 mod forward;
+mod idle;
 mod routes;
 mod watch;
 
@@ -43,7 +44,16 @@ pub struct Options {
     pub upstream_idle: Duration,
     /// Serving threads; `None`: one per core.
     pub threads: Option<usize>,
+    /// A request or response body that sends nothing for this long is cut.
+    pub body_idle: Duration,
+    /// An upgraded tunnel where nothing moves for this long is closed.
+    pub tunnel_idle: Duration,
+    /// Append to the client's `X-Forwarded-For` instead of replacing it.
+    pub trust_forwarded: bool,
 }
+
+/// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
+pub const MIN_HEADER_BYTES: usize = 8192;
 
 pub fn run(options: Options) -> Result<(), String> {
     let version_header = options
@@ -66,6 +76,9 @@ pub fn run(options: Options) -> Result<(), String> {
             .map_or(1, |n| n.get())
             .clamp(1, 16)
     });
+    raise_open_file_limit();
+    // Held for the proxy's life: a second rollgate proxy on this address fails here.
+    let _claim = claim_address(options.listen)?;
     let listeners = reuseport_listeners(options.listen, threads)?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
     let routes = Arc::new(Routes::default());
@@ -79,6 +92,9 @@ pub fn run(options: Options) -> Result<(), String> {
             client: upstream_client(&options),
             version_header: version_header.clone(),
             root: root.0.display().to_string(),
+            body_idle: options.body_idle,
+            tunnel_idle: options.tunnel_idle,
+            trust_forwarded: options.trust_forwarded,
         }),
         slots: slots.clone(),
         stop: stop_rx.clone(),
@@ -152,6 +168,61 @@ fn upstream_client(options: &Options) -> forward::Upstream {
         .build(connector)
 }
 
+/// Every client connection is a descriptor: start with the soft limit at the hard one, as
+/// servers do, so the default 1024 does not cap `--max-connections`.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+/// Makes sure nothing else serves `listen`. The serving sockets use `SO_REUSEPORT` (one per
+/// thread), which would also let a second proxy of the same user bind the address and take half
+/// of the traffic. So first: a plain bind without it, which fails if anyone listens there; and
+/// an abstract Unix socket named after the address, which two proxies starting at the same
+/// moment cannot both hold. The returned socket is the claim; keep it open.
+fn claim_address(listen: SocketAddr) -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    use nix::sys::socket::{
+        bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
+    };
+    use std::os::fd::AsRawFd;
+    use std::os::linux::net::SocketAddrExt;
+    if listen.port() == 0 {
+        // The kernel picks a free port: nobody else can be on it.
+        return Ok(None);
+    }
+    let taken = |how: String| {
+        format!(
+            "{listen} is already served ({how}); a second proxy there would split its traffic. Stop the other one or pick another --listen address"
+        )
+    };
+    let name = format!("rollgate-proxy {listen}");
+    let claim = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|address| std::os::unix::net::UnixListener::bind_addr(&address))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => taken("by another rollgate proxy".into()),
+            _ => format!("cannot claim {listen}: {e}"),
+        })?;
+    let family = if listen.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let probe = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
+        .map_err(|e| format!("cannot check {listen}: {e}"))?;
+    // Connections in TIME_WAIT from an earlier run are no one serving the address.
+    setsockopt(&probe, sockopt::ReuseAddr, &true)
+        .map_err(|e| format!("cannot check {listen}: {e}"))?;
+    match bind(probe.as_raw_fd(), &SockaddrStorage::from(listen)) {
+        Ok(()) => Ok(Some(claim)),
+        Err(nix::Error::EADDRINUSE) => Err(taken("another process listens there".into())),
+        Err(e) => Err(format!("cannot listen on {listen}: {e}")),
+    }
+}
+
 /// `count` listening sockets on the same address (the first one's port, if it asked for 0).
 pub(crate) fn reuseport_listeners(
     listen: SocketAddr,
@@ -190,6 +261,10 @@ pub(crate) fn reuseport_listeners(
     Ok(listeners)
 }
 
+/// First and longest wait after a failed accept.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
 /// One core's share of the work: its listener, its upstream pool, and the shared limits.
 struct Core {
     listener: std::net::TcpListener,
@@ -207,15 +282,38 @@ impl Core {
         };
         let mut stop = self.stop.clone();
         let mut connections = tokio::task::JoinSet::new();
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
-            let permit = tokio::select! {
-                permit = self.slots.clone().acquire_owned() => permit.expect("semaphore open"),
-                _ = stop.changed() => break,
-            };
             let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(pair) => pair,
-                    Err(_) => continue,
+                    Ok(pair) => {
+                        backoff = ACCEPT_BACKOFF_MIN;
+                        pair
+                    }
+                    Err(e) => {
+                        // Out of descriptors (EMFILE, ENFILE) or memory: the connection waits
+                        // in the kernel's queue. Retrying at once would spin at 100 % CPU.
+                        if backoff == ACCEPT_BACKOFF_MIN {
+                            eprintln!("rollgate proxy: accept failed ({e}); backing off");
+                        }
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = stop.changed() => break,
+                        }
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                        continue;
+                    }
+                },
+                _ = stop.changed() => break,
+            };
+            // A slot is taken after the accept, not held while waiting for one: every thread
+            // has its own listener, and a slot held by an idle thread would starve a
+            // connection the kernel gave to another. So each thread holds at most one accepted
+            // connection waiting for a slot; the rest wait in the kernel's queue.
+            let permit = tokio::select! {
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => Arc::new(permit),
+                    Err(_) => break,
                 },
                 _ = stop.changed() => break,
             };
@@ -226,12 +324,13 @@ impl Core {
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(self.options.header_read_timeout)
-                .max_buf_size(self.options.max_header_bytes.max(8192))
+                .max_buf_size(self.options.max_header_bytes.max(MIN_HEADER_BYTES))
                 .keep_alive(true);
             connections.spawn(async move {
-                let _permit = permit;
-                let service =
-                    service_fn(move |request| forward::handle(request, peer, shared.clone()));
+                let slot = permit.clone();
+                let service = service_fn(move |request| {
+                    forward::handle(request, peer, shared.clone(), slot.clone())
+                });
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .with_upgrades();
