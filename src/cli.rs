@@ -357,7 +357,12 @@ pub struct EvalArgs {
     /// Give up on an evaluation after this many milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub timeout_ms: u64,
-    /// Refuse policy files larger than this.
+    /// Refuse policy files (and files they import) larger than this.
     #[arg(long, value_name = "BYTES", default_value_t = 10 << 20)]
     pub max_file_bytes: u64,
+    /// Let a policy import files outside its own folder tree, the import-path folders and the
+    /// bundled contract. Off by default: a policy from a pull request could otherwise read any
+    /// file the CI job can (`import "/proc/self/environ" as 'Text`) and print it.
+    #[arg(long)]
+    pub allow_import_anywhere: bool,
 }

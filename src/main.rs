@@ -112,6 +112,7 @@ fn eval_options(args: EvalArgs) -> EvalOptions {
         timeout: Duration::from_millis(args.timeout_ms),
         max_file_bytes: args.max_file_bytes,
         color: stderr_color(),
+        allow_import_anywhere: args.allow_import_anywhere,
     }
 }
 

@@ -912,3 +912,97 @@ fn a_data_file_that_does_not_parse_is_located_in_itself() {
         stdout(&out)
     );
 }
+
+#[test]
+fn defect_12_an_import_outside_the_policys_tree_is_refused_and_no_secret_is_printed() {
+    let secret = "hunter2-do-not-print-7f3a";
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "shared.ncl", "{ poll_ms = 100 }");
+    let leak = write(
+        dir.path(),
+        "leak.ncl",
+        "{ edge_svc = { env = import \"/proc/self/environ\" as 'Text } }\n",
+    );
+    let sideways = write(
+        dir.path(),
+        "sideways.ncl",
+        &format!(
+            "let shared = import \"{}\" in {{ edge_svc = shared }}\n",
+            outside.path().join("shared.ncl").display()
+        ),
+    );
+    for args in [
+        vec!["policy", "export"],
+        vec!["policy", "check"],
+        vec!["policy", "check", "--format", "json"],
+        vec!["policy", "check", "--format", "github"],
+    ] {
+        let out = rollgate()
+            .args(&args)
+            .arg(&leak)
+            .env("SECRET", secret)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!all.contains(secret), "{args:?} printed the secret");
+        assert!(all.contains("leak.ncl:1:22"), "{args:?}: {all}");
+        assert!(all.contains("/proc/self/environ"), "{args:?}: {all}");
+        assert!(all.contains("--allow-import-anywhere"), "{args:?}: {all}");
+    }
+    // A deploy reading such a policy refuses it before anything starts.
+    let site = Site::new();
+    site.release("v1", "");
+    let out = site.deploy(free_port(), "v1", &["--policy", leak.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(secret));
+
+    let out = rollgate()
+        .args(["policy", "export"])
+        .arg(&sideways)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("outside the policy's folder"),
+        "{}",
+        stderr(&out)
+    );
+    // The same import is fine from an --import-path folder, or when explicitly allowed.
+    let out = rollgate()
+        .args(["policy", "export", "--allow-import-anywhere"])
+        .arg(&sideways)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = rollgate()
+        .args(["policy", "export", "-I"])
+        .arg(outside.path())
+        .arg(&sideways)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn defect_12_an_import_over_the_size_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "big.ncl",
+        &format!("{{ pad = \"{}\" }}", "x".repeat(5000)),
+    );
+    let policy = write(dir.path(), "p.ncl", "(import \"big.ncl\") & { a = 1 }\n");
+    let out = rollgate()
+        .args(["policy", "export", "--max-file-bytes", "1000"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("over the 1000-byte limit"),
+        "{}",
+        stderr(&out)
+    );
+}

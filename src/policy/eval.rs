@@ -12,6 +12,7 @@ use nickel_lang_core::serialize::{self, ExportFormat};
 
 use super::bundle::{contracts_dir, CONTRACT_FILE};
 use super::diagnostic::Diagnostic;
+use super::imports::{self, ImportRules};
 use super::sandbox::{isolated, isolated_each};
 use super::PolicyError;
 
@@ -26,6 +27,8 @@ pub struct EvalOptions {
     pub max_file_bytes: u64,
     /// Colour in rendered diagnostics.
     pub color: bool,
+    /// Imports may leave the policy's folder tree and the import-path folders.
+    pub allow_import_anywhere: bool,
 }
 
 impl Default for EvalOptions {
@@ -35,6 +38,7 @@ impl Default for EvalOptions {
             timeout: Duration::from_secs(10),
             max_file_bytes: 10 << 20,
             color: false,
+            allow_import_anywhere: false,
         }
     }
 }
@@ -112,6 +116,20 @@ fn import_paths(opts: &EvalOptions) -> Result<(Vec<PathBuf>, PathBuf), PolicyErr
     let contract = bundled.join(CONTRACT_FILE);
     paths.push(bundled);
     Ok((paths, contract))
+}
+
+/// What imports may reach: the import-path folders (the bundled contract's among them); each
+/// input adds its own folder tree (`ImportRules::for_input`).
+fn import_rules(search: &[PathBuf], opts: &EvalOptions) -> ImportRules {
+    ImportRules {
+        allowed: search
+            .iter()
+            .filter_map(|folder| std::fs::canonicalize(folder).ok())
+            .collect(),
+        search: search.to_vec(),
+        anywhere: opts.allow_import_anywhere,
+        max_file_bytes: opts.max_file_bytes,
+    }
 }
 
 fn bundled_dir() -> Result<PathBuf, PolicyError> {
@@ -234,7 +252,11 @@ pub(super) fn evaluate_each_checked(
         0 | 1 => 1,
         _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let rules = import_rules(&imports, opts);
     isolated_each(paths, opts.timeout, cores, |i| {
+        if InputKind::of(&paths[i]) == InputKind::Nickel {
+            imports::check(&paths[i], &rules.for_input(&paths[i]))?;
+        }
         evaluate_here(&paths[i], format, imports.clone(), &contract, opts.color)
     })
 }
@@ -269,6 +291,7 @@ pub fn evaluate_applied(
 ) -> Result<serde_json::Value, PolicyError> {
     check_input(function, opts)?;
     let (imports, _) = import_paths(opts)?;
+    let rules = import_rules(&imports, opts).for_input(function);
     let scratch = tempfile::tempdir()
         .map_err(|e| PolicyError::Bundle(format!("cannot make a scratch folder: {e}")))?;
     let argument_path = scratch.path().join("records.json");
@@ -283,7 +306,9 @@ pub fn evaluate_applied(
         nickel_string(&argument_path)
     );
     let color = opts.color;
+    let function_path = function.to_path_buf();
     let evaluated = isolated(function, opts.timeout, move || {
+        imports::check(&function_path, &rules)?;
         let mut program = build(Main::Source(source, "<rollgate: query>"), imports)?;
         let result = export_value(&mut program, ExportFormat::Json).map_err(|e| {
             PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color)))
@@ -311,6 +336,7 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
     let Ok((imports, contract)) = import_paths(opts) else {
         return vec![None; count];
     };
+    let rules = import_rules(&imports, opts);
     let inputs: Vec<(String, String)> = paths
         .iter()
         .map(|p| {
@@ -326,9 +352,14 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
     let outcome = isolated(Path::new("<batch>"), budget, move || {
         // A syntax error would poison the shared program and cost a rebuild per broken file:
         // such files go straight to the lone pass.
+        // So do files with a refused import: the lone pass words the refusal.
         let mut results: Vec<Option<Result<(), ()>>> = paths
             .iter()
-            .map(|p| (!parses(p)).then_some(Err(())))
+            .map(|p| {
+                let refused = InputKind::of(p) == InputKind::Nickel
+                    && imports::check(p, &rules.for_input(p)).is_err();
+                (refused || !parses(p)).then_some(Err(()))
+            })
             .collect();
         loop {
             let remaining: Vec<usize> = (0..count).filter(|i| results[*i].is_none()).collect();

@@ -5,6 +5,7 @@ mod bundle;
 pub mod check;
 mod diagnostic;
 mod eval;
+mod imports;
 pub mod k8s;
 mod sandbox;
 
@@ -35,6 +36,15 @@ pub enum PolicyError {
     Nickel(Box<Diagnostic>),
     #[error("{0}")]
     Bundle(String),
+    /// An import the policy may not make (outside the allowed folders, or too large).
+    #[error("{}:{line}:{column}: import \"{import}\" refused: {reason}", file.display())]
+    Import {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        import: String,
+        reason: String,
+    },
     #[error("{}: {how}; simplify the policy", path.display())]
     Crashed { path: PathBuf, how: String },
     #[error(
