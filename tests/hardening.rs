@@ -402,3 +402,25 @@ fn sighup_during_the_gate_rolls_back_and_says_so() {
     );
     assert!(token_carriers(&site).is_empty());
 }
+
+#[test]
+fn defect_03_promote_and_abort_of_a_record_with_absurd_numbers_do_not_panic() {
+    for verb in ["promote", "abort"] {
+        let site = Site::new();
+        first_release(&site);
+        let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": 1,
+            "token": "t-absurd", "pid": 999_999_999, "start_time": u64::MAX, "stage": "escalated",
+            "deployer_pid": 999999, "started_at": -1e300, "grace_ms": u64::MAX,
+            "drain_ms": u64::MAX, "previous": null});
+        write(site.root(), "candidate", &record.to_string());
+        let out = by_hand(&site, verb);
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{verb}: {}",
+            stderr(&out)
+        );
+        assert_eq!(out.status.code(), Some(1), "{verb}: {}", stderr(&out));
+        assert_eq!(site.events().last().unwrap().0, "rolled_back");
+        assert!(!site.root().join("candidate").exists());
+    }
+}

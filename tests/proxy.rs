@@ -200,27 +200,11 @@ fn forwards_with_proxy_headers_and_names_the_version_when_asked() {
 #[test]
 fn headers_reach_the_release() {
     // The sample service does not echo headers, so stand a tiny listener in for the release.
-    let site = Site::new();
-    let upstream = stand_in_release(&site, "echo");
-    let proxy = Proxy::start(&site, &[]);
-    let seen = std::thread::spawn(move || {
-        let (mut stream, _) = upstream.accept().unwrap();
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let head = read_head(&mut reader);
-        stream
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            .unwrap();
-        head
-    });
-    let answer = Conn::open(proxy.port)
-        .unwrap()
-        .get(
-            "/path?q=1",
-            "X-Forwarded-For: 203.0.113.9\r\nConnection: keep-alive, x-hop\r\nx-hop: 1\r\n",
-        )
-        .unwrap();
-    assert_eq!(answer.status, 200);
-    let head = seen.join().unwrap();
+    let head = head_seen_by_release(
+        &[],
+        "/path?q=1",
+        "X-Forwarded-For: 203.0.113.9\r\nConnection: keep-alive, x-hop\r\nx-hop: 1\r\n",
+    );
     assert!(head.starts_with("get /path?q=1 http/1.1\r\n"), "{head}");
     assert!(head.contains("host: app.example\r\n"), "{head}");
     // The client's own X-Forwarded-For is replaced: anyone could claim any address.
@@ -538,7 +522,7 @@ fn the_proxy_serves_on_as_many_threads_as_asked() {
 }
 
 /// What a request through the proxy looks like to a stand-in release.
-fn head_seen_by_release(extra_args: &[&str], extra_headers: &str) -> String {
+fn head_seen_by_release(extra_args: &[&str], path: &str, extra_headers: &str) -> String {
     let site = Site::new();
     let upstream = stand_in_release(&site, "echo");
     let proxy = Proxy::start(&site, extra_args);
@@ -553,7 +537,7 @@ fn head_seen_by_release(extra_args: &[&str], extra_headers: &str) -> String {
     });
     let answer = Conn::open(proxy.port)
         .unwrap()
-        .get("/", extra_headers)
+        .get(path, extra_headers)
         .unwrap();
     assert_eq!(answer.status, 200);
     seen.join().unwrap()
@@ -562,9 +546,9 @@ fn head_seen_by_release(extra_args: &[&str], extra_headers: &str) -> String {
 #[test]
 fn x_forwarded_for_from_the_client_is_kept_only_with_trust_forwarded() {
     let forged = "X-Forwarded-For: 203.0.113.9\r\n";
-    let head = head_seen_by_release(&[], forged);
+    let head = head_seen_by_release(&[], "/", forged);
     assert!(head.contains("x-forwarded-for: 127.0.0.1\r\n"), "{head}");
-    let head = head_seen_by_release(&["--trust-forwarded"], forged);
+    let head = head_seen_by_release(&["--trust-forwarded"], "/", forged);
     assert!(
         head.contains("x-forwarded-for: 203.0.113.9, 127.0.0.1\r\n"),
         "{head}"

@@ -43,7 +43,9 @@ pub fn finish_escalated(
                 )))
             }
         };
-        let elapsed = Duration::from_secs_f64((journal::now() - candidate.started_at).max(0.0));
+        // From a file: a start time in the future, far past or not a number gives zero.
+        let elapsed = Duration::try_from_secs_f64(journal::now() - candidate.started_at)
+            .unwrap_or(Duration::ZERO);
         // An earlier promote renamed the pointer and was interrupted: the candidate is live.
         // Finish that switch; never stop the release the pointer names.
         if switched(&root, &candidate)? {
