@@ -375,7 +375,7 @@ fn defect_02_with_umask_077_the_state_files_stay_readable_by_a_proxy_of_another_
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for name in ["current", "deploy.log"] {
+    for name in ["current", "deploy.log", "deploy.lock"] {
         let mode = std::fs::metadata(site.root().join(name))
             .unwrap()
             .permissions()

@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use nix::fcntl::{Flock, FlockArg};
@@ -20,6 +21,14 @@ pub fn acquire(path: &Path) -> Result<Lock, String> {
         .write(true)
         .open(path)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // Like every state file, readable whatever the umask: its content names the holder.
+    if let Ok(meta) = file.metadata() {
+        if meta.permissions().mode() & 0o777 != super::state::STATE_FILE_MODE {
+            let _ = file.set_permissions(std::fs::Permissions::from_mode(
+                super::state::STATE_FILE_MODE,
+            ));
+        }
+    }
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut locked) => {
             let _ = locked.set_len(0);
