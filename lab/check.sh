@@ -1,14 +1,18 @@
 #!/bin/sh
 # check.sh: the lab's six checks. Run it from the folder holding your three files:
 #   cd lab/starter && sh ../check.sh
-# It needs rollgate (the ROLLGATE variable, else `rollgate` on PATH) and a POSIX shell: no
-# Nickel, no Nushell, no network. One RESULT line per check; exit 1 if any fails.
+# It needs rollgate (the ROLLGATE variable, else `rollgate` on PATH) and a POSIX shell; Nushell
+# only for the lesson's own query file, no network. First a line naming the query it runs, then
+# one RESULT line per check; exit 1 if any fails.
 #   FIXTURES  folder with gated.log and ungated.log (default: fixtures)
-#   QUERY     the summary query (default: rollouts.ncl; empty: rollgate's built-in summary)
+#   QUERY     the summary query: rollouts.nu (run by Nushell), rollouts.ncl (run by rollgate),
+#             or empty for rollgate's built-in summary. Default: rollouts.nu when Nushell is
+#             installed and the file is here, else rollouts.ncl.
+#   NU        the Nushell binary (default: nu)
 
 ROLLGATE=${ROLLGATE:-rollgate}
 FIXTURES=${FIXTURES:-fixtures}
-QUERY=${QUERY-rollouts.ncl}
+NU=${NU:-nu}
 NO_COLOR=1
 export NO_COLOR
 
@@ -16,6 +20,20 @@ if ! command -v "$ROLLGATE" >/dev/null 2>&1; then
   echo "check.sh: rollgate not found; put it on PATH or set ROLLGATE=/path/to/rollgate" >&2
   exit 2
 fi
+have_nu() { command -v "$NU" >/dev/null 2>&1; }
+if [ -z "${QUERY+set}" ]; then
+  if [ -f rollouts.nu ] && have_nu; then QUERY=rollouts.nu; else QUERY=rollouts.ncl; fi
+fi
+case "$QUERY" in
+  *.nu)
+    if ! have_nu; then
+      echo "check.sh: QUERY=$QUERY needs Nushell, and \`$NU\` is not on PATH; install it (npm install @nushell/linux-x64), set NU=/path/to/nu, or use QUERY=rollouts.ncl" >&2
+      exit 2
+    fi
+    echo "query: $QUERY, run by Nushell $("$NU" --version)" ;;
+  "") echo "query: rollgate's built-in summary" ;;
+  *) echo "query: $QUERY, run by rollgate log summary --query" ;;
+esac
 
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -73,11 +91,11 @@ refuses contract_rejects_wide_unavailable max_unavailable_pct '{ progress_deadli
 
 # 5-6. The summary of each log, exactly.
 summary() {
-  if [ -n "$QUERY" ]; then
-    "$ROLLGATE" log summary --query "$QUERY" "$1" 2>"$tmp/query.err"
-  else
-    "$ROLLGATE" log summary "$1" 2>"$tmp/query.err"
-  fi || echo "query failed: $(head -n 1 "$tmp/query.err")"
+  case "$QUERY" in
+    *.nu) "$NU" "$QUERY" "$1" 2>"$tmp/query.err" ;;
+    "") "$ROLLGATE" log summary "$1" 2>"$tmp/query.err" ;;
+    *) "$ROLLGATE" log summary --query "$QUERY" "$1" 2>"$tmp/query.err" ;;
+  esac || echo "query failed: $(head -n 1 "$tmp/query.err")"
 }
 gated=$(summary "$FIXTURES/gated.log")
 ungated=$(summary "$FIXTURES/ungated.log")

@@ -1,5 +1,6 @@
 //! The lab's checker on the starter, after each task, on the solution, and the project's own
-//! check.sh; and the demo, which must leave nothing running.
+//! check.sh, with the summary query in Nushell (the lesson's `rollouts.nu`) and in Nickel (run
+//! by rollgate) alike; and the demo, which must leave nothing running.
 
 mod common;
 use common::*;
@@ -23,17 +24,45 @@ RESULT query_ungated_log PASS
 const STARTER_SUMMARY: &str =
     r#"{"releases":6,"promoted":6,"rolled_back":0,"reasons":[],"live":"v4"}"#;
 
-fn run_check(dir: &Path) -> (Option<i32>, String) {
+/// Which summary query the checker runs.
+#[derive(Debug, Clone, Copy)]
+enum Query {
+    /// `rollouts.nu`, run by Nushell.
+    Nushell,
+    /// `rollouts.ncl`, run by `rollgate log summary --query`.
+    Nickel,
+}
+
+impl Query {
+    const BOTH: [Query; 2] = [Query::Nushell, Query::Nickel];
+
+    fn file(self) -> &'static str {
+        match self {
+            Query::Nushell => "rollouts.nu",
+            Query::Nickel => "rollouts.ncl",
+        }
+    }
+}
+
+/// `sh lab/check.sh` in `dir` with the query chosen: its exit code, the line naming the query,
+/// and the rest of what it printed.
+fn run_check(dir: &Path, query: Query) -> (Option<i32>, String) {
     let out = std::process::Command::new("sh")
         .arg(repo().join("lab/check.sh"))
         .current_dir(dir)
         .env("ROLLGATE", assert_cmd::cargo::cargo_bin("rollgate"))
+        .env("NU", nushell())
+        .env("QUERY", query.file())
         .output()
         .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    let named = match query {
+        Query::Nushell => "query: rollouts.nu, run by Nushell 0.115",
+        Query::Nickel => "query: rollouts.ncl, run by rollgate log summary --query",
+    };
+    assert!(first.starts_with(named), "{query:?}: {text}");
+    (out.status.code(), rest.to_string())
 }
 
 fn results(text: &str) -> Vec<(String, String)> {
@@ -53,7 +82,12 @@ fn verdicts(text: &str) -> Vec<String> {
 /// A student's copy of the starter, fixtures included.
 fn student_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for file in ["rollout-policy.ncl", "policy.ncl", "rollouts.ncl"] {
+    for file in [
+        "rollout-policy.ncl",
+        "policy.ncl",
+        "rollouts.ncl",
+        "rollouts.nu",
+    ] {
         std::fs::copy(repo().join("lab/starter").join(file), dir.path().join(file)).unwrap();
     }
     std::fs::create_dir(dir.path().join("fixtures")).unwrap();
@@ -73,7 +107,13 @@ fn apply(dir: &Path, file: &str) {
 
 #[test]
 fn the_starter_fails_all_six_and_shows_the_starters_summaries() {
-    let (code, text) = run_check(&repo().join("lab/starter"));
+    for query in Query::BOTH {
+        starter_fails_all_six(query);
+    }
+}
+
+fn starter_fails_all_six(query: Query) {
+    let (code, text) = run_check(&repo().join("lab/starter"), query);
     assert_eq!(code, Some(1));
     let names: Vec<String> = results(&text).into_iter().map(|(n, _)| n).collect();
     assert_eq!(
@@ -100,11 +140,17 @@ fn the_starter_fails_all_six_and_shows_the_starters_summaries() {
 
 #[test]
 fn each_task_turns_its_checks_green() {
+    for query in Query::BOTH {
+        each_task_turns_its_checks_green_with(query);
+    }
+}
+
+fn each_task_turns_its_checks_green_with(query: Query) {
     let dir = student_copy();
     let d = dir.path();
 
     apply(d, "rollout-policy.ncl");
-    let (code, text) = run_check(d);
+    let (code, text) = run_check(d, query);
     assert_eq!(code, Some(1));
     assert_eq!(
         verdicts(&text),
@@ -118,44 +164,162 @@ fn each_task_turns_its_checks_green() {
     );
 
     apply(d, "policy.ncl");
-    let (_, text) = run_check(d);
+    let (_, text) = run_check(d, query);
     assert_eq!(
         verdicts(&text),
         ["PASS", "PASS", "PASS", "PASS", "FAIL", "FAIL"],
         "{text}"
     );
 
-    apply(d, "rollouts.ncl");
-    let (code, text) = run_check(d);
+    apply(d, query.file());
+    let (code, text) = run_check(d, query);
     assert_eq!(code, Some(0));
     assert_eq!(text, EXPECTED);
 }
 
 #[test]
 fn a_query_that_takes_the_last_line_calls_v4_live() {
-    let dir = student_copy();
-    let d = dir.path();
-    for file in ["rollout-policy.ncl", "policy.ncl", "rollouts.ncl"] {
-        apply(d, file);
-    }
-    let query = std::fs::read_to_string(d.join("rollouts.ncl"))
-        .unwrap()
-        .replace(
+    for (query, right, wrong) in [
+        (
+            Query::Nickel,
             "(std.array.last promotions).version",
             "(std.array.last records).version",
-        );
-    std::fs::write(d.join("rollouts.ncl"), query).unwrap();
-    let (code, text) = run_check(d);
-    assert_eq!(code, Some(1));
-    assert!(text.contains("\"live\":\"v4\"}\nungated.log"), "{text}");
-    assert_eq!(verdicts(&text)[4..], ["FAIL", "PASS"]);
+        ),
+        (
+            Query::Nushell,
+            "($promotions | last).version?",
+            "($records | last).version?",
+        ),
+    ] {
+        let dir = student_copy();
+        let d = dir.path();
+        for file in ["rollout-policy.ncl", "policy.ncl", query.file()] {
+            apply(d, file);
+        }
+        let text = std::fs::read_to_string(d.join(query.file())).unwrap();
+        assert!(text.contains(right), "{query:?}");
+        std::fs::write(d.join(query.file()), text.replace(right, wrong)).unwrap();
+        let (code, text) = run_check(d, query);
+        assert_eq!(code, Some(1));
+        assert!(text.contains("\"live\":\"v4\"}\nungated.log"), "{text}");
+        assert_eq!(verdicts(&text)[4..], ["FAIL", "PASS"]);
+    }
 }
 
 #[test]
 fn the_solution_prints_the_lessons_expected_result() {
-    let (code, text) = run_check(&repo().join("lab/solution"));
-    assert_eq!(code, Some(0));
-    assert_eq!(text, EXPECTED);
+    for query in Query::BOTH {
+        let (code, text) = run_check(&repo().join("lab/solution"), query);
+        assert_eq!(code, Some(0), "{query:?}");
+        assert_eq!(text, EXPECTED, "{query:?}");
+    }
+}
+
+#[test]
+fn the_checker_picks_nushell_when_it_can_and_says_so_when_it_cannot() {
+    let check = |query: Option<&str>, nu: &Path| {
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg(repo().join("lab/check.sh"))
+            .current_dir(repo().join("lab/solution"))
+            .env("ROLLGATE", assert_cmd::cargo::cargo_bin("rollgate"))
+            .env("NU", nu)
+            .env_remove("QUERY");
+        if let Some(query) = query {
+            command.env("QUERY", query);
+        }
+        command.output().unwrap()
+    };
+    let missing = Path::new("/nonexistent/nu");
+    let out = check(None, &nushell());
+    assert!(stdout(&out).starts_with("query: rollouts.nu, run by Nushell"));
+    let out = check(None, missing);
+    assert!(stdout(&out).starts_with("query: rollouts.ncl, run by rollgate"));
+    assert_eq!(out.status.code(), Some(0));
+    let out = check(Some("rollouts.nu"), missing);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stdout(&out).is_empty());
+    assert!(
+        stderr(&out).contains("QUERY=rollouts.nu needs Nushell"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A log with what real logs carry besides records: noise lines, CRLF endings, a torn last
+/// line, versions in other scripts and as numbers, details with and without a reason's `; `.
+fn awkward_log(seed: u64) -> String {
+    let versions = ["v1", "2.0.1", "ü-7", "版本3", "🚀", "4", "5.5"];
+    let events = ["candidate_started", "promoted", "rolled_back", "escalated"];
+    let mut state = seed;
+    let mut next = |n: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as usize) % n
+    };
+    let mut text = String::from("# deploy log\n\n");
+    for i in 0..120 {
+        let version = versions[next(versions.len())];
+        // Bare numbers for the numeric-looking versions, strings for the rest.
+        let version = if version.parse::<f64>().is_ok() && next(2) == 0 {
+            version.to_string()
+        } else {
+            format!("{version:?}")
+        };
+        let detail = match next(3) {
+            0 => "\"not ready after 1500 ms; old release v1 still answering\"".to_string(),
+            1 => "\"candidate exited with exit status: 78 before ready\"".to_string(),
+            _ => format!("\"ready after {i} ms\""),
+        };
+        let end = if next(4) == 0 { "\r\n" } else { "\n" };
+        text.push_str(&format!(
+            "{{\"ts\":{},\"event\":\"{}\",\"version\":{version},\"detail\":{detail}}}{end}",
+            1_790_000_000 + i,
+            events[next(events.len())],
+        ));
+        if next(10) == 0 {
+            text.push_str("  an indented note, not a record\n");
+        }
+    }
+    text.push_str("{\"ts\":1790000999,\"event\":\"promo");
+    text
+}
+
+#[test]
+fn the_nushell_solution_and_rollgates_summary_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut logs: Vec<std::path::PathBuf> = ["gated.log", "ungated.log"]
+        .iter()
+        .map(|name| repo().join("fixtures").join(name))
+        .collect();
+    for seed in 1..=4 {
+        logs.push(write(
+            dir.path(),
+            &format!("awkward{seed}.log"),
+            &awkward_log(seed),
+        ));
+    }
+    for log in &logs {
+        let by_nu = std::process::Command::new(nushell())
+            .arg(repo().join("lab/solution/rollouts.nu"))
+            .arg(log)
+            .output()
+            .unwrap();
+        assert!(by_nu.status.success(), "{}", stderr(&by_nu));
+        let by_rollgate = rollgate()
+            .args(["log", "summary"])
+            .arg(log)
+            .output()
+            .unwrap();
+        assert!(by_rollgate.status.success(), "{}", stderr(&by_rollgate));
+        assert_eq!(
+            stdout(&by_nu).trim_end(),
+            stdout(&by_rollgate).trim_end(),
+            "{}",
+            log.display()
+        );
+    }
 }
 
 #[test]
@@ -171,7 +335,10 @@ fn the_projects_own_check_passes() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), EXPECTED);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("query: rollgate's built-in summary\n{EXPECTED}")
+    );
 }
 
 #[test]

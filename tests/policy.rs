@@ -65,7 +65,11 @@ fn bundled_contract_is_found_from_any_folder() {
 fn a_contract_beside_the_policy_wins_over_the_bundled_one() {
     let dir = tempfile::tempdir().unwrap();
     // A local contract that only accepts deadlines up to 1000 ms.
-    let local = rollgate_contract().replace("Bounded 100 600000", "Bounded 100 1000");
+    let local = rollgate_contract().replace(
+        "progress_deadline_ms = { low = 100, high = 600000 }",
+        "progress_deadline_ms = { low = 100, high = 1000 }",
+    );
+    assert_ne!(local, rollgate_contract());
     write(dir.path(), "rollout-policy.ncl", &local);
     let path = write(
         dir.path(),
@@ -81,7 +85,11 @@ fn a_contract_beside_the_policy_wins_over_the_bundled_one() {
 fn import_path_option_is_searched_before_the_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let lib = dir.path().join("lib");
-    let local = rollgate_contract().replace("Bounded 50 5000", "Bounded 50 60");
+    let local = rollgate_contract().replace(
+        "poll_ms = { low = 50, high = 5000 }",
+        "poll_ms = { low = 50, high = 60 }",
+    );
+    assert_ne!(local, rollgate_contract());
     write(&lib, "rollout-policy.ncl", &local);
     let path = write(dir.path(), "p.ncl", &policy_with("poll_ms", "100"));
     let out = rollgate()
@@ -174,14 +182,22 @@ fn the_lessons_bad_policy_renders_like_nickel() {
     );
     let out = export(&path, &[]);
     let err = stderr(&out);
-    // Same snippet layout as the lesson's `nickel export bad.ncl`.
+    // Same layout as the lesson's `nickel export bad.ncl`: the contract's words, the contract's
+    // line underlined as the expected type, then the offending value.
+    assert!(
+        err.starts_with("error: contract broken by the value of `progress_deadline_ms`\n       progress_deadline_ms must be an integer from 100 to 600000\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("36 │     progress_deadline_ms | Within \"progress_deadline_ms\",\n"),
+        "{err}"
+    );
     assert!(
         err.contains(
-            "9 │     progress_deadline_ms | Bounded 100 600000 \"progress_deadline_ms\",\n"
+            "   │                            ----------------------------- expected type\n"
         ),
         "{err}"
     );
-    assert!(err.contains("  │                            ----------------------------------------- expected type\n"), "{err}");
     assert!(
         err.contains(&format!("  ┌─ {}:2:26\n", path.display())),
         "{err}"

@@ -333,3 +333,41 @@ pub fn count_events(site: &Site, event: &str, version: &str) -> usize {
         .filter(|(e, v)| e == event && v == version)
         .count()
 }
+
+/// The Nushell binary the lab tests run the lesson's `.nu` queries with: `$ROLLGATE_TEST_NU`,
+/// else `nu` on PATH, else the copy `.ci/run` installs under the user's cache folder, else that
+/// copy is installed now from the npm registry (Nushell publishes prebuilt binaries there).
+pub fn nushell() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("ROLLGATE_TEST_NU") {
+                return PathBuf::from(path);
+            }
+            let on_path = std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("nu"))
+                    .find(|candidate| candidate.is_file())
+            });
+            if let Some(path) = on_path {
+                return path;
+            }
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .expect("HOME or XDG_CACHE_HOME is set")
+                .join("rollgate-tools/nushell");
+            let binary = cache.join("node_modules/@nushell/linux-x64/bin/nu");
+            if !binary.is_file() {
+                let status = std::process::Command::new("npm")
+                    .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+                    .arg(&cache)
+                    .arg("@nushell/linux-x64@0.115.1")
+                    .status()
+                    .expect("npm runs (the lab tests need Nushell; .ci/run installs it)");
+                assert!(status.success(), "npm could not install Nushell");
+            }
+            binary
+        })
+        .clone()
+}
