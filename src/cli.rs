@@ -40,6 +40,18 @@ pub enum Command {
   rollgate policy contract > rollout-policy.ncl"
     )]
     Policy(PolicyCommand),
+    /// Sign releases offline and verify them: keys known by their pins, a threshold of
+    /// signers, an expiry, and a sequence that never goes backwards.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rollgate release keygen --out ~/keys/alice.pem
+  rollgate release sign dist --service edge-svc --version v2 --sequence 14 \\
+      --key ~/keys/alice.pem --cosigners ~/keys/bob.pub.pem
+  rollgate release cosign dist/manifest.json --key ~/keys/bob.pem
+  rollgate release verify dist/manifest.json --pins sha256/...,sha256/... --threshold 2 --dir dist"
+    )]
+    Release(ReleaseCommand),
     /// Answer questions from deploy logs (JSON lines: ts, event, version, detail).
     #[command(
         subcommand,
@@ -302,6 +314,66 @@ pub struct ReadArgs {
     /// Only records of this version.
     #[arg(long = "version", value_name = "VERSION")]
     pub only_version: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseCommand {
+    /// Make a new P-256 signing key (PKCS#8 PEM, mode 0600) and its public key beside it
+    /// (KEY.pub.pem); print its pin. Never overwrites a file.
+    Keygen {
+        #[arg(long, value_name = "KEY.pem")]
+        out: PathBuf,
+    },
+    /// Write DIR/manifest.json: the folder's files with their digests, signed by KEY.
+    #[command(
+        after_help = "Every regular file at the top of DIR is an artifact, except
+manifest.json, hidden files and rollgate's *.output files. Cosigners' public keys are listed
+in the manifest so that they can add their signatures with `rollgate release cosign`."
+    )]
+    Sign {
+        dir: PathBuf,
+        #[arg(long)]
+        service: String,
+        #[arg(long)]
+        version: String,
+        /// Above every earlier release's: a root refuses a sequence at or below its floor.
+        #[arg(long)]
+        sequence: u64,
+        /// How long the signature is good for (30d, 12h, 90m, 45s).
+        #[arg(long, default_value = "30d")]
+        expires: String,
+        #[arg(long, value_name = "KEY.pem")]
+        key: PathBuf,
+        /// Public keys of the other signers (comma-separated .pub.pem files).
+        #[arg(long, value_delimiter = ',', value_name = "A.pub.pem,B.pub.pem")]
+        cosigners: Vec<PathBuf>,
+    },
+    /// Add KEY's signature to a manifest that lists it.
+    Cosign {
+        manifest: PathBuf,
+        #[arg(long, value_name = "KEY.pem")]
+        key: PathBuf,
+    },
+    /// Check a manifest: exit 0, or 1 with the reason (malformed, not-canonical, threshold,
+    /// expired, product, digest).
+    Verify {
+        manifest: PathBuf,
+        /// Pins of the trusted keys (comma-separated sha256/...).
+        #[arg(long, value_delimiter = ',', required = true)]
+        pins: Vec<String>,
+        /// How many distinct pinned keys must have signed.
+        #[arg(long)]
+        threshold: usize,
+        /// Also check every artifact's size and digest in this folder.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The service the release must be for.
+        #[arg(long)]
+        service: Option<String>,
+        /// Check as of this time (RFC 3339 or Unix seconds) instead of now.
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

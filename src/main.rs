@@ -6,6 +6,7 @@ mod deploy;
 mod log;
 mod policy;
 mod proxy;
+mod release;
 mod sample;
 
 use std::io::{IsTerminal, Write};
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use cli::{Cli, Command, EvalArgs, LogCommand, PolicyCommand, ReadArgs};
+use cli::{Cli, Command, EvalArgs, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand};
 use policy::EvalOptions;
 
 fn main() -> ExitCode {
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Policy(command) => run_policy(command),
         Command::Log(command) => run_log(command),
+        Command::Release(command) => run_release(command),
         Command::Deploy {
             service,
             new_port,
@@ -104,6 +106,73 @@ fn answer<E: std::fmt::Display>(result: Result<String, E>, code: impl Fn(&E) -> 
 /// Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
 fn stderr_color() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `rollgate release ...`: exit 0, 1 when refused or failed (the reason first), 2 on usage.
+fn run_release(command: ReleaseCommand) -> ExitCode {
+    let now = chrono::Utc::now();
+    let result = match command {
+        ReleaseCommand::Keygen { out } => release::keys::generate(&out).map(|(pin, public)| {
+            format!(
+                "{pin}\nkey: {} (keep it offline)\npublic key: {}\n",
+                out.display(),
+                public.display()
+            )
+        }),
+        ReleaseCommand::Sign {
+            dir,
+            service,
+            version,
+            sequence,
+            expires,
+            key,
+            cosigners,
+        } => release::parse_duration(&expires).and_then(|expires_in| {
+            release::sign(&release::SignRequest {
+                dir: &dir,
+                service: &service,
+                version: &version,
+                sequence,
+                expires_in,
+                key: &key,
+                cosigners: &cosigners,
+                now,
+            })
+            .map(|path| format!("signed: {}\n", path.display()))
+        }),
+        ReleaseCommand::Cosign { manifest, key } => release::cosign(&manifest, &key)
+            .map(|kid| format!("cosigned by {kid}: {}\n", manifest.display())),
+        ReleaseCommand::Verify {
+            manifest,
+            pins,
+            threshold,
+            dir,
+            service,
+            at,
+        } => {
+            let trust = release::Trust { pins, threshold };
+            let at = match at.as_deref().map(release::parse_time).transpose() {
+                Ok(at) => at.unwrap_or(now),
+                Err(e) => {
+                    eprintln!("error: --at: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = trust.check() {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            release::verify(&manifest, &trust, at, service.as_deref(), dir.as_deref())
+                .map(|v| {
+                    format!(
+                        "verified: {} {} sequence {} (manifest sha256 {})\n",
+                        v.body.service, v.body.version, v.body.sequence, v.manifest_sha256
+                    )
+                })
+                .map_err(|refusal| format!("refused: {refusal}"))
+        }
+    };
+    answer(result, |_| 1)
 }
 
 fn eval_options(args: EvalArgs) -> EvalOptions {
@@ -194,6 +263,7 @@ fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
             version: args.only_version,
         },
         everything: false,
+        release_fields: false,
     })
 }
 

@@ -49,6 +49,11 @@ pub struct Entry<'a> {
     /// The deploy's token: lets recovery see that an outcome was already written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<&'a str>,
+    /// A signed release's sequence and the SHA-256 of its canonical manifest body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest_sha256: Option<&'a str>,
 }
 
 /// Unix seconds, to the millisecond.
@@ -144,6 +149,8 @@ mod tests {
             pid: None,
             elapsed_ms: None,
             token: Some(token),
+            sequence: None,
+            manifest_sha256: None,
         })
         .unwrap();
         line.push('\n');

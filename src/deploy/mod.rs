@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::policy::{self, EvalOptions};
 use crate::proxy::drain;
+use crate::release;
 use journal::Event as LogEvent;
 use plan::{Action, Event, Probe, Settings, Verdict};
 use process::Identity;
@@ -27,6 +28,7 @@ use signals::Signals;
 use state::{Candidate, Pointer, Root, Stage, WriteError};
 
 pub use escalation::finish_escalated;
+pub use plan::check_name;
 pub use status::status;
 
 /// A probe gets at most this long, and never beyond the deadline.
@@ -147,6 +149,10 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         let mut signals = Signals::install().map_err(refused)?;
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
         recover::recover(&root).await?;
+        // Under the lock and after recovery, which may have raised the floor.
+        let admitted =
+            release::admit(&root.0, &request.service, &request.version, chrono::Utc::now())
+                .map_err(refused)?;
         let live = root.read_pointer().map_err(refused)?;
         if let Some(live) = &live {
             if live.port == request.port {
@@ -162,7 +168,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
                 request.port
             )));
         }
-        gate_and_finish(&root, &request, &settings, live, &mut signals).await
+        gate_and_finish(&root, &request, &settings, live, admitted, &mut signals).await
     })
 }
 
@@ -190,8 +196,14 @@ async fn gate_and_finish(
     request: &Request,
     settings: &Settings,
     live: Option<Pointer>,
+    admitted: Option<release::Admitted>,
     signals: &mut Signals,
 ) -> Result<Outcome, DeployError> {
+    // A signed release runs from the verified copy of its executable.
+    let (executable, signed) = match admitted {
+        Some(admitted) => (admitted.executable, Some(admitted.signed)),
+        None => (root.executable(&request.version, &request.service), None),
+    };
     // Recorded before the spawn, so a deployer killed right after it still leaves a trace.
     let mut candidate = Candidate {
         service: request.service.clone(),
@@ -206,6 +218,7 @@ async fn gate_and_finish(
         grace_ms: settings.grace.as_millis() as u64,
         drain_ms: settings.drain.as_millis() as u64,
         previous: live.clone(),
+        signed,
     };
     root.write_candidate(&candidate).map_err(|e| {
         refused(format!(
@@ -215,7 +228,6 @@ async fn gate_and_finish(
     })?;
 
     let output = root.output_path(&request.version, &request.service);
-    let executable = root.executable(&request.version, &request.service);
     let release_dir = root.release_dir(&request.version);
     let mut child = match process::spawn(&process::Launch {
         executable: &executable,
@@ -520,6 +532,15 @@ async fn finish_switch(
         format!("{detail}; {drained}{old}"),
         elapsed,
     )?;
+    // Written last: a crash before this line leaves the floor where it was, and whoever
+    // finishes this switch after a crash raises it.
+    if let Some(signed) = &candidate.signed {
+        release::write_floor(&root.0, signed).map_err(|e| {
+            DeployError::Failed(format!(
+                "promoted, but the release floor was not raised: {e}"
+            ))
+        })?;
+    }
     root.clear_candidate().map_err(|e| {
         DeployError::Failed(format!(
             "promoted, but cannot clear the candidate record: {e}"
@@ -629,6 +650,11 @@ fn log(
             pid: candidate.pid,
             elapsed_ms: elapsed.map(|e| e.as_millis() as u64),
             token: Some(&candidate.token),
+            sequence: candidate.signed.as_ref().map(|s| s.sequence),
+            manifest_sha256: candidate
+                .signed
+                .as_ref()
+                .map(|s| s.manifest_sha256.as_str()),
         },
     )
     .map_err(cannot)

@@ -81,6 +81,10 @@ pub struct Candidate {
     /// The release that was live when this deploy began, to stop it if the switch happened
     /// and the deployer died before it could.
     pub previous: Option<Pointer>,
+    /// For a signed release: what the release floor becomes once it is promoted (whoever
+    /// finishes the switch raises it).
+    #[serde(default)]
+    pub signed: Option<crate::release::Signed>,
 }
 
 impl Candidate {

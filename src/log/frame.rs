@@ -83,21 +83,27 @@ pub fn attempts(attempts: &[Attempt]) -> PolarsResult<DataFrame> {
     let outcomes: Vec<&str> = attempts.iter().map(|a| a.outcome.as_str()).collect();
     let reasons: Vec<Option<String>> = attempts.iter().map(|a| a.reason.clone()).collect();
     let live_now: Vec<bool> = attempts.iter().map(|a| a.live_now).collect();
-    DataFrame::new(
-        attempts.len(),
-        vec![
-            text_column("version", &versions),
-            column("started", pick(|a| a.started)),
-            column("finished", pick(|a| a.finished)),
-            Series::new("outcome".into(), outcomes).into_column(),
-            column("time_to_outcome_s", pick(Attempt::time_to_outcome)),
-            text_column("reason", &reasons),
-            column("live_for_s", pick(Attempt::live_for)),
-            Series::new("live_now".into(), live_now).into_column(),
-            column("rolled_back_at", pick(|a| a.rolled_back_at)),
-            column("exposure_s", pick(Attempt::exposure)),
-        ],
-    )
+    let mut columns = vec![
+        text_column("version", &versions),
+        column("started", pick(|a| a.started)),
+        column("finished", pick(|a| a.finished)),
+        Series::new("outcome".into(), outcomes).into_column(),
+        column("time_to_outcome_s", pick(Attempt::time_to_outcome)),
+        text_column("reason", &reasons),
+        column("live_for_s", pick(Attempt::live_for)),
+        Series::new("live_now".into(), live_now).into_column(),
+        column("rolled_back_at", pick(|a| a.rolled_back_at)),
+        column("exposure_s", pick(Attempt::exposure)),
+    ];
+    // Signed releases' columns only where the log has any: unsigned histories read as before.
+    if attempts.iter().any(|a| a.sequence.is_some()) {
+        let sequences: Vec<Option<u64>> = attempts.iter().map(|a| a.sequence).collect();
+        let digests: Vec<Option<String>> =
+            attempts.iter().map(|a| a.manifest_sha256.clone()).collect();
+        columns.push(Series::new("sequence".into(), sequences).into_column());
+        columns.push(text_column("manifest_sha256", &digests));
+    }
+    DataFrame::new(attempts.len(), columns)
 }
 
 #[cfg(test)]

@@ -43,6 +43,9 @@ pub struct Attempt {
     pub live_now: bool,
     /// For a promotion later rolled back in production: when that happened.
     pub rolled_back_at: Option<f64>,
+    /// For a signed release: its sequence and the SHA-256 of its manifest body.
+    pub sequence: Option<u64>,
+    pub manifest_sha256: Option<String>,
 }
 
 impl Attempt {
@@ -89,6 +92,11 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
             live_until: None,
             live_now: false,
             rolled_back_at: None,
+            sequence: log.extra_value("sequence", i).and_then(|v| v.as_u64()),
+            manifest_sha256: log
+                .extra_value("manifest_sha256", i)
+                .and_then(|v| v.as_str())
+                .map(String::from),
         };
         match log.event[i].as_deref() {
             Some(STARTED) => {
@@ -127,6 +135,13 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
                 });
                 let attempt = &mut attempts[index];
                 attempt.finished = ts;
+                if attempt.sequence.is_none() {
+                    attempt.sequence = log.extra_value("sequence", i).and_then(|v| v.as_u64());
+                    attempt.manifest_sha256 = log
+                        .extra_value("manifest_sha256", i)
+                        .and_then(|v| v.as_str())
+                        .map(String::from);
+                }
                 if event == PROMOTED {
                     attempt.outcome = Outcome::Promoted;
                     if let Some(previous) = live {

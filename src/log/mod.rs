@@ -81,6 +81,8 @@ pub struct Reading {
     pub selection: Selection,
     /// Extra fields and every detail (SQL needs them; other questions do not).
     pub everything: bool,
+    /// A signed release's sequence and manifest digest (history shows them).
+    pub release_fields: bool,
 }
 
 impl Reading {
@@ -88,6 +90,7 @@ impl Reading {
         ReadOptions {
             extra_fields: self.everything,
             all_details: self.everything,
+            release_fields: self.release_fields,
         }
     }
 }
@@ -281,7 +284,11 @@ fn display() -> Display<'static> {
 
 /// `log history`: one row per attempt.
 pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
-    let log = load_merged(paths, reading)?;
+    let reading = Reading {
+        release_fields: true,
+        ..reading.clone()
+    };
+    let log = load_merged(paths, &reading)?;
     let df = frame::attempts(&history::attempts(&log))?;
     Ok(output::render(&df, format, display()))
 }

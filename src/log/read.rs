@@ -86,6 +86,12 @@ impl Log {
         }
     }
 
+    /// Record `row`'s value of an extra field, if it was collected and is there.
+    pub fn extra_value(&self, name: &str, row: usize) -> Option<&Value> {
+        let (_, column) = self.extra.iter().find(|(n, _)| n == name)?;
+        column.get(row)?.as_ref()
+    }
+
     fn extra_column(&mut self, name: &str) -> &mut Vec<Option<Value>> {
         let rows = self.line.len();
         let index = match self.extra.iter().position(|(n, _)| n == name) {
@@ -145,10 +151,17 @@ impl Sink for Log {
         // Details of starts and promotions are long and never asked for, except by SQL.
         let keep_detail = self.options.all_details
             || !matches!(event.as_deref(), Some("candidate_started" | "promoted"));
-        if self.options.extra_fields {
+        let release_fields = self.options.release_fields
+            && memchr::memmem::find(record.raw, b"\"manifest_sha256\"").is_some();
+        if self.options.extra_fields || release_fields {
             if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(record.raw) {
                 for (key, value) in map {
-                    if !matches!(key.as_str(), "ts" | "event" | "version" | "detail") {
+                    let wanted = if self.options.extra_fields {
+                        !matches!(key.as_str(), "ts" | "event" | "version" | "detail")
+                    } else {
+                        RELEASE_FIELDS.contains(&key.as_str())
+                    };
+                    if wanted {
                         let rows = self.line.len();
                         let column = self.extra_column(&key);
                         column.resize(rows, None);
@@ -163,7 +176,7 @@ impl Sink for Log {
         self.version.push(record.version.map(Cow::into_owned));
         self.detail
             .push(record.detail.filter(|_| keep_detail).map(Cow::into_owned));
-        if self.options.extra_fields {
+        if !self.extra.is_empty() {
             self.pad_extras();
         }
     }
@@ -326,7 +339,13 @@ pub struct ReadOptions {
     pub extra_fields: bool,
     /// Keep the detail of every record, not only of rollbacks and escalations (for SQL).
     pub all_details: bool,
+    /// Collect a signed release's `sequence` and `manifest_sha256` (for history), looked for
+    /// only in lines that name a manifest, so unsigned logs cost nothing more.
+    pub release_fields: bool,
 }
+
+/// The fields a signed deploy adds to its lines.
+pub const RELEASE_FIELDS: [&str; 2] = ["sequence", "manifest_sha256"];
 
 /// A block's results, line numbers relative to the block.
 struct Parsed<S> {
@@ -573,6 +592,7 @@ mod tests {
             ReadOptions {
                 extra_fields: true,
                 all_details: true,
+                release_fields: false,
             },
         );
         assert_eq!(log.extra.len(), 1);
@@ -603,7 +623,7 @@ mod properties {
         /// record, reported as a problem, or passed over as noise.
         #[test]
         fn arbitrary_bytes_are_answered(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true });
+            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true, release_fields: false });
             let lines = bytes.split(|b| *b == b'\n').count() as u64;
             prop_assert!(log.line.iter().all(|l| *l >= 1 && *l <= lines));
             let bad_lines: std::collections::HashSet<u64> = problems.iter().map(|p| p.line).collect();
@@ -633,7 +653,7 @@ mod properties {
             let line = format!("{{{}}}", body.join(","));
             let cut = cut.min(line.len());
             let text = format!("{line}\r\n{}", &line[..cut]);
-            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true });
+            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true, release_fields: false });
             prop_assert!(log.len() <= 2);
             for (_, column) in &log.extra {
                 prop_assert_eq!(column.len(), log.len());
