@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::log::output::Format;
-use crate::policy::check::CheckFormat;
-use crate::policy::ExportAs;
+use rollgate::log::output::Format;
+use rollgate::policy::check::CheckFormat;
+use rollgate::policy::ExportAs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -207,7 +207,7 @@ The demo stops the live release at the end, so nothing is left running; the file
     },
     /// A small HTTP service with knobs, standing in for a release in tests and the demo.
     #[command(hide = true)]
-    SampleService(crate::sample::SampleArgs),
+    SampleService(rollgate::sample::SampleArgs),
 }
 
 /// The folder a deploy works in.

@@ -1,13 +1,8 @@
 //! rollgate: a release proves itself before it goes live. See README.md.
 
 mod cli;
-mod demo;
-mod deploy;
-mod log;
-mod policy;
-mod proxy;
-mod release;
-mod sample;
+
+use rollgate::{demo, deploy, log, policy, proxy, release, sample};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;

@@ -42,6 +42,10 @@ impl Log {
         self.line.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.line.is_empty()
+    }
+
     /// Keeps the records whose entry in `picks` is true, in order.
     pub fn keep(&mut self, picks: &[bool]) {
         fn filter<T>(column: &mut Vec<T>, picks: &[bool]) {

@@ -1,0 +1,12 @@
+//! rollgate as a library: policy contracts, readiness-gated deploys, signed releases, the
+//! proxy, deploy-log analysis, and the pure rollout planner. The binary (`src/main.rs`) is the
+//! command line over it; integration tests drive the planner directly.
+
+pub mod demo;
+pub mod deploy;
+pub mod log;
+pub mod policy;
+pub mod proxy;
+pub mod release;
+pub mod rollout;
+pub mod sample;
