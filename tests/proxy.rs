@@ -850,3 +850,85 @@ fn defect_11_the_drain_socket_is_private_bounded_and_cannot_stall_the_proxy() {
     assert!(said.starts_with("error no request line"), "{said}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// `replicas.json` naming these (version, port, pid) replicas of edge-svc.
+fn write_replicas(site: &Site, replicas: &[(&str, u16, i32)]) {
+    let entries: Vec<serde_json::Value> = replicas
+        .iter()
+        .enumerate()
+        .map(|(slot, (version, port, pid))| {
+            serde_json::json!({"slot": slot, "version": version, "port": port, "pid": pid,
+                "start_time": start_time_of(*pid)})
+        })
+        .collect();
+    let set = serde_json::json!({"service": "edge-svc", "replicas": entries});
+    let tmp = site.root().join(".replicas.tmp");
+    std::fs::write(&tmp, set.to_string()).unwrap();
+    std::fs::rename(tmp, site.root().join("replicas.json")).unwrap();
+}
+
+/// Who answered each of `count` requests, each on a connection of its own.
+fn answers(port: u16, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|_| {
+            let answer = Conn::open(port).unwrap().get("/", "").unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            answer.body
+        })
+        .collect()
+}
+
+#[test]
+fn the_proxy_balances_across_replicas_skips_a_dead_one_and_follows_the_set() {
+    let site = Site::new();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let replicas: Vec<ReleaseProcess> = ["r0", "r1", "r2"]
+        .iter()
+        .zip(&ports)
+        .map(|(version, port)| start_release_process(&site, version, *port))
+        .collect();
+    write_replicas(
+        &site,
+        &[
+            ("r0", ports[0], replicas[0].pid()),
+            ("r1", ports[1], replicas[1].pid()),
+            ("r2", ports[2], replicas[2].pid()),
+        ],
+    );
+    let proxy = Proxy::start(&site, &["--threads", "1"]);
+    let served = answers(proxy.port, 60);
+    for version in ["r0", "r1", "r2"] {
+        let n = served.iter().filter(|v| *v == version).count();
+        assert!(n >= 10, "{version} served {n} of 60: {served:?}");
+    }
+
+    // r1 dies before the state says so: its requests go to the others, none fails.
+    send_signal(replicas[1].pid(), 9);
+    assert!(wait_for(5, || !alive(replicas[1].pid())));
+    let served = answers(proxy.port, 30);
+    assert!(!served.contains(&"r1".to_string()));
+
+    // The set changes: r1's slot now runs r3. The proxy follows, and r1's port drains.
+    let port3 = free_port();
+    let r3 = start_release_process(&site, "r3", port3);
+    write_replicas(
+        &site,
+        &[
+            ("r0", ports[0], replicas[0].pid()),
+            ("r3", port3, r3.pid()),
+            ("r2", ports[2], replicas[2].pid()),
+        ],
+    );
+    assert!(
+        wait_for(5, || answers(proxy.port, 6).contains(&"r3".to_string())),
+        "r3 never answered"
+    );
+    let answer = drain_exchange(&site, format!("drain {}\n", ports[1]).as_bytes());
+    assert!(
+        answer.starts_with(&format!("drained {} ", ports[1])),
+        "{answer}"
+    );
+    // A replica still in the set is never confirmed drained.
+    let answer = drain_exchange(&site, format!("drain {}\n", ports[0]).as_bytes());
+    assert!(answer.starts_with("error"), "{answer}");
+}

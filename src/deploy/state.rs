@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use super::process::Identity;
 
 pub const POINTER_FILE: &str = "current";
+/// The replicas of a multi-replica service that are in the pool (see [`ReplicaSet`]).
+pub const REPLICAS_FILE: &str = "replicas.json";
 pub const CANDIDATE_FILE: &str = "candidate";
 pub const LOG_FILE: &str = "deploy.log";
 pub const LOCK_FILE: &str = "deploy.lock";
@@ -48,6 +50,42 @@ impl Pointer {
     pub fn names(&self, process: Identity) -> bool {
         self.identity() == process
     }
+}
+
+/// How a replica takes part in a rollout (seed 002's classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaClass {
+    /// Its failure aborts the rollout at once; it must confirm by the release deadline.
+    Required,
+    /// Its failure counts toward the wave's failure ratio.
+    #[default]
+    BestEffort,
+    /// Keeps its version; outside every wave and gate.
+    LeftBehind,
+}
+
+/// One replica in the pool: a process of the service on its own port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replica {
+    pub slot: usize,
+    pub version: String,
+    pub port: u16,
+    pub pid: i32,
+    pub start_time: u64,
+    #[serde(default)]
+    pub class: ReplicaClass,
+}
+
+/// `replicas.json`: the truth of what serves a multi-replica service, replaced atomically as
+/// `current` is. The proxy balances across these replicas; a root without the file is served
+/// by the single release `current` names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaSet {
+    pub service: String,
+    pub replicas: Vec<Replica>,
 }
 
 /// Where a deploy in flight stands.
@@ -231,6 +269,17 @@ impl Root {
         let mut bytes = serde_json::to_vec_pretty(pointer).expect("pointer serializes");
         bytes.push(b'\n');
         write_atomically(&self.pointer_path(), &bytes)
+    }
+    pub fn replicas_path(&self) -> PathBuf {
+        self.0.join(REPLICAS_FILE)
+    }
+    pub fn read_replicas(&self) -> Result<Option<ReplicaSet>, String> {
+        read_json(&self.replicas_path())
+    }
+    pub fn write_replicas(&self, set: &ReplicaSet) -> Result<(), WriteError> {
+        let mut bytes = serde_json::to_vec_pretty(set).expect("a replica set serializes");
+        bytes.push(b'\n');
+        write_atomically(&self.replicas_path(), &bytes)
     }
     pub fn read_candidate(&self) -> Result<Option<Candidate>, String> {
         read_json(&self.candidate_path())

@@ -176,7 +176,7 @@ async fn answer(port: u16, root: &Root, routes: &Routes, switched: &Notify) -> S
         return format!("error cannot re-read the pointer: {}\n", one_line(&e));
     }
     switched.notify_one();
-    if routes.current().is_some_and(|t| t.port == port) {
+    if routes.pool().iter().any(|t| t.port == port) {
         return format!("error the pointer still names port {port}; new requests still go there\n");
     }
     let started = Instant::now();

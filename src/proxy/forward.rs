@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http_body_util::{combinators::BoxBody, BodyExt, Either, Full};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
 use hyper::{Request, Response, StatusCode};
@@ -19,8 +19,8 @@ use super::idle::{Activity, BoxError, IdleBody, Watched};
 use super::routes::{Lease, Routes};
 
 pub type Body = BoxBody<Bytes, BoxError>;
-/// A request body on its way to the release, failing if the client stops sending it.
-pub type UpstreamBody = IdleBody<Incoming>;
+/// A request body on its way to the release, failing if the client stops sending it; or none.
+pub type UpstreamBody = Either<IdleBody<Incoming>, http_body_util::Empty<Bytes>>;
 pub type Upstream = Client<HttpConnector, UpstreamBody>;
 
 /// What every request needs to know.
@@ -82,6 +82,15 @@ fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
     }
 }
 
+/// Whether the upstream refused the connection (nothing was sent).
+fn is_refused(e: &hyper_util::client::legacy::Error) -> bool {
+    e.is_connect()
+        && (std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+            || format!("{e:?}").contains("ConnectionRefused"))
+}
+
 fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
     headers.contains_key(UPGRADE)
         && headers
@@ -102,28 +111,15 @@ pub async fn handle(
     ctx: Arc<Shared>,
     slot: Arc<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Response<Body>, Infallible> {
-    let mut request = request.map(|body| IdleBody::new(body, ctx.body_idle, "request body"));
-    let Some(lease) = ctx.routes.lease() else {
-        return Ok(plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("no live release: {}/current names none yet", ctx.root),
-        ));
-    };
-    let port = lease.target.port;
+    let mut request = request;
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
-
     let path = request
         .uri()
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let uri = match format!("http://127.0.0.1:{port}{path}").parse() {
-        Ok(uri) => uri,
-        Err(_) => return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
-    };
-    *request.uri_mut() = uri;
     let headers = request.headers_mut();
     strip_hop_by_hop(headers);
     if !headers.contains_key(HOST) {
@@ -146,25 +142,62 @@ pub async fn handle(
         headers.insert(UPGRADE, value);
     }
 
-    let mut response = match ctx.client.request(request).await {
-        Ok(response) => response,
-        Err(e) => {
-            let refused = std::error::Error::source(&e)
-                .and_then(|s| s.downcast_ref::<std::io::Error>())
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-                || format!("{e:?}").contains("ConnectionRefused");
-            let what = if refused {
-                "refused the connection"
+    // A request without a body can be sent again: if a replica refuses the connection (it
+    // is stopping, or gone before the state said so), the next least busy one gets it. A
+    // request with a body is sent once: its body cannot be replayed.
+    let (parts, body) = request.into_parts();
+    let replayable = !upgrade && hyper::body::Body::size_hint(&body).exact() == Some(0);
+    let mut body = Some(body);
+    let mut refused_by: Vec<u16> = Vec::new();
+    let mut refusals: Vec<String> = Vec::new();
+    let (lease, mut response) = loop {
+        let Some(lease) = ctx.routes.lease_except(&refused_by) else {
+            return Ok(if refusals.is_empty() {
+                plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("no live release: nothing under {} is live yet", ctx.root),
+                )
             } else {
-                "failed"
-            };
-            return Ok(plain(
-                StatusCode::BAD_GATEWAY,
-                format!(
-                    "release {} on 127.0.0.1:{port} {what}",
-                    lease.target.version
-                ),
-            ));
+                plain(
+                    StatusCode::BAD_GATEWAY,
+                    format!("release {} refused the connection", refusals.join(", ")),
+                )
+            });
+        };
+        let port = lease.target.port;
+        let Ok(uri) = format!("http://127.0.0.1:{port}{path}").parse::<hyper::Uri>() else {
+            return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into()));
+        };
+        let attempt_body = match body.take() {
+            Some(incoming) if !replayable => {
+                Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
+            }
+            _ => Either::Right(http_body_util::Empty::new()),
+        };
+        let mut attempt = Request::from_parts(parts.clone(), attempt_body);
+        *attempt.uri_mut() = uri;
+        match ctx.client.request(attempt).await {
+            Ok(response) => break (lease, response),
+            Err(e) => {
+                let refused = is_refused(&e);
+                if refused && replayable {
+                    refused_by.push(port);
+                    refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
+                    continue;
+                }
+                let what = if refused {
+                    "refused the connection"
+                } else {
+                    "failed"
+                };
+                return Ok(plain(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "release {} on 127.0.0.1:{port} {what}",
+                        lease.target.version
+                    ),
+                ));
+            }
         }
     };
 

@@ -127,9 +127,15 @@ pub fn run(options: Options) -> Result<(), String> {
             eprintln!(
                 "rollgate proxy: listening on {listen} for {} ({}; {threads} thread(s))",
                 root.0.display(),
-                match routes.current() {
-                    Some(t) => format!("live: {} on port {}", t.version, t.port),
-                    None => "nothing live yet".into(),
+                match routes.pool().as_slice() {
+                    [] => "nothing live yet".into(),
+                    pool => format!(
+                        "live: {}",
+                        pool.iter()
+                            .map(|t| format!("{} on port {}", t.version, t.port))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 }
             );
             tokio::spawn(async move {

@@ -65,19 +65,26 @@ impl Drop for Lease {
     }
 }
 
+/// A release the proxy may route to: version, port and pid name it.
+pub type Member<'a> = (&'a str, u16, i32);
+
 #[derive(Debug, Default)]
 struct Table {
-    current: Option<Arc<Target>>,
+    /// The replicas new requests go to (one for a single-release root).
+    pool: Vec<Arc<Target>>,
+    /// Replaced targets still finishing requests.
     retired: Vec<Arc<Target>>,
+    /// Breaks ties between equally busy replicas, so they take turns.
+    turn: usize,
 }
 
-/// What a [`Routes::switch`] did.
+/// What a [`Routes::set_pool`] did.
 #[derive(Debug)]
 pub enum Switched {
-    /// The pointer names the release already served.
+    /// The state names the releases already served.
     Unchanged,
-    /// New requests go elsewhere now; `replaced` is retired and drains.
-    Changed { replaced: Option<Arc<Target>> },
+    /// New requests go elsewhere now; `replaced` are retired and drain.
+    Changed { replaced: Vec<Arc<Target>> },
 }
 
 /// The routing table, shared by every connection.
@@ -87,39 +94,62 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// A lease on the current target, or `None` when nothing is live. Taken under the same
-    /// lock as a switch, so a request counts against exactly the target it is sent to.
-    pub fn lease(&self) -> Option<Lease> {
-        let table = self.table.lock().expect("routes lock");
-        let target = table.current.clone()?;
+    /// A lease on the least busy replica not in `skip` (ties taken in turn), or `None` when
+    /// none is left. Taken under the same lock as a change of the pool, so a request counts
+    /// against exactly the target it is sent to.
+    pub fn lease_except(&self, skip: &[u16]) -> Option<Lease> {
+        let mut table = self.table.lock().expect("routes lock");
+        let count = table.pool.len();
+        let turn = table.turn;
+        let target = (0..count)
+            .map(|i| &table.pool[(turn + i) % count])
+            .filter(|t| !skip.contains(&t.port))
+            .min_by_key(|t| t.in_flight())?
+            .clone();
+        table.turn = turn.wrapping_add(1);
         target.in_flight.fetch_add(1, Ordering::SeqCst);
         Some(Lease { target })
     }
 
-    /// Points new requests at this release (or at nothing).
-    pub fn switch(&self, next: Option<(&str, u16, i32)>) -> Switched {
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease_except(&[])
+    }
+
+    /// Points new requests at these releases (none: nothing is live). Targets that stay keep
+    /// their counts; the others are retired and drain.
+    pub fn set_pool(&self, members: &[Member<'_>]) -> Switched {
         let mut table = self.table.lock().expect("routes lock");
-        let unchanged = match (&table.current, next) {
-            (Some(current), Some((version, port, pid))) => current.same_release(version, port, pid),
-            (None, None) => true,
-            _ => false,
-        };
-        if unchanged {
+        let same = table.pool.len() == members.len()
+            && table
+                .pool
+                .iter()
+                .zip(members)
+                .all(|(t, (version, port, pid))| t.same_release(version, *port, *pid));
+        if same {
             return Switched::Unchanged;
         }
-        let replaced = std::mem::replace(
-            &mut table.current,
-            next.map(|(version, port, pid)| Target::new(version, port, pid)),
-        );
-        table.retired.retain(|t| t.in_flight() > 0);
-        if let Some(old) = &replaced {
-            table.retired.push(old.clone());
+        let mut kept = Vec::with_capacity(members.len());
+        for (version, port, pid) in members {
+            let existing = table
+                .pool
+                .iter()
+                .find(|t| t.same_release(version, *port, *pid))
+                .cloned();
+            kept.push(existing.unwrap_or_else(|| Target::new(version, *port, *pid)));
         }
+        let old = std::mem::replace(&mut table.pool, kept);
+        let replaced: Vec<Arc<Target>> = old
+            .into_iter()
+            .filter(|t| !table.pool.iter().any(|k| Arc::ptr_eq(k, t)))
+            .collect();
+        table.retired.retain(|t| t.in_flight() > 0);
+        table.retired.extend(replaced.iter().cloned());
         Switched::Changed { replaced }
     }
 
-    pub fn current(&self) -> Option<Arc<Target>> {
-        self.table.lock().expect("routes lock").current.clone()
+    /// The releases new requests go to.
+    pub fn pool(&self) -> Vec<Arc<Target>> {
+        self.table.lock().expect("routes lock").pool.clone()
     }
 
     /// Retired targets on `port` (a release the deployer is about to stop).
@@ -148,39 +178,71 @@ mod tests {
     fn a_switch_sends_new_requests_to_the_new_release() {
         let routes = Routes::default();
         assert!(matches!(
-            routes.switch(Some(("v1", 8001, 11))),
-            Switched::Changed { replaced: None }
+            routes.set_pool(&[("v1", 8001, 11)]),
+            Switched::Changed { replaced } if replaced.is_empty()
         ));
         let first = routes.lease().unwrap();
         assert_eq!(first.target.version, "v1");
-        let Switched::Changed {
-            replaced: Some(old),
-        } = routes.switch(Some(("v2", 8002, 12)))
-        else {
+        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12)]) else {
             panic!("v1 was replaced")
         };
+        let old = replaced[0].clone();
         assert_eq!(old.version, "v1");
         assert_eq!(routes.lease().unwrap().target.version, "v2");
         // The same pointer read again is no switch.
         assert!(matches!(
-            routes.switch(Some(("v2", 8002, 12))),
+            routes.set_pool(&[("v2", 8002, 12)]),
             Switched::Unchanged
         ));
         assert_eq!(routes.retired_on(8001).len(), 1);
         assert_eq!(old.in_flight(), 1);
     }
 
+    #[test]
+    fn the_least_busy_replica_gets_the_next_request_and_a_kept_one_keeps_its_count() {
+        let routes = Routes::default();
+        routes.set_pool(&[("v1", 8001, 11), ("v1", 8002, 12), ("v1", 8003, 13)]);
+        let a = routes.lease().unwrap();
+        let b = routes.lease().unwrap();
+        let c = routes.lease().unwrap();
+        let mut ports = vec![a.target.port, b.target.port, c.target.port];
+        ports.sort();
+        assert_eq!(ports, [8001, 8002, 8003], "one each while equally busy");
+        drop(b);
+        let freed = routes.lease().unwrap();
+        assert_eq!(freed.target.port, ports_of(&[&a, &c], &[8001, 8002, 8003]));
+        assert!(routes.lease_except(&[8001, 8002, 8003]).is_none());
+        // Replacing one replica retires it alone; the others keep their leases' counts.
+        let Switched::Changed { replaced } =
+            routes.set_pool(&[("v1", 8001, 11), ("v2", 8004, 14), ("v1", 8003, 13)])
+        else {
+            panic!("changed")
+        };
+        assert_eq!(replaced.len(), 1);
+        assert_eq!(replaced[0].port, 8002);
+        let kept = routes.pool();
+        assert_eq!(
+            kept[0].in_flight(),
+            1 + usize::from(freed.target.port == 8001)
+        );
+    }
+
+    /// The port in `all` that no lease in `held` is on.
+    fn ports_of(held: &[&Lease], all: &[u16]) -> u16 {
+        *all.iter()
+            .find(|p| !held.iter().any(|l| l.target.port == **p))
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn a_retired_target_drains_when_its_last_lease_ends() {
         let routes = Routes::default();
-        routes.switch(Some(("v1", 8001, 11)));
+        routes.set_pool(&[("v1", 8001, 11)]);
         let lease = routes.lease().unwrap();
-        let Switched::Changed {
-            replaced: Some(old),
-        } = routes.switch(Some(("v2", 8002, 12)))
-        else {
+        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12)]) else {
             panic!("v1 was replaced")
         };
+        let old = replaced[0].clone();
         let waiter = tokio::spawn(async move { old.drained().await });
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert!(

@@ -10,8 +10,8 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::routes::{Routes, Switched};
-use crate::deploy::state::{Root, POINTER_FILE};
+use super::routes::{Member, Routes, Switched};
+use crate::deploy::state::{Root, POINTER_FILE, REPLICAS_FILE};
 
 /// Re-read period when no file event arrives.
 const FALLBACK_PERIOD: Duration = Duration::from_secs(1);
@@ -24,37 +24,65 @@ impl AsRawFd for Watch {
     }
 }
 
-/// Reads `current` and points the routes at it. A missing pointer means nothing is live; an
-/// unreadable one keeps the current target (a bad file must not take traffic down) and is the
-/// error returned, so a drain is never confirmed on a pointer the proxy could not read.
+/// Reads what is live and points the routes at it: the replicas of `replicas.json` when the
+/// root has one, else the release `current` names. A missing state means nothing is live; an
+/// unreadable one keeps the current targets (a bad file must not take traffic down) and is the
+/// error returned, so a drain is never confirmed on a state the proxy could not read.
 pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
-    match root.read_pointer() {
-        Ok(Some(p)) => {
-            if let Switched::Changed { replaced } = routes.switch(Some((&p.version, p.port, p.pid)))
-            {
-                let was = replaced.map_or("nothing".to_string(), |t| {
-                    format!("{} on port {}", t.version, t.port)
-                });
-                eprintln!(
-                    "rollgate proxy: now forwarding to {} on port {} (was {was})",
-                    p.version, p.port
-                );
+    let members: Vec<(String, u16, i32)> = match root.read_replicas() {
+        Ok(Some(set)) => set
+            .replicas
+            .into_iter()
+            .map(|r| (r.version, r.port, r.pid))
+            .collect(),
+        Ok(None) => match root.read_pointer() {
+            Ok(pointer) => pointer
+                .map(|p| (p.version, p.port, p.pid))
+                .into_iter()
+                .collect(),
+            Err(e) => return keep(e),
+        },
+        Err(e) => return keep(e),
+    };
+    let borrowed: Vec<Member> = members
+        .iter()
+        .map(|(v, p, pid)| (v.as_str(), *p, *pid))
+        .collect();
+    if let Switched::Changed { replaced } = routes.set_pool(&borrowed) {
+        let list = |targets: Vec<String>| {
+            if targets.is_empty() {
+                "nothing".to_string()
+            } else {
+                targets.join(", ")
             }
-        }
-        Ok(None) => {
-            if let Switched::Changed { .. } = routes.switch(None) {
-                eprintln!(
-                    "rollgate proxy: {} is gone; answering 503",
-                    root.pointer_path().display()
-                );
-            }
-        }
-        Err(e) => {
-            eprintln!("rollgate proxy: keeping the current target: {e}");
-            return Err(e);
+        };
+        let now = list(
+            members
+                .iter()
+                .map(|(v, p, _)| format!("{v} on port {p}"))
+                .collect(),
+        );
+        let was = list(
+            replaced
+                .iter()
+                .map(|t| format!("{} on port {}", t.version, t.port))
+                .collect(),
+        );
+        if members.is_empty() {
+            eprintln!(
+                "rollgate proxy: nothing is live under {}; answering 503",
+                root.0.display()
+            );
+        } else {
+            eprintln!("rollgate proxy: now forwarding to {now} (retired: {was})");
         }
     }
     Ok(())
+}
+
+fn keep(e: String) -> Result<(), String> {
+    eprintln!("rollgate proxy: keeping the current targets: {e}");
+    Err(e)
 }
 
 /// Runs forever: re-reads the pointer on every change under the root, every second, and
@@ -89,7 +117,8 @@ pub async fn follow(root: Root, routes: Arc<Routes>, now: Arc<Notify>) {
                 if let Ok(mut guard) = ready {
                     let events = guard.get_inner().0.read_events().unwrap_or_default();
                     guard.clear_ready();
-                    if !events.iter().any(|e| e.name.as_deref().is_some_and(|n| n == POINTER_FILE)) {
+                    let watched = |n: &std::ffi::OsStr| n == POINTER_FILE || n == REPLICAS_FILE;
+                    if !events.iter().any(|e| e.name.as_deref().is_some_and(watched)) {
                         continue;
                     }
                 }
