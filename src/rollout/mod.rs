@@ -1,4 +1,7 @@
-//! Rollouts of N replicas (issue 12). This first step holds the arithmetic every later step
-//! relies on, pure and tested on its own: the surge and unavailable budgets, and the waves.
+//! Rollouts of N replicas (issue 12). So far the pure half: the budgets and waves (`plan`),
+//! the persisted state (`state`), and the decisions over it (`step`). The executor that
+//! performs the actions (spawn, gate, swap, drain, stop) comes next.
 
 pub mod plan;
+pub mod state;
+pub mod step;

@@ -1,0 +1,633 @@
+//! The rollout's decisions: `step(rollout, event, now)` changes the persisted state and returns
+//! the actions an executor must perform, touching no process and no file, so every rule is
+//! tested directly. The executor persists the state after each step, before acting.
+//!
+//! Invariants kept by construction: at most `surge` slots start a new process beside their live
+//! one, at most `unavailable` leave the pool before their new process is ready, so the pool
+//! never holds fewer than `N - unavailable` ready replicas and at most `N + surge` processes run.
+
+use crate::deploy::state::ReplicaClass;
+
+use super::plan::too_many_failures;
+use super::state::{AbortCause, Phase, Rollout, SlotState};
+
+/// Something the executor saw, or a person asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Nothing new: (re)decide what to start. The first event after a start or a resume.
+    Tick,
+    /// A slot's new process passed the gate and stayed ready for `min_ready_ms`.
+    Ready {
+        slot: usize,
+    },
+    /// A slot's new process failed: the gate (exit, deadline) or, after the swap, the soak.
+    Failed {
+        slot: usize,
+        reason: String,
+    },
+    /// A slot is back on its previous version (after a failure, or an abort with rollback).
+    Restored {
+        slot: usize,
+    },
+    Pause {
+        reason: String,
+    },
+    Resume,
+    Abort {
+        reason: String,
+        rollback: bool,
+    },
+}
+
+/// What the executor must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Start the slot's new process beside its live one (a surge place) and gate it.
+    StartBeside {
+        slot: usize,
+    },
+    /// Take the slot's live process out of the pool and stop it (an unavailable place), then
+    /// start and gate the new one.
+    StartInPlace {
+        slot: usize,
+    },
+    /// Put the slot's gated process into the pool, then drain and stop the one it replaces.
+    Swap {
+        slot: usize,
+    },
+    /// Stop the slot's new process; the previous version serves the slot again (started anew
+    /// if it had left the pool), then [`Event::Restored`].
+    Revert {
+        slot: usize,
+    },
+    /// Return a slot that took the new version to its previous one, then [`Event::Restored`].
+    Restore {
+        slot: usize,
+    },
+    /// Watch the wave's new replicas until this time (Unix seconds), then send a `Tick`.
+    SoakUntil(f64),
+    Log(Note),
+    /// The rollout stops here (completed, paused or aborted); outstanding reverts and restores
+    /// are still performed.
+    Stop,
+}
+
+/// A log line the rollout writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub event: &'static str,
+    pub slot: Option<usize>,
+    pub wave: Option<usize>,
+    pub detail: String,
+}
+
+fn note(event: &'static str, slot: Option<usize>, wave: Option<usize>, detail: String) -> Action {
+    Action::Log(Note {
+        event,
+        slot,
+        wave,
+        detail,
+    })
+}
+
+pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
+    let mut actions = Vec::new();
+    match event {
+        Event::Tick => {}
+        Event::Ready { slot } => {
+            let s = rollout.slot_mut(slot);
+            if s.state == SlotState::Upgrading {
+                s.state = SlotState::Succeeded;
+                s.finished = Some(now);
+                s.left_pool = false;
+                actions.push(Action::Swap { slot });
+                actions.push(note("replica_ready", Some(slot), s.wave, String::new()));
+            }
+        }
+        Event::Failed { slot, reason } => fail(rollout, slot, reason, now, &mut actions),
+        Event::Restored { slot } => {
+            let s = rollout.slot_mut(slot);
+            if s.state == SlotState::RollingBack {
+                s.state = SlotState::RolledBack;
+                s.finished = Some(now);
+            }
+        }
+        Event::Pause { reason } => {
+            if rollout.phase == Phase::Running {
+                pause(rollout, reason, &mut actions);
+            }
+        }
+        Event::Resume => {
+            if rollout.phase == Phase::Paused {
+                rollout.phase = Phase::Running;
+                rollout.pause_reason = None;
+                actions.push(note(
+                    "rollout_resumed",
+                    None,
+                    Some(rollout.wave),
+                    String::new(),
+                ));
+            }
+        }
+        Event::Abort { reason, rollback } => {
+            if matches!(rollout.phase, Phase::Running | Phase::Paused) {
+                let cause = AbortCause {
+                    slot: None,
+                    reason,
+                    phase: rollout.phase_name().into(),
+                };
+                abort(rollout, cause, rollback, &mut actions);
+            }
+        }
+    }
+    if rollout.phase == Phase::Running {
+        advance(rollout, now, &mut actions);
+    }
+    actions
+}
+
+/// A slot's new process failed.
+fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &mut Vec<Action>) {
+    let s = rollout.slot_mut(slot);
+    if !matches!(s.state, SlotState::Upgrading | SlotState::Succeeded) {
+        return;
+    }
+    s.state = SlotState::Failed;
+    s.finished = Some(now);
+    s.error = Some(reason.clone());
+    s.left_pool = false;
+    let (wave, class) = (s.wave, s.class);
+    actions.push(Action::Revert { slot });
+    actions.push(note("replica_failed", Some(slot), wave, reason.clone()));
+    if rollout.phase != Phase::Running {
+        return;
+    }
+    if class == ReplicaClass::Required {
+        let cause = AbortCause {
+            slot: Some(slot),
+            reason: format!("required replica {slot} failed: {reason}"),
+            phase: rollout.phase_name().into(),
+        };
+        abort(rollout, cause, false, actions);
+        return;
+    }
+    let wave_slots = rollout.wave_slots().to_vec();
+    let failed = wave_slots
+        .iter()
+        .filter(|s| rollout.slot(**s).state == SlotState::Failed)
+        .count();
+    let ratio = rollout.settings.max_failure_ratio;
+    if too_many_failures(failed, wave_slots.len(), ratio) {
+        let reason = format!(
+            "wave {} paused itself: {failed} of {} replicas failed, more than the {ratio} allowed; last: replica {slot}: {reason}",
+            rollout.wave,
+            wave_slots.len()
+        );
+        pause(rollout, reason, actions);
+    }
+}
+
+/// Stops where it is: slots still being upgraded go back to their previous version and wait.
+fn pause(rollout: &mut Rollout, reason: String, actions: &mut Vec<Action>) {
+    rollout.phase = Phase::Paused;
+    rollout.pause_reason = Some(reason.clone());
+    rollout.soak_until = None;
+    for s in &mut rollout.slots {
+        if s.state == SlotState::Upgrading {
+            s.state = SlotState::Pending;
+            actions.push(Action::Revert { slot: s.slot });
+        }
+    }
+    actions.push(note("rollout_paused", None, Some(rollout.wave), reason));
+    actions.push(Action::Stop);
+}
+
+fn abort(rollout: &mut Rollout, cause: AbortCause, rollback: bool, actions: &mut Vec<Action>) {
+    rollout.phase = Phase::Aborted;
+    rollout.soak_until = None;
+    for s in &mut rollout.slots {
+        match s.state {
+            SlotState::Upgrading => {
+                s.state = SlotState::Pending;
+                actions.push(Action::Revert { slot: s.slot });
+            }
+            SlotState::Succeeded if rollback => {
+                s.state = SlotState::RollingBack;
+                actions.push(Action::Restore { slot: s.slot });
+            }
+            _ => {}
+        }
+    }
+    let detail = match cause.slot {
+        Some(slot) => format!("{} (slot {slot}, {})", cause.reason, cause.phase),
+        None => format!("{} ({})", cause.reason, cause.phase),
+    };
+    actions.push(note("rolled_back", cause.slot, Some(rollout.wave), detail));
+    rollout.abort_cause = Some(cause);
+    actions.push(Action::Stop);
+}
+
+/// Starts what the budgets allow, ends waves, soaks, completes.
+fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
+    loop {
+        if let Some(cause) = missed_release_deadline(rollout, now) {
+            abort(rollout, cause, false, actions);
+            return;
+        }
+        if let Some(until) = rollout.soak_until {
+            if now < until {
+                return;
+            }
+            rollout.soak_until = None;
+            rollout.wave += 1;
+            continue;
+        }
+        if rollout.wave >= rollout.waves.len() {
+            rollout.phase = Phase::Completed;
+            let moved = rollout.count(SlotState::Succeeded);
+            actions.push(note(
+                "promoted",
+                None,
+                None,
+                format!(
+                    "rollout {} completed: {moved} replica(s) on {}, {} failed, {} left behind",
+                    rollout.id,
+                    rollout.to,
+                    rollout.count(SlotState::Failed),
+                    rollout.count(SlotState::LeftBehind)
+                ),
+            ));
+            actions.push(Action::Stop);
+            return;
+        }
+        start_what_fits(rollout, now, actions);
+        let wave_slots = rollout.wave_slots().to_vec();
+        let busy = wave_slots.iter().any(|s| {
+            matches!(
+                rollout.slot(*s).state,
+                SlotState::Pending | SlotState::Upgrading
+            )
+        });
+        if busy {
+            return;
+        }
+        // The wave is done (its failures stayed within the ratio, or it would have paused).
+        let wave = rollout.wave;
+        actions.push(note(
+            "wave_completed",
+            None,
+            Some(wave),
+            format!(
+                "{} of {} replicas on {}",
+                wave_slots
+                    .iter()
+                    .filter(|s| rollout.slot(**s).state == SlotState::Succeeded)
+                    .count(),
+                wave_slots.len(),
+                rollout.to
+            ),
+        ));
+        let soak = rollout.settings.soak_ms;
+        let last = wave + 1 == rollout.waves.len();
+        if soak > 0 && !last {
+            let until = now + soak as f64 / 1000.0;
+            rollout.soak_until = Some(until);
+            actions.push(Action::SoakUntil(until));
+            return;
+        }
+        rollout.wave += 1;
+    }
+}
+
+/// A required replica not confirmed when the release deadline passes aborts the rollout.
+fn missed_release_deadline(rollout: &Rollout, now: f64) -> Option<AbortCause> {
+    if now < rollout.settings.release_deadline {
+        return None;
+    }
+    let waiting = rollout.slots.iter().find(|s| {
+        s.class == ReplicaClass::Required
+            && !matches!(
+                s.state,
+                SlotState::Succeeded | SlotState::Skipped | SlotState::LeftBehind
+            )
+    })?;
+    Some(AbortCause {
+        slot: Some(waiting.slot),
+        reason: format!(
+            "required replica {} not confirmed by the release deadline",
+            waiting.slot
+        ),
+        phase: rollout.phase_name().into(),
+    })
+}
+
+/// Starts pending slots of the current wave while a surge or unavailable place is free.
+fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
+    let settings = rollout.settings.clone();
+    for slot in rollout.wave_slots().to_vec() {
+        let upgrading = |r: &Rollout, in_place: bool| {
+            r.slots
+                .iter()
+                .filter(|s| s.state == SlotState::Upgrading && s.left_pool == in_place)
+                .count()
+        };
+        if rollout.slot(slot).state != SlotState::Pending {
+            continue;
+        }
+        let beside =
+            upgrading(rollout, false) < settings.surge || rollout.slot(slot).live.is_none();
+        let in_place = !beside && upgrading(rollout, true) < settings.unavailable;
+        if !beside && !in_place {
+            break;
+        }
+        let s = rollout.slot_mut(slot);
+        s.state = SlotState::Upgrading;
+        s.started = Some(now);
+        s.error = None;
+        s.left_pool = in_place;
+        actions.push(if beside {
+            Action::StartBeside { slot }
+        } else {
+            Action::StartInPlace { slot }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::plan::{assign_waves, Budgets};
+    use crate::rollout::state::{Process, Settings, Slot};
+
+    fn rollout(replicas: usize, surge: u64, unavailable: u64, soak_ms: u64) -> Rollout {
+        let budgets = Budgets::of(replicas, surge, unavailable);
+        let slots: Vec<usize> = (0..replicas).collect();
+        let waves = assign_waves(&slots, &[1, 10, 50, 100]);
+        Rollout {
+            id: "r1".into(),
+            service: "edge-svc".into(),
+            to: "v2".into(),
+            phase: Phase::Running,
+            settings: Settings {
+                replicas,
+                surge: budgets.surge,
+                unavailable: budgets.unavailable,
+                progress_deadline_ms: 1000,
+                poll_ms: 50,
+                min_ready_ms: 0,
+                soak_ms,
+                max_failure_ratio: 0.05,
+                grace_ms: 1000,
+                drain_ms: 1000,
+                release_deadline: 1000.0,
+            },
+            slots: slots
+                .iter()
+                .map(|&slot| Slot {
+                    slot,
+                    class: ReplicaClass::BestEffort,
+                    state: SlotState::Pending,
+                    live: Some(Process {
+                        version: "v1".into(),
+                        port: 9000 + slot as u16,
+                        pid: 100 + slot as i32,
+                        start_time: 1,
+                        token: String::new(),
+                    }),
+                    candidate: None,
+                    wave: waves.iter().position(|w| w.contains(&slot)),
+                    left_pool: false,
+                    started: None,
+                    finished: None,
+                    error: None,
+                })
+                .collect(),
+            waves,
+            wave: 0,
+            soak_until: None,
+            pause_reason: None,
+            abort_cause: None,
+        }
+    }
+
+    fn starts(actions: &[Action]) -> Vec<usize> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::StartBeside { slot } | Action::StartInPlace { slot } => Some(*slot),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Drives a rollout to its end, the lowest upgrading slot becoming ready each time;
+    /// returns the order in which slots started and the most upgrading at once.
+    fn run_all_ready(r: &mut Rollout) -> (Vec<usize>, usize) {
+        let mut now = 0.0;
+        let mut order = starts(&step(r, Event::Tick, now));
+        let mut widest = 0;
+        for _ in 0..10_000 {
+            if r.phase != Phase::Running {
+                return (order, widest);
+            }
+            widest = widest.max(r.count(SlotState::Upgrading));
+            now += 0.1;
+            let upgrading = r.slots.iter().find(|s| s.state == SlotState::Upgrading);
+            let next = match upgrading.map(|s| s.slot) {
+                Some(slot) => step(r, Event::Ready { slot }, now),
+                None => {
+                    now = r.soak_until.unwrap_or(now);
+                    step(r, Event::Tick, now)
+                }
+            };
+            order.extend(starts(&next));
+        }
+        panic!("the rollout never ended: {r:?}");
+    }
+
+    #[test]
+    fn a_good_rollout_moves_wave_by_wave_within_its_budgets_and_completes() {
+        let mut r = rollout(10, 25, 0, 1000);
+        let (order, widest) = run_all_ready(&mut r);
+        assert_eq!(r.phase, Phase::Completed);
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        assert!(widest <= 3, "surge 3 allows 3 at once, saw {widest}");
+        assert_eq!(r.count(SlotState::Succeeded), 10);
+    }
+
+    #[test]
+    fn without_surge_replicas_are_replaced_in_place_one_unavailable_at_a_time() {
+        let mut r = rollout(4, 0, 0, 0);
+        let actions = step(&mut r, Event::Tick, 0.0);
+        assert_eq!(actions, vec![Action::StartInPlace { slot: 0 }]);
+        let actions = step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        assert_eq!(actions[0], Action::Swap { slot: 0 });
+        assert_eq!(starts(&actions), [1]);
+        let (_, widest) = run_all_ready(&mut r);
+        assert_eq!(widest, 1);
+    }
+
+    #[test]
+    fn the_next_wave_waits_for_the_soak() {
+        let mut r = rollout(10, 100, 0, 2000);
+        let actions = step(&mut r, Event::Tick, 0.0);
+        assert_eq!(starts(&actions), [0], "the canary alone");
+        let actions = step(&mut r, Event::Ready { slot: 0 }, 1.0);
+        assert!(actions.contains(&Action::SoakUntil(3.0)), "{actions:?}");
+        assert!(starts(&actions).is_empty());
+        assert!(starts(&step(&mut r, Event::Tick, 2.9)).is_empty());
+        assert_eq!(starts(&step(&mut r, Event::Tick, 3.0)), [1]);
+    }
+
+    #[test]
+    fn too_many_failures_in_a_wave_pause_it_and_the_rest_go_back() {
+        let mut r = rollout(20, 100, 0, 0);
+        // Through the canary and wave 1 (slots 0 and 1).
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        step(&mut r, Event::Ready { slot: 1 }, 0.2);
+        assert_eq!(r.wave, 2);
+        let actions = step(
+            &mut r,
+            Event::Failed {
+                slot: 2,
+                reason: "not ready after 1000 ms".into(),
+            },
+            0.3,
+        );
+        // 1 of 8 is more than 5 %: paused, and the other upgrading slots revert.
+        assert_eq!(r.phase, Phase::Paused);
+        assert!(r
+            .pause_reason
+            .as_ref()
+            .unwrap()
+            .contains("wave 2 paused itself"));
+        let reverts = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Revert { .. }))
+            .count();
+        assert_eq!(reverts, 8, "{actions:?}");
+        assert_eq!(actions.last(), Some(&Action::Stop));
+        assert_eq!(r.slot(3).state, SlotState::Pending);
+        // Resumed, it carries on with the wave's pending slots.
+        let actions = step(&mut r, Event::Resume, 1.0);
+        assert_eq!(starts(&actions), [3, 4, 5, 6, 7, 8, 9]);
+    }
+
+    #[test]
+    fn a_required_replica_aborts_at_once_and_a_best_effort_one_under_the_ratio_does_not() {
+        let mut r = rollout(40, 100, 0, 0);
+        r.settings.max_failure_ratio = 0.5;
+        r.slots[5].class = ReplicaClass::Required;
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        // Wave 1 holds slots 1..4; slot 2 (best effort) fails under the ratio.
+        step(
+            &mut r,
+            Event::Failed {
+                slot: 2,
+                reason: "exit 1".into(),
+            },
+            0.2,
+        );
+        assert_eq!(r.phase, Phase::Running);
+        for slot in [1, 3] {
+            step(&mut r, Event::Ready { slot }, 0.3);
+        }
+        assert_eq!(r.wave, 2);
+        let actions = step(
+            &mut r,
+            Event::Failed {
+                slot: 5,
+                reason: "exit 2".into(),
+            },
+            0.4,
+        );
+        assert_eq!(r.phase, Phase::Aborted);
+        let cause = r.abort_cause.clone().unwrap();
+        assert_eq!((cause.slot, cause.phase.as_str()), (Some(5), "release"));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, Action::Log(n) if n.event == "rolled_back")));
+    }
+
+    #[test]
+    fn a_required_replica_not_confirmed_by_the_release_deadline_aborts() {
+        let mut r = rollout(3, 100, 0, 0);
+        r.slots[2].class = ReplicaClass::Required;
+        r.settings.release_deadline = 5.0;
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 1.0);
+        assert_eq!(r.phase, Phase::Running);
+        step(&mut r, Event::Tick, 5.0);
+        assert_eq!(r.phase, Phase::Aborted);
+        assert_eq!(r.abort_cause.as_ref().unwrap().slot, Some(2));
+    }
+
+    #[test]
+    fn abort_with_rollback_restores_every_replica_that_moved() {
+        let mut r = rollout(10, 100, 0, 0);
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        step(&mut r, Event::Ready { slot: 1 }, 0.2);
+        let actions = step(
+            &mut r,
+            Event::Abort {
+                reason: "by hand".into(),
+                rollback: true,
+            },
+            0.3,
+        );
+        assert_eq!(r.phase, Phase::Aborted);
+        let restores: Vec<usize> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Restore { slot } => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(restores, [0, 1]);
+        for slot in [0, 1] {
+            step(&mut r, Event::Restored { slot }, 0.4);
+        }
+        assert_eq!(r.count(SlotState::RolledBack), 2);
+        // An aborted rollout never moves again by itself.
+        assert!(step(&mut r, Event::Tick, 9.0).is_empty());
+        assert!(step(&mut r, Event::Resume, 9.0).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_budgets_hold_whatever_succeeds_or_fails(
+            replicas in 1usize..=40,
+            surge in 0u64..=100,
+            unavailable in 0u64..=100,
+            outcomes in proptest::collection::vec(0u8..10, 1..400),
+        ) {
+            let mut r = rollout(replicas, surge, unavailable, 0);
+            r.settings.max_failure_ratio = 0.5;
+            let mut now = 0.0;
+            step(&mut r, Event::Tick, now);
+            for outcome in outcomes {
+                let upgrading = |r: &Rollout, left: bool| {
+                    r.slots.iter().filter(|s| s.state == SlotState::Upgrading && s.left_pool == left).count()
+                };
+                proptest::prop_assert!(upgrading(&r, true) <= r.settings.unavailable);
+                proptest::prop_assert!(upgrading(&r, false) <= r.settings.surge);
+                let Some(slot) = r.slots.iter().find(|s| s.state == SlotState::Upgrading).map(|s| s.slot) else {
+                    break;
+                };
+                now += 0.1;
+                let event = if outcome == 0 {
+                    Event::Failed { slot, reason: "exit 1".into() }
+                } else {
+                    Event::Ready { slot }
+                };
+                step(&mut r, event, now);
+                if r.phase == Phase::Paused {
+                    step(&mut r, Event::Resume, now);
+                }
+            }
+        }
+    }
+}
