@@ -189,7 +189,7 @@ fn the_lessons_bad_policy_renders_like_nickel() {
         "{err}"
     );
     assert!(
-        err.contains("36 │     progress_deadline_ms | Within \"progress_deadline_ms\",\n"),
+        err.contains("54 │     progress_deadline_ms | Within \"progress_deadline_ms\",\n"),
         "{err}"
     );
     assert!(
@@ -220,11 +220,11 @@ fn missing_deadline_extra_field_and_wrong_tag_are_refused() {
         stderr(&out)
     );
 
-    let extra = policy_with("on_stall", "'rollback, replicas = 3");
+    let extra = policy_with("on_stall", "'rollback, retries = 3");
     let path = write(dir.path(), "extra.ncl", &extra);
     let out = export(&path, &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("replicas"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("retries"), "{}", stderr(&out));
 
     let path = write(dir.path(), "tag.ncl", &policy_with("on_stall", "'retry"));
     let out = export(&path, &[]);
@@ -1021,4 +1021,58 @@ fn defect_12_an_import_over_the_size_limit_is_refused() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn rollout_fields_are_optional_bounded_and_reach_kubernetes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fields = "'rollback, replicas = 10, waves = [1, 10, 50, 100], soak_ms = 1000, \
+                  min_ready_ms = 500, max_failure_ratio = 0.1, release_deadline_ms = 120000, \
+                  classes = { \"0\" = 'required, \"9\" = 'left_behind }";
+    let good = write(dir.path(), "good.ncl", &policy_with("on_stall", fields));
+    let out = export(&good, &["--format", "k8s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let yaml = stdout(&out);
+    assert!(yaml.contains("\n  replicas: 10\n"), "{yaml}");
+    assert!(yaml.contains("\n  minReadySeconds: 1\n"), "{yaml}");
+    // The same fields from YAML, classes as strings.
+    let data = write(
+        dir.path(),
+        "good.yaml",
+        "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 100\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  replicas: 3\n  classes:\n    \"2\": left_behind\n",
+    );
+    assert_eq!(export(&data, &[]).status.code(), Some(0));
+    for (bad, words) in [
+        (
+            "'rollback, replicas = 0",
+            "replicas must be an integer from 1 to 1000",
+        ),
+        (
+            "'rollback, waves = [0, 100]",
+            "waves must be an integer from 1 to 100",
+        ),
+        (
+            "'rollback, max_failure_ratio = 1.5",
+            "max_failure_ratio must be a number from 0 to 1",
+        ),
+        (
+            "'rollback, soak_ms = -1",
+            "soak_ms must be an integer from 0 to 3600000",
+        ),
+        ("'rollback, classes = { \"1\" = 'vip }", "classes"),
+    ] {
+        let path = write(dir.path(), "bad.ncl", &policy_with("on_stall", bad));
+        let out = export(&path, &[]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(stderr(&out).contains(words), "{bad}: {}", stderr(&out));
+    }
+    // Kubernetes wants minReadySeconds below progressDeadlineSeconds.
+    let slow = write(
+        dir.path(),
+        "slow.ncl",
+        &policy_with("on_stall", "'rollback, min_ready_ms = 1500"),
+    );
+    let out = export(&slow, &["--format", "k8s"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("minReadySeconds"), "{}", stderr(&out));
 }

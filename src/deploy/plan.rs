@@ -221,6 +221,13 @@ mod tests {
             on_stall,
             stop_grace_ms: Some(700),
             drain_timeout_ms: Some(900),
+            replicas: None,
+            waves: None,
+            soak_ms: None,
+            min_ready_ms: None,
+            max_failure_ratio: None,
+            release_deadline_ms: None,
+            classes: None,
         }
     }
 

@@ -14,6 +14,8 @@ pub struct Entry {
     pub max_unavailable_pct: u64,
     pub max_surge_pct: u64,
     pub on_stall: String,
+    pub replicas: Option<u64>,
+    pub min_ready_ms: Option<u64>,
 }
 
 /// Why a policy cannot be expressed as a Deployment.
@@ -28,6 +30,11 @@ pub enum K8sError {
          update that may neither add nor remove a Pod (set one of them above 0)"
     )]
     NoRoomToRoll(String),
+    #[error(
+        "`{0}`: min_ready_ms rounds up to {1} s, not below progressDeadlineSeconds ({2} s); \
+         Kubernetes requires progressDeadlineSeconds > minReadySeconds"
+    )]
+    MinReadyNotBelowDeadline(String, u64, u64),
 }
 
 /// Finds the service entries: each top-level record holding `progress_deadline_ms`, or the whole
@@ -73,6 +80,8 @@ fn entry(name: &str, v: &Value) -> Result<Entry, K8sError> {
                 field: "on_stall",
             })?
             .to_string(),
+        replicas: v.get("replicas").and_then(Value::as_u64),
+        min_ready_ms: v.get("min_ready_ms").and_then(Value::as_u64),
     })
 }
 
@@ -88,8 +97,9 @@ fn object_name(entry: &str) -> String {
 }
 
 /// One YAML document per entry, each a Deployment fragment for `kubectl patch --patch-file` or
-/// a merge into a manifest. `minReadySeconds` is 0 and the deadline at least 1 s, so Kubernetes'
-/// rule `progressDeadlineSeconds > minReadySeconds` holds.
+/// a merge into a manifest. `minReadySeconds` is `min_ready_ms` rounded up (0 without it), and
+/// Kubernetes' rule `progressDeadlineSeconds > minReadySeconds` is checked here. `replicas`
+/// becomes `spec.replicas` when the policy sets it.
 pub fn render(entries: &[Entry], source: &str) -> Result<String, K8sError> {
     let mut out = String::new();
     for e in entries {
@@ -98,6 +108,18 @@ pub fn render(entries: &[Entry], source: &str) -> Result<String, K8sError> {
         }
         let name = object_name(&e.name);
         let quoted = serde_json::to_string(&name).expect("string");
+        let deadline_s = seconds_up(e.progress_deadline_ms);
+        let min_ready_s = e.min_ready_ms.map_or(0, |ms| ms.div_ceil(1000));
+        if min_ready_s >= deadline_s {
+            return Err(K8sError::MinReadyNotBelowDeadline(
+                e.name.clone(),
+                min_ready_s,
+                deadline_s,
+            ));
+        }
+        let replicas = e
+            .replicas
+            .map_or(String::new(), |n| format!("\x20 replicas: {n}\n"));
         out.push_str(&format!(
             "---\n\
              # rollgate policy `{entry}` from {source}: merge into Deployment {name}\n\
@@ -110,7 +132,8 @@ pub fn render(entries: &[Entry], source: &str) -> Result<String, K8sError> {
              \x20   rollgate.dev/on-stall: {on_stall}\n\
              \x20   rollgate.dev/progress-deadline-ms: \"{deadline_ms}\"\n\
              spec:\n\
-             \x20 minReadySeconds: 0\n\
+             {replicas}\
+             \x20 minReadySeconds: {min_ready_s}\n\
              \x20 progressDeadlineSeconds: {deadline_s}\n\
              \x20 strategy:\n\
              \x20   type: RollingUpdate\n\
@@ -126,7 +149,6 @@ pub fn render(entries: &[Entry], source: &str) -> Result<String, K8sError> {
             entry = e.name,
             on_stall = serde_json::to_string(&e.on_stall).expect("string"),
             deadline_ms = e.progress_deadline_ms,
-            deadline_s = seconds_up(e.progress_deadline_ms),
             unavailable = e.max_unavailable_pct,
             surge = e.max_surge_pct,
             period_s = seconds_up(e.poll_ms),

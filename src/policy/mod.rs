@@ -118,6 +118,21 @@ pub struct RolloutSettings {
     pub stop_grace_ms: Option<u64>,
     #[serde(default)]
     pub drain_timeout_ms: Option<u64>,
+    /// Rollouts of several replicas (all optional; see the contract).
+    #[serde(default)]
+    pub replicas: Option<u64>,
+    #[serde(default)]
+    pub waves: Option<Vec<u64>>,
+    #[serde(default)]
+    pub soak_ms: Option<u64>,
+    #[serde(default)]
+    pub min_ready_ms: Option<u64>,
+    #[serde(default)]
+    pub max_failure_ratio: Option<f64>,
+    #[serde(default)]
+    pub release_deadline_ms: Option<u64>,
+    #[serde(default)]
+    pub classes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Loads entry `entry` of a policy file, checked by the contract on the way.
