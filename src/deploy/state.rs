@@ -215,7 +215,8 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
     }
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
+/// Reads one of the root's JSON files; a missing file is `None`.
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
     match fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
             format!(

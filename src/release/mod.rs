@@ -17,6 +17,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::deploy::state::read_json;
 use manifest::{Artifact, Body, Published};
 
 /// Why a release is refused: one word each, as logs and scripts match them.
@@ -104,15 +105,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
-/// `TIME` as RFC 3339 or Unix seconds.
+/// `TIME` as `log` reads times: RFC 3339, a date, or Unix seconds.
 pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
-    if let Ok(seconds) = text.parse::<i64>() {
-        return DateTime::from_timestamp(seconds, 0)
-            .ok_or_else(|| format!("`{text}` is out of range"));
-    }
-    DateTime::parse_from_rfc3339(text)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("`{text}` is neither RFC 3339 nor Unix seconds: {e}"))
+    let seconds = crate::log::time::parse_time(text)?;
+    DateTime::from_timestamp(seconds.floor() as i64, 0)
+        .ok_or_else(|| format!("`{text}` is out of range"))
 }
 
 /// SHA-256 and size of everything `reader` yields, written on to `copy` as it is read.
@@ -444,16 +441,6 @@ pub fn above_floor(verified: &Verified, floor: Option<&Floor>) -> Result<(), Ref
             body.sequence, floor.sequence, floor.version
         ),
     ))
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| format!("{} is not valid: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
-    }
 }
 
 pub fn read_floor(root: &Path) -> Result<Option<Floor>, String> {
