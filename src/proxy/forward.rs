@@ -148,6 +148,8 @@ pub async fn handle(
     let (parts, body) = request.into_parts();
     let replayable = !upgrade && hyper::body::Body::size_hint(&body).exact() == Some(0);
     let mut body = Some(body);
+    // The head is kept (cloned per attempt) only when another replica could take a retry.
+    let mut parts = Some(parts);
     let mut refused_by: Vec<u16> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     let (lease, mut response) = loop {
@@ -174,13 +176,26 @@ pub async fn handle(
             }
             _ => Either::Right(http_body_util::Empty::new()),
         };
-        let mut attempt = Request::from_parts(parts.clone(), attempt_body);
+        let retry_possible = replayable && ctx.routes.pool_size() > refused_by.len() + 1;
+        let head = match (retry_possible, parts.as_ref()) {
+            (true, Some(kept)) => kept.clone(),
+            _ => match parts.take() {
+                Some(head) => head,
+                None => {
+                    return Ok(plain(
+                        StatusCode::BAD_GATEWAY,
+                        "no replica took the request".into(),
+                    ))
+                }
+            },
+        };
+        let mut attempt = Request::from_parts(head, attempt_body);
         *attempt.uri_mut() = uri;
         match ctx.client.request(attempt).await {
             Ok(response) => break (lease, response),
             Err(e) => {
                 let refused = is_refused(&e);
-                if refused && replayable {
+                if refused && replayable && parts.is_some() {
                     refused_by.push(port);
                     refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
                     continue;

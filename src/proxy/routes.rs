@@ -147,6 +147,11 @@ impl Routes {
         Switched::Changed { replaced }
     }
 
+    /// How many releases new requests may go to.
+    pub fn pool_size(&self) -> usize {
+        self.table.lock().expect("routes lock").pool.len()
+    }
+
     /// The releases new requests go to.
     pub fn pool(&self) -> Vec<Arc<Target>> {
         self.table.lock().expect("routes lock").pool.clone()
