@@ -1,8 +1,10 @@
 #!/bin/sh
 # Log analysis benchmark: a generated log of ATTEMPTS attempts (two records each, plus noise);
-# rollgate's summary, history and stats, and the same summary by jq and by the lesson's Nushell
-# query where they are installed. Wall time and peak RSS from /usr/bin/time; answers compared.
-# Usage: sh bench/log_bench.sh ROLLGATE [ATTEMPTS]   (NU=/path/to/nu to name Nushell)
+# rollgate's summary, history, stats and a SQL GROUP BY, and the same summary by jq, by the lab's
+# Nushell query and by DuckDB's SQL where they are installed. Wall time and peak RSS from
+# /usr/bin/time; answers compared where they can be the same.
+# Usage: sh bench/log_bench.sh ROLLGATE [ATTEMPTS]
+#   NU=/path/to/nu, DUCKDB=/path/to/duckdb (the PyPI package duckdb-cli) to name them
 set -eu
 rollgate=$1 attempts=${2:-1000000}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,12 +24,21 @@ run() { # name, command...
 run "rollgate summary" "$rollgate" log summary "$log"
 run "rollgate history" "$rollgate" log history --format csv "$log"
 run "rollgate stats" "$rollgate" log stats --format json "$log"
+run "rollgate group-by" "$rollgate" log query --format csv \
+  --sql "SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY event" "$log"
 if command -v jq >/dev/null; then
   run "jq summary" jq -R -n -c -f "$here/summary.jq" "$log"
   cmp -s "$out/rollgate summary.out" "$out/jq summary.out" && echo "  jq's answer is identical" || echo "  jq's answer DIFFERS"
 fi
 nu=${NU:-nu}
 if command -v "$nu" >/dev/null; then
-  run "nushell summary" "$nu" "$here/rollouts.nu" "$log"
+  run "nushell summary" "$nu" "$here/../lab/solution/rollouts.nu" "$log"
   cmp -s "$out/rollgate summary.out" "$out/nushell summary.out" && echo "  Nushell's answer is identical" || echo "  Nushell's answer DIFFERS"
+fi
+duckdb=${DUCKDB:-duckdb}
+if command -v "$duckdb" >/dev/null; then
+  for q in summary history stats group_by; do
+    sed "s#@LOG@#$log#" "$here/$q.sql" >"$out/$q.sql"
+    run "duckdb $q" "$duckdb" -json -f "$out/$q.sql"
+  done
 fi
