@@ -424,3 +424,53 @@ fn defect_03_promote_and_abort_of_a_record_with_absurd_numbers_do_not_panic() {
         assert!(!site.root().join("candidate").exists());
     }
 }
+
+#[test]
+fn defect_02_a_drain_the_proxy_does_not_confirm_keeps_the_old_release_for_the_drain_timeout() {
+    use std::io::{BufRead, Write};
+    let site = Site::new();
+    first_release(&site);
+    let old = site.live_pid().unwrap();
+    // A stand-in for a proxy that could not re-read the pointer: the real proxy answers this
+    // way, but no deploy can make it fail to read a pointer the deployer just wrote.
+    let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
+    let peer = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut line)
+            .unwrap();
+        (&stream)
+            .write_all(b"error cannot re-read the pointer: permission denied\n")
+            .unwrap();
+        line
+    });
+    site.release("v2", "");
+    let started = std::time::Instant::now();
+    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v2",
+            "--root",
+        ])
+        .arg(site.root())
+        .args(["--drain-timeout-ms", "2000"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(10, || site.pointer().unwrap()["version"] == "v2"));
+    let switched = started.elapsed();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        alive(old),
+        "the old release was stopped before the drain timeout"
+    );
+    assert!(deploy.wait().unwrap().success());
+    assert!(started.elapsed() >= switched + Duration::from_millis(1900));
+    assert!(peer.join().unwrap().starts_with("drain "));
+    let detail = site.last_detail();
+    assert!(detail.contains("did not confirm"), "{detail}");
+    assert!(wait_for(5, || !alive(old)));
+}

@@ -118,7 +118,10 @@ fn may_import(source: &str) -> bool {
     use nickel_lang_core::parser::lexer::{NormalToken, Token};
     source.contains("import")
         && Lexer::new(source).any(|token| {
-            matches!(token, Ok((_, Token::Normal(NormalToken::Import), _)) | Err(_))
+            matches!(
+                token,
+                Ok((_, Token::Normal(NormalToken::Import), _)) | Err(_)
+            )
         })
 }
 
