@@ -501,10 +501,10 @@ fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
     let pointer = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "pid": pid,
         "start_time": start_time_of(pid), "promoted_at": 1.0});
     write(site.root(), "current", &pointer.to_string());
-    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "token": "t",
-        "pid": pid, "start_time": start_time_of(pid), "stage": "running", "deployer_pid": 999999,
-        "started_at": 1.0, "grace_ms": 2000, "previous": old_pointer});
-    write(site.root(), "candidate", &record.to_string());
+    let mut fields = process_fields(pid);
+    fields["started_at"] = 1.0.into();
+    fields["previous"] = old_pointer;
+    left_candidate(&site, port, "t", fields);
 
     site.release("v3", "");
     let out = site.deploy(free_port(), "v3", &[]);
@@ -534,10 +534,12 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
         .env("ROLLGATE_DEPLOY_TOKEN", "token-from-a-dead-run")
         .spawn()
         .unwrap();
-    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
-        "token": "token-from-a-dead-run", "pid": null, "start_time": null, "stage": "spawning",
-        "deployer_pid": 999999, "started_at": 1.0, "grace_ms": 2000, "previous": null});
-    write(site.root(), "candidate", &record.to_string());
+    left_candidate(
+        &site,
+        port,
+        "token-from-a-dead-run",
+        serde_json::json!({"stage": "spawning", "started_at": 1.0}),
+    );
     site.release("v3", "");
     let out = site.deploy(free_port(), "v3", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -35,11 +35,12 @@ fn interrupted_promote(site: &Site) -> (i32, u16, ReleaseProcess) {
         "current",
         &pointer_for("v2", port, b_pid).to_string(),
     );
-    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
-        "token": "t-escalated", "pid": b_pid, "start_time": start_time_of(b_pid),
-        "stage": "escalated", "deployer_pid": 999999, "started_at": now(), "grace_ms": 3000,
-        "drain_ms": 1000, "previous": previous});
-    write(site.root(), "candidate", &record.to_string());
+    let mut fields = process_fields(b_pid);
+    fields["stage"] = "escalated".into();
+    fields["grace_ms"] = 3000.into();
+    fields["drain_ms"] = 1000.into();
+    fields["previous"] = previous;
+    left_candidate(site, port, "t-escalated", fields);
     (a, port, b)
 }
 
@@ -95,11 +96,12 @@ fn defect_01_a_hangup_during_promote_does_not_cut_the_switch_short() {
     let port = free_port();
     let b = start_release_process(&site, "v2", port);
     let b_pid = b.pid();
-    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
-        "token": "t-hup", "pid": b_pid, "start_time": start_time_of(b_pid),
-        "stage": "escalated", "deployer_pid": 999999, "started_at": now(), "grace_ms": 3000,
-        "drain_ms": 0, "previous": previous});
-    write(site.root(), "candidate", &record.to_string());
+    let mut fields = process_fields(b_pid);
+    fields["stage"] = "escalated".into();
+    fields["grace_ms"] = 3000.into();
+    fields["drain_ms"] = 0.into();
+    fields["previous"] = previous;
+    left_candidate(&site, port, "t-hup", fields);
     let mut promote = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
         .args(["promote", "edge-svc", "--root"])
         .arg(site.root())
@@ -291,10 +293,10 @@ fn defect_07_a_crash_after_logging_promoted_leaves_one_outcome() {
         "current",
         &pointer_for("v2", port, b_pid).to_string(),
     );
-    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
-        "token": "t-7", "pid": b_pid, "start_time": start_time_of(b_pid), "stage": "running",
-        "deployer_pid": 999999, "started_at": started, "grace_ms": 2000, "previous": previous});
-    write(site.root(), "candidate", &record.to_string());
+    let mut fields = process_fields(b_pid);
+    fields["started_at"] = started.into();
+    fields["previous"] = previous;
+    left_candidate(&site, port, "t-7", fields);
     logged(&site, "candidate_started", "v2", "t-7", started);
     logged(&site, "promoted", "v2", "t-7", started + 0.2);
 
@@ -317,10 +319,12 @@ fn defect_07_a_crash_after_logging_rolled_back_leaves_one_outcome() {
     first_release(&site);
     let previous = site.pointer().unwrap();
     let started = now();
-    let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": free_port(),
-        "token": "t-7b", "pid": 999999, "start_time": 1, "stage": "running",
-        "deployer_pid": 999999, "started_at": started, "grace_ms": 2000, "previous": previous});
-    write(site.root(), "candidate", &record.to_string());
+    left_candidate(
+        &site,
+        free_port(),
+        "t-7b",
+        serde_json::json!({"pid": 999999, "start_time": 1, "started_at": started, "previous": previous}),
+    );
     logged(&site, "candidate_started", "v2", "t-7b", started);
     logged(&site, "rolled_back", "v2", "t-7b", started + 0.2);
 
@@ -408,11 +412,13 @@ fn defect_03_promote_and_abort_of_a_record_with_absurd_numbers_do_not_panic() {
     for verb in ["promote", "abort"] {
         let site = Site::new();
         first_release(&site);
-        let record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": 1,
-            "token": "t-absurd", "pid": 999_999_999, "start_time": u64::MAX, "stage": "escalated",
-            "deployer_pid": 999999, "started_at": -1e300, "grace_ms": u64::MAX,
-            "drain_ms": u64::MAX, "previous": null});
-        write(site.root(), "candidate", &record.to_string());
+        left_candidate(
+            &site,
+            1,
+            "t-absurd",
+            serde_json::json!({"pid": 999_999_999, "start_time": u64::MAX, "stage": "escalated",
+                "started_at": -1e300, "grace_ms": u64::MAX, "drain_ms": u64::MAX}),
+        );
         let out = by_hand(&site, verb);
         assert!(
             !stderr(&out).contains("panicked"),

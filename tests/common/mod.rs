@@ -371,3 +371,25 @@ pub fn nushell() -> PathBuf {
         })
         .clone()
 }
+
+/// Writes the candidate record a dead deployer (pid 999999) left for v2 of edge-svc: stage
+/// `running`, no pid yet, started now, 2 s grace, no previous release; `fields` override any of
+/// these (`pid` and `start_time` for a process that runs, `stage`, `previous`, ...).
+pub fn left_candidate(site: &Site, port: u16, token: &str, fields: serde_json::Value) {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
+        "token": token, "pid": null, "start_time": null, "stage": "running",
+        "deployer_pid": 999999, "started_at": started, "grace_ms": 2000, "previous": null});
+    for (key, value) in fields.as_object().expect("fields are an object") {
+        record[key] = value.clone();
+    }
+    write(site.root(), "candidate", &record.to_string());
+}
+
+/// `{"pid", "start_time"}` of a running process, as a record names it.
+pub fn process_fields(pid: i32) -> serde_json::Value {
+    serde_json::json!({"pid": pid, "start_time": start_time_of(pid)})
+}
