@@ -107,6 +107,28 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
         #[command(flatten)]
         eval: EvalArgs,
     },
+    /// Move N replicas of a service to a new version in waves, within surge and unavailable
+    /// budgets, with a soak between waves; pause, resume or abort it from another shell.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        after_help = "Examples:
+  rollgate rollout edge-svc v2 --root /srv/edge --replicas 10 --ports 9001-9020
+  rollgate rollout edge-svc v3 --root /srv/edge --policy policy.ncl --soak 30s
+  rollgate rollout status edge-svc --root /srv/edge
+  rollgate rollout pause edge-svc --root /srv/edge --reason \"error rate up\"
+  rollgate rollout abort edge-svc --root /srv/edge --rollback
+
+Each replica runs releases/<version>/<svc> with PORT, ROLLGATE_VERSION and ROLLGATE_SLOT set, its
+output in releases/<version>/<svc>.<slot>.output. The pool is ROOT/replicas.json (what
+`rollgate proxy` balances across); the rollout's state is ROOT/rollout.json.
+Budgets: surge = ceil(N x max_surge_pct / 100), unavailable = floor(N x max_unavailable_pct / 100)
+(1 if both are 0); without a policy 25 % and 0 %.
+
+Exit codes: 0 completed; 1 aborted (the cause is in the log and in `rollout status`);
+2 refused before anything started; 3 paused (waiting for `rollout resume` or `rollout abort`)."
+    )]
+    Rollout(RolloutArgs),
     /// Promote an escalated candidate by hand (same switch as a ready one).
     #[command(after_help = "Example:
   rollgate promote edge-svc --root /srv/edge
@@ -216,6 +238,94 @@ pub struct RootArgs {
     /// Folder holding releases/, current, deploy.log.
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub root: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    pub command: Option<RolloutCommand>,
+    /// Service name: the executable's file name under releases/<version>/.
+    #[arg(required = true)]
+    pub service: Option<String>,
+    /// Version to roll out: a folder under releases/.
+    #[arg(required = true)]
+    pub version: Option<String>,
+    #[command(flatten)]
+    pub target: RootArgs,
+    /// Rollout policy (Nickel, or its exported JSON), checked by the contracts first.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Policy entry to read (default: the service name with `-` as `_`).
+    #[arg(long, value_name = "NAME")]
+    pub policy_entry: Option<String>,
+    /// Replicas (default: the policy's, else the pool's size, else 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub replicas: Option<u64>,
+    /// Ports replica processes take, first-last (needed for a root's first rollout; later
+    /// ones reuse the range).
+    #[arg(long, value_name = "A-B")]
+    pub ports: Option<String>,
+    /// Cumulative percentages of the replicas each wave moves (default: the policy's, else
+    /// 1,10,50,100).
+    #[arg(long, value_name = "PCTS")]
+    pub waves: Option<String>,
+    /// Wait between waves, watching the new replicas (`30s`, `500ms`, `2m`; default: the
+    /// policy's soak_ms, else none).
+    #[arg(long, value_name = "DURATION")]
+    pub soak: Option<String>,
+    /// Readiness deadline of each replica in milliseconds (overrides the policy).
+    #[arg(long, value_name = "MS")]
+    pub deadline_ms: Option<u64>,
+    /// After SIGTERM, how long a replica gets before SIGKILL (default: the policy's
+    /// stop_grace_ms, else 5000).
+    #[arg(long, value_name = "MS")]
+    pub grace_ms: Option<u64>,
+    /// How long `rollgate proxy` may take to finish a replica's requests before it is stopped
+    /// (default: the policy's drain_timeout_ms, else 30000).
+    #[arg(long, value_name = "MS")]
+    pub drain_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub eval: EvalArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Where the service's rollout stands: waves, each replica's state, the abort cause.
+    Status {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Stop starting replicas; those mid-upgrade go back to their previous version (exit 0).
+    Pause {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Why (at most 500 characters; kept in the state and the log).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Continue a paused rollout, or one whose rollgate died; runs it to its end here (exit
+    /// codes as for a rollout).
+    Resume {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// Stop the rollout for good; replicas mid-upgrade go back to their previous version, and
+    /// with --rollback every replica that took the new version too (exit 0).
+    Abort {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Return every replica to the version it ran before the rollout.
+        #[arg(long)]
+        rollback: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

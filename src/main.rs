@@ -2,7 +2,7 @@
 
 mod cli;
 
-use rollgate::{demo, deploy, log, policy, proxy, release, sample};
+use rollgate::{demo, deploy, log, policy, proxy, release, rollout, sample};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use cli::{Cli, Command, EvalArgs, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand};
+use cli::{
+    Cli, Command, EvalArgs, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand, RolloutArgs,
+    RolloutCommand,
+};
 use policy::EvalOptions;
 
 fn main() -> ExitCode {
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
             drain_ms: drain_timeout_ms,
             eval: eval_options(eval),
         })),
+        Command::Rollout(args) => run_rollout(args),
         Command::Promote { service, target } => {
             finish_deploy(deploy::finish_escalated(&service, target.root, true))
         }
@@ -197,6 +201,85 @@ fn finish_deploy(result: Result<deploy::Outcome, deploy::DeployError>) -> ExitCo
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// `rollgate rollout ...`: the outcome on stdout, exit 0/1/3 as the outcome says, 2 refused.
+fn run_rollout(args: RolloutArgs) -> ExitCode {
+    use rollout::control::Ask;
+    let result = match args.command {
+        Some(RolloutCommand::Status {
+            service,
+            target,
+            format,
+        }) => {
+            return answer(rollout::status(&service, target.root, format), |e| {
+                e.exit_code()
+            })
+        }
+        Some(RolloutCommand::Pause {
+            service,
+            target,
+            reason,
+        }) => rollout::control(&service, target.root, Ask::Pause, reason, false),
+        Some(RolloutCommand::Resume { service, target }) => {
+            rollout::control(&service, target.root, Ask::Resume, None, false)
+        }
+        Some(RolloutCommand::Abort {
+            service,
+            target,
+            reason,
+            rollback,
+        }) => rollout::control(&service, target.root, Ask::Abort, reason, rollback),
+        None => start_rollout(args),
+    };
+    match result {
+        Ok(outcome) => {
+            println!("{}", outcome.message());
+            ExitCode::from(outcome.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn start_rollout(args: RolloutArgs) -> Result<rollout::Outcome, deploy::DeployError> {
+    use rollout::settings::{parse_ports, parse_wait, parse_waves};
+    let usage = deploy::DeployError::Refused;
+    let soak_ms = args
+        .soak
+        .as_deref()
+        .map(parse_wait)
+        .transpose()
+        .map_err(|e| usage(format!("--soak: {e}")))?;
+    rollout::rollout(rollout::Request {
+        service: args.service.unwrap_or_default(),
+        version: args.version.unwrap_or_default(),
+        root: args.target.root,
+        policy: args.policy,
+        policy_entry: args.policy_entry,
+        eval: eval_options(args.eval),
+        args: rollout::settings::Args {
+            replicas: args.replicas.map(|n| n as usize),
+            ports: args
+                .ports
+                .as_deref()
+                .map(parse_ports)
+                .transpose()
+                .map_err(|e| usage(format!("--ports: {e}")))?,
+            waves: args
+                .waves
+                .as_deref()
+                .map(parse_waves)
+                .transpose()
+                .map_err(|e| usage(format!("--waves: {e}")))?,
+            soak_ms,
+            deadline_ms: args.deadline_ms,
+            grace_ms: args.grace_ms,
+            drain_ms: args.drain_timeout_ms,
+        },
+    })
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.

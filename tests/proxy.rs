@@ -2,6 +2,7 @@
 //! drain handshake, graceful shutdown, and hostile clients.
 
 mod common;
+use common::http::*;
 use common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -9,130 +10,6 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A running proxy, stopped (SIGTERM) on drop.
-struct Proxy {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Proxy {
-    fn start(site: &Site, extra: &[&str]) -> Proxy {
-        let port = free_port();
-        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-            .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-            .arg(site.root())
-            .args(extra)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        assert!(
-            wait_for(10, || TcpStream::connect(("127.0.0.1", port)).is_ok()),
-            "proxy listening"
-        );
-        assert!(wait_for(10, || site.root().join("proxy.sock").exists()));
-        Proxy { child, port }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        send_signal(self.child.id() as i32, 15);
-        let _ = self.child.wait();
-    }
-}
-
-/// A keep-alive HTTP/1.1 client, just enough for these tests.
-struct Conn {
-    reader: BufReader<TcpStream>,
-}
-
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-impl Conn {
-    fn open(port: u16) -> std::io::Result<Conn> {
-        let stream = TcpStream::connect(("127.0.0.1", port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
-        Ok(Conn {
-            reader: BufReader::new(stream),
-        })
-    }
-
-    fn get(&mut self, path: &str, extra: &str) -> std::io::Result<Answer> {
-        write!(
-            self.reader.get_mut(),
-            "GET {path} HTTP/1.1\r\nHost: app.example\r\n{extra}\r\n"
-        )?;
-        self.read_answer()
-    }
-
-    fn read_answer(&mut self) -> std::io::Result<Answer> {
-        let bad =
-            |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(bad("closed before a status line"));
-        }
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad(&line))?;
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line)?;
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            let (k, v) = l.split_once(':').ok_or_else(|| bad(l))?;
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-        let answer = Answer {
-            status,
-            headers,
-            body: String::new(),
-        };
-        let mut body = Vec::new();
-        if let Some(len) = answer.header("content-length") {
-            body.resize(len.parse().map_err(|_| bad("length"))?, 0);
-            self.reader.read_exact(&mut body)?;
-        } else if answer
-            .header("transfer-encoding")
-            .is_some_and(|t| t.contains("chunked"))
-        {
-            loop {
-                line.clear();
-                self.reader.read_line(&mut line)?;
-                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| bad("chunk"))?;
-                let mut chunk = vec![0; size + 2];
-                self.reader.read_exact(&mut chunk)?;
-                if size == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..size]);
-            }
-        }
-        Ok(Answer {
-            body: String::from_utf8_lossy(&body).trim().to_string(),
-            ..answer
-        })
-    }
-}
 
 /// A listener standing in for a release, named live in `current` (pid 1 is never signalled:
 /// nothing deploys over it).

@@ -14,6 +14,19 @@ pub enum Event {
     Promoted,
     RolledBack,
     Escalated,
+    /// A rollout of several replicas began (its plan in the detail).
+    RolloutStarted,
+    /// One replica's new process was started and is being gated.
+    ReplicaStarted,
+    /// One replica passed its gate and joined the pool.
+    ReplicaReady,
+    /// One replica's new process failed (gate or soak); the slot went back.
+    ReplicaFailed,
+    /// One replica went back to the baseline (abort with rollback) or its previous version.
+    ReplicaRestored,
+    WaveCompleted,
+    RolloutPaused,
+    RolloutResumed,
 }
 
 impl Event {
@@ -23,6 +36,14 @@ impl Event {
             Event::Promoted => "promoted",
             Event::RolledBack => "rolled_back",
             Event::Escalated => "escalated",
+            Event::RolloutStarted => "rollout_started",
+            Event::ReplicaStarted => "replica_started",
+            Event::ReplicaReady => "replica_ready",
+            Event::ReplicaFailed => "replica_failed",
+            Event::ReplicaRestored => "replica_restored",
+            Event::WaveCompleted => "wave_completed",
+            Event::RolloutPaused => "rollout_paused",
+            Event::RolloutResumed => "rollout_resumed",
         }
     }
 
@@ -54,6 +75,11 @@ pub struct Entry<'a> {
     pub sequence: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub manifest_sha256: Option<&'a str>,
+    /// A rollout's replica and wave (counted from 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wave: Option<usize>,
 }
 
 /// Unix seconds, to the millisecond.
@@ -151,6 +177,8 @@ mod tests {
             token: Some(token),
             sequence: None,
             manifest_sha256: None,
+            slot: None,
+            wave: None,
         })
         .unwrap();
         line.push('\n');

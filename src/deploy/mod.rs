@@ -3,14 +3,14 @@
 //! `/readyz` until the deadline, then switch `current` with one rename or roll back.
 
 mod escalation;
-mod journal;
-mod lock;
-mod plan;
-mod probe;
-mod process;
+pub(crate) mod journal;
+pub(crate) mod lock;
+pub(crate) mod plan;
+pub(crate) mod probe;
+pub(crate) mod process;
 mod progress;
-mod recover;
-mod signals;
+pub(crate) mod recover;
+pub(crate) mod signals;
 pub mod state;
 mod status;
 
@@ -32,7 +32,7 @@ pub use plan::check_name;
 pub use status::status;
 
 /// A probe gets at most this long, and never beyond the deadline.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Probe results kept for the rollback's detail.
 const PROBES_KEPT: usize = 3;
 
@@ -90,11 +90,11 @@ impl DeployError {
     }
 }
 
-fn refused(message: impl Into<String>) -> DeployError {
+pub(crate) fn refused(message: impl Into<String>) -> DeployError {
     DeployError::Refused(message.into())
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -143,7 +143,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         )));
     }
     let executable = root.executable(&request.version, &request.service);
-    check_executable(&executable, &request)?;
+    check_executable(&executable, &request.version, &request.service)?;
 
     runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
@@ -153,6 +153,17 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         let admitted =
             release::admit(&root.0, &request.service, &request.version, chrono::Utc::now())
                 .map_err(refused)?;
+        if let Some(set) = root.read_replicas().map_err(refused)? {
+            return Err(refused(format!(
+                "{} is served by its replica set ({} replicas in {}); move it with `rollgate rollout {} {} --root {}`",
+                root.0.display(),
+                set.replicas.len(),
+                root.replicas_path().display(),
+                request.service,
+                request.version,
+                root.0.display()
+            )));
+        }
         let live = root.read_pointer().map_err(refused)?;
         if let Some(live) = &live {
             if live.port == request.port {
@@ -172,13 +183,15 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
     })
 }
 
-fn check_executable(path: &std::path::Path, request: &Request) -> Result<(), DeployError> {
+pub(crate) fn check_executable(
+    path: &std::path::Path,
+    version: &str,
+    service: &str,
+) -> Result<(), DeployError> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::metadata(path) {
         Err(_) => Err(refused(format!(
-            "release {} of {} not found: {} does not exist",
-            request.version,
-            request.service,
+            "release {version} of {service} not found: {} does not exist",
             path.display()
         ))),
         Ok(m) if !m.is_file() => Err(refused(format!("{} is not a file", path.display()))),
@@ -236,6 +249,7 @@ async fn gate_and_finish(
         port: request.port,
         version: &request.version,
         token: &candidate.token,
+        slot: None,
     }) {
         Ok(child) => child,
         Err(e) => {
@@ -521,7 +535,7 @@ async fn finish_switch(
     elapsed: Option<Duration>,
 ) -> Result<Outcome, DeployError> {
     let drained = match previous {
-        Some(old) => drain_before_stop(root, old, candidate.drain_ms).await,
+        Some(old) => drain_before_stop(root, old.port, candidate.drain_ms).await,
         None => String::new(),
     };
     let old = stop_previous(previous, Duration::from_millis(candidate.grace_ms)).await;
@@ -552,10 +566,10 @@ async fn finish_switch(
 /// Asks a proxy serving the root to finish the old release's requests. Unless it confirms (or
 /// there is no proxy), it may still be routing to the old release, so the old release is kept
 /// for the whole drain timeout before it is stopped.
-async fn drain_before_stop(root: &Root, old: &Pointer, drain_ms: u64) -> String {
+pub(crate) async fn drain_before_stop(root: &Root, port: u16, drain_ms: u64) -> String {
     let limit = Duration::from_millis(drain_ms).min(plan::MAX_WAIT);
     let asked = Instant::now();
-    let answer = drain::request(&root.0, old.port, limit).await;
+    let answer = drain::request(&root.0, port, limit).await;
     if plan::drain_confirmed(&answer) {
         return format!("{answer}; ");
     }
@@ -655,6 +669,8 @@ fn log(
                 .signed
                 .as_ref()
                 .map(|s| s.manifest_sha256.as_str()),
+            slot: None,
+            wave: None,
         },
     )
     .map_err(cannot)

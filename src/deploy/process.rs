@@ -173,6 +173,8 @@ pub struct Launch<'a> {
     pub port: u16,
     pub version: &'a str,
     pub token: &'a str,
+    /// A rollout's replica, given as `ROLLGATE_SLOT` (a single deploy has none).
+    pub slot: Option<usize>,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -190,7 +192,11 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .current_dir(launch.workdir)
         .env("PORT", launch.port.to_string())
         .env("ROLLGATE_VERSION", launch.version)
-        .env("ROLLGATE_DEPLOY_TOKEN", launch.token)
+        .env("ROLLGATE_DEPLOY_TOKEN", launch.token);
+    if let Some(slot) = launch.slot {
+        command.env("ROLLGATE_SLOT", slot.to_string());
+    }
+    command
         .stdin(Stdio::null())
         .stdout(output.try_clone()?)
         .stderr(output);
@@ -208,6 +214,26 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
 /// that died between spawning it and recording its pid.
 pub fn find_by_token(token: &str) -> Vec<Identity> {
     let needle = format!("ROLLGATE_DEPLOY_TOKEN={token}");
+    find_by_environment(|var| var == needle.as_bytes())
+}
+
+/// Finds every process whose token starts with `prefix` (all the replicas a rollout started).
+pub fn find_by_token_prefix(prefix: &str) -> Vec<(Identity, String)> {
+    let needle = format!("ROLLGATE_DEPLOY_TOKEN={prefix}");
+    let found = find_by_environment(|var| var.starts_with(needle.as_bytes()));
+    found
+        .into_iter()
+        .filter_map(|who| {
+            let env = std::fs::read(format!("/proc/{}/environ", who.pid)).ok()?;
+            let token = env
+                .split(|b| *b == 0)
+                .find_map(|var| var.strip_prefix(b"ROLLGATE_DEPLOY_TOKEN=".as_slice()))?;
+            Some((who, String::from_utf8_lossy(token).into_owned()))
+        })
+        .collect()
+}
+
+fn find_by_environment(matches: impl Fn(&[u8]) -> bool) -> Vec<Identity> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -215,7 +241,7 @@ pub fn find_by_token(token: &str) -> Vec<Identity> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+                .map(|env| env.split(|b| *b == 0).any(&matches))
                 .unwrap_or(false)
         })
         .filter_map(Identity::of)

@@ -21,7 +21,7 @@ pub(super) fn switched(root: &Root, candidate: &Candidate) -> Result<bool, Deplo
 /// switch had happened, finish it (drain and stop the previous release, record the promotion);
 /// otherwise stop the candidate and record the rollback. An outcome the dead deployer already
 /// logged is not logged again. An escalated candidate waits for a person instead.
-pub(super) async fn recover(root: &Root) -> Result<(), DeployError> {
+pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
     let Some(left) = root.read_candidate().map_err(refused)? else {
         return Ok(());
     };

@@ -4,7 +4,7 @@
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-pub(super) struct Signals {
+pub(crate) struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
@@ -13,7 +13,7 @@ pub(super) struct Signals {
 impl Signals {
     /// Installs the handlers; done before anything is recorded or spawned, so a failure here
     /// leaves nothing behind.
-    pub(super) fn install() -> Result<Signals, String> {
+    pub(crate) fn install() -> Result<Signals, String> {
         let install = |kind: SignalKind, name: &str| {
             signal(kind).map_err(|e| format!("cannot handle {name}: {e}; nothing was started"))
         };
@@ -25,7 +25,7 @@ impl Signals {
     }
 
     /// The name of the next signal received.
-    pub(super) async fn recv(&mut self) -> &'static str {
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.terminate.recv() => "SIGTERM",
             _ = self.interrupt.recv() => "SIGINT",

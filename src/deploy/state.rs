@@ -263,6 +263,12 @@ impl Root {
         self.release_dir(version).join(format!("{service}.output"))
     }
 
+    /// A rollout replica's stdout and stderr: one file per slot, so replicas never share one.
+    pub fn replica_output_path(&self, version: &str, service: &str, slot: usize) -> PathBuf {
+        self.release_dir(version)
+            .join(format!("{service}.{slot}.output"))
+    }
+
     pub fn read_pointer(&self) -> Result<Option<Pointer>, String> {
         read_json(&self.pointer_path())
     }

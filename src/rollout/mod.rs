@@ -1,7 +1,420 @@
-//! Rollouts of N replicas (issue 12). So far the pure half: the budgets and waves (`plan`),
-//! the persisted state (`state`), and the decisions over it (`step`). The executor that
-//! performs the actions (spawn, gate, swap, drain, stop) comes next.
+//! Rollouts of N replicas (issue 12): the budgets and waves (`plan`), the persisted state
+//! (`state`), the decisions over it (`step`), the executor that performs them (`run`), and what
+//! a crash leaves (`recover`). Read [`rollout`] top to bottom: refuse what can be refused, plan
+//! the waves from the pool as it is, then let the executor move it.
 
+pub mod control;
 pub mod plan;
+pub mod recover;
+pub mod render;
+pub(crate) mod run;
+pub mod settings;
 pub mod state;
 pub mod step;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::deploy::signals::Signals;
+use crate::deploy::state::Root;
+use crate::deploy::{self, drain_before_stop, journal, lock, DeployError};
+use crate::log::output::Format;
+use crate::policy::{self, EvalOptions};
+use crate::release;
+use control::{Ask, Request as ControlRequest};
+use run::{Context, Executor};
+use state::{Phase, Rollout};
+use step::Event;
+
+/// `rollgate rollout SVC VERSION`.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub service: String,
+    pub version: String,
+    pub root: PathBuf,
+    pub policy: Option<PathBuf>,
+    pub policy_entry: Option<String>,
+    pub eval: EvalOptions,
+    pub args: settings::Args,
+}
+
+/// How a rollout command ended; the exit code follows from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Completed(String),
+    /// Aborted (by a failure, the release deadline or a person), or rolled back.
+    Aborted(String),
+    /// Paused, by itself or by a person: waiting for `resume` or `abort`.
+    Paused(String),
+    /// `pause`, `resume` or `abort` did what it was asked.
+    Done(String),
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Outcome::Completed(_) | Outcome::Done(_) => 0,
+            Outcome::Aborted(_) => 1,
+            Outcome::Paused(_) => 3,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Outcome::Completed(m) | Outcome::Aborted(m) | Outcome::Paused(m) | Outcome::Done(m) => {
+                m
+            }
+        }
+    }
+}
+
+fn refused(message: impl Into<String>) -> DeployError {
+    DeployError::Refused(message.into())
+}
+
+/// The whole rollout.
+pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
+    deploy::check_name("service", &request.service).map_err(refused)?;
+    deploy::check_name("version", &request.version).map_err(refused)?;
+    // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
+    let policy = match &request.policy {
+        Some(path) => {
+            let entry = request
+                .policy_entry
+                .clone()
+                .unwrap_or_else(|| request.service.replace('-', "_"));
+            Some(
+                policy::load_entry(path, &entry, &request.eval)
+                    .map_err(|e| refused(format!("policy refused: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    let root = Root::new(request.root.clone());
+    if !root.0.is_dir() {
+        return Err(refused(format!(
+            "root {} is not a folder",
+            root.0.display()
+        )));
+    }
+    let executable = root.executable(&request.version, &request.service);
+    deploy::check_executable(&executable, &request.version, &request.service)?;
+
+    deploy::runtime()?.block_on(async {
+        let mut signals = Signals::install().map_err(refused)?;
+        let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
+        deploy::recover::recover(&root).await?;
+        let previous = state::load(&root).map_err(refused)?;
+        if let Some(previous) = previous.as_ref().filter(|p| !p.is_over()) {
+            return Err(refused(format!(
+                "rollout {} of {} to {} is {}; one rollout at a time: `rollgate rollout resume {svc} --root {root}` or `rollgate rollout abort {svc} --root {root}` first",
+                previous.id,
+                previous.service,
+                previous.to,
+                if previous.phase == Phase::Paused { "paused" } else { "unfinished (its rollgate died)" },
+                svc = previous.service,
+                root = root.0.display(),
+            )));
+        }
+        let baseline = settings::baseline(&root, &request.service).map_err(refused)?;
+        let resolved = settings::resolve(
+            &request.args,
+            policy.as_ref(),
+            previous.as_ref(),
+            &baseline,
+        )
+        .map_err(refused)?;
+        let now = journal::now();
+        let Some(planned) = settings::plan(
+            &request.service,
+            &request.version,
+            &resolved,
+            &baseline,
+            now,
+        ) else {
+            return Ok(Outcome::Completed(format!(
+                "every replica of {} already runs {}; nothing to do",
+                request.service, request.version
+            )));
+        };
+        // Under the lock, like a single deploy: a signed release must pass before anything starts.
+        let admitted = release::admit(&root.0, &request.service, &request.version, chrono::Utc::now())
+            .map_err(refused)?;
+        let (executable, signed) = match admitted {
+            Some(a) => (a.executable, Some(a.signed)),
+            None => (executable, None),
+        };
+        state::save(&root, &planned).map_err(refused)?;
+        let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
+        run::append(
+            &root,
+            &journal::Entry {
+                ts: now,
+                event: journal::Event::RolloutStarted,
+                version: &planned.to,
+                detail: settings::describe(&planned),
+                service: &planned.service,
+                port: None,
+                pid: None,
+                elapsed_ms: None,
+                token: Some(&planned.id),
+                sequence: signed.as_ref().map(|s| s.sequence),
+                manifest_sha256: signed.as_ref().map(|s| s.manifest_sha256.as_str()),
+                slot: None,
+                wave: None,
+            },
+        )?;
+        // A root that had only `current` is now served by the replica set.
+        run::write_pool(&root, &planned)?;
+        let context = Context {
+            root: root.clone(),
+            executable,
+            signed,
+        };
+        let phase = Executor::new(context, planned)
+            .run(Event::Tick, &mut signals)
+            .await?;
+        Ok(ending(&root, phase, &request.service))
+    })
+}
+
+/// The outcome a finished executor run reports.
+fn ending(root: &Root, phase: Phase, service: &str) -> Outcome {
+    let rollout = match state::load(root) {
+        Ok(Some(rollout)) => rollout,
+        _ => return Outcome::Aborted("the rollout's state could not be read back".into()),
+    };
+    let line = render::line(&rollout);
+    match phase {
+        Phase::Completed => Outcome::Completed(format!("completed: {line}")),
+        Phase::Aborted => Outcome::Aborted(format!(
+            "aborted: {}; {line}",
+            rollout
+                .abort_cause
+                .as_ref()
+                .map_or("no cause recorded".into(), |c| c.reason.clone())
+        )),
+        Phase::Paused | Phase::Running => Outcome::Paused(format!(
+            "paused: {}; {line}\nresume with `rollgate rollout resume {service} --root {root}` or stop with `rollgate rollout abort {service} --root {root} [--rollback]`",
+            rollout.pause_reason.as_deref().unwrap_or("no reason recorded"),
+            root = root.0.display()
+        )),
+    }
+}
+
+/// `rollgate rollout pause|resume|abort`.
+pub fn control(
+    service: &str,
+    root: PathBuf,
+    ask: Ask,
+    reason: Option<String>,
+    rollback: bool,
+) -> Result<Outcome, DeployError> {
+    let reason = reason.unwrap_or_else(|| format!("{} by a person", past(ask)));
+    control::check_reason(&reason).map_err(refused)?;
+    let root = Root::new(root);
+    let request = ControlRequest {
+        ask,
+        reason,
+        rollback,
+    };
+    deploy::runtime()?.block_on(async {
+        let mut signals = Signals::install().map_err(refused)?;
+        let saved = changeable(&root, service, ask)?;
+        let lock = match lock::acquire(&root.lock_path()) {
+            Ok(lock) => lock,
+            // The rollout's own rollgate holds the lock: ask it.
+            Err(_) => return ask_the_executor(&root, service, &request).await,
+        };
+        // Nobody drives the rollout: this command does, after what a crash may have left.
+        let saved = state::load(&root).map_err(refused)?.unwrap_or(saved);
+        let (executor, redo) = recovered(&root, saved, ask == Ask::Resume).await?;
+        let phase_before = executor.rollout().phase;
+        if ask == Ask::Pause && phase_before == Phase::Paused {
+            return Err(refused("the rollout is already paused"));
+        }
+        let event = match (ask, phase_before) {
+            // Its rollgate died while it ran: resuming is continuing.
+            (Ask::Resume, Phase::Running) => Event::Tick,
+            _ => request.event(),
+        };
+        let phase = executor.redo(redo).await?.run(event, &mut signals).await?;
+        drop(lock);
+        Ok(match (ask, phase) {
+            (Ask::Resume, phase) => ending(&root, phase, service),
+            _ => Outcome::Done(format!(
+                "{}: {}",
+                past(ask),
+                render::line(
+                    &state::load(&root)
+                        .map_err(refused)?
+                        .ok_or_else(|| refused("the rollout's state is gone"))?
+                )
+            )),
+        })
+    })
+}
+
+fn past(ask: Ask) -> &'static str {
+    match ask {
+        Ask::Pause => "paused",
+        Ask::Resume => "resumed",
+        Ask::Abort => "aborted",
+    }
+}
+
+/// The rollout a control command may change: one of this service that runs or is paused.
+fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, DeployError> {
+    let Some(saved) = state::load(root).map_err(refused)? else {
+        return Err(refused(format!(
+            "no rollout under {}: nothing to {}",
+            root.0.display(),
+            ask.as_str()
+        )));
+    };
+    if saved.service != service {
+        return Err(refused(format!(
+            "the rollout under {} is of {}, not {service}",
+            root.0.display(),
+            saved.service
+        )));
+    }
+    if saved.is_over() {
+        return Err(refused(format!(
+            "rollout {} to {} is {}; only a running or paused rollout can be {}",
+            saved.id,
+            saved.to,
+            if saved.phase == Phase::Completed {
+                "completed"
+            } else {
+                "aborted"
+            },
+            past(ask)
+        )));
+    }
+    Ok(saved)
+}
+
+/// Leaves the request for the running rollgate and waits until the state shows it was taken.
+async fn ask_the_executor(
+    root: &Root,
+    service: &str,
+    request: &ControlRequest,
+) -> Result<Outcome, DeployError> {
+    let saved = changeable(root, service, request.ask)?;
+    match (request.ask, saved.phase) {
+        (Ask::Resume, Phase::Running) => {
+            return Err(refused(format!(
+                "rollout {} is running, not paused",
+                saved.id
+            )))
+        }
+        (Ask::Pause, Phase::Paused) => return Err(refused("the rollout is already paused")),
+        _ => {}
+    }
+    control::send(root, request).map_err(refused)?;
+    // Long enough for the executor to finish the action in hand (a drain, a stop).
+    let limit = Duration::from_millis(saved.settings.drain_ms + saved.settings.grace_ms + 10_000);
+    let asked = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = state::load(root).map_err(refused)?;
+        let taken = !control::waiting(root);
+        if let Some(now) = now.filter(|_| taken) {
+            let expected = match request.ask {
+                Ask::Pause => now.phase != Phase::Running,
+                Ask::Resume => true,
+                Ask::Abort => now.is_over(),
+            };
+            if expected {
+                return Ok(Outcome::Done(format!(
+                    "{}: {}",
+                    past(request.ask),
+                    render::line(&now)
+                )));
+            }
+        }
+        if asked.elapsed() > limit {
+            return Err(DeployError::Failed(format!(
+                "the rollout's rollgate did not take the {} request within {} ms; it stays in {}",
+                request.ask.as_str(),
+                limit.as_millis(),
+                root.0.join(control::REQUEST_FILE).display()
+            )));
+        }
+    }
+}
+
+/// The saved rollout matched with what runs: strays stopped, the pool rewritten.
+async fn recovered(
+    root: &Root,
+    saved: Rollout,
+    resuming: bool,
+) -> Result<(Executor, recover::Redo), DeployError> {
+    let mut rollout = saved.clone();
+    let redo = recover::reconcile(&mut rollout, |who| who.is_running(), resuming);
+    run::write_pool(root, &rollout)?;
+    let grace = Duration::from_millis(rollout.settings.grace_ms);
+    for stray in recover::strays(&saved, &rollout) {
+        // A process that was in the pool is drained first (the pool no longer names it).
+        if let Some(port) = saved
+            .processes()
+            .find(|p| p.identity() == stray)
+            .map(|p| p.port)
+        {
+            drain_before_stop(root, port, rollout.settings.drain_ms).await;
+        }
+        recover::stop_all(&[stray], grace).await;
+    }
+    state::save(root, &rollout).map_err(refused)?;
+    if rollout.is_over() {
+        let (event, detail) = match rollout.phase {
+            Phase::Completed => (journal::Event::Promoted, "completed"),
+            _ => (journal::Event::RolledBack, "aborted"),
+        };
+        run::log_outcome(
+            root,
+            &rollout,
+            event,
+            format!(
+                "rollout {} {detail}; recorded after its rollgate died",
+                rollout.id
+            ),
+        )?;
+    }
+    let executable = root.executable(&rollout.to, &rollout.service);
+    let verified = root
+        .0
+        .join(".verified")
+        .join(&rollout.to)
+        .join(&rollout.service);
+    let context = Context {
+        root: root.clone(),
+        executable: if verified.is_file() {
+            verified
+        } else {
+            executable
+        },
+        signed: None,
+    };
+    Ok((Executor::new(context, rollout), redo))
+}
+
+/// `rollgate rollout status`.
+pub fn status(service: &str, root: PathBuf, format: Format) -> Result<String, DeployError> {
+    let root = Root::new(root);
+    match state::load(&root).map_err(refused)? {
+        Some(rollout) if rollout.service == service => {
+            Ok(render::status(&rollout, format, journal::now()))
+        }
+        Some(rollout) => Err(refused(format!(
+            "the rollout under {} is of {}, not {service}",
+            root.0.display(),
+            rollout.service
+        ))),
+        None => Err(refused(format!(
+            "no rollout under {} yet",
+            root.0.display()
+        ))),
+    }
+}

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::deploy::state::ReplicaClass;
+use crate::deploy::process::Identity;
+use crate::deploy::state::{read_json, write_atomically, Replica, ReplicaClass, ReplicaSet, Root};
 
 pub const ROLLOUT_FILE: &str = "rollout.json";
 
@@ -57,6 +58,14 @@ pub struct Slot {
     /// The new-version process being gated, recorded before it is spawned.
     pub candidate: Option<Process>,
     pub wave: Option<usize>,
+    /// The version the slot served when the rollout began (None: a new slot), which a revert
+    /// or a rollback brings back.
+    #[serde(default)]
+    pub from_version: Option<String>,
+    /// A process out of the pool that is being drained and stopped, recorded first so that a
+    /// crash mid-stop never leaves it running unnamed.
+    #[serde(default)]
+    pub retiring: Option<Process>,
     /// Its live process left the pool before its new one was ready (an unavailable place).
     #[serde(default)]
     pub left_pool: bool,
@@ -89,13 +98,21 @@ pub struct Settings {
     pub drain_ms: u64,
     /// Unix seconds; the whole rollout's deadline, never restarted.
     pub release_deadline: f64,
+    /// The ports replica processes are given, first and last (inclusive).
+    pub ports: (u16, u16),
+    /// The wave percentages the plan came from.
+    pub wave_percents: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollout {
     pub id: String,
     pub service: String,
+    /// The version most replicas served when the rollout began (None: a first install).
+    pub from: Option<String>,
     pub to: String,
+    /// Unix seconds.
+    pub started_at: f64,
     pub phase: Phase,
     pub settings: Settings,
     /// The slots of each wave, in order.
@@ -134,5 +151,66 @@ impl Rollout {
 
     pub fn count(&self, state: SlotState) -> usize {
         self.slots.iter().filter(|s| s.state == state).count()
+    }
+}
+
+/// `ROOT/rollout.json`: the service's last rollout (one at a time per root).
+pub fn load(root: &Root) -> Result<Option<Rollout>, String> {
+    read_json(&root.0.join(ROLLOUT_FILE))
+}
+
+/// Replaces `rollout.json` atomically. It must be durable before the action it announces, so a
+/// folder fsync that fails counts as a failure.
+pub fn save(root: &Root, rollout: &Rollout) -> Result<(), String> {
+    let path = root.0.join(ROLLOUT_FILE);
+    let mut bytes = serde_json::to_vec_pretty(rollout).expect("a rollout serializes");
+    bytes.push(b'\n');
+    write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+impl Process {
+    pub fn identity(&self) -> Identity {
+        Identity {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+}
+
+impl Rollout {
+    /// The replica set the proxy serves: each slot's live process.
+    pub fn pool(&self) -> ReplicaSet {
+        ReplicaSet {
+            service: self.service.clone(),
+            replicas: self
+                .slots
+                .iter()
+                .filter_map(|s| {
+                    let live = s.live.as_ref()?;
+                    Some(Replica {
+                        slot: s.slot,
+                        version: live.version.clone(),
+                        port: live.port,
+                        pid: live.pid,
+                        start_time: live.start_time,
+                        class: s.class,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Every process the rollout names (live, being gated, being retired).
+    pub fn processes(&self) -> impl Iterator<Item = &Process> {
+        self.slots.iter().flat_map(|s| {
+            s.live
+                .iter()
+                .chain(s.candidate.iter())
+                .chain(s.retiring.iter())
+        })
+    }
+
+    pub fn is_over(&self) -> bool {
+        matches!(self.phase, Phase::Completed | Phase::Aborted)
     }
 }

@@ -6,6 +6,7 @@
 //! one, at most `unavailable` leave the pool before their new process is ready, so the pool
 //! never holds fewer than `N - unavailable` ready replicas and at most `N + surge` processes run.
 
+use crate::deploy::journal::Event as LogEvent;
 use crate::deploy::state::ReplicaClass;
 
 use super::plan::too_many_failures;
@@ -75,13 +76,13 @@ pub enum Action {
 /// A log line the rollout writes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Note {
-    pub event: &'static str,
+    pub event: LogEvent,
     pub slot: Option<usize>,
     pub wave: Option<usize>,
     pub detail: String,
 }
 
-fn note(event: &'static str, slot: Option<usize>, wave: Option<usize>, detail: String) -> Action {
+fn note(event: LogEvent, slot: Option<usize>, wave: Option<usize>, detail: String) -> Action {
     Action::Log(Note {
         event,
         slot,
@@ -101,7 +102,12 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
                 s.finished = Some(now);
                 s.left_pool = false;
                 actions.push(Action::Swap { slot });
-                actions.push(note("replica_ready", Some(slot), s.wave, String::new()));
+                actions.push(note(
+                    LogEvent::ReplicaReady,
+                    Some(slot),
+                    s.wave,
+                    String::new(),
+                ));
             }
         }
         Event::Failed { slot, reason } => fail(rollout, slot, reason, now, &mut actions),
@@ -122,7 +128,7 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
                 rollout.phase = Phase::Running;
                 rollout.pause_reason = None;
                 actions.push(note(
-                    "rollout_resumed",
+                    LogEvent::RolloutResumed,
                     None,
                     Some(rollout.wave),
                     String::new(),
@@ -149,6 +155,13 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
 /// A slot's new process failed.
 fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &mut Vec<Action>) {
     let s = rollout.slot_mut(slot);
+    if s.state == SlotState::RollingBack {
+        // Its previous version did not come back: the new one keeps serving the slot.
+        s.state = SlotState::Succeeded;
+        s.error = Some(format!("could not go back: {reason}"));
+        actions.push(note(LogEvent::ReplicaFailed, Some(slot), s.wave, reason));
+        return;
+    }
     if !matches!(s.state, SlotState::Upgrading | SlotState::Succeeded) {
         return;
     }
@@ -158,7 +171,12 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
     s.left_pool = false;
     let (wave, class) = (s.wave, s.class);
     actions.push(Action::Revert { slot });
-    actions.push(note("replica_failed", Some(slot), wave, reason.clone()));
+    actions.push(note(
+        LogEvent::ReplicaFailed,
+        Some(slot),
+        wave,
+        reason.clone(),
+    ));
     if rollout.phase != Phase::Running {
         return;
     }
@@ -198,7 +216,12 @@ fn pause(rollout: &mut Rollout, reason: String, actions: &mut Vec<Action>) {
             actions.push(Action::Revert { slot: s.slot });
         }
     }
-    actions.push(note("rollout_paused", None, Some(rollout.wave), reason));
+    actions.push(note(
+        LogEvent::RolloutPaused,
+        None,
+        Some(rollout.wave),
+        reason,
+    ));
     actions.push(Action::Stop);
 }
 
@@ -222,7 +245,12 @@ fn abort(rollout: &mut Rollout, cause: AbortCause, rollback: bool, actions: &mut
         Some(slot) => format!("{} (slot {slot}, {})", cause.reason, cause.phase),
         None => format!("{} ({})", cause.reason, cause.phase),
     };
-    actions.push(note("rolled_back", cause.slot, Some(rollout.wave), detail));
+    actions.push(note(
+        LogEvent::RolledBack,
+        cause.slot,
+        Some(rollout.wave),
+        detail,
+    ));
     rollout.abort_cause = Some(cause);
     actions.push(Action::Stop);
 }
@@ -246,7 +274,7 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
             rollout.phase = Phase::Completed;
             let moved = rollout.count(SlotState::Succeeded);
             actions.push(note(
-                "promoted",
+                LogEvent::Promoted,
                 None,
                 None,
                 format!(
@@ -274,7 +302,7 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         // The wave is done (its failures stayed within the ratio, or it would have paused).
         let wave = rollout.wave;
         actions.push(note(
-            "wave_completed",
+            LogEvent::WaveCompleted,
             None,
             Some(wave),
             format!(
@@ -366,7 +394,9 @@ mod tests {
         Rollout {
             id: "r1".into(),
             service: "edge-svc".into(),
+            from: Some("v1".into()),
             to: "v2".into(),
+            started_at: 0.0,
             phase: Phase::Running,
             settings: Settings {
                 replicas,
@@ -380,6 +410,8 @@ mod tests {
                 grace_ms: 1000,
                 drain_ms: 1000,
                 release_deadline: 1000.0,
+                ports: (9000, 9999),
+                wave_percents: vec![1, 10, 50, 100],
             },
             slots: slots
                 .iter()
@@ -396,6 +428,8 @@ mod tests {
                     }),
                     candidate: None,
                     wave: waves.iter().position(|w| w.contains(&slot)),
+                    from_version: Some("v1".into()),
+                    retiring: None,
                     left_pool: false,
                     started: None,
                     finished: None,
@@ -548,7 +582,7 @@ mod tests {
         assert_eq!((cause.slot, cause.phase.as_str()), (Some(5), "release"));
         assert!(actions
             .iter()
-            .any(|a| matches!(a, Action::Log(n) if n.event == "rolled_back")));
+            .any(|a| matches!(a, Action::Log(n) if n.event == LogEvent::RolledBack)));
     }
 
     #[test]

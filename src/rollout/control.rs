@@ -1,0 +1,129 @@
+//! Pause, resume and abort from another shell while a rollout runs: the command writes one
+//! request file (atomically) and the executor, which holds the root's lock, takes it within
+//! [`super::run`]'s control poll. When no executor holds the lock, the command acts itself.
+
+use serde::{Deserialize, Serialize};
+
+use super::step::Event;
+use crate::deploy::state::{read_json, write_atomically, Root};
+
+pub const REQUEST_FILE: &str = "rollout.request";
+/// The longest reason a person may give (it goes into the state, the log and `status`).
+pub const MAX_REASON_CHARS: usize = 500;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ask {
+    Pause,
+    Resume,
+    Abort,
+}
+
+impl Ask {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ask::Pause => "pause",
+            Ask::Resume => "resume",
+            Ask::Abort => "abort",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub ask: Ask,
+    pub reason: String,
+    #[serde(default)]
+    pub rollback: bool,
+}
+
+impl Request {
+    pub fn event(&self) -> Event {
+        match self.ask {
+            Ask::Pause => Event::Pause {
+                reason: self.reason.clone(),
+            },
+            Ask::Resume => Event::Resume,
+            Ask::Abort => Event::Abort {
+                reason: self.reason.clone(),
+                rollback: self.rollback,
+            },
+        }
+    }
+}
+
+/// Refuses a reason longer than [`MAX_REASON_CHARS`] or with control characters (it would
+/// break the status table and the log's one-line details).
+pub fn check_reason(reason: &str) -> Result<(), String> {
+    let chars = reason.chars().count();
+    if chars > MAX_REASON_CHARS {
+        return Err(format!(
+            "--reason is {chars} characters; at most {MAX_REASON_CHARS} are allowed"
+        ));
+    }
+    if reason.chars().any(char::is_control) {
+        return Err("--reason contains a control character (a newline?); give one line".into());
+    }
+    Ok(())
+}
+
+/// Leaves a request for the running executor.
+pub fn send(root: &Root, request: &Request) -> Result<(), String> {
+    let path = root.0.join(REQUEST_FILE);
+    let bytes = serde_json::to_vec(request).expect("a request serializes");
+    write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Whether a request is still waiting to be taken.
+pub fn waiting(root: &Root) -> bool {
+    root.0.join(REQUEST_FILE).exists()
+}
+
+/// Takes the waiting request, if any. One that cannot be read is removed and reported: it
+/// must not be retried forever.
+pub fn take(root: &Root) -> Option<Request> {
+    let path = root.0.join(REQUEST_FILE);
+    let request = match read_json::<Request>(&path) {
+        Ok(request) => request,
+        Err(e) => {
+            eprintln!("rollgate: ignoring a rollout request: {e}");
+            None
+        }
+    };
+    if path.exists() {
+        let _ = std::fs::remove_file(&path);
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_bounded_and_one_line() {
+        assert!(check_reason(&"x".repeat(500)).is_ok());
+        assert!(check_reason(&"é".repeat(500)).is_ok());
+        let long = check_reason(&"x".repeat(501)).unwrap_err();
+        assert!(long.contains("501 characters; at most 500"), "{long}");
+        assert!(check_reason("two\nlines").is_err());
+    }
+
+    #[test]
+    fn a_request_round_trips_and_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path().into());
+        let request = Request {
+            ask: Ask::Abort,
+            reason: "error budget".into(),
+            rollback: true,
+        };
+        send(&root, &request).unwrap();
+        assert!(waiting(&root));
+        assert_eq!(take(&root), Some(request));
+        assert_eq!(take(&root), None);
+        std::fs::write(dir.path().join(REQUEST_FILE), "{not json").unwrap();
+        assert_eq!(take(&root), None);
+        assert!(!waiting(&root), "a bad request is removed");
+    }
+}

@@ -1,0 +1,259 @@
+//! What a person sees of a rollout: the live line on a terminal and `rollgate rollout status`.
+//! Rendering only; every figure comes from the persisted [`Rollout`].
+
+use std::io::IsTerminal;
+
+use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
+use serde_json::{json, Value};
+
+use super::state::{Phase, Rollout, SlotState};
+use crate::deploy::state::ReplicaClass;
+use crate::log::output::Format;
+use crate::log::time::{format_duration, format_time};
+
+const STATES: [SlotState; 8] = [
+    SlotState::Pending,
+    SlotState::Upgrading,
+    SlotState::Succeeded,
+    SlotState::Failed,
+    SlotState::Skipped,
+    SlotState::RollingBack,
+    SlotState::RolledBack,
+    SlotState::LeftBehind,
+];
+
+fn state_name(state: SlotState) -> &'static str {
+    match state {
+        SlotState::Pending => "pending",
+        SlotState::Upgrading => "upgrading",
+        SlotState::Succeeded => "succeeded",
+        SlotState::Failed => "failed",
+        SlotState::Skipped => "skipped",
+        SlotState::RollingBack => "rolling_back",
+        SlotState::RolledBack => "rolled_back",
+        SlotState::LeftBehind => "left_behind",
+    }
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Running => "running",
+        Phase::Paused => "paused",
+        Phase::Completed => "completed",
+        Phase::Aborted => "aborted",
+    }
+}
+
+fn class_name(class: ReplicaClass) -> &'static str {
+    match class {
+        ReplicaClass::Required => "required",
+        ReplicaClass::BestEffort => "best_effort",
+        ReplicaClass::LeftBehind => "left_behind",
+    }
+}
+
+/// The live line on stderr while a rollout runs (a terminal only).
+pub struct Progress {
+    enabled: bool,
+}
+
+impl Progress {
+    pub fn new() -> Progress {
+        Progress {
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    pub fn show(&self, rollout: &Rollout) {
+        if self.enabled {
+            eprint!("\r\x1b[2K{}", line(rollout));
+        }
+    }
+
+    pub fn finish(&self) {
+        if self.enabled {
+            eprintln!();
+        }
+    }
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress::new()
+    }
+}
+
+/// `to v2 · wave 2/4 · 3 upgrading, 5 succeeded, 0 failed · surge 2/3 · unavailable 0/0`
+pub fn line(rollout: &Rollout) -> String {
+    let upgrading = |in_place: bool| {
+        rollout
+            .slots
+            .iter()
+            .filter(|s| s.state == SlotState::Upgrading && s.left_pool == in_place)
+            .count()
+    };
+    let counts: Vec<String> = STATES
+        .iter()
+        .filter(|s| rollout.count(**s) > 0)
+        .map(|s| format!("{} {}", rollout.count(*s), state_name(*s)))
+        .collect();
+    format!(
+        "{} to {} · {} · wave {}/{} · {} · surge {}/{} · unavailable {}/{}",
+        rollout.id,
+        rollout.to,
+        phase_name(rollout.phase),
+        (rollout.wave + 1).min(rollout.waves.len()),
+        rollout.waves.len(),
+        counts.join(", "),
+        upgrading(false),
+        rollout.settings.surge,
+        upgrading(true),
+        rollout.settings.unavailable,
+    )
+}
+
+/// Required replicas that have not confirmed the new version yet.
+fn required_waiting(rollout: &Rollout) -> Vec<usize> {
+    rollout
+        .slots
+        .iter()
+        .filter(|s| {
+            s.class == ReplicaClass::Required
+                && !matches!(
+                    s.state,
+                    SlotState::Succeeded | SlotState::Skipped | SlotState::LeftBehind
+                )
+        })
+        .map(|s| s.slot)
+        .collect()
+}
+
+pub fn status_json(rollout: &Rollout, now: f64) -> Value {
+    let counts: serde_json::Map<String, Value> = STATES
+        .iter()
+        .map(|s| (state_name(*s).to_string(), json!(rollout.count(*s))))
+        .collect();
+    let deadline_left = (!rollout.is_over())
+        .then(|| ((rollout.settings.release_deadline - now).max(0.0) * 1000.0) as u64);
+    json!({
+        "id": rollout.id,
+        "service": rollout.service,
+        "from": rollout.from,
+        "version": rollout.to,
+        "state": phase_name(rollout.phase),
+        "started_at": rollout.started_at,
+        "replicas": rollout.settings.replicas,
+        "surge": rollout.settings.surge,
+        "unavailable": rollout.settings.unavailable,
+        "wave_percents": rollout.settings.wave_percents,
+        "waves": rollout.waves,
+        "current_wave": rollout.wave.min(rollout.waves.len().saturating_sub(1)),
+        "max_failure_ratio": rollout.settings.max_failure_ratio,
+        "soak_ms": rollout.settings.soak_ms,
+        "counts": counts,
+        "pause_reason": rollout.pause_reason,
+        "abort_cause": rollout.abort_cause,
+        "required_waiting": required_waiting(rollout),
+        "release_deadline_left_ms": deadline_left,
+        "slots": rollout.slots.iter().map(|s| json!({
+            "slot": s.slot,
+            "class": class_name(s.class),
+            "wave": s.wave,
+            "state": state_name(s.state),
+            "from_version": s.from_version,
+            "version": s.live.as_ref().map(|l| &l.version),
+            "port": s.live.as_ref().map(|l| l.port),
+            "pid": s.live.as_ref().map(|l| l.pid),
+            "started": s.started,
+            "finished": s.finished,
+            "error": s.error,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn status(rollout: &Rollout, format: Format, now: f64) -> String {
+    if format == Format::Json {
+        let mut text =
+            serde_json::to_string_pretty(&status_json(rollout, now)).expect("json serializes");
+        text.push('\n');
+        return text;
+    }
+    let mut out = String::new();
+    let from = rollout.from.as_deref().unwrap_or("nothing");
+    out.push_str(&format!(
+        "rollout {} of {}: {from} → {}, {}\n",
+        rollout.id,
+        rollout.service,
+        rollout.to,
+        phase_name(rollout.phase)
+    ));
+    let sizes: Vec<String> = rollout.waves.iter().map(|w| w.len().to_string()).collect();
+    out.push_str(&format!(
+        "waves: {} replicas ({}); current wave {} of {}; soak {}; max failure ratio {}\n",
+        sizes.join(" + "),
+        rollout
+            .settings
+            .wave_percents
+            .iter()
+            .map(|p| format!("{p}%"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        rollout.wave.min(rollout.waves.len().saturating_sub(1)),
+        rollout.waves.len(),
+        format_duration(rollout.settings.soak_ms as f64 / 1000.0),
+        rollout.settings.max_failure_ratio,
+    ));
+    let counts: Vec<String> = STATES
+        .iter()
+        .map(|s| format!("{} {}", rollout.count(*s), state_name(*s)))
+        .collect();
+    out.push_str(&format!("replicas: {}\n", counts.join(", ")));
+    if let Some(reason) = &rollout.pause_reason {
+        out.push_str(&format!("paused: {reason}\n"));
+    }
+    if let Some(cause) = &rollout.abort_cause {
+        let slot = cause.slot.map_or(String::new(), |s| format!("slot {s}, "));
+        out.push_str(&format!(
+            "abort cause: {} ({slot}{})\n",
+            cause.reason, cause.phase
+        ));
+    }
+    let waiting = required_waiting(rollout);
+    if !rollout.is_over() && !waiting.is_empty() {
+        let left = (rollout.settings.release_deadline - now).max(0.0);
+        out.push_str(&format!(
+            "required replicas to confirm: {} (release deadline in {})\n",
+            waiting
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            format_duration(left)
+        ));
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header([
+            "slot", "class", "wave", "state", "from", "serving", "started", "finished", "error",
+        ]);
+    for s in &rollout.slots {
+        table.add_row([
+            s.slot.to_string(),
+            class_name(s.class).to_string(),
+            s.wave.map_or("-".into(), |w| w.to_string()),
+            state_name(s.state).to_string(),
+            s.from_version.clone().unwrap_or_else(|| "-".into()),
+            s.live
+                .as_ref()
+                .map_or("-".into(), |l| format!("{} :{}", l.version, l.port)),
+            s.started.map_or("-".into(), format_time),
+            s.finished.map_or("-".into(), format_time),
+            s.error.clone().unwrap_or_default(),
+        ]);
+    }
+    out.push_str(&table.to_string());
+    out.push('\n');
+    out
+}

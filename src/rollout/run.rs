@@ -1,0 +1,836 @@
+//! The executor: performs what [`step`] decides, one action at a time, and turns what it sees
+//! (gates, the soak, signals, requests from another shell) into the next events.
+//!
+//! Order of every change, so that a crash at any moment leaves nothing unnamed: the rollout is
+//! saved first (a process is recorded, with its token, before it is spawned; a process leaving
+//! the pool is recorded as retiring before the pool changes), then the pool (`replicas.json`)
+//! is replaced, then processes are drained and stopped, then the rollout is saved again.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::task::JoinHandle;
+
+use super::control;
+use super::render;
+use super::state::{self, Phase, Process, Rollout, SlotState};
+use super::step::{step, Action, Event, Note};
+use crate::deploy::journal::{self, Event as LogEvent};
+use crate::deploy::plan::Probe;
+use crate::deploy::process::{self, Identity};
+use crate::deploy::signals::Signals;
+use crate::deploy::state::{Pointer, Root};
+use crate::deploy::{drain_before_stop, probe, DeployError, PROBE_TIMEOUT};
+use crate::release::Signed;
+
+/// How often the executor looks for a pause, resume or abort asked from another shell.
+const CONTROL_POLL: Duration = Duration::from_millis(100);
+
+/// Why a replica process is being gated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// The new version, for the rollout.
+    Upgrade,
+    /// The slot's previous version, after its new process failed once it had left the pool.
+    BringBack,
+    /// The slot's previous version, for an abort with rollback.
+    Restore,
+}
+
+struct Task {
+    purpose: Purpose,
+    token: String,
+    handle: JoinHandle<()>,
+}
+
+enum Message {
+    Gate {
+        slot: usize,
+        token: String,
+        result: Result<(), String>,
+    },
+    Soak(Event),
+}
+
+/// What the executor needs beyond the persisted rollout.
+pub struct Context {
+    pub root: Root,
+    /// The new version's executable (the verified copy of a signed release).
+    pub executable: PathBuf,
+    pub signed: Option<Signed>,
+}
+
+pub struct Executor {
+    context: Context,
+    rollout: Rollout,
+    tasks: HashMap<usize, Task>,
+    restores: VecDeque<usize>,
+    queued: VecDeque<Event>,
+    soak: Option<JoinHandle<()>>,
+    sender: UnboundedSender<Message>,
+    receiver: UnboundedReceiver<Message>,
+    spawned: u64,
+    progress: render::Progress,
+}
+
+fn failed(message: impl Into<String>) -> DeployError {
+    DeployError::Failed(message.into())
+}
+
+impl Executor {
+    pub fn new(context: Context, rollout: Rollout) -> Executor {
+        let (sender, receiver) = unbounded_channel();
+        Executor {
+            context,
+            rollout,
+            tasks: HashMap::new(),
+            restores: VecDeque::new(),
+            queued: VecDeque::new(),
+            soak: None,
+            sender,
+            receiver,
+            spawned: 0,
+            progress: render::Progress::new(),
+        }
+    }
+
+    pub fn rollout(&self) -> &Rollout {
+        &self.rollout
+    }
+
+    /// Restarts what recovery found half-done: previous versions to bring back, restores.
+    pub async fn redo(mut self, redo: super::recover::Redo) -> Result<Executor, DeployError> {
+        for slot in redo.bring_back {
+            if let Some(from) = self.rollout.slot(slot).from_version.clone() {
+                self.start(slot, Purpose::BringBack, from).await?;
+            }
+        }
+        self.restores.extend(redo.restore);
+        self.start_restores().await?;
+        Ok(self)
+    }
+
+    /// Runs until the rollout completes, pauses or aborts and every revert and restore is
+    /// done. Returns the phase it ended in.
+    pub async fn run(mut self, first: Event, signals: &mut Signals) -> Result<Phase, DeployError> {
+        self.handle(first).await?;
+        let mut control = tokio::time::interval(CONTROL_POLL);
+        let deadline = instant_after(self.rollout.settings.release_deadline);
+        let mut deadline_seen = false;
+        while !self.finished() {
+            tokio::select! {
+                Some(message) = self.receiver.recv() => self.on_message(message).await?,
+                name = signals.recv() => {
+                    if self.rollout.phase == Phase::Running {
+                        self.handle(Event::Pause { reason: format!("interrupted by {name}") }).await?;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline), if !deadline_seen => {
+                    deadline_seen = true;
+                    self.handle(Event::Tick).await?;
+                }
+                _ = control.tick() => {
+                    if let Some(request) = control::take(&self.context.root) {
+                        self.handle(request.event()).await?;
+                    }
+                }
+            }
+        }
+        self.progress.finish();
+        Ok(self.rollout.phase)
+    }
+
+    fn finished(&self) -> bool {
+        self.rollout.phase != Phase::Running && self.tasks.is_empty() && self.restores.is_empty()
+    }
+
+    /// One event and everything it leads to: decide, save, act.
+    async fn handle(&mut self, event: Event) -> Result<(), DeployError> {
+        self.queued.push_back(event);
+        while let Some(event) = self.queued.pop_front() {
+            let actions = step(&mut self.rollout, event, journal::now());
+            self.save()?;
+            for action in actions {
+                self.perform(action).await?;
+            }
+            self.start_restores().await?;
+            self.progress.show(&self.rollout);
+        }
+        Ok(())
+    }
+
+    fn save(&self) -> Result<(), DeployError> {
+        state::save(&self.context.root, &self.rollout).map_err(failed)
+    }
+
+    async fn perform(&mut self, action: Action) -> Result<(), DeployError> {
+        match action {
+            Action::StartBeside { slot } => {
+                let version = self.rollout.to.clone();
+                self.start(slot, Purpose::Upgrade, version).await
+            }
+            Action::StartInPlace { slot } => {
+                self.retire_live(slot).await?;
+                let version = self.rollout.to.clone();
+                self.start(slot, Purpose::Upgrade, version).await
+            }
+            Action::Swap { slot } => self.swap_in(slot).await,
+            Action::Revert { slot } => self.revert(slot).await,
+            Action::Restore { slot } => {
+                self.restores.push_back(slot);
+                Ok(())
+            }
+            Action::SoakUntil(until) => {
+                self.start_soak(until);
+                Ok(())
+            }
+            Action::Log(note) => self.log_note(&note),
+            Action::Stop => {
+                if let Some(soak) = self.soak.take() {
+                    soak.abort();
+                }
+                self.finish_outcome()
+            }
+        }
+    }
+
+    /// Records a process for the slot, then spawns and gates it.
+    async fn start(
+        &mut self,
+        slot: usize,
+        purpose: Purpose,
+        version: String,
+    ) -> Result<(), DeployError> {
+        let Some(port) = self.free_port() else {
+            let (first, last) = self.rollout.settings.ports;
+            return self
+                .gate_failed(
+                    slot,
+                    purpose,
+                    format!("no free port in {first}-{last} for replica {slot}"),
+                )
+                .await;
+        };
+        self.spawned += 1;
+        let token = format!(
+            "{}-{slot}-{}.{}",
+            self.rollout.id,
+            std::process::id(),
+            self.spawned
+        );
+        let mut recorded = Process {
+            version: version.clone(),
+            port,
+            pid: 0,
+            start_time: 0,
+            token: token.clone(),
+        };
+        self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
+        self.save()?;
+        let root = &self.context.root;
+        let executable = self.executable_for(&version);
+        let output = root.replica_output_path(&version, &self.rollout.service, slot);
+        let child = process::spawn(&process::Launch {
+            executable: &executable,
+            workdir: &root.release_dir(&version),
+            output: &output,
+            port,
+            version: &version,
+            token: &token,
+            slot: Some(slot),
+        });
+        let child = match child {
+            Ok(child) => child,
+            Err(e) => {
+                self.rollout.slot_mut(slot).candidate = None;
+                self.save()?;
+                let reason = format!("cannot start {}: {e}", executable.display());
+                return self.gate_failed(slot, purpose, reason).await;
+            }
+        };
+        let pid = child.id().map_or(0, |p| p as i32);
+        recorded.pid = pid;
+        recorded.start_time = Identity::of(pid).map_or(0, |i| i.start_time);
+        self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
+        self.save()?;
+        let wave = self.rollout.slot(slot).wave;
+        self.log(
+            LogEvent::ReplicaStarted,
+            &recorded,
+            Some(slot),
+            wave,
+            format!(
+                "replica {slot}: {version} on port {port} (pid {pid}){}",
+                match purpose {
+                    Purpose::Upgrade => "",
+                    Purpose::BringBack => "; its previous version, back after a failure",
+                    Purpose::Restore => "; the baseline, for the rollback",
+                }
+            ),
+        )?;
+        let timing = GateTiming::of(&self.rollout);
+        let sender = self.sender.clone();
+        let task_token = token.clone();
+        let handle = tokio::spawn(async move {
+            let result = gate(child, port, timing).await;
+            let _ = sender.send(Message::Gate {
+                slot,
+                token: task_token,
+                result,
+            });
+        });
+        self.tasks.insert(
+            slot,
+            Task {
+                purpose,
+                token,
+                handle,
+            },
+        );
+        Ok(())
+    }
+
+    /// A gate that could not even start: the same paths as one that failed.
+    async fn gate_failed(
+        &mut self,
+        slot: usize,
+        purpose: Purpose,
+        reason: String,
+    ) -> Result<(), DeployError> {
+        match purpose {
+            Purpose::Upgrade => {
+                self.queued.push_back(Event::Failed { slot, reason });
+                Ok(())
+            }
+            Purpose::Restore => {
+                self.queued.push_back(Event::Failed { slot, reason });
+                Ok(())
+            }
+            Purpose::BringBack => self.brought_back_failed(slot, reason),
+        }
+    }
+
+    async fn on_message(&mut self, message: Message) -> Result<(), DeployError> {
+        match message {
+            Message::Soak(event) => self.handle(event).await,
+            Message::Gate {
+                slot,
+                token,
+                result,
+            } => {
+                // A gate cancelled by a revert may have answered just before it was aborted.
+                if self.tasks.get(&slot).is_none_or(|t| t.token != token) {
+                    return Ok(());
+                }
+                let task = self.tasks.remove(&slot).expect("checked above");
+                match (task.purpose, result) {
+                    (Purpose::Upgrade, Ok(())) => self.handle(Event::Ready { slot }).await,
+                    (Purpose::Upgrade, Err(reason)) => {
+                        self.handle(Event::Failed { slot, reason }).await
+                    }
+                    (Purpose::BringBack, Ok(())) => {
+                        self.swap_in(slot).await?;
+                        self.log_restored(slot)
+                    }
+                    (Purpose::BringBack, Err(reason)) => {
+                        self.stop_candidate(slot).await?;
+                        self.brought_back_failed(slot, reason)
+                    }
+                    (Purpose::Restore, Ok(())) => {
+                        self.swap_in(slot).await?;
+                        self.log_restored(slot)?;
+                        self.handle(Event::Restored { slot }).await
+                    }
+                    (Purpose::Restore, Err(reason)) => {
+                        self.stop_candidate(slot).await?;
+                        self.handle(Event::Failed { slot, reason }).await
+                    }
+                }
+            }
+        }
+    }
+
+    fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), DeployError> {
+        let s = self.rollout.slot_mut(slot);
+        let message = format!("its previous version did not come back: {reason}");
+        s.error = Some(match s.error.take() {
+            Some(first) => format!("{first}; {message}"),
+            None => message.clone(),
+        });
+        let wave = s.wave;
+        self.save()?;
+        let to = self.rollout.to.clone();
+        self.log_plain(LogEvent::ReplicaFailed, &to, Some(slot), wave, message)
+    }
+
+    fn log_restored(&mut self, slot: usize) -> Result<(), DeployError> {
+        let s = self.rollout.slot(slot);
+        let Some(live) = s.live.clone() else {
+            return Ok(());
+        };
+        let wave = s.wave;
+        self.log(
+            LogEvent::ReplicaRestored,
+            &live,
+            Some(slot),
+            wave,
+            format!(
+                "replica {slot} back on {} (port {}, pid {})",
+                live.version, live.port, live.pid
+            ),
+        )
+    }
+
+    /// The slot's gated process joins the pool; the one it replaces is drained and stopped.
+    async fn swap_in(&mut self, slot: usize) -> Result<(), DeployError> {
+        let s = self.rollout.slot_mut(slot);
+        let Some(new) = s.candidate.take() else {
+            return Ok(());
+        };
+        s.retiring = s.live.replace(new);
+        self.save()?;
+        self.write_pool()?;
+        self.stop_retiring(slot).await
+    }
+
+    /// Takes the slot's live process out of the pool, then drains and stops it.
+    async fn retire_live(&mut self, slot: usize) -> Result<(), DeployError> {
+        let s = self.rollout.slot_mut(slot);
+        let Some(live) = s.live.take() else {
+            return Ok(());
+        };
+        s.retiring = Some(live);
+        self.save()?;
+        self.write_pool()?;
+        self.stop_retiring(slot).await
+    }
+
+    async fn stop_retiring(&mut self, slot: usize) -> Result<(), DeployError> {
+        let Some(old) = self.rollout.slot(slot).retiring.clone() else {
+            return Ok(());
+        };
+        let settings = &self.rollout.settings;
+        drain_before_stop(&self.context.root, old.port, settings.drain_ms).await;
+        process::stop_group(old.identity(), Duration::from_millis(settings.grace_ms)).await;
+        self.rollout.slot_mut(slot).retiring = None;
+        self.save()
+    }
+
+    async fn stop_candidate(&mut self, slot: usize) -> Result<(), DeployError> {
+        if let Some(task) = self.tasks.remove(&slot) {
+            task.handle.abort();
+        }
+        let Some(candidate) = self.rollout.slot(slot).candidate.clone() else {
+            return Ok(());
+        };
+        let grace = Duration::from_millis(self.rollout.settings.grace_ms);
+        if candidate.pid > 0 {
+            process::stop_group(candidate.identity(), grace).await;
+        } else {
+            for who in process::find_by_token(&candidate.token) {
+                process::stop_group(who, grace).await;
+            }
+        }
+        self.rollout.slot_mut(slot).candidate = None;
+        self.save()
+    }
+
+    /// The slot's new process failed or is no longer wanted: stop it; the previous version
+    /// serves the slot again, started anew if it had left the pool.
+    async fn revert(&mut self, slot: usize) -> Result<(), DeployError> {
+        self.stop_candidate(slot).await?;
+        let to = self.rollout.to.clone();
+        let s = self.rollout.slot(slot);
+        let from = s.from_version.clone();
+        if s.live.as_ref().is_some_and(|l| l.version == to) && from.as_deref() != Some(&to) {
+            // Swapped in, then failed in the soak.
+            self.retire_live(slot).await?;
+        }
+        let s = self.rollout.slot(slot);
+        if s.live.is_none() {
+            if let Some(from) = from {
+                return self.start(slot, Purpose::BringBack, from).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Restores run within the surge budget (or, with none, the unavailable one).
+    async fn start_restores(&mut self) -> Result<(), DeployError> {
+        let settings = &self.rollout.settings;
+        let beside = settings.surge > 0;
+        let at_once = if beside {
+            settings.surge
+        } else {
+            settings.unavailable.max(1)
+        };
+        while !self.restores.is_empty()
+            && self
+                .tasks
+                .values()
+                .filter(|t| t.purpose == Purpose::Restore)
+                .count()
+                < at_once
+        {
+            let Some(slot) = self.restores.pop_front() else {
+                break;
+            };
+            match self.rollout.slot(slot).from_version.clone() {
+                // A slot the rollout added: the baseline has no replica there.
+                None => {
+                    self.retire_live(slot).await?;
+                    self.queued.push_back(Event::Restored { slot });
+                }
+                Some(from) => {
+                    if !beside {
+                        self.retire_live(slot).await?;
+                    }
+                    self.start(slot, Purpose::Restore, from).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn start_soak(&mut self, until: f64) {
+        if let Some(old) = self.soak.take() {
+            old.abort();
+        }
+        let watched: Vec<(usize, Process)> = self
+            .rollout
+            .slots
+            .iter()
+            .filter(|s| s.state == SlotState::Succeeded)
+            .filter_map(|s| Some((s.slot, s.live.clone()?)))
+            .filter(|(_, p)| p.version == self.rollout.to)
+            .collect();
+        let poll = Duration::from_millis(self.rollout.settings.poll_ms);
+        let sender = self.sender.clone();
+        self.soak = Some(tokio::spawn(soak(watched, until, poll, sender)));
+    }
+
+    /// The lowest port of the range that no recorded process holds and that binds now.
+    fn free_port(&self) -> Option<u16> {
+        let held: Vec<u16> = self.rollout.processes().map(|p| p.port).collect();
+        let (first, last) = self.rollout.settings.ports;
+        (first..=last).find(|port| {
+            !held.contains(port) && std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok()
+        })
+    }
+
+    fn executable_for(&self, version: &str) -> PathBuf {
+        let root = &self.context.root;
+        if version == self.rollout.to {
+            return self.context.executable.clone();
+        }
+        // A signed release that once ran here runs from the copy that was verified then.
+        let verified = root
+            .0
+            .join(".verified")
+            .join(version)
+            .join(&self.rollout.service);
+        if verified.is_file() {
+            verified
+        } else {
+            root.executable(version, &self.rollout.service)
+        }
+    }
+
+    /// `replicas.json` for the proxy, and `current` naming the first live replica for readers
+    /// that know one release (status, the lab).
+    fn write_pool(&self) -> Result<(), DeployError> {
+        write_pool(&self.context.root, &self.rollout)
+    }
+
+    fn log_note(&mut self, note: &Note) -> Result<(), DeployError> {
+        if note.event.is_outcome() {
+            return self.log_outcome(note.event, note.detail.clone());
+        }
+        let detail = match (note.event, note.slot) {
+            (LogEvent::ReplicaReady, Some(slot)) => format!("replica {slot} ready; in the pool"),
+            (LogEvent::ReplicaFailed, Some(slot)) => format!("replica {slot}: {}", note.detail),
+            _ => note.detail.clone(),
+        };
+        let to = self.rollout.to.clone();
+        self.log_plain(note.event, &to, note.slot, note.wave, detail)
+    }
+
+    /// `promoted` or `rolled_back`, once per rollout (its id is the token).
+    fn log_outcome(&self, event: LogEvent, detail: String) -> Result<(), DeployError> {
+        log_outcome(&self.context.root, &self.rollout, event, detail)
+    }
+
+    /// At the end: the floor of a signed release is raised once it is live everywhere.
+    fn finish_outcome(&self) -> Result<(), DeployError> {
+        if self.rollout.phase == Phase::Completed {
+            if let Some(signed) = &self.context.signed {
+                crate::release::write_floor(&self.context.root.0, signed).map_err(|e| {
+                    failed(format!(
+                        "completed, but the release floor was not raised: {e}"
+                    ))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn log(
+        &self,
+        event: LogEvent,
+        process: &Process,
+        slot: Option<usize>,
+        wave: Option<usize>,
+        detail: String,
+    ) -> Result<(), DeployError> {
+        append(
+            &self.context.root,
+            &journal::Entry {
+                ts: journal::now(),
+                event,
+                version: &process.version,
+                detail,
+                service: &self.rollout.service,
+                port: Some(process.port),
+                pid: (process.pid > 0).then_some(process.pid),
+                elapsed_ms: None,
+                token: Some(&process.token),
+                sequence: None,
+                manifest_sha256: None,
+                slot,
+                wave,
+            },
+        )
+    }
+
+    fn log_plain(
+        &self,
+        event: LogEvent,
+        version: &str,
+        slot: Option<usize>,
+        wave: Option<usize>,
+        detail: String,
+    ) -> Result<(), DeployError> {
+        append(
+            &self.context.root,
+            &journal::Entry {
+                ts: journal::now(),
+                event,
+                version,
+                detail,
+                service: &self.rollout.service,
+                port: None,
+                pid: None,
+                elapsed_ms: None,
+                token: Some(&self.rollout.id),
+                sequence: None,
+                manifest_sha256: None,
+                slot,
+                wave,
+            },
+        )
+    }
+}
+
+pub(crate) fn append(root: &Root, entry: &journal::Entry) -> Result<(), DeployError> {
+    journal::append(&root.log_path(), entry).map_err(|e| {
+        failed(format!(
+            "cannot append to {}: {e}",
+            root.log_path().display()
+        ))
+    })
+}
+
+/// `promoted` or `rolled_back` for a rollout, unless one was already written under its id (by
+/// a run that crashed between the line and the next save).
+pub(crate) fn log_outcome(
+    root: &Root,
+    rollout: &Rollout,
+    event: LogEvent,
+    detail: String,
+) -> Result<(), DeployError> {
+    let written = journal::outcome_for(&root.log_path(), &rollout.id, rollout.started_at)
+        .map_err(|e| failed(format!("cannot read {}: {e}", root.log_path().display())))?;
+    if written.is_some() {
+        return Ok(());
+    }
+    let now = journal::now();
+    append(
+        root,
+        &journal::Entry {
+            ts: now,
+            event,
+            version: &rollout.to,
+            detail,
+            service: &rollout.service,
+            port: None,
+            pid: None,
+            elapsed_ms: Some(((now - rollout.started_at).max(0.0) * 1000.0) as u64),
+            token: Some(&rollout.id),
+            sequence: None,
+            manifest_sha256: None,
+            slot: rollout.abort_cause.as_ref().and_then(|c| c.slot),
+            wave: Some(rollout.wave.min(rollout.waves.len().saturating_sub(1))),
+        },
+    )
+}
+
+/// Replaces `replicas.json`, then `current` (the first live replica), each atomically.
+pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<(), DeployError> {
+    let pool = rollout.pool();
+    root.write_replicas(&pool).map_err(|e| {
+        failed(format!(
+            "cannot write {}: {e}",
+            root.replicas_path().display()
+        ))
+    })?;
+    if let Some(first) = pool.replicas.first() {
+        let pointer = Pointer {
+            service: rollout.service.clone(),
+            version: first.version.clone(),
+            port: first.port,
+            pid: first.pid,
+            start_time: first.start_time,
+            promoted_at: journal::now(),
+        };
+        let unchanged = root.read_pointer().ok().flatten().is_some_and(|p| {
+            p.version == pointer.version && p.pid == pointer.pid && p.port == pointer.port
+        });
+        if !unchanged {
+            root.write_pointer(&pointer).map_err(|e| {
+                failed(format!(
+                    "cannot write {}: {e}",
+                    root.pointer_path().display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The monotonic instant just after Unix time `at`: the log's clock has millisecond steps, so a
+/// timer that fires exactly at `at` could see a `now` still below it and decide nothing.
+fn instant_after(at: f64) -> tokio::time::Instant {
+    let wait = (at - journal::now()).max(0.0) + 0.005;
+    tokio::time::Instant::now() + Duration::from_secs_f64(wait.min(MAX_WAIT_SECS))
+}
+
+/// A timer never waits longer than a day (release deadlines are bounded by the contract).
+const MAX_WAIT_SECS: f64 = 86_400.0 * 2.0;
+
+/// The gate's numbers, copied out of the rollout for a task that outlives a borrow.
+#[derive(Debug, Clone, Copy)]
+struct GateTiming {
+    deadline: Duration,
+    poll: Duration,
+    min_ready: Duration,
+}
+
+impl GateTiming {
+    fn of(rollout: &Rollout) -> GateTiming {
+        let s = &rollout.settings;
+        GateTiming {
+            deadline: Duration::from_millis(s.progress_deadline_ms),
+            poll: Duration::from_millis(s.poll_ms),
+            min_ready: Duration::from_millis(s.min_ready_ms),
+        }
+    }
+}
+
+/// A single deploy's gate for one replica: `/readyz` = 200 before the deadline (the process
+/// must not exit), then ready at every poll for `min_ready`. The reasons use the deploy's words.
+async fn gate(
+    mut child: tokio::process::Child,
+    port: u16,
+    timing: GateTiming,
+) -> Result<(), String> {
+    let started = tokio::time::Instant::now();
+    let deadline = started + timing.deadline;
+    let exit_words = |status: std::io::Result<std::process::ExitStatus>| match status {
+        Ok(status) => status.to_string(),
+        Err(e) => format!("an unknown status ({e})"),
+    };
+    let mut ticker = tokio::time::interval(timing.poll);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                return Err(format!("candidate exited with {} before ready", exit_words(status)));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(format!("not ready after {} ms", timing.deadline.as_millis()));
+            }
+            _ = ticker.tick() => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if probe::readyz(port, left.min(PROBE_TIMEOUT)).await == Probe::Status(200) {
+                    break;
+                }
+            }
+        }
+    }
+    let ready_at = tokio::time::Instant::now();
+    let held = ready_at + timing.min_ready;
+    let since = |at: tokio::time::Instant| at.duration_since(ready_at).as_millis();
+    loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                return Err(format!(
+                    "candidate exited with {} {} ms after it was first ready",
+                    exit_words(status),
+                    since(tokio::time::Instant::now())
+                ));
+            }
+            _ = tokio::time::sleep_until(held) => return Ok(()),
+            _ = ticker.tick() => {
+                let probe = probe::readyz(port, PROBE_TIMEOUT).await;
+                if probe != Probe::Status(200) {
+                    return Err(format!(
+                        "stopped being ready ({probe}) {} ms after it was first ready",
+                        since(tokio::time::Instant::now())
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
+/// answering ready has failed. Then a `Tick` ends the soak.
+async fn soak(
+    mut watched: Vec<(usize, Process)>,
+    until: f64,
+    poll: Duration,
+    sender: UnboundedSender<Message>,
+) {
+    let end = instant_after(until);
+    let mut ticker = tokio::time::interval(poll);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => break,
+            _ = ticker.tick() => {}
+        }
+        let mut still = Vec::new();
+        for (slot, process) in watched {
+            let reason = if !process.identity().is_running() {
+                Some("exited during the soak".to_string())
+            } else {
+                match probe::readyz(process.port, PROBE_TIMEOUT).await {
+                    Probe::Status(200) => None,
+                    other => Some(format!("stopped being ready during the soak ({other})")),
+                }
+            };
+            match reason {
+                Some(reason) => {
+                    let _ = sender.send(Message::Soak(Event::Failed { slot, reason }));
+                }
+                None => still.push((slot, process)),
+            }
+        }
+        watched = still;
+    }
+    let _ = sender.send(Message::Soak(Event::Tick));
+}
