@@ -342,6 +342,7 @@ fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
         },
         everything: false,
         release_fields: false,
+        rollout_fields: false,
     })
 }
 

@@ -338,6 +338,35 @@ fn a_wave_that_fails_pauses_itself_and_abort_with_rollback_returns_every_replica
     assert_eq!(count_events(&site, "rolled_back", "v3"), 1);
     assert_eq!(count_events(&site, "promoted", "v3"), 0);
     assert_eq!(summary(&site)["live"], "v1");
+    // History and stats tell the rollout by its waves.
+    let out = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let v3 = rows.iter().find(|r| r["version"] == "v3").unwrap();
+    assert_eq!(v3["outcome"], "rolled_back");
+    assert_eq!(v3["waves"], 2, "waves 0 and 1 completed");
+    assert_eq!(v3["failures_per_wave"], "0, 0, 1");
+    assert_eq!(v3["pauses"], 1);
+    let out = rollgate()
+        .args(["log", "stats", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &stats["rollouts"];
+    assert_eq!(
+        (&r["rollouts"], &r["completed"], &r["aborted"]),
+        (&2.into(), &1.into(), &1.into())
+    );
+    assert_eq!(r["replica_failures"], 1);
+    assert_eq!(r["pauses"], 1);
+    assert_eq!(r["wave_time"]["count"], 6, "4 waves of v1, 2 of v3");
     // An aborted rollout changes no more.
     let out = control(&site, &["resume"]);
     assert_eq!(out.status.code(), Some(2));

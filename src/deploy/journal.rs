@@ -30,7 +30,23 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn as_str(self) -> &'static str {
+    /// Every event, for readers that recognise names without allocating.
+    pub const ALL: [Event; 12] = [
+        Event::CandidateStarted,
+        Event::Promoted,
+        Event::RolledBack,
+        Event::Escalated,
+        Event::RolloutStarted,
+        Event::ReplicaStarted,
+        Event::ReplicaReady,
+        Event::ReplicaFailed,
+        Event::ReplicaRestored,
+        Event::WaveCompleted,
+        Event::RolloutPaused,
+        Event::RolloutResumed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             Event::CandidateStarted => "candidate_started",
             Event::Promoted => "promoted",
@@ -48,7 +64,7 @@ impl Event {
     }
 
     /// Ends an attempt; recorded once per deploy token.
-    pub fn is_outcome(self) -> bool {
+    pub const fn is_outcome(self) -> bool {
         matches!(self, Event::Promoted | Event::RolledBack)
     }
 }

@@ -103,6 +103,46 @@ pub fn attempts(attempts: &[Attempt]) -> PolarsResult<DataFrame> {
         columns.push(Series::new("sequence".into(), sequences).into_column());
         columns.push(text_column("manifest_sha256", &digests));
     }
+    // Rollouts' columns likewise only where the log has a rollout.
+    if attempts.iter().any(|a| a.rollout.is_some()) {
+        let facts = |f: fn(&super::history::RolloutFacts) -> String| {
+            attempts
+                .iter()
+                .map(|a| a.rollout.as_ref().map(f))
+                .collect::<Vec<_>>()
+        };
+        let waves: Vec<Option<u64>> = attempts
+            .iter()
+            .map(|a| a.rollout.as_ref().map(|r| r.waves_done as u64))
+            .collect();
+        let pauses: Vec<Option<u64>> = attempts
+            .iter()
+            .map(|a| a.rollout.as_ref().map(|r| r.pauses as u64))
+            .collect();
+        columns.push(text_column("rollout", &facts(|r| r.id.clone())));
+        columns.push(Series::new("waves".into(), waves).into_column());
+        columns.push(text_column(
+            "wave_times_s",
+            &facts(|r| {
+                r.wave_times
+                    .iter()
+                    .map(|t| t.map_or("-".into(), |t| format!("{t:.2}")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
+        ));
+        columns.push(text_column(
+            "failures_per_wave",
+            &facts(|r| {
+                r.failures
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
+        ));
+        columns.push(Series::new("pauses".into(), pauses).into_column());
+    }
     DataFrame::new(attempts.len(), columns)
 }
 

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use super::read::Log;
-use super::summary::{reason_of, PROMOTED, ROLLED_BACK, STARTED};
+use super::summary::{reason_of, PROMOTED, ROLLED_BACK, ROLLOUT_STARTED, STARTED};
+use crate::deploy::journal::Event;
 
-pub const ESCALATED: &str = "escalated";
+pub const ESCALATED: &str = Event::Escalated.as_str();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -46,6 +47,37 @@ pub struct Attempt {
     /// For a signed release: its sequence and the SHA-256 of its manifest body.
     pub sequence: Option<u64>,
     pub manifest_sha256: Option<String>,
+    /// For a rollout of several replicas: how its waves went.
+    pub rollout: Option<RolloutFacts>,
+}
+
+/// A rollout's waves as its log lines tell them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RolloutFacts {
+    pub id: String,
+    /// Waves that completed.
+    pub waves_done: usize,
+    /// Per wave: from its first replica's start to its completion (soak excluded), seconds.
+    pub wave_times: Vec<Option<f64>>,
+    /// Per wave: replicas that failed.
+    pub failures: Vec<usize>,
+    pub pauses: usize,
+}
+
+impl RolloutFacts {
+    fn wave(&mut self, wave: usize) -> usize {
+        if self.wave_times.len() <= wave {
+            self.wave_times.resize(wave + 1, None);
+            self.failures.resize(wave + 1, 0);
+        }
+        wave
+    }
+}
+
+/// A rollout's id from a line's token: the rollout's own lines carry the id, a replica's
+/// process lines `<id>-<slot>-<n>`.
+fn rollout_id(token: &str) -> &str {
+    token.split('-').next().unwrap_or(token)
 }
 
 impl Attempt {
@@ -80,9 +112,16 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
     let mut open: HashMap<Option<&str>, usize> = HashMap::new();
     let mut earlier_open: Vec<Option<usize>> = Vec::new();
     let mut live: Option<usize> = None;
+    // Rollouts by id: the attempt that holds their facts, and when each wave began.
+    let mut rollouts: HashMap<String, (usize, Vec<Option<f64>>)> = HashMap::new();
     for i in 0..log.len() {
         let version = log.version[i].as_deref();
         let ts = log.ts[i];
+        let token = log.extra_value("token", i).and_then(|v| v.as_str());
+        let wave = log
+            .extra_value("wave", i)
+            .and_then(|v| v.as_u64())
+            .map(|w| w as usize);
         let new_attempt = |outcome| Attempt {
             version: version.map(String::from),
             started: None,
@@ -97,11 +136,31 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
                 .extra_value("manifest_sha256", i)
                 .and_then(|v| v.as_str())
                 .map(String::from),
+            rollout: None,
         };
-        match log.event[i].as_deref() {
-            Some(STARTED) => {
+        let event = log.event[i].as_deref();
+        if let Some(token) = token.filter(|_| event != Some(ROLLOUT_STARTED)) {
+            if let Some((index, begun)) = rollouts.get_mut(rollout_id(token)) {
+                let facts = attempts[*index]
+                    .rollout
+                    .as_mut()
+                    .expect("a rollout's attempt has facts");
+                note_rollout_line(facts, begun, event, wave, ts);
+            }
+        }
+        match event {
+            Some(start @ (STARTED | ROLLOUT_STARTED)) => {
                 let mut attempt = new_attempt(Outcome::Unfinished);
                 attempt.started = ts;
+                if start == ROLLOUT_STARTED {
+                    if let Some(id) = token {
+                        rollouts.insert(id.to_string(), (attempts.len(), Vec::new()));
+                        attempt.rollout = Some(RolloutFacts {
+                            id: id.to_string(),
+                            ..RolloutFacts::default()
+                        });
+                    }
+                }
                 attempts.push(attempt);
                 earlier_open.resize(attempts.len(), None);
                 let index = attempts.len() - 1;
@@ -165,6 +224,45 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
         attempts[l].live_now = true;
     }
     attempts
+}
+
+/// One line of a rollout, counted into its facts. `begun[w]`: when wave `w`'s first replica
+/// started.
+fn note_rollout_line(
+    facts: &mut RolloutFacts,
+    begun: &mut Vec<Option<f64>>,
+    event: Option<&str>,
+    wave: Option<usize>,
+    ts: Option<f64>,
+) {
+    const REPLICA_STARTED: &str = Event::ReplicaStarted.as_str();
+    const WAVE_COMPLETED: &str = Event::WaveCompleted.as_str();
+    const REPLICA_FAILED: &str = Event::ReplicaFailed.as_str();
+    const PAUSED: &str = Event::RolloutPaused.as_str();
+    match (event, wave) {
+        (Some(REPLICA_STARTED), Some(w)) => {
+            let w = facts.wave(w);
+            if begun.len() <= w {
+                begun.resize(w + 1, None);
+            }
+            if begun[w].is_none() {
+                begun[w] = ts;
+            }
+        }
+        (Some(WAVE_COMPLETED), Some(w)) => {
+            let w = facts.wave(w);
+            // Waves complete in order; one logged again after a resume counts once.
+            facts.waves_done = facts.waves_done.max(w + 1);
+            let start = begun.get(w).copied().flatten();
+            facts.wave_times[w] = ts.zip(start).map(|(end, start)| end - start);
+        }
+        (Some(REPLICA_FAILED), Some(w)) => {
+            let w = facts.wave(w);
+            facts.failures[w] += 1;
+        }
+        (Some(PAUSED), _) => facts.pauses += 1,
+        _ => {}
+    }
 }
 
 /// Which release was live at a moment, and for how long around it.

@@ -83,6 +83,8 @@ pub struct Reading {
     pub everything: bool,
     /// A signed release's sequence and manifest digest (history shows them).
     pub release_fields: bool,
+    /// A rollout's id, slots and waves (history and stats show them).
+    pub rollout_fields: bool,
 }
 
 impl Reading {
@@ -91,6 +93,7 @@ impl Reading {
             extra_fields: self.everything,
             all_details: self.everything,
             release_fields: self.release_fields,
+            rollout_fields: self.rollout_fields,
         }
     }
 }
@@ -286,6 +289,7 @@ fn display() -> Display<'static> {
 pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
     let reading = Reading {
         release_fields: true,
+        rollout_fields: true,
         ..reading.clone()
     };
     let log = load_merged(paths, &reading)?;
@@ -339,7 +343,11 @@ pub fn live_at(
 
 /// `log stats`.
 pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
-    let log = load_merged(paths, reading)?;
+    let reading = Reading {
+        rollout_fields: true,
+        ..reading.clone()
+    };
+    let log = load_merged(paths, &reading)?;
     let attempts = history::attempts(&log);
     let s = stats::stats(&log, &attempts)?;
     let pct = |r: Option<f64>| {
@@ -390,6 +398,25 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
             spread(&s.time_to_rollback),
         ),
     ];
+    let mut rows = rows;
+    if let Some(r) = &s.rollouts {
+        rows.extend([
+            (
+                "rollouts: completed / aborted / all".into(),
+                format!("{} / {} / {}", r.completed, r.aborted, r.rollouts),
+            ),
+            (
+                "rollout waves completed".into(),
+                r.waves_completed.to_string(),
+            ),
+            (
+                "time per wave: median / p90 / max".into(),
+                spread(&r.wave_time),
+            ),
+            ("replica failures".into(), r.replica_failures.to_string()),
+            ("rollout pauses".into(), r.pauses.to_string()),
+        ]);
+    }
     Ok(match format {
         Format::Json => format!("{}\n", serde_json::to_string(&s).expect("stats serialize")),
         Format::Csv => {

@@ -21,8 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// Event names the deployer writes, kept without an allocation per record.
-const KNOWN_EVENTS: [&str; 4] = ["candidate_started", "promoted", "rolled_back", "escalated"];
+use crate::deploy::journal::Event;
 
 /// The four columns every record has, plus any other fields, one entry per record.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -148,8 +147,9 @@ impl Sink for Log {
     fn record(&mut self, line: u64, record: Record<'_>) {
         let event = record
             .event
-            .map(|e| match KNOWN_EVENTS.iter().find(|k| **k == e) {
-                Some(known) => Cow::Borrowed(*known),
+            // Event names the deployer writes are kept without an allocation per record.
+            .map(|e| match Event::ALL.iter().find(|k| k.as_str() == e) {
+                Some(known) => Cow::Borrowed(known.as_str()),
                 None => Cow::Owned(e.into_owned()),
             });
         // Details of starts and promotions are long and never asked for, except by SQL.
@@ -157,13 +157,17 @@ impl Sink for Log {
             || !matches!(event.as_deref(), Some("candidate_started" | "promoted"));
         let release_fields = self.options.release_fields
             && memchr::memmem::find(record.raw, b"\"manifest_sha256\"").is_some();
-        if self.options.extra_fields || release_fields {
+        let rollout_fields = self.options.rollout_fields
+            && (memchr::memmem::find(record.raw, b"\"wave\"").is_some()
+                || event.as_deref() == Some(Event::RolloutStarted.as_str()));
+        if self.options.extra_fields || release_fields || rollout_fields {
             if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(record.raw) {
                 for (key, value) in map {
                     let wanted = if self.options.extra_fields {
                         !matches!(key.as_str(), "ts" | "event" | "version" | "detail")
                     } else {
-                        RELEASE_FIELDS.contains(&key.as_str())
+                        (release_fields && RELEASE_FIELDS.contains(&key.as_str()))
+                            || (rollout_fields && ROLLOUT_FIELDS.contains(&key.as_str()))
                     };
                     if wanted {
                         let rows = self.line.len();
@@ -346,10 +350,15 @@ pub struct ReadOptions {
     /// Collect a signed release's `sequence` and `manifest_sha256` (for history), looked for
     /// only in lines that name a manifest, so unsigned logs cost nothing more.
     pub release_fields: bool,
+    /// Collect a rollout's `token`, `slot` and `wave` (for history and stats), looked for only
+    /// in lines that name a wave or start a rollout.
+    pub rollout_fields: bool,
 }
 
 /// The fields a signed deploy adds to its lines.
 pub const RELEASE_FIELDS: [&str; 2] = ["sequence", "manifest_sha256"];
+/// The fields a rollout adds to its lines.
+pub const ROLLOUT_FIELDS: [&str; 3] = ["token", "slot", "wave"];
 
 /// A block's results, line numbers relative to the block.
 struct Parsed<S> {
@@ -597,6 +606,7 @@ mod tests {
                 extra_fields: true,
                 all_details: true,
                 release_fields: false,
+                rollout_fields: false,
             },
         );
         assert_eq!(log.extra.len(), 1);
@@ -627,7 +637,7 @@ mod properties {
         /// record, reported as a problem, or passed over as noise.
         #[test]
         fn arbitrary_bytes_are_answered(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true, release_fields: false });
+            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true, release_fields: false, rollout_fields: false });
             let lines = bytes.split(|b| *b == b'\n').count() as u64;
             prop_assert!(log.line.iter().all(|l| *l >= 1 && *l <= lines));
             let bad_lines: std::collections::HashSet<u64> = problems.iter().map(|p| p.line).collect();
@@ -657,7 +667,7 @@ mod properties {
             let line = format!("{{{}}}", body.join(","));
             let cut = cut.min(line.len());
             let text = format!("{line}\r\n{}", &line[..cut]);
-            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true, release_fields: false });
+            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true, release_fields: false, rollout_fields: false });
             prop_assert!(log.len() <= 2);
             for (_, column) in &log.extra {
                 prop_assert_eq!(column.len(), log.len());

@@ -56,6 +56,63 @@ pub struct Stats {
     pub rollbacks_by_reason: Vec<Count>,
     pub rollbacks_by_version: Vec<Count>,
     pub rolled_back_after_promotion: Vec<Exposure>,
+    /// Rollouts of several replicas (None when the log has none).
+    pub rollouts: Option<RolloutStats>,
+}
+
+/// What the log says of its rollouts: outcomes, waves, failures and pauses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutStats {
+    pub rollouts: u64,
+    pub completed: u64,
+    pub aborted: u64,
+    pub waves_completed: u64,
+    /// Time per wave, first replica started to wave completed (soak excluded).
+    pub wave_time: Spread,
+    pub replica_failures: u64,
+    pub pauses: u64,
+}
+
+fn rollout_stats(attempts: &[Attempt]) -> Option<RolloutStats> {
+    use super::history::Outcome;
+    let rollouts: Vec<(&Attempt, &super::history::RolloutFacts)> = attempts
+        .iter()
+        .filter_map(|a| Some((a, a.rollout.as_ref()?)))
+        .collect();
+    if rollouts.is_empty() {
+        return None;
+    }
+    let mut times: Vec<f64> = rollouts
+        .iter()
+        .flat_map(|(_, r)| r.wave_times.iter().flatten().copied())
+        .filter(|t| t.is_finite())
+        .collect();
+    times.sort_by(f64::total_cmp);
+    // Linear interpolation between closest ranks, as polars' `Linear` quantile does.
+    let quantile = |q: f64| -> Option<f64> {
+        let last = times.len().checked_sub(1)?;
+        let rank = q * last as f64;
+        let (low, high) = (rank.floor() as usize, rank.ceil() as usize);
+        Some(times[low] + (times[high] - times[low]) * (rank - low as f64))
+    };
+    let count_outcome = |o: Outcome| rollouts.iter().filter(|(a, _)| a.outcome == o).count() as u64;
+    Some(RolloutStats {
+        rollouts: rollouts.len() as u64,
+        completed: count_outcome(Outcome::Promoted),
+        aborted: count_outcome(Outcome::RolledBack),
+        waves_completed: rollouts.iter().map(|(_, r)| r.waves_done as u64).sum(),
+        wave_time: Spread {
+            count: times.len() as u64,
+            median_s: quantile(0.5),
+            p90_s: quantile(0.9),
+            max_s: times.last().copied(),
+        },
+        replica_failures: rollouts
+            .iter()
+            .map(|(_, r)| r.failures.iter().sum::<usize>() as u64)
+            .sum(),
+        pauses: rollouts.iter().map(|(_, r)| r.pauses as u64).sum(),
+    })
 }
 
 fn outcome_is(name: &str) -> Expr {
@@ -186,5 +243,6 @@ pub fn stats(log: &Log, attempts: &[Attempt]) -> PolarsResult<Stats> {
         rollbacks_by_reason: rollbacks_by(&df, "reason")?,
         rollbacks_by_version: rollbacks_by(&df, "version")?,
         rolled_back_after_promotion: exposures,
+        rollouts: rollout_stats(attempts),
     })
 }
