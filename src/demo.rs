@@ -1,11 +1,17 @@
 //! `rollgate demo`: the lesson's story, deployed for real. Four releases of a sample service
 //! (v1 good; v2 good; v3 ready only after 60 s; v4 exits 78 at boot) go through the real
-//! deployer under the example policy; then the log tells what happened.
+//! deployer under the example policy; then the log tells what happened. A second act moves
+//! five replicas behind `rollgate proxy` under a small load: a good rollout in waves, then a
+//! bad one that pauses itself and is aborted with rollback, and the failed requests counted.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use crate::deploy::state::Root;
 use crate::log::output::Format;
 
 const EXAMPLE_POLICY: &str = include_str!("../contracts/policy.ncl");
@@ -84,14 +90,237 @@ pub fn run(root: Option<PathBuf>) -> Result<(), String> {
     println!("\nWhat the log says (rollgate log summary deploy.log):\n{summary}");
     println!("Each attempt (rollgate log history deploy.log):\n{history}");
 
-    let stopped = stop_live(&root, &me);
+    let stopped = stop_live(&root);
     println!("{stopped}");
+
+    let fleet = root.join("fleet");
+    fleet_act(&fleet, &me)?;
     println!(
-        "Files: {0}/deploy.log, {0}/current, {0}/releases/ (took {1:.1} s). Look again with:\n  rollgate log stats {0}/deploy.log\n  rollgate status --root {0}",
+        "Files: {0}/deploy.log, {0}/current, {0}/releases/, and the second act's {0}/fleet/ (took {1:.1} s). Look again with:\n  rollgate log stats {0}/deploy.log\n  rollgate log history {0}/fleet/deploy.log\n  rollgate rollout status edge-svc --root {0}/fleet",
         root.display(),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The second act's releases: v3 passes as the canary (slot 0) and exits at boot elsewhere.
+const FLEET: [(&str, &str); 3] = [
+    ("v1", "exec '{me}' sample-service --ready-after-ms 100"),
+    ("v2", "exec '{me}' sample-service --ready-after-ms 150"),
+    (
+        "v3",
+        "[ \"$ROLLGATE_SLOT\" = 0 ] && exec '{me}' sample-service\nexec '{me}' sample-service --exit-after-ms 0 --exit-code 3",
+    ),
+];
+
+fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for (version, body) in FLEET {
+        let dir = fleet.join("releases").join(version);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join("edge-svc");
+        let script = format!(
+            "#!/bin/sh\n{}\n",
+            body.replace("{me}", &me.display().to_string())
+        );
+        std::fs::write(&path, script)
+            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let ports = free_block(8)?;
+    let run = |args: &[&str]| {
+        Command::new(me)
+            .args(args)
+            .arg("--root")
+            .arg(fleet)
+            .env("NO_COLOR", "1")
+            .output()
+            .map_err(|e| format!("cannot run rollgate: {e}"))
+    };
+    let first_line = |out: &std::process::Output| {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().next().unwrap_or_default().to_string();
+        if line.is_empty() {
+            String::from_utf8_lossy(&out.stderr).trim().to_string()
+        } else {
+            line
+        }
+    };
+    println!("\nSecond act: five replicas of edge-svc behind `rollgate proxy`, under a small load");
+    let out = run(&[
+        "rollout",
+        "edge-svc",
+        "v1",
+        "--replicas",
+        "5",
+        "--ports",
+        &ports,
+    ])?;
+    println!(
+        "  v1  installed on 5 replicas                -> {}",
+        first_line(&out)
+    );
+    if out.status.code() != Some(0) {
+        stop_fleet(fleet, None);
+        return Err("the second act's install failed".into());
+    }
+    let proxy_port = free_port()?;
+    let mut proxy = Command::new(me)
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{proxy_port}"),
+            "--threads",
+            "1",
+        ])
+        .arg("--root")
+        .arg(fleet)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the proxy: {e}"))?;
+    // The load starts once the proxy listens: refusals before that are not the rollout's.
+    let listening = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_err() {
+        if listening.elapsed() > Duration::from_secs(10) {
+            stop_fleet(fleet, Some(&mut proxy));
+            return Err("the proxy did not listen within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let load = Load::start(proxy_port);
+    let steps: [(&str, &[&str]); 3] = [
+        (
+            "v2  in waves of 1, 2, 3, 5, 500 ms soak  ",
+            &["rollout", "edge-svc", "v2", "--soak", "500ms"],
+        ),
+        (
+            "v3  exits at boot except as the canary   ",
+            &["rollout", "edge-svc", "v3", "--soak", "500ms"],
+        ),
+        (
+            "abort v3 with rollback                   ",
+            &[
+                "rollout",
+                "abort",
+                "edge-svc",
+                "--rollback",
+                "--reason",
+                "v3 exits at boot",
+            ],
+        ),
+    ];
+    for (what, args) in steps {
+        let out = run(args)?;
+        let code = out.status.code().map_or("killed".into(), |c| c.to_string());
+        println!("  {what} -> exit {code}: {}", first_line(&out));
+    }
+    let (served, failed) = load.finish();
+    let on = Root::new(fleet.to_path_buf())
+        .read_replicas()
+        .ok()
+        .flatten()
+        .map(|set| {
+            set.replicas
+                .iter()
+                .map(|r| r.version.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    println!("  replicas now: {on}");
+    println!("  requests through the proxy: {served}, failed: {failed}");
+    stop_fleet(fleet, Some(&mut proxy));
+    println!("The demo stopped the replicas and the proxy so nothing is left running.\n");
+    Ok(())
+}
+
+/// A small steady load through the proxy: one request every few milliseconds, each on a new
+/// connection, counting answers other than 200.
+struct Load {
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(port: u16) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let (s, ok, bad) = (stop.clone(), served.clone(), failed.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                ok.fetch_add(1, Ordering::SeqCst);
+                if !get_ok(port) {
+                    bad.fetch_add(1, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Load {
+            stop,
+            served,
+            failed,
+            thread,
+        }
+    }
+
+    fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.thread.join();
+        (
+            self.served.load(Ordering::SeqCst),
+            self.failed.load(Ordering::SeqCst),
+        )
+    }
+}
+
+fn get_ok(port: u16) -> bool {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(b"HTTP/1.1 200")
+}
+
+/// Stops the proxy (SIGTERM, then waits) and every replica the pool names.
+fn stop_fleet(fleet: &Path, proxy: Option<&mut std::process::Child>) {
+    if let Some(proxy) = proxy {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(proxy.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = proxy.wait();
+    }
+    if let Ok(Some(set)) = Root::new(fleet.to_path_buf()).read_replicas() {
+        for replica in set.replicas {
+            crate::deploy::stop_release(replica.pid, replica.start_time);
+        }
+    }
+}
+
+/// A first port with `count` free ones after it, from the kernel's pick.
+fn free_block(count: u16) -> Result<String, String> {
+    for _ in 0..50 {
+        let first = free_port()?;
+        let Some(last) = first.checked_add(count - 1) else {
+            continue;
+        };
+        if (first..=last).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return Ok(format!("{first}-{last}"));
+        }
+    }
+    Err("no block of free ports on 127.0.0.1".into())
 }
 
 fn write_releases(root: &Path, me: &Path) -> Result<(), String> {
@@ -134,25 +363,15 @@ fn last_reason(root: &Path) -> String {
 
 /// A demo leaves nothing running: the live release is stopped at the end (a real deploy
 /// leaves it serving, of course).
-fn stop_live(root: &Path, me: &Path) -> String {
-    let Ok(text) = std::fs::read_to_string(root.join("current")) else {
-        return "Nothing is live.".into();
+fn stop_live(root: &Path) -> String {
+    let pointer = match Root::new(root.to_path_buf()).read_pointer() {
+        Ok(Some(pointer)) => pointer,
+        Ok(None) => return "Nothing is live.".into(),
+        Err(e) => return format!("{e}; nothing stopped."),
     };
-    let Ok(pointer) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return "current is unreadable; nothing stopped.".into();
-    };
-    let version = pointer["version"].as_str().unwrap_or("?").to_string();
-    let pid = pointer["pid"].as_i64().unwrap_or(0) as i32;
-    let start = pointer["start_time"].as_u64().unwrap_or(0);
-    let answering = Command::new(me)
-        .args(["status", "--format", "json", "--root"])
-        .arg(root)
-        .output()
-        .ok()
-        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
-        .and_then(|v| v["live"]["answering"].as_bool())
-        .unwrap_or(false);
-    crate::deploy::stop_release(pid, start);
+    let version = pointer.version.clone();
+    let answering = crate::deploy::answers_ready(pointer.port);
+    crate::deploy::stop_release(pointer.pid, pointer.start_time);
     format!(
         "Live release: {version} ({}). The demo stopped it so nothing is left running.",
         if answering {

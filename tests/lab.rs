@@ -372,6 +372,23 @@ fn the_demo_tells_the_story_and_leaves_nothing_running() {
         "{text}"
     );
     assert!(text.contains(&root.join("deploy.log").display().to_string()));
+    // The second act: a good rollout, a bad one that pauses itself, an abort with rollback,
+    // and not one failed request through the proxy.
+    assert!(text.contains("exit 0: completed: "), "{text}");
+    assert!(
+        text.contains("exit 3: paused: wave 1 paused itself"),
+        "{text}"
+    );
+    assert!(text.contains("exit 0: aborted: "), "{text}");
+    assert!(text.contains("  replicas now: v2 v2 v2 v2 v2\n"), "{text}");
+    assert!(text.contains(", failed: 0\n"), "{text}");
+    let fleet_log = std::fs::read_to_string(root.join("fleet/deploy.log")).unwrap();
+    assert_eq!(
+        fleet_log
+            .matches(r#""event":"rolled_back","version":"v3""#)
+            .count(),
+        1
+    );
     let root = std::fs::canonicalize(&root).unwrap();
     let survivors: Vec<i32> = std::fs::read_dir("/proc")
         .unwrap()

@@ -809,3 +809,40 @@ fn the_proxy_balances_across_replicas_skips_a_dead_one_and_follows_the_set() {
     let answer = drain_exchange(&site, format!("drain {}\n", ports[0]).as_bytes());
     assert!(answer.starts_with("error"), "{answer}");
 }
+
+#[test]
+fn a_safe_request_whose_replica_drops_the_connection_is_sent_to_another_one() {
+    let site = Site::new();
+    let good_port = free_port();
+    let good = start_release_process(&site, "good", good_port);
+    // A replica that takes each request and dies under it: it closes without an answer.
+    let dropper = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let drop_port = dropper.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in dropper.incoming() {
+            let Ok(stream) = stream else { continue };
+            let mut reader = BufReader::new(stream);
+            let _ = read_head(&mut reader);
+        }
+    });
+    let me = std::process::id() as i32;
+    write_replicas(
+        &site,
+        &[("good", good_port, good.pid()), ("dropper", drop_port, me)],
+    );
+    let proxy = Proxy::start(&site, &["--threads", "1"]);
+    // Ties go in turn, so half of these meet the dropper first: every one is answered.
+    assert_eq!(answers(proxy.port, 20), vec!["good"; 20]);
+    // A POST may have been acted on: it is never sent twice, so the dropper's are 502s.
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| {
+            Conn::open(proxy.port)
+                .unwrap()
+                .post_empty("/")
+                .unwrap()
+                .status
+        })
+        .collect();
+    assert!(statuses.contains(&502), "{statuses:?}");
+    assert!(statuses.contains(&200), "{statuses:?}");
+}

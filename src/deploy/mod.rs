@@ -676,6 +676,11 @@ fn log(
     .map_err(cannot)
 }
 
+/// Whether a release on `port` answers `/readyz` with 200 now (for the demo).
+pub fn answers_ready(port: u16) -> bool {
+    runtime().is_ok_and(|rt| rt.block_on(probe::readyz(port, PROBE_TIMEOUT)) == Probe::Status(200))
+}
+
 /// Stops a release process group by pid and start time, waiting up to the default grace
 /// (for the demo, which leaves nothing running).
 pub fn stop_release(pid: i32, start_time: u64) {

@@ -91,6 +91,31 @@ fn is_refused(e: &hyper_util::client::legacy::Error) -> bool {
             || format!("{e:?}").contains("ConnectionRefused"))
 }
 
+/// Whether the upstream connection broke before any response came (the replica exited or
+/// closed a pooled connection under the request). Only a safe method may be sent again after
+/// this: the replica may have started on it.
+fn is_lost_connection(e: &hyper_util::client::legacy::Error) -> bool {
+    if e.is_connect() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(h) = cause.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe) {
+                return true;
+            }
+        }
+        source = cause.source();
+    }
+    false
+}
+
 fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
     headers.contains_key(UPGRADE)
         && headers
@@ -143,10 +168,15 @@ pub async fn handle(
     }
 
     // A request without a body can be sent again: if a replica refuses the connection (it
-    // is stopping, or gone before the state said so), the next least busy one gets it. A
-    // request with a body is sent once: its body cannot be replayed.
+    // is stopping, or gone before the state said so), the next least busy one gets it; a safe
+    // method (GET, HEAD, OPTIONS, TRACE) also when the connection broke before any answer (the
+    // replica died under it). A request with a body is sent once: its body cannot be replayed.
     let (parts, body) = request.into_parts();
     let replayable = !upgrade && hyper::body::Body::size_hint(&body).exact() == Some(0);
+    let safe = matches!(
+        parts.method,
+        hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS | hyper::Method::TRACE
+    );
     let mut body = Some(body);
     // The head is kept (cloned per attempt) only when another replica could take a retry.
     let mut parts = Some(parts);
@@ -195,7 +225,8 @@ pub async fn handle(
             Ok(response) => break (lease, response),
             Err(e) => {
                 let refused = is_refused(&e);
-                if refused && replayable && parts.is_some() {
+                let lost = safe && is_lost_connection(&e);
+                if (refused || lost) && replayable && parts.is_some() {
                     refused_by.push(port);
                     refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
                     continue;

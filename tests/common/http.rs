@@ -79,6 +79,15 @@ impl Conn {
         self.read_answer()
     }
 
+    /// `POST` with an empty body (`Content-Length: 0`).
+    pub fn post_empty(&mut self, path: &str) -> std::io::Result<Answer> {
+        write!(
+            self.reader.get_mut(),
+            "POST {path} HTTP/1.1\r\nHost: app.example\r\nContent-Length: 0\r\n\r\n"
+        )?;
+        self.read_answer()
+    }
+
     pub fn read_answer(&mut self) -> std::io::Result<Answer> {
         let bad =
             |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
