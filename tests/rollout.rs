@@ -653,3 +653,34 @@ fn a_single_deploy_is_refused_on_a_root_served_by_replicas() {
     assert!(stderr(&out).contains("empty"), "{}", said(&out));
     assert!(!other.root().join("rollout.json").exists());
 }
+
+#[test]
+fn a_rollout_killed_during_a_soak_resumes_the_soak_not_the_release_deadline() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    let out = rollout(
+        &site,
+        "v1",
+        &[
+            "--replicas",
+            "3",
+            "--ports",
+            &ports(7),
+            "--deadline-ms",
+            "20000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let mut running = rollout_in_background(&site, "v2", &["--soak", "1s"]);
+    assert!(wait_for(30, || count_events(&site, "wave_completed", "v2") >= 1));
+    send_signal(running.id() as i32, 9);
+    running.wait().unwrap();
+    let started = Instant::now();
+    let out = control(&site, &["resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    // Two more soaks of 1 s and three quick gates; the release deadline is 124.5 s away.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(60), "resume took {took:?}");
+    assert_eq!(versions(&site), vec!["v2"; 3]);
+}

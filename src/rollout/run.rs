@@ -109,6 +109,13 @@ impl Executor {
         }
         self.restores.extend(redo.restore);
         self.start_restores().await?;
+        // A soak the dead rollgate was watching: watched again until its end, or its end
+        // would only be noticed at the release deadline.
+        if let Some(until) = self.rollout.soak_until {
+            if self.rollout.phase == Phase::Running {
+                self.start_soak(until);
+            }
+        }
         Ok(self)
     }
 

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""kill -9 a rollout's rollgate at random moments, resume it, and compare with a run that was
+never interrupted.
+
+Usage: bench/rollout_crash.py ROLLGATE [KILLS] [SEED] [REPLICAS]
+
+Six replicas (by default) of a sample service behind `rollgate proxy`, under a steady load of
+GET requests. Each round rolls every replica to the other of two versions (waves 1, 10, 50,
+100 %, 300 ms soak), sends the rollout's rollgate SIGKILL after a random delay (0-2.5 s: before
+the plan is saved, mid-gate, mid-swap, in a soak), then runs `rollgate rollout resume` to the
+end. A reference rollout with no kill runs first. Throughout, a sampler reads the pool every
+20 ms. It counts:
+
+- wrong ends: after resume, not every replica on the target version, or the rollout not
+  `completed` (the uninterrupted run's end);
+- budget breaks: a sample with fewer ready replicas in the pool than N - unavailable, or more
+  replica processes than N + surge;
+- orphans: once resumed, a replica process running from the root that the pool does not name;
+- duplicate outcomes: a rollout id with more than one `promoted`/`rolled_back` line;
+- failed requests through the proxy.
+
+Exit status 0 only when all five are zero.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def replica_processes(root):
+    """Live processes started by a rollout under root (they carry ROLLGATE_SLOT)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if not os.readlink(f"/proc/{name}/cwd").startswith(root):
+                continue
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if state not in ("Z", "X") and any(v.startswith(b"ROLLGATE_SLOT=") for v in env):
+            found.append(int(name))
+    return found
+
+
+def pool(root):
+    try:
+        with open(os.path.join(root, "replicas.json")) as f:
+            return json.load(f)["replicas"]
+    except (OSError, ValueError):
+        return None
+
+
+def ready(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=0.5) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+class Sampler(threading.Thread):
+    def __init__(self, root):
+        super().__init__(daemon=True)
+        self.root, self.stop = root, False
+        self.fewest_ready, self.most_processes, self.samples = 10**9, 0, 0
+
+    def run(self):
+        while not self.stop:
+            before = pool(self.root)
+            n = sum(ready(r["port"]) for r in before) if before is not None else None
+            after = pool(self.root)
+            # A pool that changed while it was probed is sampled again.
+            if n is not None and before == after:
+                self.fewest_ready = min(self.fewest_ready, n)
+                self.samples += 1
+            self.most_processes = max(self.most_processes, len(replica_processes(self.root)))
+            time.sleep(0.02)
+
+
+class Load(threading.Thread):
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port, self.stop, self.served, self.failed = port, False, 0, []
+
+    def run(self):
+        while not self.stop:
+            why = None
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=10) as r:
+                    if r.status != 200:
+                        why = f"HTTP {r.status}"
+            except Exception as e:
+                why = repr(e)
+            self.served += 1
+            if why is not None:
+                self.failed.append(why)
+            time.sleep(0.003)
+
+
+def main():
+    rollgate = os.path.abspath(sys.argv[1])
+    kills = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 12)
+    replicas = int(sys.argv[4]) if len(sys.argv) > 4 else 6
+    surge = -(-replicas * 25 // 100)
+    root = tempfile.mkdtemp(prefix="rollgate-rollout-crash-")
+    for version in ("a", "b"):
+        d = os.path.join(root, "releases", version)
+        os.makedirs(d)
+        path = os.path.join(d, "edge-svc")
+        with open(path, "w") as f:
+            f.write(f"#!/bin/sh\nexec '{rollgate}' sample-service --ready-after-ms 100\n")
+        os.chmod(path, 0o755)
+    first = free_port()
+    while any(not port_free(p) for p in range(first, first + replicas + surge + 4)):
+        first = free_port()
+    ports = f"{first}-{first + replicas + surge + 3}"
+
+    def run(*args, check=None):
+        out = subprocess.run([rollgate, *args, "--root", root], capture_output=True, text=True)
+        if check is not None and out.returncode != check:
+            sys.exit(f"{args}: exit {out.returncode}: {out.stdout}{out.stderr}")
+        return out
+
+    run("rollout", "edge-svc", "a", "--replicas", str(replicas), "--ports", ports,
+        "--deadline-ms", "20000", check=0)
+    proxy_port = free_port()
+    proxy = subprocess.Popen([rollgate, "proxy", "--listen", f"127.0.0.1:{proxy_port}",
+                              "--root", root], stderr=subprocess.DEVNULL)
+    while not port_open(proxy_port):
+        time.sleep(0.01)
+    load, sampler = Load(proxy_port), Sampler(root)
+    load.start()
+    sampler.start()
+
+    args = ["--waves", "1,10,50,100", "--soak", "300ms"]
+    started = time.time()
+    run("rollout", "edge-svc", "b", *args, check=0)
+    reference = time.time() - started
+    wrong_ends, orphans, killed_mid = 0, 0, 0
+    target = "b"
+    for _ in range(kills):
+        target = "a" if target == "b" else "b"
+        child = subprocess.Popen([rollgate, "rollout", "edge-svc", target, "--root", root, *args],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0, 2.5))
+        if child.poll() is None:
+            killed_mid += 1
+            child.send_signal(signal.SIGKILL)
+        child.wait()
+        resumed = time.time()
+        out = run("rollout", "resume", "edge-svc")
+        with open(os.path.join(root, "rollout.json")) as f:
+            if json.load(f)["to"] != target:
+                # Killed before the plan was saved: nothing started; a person runs it again.
+                out = run("rollout", "edge-svc", target, *args)
+        if os.environ.get("VERBOSE"):
+            print(f"round to {target}: resume took {time.time() - resumed:.2f} s: "
+                  f"{out.stdout.strip()[:100]}")
+        if out.returncode not in (0, 2):
+            print(f"resume to {target}: exit {out.returncode}: {out.stdout}{out.stderr}")
+        with open(os.path.join(root, "rollout.json")) as f:
+            state = json.load(f)
+        now = pool(root) or []
+        if state["phase"] != "completed" or state["to"] != target or \
+                [r["version"] for r in now] != [target] * replicas:
+            wrong_ends += 1
+            print(f"wrong end for {target}: {state['phase']} {[r['version'] for r in now]}")
+        named = {r["pid"] for r in now}
+        stray = [p for p in replica_processes(root) if p not in named]
+        if stray:
+            orphans += len(stray)
+            print(f"orphans after {target}: {stray}")
+
+    sampler.stop = load.stop = True
+    sampler.join()
+    load.join()
+    outcomes = {}
+    with open(os.path.join(root, "deploy.log")) as f:
+        for line in f:
+            record = json.loads(line)
+            if record["event"] in ("promoted", "rolled_back"):
+                outcomes[record.get("token")] = outcomes.get(record.get("token"), 0) + 1
+    duplicates = sum(1 for n in outcomes.values() if n > 1)
+    budget_breaks = int(sampler.fewest_ready < replicas) + \
+        int(sampler.most_processes > replicas + surge)
+    proxy.send_signal(signal.SIGTERM)
+    proxy.wait()
+    for r in pool(root) or []:
+        try:
+            os.killpg(r["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+    print(f"{kills} kills ({killed_mid} mid-rollout), {replicas} replicas, surge {surge}; "
+          f"uninterrupted rollout {reference:.2f} s")
+    print(f"wrong ends {wrong_ends}, budget breaks {budget_breaks} (fewest ready "
+          f"{sampler.fewest_ready}/{replicas}, most processes {sampler.most_processes}/"
+          f"{replicas + surge}, {sampler.samples} samples), orphans {orphans}, "
+          f"duplicate outcomes {duplicates}, requests {load.served}, failed {len(load.failed)}")
+    if load.failed:
+        print("failures, e.g.:", load.failed[:3])
+    shutil.rmtree(root, ignore_errors=True)
+    bad = wrong_ends + budget_breaks + orphans + duplicates + len(load.failed)
+    sys.exit(0 if bad == 0 else 1)
+
+
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+if __name__ == "__main__":
+    main()
