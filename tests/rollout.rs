@@ -261,6 +261,16 @@ fn ten_replicas_move_in_waves_behind_the_proxy_with_no_failed_request_and_the_bu
     assert_eq!(count_events(&site, "wave_completed", "v2"), 4);
     assert_eq!(count_events(&site, "replica_ready", "v2"), 10);
     assert_eq!(summary(&site)["live"], "v2");
+    // `rollgate status` tells the pool and the last rollout.
+    let out = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let root_status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(root_status["replicas"].as_array().unwrap().len(), 10);
+    assert_eq!(root_status["rollout"]["state"], "completed");
+    assert_eq!(root_status["live"]["version"], "v2");
     // Each replica got its slot and its own output file.
     for slot in 0..10 {
         assert!(site

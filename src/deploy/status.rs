@@ -17,6 +17,30 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
     let pointer = root.read_pointer().map_err(DeployError::Refused)?;
     let candidate = root.read_candidate().map_err(DeployError::Refused)?;
     let running = pointer.as_ref().is_some_and(|p| p.identity().is_running());
+    // A root served by replicas: how many, on which versions, and its last rollout.
+    let replicas = root.read_replicas().map_err(DeployError::Refused)?;
+    let rollout = crate::rollout::state::load(&root).ok().flatten();
+    let pool_line = replicas.as_ref().map(|set| {
+        let mut versions: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+        for r in &set.replicas {
+            let entry = versions.entry(r.version.as_str()).or_default();
+            entry.0 += 1;
+            if (super::process::Identity {
+                pid: r.pid,
+                start_time: r.start_time,
+            })
+            .is_running()
+            {
+                entry.1 += 1;
+            }
+        }
+        let parts: Vec<String> = versions
+            .iter()
+            .map(|(v, (n, up))| format!("{n} on {v} ({up} running)"))
+            .collect();
+        format!("{} replicas: {}", set.replicas.len(), parts.join(", "))
+    });
+    let rollout_line = rollout.as_ref().map(|r| crate::rollout::render::line(r));
     let answer = match &pointer {
         Some(p) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -70,6 +94,8 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
                 "version": c.version, "port": c.port, "pid": c.pid,
                 "stage": c.stage, "started_at": c.started_at,
             })),
+            "replicas": replicas.as_ref().map(|set| &set.replicas),
+            "rollout": rollout.as_ref().map(|r| crate::rollout::render::status_json(r, now)),
             "recent": recent.iter().map(|(ts, event, version, detail)| serde_json::json!({
                 "ts": ts, "event": event, "version": version, "detail": detail,
             })).collect::<Vec<_>>(),
@@ -107,6 +133,12 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
                 ),
             ));
         }
+    }
+    if let Some(line) = pool_line {
+        rows.push(("pool".into(), line));
+    }
+    if let Some(line) = rollout_line {
+        rows.push(("last rollout".into(), line));
     }
     if let Some(c) = &candidate {
         rows.push((
