@@ -40,7 +40,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             .collect();
         format!("{} replicas: {}", set.replicas.len(), parts.join(", "))
     });
-    let rollout_line = rollout.as_ref().map(|r| crate::rollout::render::line(r));
+    let rollout_line = rollout.as_ref().map(crate::rollout::render::line);
     let answer = match &pointer {
         Some(p) => {
             let rt = tokio::runtime::Builder::new_current_thread()
