@@ -200,16 +200,16 @@ fn summary(site: &Site) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Ten replicas of v1 behind the proxy.
-fn ten_of_v1(site: &Site, block: u16) -> Proxy {
+/// `replicas` of v1 on the test's port block: a first install starts every replica at once,
+/// so a busy machine gets a generous gate.
+fn install(site: &Site, replicas: usize, block: u16) {
     site.release("v1", "");
     let out = rollout(
         site,
         "v1",
-        // Every replica of a first install starts at once: a busy machine needs time.
         &[
             "--replicas",
-            "10",
+            &replicas.to_string(),
             "--ports",
             &ports(block),
             "--deadline-ms",
@@ -217,7 +217,12 @@ fn ten_of_v1(site: &Site, block: u16) -> Proxy {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    assert_eq!(versions(site), vec!["v1"; 10]);
+    assert_eq!(versions(site), vec!["v1"; replicas]);
+}
+
+/// Ten replicas of v1 behind the proxy.
+fn ten_of_v1(site: &Site, block: u16) -> Proxy {
+    install(site, 10, block);
     Proxy::start(site, &[])
 }
 
@@ -402,21 +407,8 @@ fn policy(site: &Site, extra: &str) -> std::path::PathBuf {
 #[test]
 fn a_required_replica_not_confirmed_by_the_release_deadline_aborts_with_its_cause() {
     let site = Site::new();
-    site.release("v1", "");
     site.release("v2", "");
-    let out = rollout(
-        &site,
-        "v1",
-        &[
-            "--replicas",
-            "3",
-            "--ports",
-            &ports(2),
-            "--deadline-ms",
-            "20000",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    install(&site, 3, 2);
     // Slot 2 is required and in the last wave; the soak before it outlasts the deadline.
     let file = policy(
         &site,
@@ -456,20 +448,7 @@ fn a_required_failure_aborts_at_once_a_best_effort_one_under_the_ratio_does_not_
 ) {
     let site = Site::new();
     let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    site.release("v1", "");
-    let out = rollout(
-        &site,
-        "v1",
-        &[
-            "--replicas",
-            "4",
-            "--ports",
-            &ports(3),
-            "--deadline-ms",
-            "20000",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    install(&site, 4, 3);
     // v2 exits at boot on slot 1 only.
     site.script(
         "v2",
@@ -521,26 +500,12 @@ fn a_required_failure_aborts_at_once_a_best_effort_one_under_the_ratio_does_not_
 #[test]
 fn pause_resume_and_abort_from_another_shell_and_refusals() {
     let site = Site::new();
-    site.release("v1", "");
     site.release("v2", "");
-    let range = ports(4);
     // Nothing to change yet.
     let out = control(&site, &["pause"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no rollout"), "{}", said(&out));
-    let out = rollout(
-        &site,
-        "v1",
-        &[
-            "--replicas",
-            "4",
-            "--ports",
-            &range,
-            "--deadline-ms",
-            "20000",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    install(&site, 4, 4);
     let out = control(&site, &["resume"]);
     assert_eq!(out.status.code(), Some(2), "a completed rollout");
 
@@ -592,21 +557,8 @@ fn pause_resume_and_abort_from_another_shell_and_refusals() {
 #[test]
 fn a_rollout_whose_rollgate_was_killed_is_resumed_to_the_same_end_with_nothing_left_over() {
     let site = Site::new();
-    site.release("v1", "");
     site.release("v2", "--ready-after-ms 300");
-    let out = rollout(
-        &site,
-        "v1",
-        &[
-            "--replicas",
-            "6",
-            "--ports",
-            &ports(5),
-            "--deadline-ms",
-            "20000",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    install(&site, 6, 5);
     let mut running = rollout_in_background(&site, "v2", &["--soak", "200ms"]);
     // Killed while wave 2's replicas are being gated.
     assert!(wait_for(30, || count_events(
@@ -635,20 +587,7 @@ fn a_rollout_whose_rollgate_was_killed_is_resumed_to_the_same_end_with_nothing_l
 #[test]
 fn a_single_deploy_is_refused_on_a_root_served_by_replicas() {
     let site = Site::new();
-    site.release("v1", "");
-    let out = rollout(
-        &site,
-        "v1",
-        &[
-            "--replicas",
-            "2",
-            "--ports",
-            &ports(6),
-            "--deadline-ms",
-            "20000",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    install(&site, 2, 6);
     let out = site.deploy(free_port(), "v1", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("rollgate rollout"), "{}", said(&out));
@@ -667,21 +606,8 @@ fn a_single_deploy_is_refused_on_a_root_served_by_replicas() {
 #[test]
 fn a_rollout_killed_during_a_soak_resumes_the_soak_not_the_release_deadline() {
     let site = Site::new();
-    site.release("v1", "");
     site.release("v2", "");
-    let out = rollout(
-        &site,
-        "v1",
-        &[
-            "--replicas",
-            "3",
-            "--ports",
-            &ports(7),
-            "--deadline-ms",
-            "20000",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    install(&site, 3, 7);
     let mut running = rollout_in_background(&site, "v2", &["--soak", "1s"]);
     assert!(wait_for(30, || count_events(&site, "wave_completed", "v2") >= 1));
     send_signal(running.id() as i32, 9);

@@ -98,6 +98,27 @@ pub struct Entry<'a> {
     pub wave: Option<usize>,
 }
 
+impl<'a> Entry<'a> {
+    /// A line stamped now with none of the optional fields; set those with struct update.
+    pub fn new(event: Event, version: &'a str, service: &'a str, detail: String) -> Entry<'a> {
+        Entry {
+            ts: now(),
+            event,
+            version,
+            detail,
+            service,
+            port: None,
+            pid: None,
+            elapsed_ms: None,
+            token: None,
+            sequence: None,
+            manifest_sha256: None,
+            slot: None,
+            wave: None,
+        }
+    }
+}
+
 /// Unix seconds, to the millisecond.
 pub fn now() -> f64 {
     let since = SystemTime::now()

@@ -135,15 +135,8 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         policy.as_ref(),
     );
     plan::check_bounds(&settings).map_err(refused)?;
-    let root = Root::new(request.root.clone());
-    if !root.0.is_dir() {
-        return Err(refused(format!(
-            "root {} is not a folder",
-            root.0.display()
-        )));
-    }
-    let executable = root.executable(&request.version, &request.service);
-    check_executable(&executable, &request.version, &request.service)?;
+    // The release must be there before anything starts (it runs from a verified copy if signed).
+    let (root, _) = release_executable(&request.root, &request.version, &request.service)?;
 
     runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
@@ -183,7 +176,25 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
     })
 }
 
-pub(crate) fn check_executable(
+/// The root and the release's executable under it, refused unless both are there.
+pub(crate) fn release_executable(
+    root: &std::path::Path,
+    version: &str,
+    service: &str,
+) -> Result<(Root, PathBuf), DeployError> {
+    let root = Root::new(root.to_path_buf());
+    if !root.0.is_dir() {
+        return Err(refused(format!(
+            "root {} is not a folder",
+            root.0.display()
+        )));
+    }
+    let executable = root.executable(version, service);
+    check_executable(&executable, version, service)?;
+    Ok((root, executable))
+}
+
+fn check_executable(
     path: &std::path::Path,
     version: &str,
     service: &str,
@@ -655,11 +666,6 @@ fn log(
     journal::append(
         &root.log_path(),
         &journal::Entry {
-            ts: journal::now(),
-            event,
-            version: &candidate.version,
-            detail,
-            service: &candidate.service,
             port: Some(candidate.port),
             pid: candidate.pid,
             elapsed_ms: elapsed.map(|e| e.as_millis() as u64),
@@ -669,8 +675,7 @@ fn log(
                 .signed
                 .as_ref()
                 .map(|s| s.manifest_sha256.as_str()),
-            slot: None,
-            wave: None,
+            ..journal::Entry::new(event, &candidate.version, &candidate.service, detail)
         },
     )
     .map_err(cannot)

@@ -90,15 +90,8 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
         }
         None => None,
     };
-    let root = Root::new(request.root.clone());
-    if !root.0.is_dir() {
-        return Err(refused(format!(
-            "root {} is not a folder",
-            root.0.display()
-        )));
-    }
-    let executable = root.executable(&request.version, &request.service);
-    deploy::check_executable(&executable, &request.version, &request.service)?;
+    let (root, executable) =
+        deploy::release_executable(&request.root, &request.version, &request.service)?;
 
     deploy::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
@@ -150,18 +143,15 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             &root,
             &journal::Entry {
                 ts: now,
-                event: journal::Event::RolloutStarted,
-                version: &planned.to,
-                detail: settings::describe(&planned),
-                service: &planned.service,
-                port: None,
-                pid: None,
-                elapsed_ms: None,
                 token: Some(&planned.id),
                 sequence: signed.as_ref().map(|s| s.sequence),
                 manifest_sha256: signed.as_ref().map(|s| s.manifest_sha256.as_str()),
-                slot: None,
-                wave: None,
+                ..journal::Entry::new(
+                    journal::Event::RolloutStarted,
+                    &planned.to,
+                    &planned.service,
+                    settings::describe(&planned),
+                )
             },
         )?;
         // A root that had only `current` is now served by the replica set.

@@ -594,19 +594,12 @@ impl Executor {
         append(
             &self.context.root,
             &journal::Entry {
-                ts: journal::now(),
-                event,
-                version: &process.version,
-                detail,
-                service: &self.rollout.service,
                 port: Some(process.port),
                 pid: (process.pid > 0).then_some(process.pid),
-                elapsed_ms: None,
                 token: Some(&process.token),
-                sequence: None,
-                manifest_sha256: None,
                 slot,
                 wave,
+                ..journal::Entry::new(event, &process.version, &self.rollout.service, detail)
             },
         )
     }
@@ -622,19 +615,10 @@ impl Executor {
         append(
             &self.context.root,
             &journal::Entry {
-                ts: journal::now(),
-                event,
-                version,
-                detail,
-                service: &self.rollout.service,
-                port: None,
-                pid: None,
-                elapsed_ms: None,
                 token: Some(&self.rollout.id),
-                sequence: None,
-                manifest_sha256: None,
                 slot,
                 wave,
+                ..journal::Entry::new(event, version, &self.rollout.service, detail)
             },
         )
     }
@@ -662,23 +646,16 @@ pub(crate) fn log_outcome(
     if written.is_some() {
         return Ok(());
     }
-    let now = journal::now();
+    let entry = journal::Entry::new(event, &rollout.to, &rollout.service, detail);
+    let elapsed = ((entry.ts - rollout.started_at).max(0.0) * 1000.0) as u64;
     append(
         root,
         &journal::Entry {
-            ts: now,
-            event,
-            version: &rollout.to,
-            detail,
-            service: &rollout.service,
-            port: None,
-            pid: None,
-            elapsed_ms: Some(((now - rollout.started_at).max(0.0) * 1000.0) as u64),
+            elapsed_ms: Some(elapsed),
             token: Some(&rollout.id),
-            sequence: None,
-            manifest_sha256: None,
             slot: rollout.abort_cause.as_ref().and_then(|c| c.slot),
             wave: Some(rollout.wave.min(rollout.waves.len().saturating_sub(1))),
+            ..entry
         },
     )
 }
