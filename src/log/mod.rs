@@ -1,6 +1,7 @@
 //! Deploy-log analysis: the lesson's summary, attempt history, "what was live at T", honest
 //! rates, and SQL — over JSON-lines logs whose bad lines cost only themselves.
 
+mod fast;
 mod frame;
 pub mod history;
 pub mod output;

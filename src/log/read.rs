@@ -243,11 +243,10 @@ enum Field<'a> {
     Other(&'static str),
 }
 
-fn decode(raw: Option<&RawValue>) -> Field<'_> {
-    let Some(raw) = raw else {
+fn decode(raw: Option<&str>) -> Field<'_> {
+    let Some(text) = raw else {
         return Field::Missing;
     };
-    let text = raw.get();
     match text.as_bytes().first() {
         Some(b'"') => {
             let inner = &text[1..text.len() - 1];
@@ -277,23 +276,64 @@ fn format_number(n: f64) -> String {
     }
 }
 
+/// Which parser reads record lines: the fast path with serde_json behind it, or serde_json
+/// alone (kept to hold the fast path to the same answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parser {
+    Fast,
+    SerdeOnly,
+}
+
+impl Parser {
+    /// `ROLLGATE_LOG_PARSER=serde` reads with serde_json alone: for benchmarks that compare
+    /// the two in one run, and as a way out should the fast path ever be doubted.
+    fn chosen() -> Parser {
+        static CHOSEN: std::sync::OnceLock<Parser> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| match std::env::var("ROLLGATE_LOG_PARSER").as_deref() {
+            Ok("serde") => Parser::SerdeOnly,
+            _ => Parser::Fast,
+        })
+    }
+}
+
 /// Parses one line. `None` for noise and for broken records (which are noted in `problems`).
 fn parse_line<'a>(bytes: &'a [u8], number: u64, problems: &mut Vec<Problem>) -> Option<Record<'a>> {
+    parse_line_with(Parser::chosen(), bytes, number, problems)
+}
+
+fn parse_line_with<'a>(
+    parser: Parser,
+    bytes: &'a [u8],
+    number: u64,
+    problems: &mut Vec<Problem>,
+) -> Option<Record<'a>> {
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
     if bytes.first() != Some(&b'{') {
         return None;
     }
-    let record: RawRecord = match serde_json::from_slice(bytes) {
-        Ok(record) => record,
-        Err(e) => {
-            let what = if e.is_eof() {
-                format!("not valid JSON, cut short ({e}); a torn last write?")
-            } else {
-                format!("not valid JSON ({e})")
-            };
-            problems.push(Problem { line: number, what });
-            return None;
-        }
+    let fast = match parser {
+        Parser::Fast => super::fast::scan(bytes),
+        Parser::SerdeOnly => None,
+    };
+    let record = match fast {
+        Some(fields) => fields,
+        None => match serde_json::from_slice::<RawRecord>(bytes) {
+            Ok(record) => super::fast::Fields {
+                ts: record.ts.map(RawValue::get),
+                event: record.event.map(RawValue::get),
+                version: record.version.map(RawValue::get),
+                detail: record.detail.map(RawValue::get),
+            },
+            Err(e) => {
+                let what = if e.is_eof() {
+                    format!("not valid JSON, cut short ({e}); a torn last write?")
+                } else {
+                    format!("not valid JSON ({e})")
+                };
+                problems.push(Problem { line: number, what });
+                return None;
+            }
+        },
     };
     let mut note = |field: &str, what: String| {
         problems.push(Problem {
@@ -322,7 +362,7 @@ fn parse_line<'a>(bytes: &'a [u8], number: u64, problems: &mut Vec<Problem>) -> 
             None
         }
     };
-    let mut text = |field: &str, raw: Option<&'a RawValue>| match decode(raw) {
+    let mut text = |field: &str, raw: Option<&'a str>| match decode(raw) {
         Field::Missing => None,
         Field::Text(s) => Some(s),
         Field::Number(n) => Some(Cow::Owned(format_number(n))),
@@ -632,6 +672,103 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
+    #[derive(Debug, Clone)]
+    enum Damage {
+        None,
+        Cut(usize),
+        Byte(usize, u8),
+        Crlf,
+        TrailingComma,
+        Trailing,
+    }
+
+    /// Keys: the four fields (plain and escaped), others, and odd ones.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("\"ts\"".to_string()),
+            Just("\"event\"".to_string()),
+            Just("\"version\"".to_string()),
+            Just("\"detail\"".to_string()),
+            Just("\"t\\u0073\"".to_string()),
+            Just("\"port\"".to_string()),
+            Just("\"\"".to_string()),
+            Just("\"d\\\"x\"".to_string()),
+            "\"[a-z\u{e9}\u{1F600}]{0,6}\"",
+        ]
+    }
+
+    /// Values: numbers (as versions too), strings with escapes and unicode, nesting, literals,
+    /// and near misses.
+    fn value() -> impl Strategy<Value = String> {
+        let valid = prop_oneof![
+            Just("1790000214.585".to_string()),
+            Just("-0".to_string()),
+            Just("2e-3".to_string()),
+            Just("1e999".to_string()),
+            Just("3".to_string()),
+            Just("true".to_string()),
+            Just("null".to_string()),
+            Just("\"v2\"".to_string()),
+            Just("\"a\\\"b\\\\c\\/d\\n\\t\"".to_string()),
+            "\"[ -~\u{e9}\u{4e2d}\u{1F600}]{0,12}\"",
+            "-?[0-9]{1,4}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+        ];
+        // Near misses and what the fast path must leave to serde_json.
+        let odd = prop_oneof![
+            Just("01".to_string()),
+            Just("1.".to_string()),
+            Just("-".to_string()),
+            Just("nul".to_string()),
+            Just("\"\\u00e9\\ud83d\\ude00\"".to_string()),
+            Just("\"\\ud800\"".to_string()),
+            Just("\"\\x\"".to_string()),
+            Just("\"tab\there\"".to_string()),
+            Just("\"unterminated".to_string()),
+        ];
+        let leaf = prop_oneof![8 => valid, 2 => odd];
+        leaf.prop_recursive(3, 12, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec(("\"[a-z]{0,3}\"", inner), 0..3).prop_map(|v| {
+                    let body: Vec<String> =
+                        v.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", body.join(","))
+                }),
+            ]
+        })
+    }
+
+    #[test]
+    fn the_fast_path_defers_what_it_cannot_vouch_for() {
+        let deferred: [&[u8]; 9] = [
+            br#"{"ts":1,"ts":2}"#,
+            br#"{"t\u0073":1}"#,
+            br#"{"detail":"\u00e9"}"#,
+            br#"{"detail":"a"} x"#,
+            br#"{"detail":"a",}"#,
+            b"{\"detail\":\"\xff\"}",
+            b"{\"detail\":\"a\tb\"}",
+            br#"{"version":01}"#,
+            br#"{"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"#,
+        ];
+        for line in deferred {
+            assert_eq!(
+                super::super::fast::scan(line),
+                None,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let fields = super::super::fast::scan(
+            br#"{ "ts" : 1.5 , "event":"promoted","version":3,"detail":"a\"b","x":{"y":[true,null]}}"#,
+        )
+        .unwrap();
+        assert_eq!(fields.ts, Some("1.5"));
+        assert_eq!(fields.version, Some("3"));
+        assert_eq!(fields.detail, Some(r#""a\"b""#));
+    }
+
     proptest! {
         /// Arbitrary bytes never panic the reader, and every line is accounted for: kept as a
         /// record, reported as a problem, or passed over as noise.
@@ -648,6 +785,50 @@ mod properties {
             }
             prop_assert!(kept.len() == log.len());
             let _ = bad_lines;
+        }
+
+        /// The fast path answers exactly as serde_json alone: the same record (fields, raw
+        /// line) and the same problems, line by line, on lines built from record-like pieces
+        /// and then damaged (cut short, a byte changed, CRLF, noise around them).
+        #[test]
+        fn the_fast_path_answers_as_serde_json_does(
+            fields in proptest::collection::vec((key(), value()), 0..7),
+            spacing in prop_oneof![Just(""), Just(" "), Just("\t"), Just(" \r ")],
+            damage in prop_oneof![
+                6 => Just(Damage::None),
+                1 => (0usize..200).prop_map(Damage::Cut),
+                1 => (0usize..200, any::<u8>()).prop_map(|(at, b)| Damage::Byte(at, b)),
+                1 => Just(Damage::Crlf),
+                1 => Just(Damage::TrailingComma),
+                1 => Just(Damage::Trailing),
+            ],
+        ) {
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{spacing}{k}{spacing}:{spacing}{v}{spacing}"))
+                .collect();
+            let mut line = format!("{{{}}}", body.join(",")).into_bytes();
+            match damage {
+                Damage::None => {}
+                Damage::Cut(at) => line.truncate(at.min(line.len()).max(1)),
+                Damage::Byte(at, b) => {
+                    let at = at % line.len();
+                    if at > 0 && b != b'\n' {
+                        line[at] = b;
+                    }
+                }
+                Damage::Crlf => line.extend_from_slice(b"\r"),
+                Damage::TrailingComma => {
+                    line.pop();
+                    line.extend_from_slice(b",}");
+                }
+                Damage::Trailing => line.extend_from_slice(b" x"),
+            }
+            let (mut fast_problems, mut serde_problems) = (Vec::new(), Vec::new());
+            let fast = parse_line_with(Parser::Fast, &line, 1, &mut fast_problems);
+            let serde = parse_line_with(Parser::SerdeOnly, &line, 1, &mut serde_problems);
+            prop_assert_eq!(fast, serde, "line {:?}", String::from_utf8_lossy(&line));
+            prop_assert_eq!(fast_problems, serde_problems);
         }
 
         /// Records made of JSON-looking fragments, to reach the field decoding paths.

@@ -1,0 +1,223 @@
+//! A fast path for the record lines rollgate itself writes: one pass over the bytes that
+//! validates the line and finds the four fields, several times quicker than serde_json's
+//! general parser.
+//!
+//! It never rejects a line. It answers only for lines it is certain serde_json accepts, with
+//! the very raw values serde_json would give, and defers everything else (`None`) to
+//! serde_json, which then decides and words any error: `\u` escapes (surrogate rules), a known
+//! field twice (serde's "duplicate field"), escaped keys, deep nesting, invalid UTF-8, control
+//! characters, and anything that is not well-formed. The differential property test in
+//! `read.rs` holds it to that.
+
+/// The raw JSON text of each of the four fields, as `RawValue::get` would give it.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Fields<'a> {
+    pub ts: Option<&'a str>,
+    pub event: Option<&'a str>,
+    pub version: Option<&'a str>,
+    pub detail: Option<&'a str>,
+}
+
+/// Nesting the fast path handles; serde_json's own limit is 128.
+const MAX_DEPTH: usize = 64;
+
+/// `line` must start with `{` and hold no newline.
+pub fn scan(line: &[u8]) -> Option<Fields<'_>> {
+    // Checked once for the whole line, so every slice below is valid text.
+    let text = std::str::from_utf8(line).ok()?;
+    let mut s = Scanner { bytes: line, at: 0 };
+    let mut fields = Fields::default();
+    s.expect(b'{')?;
+    s.skip_ws();
+    if s.peek() == Some(b'}') {
+        s.at += 1;
+    } else {
+        loop {
+            s.skip_ws();
+            let key = s.key()?;
+            s.skip_ws();
+            s.expect(b':')?;
+            s.skip_ws();
+            let start = s.at;
+            s.value(1)?;
+            let raw = &text[start..s.at];
+            let slot = match &line[key.0..key.1] {
+                b"ts" => Some(&mut fields.ts),
+                b"event" => Some(&mut fields.event),
+                b"version" => Some(&mut fields.version),
+                b"detail" => Some(&mut fields.detail),
+                _ => None,
+            };
+            if let Some(slot) = slot {
+                // serde rejects a known field given twice: let it say so.
+                if slot.replace(raw).is_some() {
+                    return None;
+                }
+            }
+            s.skip_ws();
+            match s.next()? {
+                b',' => continue,
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    s.skip_ws();
+    (s.at == line.len()).then_some(fields)
+}
+
+struct Scanner<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn expect(&mut self, wanted: u8) -> Option<()> {
+        (self.next()? == wanted).then_some(())
+    }
+
+    fn skip_ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            self.at += 1;
+        }
+    }
+
+    /// A key: a string without escapes (serde compares keys unescaped, so an escaped key is
+    /// deferred). Returns its span inside the quotes.
+    fn key(&mut self) -> Option<(usize, usize)> {
+        self.expect(b'"')?;
+        let start = self.at;
+        let rest = &self.bytes[start..];
+        let stop = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest[stop] != b'"' || rest[..stop].iter().any(|b| *b < 0x20) {
+            return None;
+        }
+        self.at += stop + 1;
+        Some((start, start + stop))
+    }
+
+    /// Skips one value, validating it.
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.any_string(),
+            b'{' => {
+                self.at += 1;
+                self.skip_ws();
+                if self.peek() == Some(b'}') {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip_ws();
+                    self.any_string()?;
+                    self.skip_ws();
+                    self.expect(b':')?;
+                    self.skip_ws();
+                    self.value(depth + 1)?;
+                    self.skip_ws();
+                    match self.next()? {
+                        b',' => continue,
+                        b'}' => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => {
+                self.at += 1;
+                self.skip_ws();
+                if self.peek() == Some(b']') {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip_ws();
+                    self.value(depth + 1)?;
+                    self.skip_ws();
+                    match self.next()? {
+                        b',' => continue,
+                        b']' => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number(),
+        }
+    }
+
+    /// A string value: the simple escapes are allowed, `\\u` and anything else is deferred.
+    fn any_string(&mut self) -> Option<()> {
+        self.expect(b'"')?;
+        loop {
+            let rest = &self.bytes[self.at..];
+            let stop = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[..stop].iter().any(|b| *b < 0x20) {
+                return None;
+            }
+            self.at += stop;
+            if self.next()? == b'"' {
+                return Some(());
+            }
+            match self.next()? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                _ => return None,
+            }
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    fn number(&mut self) -> Option<()> {
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.next()? {
+            b'0' => {}
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            self.some_digits()?;
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.at += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.at += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+}
