@@ -343,6 +343,7 @@ fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
         everything: false,
         release_fields: false,
         rollout_fields: false,
+        columns: None,
     })
 }
 

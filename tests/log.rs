@@ -277,6 +277,57 @@ fn sql_over_the_log_and_attempts() {
     let out = run_log(&["query", "--sql", "SELEC nonsense"], &path);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("error: query failed:"));
+
+    // Only what a query names is read, and whatever it names is there: `*` is every column,
+    // a detail named in a WHERE is every record's detail, and an unnamed extra is absent.
+    let out = run_log(
+        &[
+            "query",
+            "--format",
+            "csv",
+            "--sql",
+            "SELECT * FROM log WHERE port IS NOT NULL",
+        ],
+        &path,
+    );
+    let header = stdout(&out).lines().next().unwrap_or_default().to_string();
+    assert_eq!(
+        header,
+        "line,ts,event,version,detail,port",
+        "{}",
+        stderr(&out)
+    );
+    let out = run_log(
+        &[
+            "query",
+            "--format",
+            "csv",
+            "--sql",
+            "SELECT count(*) AS n FROM log WHERE detail = 'ready'",
+        ],
+        &path,
+    );
+    assert_eq!(stdout(&out), "n\n2\n", "{}", stderr(&out));
+    let out = run_log(
+        &[
+            "query",
+            "--format",
+            "csv",
+            "--sql",
+            "SELECT count(*) AS n FROM log WHERE port > 0",
+        ],
+        &path,
+    );
+    assert_eq!(stdout(&out), "n\n2\n", "{}", stderr(&out));
+    let out = run_log(
+        &[
+            "query",
+            "--sql",
+            "SELECT count(*) AS n FROM log WHERE elapsed_ms > 0",
+        ],
+        &path,
+    );
+    assert_eq!(out.status.code(), Some(1), "no such column anywhere");
 }
 
 #[test]

@@ -10,7 +10,9 @@ mod stats;
 pub mod summary;
 pub mod time;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use polars::prelude::*;
 
@@ -86,13 +88,60 @@ pub struct Reading {
     pub release_fields: bool,
     /// A rollout's id, slots and waves (history and stats show them).
     pub rollout_fields: bool,
+    /// With `everything`: only the columns a query names (None: all of them).
+    pub columns: Option<Arc<Columns>>,
+}
+
+/// The columns a SQL query may read, beyond those every record has.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Columns {
+    pub extras: BTreeSet<String>,
+    /// Every record's detail (otherwise only rollbacks' and escalations').
+    pub detail: bool,
+    /// The `attempts` table.
+    pub attempts: bool,
+}
+
+impl Columns {
+    /// What `sql` may read: every word in it is taken for a column it might name (words in
+    /// strings too, which only costs a column), and a `*` other than `count(*)` means every
+    /// column. Conservative by design: a column read for nothing is only time.
+    pub fn named_by(sql: &str) -> Option<Columns> {
+        let bytes = sql.as_bytes();
+        let star_select = bytes.iter().enumerate().any(|(i, b)| {
+            *b == b'*'
+                && bytes[..i]
+                    .iter()
+                    .rev()
+                    .find(|c| !c.is_ascii_whitespace())
+                    .is_none_or(|c| *c != b'(')
+        });
+        // As written and lowercased: a field named in either case is read.
+        let words: BTreeSet<String> = sql
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .flat_map(|w| [w.to_string(), w.to_lowercase()])
+            .collect();
+        let columns = Columns {
+            detail: words.contains("detail"),
+            attempts: words.contains("attempts"),
+            extras: words,
+        };
+        (!star_select).then_some(columns)
+    }
 }
 
 impl Reading {
     fn options(&self) -> ReadOptions {
+        let (extra_fields, all_details, only_extras) = match (&self.columns, self.everything) {
+            (_, false) => (false, false, None),
+            (None, true) => (true, true, None),
+            (Some(c), true) => (true, c.detail, Some(Arc::new(c.extras.clone()))),
+        };
         ReadOptions {
-            extra_fields: self.everything,
-            all_details: self.everything,
+            extra_fields,
+            only_extras,
+            all_details,
             release_fields: self.release_fields,
             rollout_fields: self.rollout_fields,
         }
@@ -475,17 +524,47 @@ pub fn query(
     format: Format,
     reading: &Reading,
 ) -> Result<String, LogError> {
+    // Only what the query names is read: a GROUP BY over one column builds one column.
+    let columns = Columns::named_by(sql);
+    let attempts = columns.as_ref().is_none_or(|c| c.attempts);
     let reading = Reading {
         everything: true,
+        columns: columns.map(Arc::new),
         ..reading.clone()
     };
     let log = load_merged(paths, &reading)?;
     let mut ctx = polars::sql::SQLContext::new();
     ctx.register("log", frame::records(&log)?.lazy());
-    ctx.register(
-        "attempts",
-        frame::attempts(&history::attempts(&log))?.lazy(),
-    );
+    if attempts {
+        ctx.register(
+            "attempts",
+            frame::attempts(&history::attempts(&log))?.lazy(),
+        );
+    }
     let df = ctx.execute(sql)?.collect()?;
     Ok(output::render(&df, format, Display::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_reads_the_columns_it_names() {
+        let c =
+            Columns::named_by("SELECT version, count(*) AS n FROM log GROUP BY version").unwrap();
+        assert!(!c.detail && !c.attempts);
+        assert!(c.extras.contains("version") && !c.extras.contains("port"));
+        let c = Columns::named_by("select Port from LOG where DETAIL like '%x%'").unwrap();
+        assert!(c.detail && c.extras.contains("Port") && c.extras.contains("port"));
+        assert!(
+            Columns::named_by("SELECT count( * ) FROM attempts")
+                .unwrap()
+                .attempts
+        );
+        assert_eq!(Columns::named_by("SELECT * FROM log"), None);
+        assert_eq!(Columns::named_by("SELECT l.* FROM log l"), None);
+        // A product reads everything: conservative, never wrong.
+        assert_eq!(Columns::named_by("SELECT ts * 1000 FROM log"), None);
+    }
 }

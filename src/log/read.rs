@@ -85,7 +85,7 @@ impl Log {
                 .iter()
                 .map(|(n, c)| (n.clone(), pick(c, order)))
                 .collect(),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 
@@ -165,6 +165,11 @@ impl Sink for Log {
                 for (key, value) in map {
                     let wanted = if self.options.extra_fields {
                         !matches!(key.as_str(), "ts" | "event" | "version" | "detail")
+                            && self
+                                .options
+                                .only_extras
+                                .as_ref()
+                                .is_none_or(|only| only.contains(&key))
                     } else {
                         (release_fields && RELEASE_FIELDS.contains(&key.as_str()))
                             || (rollout_fields && ROLLOUT_FIELDS.contains(&key.as_str()))
@@ -381,10 +386,12 @@ fn parse_line_with<'a>(
 }
 
 /// How to read.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReadOptions {
     /// Also collect fields beyond the four (for SQL).
     pub extra_fields: bool,
+    /// With `extra_fields`: only these (the fields a query names); None: all of them.
+    pub only_extras: Option<Arc<std::collections::BTreeSet<String>>>,
     /// Keep the detail of every record, not only of rollbacks and escalations (for SQL).
     pub all_details: bool,
     /// Collect a signed release's `sequence` and `manifest_sha256` (for history), looked for
@@ -520,14 +527,15 @@ pub fn read_with<S: Sink>(
     let (block_tx, block_rx) = mpsc::sync_channel::<(usize, Vec<u8>)>(workers * 2);
     let block_rx = Arc::new(Mutex::new(block_rx));
     let (done_tx, done_rx) = mpsc::channel::<(usize, Parsed<S>)>();
-    let mut merged = Merged::new(options);
+    let mut merged = Merged::new(options.clone());
     let read = std::thread::scope(|scope| {
         for _ in 0..workers {
             let (block_rx, done_tx) = (block_rx.clone(), done_tx.clone());
+            let options = options.clone();
             scope.spawn(move || loop {
                 let next = block_rx.lock().expect("block queue").recv();
                 let Ok((index, block)) = next else { break };
-                let _ = done_tx.send((index, parse_block(&block, index == 0, options)));
+                let _ = done_tx.send((index, parse_block(&block, index == 0, options.clone())));
             });
         }
         drop(done_tx);
@@ -570,10 +578,10 @@ fn io_reason(e: &std::io::Error) -> String {
 /// Parses a whole log held in memory, block by block like a file (tests use this).
 #[cfg(test)]
 pub fn parse_bytes<S: Sink>(bytes: &[u8], options: ReadOptions) -> (S, Vec<Problem>) {
-    let mut merged = Merged::new(options);
+    let mut merged = Merged::new(options.clone());
     let mut index = 0;
     read_blocks(bytes, |block| {
-        merged.push(parse_block(&block, index == 0, options));
+        merged.push(parse_block(&block, index == 0, options.clone()));
         index += 1;
     })
     .expect("reading from memory cannot fail");
@@ -645,8 +653,7 @@ mod tests {
             ReadOptions {
                 extra_fields: true,
                 all_details: true,
-                release_fields: false,
-                rollout_fields: false,
+                ..ReadOptions::default()
             },
         );
         assert_eq!(log.extra.len(), 1);
@@ -774,7 +781,7 @@ mod properties {
         /// record, reported as a problem, or passed over as noise.
         #[test]
         fn arbitrary_bytes_are_answered(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true, release_fields: false, rollout_fields: false });
+            let (log, problems) = parse_bytes::<Log>(&bytes, ReadOptions { extra_fields: true, all_details: true, ..ReadOptions::default() });
             let lines = bytes.split(|b| *b == b'\n').count() as u64;
             prop_assert!(log.line.iter().all(|l| *l >= 1 && *l <= lines));
             let bad_lines: std::collections::HashSet<u64> = problems.iter().map(|p| p.line).collect();
@@ -848,7 +855,7 @@ mod properties {
             let line = format!("{{{}}}", body.join(","));
             let cut = cut.min(line.len());
             let text = format!("{line}\r\n{}", &line[..cut]);
-            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true, release_fields: false, rollout_fields: false });
+            let (log, _problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions { extra_fields: true, all_details: true, ..ReadOptions::default() });
             prop_assert!(log.len() <= 2);
             for (_, column) in &log.extra {
                 prop_assert_eq!(column.len(), log.len());
