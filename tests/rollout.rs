@@ -620,3 +620,19 @@ fn a_rollout_killed_during_a_soak_resumes_the_soak_not_the_release_deadline() {
     assert!(took < Duration::from_secs(60), "resume took {took:?}");
     assert_eq!(versions(&site), vec!["v2"; 3]);
 }
+
+#[test]
+fn a_replica_must_stay_ready_for_min_ready_ms_before_it_joins_the_pool() {
+    let site = Site::new();
+    install(&site, 2, 8);
+    // Ready at once, gone 300 ms later: the single deploy's gate alone would pass it.
+    site.release("v2", "--exit-after-ms 300");
+    let file = policy(&site, r#", "waves": [100], "min_ready_ms": 1000"#);
+    let out = rollout(&site, "v2", &["--policy", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "paused: {}", said(&out));
+    let s = status(&site);
+    let reason = s["pause_reason"].as_str().unwrap();
+    assert!(reason.contains("ms after it was first ready"), "{reason}");
+    assert_eq!(versions(&site), ["v1", "v1"], "it never joined the pool");
+    assert_eq!(count_events(&site, "replica_ready", "v2"), 0);
+}

@@ -3,6 +3,7 @@
 //! `/readyz` until the deadline, then switch `current` with one rename or roll back.
 
 mod escalation;
+pub(crate) mod gate;
 pub(crate) mod journal;
 pub(crate) mod lock;
 pub(crate) mod plan;
@@ -14,7 +15,6 @@ pub(crate) mod signals;
 pub mod state;
 mod status;
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use crate::policy::{self, EvalOptions};
 use crate::proxy::drain;
 use crate::release;
 use journal::Event as LogEvent;
-use plan::{Action, Event, Probe, Settings, Verdict};
+use plan::{Action, Probe, Settings};
 use process::Identity;
 use signals::Signals;
 use state::{Candidate, Pointer, Root, Stage, WriteError};
@@ -33,8 +33,6 @@ pub use status::status;
 
 /// A probe gets at most this long, and never beyond the deadline.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
-/// Probe results kept for the rollback's detail.
-const PROBES_KEPT: usize = 3;
 
 /// `rollgate deploy`.
 #[derive(Debug, Clone)]
@@ -338,7 +336,16 @@ async fn gate_spawned(
         None,
     )?;
 
-    let gate = run_gate(child, request, settings, started, signals).await;
+    let progress = progress::Progress::new(&request.version, settings.deadline);
+    let timing = gate::Timing {
+        deadline: settings.deadline,
+        poll: settings.poll,
+    };
+    let watchers = gate::Watchers {
+        signals: Some(signals),
+        progress: Some(&progress),
+    };
+    let gate = gate::run(child, request.port, timing, started, watchers).await;
     let elapsed = started.elapsed();
     match plan::action(&gate.verdict, settings.on_stall) {
         Action::Promote => {
@@ -360,7 +367,7 @@ async fn gate_spawned(
                 LogEvent::Escalated,
                 format!(
                     "{}; left running on port {} (pid {pid}) for a person: rollgate promote {svc} --root {root} or rollgate abort {svc} --root {root}; last probes: {}",
-                    plan::reason(&gate.verdict, settings),
+                    plan::reason(&gate.verdict, settings.deadline),
                     request.port,
                     gate.last_probes(),
                     svc = request.service,
@@ -371,7 +378,7 @@ async fn gate_spawned(
             Ok(Outcome::Escalated)
         }
         Action::RollBack => {
-            let reason = plan::reason(&gate.verdict, settings);
+            let reason = plan::reason(&gate.verdict, settings.deadline);
             let context = format!("last probes: {}", gate.last_probes());
             roll_back(
                 root,
@@ -422,79 +429,6 @@ async fn abandon(
         }
     };
     DeployError::Failed(format!("{error}; {left}"))
-}
-
-/// What the gate saw.
-struct Gate {
-    verdict: Verdict,
-    probes: u32,
-    recent: VecDeque<Probe>,
-}
-
-impl Gate {
-    fn last_probes(&self) -> String {
-        if self.recent.is_empty() {
-            return "none".into();
-        }
-        self.recent
-            .iter()
-            .map(Probe::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// Waits for the first of: a 200 from `/readyz`, the candidate's exit, the deadline, or a
-/// signal to rollgate. Probes run one at a time every `poll`; the deadline and the exit are
-/// watched the whole time, so neither waits for a probe.
-async fn run_gate(
-    child: &mut tokio::process::Child,
-    request: &Request,
-    settings: &Settings,
-    started: Instant,
-    signals: &mut Signals,
-) -> Gate {
-    let deadline = tokio::time::Instant::from_std(started + settings.deadline);
-    let mut ticker = tokio::time::interval(settings.poll);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut in_flight: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Probe>>>> = None;
-    let mut gate = Gate {
-        verdict: Verdict::Stalled,
-        probes: 0,
-        recent: VecDeque::new(),
-    };
-    let progress = progress::Progress::new(&request.version, settings.deadline);
-    loop {
-        let event = tokio::select! {
-            biased;
-            status = child.wait() => Event::Exited(match status {
-                Ok(status) => status.to_string(),
-                Err(e) => format!("an unknown status ({e})"),
-            }),
-            name = signals.recv() => Event::Signal(name),
-            _ = tokio::time::sleep_until(deadline) => Event::DeadlinePassed,
-            probe = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
-                in_flight = None;
-                gate.probes += 1;
-                if gate.recent.len() == PROBES_KEPT {
-                    gate.recent.pop_front();
-                }
-                gate.recent.push_back(probe.clone());
-                Event::Probed(probe)
-            }
-            _ = ticker.tick(), if in_flight.is_none() => {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                in_flight = Some(Box::pin(probe::readyz(request.port, left.min(PROBE_TIMEOUT))));
-                continue;
-            }
-        };
-        progress.show(started.elapsed(), gate.probes, gate.recent.back());
-        if let Some(verdict) = plan::decide(&event) {
-            progress.finish();
-            gate.verdict = verdict;
-            return gate;
-        }
-    }
 }
 
 /// The switch: the new pointer in one rename, then [`finish_switch`].

@@ -199,11 +199,11 @@ pub fn drain_confirmed(answer: &Drain) -> bool {
 }
 
 /// The reason as the lesson words it: the part of `detail` before the first `"; "`.
-pub fn reason(verdict: &Verdict, settings: &Settings) -> String {
+pub fn reason(verdict: &Verdict, deadline: Duration) -> String {
     match verdict {
-        Verdict::Ready => format!("ready within {} ms", settings.deadline.as_millis()),
+        Verdict::Ready => format!("ready within {} ms", deadline.as_millis()),
         Verdict::Exited(status) => format!("candidate exited with {status} before ready"),
-        Verdict::Stalled => format!("not ready after {} ms", settings.deadline.as_millis()),
+        Verdict::Stalled => format!("not ready after {} ms", deadline.as_millis()),
         Verdict::Interrupted(signal) => format!("interrupted by {signal}"),
     }
 }
@@ -279,13 +279,16 @@ mod tests {
     #[test]
     fn reasons_use_the_lessons_words() {
         let s = resolve(None, None, None, None);
-        assert_eq!(reason(&Verdict::Stalled, &s), "not ready after 1500 ms");
         assert_eq!(
-            reason(&Verdict::Exited("exit status: 78".into()), &s),
+            reason(&Verdict::Stalled, s.deadline),
+            "not ready after 1500 ms"
+        );
+        assert_eq!(
+            reason(&Verdict::Exited("exit status: 78".into()), s.deadline),
             "candidate exited with exit status: 78 before ready"
         );
         assert_eq!(
-            reason(&Verdict::Interrupted("SIGTERM"), &s),
+            reason(&Verdict::Interrupted("SIGTERM"), s.deadline),
             "interrupted by SIGTERM"
         );
     }

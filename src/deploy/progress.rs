@@ -6,14 +6,14 @@ use std::time::Duration;
 use super::plan::Probe;
 
 /// A live line on a terminal: elapsed / deadline, probes, last answer. Silent otherwise.
-pub(super) struct Progress {
+pub(crate) struct Progress {
     enabled: bool,
     version: String,
     deadline: Duration,
 }
 
 impl Progress {
-    pub(super) fn new(version: &str, deadline: Duration) -> Self {
+    pub(crate) fn new(version: &str, deadline: Duration) -> Self {
         Progress {
             enabled: std::io::stderr().is_terminal(),
             version: version.to_string(),
@@ -21,7 +21,7 @@ impl Progress {
         }
     }
 
-    pub(super) fn show(&self, elapsed: Duration, probes: u32, last: Option<&Probe>) {
+    pub(crate) fn show(&self, elapsed: Duration, probes: u32, last: Option<&Probe>) {
         if self.enabled {
             let last = last.map_or("-".to_string(), Probe::to_string);
             eprint!(
@@ -33,7 +33,7 @@ impl Progress {
         }
     }
 
-    pub(super) fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if self.enabled {
             eprintln!();
         }

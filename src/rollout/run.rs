@@ -17,8 +17,9 @@ use super::control;
 use super::render;
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
+use crate::deploy::gate;
 use crate::deploy::journal::{self, Event as LogEvent};
-use crate::deploy::plan::Probe;
+use crate::deploy::plan::{self, Probe, Verdict};
 use crate::deploy::process::{self, Identity};
 use crate::deploy::signals::Signals;
 use crate::deploy::state::{Pointer, Root};
@@ -281,7 +282,7 @@ impl Executor {
         let sender = self.sender.clone();
         let task_token = token.clone();
         let handle = tokio::spawn(async move {
-            let result = gate(child, port, timing).await;
+            let result = gate_replica(child, port, timing).await;
             let _ = sender.send(Message::Gate {
                 slot,
                 token: task_token,
@@ -706,8 +707,7 @@ const MAX_WAIT_SECS: f64 = 86_400.0 * 2.0;
 /// The gate's numbers, copied out of the rollout for a task that outlives a borrow.
 #[derive(Debug, Clone, Copy)]
 struct GateTiming {
-    deadline: Duration,
-    poll: Duration,
+    gate: gate::Timing,
     min_ready: Duration,
 }
 
@@ -715,70 +715,29 @@ impl GateTiming {
     fn of(rollout: &Rollout) -> GateTiming {
         let s = &rollout.settings;
         GateTiming {
-            deadline: Duration::from_millis(s.progress_deadline_ms),
-            poll: Duration::from_millis(s.poll_ms),
+            gate: gate::Timing {
+                deadline: Duration::from_millis(s.progress_deadline_ms),
+                poll: Duration::from_millis(s.poll_ms),
+            },
             min_ready: Duration::from_millis(s.min_ready_ms),
         }
     }
 }
 
-/// A single deploy's gate for one replica: `/readyz` = 200 before the deadline (the process
-/// must not exit), then ready at every poll for `min_ready`. The reasons use the deploy's words.
-async fn gate(
+/// A single deploy's gate for one replica, then ready at every poll for `min_ready`. The
+/// reasons are the deploy's words.
+async fn gate_replica(
     mut child: tokio::process::Child,
     port: u16,
     timing: GateTiming,
 ) -> Result<(), String> {
-    let started = tokio::time::Instant::now();
-    let deadline = started + timing.deadline;
-    let exit_words = |status: std::io::Result<std::process::ExitStatus>| match status {
-        Ok(status) => status.to_string(),
-        Err(e) => format!("an unknown status ({e})"),
-    };
-    let mut ticker = tokio::time::interval(timing.poll);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            status = child.wait() => {
-                return Err(format!("candidate exited with {} before ready", exit_words(status)));
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                return Err(format!("not ready after {} ms", timing.deadline.as_millis()));
-            }
-            _ = ticker.tick() => {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if probe::readyz(port, left.min(PROBE_TIMEOUT)).await == Probe::Status(200) {
-                    break;
-                }
-            }
-        }
+    let started = std::time::Instant::now();
+    let watchers = gate::Watchers::default();
+    let passed = gate::run(&mut child, port, timing.gate, started, watchers).await;
+    if passed.verdict != Verdict::Ready {
+        return Err(plan::reason(&passed.verdict, timing.gate.deadline));
     }
-    let ready_at = tokio::time::Instant::now();
-    let held = ready_at + timing.min_ready;
-    let since = |at: tokio::time::Instant| at.duration_since(ready_at).as_millis();
-    loop {
-        tokio::select! {
-            biased;
-            status = child.wait() => {
-                return Err(format!(
-                    "candidate exited with {} {} ms after it was first ready",
-                    exit_words(status),
-                    since(tokio::time::Instant::now())
-                ));
-            }
-            _ = tokio::time::sleep_until(held) => return Ok(()),
-            _ = ticker.tick() => {
-                let probe = probe::readyz(port, PROBE_TIMEOUT).await;
-                if probe != Probe::Status(200) {
-                    return Err(format!(
-                        "stopped being ready ({probe}) {} ms after it was first ready",
-                        since(tokio::time::Instant::now())
-                    ));
-                }
-            }
-        }
-    }
+    gate::hold_ready(&mut child, port, timing.min_ready, timing.gate.poll).await
 }
 
 /// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops

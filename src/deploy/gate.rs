@@ -1,0 +1,151 @@
+//! The readiness gate, one for a single deploy and for every replica of a rollout: the first
+//! of a 200 from `/readyz`, the process's exit, the deadline, or a signal to rollgate ends it.
+//! Probes run one at a time every `poll`; the deadline and the exit are watched the whole
+//! time, so neither waits for a probe.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::plan::{self, Event, Probe, Verdict};
+use super::progress::Progress;
+use super::signals::Signals;
+use super::{probe, PROBE_TIMEOUT};
+
+/// Probe results kept for a rollback's detail.
+const PROBES_KEPT: usize = 3;
+
+/// What the gate saw.
+pub(crate) struct Gate {
+    pub verdict: Verdict,
+    pub probes: u32,
+    pub recent: VecDeque<Probe>,
+}
+
+impl Gate {
+    pub fn last_probes(&self) -> String {
+        if self.recent.is_empty() {
+            return "none".into();
+        }
+        self.recent
+            .iter()
+            .map(Probe::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// How long the gate waits and how often it probes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub deadline: Duration,
+    pub poll: Duration,
+}
+
+/// What a gate watches beyond the process: a single deploy ends it on a signal and shows its
+/// progress on a terminal; a rollout's replicas are gated quietly (the rollout shows its own).
+#[derive(Default)]
+pub(crate) struct Watchers<'a> {
+    pub signals: Option<&'a mut Signals>,
+    pub progress: Option<&'a Progress>,
+}
+
+fn exit_words(status: std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(status) => status.to_string(),
+        Err(e) => format!("an unknown status ({e})"),
+    }
+}
+
+/// Gates the process `child` listening on `port`, started at `started`.
+pub(crate) async fn run(
+    child: &mut tokio::process::Child,
+    port: u16,
+    timing: Timing,
+    started: Instant,
+    mut watchers: Watchers<'_>,
+) -> Gate {
+    let deadline = tokio::time::Instant::from_std(started + timing.deadline);
+    let mut ticker = tokio::time::interval(timing.poll);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Probe> + Send>>;
+    let mut in_flight: Option<InFlight> = None;
+    let mut gate = Gate {
+        verdict: Verdict::Stalled,
+        probes: 0,
+        recent: VecDeque::new(),
+    };
+    loop {
+        let event = tokio::select! {
+            biased;
+            status = child.wait() => Event::Exited(exit_words(status)),
+            name = async {
+                match watchers.signals.as_mut() {
+                    Some(signals) => signals.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => Event::Signal(name),
+            _ = tokio::time::sleep_until(deadline) => Event::DeadlinePassed,
+            probe = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
+                in_flight = None;
+                gate.probes += 1;
+                if gate.recent.len() == PROBES_KEPT {
+                    gate.recent.pop_front();
+                }
+                gate.recent.push_back(probe.clone());
+                Event::Probed(probe)
+            }
+            _ = ticker.tick(), if in_flight.is_none() => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                in_flight = Some(Box::pin(probe::readyz(port, left.min(PROBE_TIMEOUT))));
+                continue;
+            }
+        };
+        if let Some(progress) = watchers.progress {
+            progress.show(started.elapsed(), gate.probes, gate.recent.back());
+        }
+        if let Some(verdict) = plan::decide(&event) {
+            if let Some(progress) = watchers.progress {
+                progress.finish();
+            }
+            gate.verdict = verdict;
+            return gate;
+        }
+    }
+}
+
+/// After a gate passed: the process must answer ready at every poll for `min_ready`, and not
+/// exit. The error says what happened and how long after it was first ready.
+pub(crate) async fn hold_ready(
+    child: &mut tokio::process::Child,
+    port: u16,
+    min_ready: Duration,
+    poll: Duration,
+) -> Result<(), String> {
+    let ready_at = tokio::time::Instant::now();
+    let held = ready_at + min_ready;
+    let since = || ready_at.elapsed().as_millis();
+    let mut ticker = tokio::time::interval(poll);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                return Err(format!(
+                    "candidate exited with {} {} ms after it was first ready",
+                    exit_words(status),
+                    since()
+                ));
+            }
+            _ = tokio::time::sleep_until(held) => return Ok(()),
+            _ = ticker.tick() => {
+                let probe = probe::readyz(port, PROBE_TIMEOUT).await;
+                if probe != Probe::Status(200) {
+                    return Err(format!(
+                        "stopped being ready ({probe}) {} ms after it was first ready",
+                        since()
+                    ));
+                }
+            }
+        }
+    }
+}
