@@ -216,7 +216,9 @@ pub fn control(
             // The rollout's own rollgate holds the lock: ask it.
             Err(_) => return ask_the_executor(&root, service, &request).await,
         };
-        // Nobody drives the rollout: this command does, after what a crash may have left.
+        // Nobody drives the rollout: this command does, after what a crash may have left. A
+        // request left for a rollgate that exited before taking it is void now.
+        let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
         let saved = state::load(&root).map_err(refused)?.unwrap_or(saved);
         let (executor, redo) = recovered(&root, saved, ask == Ask::Resume).await?;
         let phase_before = executor.rollout().phase;
