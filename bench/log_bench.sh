@@ -37,7 +37,7 @@ if command -v "$nu" >/dev/null; then
 fi
 duckdb=${DUCKDB:-duckdb}
 if command -v "$duckdb" >/dev/null; then
-  for q in summary history stats group_by; do
+  for q in summary summary_lean history stats group_by; do
     sed "s#@LOG@#$log#" "$here/$q.sql" >"$out/$q.sql"
     run "duckdb $q" "$duckdb" -json -f "$out/$q.sql"
   done

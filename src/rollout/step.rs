@@ -625,6 +625,34 @@ mod tests {
             step(&mut r, Event::Restored { slot }, 0.4);
         }
         assert_eq!(r.count(SlotState::RolledBack), 2);
+        // A restore that fails leaves the new version serving the slot, and says so.
+        let mut r2 = rollout(10, 100, 0, 0);
+        step(&mut r2, Event::Tick, 0.0);
+        step(&mut r2, Event::Ready { slot: 0 }, 0.1);
+        step(
+            &mut r2,
+            Event::Abort {
+                reason: "x".into(),
+                rollback: true,
+            },
+            0.2,
+        );
+        let actions = step(
+            &mut r2,
+            Event::Failed {
+                slot: 0,
+                reason: "not ready after 1000 ms".into(),
+            },
+            0.3,
+        );
+        assert_eq!(r2.slot(0).state, SlotState::Succeeded);
+        assert_eq!(
+            r2.slot(0).error.as_deref(),
+            Some("could not go back: not ready after 1000 ms")
+        );
+        assert!(actions
+            .iter()
+            .all(|a| matches!(a, Action::Log(n) if n.event == LogEvent::ReplicaFailed)));
         // An aborted rollout never moves again by itself.
         assert!(step(&mut r, Event::Tick, 9.0).is_empty());
         assert!(step(&mut r, Event::Resume, 9.0).is_empty());
