@@ -22,6 +22,9 @@ run() { # name, command...
     "$(echo "$bytes / 1000000 / $secs" | bc -l)" "$(echo "$kb / 1024" | bc -l)"
 }
 run "rollgate summary" "$rollgate" log summary "$log"
+# The same binary with serde_json alone (no fast path), for the side-by-side figure.
+run "rollgate summary serde" env ROLLGATE_LOG_PARSER=serde "$rollgate" log summary "$log"
+cmp -s "$out/rollgate summary.out" "$out/rollgate summary serde.out" && echo "  the fast path's answer is identical" || echo "  the fast path's answer DIFFERS"
 run "rollgate history" "$rollgate" log history --format csv "$log"
 run "rollgate stats" "$rollgate" log stats --format json "$log"
 run "rollgate group-by" "$rollgate" log query --format csv \
