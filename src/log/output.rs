@@ -69,11 +69,11 @@ fn json_value(value: &AnyValue) -> serde_json::Value {
 }
 
 /// One CSV field, quoted only when it has to be (RFC 4180).
-pub fn csv_field(text: &str) -> String {
+pub fn csv_field(text: &str) -> std::borrow::Cow<'_, str> {
     if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
+        std::borrow::Cow::Owned(format!("\"{}\"", text.replace('"', "\"\"")))
     } else {
-        text.to_string()
+        std::borrow::Cow::Borrowed(text)
     }
 }
 
@@ -97,45 +97,83 @@ pub fn render(df: &DataFrame, format: Format, display: Display) -> String {
             out.push_str(&table.to_string());
             out.push('\n');
         }
-        Format::Json => {
-            for row in 0..df.height() {
-                let fields: Vec<String> = (0..columns.len())
-                    .map(|c| {
-                        format!(
-                            "{}:{}",
-                            serde_json::Value::String(names[c].clone()),
-                            json_value(&value(c, row))
-                        )
-                    })
-                    .collect();
-                out.push('{');
-                out.push_str(&fields.join(","));
-                out.push_str("}\n");
-            }
-        }
-        Format::Csv => {
-            out.push_str(
-                &names
-                    .iter()
-                    .map(|n| csv_field(n))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            );
-            out.push('\n');
-            for row in 0..df.height() {
-                let fields: Vec<String> = (0..columns.len())
-                    .map(|c| match value(c, row) {
-                        AnyValue::Null => String::new(),
-                        AnyValue::Float64(f) => trim_float(f),
-                        v => csv_field(&cell_text(&v, "", Display::default())),
-                    })
-                    .collect();
-                out.push_str(&fields.join(","));
-                out.push('\n');
-            }
-        }
+        Format::Json => write_json_lines(&mut out, columns, &names),
+        Format::Csv => write_csv(&mut out, columns, &names),
     }
     out
+}
+
+/// Each column's values in row order, read once front to back: a frame of a million rows is
+/// written without a lookup and an allocation per cell.
+fn column_iters(columns: &[Column]) -> Vec<Box<dyn Iterator<Item = AnyValue<'_>> + '_>> {
+    columns
+        .iter()
+        .map(|c| Box::new(c.as_materialized_series().iter()) as Box<dyn Iterator<Item = _>>)
+        .collect()
+}
+
+fn write_json_lines(out: &mut String, columns: &[Column], names: &[String]) {
+    use std::fmt::Write;
+    let keys: Vec<String> = names
+        .iter()
+        .map(|n| format!("{}:", serde_json::Value::String(n.clone())))
+        .collect();
+    let mut iters = column_iters(columns);
+    let rows = columns.first().map_or(0, |c| c.len());
+    for _ in 0..rows {
+        out.push('{');
+        for (c, iter) in iters.iter_mut().enumerate() {
+            if c > 0 {
+                out.push(',');
+            }
+            out.push_str(&keys[c]);
+            match iter.next().unwrap_or(AnyValue::Null) {
+                AnyValue::Null => out.push_str("null"),
+                AnyValue::Boolean(b) => out.push_str(if b { "true" } else { "false" }),
+                AnyValue::String(text) => json_string(out, text),
+                AnyValue::StringOwned(text) => json_string(out, &text),
+                AnyValue::Float64(f) => match serde_json::Number::from_f64(f) {
+                    Some(n) => {
+                        let _ = write!(out, "{n}");
+                    }
+                    None => out.push_str("null"),
+                },
+                other => out.push_str(&json_value(&other).to_string()),
+            }
+        }
+        out.push_str("}\n");
+    }
+}
+
+fn json_string(out: &mut String, text: &str) {
+    out.push_str(&serde_json::Value::String(text.to_string()).to_string());
+}
+
+fn write_csv(out: &mut String, columns: &[Column], names: &[String]) {
+    out.push_str(
+        &names
+            .iter()
+            .map(|n| csv_field(n))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    out.push('\n');
+    let mut iters = column_iters(columns);
+    let rows = columns.first().map_or(0, |c| c.len());
+    for _ in 0..rows {
+        for (c, iter) in iters.iter_mut().enumerate() {
+            if c > 0 {
+                out.push(',');
+            }
+            match iter.next().unwrap_or(AnyValue::Null) {
+                AnyValue::Null => {}
+                AnyValue::Float64(f) => out.push_str(&trim_float(f)),
+                AnyValue::String(text) => out.push_str(&csv_field(text)),
+                v => out.push_str(&csv_field(&cell_text(&v, "", Display::default()))),
+            }
+        }
+        out.push('\n');
+    }
 }
 
 /// A two-column table of named figures, for the summary and stats.
@@ -153,6 +191,92 @@ pub fn figures_table(rows: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The per-cell renderer this module had before it read columns front to back: the
+    /// reference the fast one must match byte for byte.
+    fn reference(df: &DataFrame, format: Format) -> String {
+        let columns = df.columns();
+        let names: Vec<String> = columns.iter().map(|c| c.name().to_string()).collect();
+        let value = |c: usize, row: usize| columns[c].get(row).unwrap_or(AnyValue::Null);
+        let mut out = String::new();
+        for row in 0..df.height() {
+            match format {
+                Format::Json => {
+                    let fields: Vec<String> = (0..columns.len())
+                        .map(|c| {
+                            format!(
+                                "{}:{}",
+                                serde_json::Value::String(names[c].clone()),
+                                json_value(&value(c, row))
+                            )
+                        })
+                        .collect();
+                    out.push_str(&format!("{{{}}}\n", fields.join(",")));
+                }
+                _ => {
+                    let fields: Vec<String> = (0..columns.len())
+                        .map(|c| match value(c, row) {
+                            AnyValue::Null => String::new(),
+                            AnyValue::Float64(f) => trim_float(f),
+                            v => csv_field(&cell_text(&v, "", Display::default())).into_owned(),
+                        })
+                        .collect();
+                    out.push_str(&fields.join(","));
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rendering_by_columns_matches_the_per_cell_reference() {
+        let df = DataFrame::new(
+            5,
+            vec![
+                Series::new(
+                    "text".into(),
+                    [
+                        Some("plain"),
+                        Some("a, \"b\"\nc"),
+                        None,
+                        Some("é 中 😀"),
+                        Some(""),
+                    ],
+                )
+                .into_column(),
+                Series::new(
+                    "f".into(),
+                    [Some(1.0), Some(0.1), None, Some(f64::NAN), Some(1.5e300)],
+                )
+                .into_column(),
+                Series::new(
+                    "i".into(),
+                    [Some(1i64), None, Some(-7), Some(0), Some(i64::MAX)],
+                )
+                .into_column(),
+                Series::new(
+                    "u".into(),
+                    [Some(1u64), Some(2), None, Some(4), Some(u64::MAX)],
+                )
+                .into_column(),
+                Series::new(
+                    "b".into(),
+                    [Some(true), None, Some(false), Some(true), None],
+                )
+                .into_column(),
+            ],
+        )
+        .unwrap();
+        for format in [Format::Json, Format::Csv] {
+            let rendered = render(&df, format, Display::default());
+            let body = match format {
+                Format::Csv => rendered.split_once('\n').unwrap().1.to_string(),
+                _ => rendered,
+            };
+            assert_eq!(body, reference(&df, format), "{format:?}");
+        }
+    }
 
     #[test]
     fn csv_quotes_only_when_needed() {
