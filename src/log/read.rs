@@ -419,7 +419,12 @@ fn parse_block<S: Sink>(block: &[u8], first: bool, options: ReadOptions) -> Pars
     let mut sink = S::new(options);
     let mut problems = Vec::new();
     let mut lines = 0;
-    for raw in block.split(|b| *b == b'\n') {
+    // Lines found with memchr: a byte-by-byte split was two fifths of `log summary`'s time.
+    let ends = memchr::memchr_iter(b'\n', block).chain(std::iter::once(block.len()));
+    let mut start = 0;
+    for end in ends {
+        let raw = &block[start..end];
+        start = end + 1;
         lines += 1;
         let bytes = if first && lines == 1 {
             raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw)
@@ -431,7 +436,7 @@ fn parse_block<S: Sink>(block: &[u8], first: bool, options: ReadOptions) -> Pars
         }
     }
     if block.ends_with(b"\n") {
-        lines -= 1; // `split` yields an empty piece after the last newline
+        lines -= 1; // the piece after the last newline is empty
     }
     Parsed {
         sink,
@@ -533,7 +538,30 @@ pub fn read_with<S: Sink>(
         // would fault the read, the risk every mmap reader (ripgrep, DuckDB) takes.
         if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
             let _ = map.advise(memmap2::Advice::Sequential);
-            return Ok(parse_in_place(&map, workers, options));
+            let base = map.as_ptr() as usize;
+            // A parsed block's pages leave this process (they stay in the page cache), so
+            // the resident size follows what the sink keeps, not the file's size. Only whole
+            // pages inside the block: its neighbours may still be read.
+            // SAFETY: sysconf has no preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .unwrap_or(4096)
+                .max(1);
+            let release = |block: &[u8]| {
+                let start = (block.as_ptr() as usize - base).div_ceil(page) * page;
+                let end = (block.as_ptr() as usize - base + block.len()) / page * page;
+                if end > start {
+                    // SAFETY: nothing borrows a parsed block (sinks own what they keep), and a
+                    // read-only file map faults its pages in again, unchanged, if touched.
+                    let _ = unsafe {
+                        map.unchecked_advise_range(
+                            memmap2::UncheckedAdvice::DontNeed,
+                            start,
+                            end - start,
+                        )
+                    };
+                }
+            };
+            return Ok(parse_in_place(&map, workers, options, &release));
         }
     }
     let (block_tx, block_rx) = mpsc::sync_channel::<(usize, Vec<u8>)>(workers * 2);
@@ -596,11 +624,13 @@ fn line_blocks(bytes: &[u8]) -> Vec<&[u8]> {
     blocks
 }
 
-/// Parses a whole log held in memory (a mapped file), its blocks shared among `workers`.
+/// Parses a whole log held in memory (a mapped file), its blocks shared among `workers`;
+/// `release` is told of each block once it is parsed.
 fn parse_in_place<S: Sink>(
     bytes: &[u8],
     workers: usize,
     options: ReadOptions,
+    release: &(dyn Fn(&[u8]) + Sync),
 ) -> (S, Vec<Problem>) {
     let blocks = line_blocks(bytes);
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -615,7 +645,9 @@ fn parse_in_place<S: Sink>(
                 let Some(block) = blocks.get(index) else {
                     break;
                 };
-                let _ = done_tx.send((index, parse_block(block, index == 0, options.clone())));
+                let parsed = parse_block(block, index == 0, options.clone());
+                release(block);
+                let _ = done_tx.send((index, parsed));
             });
         }
         drop(done_tx);
