@@ -136,7 +136,11 @@ impl Reading {
         let (extra_fields, all_details, only_extras) = match (&self.columns, self.everything) {
             (_, false) => (false, false, None),
             (None, true) => (true, true, None),
-            (Some(c), true) => (true, c.detail, Some(Arc::new(c.extras.clone()))),
+            (Some(c), true) => (
+                true,
+                c.detail,
+                Some(Arc::new(read::ExtraNames::new(c.extras.clone()))),
+            ),
         };
         ReadOptions {
             extra_fields,

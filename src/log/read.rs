@@ -160,7 +160,13 @@ impl Sink for Log {
         let rollout_fields = self.options.rollout_fields
             && (memchr::memmem::find(record.raw, b"\"wave\"").is_some()
                 || event.as_deref() == Some(Event::RolloutStarted.as_str()));
-        if self.options.extra_fields || release_fields || rollout_fields {
+        let extra_fields = self.options.extra_fields
+            && self
+                .options
+                .only_extras
+                .as_ref()
+                .is_none_or(|only| only.may_be_in(record.raw));
+        if extra_fields || release_fields || rollout_fields {
             if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(record.raw) {
                 for (key, value) in map {
                     let wanted = if self.options.extra_fields {
@@ -391,7 +397,7 @@ pub struct ReadOptions {
     /// Also collect fields beyond the four (for SQL).
     pub extra_fields: bool,
     /// With `extra_fields`: only these (the fields a query names); None: all of them.
-    pub only_extras: Option<Arc<std::collections::BTreeSet<String>>>,
+    pub only_extras: Option<Arc<ExtraNames>>,
     /// Keep the detail of every record, not only of rollbacks and escalations (for SQL).
     pub all_details: bool,
     /// Collect a signed release's `sequence` and `manifest_sha256` (for history), looked for
@@ -400,6 +406,47 @@ pub struct ReadOptions {
     /// Collect a rollout's `token`, `slot` and `wave` (for history and stats), looked for only
     /// in lines that name a wave or start a rollout.
     pub rollout_fields: bool,
+}
+
+/// The extra fields a query may read, and a quick test of whether a line can hold any: most
+/// lines of a log have none of them, and skip the second, general parse that finds them.
+pub struct ExtraNames {
+    names: std::collections::BTreeSet<String>,
+    needles: Vec<memchr::memmem::Finder<'static>>,
+}
+
+impl ExtraNames {
+    pub fn new(names: std::collections::BTreeSet<String>) -> ExtraNames {
+        let needles = names
+            .iter()
+            .filter(|n| !matches!(n.as_str(), "ts" | "event" | "version" | "detail"))
+            .map(|n| memchr::memmem::Finder::new(format!("\"{n}\"").as_bytes()).into_owned())
+            .collect();
+        ExtraNames { names, needles }
+    }
+
+    /// False only when no wanted name can be a key of the line (an escaped key, `\u`, may
+    /// spell any name, so such a line is always looked at).
+    fn may_be_in(&self, raw: &[u8]) -> bool {
+        self.needles.iter().any(|n| n.find(raw).is_some())
+            || memchr::memmem::find(raw, b"\\u").is_some()
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.names.contains(key)
+    }
+}
+
+impl std::fmt::Debug for ExtraNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(&self.names).finish()
+    }
+}
+
+impl PartialEq for ExtraNames {
+    fn eq(&self, other: &ExtraNames) -> bool {
+        self.names == other.names
+    }
 }
 
 /// The fields a signed deploy adds to its lines.
@@ -765,6 +812,31 @@ mod tests {
         let (log, problems) = parse_bytes::<Log>(text.as_bytes(), ReadOptions::default());
         assert!(problems.is_empty());
         assert_eq!(log.detail[0].as_deref().map(str::len), Some(BLOCK * 2));
+    }
+
+    #[test]
+    fn a_query_reads_the_extra_fields_it_names_however_they_are_spelled() {
+        let text = concat!(
+            "{\"ts\":1,\"event\":\"a\",\"port\":1,\"pid\":9}\n",
+            "{\"ts\":2,\"event\":\"b\",\"p\\u006frt\":2}\n",
+            "{\"ts\":3,\"event\":\"c\",\"pid\":7}\n",
+        );
+        let names = ["port".to_string()].into_iter().collect();
+        let options = ReadOptions {
+            extra_fields: true,
+            only_extras: Some(Arc::new(ExtraNames::new(names))),
+            ..ReadOptions::default()
+        };
+        let (log, problems) = parse_bytes::<Log>(text.as_bytes(), options);
+        assert!(problems.is_empty());
+        assert_eq!(log.extra.len(), 1, "pid is not named");
+        assert_eq!(log.extra[0].0, "port");
+        let ports: Vec<Option<i64>> = log.extra[0]
+            .1
+            .iter()
+            .map(|v| v.as_ref().and_then(Value::as_i64))
+            .collect();
+        assert_eq!(ports, [Some(1), Some(2), None]);
     }
 
     #[test]
