@@ -213,13 +213,11 @@ impl Executor {
     ) -> Result<(), DeployError> {
         let Some(port) = self.free_port() else {
             let (first, last) = self.rollout.settings.ports;
-            return self
-                .gate_failed(
-                    slot,
-                    purpose,
-                    format!("no free port in {first}-{last} for replica {slot}"),
-                )
-                .await;
+            return self.gate_failed(
+                slot,
+                purpose,
+                format!("no free port in {first}-{last} for replica {slot}"),
+            );
         };
         self.spawned += 1;
         let token = format!(
@@ -255,7 +253,7 @@ impl Executor {
                 self.rollout.slot_mut(slot).candidate = None;
                 self.save()?;
                 let reason = format!("cannot start {}: {e}", executable.display());
-                return self.gate_failed(slot, purpose, reason).await;
+                return self.gate_failed(slot, purpose, reason);
             }
         };
         let pid = child.id().map_or(0, |p| p as i32);
@@ -301,18 +299,14 @@ impl Executor {
     }
 
     /// A gate that could not even start: the same paths as one that failed.
-    async fn gate_failed(
+    fn gate_failed(
         &mut self,
         slot: usize,
         purpose: Purpose,
         reason: String,
     ) -> Result<(), DeployError> {
         match purpose {
-            Purpose::Upgrade => {
-                self.queued.push_back(Event::Failed { slot, reason });
-                Ok(())
-            }
-            Purpose::Restore => {
+            Purpose::Upgrade | Purpose::Restore => {
                 self.queued.push_back(Event::Failed { slot, reason });
                 Ok(())
             }
