@@ -50,3 +50,11 @@ pub fn acquire(path: &Path) -> Result<Lock, String> {
         Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display())),
     }
 }
+
+/// Whether nobody holds the lock right now (a look only: the answer may change at once).
+pub fn is_free(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new().read(true).open(path) else {
+        return true;
+    };
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok()
+}

@@ -211,10 +211,16 @@ pub fn control(
     deploy::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
         let saved = changeable(&root, service, ask)?;
-        let lock = match lock::acquire(&root.lock_path()) {
-            Ok(lock) => lock,
-            // The rollout's own rollgate holds the lock: ask it.
-            Err(_) => return ask_the_executor(&root, service, &request).await,
+        let lock = loop {
+            match lock::acquire(&root.lock_path()) {
+                Ok(lock) => break lock,
+                // The rollout's own rollgate holds the lock: ask it.
+                Err(_) => match ask_the_executor(&root, service, &request).await? {
+                    Asked::Done(outcome) => return Ok(outcome),
+                    // It ended (paused, say) without taking the request: act here.
+                    Asked::Left => continue,
+                },
+            }
         };
         // Nobody drives the rollout: this command does, after what a crash may have left. A
         // request left for a rollgate that exited before taking it is void now.
@@ -287,12 +293,19 @@ fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, DeployErr
     Ok(saved)
 }
 
+/// What asking the running rollgate came to.
+enum Asked {
+    Done(Outcome),
+    /// It let go of the root without taking the request (which is withdrawn).
+    Left,
+}
+
 /// Leaves the request for the running rollgate and waits until the state shows it was taken.
 async fn ask_the_executor(
     root: &Root,
     service: &str,
     request: &ControlRequest,
-) -> Result<Outcome, DeployError> {
+) -> Result<Asked, DeployError> {
     let saved = changeable(root, service, request.ask)?;
     match (request.ask, saved.phase) {
         (Ask::Resume, Phase::Running) => {
@@ -319,12 +332,16 @@ async fn ask_the_executor(
                 Ask::Abort => now.is_over(),
             };
             if expected {
-                return Ok(Outcome::Done(format!(
+                return Ok(Asked::Done(Outcome::Done(format!(
                     "{}: {}",
                     past(request.ask),
                     render::line(&now)
-                )));
+                ))));
             }
+        }
+        if !taken && lock::is_free(&root.lock_path()) {
+            let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
+            return Ok(Asked::Left);
         }
         if asked.elapsed() > limit {
             return Err(DeployError::Failed(format!(
