@@ -14,10 +14,18 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// A block of 100 ports for one test, below the kernel's ephemeral range (so `free_port` picks
-/// of other tests never land in it).
+/// of other tests never land in it). The blocks of one run sit together at a place chosen by
+/// the process id, so two test runs on one machine rarely share ports; the first block from
+/// there that is wholly free is taken.
 fn ports(block: u16) -> String {
-    let first = 21_000 + block * 100;
-    format!("{first}-{}", first + 99)
+    let run = (std::process::id() % 8) as u16;
+    (0..16)
+        .map(|shift| 20_000 + ((run + shift) % 8) * 1_200 + block * 100)
+        .find(|first| {
+            (*first..*first + 100).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+        .map(|first| format!("{first}-{}", first + 99))
+        .expect("a free block of 100 ports")
 }
 
 fn rollout(site: &Site, version: &str, args: &[&str]) -> Output {
