@@ -598,3 +598,75 @@ fn a_release_file_swapped_during_deploys_never_runs_the_replacement() {
     );
     assert!(!marker.exists(), "the replacement ran");
 }
+
+/// A free block of `count` ports, from the kernel's pick.
+fn port_block(count: u16) -> String {
+    loop {
+        let first = free_port();
+        if first.checked_add(count).is_some()
+            && (first..first + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        {
+            return format!("{first}-{}", first + count - 1);
+        }
+    }
+}
+
+#[test]
+fn a_signed_rollout_raises_the_floor_even_when_a_resume_finishes_it() {
+    let s = SignedSite::new();
+    let site = &s.site;
+    let rollout = |version: &str, extra: &[&str]| {
+        rollgate()
+            .args(["rollout", "edge-svc", version, "--root"])
+            .arg(site.root())
+            .args(extra)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    s.signed_release("v14", 14, "");
+    let out = rollout(
+        "v14",
+        &[
+            "--replicas",
+            "2",
+            "--ports",
+            &port_block(8),
+            "--deadline-ms",
+            "20000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(s.floor().unwrap()["sequence"], 14);
+    // Unsigned and older releases are refused before anything starts.
+    s.signed_release("v13", 13, "");
+    let out = rollout("v13", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("refused (rollback"),
+        "{}",
+        stderr(&out)
+    );
+
+    // v15's rollgate is killed in its soak; the resume that finishes it raises the floor.
+    s.signed_release("v15", 15, "");
+    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["rollout", "edge-svc", "v15", "--soak", "2s", "--root"])
+        .arg(site.root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(30, || count_events(site, "wave_completed", "v15") >= 1));
+    send_signal(running.id() as i32, 9);
+    running.wait().unwrap();
+    assert_eq!(s.floor().unwrap()["sequence"], 14);
+    let out = rollgate()
+        .args(["rollout", "resume", "edge-svc", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(s.floor().unwrap()["sequence"], 15);
+}

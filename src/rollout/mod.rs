@@ -118,7 +118,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
         )
         .map_err(refused)?;
         let now = journal::now();
-        let Some(planned) = settings::plan(
+        let Some(mut planned) = settings::plan(
             &request.service,
             &request.version,
             &resolved,
@@ -137,6 +137,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             Some(a) => (a.executable, Some(a.signed)),
             None => (executable, None),
         };
+        planned.signed = signed.clone();
         state::save(&root, &planned).map_err(refused)?;
         let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
         run::append(
@@ -159,7 +160,6 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
         let context = Context {
             root: root.clone(),
             executable,
-            signed,
         };
         let phase = Executor::new(context, planned)
             .run(Event::Tick, &mut signals)
@@ -404,7 +404,6 @@ async fn recovered(
         } else {
             executable
         },
-        signed: None,
     };
     Ok((Executor::new(context, rollout), redo))
 }

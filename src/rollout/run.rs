@@ -24,7 +24,6 @@ use crate::deploy::process::{self, Identity};
 use crate::deploy::signals::Signals;
 use crate::deploy::state::{Pointer, Root};
 use crate::deploy::{drain_before_stop, probe, DeployError, PROBE_TIMEOUT};
-use crate::release::Signed;
 
 /// How often the executor looks for a pause, resume or abort asked from another shell.
 const CONTROL_POLL: Duration = Duration::from_millis(100);
@@ -60,7 +59,6 @@ pub struct Context {
     pub root: Root,
     /// The new version's executable (the verified copy of a signed release).
     pub executable: PathBuf,
-    pub signed: Option<Signed>,
 }
 
 pub struct Executor {
@@ -567,7 +565,7 @@ impl Executor {
     /// At the end: the floor of a signed release is raised once it is live everywhere.
     fn finish_outcome(&self) -> Result<(), DeployError> {
         if self.rollout.phase == Phase::Completed {
-            if let Some(signed) = &self.context.signed {
+            if let Some(signed) = &self.rollout.signed {
                 crate::release::write_floor(&self.context.root.0, signed).map_err(|e| {
                     failed(format!(
                         "completed, but the release floor was not raised: {e}"

@@ -345,6 +345,7 @@ pub fn plan(
         soak_until: None,
         pause_reason: None,
         abort_cause: None,
+        signed: None,
     })
 }
 

@@ -124,6 +124,10 @@ pub struct Rollout {
     pub soak_until: Option<f64>,
     pub pause_reason: Option<String>,
     pub abort_cause: Option<AbortCause>,
+    /// For a signed release: what the release floor becomes once the rollout completes,
+    /// whichever rollgate completes it (the one that started it, or a `resume`).
+    #[serde(default)]
+    pub signed: Option<crate::release::Signed>,
 }
 
 impl Rollout {

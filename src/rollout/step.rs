@@ -441,6 +441,7 @@ mod tests {
             soak_until: None,
             pause_reason: None,
             abort_cause: None,
+            signed: None,
         }
     }
 
