@@ -72,6 +72,7 @@ fn forwards_with_proxy_headers_and_names_the_version_when_asked() {
     let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
     assert_eq!(answer.status, 502);
     assert!(answer.body.contains("v1 on 127.0.0.1:"), "{}", answer.body);
+    assert!(answer.body.contains("pool of 1"), "{}", answer.body);
 }
 
 #[test]

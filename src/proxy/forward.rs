@@ -192,7 +192,13 @@ pub async fn handle(
             } else {
                 plain(
                     StatusCode::BAD_GATEWAY,
-                    format!("release {} refused the connection", refusals.join(", ")),
+                    // The pool's size tells a refusal by every replica from a pool of one.
+                    format!(
+                        "release {} refused the connection ({} of {} in the pool tried)",
+                        refusals.join(", "),
+                        refusals.len(),
+                        ctx.routes.pool_size()
+                    ),
                 )
             });
         };
@@ -239,8 +245,9 @@ pub async fn handle(
                 return Ok(plain(
                     StatusCode::BAD_GATEWAY,
                     format!(
-                        "release {} on 127.0.0.1:{port} {what}",
-                        lease.target.version
+                        "release {} on 127.0.0.1:{port} {what} (pool of {})",
+                        lease.target.version,
+                        ctx.routes.pool_size()
                     ),
                 ));
             }
