@@ -373,7 +373,7 @@ async fn recovered(
         {
             drain_before_stop(root, port, rollout.settings.drain_ms).await;
         }
-        recover::stop_all(&[stray], grace).await;
+        crate::deploy::process::stop_group(stray, grace).await;
     }
     state::save(root, &rollout).map_err(refused)?;
     if rollout.is_over() {

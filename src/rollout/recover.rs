@@ -6,8 +6,6 @@
 //! retired is stopped; a live replica that died leaves the pool. Any process carrying the
 //! rollout's token that the state does not name is stopped.
 
-use std::time::Duration;
-
 use super::state::{Phase, Rollout, SlotState};
 use crate::deploy::process::{self, Identity};
 
@@ -86,12 +84,6 @@ pub fn strays(saved: &Rollout, reconciled: &Rollout) -> Vec<Identity> {
         }
     }
     stray
-}
-
-pub async fn stop_all(strays: &[Identity], grace: Duration) {
-    for who in strays {
-        process::stop_group(*who, grace).await;
-    }
 }
 
 #[cfg(test)]

@@ -117,13 +117,7 @@ fn required_waiting(rollout: &Rollout) -> Vec<usize> {
     rollout
         .slots
         .iter()
-        .filter(|s| {
-            s.class == ReplicaClass::Required
-                && !matches!(
-                    s.state,
-                    SlotState::Succeeded | SlotState::Skipped | SlotState::LeftBehind
-                )
-        })
+        .filter(|s| s.awaits_confirmation())
         .map(|s| s.slot)
         .collect()
 }

@@ -130,6 +130,18 @@ pub struct Rollout {
     pub signed: Option<crate::release::Signed>,
 }
 
+impl Slot {
+    /// A required replica that has not confirmed the new version (the release deadline waits
+    /// for these).
+    pub fn awaits_confirmation(&self) -> bool {
+        self.class == ReplicaClass::Required
+            && !matches!(
+                self.state,
+                SlotState::Succeeded | SlotState::Skipped | SlotState::LeftBehind
+            )
+    }
+}
+
 impl Rollout {
     pub fn slot(&self, slot: usize) -> &Slot {
         &self.slots[slot]

@@ -332,13 +332,7 @@ fn missed_release_deadline(rollout: &Rollout, now: f64) -> Option<AbortCause> {
     if now < rollout.settings.release_deadline {
         return None;
     }
-    let waiting = rollout.slots.iter().find(|s| {
-        s.class == ReplicaClass::Required
-            && !matches!(
-                s.state,
-                SlotState::Succeeded | SlotState::Skipped | SlotState::LeftBehind
-            )
-    })?;
+    let waiting = rollout.slots.iter().find(|s| s.awaits_confirmation())?;
     Some(AbortCause {
         slot: Some(waiting.slot),
         reason: format!(
