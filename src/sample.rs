@@ -44,6 +44,12 @@ pub struct SampleArgs {
     /// Serve on this many threads, each with its own listener on the port (SO_REUSEPORT).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// Answer readiness on this path instead of /readyz (for probe tests).
+    #[arg(long, default_value = "/readyz")]
+    pub ready_path: String,
+    /// Answer readiness only to requests with this Host header (404 to others).
+    #[arg(long)]
+    pub ready_host: Option<String>,
     /// Port to listen on (default: $PORT).
     #[arg(long)]
     pub port: Option<u16>,
@@ -185,8 +191,17 @@ async fn answer(
         *response.status_mut() = status;
         response
     };
+    let wrong_host = args.ready_host.as_ref().is_some_and(|want| {
+        req.headers()
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            != Some(want.as_str())
+    });
     Ok(match req.uri().path() {
-        "/readyz" => {
+        path if path == args.ready_path && wrong_host => {
+            reply(StatusCode::NOT_FOUND, "not this host\n".into())
+        }
+        path if path == args.ready_path => {
             if args.hang_readyz {
                 std::future::pending::<()>().await;
             }

@@ -10,8 +10,7 @@ use super::recover::switched;
 use super::signals::Signals;
 use super::state::{Root, Stage};
 use super::{
-    finish_switch, journal, lock, probe, refused, roll_back, runtime, switch, DeployError, Outcome,
-    PROBE_TIMEOUT,
+    finish_switch, journal, lock, refused, roll_back, runtime, switch, DeployError, Outcome,
 };
 
 /// `rollgate promote` / `rollgate abort`: finish an escalated deploy by hand.
@@ -87,13 +86,16 @@ pub fn finish_escalated(
             return Ok(Outcome::RolledBack);
         };
         if promote {
-            let answer = probe::readyz(candidate.port, PROBE_TIMEOUT).await;
+            let (_, answer) = candidate
+                .probe_subject(&root, &candidate.version, candidate.port)
+                .check()
+                .await;
             switch(
                 &root,
                 &candidate,
                 identity,
                 live,
-                format!("promoted by hand after escalation (readyz: {answer})"),
+                format!("promoted by hand after escalation (probe: {answer})"),
                 elapsed,
             )
             .await

@@ -1,15 +1,16 @@
 //! The readiness gate, one for a single deploy and for every replica of a rollout: the first
-//! of a 200 from `/readyz`, the process's exit, the deadline, or a signal to rollgate ends it.
+//! of ready (the policy's probe passing `success_threshold` times in a row; `GET /readyz` = 200
+//! by default), the process's exit, the deadline, or a signal to rollgate ends it.
 //! Probes run one at a time every `poll`; the deadline and the exit are watched the whole
 //! time, so neither waits for a probe.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::plan::{self, Event, Probe, Verdict};
+use super::plan::{Event, Judge, Probe, Verdict};
+use super::probe::Subject;
 use super::progress::Progress;
 use super::signals::Signals;
-use super::{probe, PROBE_TIMEOUT};
 
 /// Probe results kept for a rollback's detail.
 const PROBES_KEPT: usize = 3;
@@ -56,10 +57,10 @@ fn exit_words(status: std::io::Result<std::process::ExitStatus>) -> String {
     }
 }
 
-/// Gates the process `child` listening on `port`, started at `started`.
+/// Gates the process `child`, probed as `subject` says, started at `started`.
 pub(crate) async fn run(
     child: &mut tokio::process::Child,
-    port: u16,
+    subject: &Subject,
     timing: Timing,
     started: Instant,
     mut watchers: Watchers<'_>,
@@ -67,8 +68,9 @@ pub(crate) async fn run(
     let deadline = tokio::time::Instant::from_std(started + timing.deadline);
     let mut ticker = tokio::time::interval(timing.poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Probe> + Send>>;
-    let mut in_flight: Option<InFlight> = None;
+    type InFlight<'s> = std::pin::Pin<Box<dyn std::future::Future<Output = Probe> + Send + 's>>;
+    let mut in_flight: Option<InFlight<'_>> = None;
+    let mut judge = Judge::new(subject.spec.clone());
     let mut gate = Gate {
         verdict: Verdict::Stalled,
         probes: 0,
@@ -96,14 +98,14 @@ pub(crate) async fn run(
             }
             _ = ticker.tick(), if in_flight.is_none() => {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                in_flight = Some(Box::pin(probe::readyz(port, left.min(PROBE_TIMEOUT))));
+                in_flight = Some(Box::pin(subject.probe(left)));
                 continue;
             }
         };
         if let Some(progress) = watchers.progress {
             progress.show(started.elapsed(), gate.probes, gate.recent.back());
         }
-        if let Some(verdict) = plan::decide(&event) {
+        if let Some(verdict) = judge.decide(&event) {
             if let Some(progress) = watchers.progress {
                 progress.finish();
             }
@@ -113,11 +115,11 @@ pub(crate) async fn run(
     }
 }
 
-/// After a gate passed: the process must answer ready at every poll for `min_ready`, and not
+/// After a gate passed: the process must pass its probe at every poll for `min_ready`, and not
 /// exit. The error says what happened and how long after it was first ready.
 pub(crate) async fn hold_ready(
     child: &mut tokio::process::Child,
-    port: u16,
+    subject: &Subject,
     min_ready: Duration,
     poll: Duration,
 ) -> Result<(), String> {
@@ -138,8 +140,8 @@ pub(crate) async fn hold_ready(
             }
             _ = tokio::time::sleep_until(held) => return Ok(()),
             _ = ticker.tick() => {
-                let probe = probe::readyz(port, PROBE_TIMEOUT).await;
-                if probe != Probe::Status(200) {
+                let (passed, probe) = subject.check().await;
+                if !passed {
                     return Err(format!(
                         "stopped being ready ({probe}) {} ms after it was first ready",
                         since()

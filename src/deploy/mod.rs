@@ -31,9 +31,6 @@ pub use escalation::finish_escalated;
 pub use plan::check_name;
 pub use status::status;
 
-/// A probe gets at most this long, and never beyond the deadline.
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
-
 /// `rollgate deploy`.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -131,7 +128,8 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         request.grace_ms,
         request.drain_ms,
         policy.as_ref(),
-    );
+    )
+    .map_err(|e| refused(format!("policy refused: {e}")))?;
     plan::check_bounds(&settings).map_err(refused)?;
     // The release must be there before anything starts (it runs from a verified copy if signed).
     let (root, _) = release_executable(&request.root, &request.version, &request.service)?;
@@ -241,6 +239,7 @@ async fn gate_and_finish(
         drain_ms: settings.drain.as_millis() as u64,
         previous: live.clone(),
         signed,
+        probe: settings.probe.clone(),
     };
     root.write_candidate(&candidate).map_err(|e| {
         refused(format!(
@@ -345,7 +344,8 @@ async fn gate_spawned(
         signals: Some(signals),
         progress: Some(&progress),
     };
-    let gate = gate::run(child, request.port, timing, started, watchers).await;
+    let subject = candidate.probe_subject(root, &request.version, request.port);
+    let gate = gate::run(child, &subject, timing, started, watchers).await;
     let elapsed = started.elapsed();
     match plan::action(&gate.verdict, settings.on_stall) {
         Action::Promote => {
@@ -554,9 +554,13 @@ async fn roll_back(
     }
     let old = match live {
         None => "no release was live".to_string(),
-        Some(old) => match probe::readyz(old.port, PROBE_TIMEOUT).await {
-            Probe::Status(200) => format!("old release {} still answering", old.version),
-            other => format!(
+        Some(old) => match candidate
+            .probe_subject(root, &old.version, old.port)
+            .check()
+            .await
+        {
+            (true, _) => format!("old release {} still answering", old.version),
+            (false, other) => format!(
                 "WARNING old release {} not answering ({other})",
                 old.version
             ),
@@ -617,7 +621,9 @@ fn log(
 
 /// Whether a release on `port` answers `/readyz` with 200 now (for the demo).
 pub fn answers_ready(port: u16) -> bool {
-    runtime().is_ok_and(|rt| rt.block_on(probe::readyz(port, PROBE_TIMEOUT)) == Probe::Status(200))
+    runtime().is_ok_and(|rt| {
+        rt.block_on(probe::readyz(port, probe::DEFAULT_TIMEOUT)) == Probe::Status(200)
+    })
 }
 
 /// Stops a release process group by pid and start time, waiting up to the default grace

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::probe::Spec as ProbeSpec;
 use crate::policy::{OnStall, RolloutSettings};
 use crate::proxy::drain::Drain;
 
@@ -57,21 +58,27 @@ pub struct Settings {
     pub drain: Duration,
     /// Where the deadline came from, for the log.
     pub deadline_source: &'static str,
+    pub probe: ProbeSpec,
 }
 
-/// Command line first, then the policy, then the defaults.
+/// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
+/// did not apply the contract.
 pub fn resolve(
     deadline_arg: Option<u64>,
     grace_arg: Option<u64>,
     drain_arg: Option<u64>,
     policy: Option<&RolloutSettings>,
-) -> Settings {
+) -> Result<Settings, String> {
+    let probe = match policy.and_then(|p| p.probe.as_ref()) {
+        Some(probe) => ProbeSpec::from_policy(probe)?,
+        None => ProbeSpec::default(),
+    };
     let (deadline, deadline_source) = match (deadline_arg, policy) {
         (Some(ms), _) => (Duration::from_millis(ms), "command line"),
         (None, Some(p)) => (Duration::from_millis(p.progress_deadline_ms), "policy"),
         (None, None) => (DEFAULT_DEADLINE, "default"),
     };
-    Settings {
+    Ok(Settings {
         deadline,
         poll: policy.map_or(DEFAULT_POLL, |p| Duration::from_millis(p.poll_ms)),
         on_stall: policy.map_or(OnStall::Rollback, |p| p.on_stall),
@@ -86,7 +93,8 @@ pub fn resolve(
             DEFAULT_DRAIN,
         ),
         deadline_source,
-    }
+        probe,
+    })
 }
 
 /// Refuses settings the deployer cannot run by, naming the field and what is allowed. Checked
@@ -127,6 +135,10 @@ fn first_of(arg: Option<u64>, policy: Option<u64>, default: Duration) -> Duratio
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
     Status(u16),
+    /// A TCP probe's connect succeeded.
+    Connected,
+    /// An exec probe's exit code (None: killed by a signal).
+    Command(Option<i32>),
     Refused,
     TimedOut(Duration),
     Failed(String),
@@ -136,6 +148,9 @@ impl std::fmt::Display for Probe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Probe::Status(code) => write!(f, "HTTP {code}"),
+            Probe::Connected => write!(f, "connected"),
+            Probe::Command(Some(code)) => write!(f, "exit status {code}"),
+            Probe::Command(None) => write!(f, "killed by a signal"),
             Probe::Refused => write!(f, "connection refused"),
             Probe::TimedOut(after) => write!(f, "no answer within {} ms", after.as_millis()),
             Probe::Failed(why) => write!(f, "{why}"),
@@ -163,10 +178,38 @@ pub enum Verdict {
     Interrupted(&'static str),
 }
 
-/// The gate: the first of ready, exited, deadline (or a signal to rollgate) ends it.
-pub fn decide(event: &Event) -> Option<Verdict> {
+/// The gate's judge: the first of ready (`success_threshold` passing probes in a row), exited,
+/// deadline (or a signal to rollgate) ends the gate.
+#[derive(Debug, Clone)]
+pub struct Judge {
+    spec: ProbeSpec,
+    passed_in_a_row: u32,
+}
+
+impl Judge {
+    pub fn new(spec: ProbeSpec) -> Judge {
+        Judge {
+            spec,
+            passed_in_a_row: 0,
+        }
+    }
+
+    pub fn decide(&mut self, event: &Event) -> Option<Verdict> {
+        if let Event::Probed(probe) = event {
+            if !self.spec.passes(probe) {
+                self.passed_in_a_row = 0;
+                return None;
+            }
+            self.passed_in_a_row += 1;
+            return (self.passed_in_a_row >= self.spec.success_threshold).then_some(Verdict::Ready);
+        }
+        decide(event)
+    }
+}
+
+/// The gate's verdict on an event other than a probe.
+fn decide(event: &Event) -> Option<Verdict> {
     match event {
-        Event::Probed(Probe::Status(200)) => Some(Verdict::Ready),
         Event::Probed(_) => None,
         Event::Exited(status) => Some(Verdict::Exited(status.clone())),
         Event::DeadlinePassed => Some(Verdict::Stalled),
@@ -221,6 +264,7 @@ mod tests {
             on_stall,
             stop_grace_ms: Some(700),
             drain_timeout_ms: Some(900),
+            probe: None,
             replicas: None,
             waves: None,
             soak_ms: None,
@@ -243,17 +287,17 @@ mod tests {
     #[test]
     fn settings_come_from_the_command_line_then_the_policy_then_defaults() {
         let p = policy(4000, OnStall::Escalate);
-        let s = resolve(Some(900), None, None, Some(&p));
+        let s = resolve(Some(900), None, None, Some(&p)).unwrap();
         assert_eq!(s.deadline, Duration::from_millis(900));
         assert_eq!(s.poll, Duration::from_millis(250));
         assert_eq!(s.on_stall, OnStall::Escalate);
         assert_eq!(s.grace, Duration::from_millis(700));
         assert_eq!(s.drain, Duration::from_millis(900));
-        let s = resolve(None, Some(50), Some(40), Some(&p));
+        let s = resolve(None, Some(50), Some(40), Some(&p)).unwrap();
         assert_eq!(s.deadline, Duration::from_millis(4000));
         assert_eq!(s.grace, Duration::from_millis(50));
         assert_eq!(s.drain, Duration::from_millis(40));
-        let s = resolve(None, None, None, None);
+        let s = resolve(None, None, None, None).unwrap();
         assert_eq!(
             (s.deadline, s.poll, s.on_stall),
             (DEFAULT_DEADLINE, DEFAULT_POLL, OnStall::Rollback)
@@ -261,24 +305,42 @@ mod tests {
     }
 
     #[test]
-    fn only_a_200_is_ready() {
-        assert_eq!(
-            decide(&Event::Probed(Probe::Status(200))),
-            Some(Verdict::Ready)
-        );
+    fn by_default_only_a_200_is_ready() {
+        let mut judge = Judge::new(ProbeSpec::default());
         for p in [
             Probe::Status(503),
             Probe::Status(204),
             Probe::Refused,
+            Probe::Connected,
             Probe::TimedOut(Duration::from_millis(5)),
         ] {
-            assert_eq!(decide(&Event::Probed(p)), None);
+            assert_eq!(judge.decide(&Event::Probed(p)), None);
         }
+        assert_eq!(
+            judge.decide(&Event::Probed(Probe::Status(200))),
+            Some(Verdict::Ready)
+        );
+    }
+
+    #[test]
+    fn a_success_threshold_counts_passes_in_a_row() {
+        let mut judge = Judge::new(ProbeSpec {
+            success_threshold: 3,
+            ..ProbeSpec::default()
+        });
+        let ok = Event::Probed(Probe::Status(200));
+        assert_eq!(judge.decide(&ok), None);
+        assert_eq!(judge.decide(&ok), None);
+        assert_eq!(judge.decide(&Event::Probed(Probe::Status(503))), None);
+        assert_eq!(judge.decide(&ok), None);
+        assert_eq!(judge.decide(&ok), None);
+        assert_eq!(judge.decide(&ok), Some(Verdict::Ready));
+        assert_eq!(judge.decide(&Event::DeadlinePassed), Some(Verdict::Stalled));
     }
 
     #[test]
     fn reasons_use_the_lessons_words() {
-        let s = resolve(None, None, None, None);
+        let s = resolve(None, None, None, None).unwrap();
         assert_eq!(
             reason(&Verdict::Stalled, s.deadline),
             "not ready after 1500 ms"
@@ -314,18 +376,18 @@ mod tests {
     fn settings_outside_the_deployers_bounds_are_named() {
         let mut p = policy(4000, OnStall::Rollback);
         p.poll_ms = 0;
-        let err = check_bounds(&resolve(None, None, None, Some(&p))).unwrap_err();
+        let err = check_bounds(&resolve(None, None, None, Some(&p)).unwrap()).unwrap_err();
         assert!(err.starts_with("poll_ms (policy) is 0 ms"), "{err}");
-        let err = check_bounds(&resolve(Some(0), None, None, None)).unwrap_err();
+        let err = check_bounds(&resolve(Some(0), None, None, None).unwrap()).unwrap_err();
         assert!(err.starts_with("the deadline-ms argument is 0 ms"), "{err}");
         let p = policy(0, OnStall::Rollback);
-        let err = check_bounds(&resolve(None, None, None, Some(&p))).unwrap_err();
+        let err = check_bounds(&resolve(None, None, None, Some(&p)).unwrap()).unwrap_err();
         assert!(err.starts_with("progress_deadline_ms (policy)"), "{err}");
-        let err = check_bounds(&resolve(None, Some(u64::MAX), None, None)).unwrap_err();
+        let err = check_bounds(&resolve(None, Some(u64::MAX), None, None).unwrap()).unwrap_err();
         assert!(err.contains("stop grace"), "{err}");
-        let err = check_bounds(&resolve(None, None, Some(u64::MAX), None)).unwrap_err();
+        let err = check_bounds(&resolve(None, None, Some(u64::MAX), None).unwrap()).unwrap_err();
         assert!(err.contains("drain timeout"), "{err}");
-        assert!(check_bounds(&resolve(None, Some(0), Some(0), None)).is_ok());
+        assert!(check_bounds(&resolve(None, Some(0), Some(0), None).unwrap()).is_ok());
     }
 
     #[test]

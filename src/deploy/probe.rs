@@ -1,27 +1,290 @@
-//! The readiness probe: `GET /readyz` on 127.0.0.1 with hyper, bounded by a timeout so a probe
-//! that hangs never stretches the deadline.
+//! Readiness probes, bounded by a timeout so a probe that hangs never stretches the deadline.
+//! Three kinds, from the policy's `probe` (today's `GET /readyz` = 200 when it says nothing):
+//! an HTTP request (path, Host header, a status range), a TCP connect, or a command run in the
+//! release folder (exit 0 = ready). A release is ready after `success_threshold` passes in a row.
 
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
 use super::plan::Probe;
+use crate::policy::ProbePolicy;
 
-pub async fn readyz(port: u16, timeout: Duration) -> Probe {
-    match tokio::time::timeout(timeout, request(port)).await {
+/// What a probe does when the policy does not say.
+pub const DEFAULT_PATH: &str = "/readyz";
+pub const DEFAULT_STATUS: u16 = 200;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// How readiness is proven. Persisted in a rollout's settings, so a resumed rollout probes as
+/// the one that started it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    pub target: Target,
+    pub timeout_ms: u64,
+    pub success_threshold: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    Http {
+        path: String,
+        host: Option<String>,
+        status_min: u16,
+        status_max: u16,
+    },
+    Tcp,
+    /// The program and its arguments, run in the release folder with `PORT` set.
+    Exec {
+        command: Vec<String>,
+    },
+}
+
+impl Default for Spec {
+    fn default() -> Spec {
+        Spec {
+            target: Target::Http {
+                path: DEFAULT_PATH.into(),
+                host: None,
+                status_min: DEFAULT_STATUS,
+                status_max: DEFAULT_STATUS,
+            },
+            timeout_ms: DEFAULT_TIMEOUT.as_millis() as u64,
+            success_threshold: 1,
+        }
+    }
+}
+
+impl Spec {
+    /// The policy's probe, checked again here: a `.ncl` policy need not apply the bundled
+    /// contract, so the deployer keeps the contract's bounds itself. Errors name the field.
+    pub fn from_policy(policy: &ProbePolicy) -> Result<Spec, String> {
+        let kind = policy.kind.as_deref().unwrap_or("http");
+        let stray = |field: &str, present: bool| {
+            if present {
+                Err(format!("probe.{field} is not a field of a {kind} probe"))
+            } else {
+                Ok(())
+            }
+        };
+        let target = match kind {
+            "http" => {
+                stray("command", policy.command.is_some())?;
+                let path = policy.path.clone().unwrap_or_else(|| DEFAULT_PATH.into());
+                if !path.starts_with('/')
+                    || path.len() > 1024
+                    || path.chars().any(|c| !c.is_ascii_graphic())
+                {
+                    return Err(format!(
+                        "probe.path is {path:?}; it must be a path from / of printable characters without spaces"
+                    ));
+                }
+                if let Some(host) = &policy.host {
+                    let ok = !host.is_empty()
+                        && host.len() <= 259
+                        && host
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+                    if !ok {
+                        return Err(format!("probe.host is {host:?}; it must be a host name"));
+                    }
+                }
+                let status_min = status("probe.status_min", policy.status_min, DEFAULT_STATUS)?;
+                let status_max = status("probe.status_max", policy.status_max, status_min)?;
+                if status_min > status_max {
+                    return Err(format!(
+                        "probe.status_min ({status_min}) must not be above probe.status_max ({status_max})"
+                    ));
+                }
+                Target::Http {
+                    path,
+                    host: policy.host.clone(),
+                    status_min,
+                    status_max,
+                }
+            }
+            "tcp" | "exec" => {
+                stray("path", policy.path.is_some())?;
+                stray("host", policy.host.is_some())?;
+                stray("status_min", policy.status_min.is_some())?;
+                stray("status_max", policy.status_max.is_some())?;
+                if kind == "tcp" {
+                    stray("command", policy.command.is_some())?;
+                    Target::Tcp
+                } else {
+                    match &policy.command {
+                        Some(words) if !words.is_empty() && words.iter().all(|w| !w.is_empty()) => {
+                            Target::Exec {
+                                command: words.clone(),
+                            }
+                        }
+                        _ => {
+                            return Err("probe.command is required for an exec probe: a non-empty list of non-empty strings, the program then its arguments".into())
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "probe.kind is {other:?}; allowed are http, tcp and exec"
+                ))
+            }
+        };
+        let timeout_ms = policy
+            .timeout_ms
+            .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
+        if !(10..=60_000).contains(&timeout_ms) {
+            return Err(format!(
+                "probe.timeout_ms is {timeout_ms}; it must be an integer from 10 to 60000"
+            ));
+        }
+        let success_threshold = policy.success_threshold.unwrap_or(1);
+        if !(1..=100).contains(&success_threshold) {
+            return Err(format!(
+                "probe.success_threshold is {success_threshold}; it must be an integer from 1 to 100"
+            ));
+        }
+        Ok(Spec {
+            target,
+            timeout_ms,
+            success_threshold: success_threshold as u32,
+        })
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// Whether one probe's result counts as ready.
+    pub fn passes(&self, probe: &Probe) -> bool {
+        match (&self.target, probe) {
+            (
+                Target::Http {
+                    status_min,
+                    status_max,
+                    ..
+                },
+                Probe::Status(code),
+            ) => (*status_min..=*status_max).contains(code),
+            (Target::Tcp, Probe::Connected) => true,
+            (Target::Exec { .. }, Probe::Command(Some(0))) => true,
+            _ => false,
+        }
+    }
+
+    /// The probe in a few words, for the log and a dry run.
+    pub fn describe(&self) -> String {
+        let what = match &self.target {
+            Target::Http {
+                path,
+                host,
+                status_min,
+                status_max,
+            } => {
+                let status = if status_min == status_max {
+                    status_min.to_string()
+                } else {
+                    format!("{status_min}-{status_max}")
+                };
+                match host {
+                    Some(host) => format!("GET {path} (Host {host}) = {status}"),
+                    None => format!("GET {path} = {status}"),
+                }
+            }
+            Target::Tcp => "TCP connect".into(),
+            Target::Exec { command } => format!("exec {} = exit 0", command.join(" ")),
+        };
+        let times = match self.success_threshold {
+            1 => String::new(),
+            n => format!(", {n} in a row"),
+        };
+        format!("{what}{times}, timeout {} ms", self.timeout_ms)
+    }
+}
+
+fn status(field: &str, value: Option<u64>, default: u16) -> Result<u16, String> {
+    match value {
+        None => Ok(default),
+        Some(v) if (100..=599).contains(&v) => Ok(v as u16),
+        Some(v) => Err(format!(
+            "{field} is {v}; it must be an integer from 100 to 599"
+        )),
+    }
+}
+
+/// One release to probe: where it listens and the folder an exec probe runs in.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    pub spec: Spec,
+    pub port: u16,
+    pub workdir: PathBuf,
+}
+
+impl Subject {
+    /// One probe, given at most `limit` (and never more than the probe's own timeout).
+    pub async fn probe(&self, limit: Duration) -> Probe {
+        let timeout = limit.min(self.spec.timeout());
+        match &self.spec.target {
+            Target::Http { path, host, .. } => {
+                let host = host
+                    .clone()
+                    .unwrap_or_else(|| format!("127.0.0.1:{}", self.port));
+                bounded(timeout, http(self.port, path, &host)).await
+            }
+            Target::Tcp => bounded(timeout, tcp(self.port)).await,
+            Target::Exec { command } => exec(command, &self.workdir, self.port, timeout).await,
+        }
+    }
+
+    /// One probe within the probe's timeout: whether it passes, and what it saw.
+    pub async fn check(&self) -> (bool, Probe) {
+        let probe = self.probe(self.spec.timeout()).await;
+        (self.spec.passes(&probe), probe)
+    }
+}
+
+async fn bounded(timeout: Duration, probe: impl std::future::Future<Output = Probe>) -> Probe {
+    match tokio::time::timeout(timeout, probe).await {
         Ok(result) => result,
         Err(_) => Probe::TimedOut(timeout),
     }
 }
 
-async fn request(port: u16) -> Probe {
-    let stream = match TcpStream::connect(("127.0.0.1", port)).await {
+/// `GET /readyz` as today's gate sends it (status, the demo and the old-release check use it).
+pub async fn readyz(port: u16, timeout: Duration) -> Probe {
+    bounded(
+        timeout,
+        http(port, DEFAULT_PATH, &format!("127.0.0.1:{port}")),
+    )
+    .await
+}
+
+async fn connect(port: u16) -> Result<TcpStream, Probe> {
+    TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => Probe::Refused,
+            _ => Probe::Failed(format!("connect: {e}")),
+        })
+}
+
+async fn tcp(port: u16) -> Probe {
+    match connect(port).await {
+        Ok(_) => Probe::Connected,
+        Err(probe) => probe,
+    }
+}
+
+async fn http(port: u16, path: &str, host: &str) -> Probe {
+    let stream = match connect(port).await {
         Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Probe::Refused,
-        Err(e) => return Probe::Failed(format!("connect: {e}")),
+        Err(probe) => return probe,
     };
     let (mut sender, connection) =
         match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
@@ -29,15 +292,180 @@ async fn request(port: u16) -> Probe {
             Err(e) => return Probe::Failed(format!("handshake: {e}")),
         };
     let driver = tokio::spawn(connection);
-    let request = hyper::Request::get("/readyz")
-        .header(hyper::header::HOST, format!("127.0.0.1:{port}"))
+    let request = match hyper::Request::get(path)
+        .header(hyper::header::HOST, host)
         .header(hyper::header::USER_AGENT, "rollgate")
         .body(Empty::<Bytes>::new())
-        .expect("static request");
+    {
+        Ok(request) => request,
+        Err(e) => return Probe::Failed(format!("request {path}: {e}")),
+    };
     let result = match sender.send_request(request).await {
         Ok(response) => Probe::Status(response.status().as_u16()),
         Err(e) => Probe::Failed(format!("request: {e}")),
     };
     driver.abort();
     result
+}
+
+/// Runs the command in its own process group, so that at the timeout the whole group (what it
+/// started too) is killed and nothing outlives the probe.
+async fn exec(command: &[String], workdir: &Path, port: u16, timeout: Duration) -> Probe {
+    let Some((program, args)) = command.split_first() else {
+        return Probe::Failed("empty probe command".into());
+    };
+    // A relative program names a file in the release folder, as the release's own path does.
+    let program = if program.contains('/') && !program.starts_with('/') {
+        workdir.join(program)
+    } else {
+        PathBuf::from(program)
+    };
+    let mut child = match tokio::process::Command::new(&program)
+        .args(args)
+        .current_dir(workdir)
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return Probe::Failed(format!("cannot run {}: {e}", program.display())),
+    };
+    // Dropped first (declared last): the group is killed while its leader is still ours,
+    // unreaped, so the number cannot name anyone else's group.
+    let mut group = GroupKiller(child.id().map(|pid| pid as i32));
+    let probe = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) => Probe::Command(status.code()),
+        Ok(Err(e)) => Probe::Failed(format!("waiting for {}: {e}", program.display())),
+        Err(_) => Probe::TimedOut(timeout),
+    };
+    if matches!(probe, Probe::Command(_)) {
+        // Reaped: whatever it left in the background is the command's own affair.
+        group.0 = None;
+    }
+    probe
+}
+
+/// Kills an exec probe's process group when the probe ends without its leader's exit: at its
+/// timeout, or when the gate drops the probe (the deadline passed, the release exited).
+struct GroupKiller(Option<i32>);
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.filter(|pid| *pid > 1) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> ProbePolicy {
+        ProbePolicy::default()
+    }
+
+    #[test]
+    fn no_probe_in_the_policy_is_todays_readyz() {
+        let spec = Spec::from_policy(&policy()).unwrap();
+        assert_eq!(spec, Spec::default());
+        assert!(spec.passes(&Probe::Status(200)));
+        assert!(!spec.passes(&Probe::Status(204)));
+        assert!(!spec.passes(&Probe::Connected));
+    }
+
+    #[test]
+    fn each_kind_passes_only_on_its_own_answer() {
+        let http = Spec::from_policy(&ProbePolicy {
+            status_min: Some(200),
+            status_max: Some(299),
+            ..policy()
+        })
+        .unwrap();
+        assert!(http.passes(&Probe::Status(204)));
+        assert!(!http.passes(&Probe::Status(301)));
+        let tcp = Spec::from_policy(&ProbePolicy {
+            kind: Some("tcp".into()),
+            ..policy()
+        })
+        .unwrap();
+        assert!(tcp.passes(&Probe::Connected));
+        assert!(!tcp.passes(&Probe::Refused));
+        let exec = Spec::from_policy(&ProbePolicy {
+            kind: Some("exec".into()),
+            command: Some(vec!["./ok".into()]),
+            ..policy()
+        })
+        .unwrap();
+        assert!(exec.passes(&Probe::Command(Some(0))));
+        assert!(!exec.passes(&Probe::Command(Some(1))));
+        assert!(!exec.passes(&Probe::Command(None)));
+    }
+
+    #[test]
+    fn a_bad_probe_names_its_field() {
+        let cases = [
+            (
+                ProbePolicy {
+                    kind: Some("exec".into()),
+                    ..policy()
+                },
+                "probe.command",
+            ),
+            (
+                ProbePolicy {
+                    kind: Some("tcp".into()),
+                    path: Some("/x".into()),
+                    ..policy()
+                },
+                "probe.path",
+            ),
+            (
+                ProbePolicy {
+                    status_max: Some(199),
+                    ..policy()
+                },
+                "probe.status_min (200) must not be above",
+            ),
+            (
+                ProbePolicy {
+                    timeout_ms: Some(5),
+                    ..policy()
+                },
+                "probe.timeout_ms",
+            ),
+            (
+                ProbePolicy {
+                    success_threshold: Some(0),
+                    ..policy()
+                },
+                "probe.success_threshold",
+            ),
+            (
+                ProbePolicy {
+                    path: Some("readyz".into()),
+                    ..policy()
+                },
+                "probe.path",
+            ),
+            (
+                ProbePolicy {
+                    kind: Some("udp".into()),
+                    ..policy()
+                },
+                "probe.kind",
+            ),
+        ];
+        for (bad, field) in cases {
+            let err = Spec::from_policy(&bad).unwrap_err();
+            assert!(err.starts_with(field), "{bad:?}: {err}");
+        }
+    }
 }

@@ -123,9 +123,21 @@ pub struct Candidate {
     /// finishes the switch raises it).
     #[serde(default)]
     pub signed: Option<crate::release::Signed>,
+    /// How this deploy proves readiness, for whoever finishes it (`promote`, `abort`, recovery).
+    #[serde(default)]
+    pub probe: super::probe::Spec,
 }
 
 impl Candidate {
+    /// The candidate's own probe, or one for the release it replaces (same service, same probe).
+    pub fn probe_subject(&self, root: &Root, version: &str, port: u16) -> super::probe::Subject {
+        super::probe::Subject {
+            spec: self.probe.clone(),
+            port,
+            workdir: root.release_dir(version),
+        }
+    }
+
     pub fn identity(&self) -> Option<Identity> {
         Some(Identity {
             pid: self.pid?,

@@ -133,6 +133,23 @@ pub struct RolloutSettings {
     pub release_deadline_ms: Option<u64>,
     #[serde(default)]
     pub classes: Option<std::collections::BTreeMap<String, String>>,
+    /// How readiness is proven (see the contract); today's `GET /readyz` = 200 when absent.
+    #[serde(default)]
+    pub probe: Option<ProbePolicy>,
+}
+
+/// The policy's `probe` as written; `deploy::probe::Spec::from_policy` checks and resolves it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbePolicy {
+    pub kind: Option<String>,
+    pub path: Option<String>,
+    pub host: Option<String>,
+    pub status_min: Option<u64>,
+    pub status_max: Option<u64>,
+    pub command: Option<Vec<String>>,
+    pub timeout_ms: Option<u64>,
+    pub success_threshold: Option<u64>,
 }
 
 /// Loads entry `entry` of a policy file, checked by the contract on the way.

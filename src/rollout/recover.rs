@@ -141,6 +141,7 @@ mod tests {
                 release_deadline: 1e12,
                 ports: (9000, 9100),
                 wave_percents: vec![100],
+                probe: Default::default(),
             },
             waves: vec![(0..slots.len()).collect()],
             wave: 0,

@@ -19,11 +19,12 @@ use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use crate::deploy::gate;
 use crate::deploy::journal::{self, Event as LogEvent};
-use crate::deploy::plan::{self, Probe, Verdict};
+use crate::deploy::plan::{self, Verdict};
+use crate::deploy::probe::Subject;
 use crate::deploy::process::{self, Identity};
 use crate::deploy::signals::Signals;
 use crate::deploy::state::{Pointer, Root};
-use crate::deploy::{drain_before_stop, probe, DeployError, PROBE_TIMEOUT};
+use crate::deploy::{drain_before_stop, DeployError};
 
 /// How often the executor looks for a pause, resume or abort asked from another shell.
 const CONTROL_POLL: Duration = Duration::from_millis(100);
@@ -275,10 +276,11 @@ impl Executor {
             ),
         )?;
         let timing = GateTiming::of(&self.rollout);
+        let subject = self.subject(&version, port);
         let sender = self.sender.clone();
         let task_token = token.clone();
         let handle = tokio::spawn(async move {
-            let result = gate_replica(child, port, timing).await;
+            let result = gate_replica(child, subject, timing).await;
             let _ = sender.send(Message::Gate {
                 slot,
                 token: task_token,
@@ -498,17 +500,30 @@ impl Executor {
         if let Some(old) = self.soak.take() {
             old.abort();
         }
-        let watched: Vec<(usize, Process)> = self
+        let watched: Vec<(usize, Process, Subject)> = self
             .rollout
             .slots
             .iter()
             .filter(|s| s.state == SlotState::Succeeded)
             .filter_map(|s| Some((s.slot, s.live.clone()?)))
             .filter(|(_, p)| p.version == self.rollout.to)
+            .map(|(slot, p)| {
+                let subject = self.subject(&p.version, p.port);
+                (slot, p, subject)
+            })
             .collect();
         let poll = Duration::from_millis(self.rollout.settings.poll_ms);
         let sender = self.sender.clone();
         self.soak = Some(tokio::spawn(soak(watched, until, poll, sender)));
+    }
+
+    /// How a replica of `version` on `port` is probed (the rollout's probe, in its release folder).
+    fn subject(&self, version: &str, port: u16) -> Subject {
+        Subject {
+            spec: self.rollout.settings.probe.clone(),
+            port,
+            workdir: self.context.root.release_dir(version),
+        }
     }
 
     /// The lowest port of the range that no recorded process holds and that binds now.
@@ -720,22 +735,22 @@ impl GateTiming {
 /// reasons are the deploy's words.
 async fn gate_replica(
     mut child: tokio::process::Child,
-    port: u16,
+    subject: Subject,
     timing: GateTiming,
 ) -> Result<(), String> {
     let started = std::time::Instant::now();
     let watchers = gate::Watchers::default();
-    let passed = gate::run(&mut child, port, timing.gate, started, watchers).await;
+    let passed = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
     if passed.verdict != Verdict::Ready {
         return Err(plan::reason(&passed.verdict, timing.gate.deadline));
     }
-    gate::hold_ready(&mut child, port, timing.min_ready, timing.gate.poll).await
+    gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await
 }
 
 /// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
 /// answering ready has failed. Then a `Tick` ends the soak.
 async fn soak(
-    mut watched: Vec<(usize, Process)>,
+    mut watched: Vec<(usize, Process, Subject)>,
     until: f64,
     poll: Duration,
     sender: UnboundedSender<Message>,
@@ -749,20 +764,22 @@ async fn soak(
             _ = ticker.tick() => {}
         }
         let mut still = Vec::new();
-        for (slot, process) in watched {
+        for (slot, process, subject) in watched {
             let reason = if !process.identity().is_running() {
                 Some("exited during the soak".to_string())
             } else {
-                match probe::readyz(process.port, PROBE_TIMEOUT).await {
-                    Probe::Status(200) => None,
-                    other => Some(format!("stopped being ready during the soak ({other})")),
+                match subject.check().await {
+                    (true, _) => None,
+                    (false, other) => {
+                        Some(format!("stopped being ready during the soak ({other})"))
+                    }
                 }
             };
             match reason {
                 Some(reason) => {
                     let _ = sender.send(Message::Soak(Event::Failed { slot, reason }));
                 }
-                None => still.push((slot, process)),
+                None => still.push((slot, process, subject)),
             }
         }
         watched = still;

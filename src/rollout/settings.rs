@@ -152,7 +152,7 @@ pub fn resolve(
     previous: Option<&Rollout>,
     baseline: &[(usize, Process)],
 ) -> Result<Resolved, String> {
-    let gate = deploy_plan::resolve(args.deadline_ms, args.grace_ms, args.drain_ms, policy);
+    let gate = deploy_plan::resolve(args.deadline_ms, args.grace_ms, args.drain_ms, policy)?;
     deploy_plan::check_bounds(&gate).map_err(|e| e.replace("; nothing was started", ""))?;
     let replicas = match (args.replicas, policy.and_then(|p| p.replicas)) {
         (Some(n), _) => n,
@@ -269,6 +269,7 @@ pub fn resolve(
             release_deadline: release_deadline_ms as f64 / 1000.0,
             ports,
             wave_percents: waves,
+            probe: gate.probe,
         },
         classes,
     })

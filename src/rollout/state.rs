@@ -102,6 +102,9 @@ pub struct Settings {
     pub ports: (u16, u16),
     /// The wave percentages the plan came from.
     pub wave_percents: Vec<u64>,
+    /// How every replica proves readiness (the policy's probe; `GET /readyz` = 200 by default).
+    #[serde(default)]
+    pub probe: crate::deploy::probe::Spec,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

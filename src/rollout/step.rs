@@ -406,6 +406,7 @@ mod tests {
                 release_deadline: 1000.0,
                 ports: (9000, 9999),
                 wave_percents: vec![1, 10, 50, 100],
+                probe: Default::default(),
             },
             slots: slots
                 .iter()
