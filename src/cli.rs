@@ -104,6 +104,10 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
         /// release's requests before SIGTERM (default: the policy's drain_timeout_ms, else 30000).
         #[arg(long, value_name = "MS")]
         drain_timeout_ms: Option<u64>,
+        /// Print what would happen (the values and where each came from, the checks that
+        /// would refuse it) and change nothing; exit 2 if a check would refuse it.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         eval: EvalArgs,
     },
@@ -284,6 +288,10 @@ pub struct RolloutArgs {
     /// (default: the policy's drain_timeout_ms, else 30000).
     #[arg(long, value_name = "MS")]
     pub drain_timeout_ms: Option<u64>,
+    /// Print the plan (values and where each came from, the waves, the checks that would
+    /// refuse it) and change nothing; exit 2 if a check would refuse it.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub eval: EvalArgs,
 }

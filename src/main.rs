@@ -32,19 +32,27 @@ fn main() -> ExitCode {
             policy_entry,
             grace_ms,
             drain_timeout_ms,
+            dry_run,
             eval,
-        } => finish_deploy(deploy::deploy(deploy::Request {
-            service,
-            port: new_port,
-            version: new_version,
-            deadline_ms,
-            root: target.root,
-            policy,
-            policy_entry,
-            grace_ms,
-            drain_ms: drain_timeout_ms,
-            eval: eval_options(eval),
-        })),
+        } => {
+            let request = deploy::Request {
+                service,
+                port: new_port,
+                version: new_version,
+                deadline_ms,
+                root: target.root,
+                policy,
+                policy_entry,
+                grace_ms,
+                drain_ms: drain_timeout_ms,
+                eval: eval_options(eval),
+            };
+            if dry_run {
+                report_dry_run(deploy::dry_run(&request))
+            } else {
+                finish_deploy(deploy::deploy(request))
+            }
+        }
         Command::Rollout(args) => run_rollout(args),
         Command::Promote { service, target } => {
             finish_deploy(deploy::finish_escalated(&service, target.root, true))
@@ -184,6 +192,12 @@ fn eval_options(args: EvalArgs) -> EvalOptions {
     }
 }
 
+/// A dry run's report on stdout; exit 0 if it would go ahead, 2 if it would be refused.
+fn report_dry_run((report, refused): (String, bool)) -> ExitCode {
+    print(&report);
+    ExitCode::from(if refused { 2 } else { 0 })
+}
+
 fn finish_deploy(result: Result<deploy::Outcome, deploy::DeployError>) -> ExitCode {
     match result {
         Ok(outcome) => {
@@ -230,7 +244,11 @@ fn run_rollout(args: RolloutArgs) -> ExitCode {
             reason,
             rollback,
         }) => rollout::control(&service, target.root, Ask::Abort, reason, rollback),
-        None => start_rollout(args),
+        None if args.dry_run => match rollout_request(args) {
+            Ok(request) => return report_dry_run(rollout::dry_run(&request)),
+            Err(e) => Err(e),
+        },
+        None => rollout_request(args).and_then(rollout::rollout),
     };
     match result {
         Ok(outcome) => {
@@ -244,7 +262,7 @@ fn run_rollout(args: RolloutArgs) -> ExitCode {
     }
 }
 
-fn start_rollout(args: RolloutArgs) -> Result<rollout::Outcome, deploy::DeployError> {
+fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, deploy::DeployError> {
     use rollout::settings::{parse_ports, parse_wait, parse_waves};
     let usage = deploy::DeployError::Refused;
     let soak_ms = args
@@ -253,7 +271,7 @@ fn start_rollout(args: RolloutArgs) -> Result<rollout::Outcome, deploy::DeployEr
         .map(parse_wait)
         .transpose()
         .map_err(|e| usage(format!("--soak: {e}")))?;
-    rollout::rollout(rollout::Request {
+    Ok(rollout::Request {
         service: args.service.unwrap_or_default(),
         version: args.version.unwrap_or_default(),
         root: args.target.root,

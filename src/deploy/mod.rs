@@ -2,6 +2,7 @@
 //! refused before anything starts, start the candidate beside the live release, gate it on
 //! `/readyz` until the deadline, then switch `current` with one rename or roll back.
 
+pub(crate) mod dry_run;
 mod escalation;
 pub(crate) mod gate;
 pub(crate) mod journal;
@@ -104,25 +105,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         return Err(refused("port 0 is not a port a release can be probed on"));
     }
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
-    let policy = match &request.policy {
-        Some(path) => {
-            let entry = request
-                .policy_entry
-                .clone()
-                .unwrap_or_else(|| plan::policy_entry_for(&request.service));
-            Some(
-                policy::load_entry(path, &entry, &request.eval).map_err(|e| {
-                    refused(match e {
-                        policy::PolicyError::Nickel(_) => {
-                            format!("{e}\nthe policy was refused; nothing was deployed")
-                        }
-                        other => format!("policy refused: {other}"),
-                    })
-                })?,
-            )
-        }
-        None => None,
-    };
+    let policy = load_policy(&request)?;
     let settings = plan::resolve(
         request.deadline_ms,
         request.grace_ms,
@@ -170,6 +153,36 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         }
         gate_and_finish(&root, &request, &settings, live, admitted, &mut signals).await
     })
+}
+
+/// The request's policy entry, checked by the contract (None without `--policy`).
+fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
+    let Some(path) = &request.policy else {
+        return Ok(None);
+    };
+    let entry = request
+        .policy_entry
+        .clone()
+        .unwrap_or_else(|| plan::policy_entry_for(&request.service));
+    policy::load_entry(path, &entry, &request.eval)
+        .map(Some)
+        .map_err(|e| {
+            refused(match e {
+                policy::PolicyError::Nickel(_) => {
+                    format!("{e}\nthe policy was refused; nothing was deployed")
+                }
+                other => format!("policy refused: {other}"),
+            })
+        })
+}
+
+/// `rollgate deploy ... --dry-run`: the report, and whether the deploy would be refused.
+pub fn dry_run(request: &Request) -> (String, bool) {
+    let policy = load_policy(request).map_err(|e| e.to_string());
+    match dry_run::deploy(request, policy) {
+        Ok(report) => (report, false),
+        Err(e) => (e.to_string(), true),
+    }
 }
 
 /// The root and the release's executable under it, refused unless both are there.

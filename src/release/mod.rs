@@ -473,6 +473,41 @@ pub fn admit(
     version: &str,
     now: DateTime<Utc>,
 ) -> Result<Option<Admitted>, String> {
+    let Some(checked) = check_admission(root, service, version, now, false)? else {
+        return Ok(None);
+    };
+    let dir = root.join("releases").join(version);
+    let refused = |r: Refusal| format!("release {version} of {service} refused ({r})");
+    let copy = verified_copy(root, &dir, version, &checked.executable).map_err(refused)?;
+    Ok(Some(Admitted {
+        signed: checked.signed,
+        executable: copy,
+    }))
+}
+
+/// What [`admit`] would say, reading only (a dry run): every artifact, the executable too, is
+/// hashed in place and nothing is copied.
+pub fn would_admit(
+    root: &Path,
+    service: &str,
+    version: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<Signed>, String> {
+    Ok(check_admission(root, service, version, now, true)?.map(|c| c.signed))
+}
+
+struct Checked {
+    signed: Signed,
+    executable: Artifact,
+}
+
+fn check_admission(
+    root: &Path,
+    service: &str,
+    version: &str,
+    now: DateTime<Utc>,
+    hash_executable: bool,
+) -> Result<Option<Checked>, String> {
     let trust_path = root.join(TRUST_FILE);
     let Some(trust) = read_json::<Trust>(&trust_path)? else {
         return Ok(None);
@@ -497,17 +532,21 @@ pub fn admit(
             format!("the executable {service} is not among the signed artifacts"),
         )));
     };
-    for artifact in verified.body.artifacts.iter().filter(|a| a.name != service) {
+    for artifact in verified
+        .body
+        .artifacts
+        .iter()
+        .filter(|a| hash_executable || a.name != service)
+    {
         check_artifact(&dir, artifact, None).map_err(refused)?;
     }
-    let copy = verified_copy(root, &dir, version, executable).map_err(refused)?;
-    Ok(Some(Admitted {
+    Ok(Some(Checked {
         signed: Signed {
             sequence: verified.body.sequence,
             version: version.into(),
-            manifest_sha256: verified.manifest_sha256,
+            manifest_sha256: verified.manifest_sha256.clone(),
         },
-        executable: copy,
+        executable: executable.clone(),
     }))
 }
 

@@ -72,24 +72,35 @@ fn refused(message: impl Into<String>) -> DeployError {
     DeployError::Refused(message.into())
 }
 
+/// The request's policy entry, checked by the contract (None without `--policy`).
+fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
+    let Some(path) = &request.policy else {
+        return Ok(None);
+    };
+    let entry = request
+        .policy_entry
+        .clone()
+        .unwrap_or_else(|| request.service.replace('-', "_"));
+    policy::load_entry(path, &entry, &request.eval)
+        .map(Some)
+        .map_err(|e| refused(format!("policy refused: {e}")))
+}
+
+/// `rollgate rollout ... --dry-run`: the report, and whether the rollout would be refused.
+pub fn dry_run(request: &Request) -> (String, bool) {
+    let policy = load_policy(request).map_err(|e| e.to_string());
+    match deploy::dry_run::rollout(request, policy) {
+        Ok(report) => (report, false),
+        Err(e) => (e.to_string(), true),
+    }
+}
+
 /// The whole rollout.
 pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
     deploy::check_name("service", &request.service).map_err(refused)?;
     deploy::check_name("version", &request.version).map_err(refused)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
-    let policy = match &request.policy {
-        Some(path) => {
-            let entry = request
-                .policy_entry
-                .clone()
-                .unwrap_or_else(|| request.service.replace('-', "_"));
-            Some(
-                policy::load_entry(path, &entry, &request.eval)
-                    .map_err(|e| refused(format!("policy refused: {e}")))?,
-            )
-        }
-        None => None,
-    };
+    let policy = load_policy(&request)?;
     let (root, executable) =
         deploy::release_executable(&request.root, &request.version, &request.service)?;
 

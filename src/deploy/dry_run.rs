@@ -1,0 +1,508 @@
+//! `--dry-run`: what a deploy (or a rollout) would do, with every value it would run by and
+//! where that value came from, and every check that would refuse it. Reads only: no lock is
+//! taken, no recovery runs, no file is written and no process is started, so the root stays
+//! byte for byte as it was.
+
+use std::fmt::Write as _;
+
+use super::plan::{self, Settings};
+use super::state::Root;
+use super::{lock, refused, DeployError, Request};
+use crate::policy::RolloutSettings;
+use crate::release;
+
+/// What a dry run found: the values, what would happen, and the checks.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub title: String,
+    /// (name, value, where it came from)
+    pub values: Vec<(String, String, &'static str)>,
+    pub would: Vec<String>,
+    /// (passed, what)
+    pub checks: Vec<(bool, String)>,
+}
+
+impl Report {
+    pub fn value(&mut self, name: &str, value: impl Into<String>, source: &'static str) {
+        self.values.push((name.into(), value.into(), source));
+    }
+
+    pub fn check(&mut self, result: Result<String, String>) {
+        match result {
+            Ok(what) => self.checks.push((true, what)),
+            Err(why) => self.checks.push((false, why)),
+        }
+    }
+
+    pub fn refused(&self) -> bool {
+        self.checks.iter().any(|(passed, _)| !passed)
+    }
+
+    /// Exit 0 with the report when every check passed; exit 2 with it when any would refuse.
+    pub fn finish(self) -> Result<String, DeployError> {
+        if self.refused() {
+            Err(refused(self.render()))
+        } else {
+            Ok(self.render())
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = format!("{} (dry run: nothing was changed)\n", self.title);
+        let width = self
+            .values
+            .iter()
+            .map(|(n, _, _)| n.len())
+            .max()
+            .unwrap_or(0);
+        for (name, value, source) in &self.values {
+            let _ = writeln!(out, "  {name:width$}  {value}  ({source})");
+        }
+        if !self.would.is_empty() {
+            out.push_str("would:\n");
+            for step in &self.would {
+                let _ = writeln!(out, "  - {step}");
+            }
+        }
+        out.push_str("checks:\n");
+        for (passed, what) in &self.checks {
+            let _ = writeln!(
+                out,
+                "  {} {what}",
+                if *passed { "ok     " } else { "REFUSED" }
+            );
+        }
+        let refusals = self.checks.iter().filter(|(passed, _)| !passed).count();
+        let _ = match refusals {
+            0 => writeln!(out, "it would go ahead"),
+            n => writeln!(
+                out,
+                "it would be refused ({n} check{})",
+                if n == 1 { "" } else { "s" }
+            ),
+        };
+        out
+    }
+}
+
+/// Where a value came from: the command line, the policy, or the defaults.
+pub fn source(from_args: bool, from_policy: bool) -> &'static str {
+    match (from_args, from_policy) {
+        (true, _) => "command line",
+        (false, true) => "policy",
+        (false, false) => "default",
+    }
+}
+
+/// The gate's values, each with its source.
+pub fn gate_values(
+    report: &mut Report,
+    settings: &Settings,
+    (grace_arg, drain_arg): (Option<u64>, Option<u64>),
+    policy: Option<&RolloutSettings>,
+) {
+    let has = |f: fn(&RolloutSettings) -> bool| policy.is_some_and(f);
+    report.value(
+        "deadline",
+        format!("{} ms", settings.deadline.as_millis()),
+        settings.deadline_source,
+    );
+    report.value(
+        "poll",
+        format!("{} ms", settings.poll.as_millis()),
+        source(false, policy.is_some()),
+    );
+    report.value(
+        "on stall",
+        format!("{:?}", settings.on_stall).to_lowercase(),
+        source(false, policy.is_some()),
+    );
+    report.value(
+        "stop grace",
+        format!("{} ms", settings.grace.as_millis()),
+        source(grace_arg.is_some(), has(|p| p.stop_grace_ms.is_some())),
+    );
+    report.value(
+        "drain timeout",
+        format!("{} ms", settings.drain.as_millis()),
+        source(drain_arg.is_some(), has(|p| p.drain_timeout_ms.is_some())),
+    );
+    report.value(
+        "probe",
+        settings.probe.describe(),
+        source(false, has(|p| p.probe.is_some())),
+    );
+}
+
+/// A check that the root is free for a deployer now (nobody holds the lock).
+pub fn lock_check(root: &Root) -> Result<String, String> {
+    if lock::is_free(&root.lock_path()) {
+        Ok("no other deploy or rollout holds the root's lock".into())
+    } else {
+        Err(format!(
+            "another deploy or rollout holds {}",
+            root.lock_path().display()
+        ))
+    }
+}
+
+/// What admission would say of the release (signature, floor) without copying anything.
+pub fn admission_check(root: &Root, service: &str, version: &str) -> Result<String, String> {
+    match release::would_admit(&root.0, service, version, chrono::Utc::now())? {
+        None => Ok("no trust file: releases are not signature-checked".into()),
+        Some(signed) => Ok(format!(
+            "signed release (sequence {}) verified and above the release floor",
+            signed.sequence
+        )),
+    }
+}
+
+/// `rollgate deploy ... --dry-run`.
+pub fn deploy(
+    request: &Request,
+    policy: Result<Option<RolloutSettings>, String>,
+) -> Result<String, DeployError> {
+    let mut report = Report {
+        title: format!(
+            "deploy {} {} on port {} in {}",
+            request.service,
+            request.version,
+            request.port,
+            request.root.display()
+        ),
+        ..Report::default()
+    };
+    report.check(
+        plan::check_name("service", &request.service)
+            .and_then(|()| plan::check_name("version", &request.version))
+            .map(|()| "service and version names".to_string()),
+    );
+    let policy = match policy {
+        Ok(policy) => {
+            if let Some(path) = &request.policy {
+                report.check(Ok(format!("policy {} passes its contract", path.display())));
+            }
+            policy
+        }
+        Err(e) => {
+            report.check(Err(e));
+            None
+        }
+    };
+    let settings = plan::resolve(
+        request.deadline_ms,
+        request.grace_ms,
+        request.drain_ms,
+        policy.as_ref(),
+    )
+    .and_then(|s| plan::check_bounds(&s).map(|()| s));
+    let settings = match settings {
+        Ok(settings) => settings,
+        Err(e) => {
+            report.check(Err(e));
+            return report.finish();
+        }
+    };
+    gate_values(
+        &mut report,
+        &settings,
+        (request.grace_ms, request.drain_ms),
+        policy.as_ref(),
+    );
+    let root = Root::new(request.root.clone());
+    report.check(
+        super::release_executable(&request.root, &request.version, &request.service)
+            .map(|(_, path)| format!("release executable {}", path.display()))
+            .map_err(|e| e.to_string()),
+    );
+    if !root.0.is_dir() {
+        return report.finish();
+    }
+    report.check(lock_check(&root));
+    report.check(match root.read_replicas() {
+        Ok(None) => Ok("the root is not served by a replica set".into()),
+        Ok(Some(set)) => Err(format!(
+            "{} is served by its replica set ({} replicas); use `rollgate rollout`",
+            root.0.display(),
+            set.replicas.len()
+        )),
+        Err(e) => Err(e),
+    });
+    let live = root.read_pointer();
+    match &live {
+        Ok(Some(live)) => report.check(if live.port == request.port {
+            Err(format!(
+                "port {} is the live release's ({} {}); deploy beside it on another port",
+                live.port, live.service, live.version
+            ))
+        } else {
+            Ok(format!(
+                "live release {} on port {} stays until the candidate is ready",
+                live.version, live.port
+            ))
+        }),
+        Ok(None) => report.check(Ok("no live release: this would be the first".into())),
+        Err(e) => report.check(Err(e.clone())),
+    }
+    report.check(
+        std::net::TcpListener::bind(("127.0.0.1", request.port))
+            .map(|_| format!("port {} is free on 127.0.0.1", request.port))
+            .map_err(|e| format!("port {} is busy on 127.0.0.1 ({e})", request.port)),
+    );
+    report.check(admission_check(&root, &request.service, &request.version));
+    if root.candidate_path().exists() {
+        report.would.push(format!(
+            "first finish what an earlier deploy left ({}): recovery",
+            root.candidate_path().display()
+        ));
+    }
+    report.would.push(format!(
+        "start {} {} on port {} beside the live release, probe it every {} ms ({}) for at most {} ms",
+        request.service,
+        request.version,
+        request.port,
+        settings.poll.as_millis(),
+        settings.probe.describe(),
+        settings.deadline.as_millis()
+    ));
+    let previous = match live {
+        Ok(Some(live)) => format!(
+            "then drain and stop {} (grace {} ms)",
+            live.version,
+            settings.grace.as_millis()
+        ),
+        _ => "as the first live release".into(),
+    };
+    report.would.push(format!(
+        "when ready: switch {} to it, {previous}; otherwise {}",
+        root.pointer_path().display(),
+        match settings.on_stall {
+            crate::policy::OnStall::Escalate => {
+                "roll back (a stall at the deadline escalates to a person instead)"
+            }
+            crate::policy::OnStall::Rollback => "roll back and keep the live release",
+        }
+    ));
+    report.finish()
+}
+
+/// `rollgate rollout ... --dry-run`.
+pub fn rollout(
+    request: &crate::rollout::Request,
+    policy: Result<Option<RolloutSettings>, String>,
+) -> Result<String, DeployError> {
+    use crate::rollout::{settings, state};
+    let mut report = Report {
+        title: format!(
+            "rollout {} {} in {}",
+            request.service,
+            request.version,
+            request.root.display()
+        ),
+        ..Report::default()
+    };
+    report.check(
+        plan::check_name("service", &request.service)
+            .and_then(|()| plan::check_name("version", &request.version))
+            .map(|()| "service and version names".to_string()),
+    );
+    let policy = match policy {
+        Ok(policy) => {
+            if let Some(path) = &request.policy {
+                report.check(Ok(format!("policy {} passes its contract", path.display())));
+            }
+            policy
+        }
+        Err(e) => {
+            report.check(Err(e));
+            None
+        }
+    };
+    report.check(
+        super::release_executable(&request.root, &request.version, &request.service)
+            .map(|(_, path)| format!("release executable {}", path.display()))
+            .map_err(|e| e.to_string()),
+    );
+    let root = Root::new(request.root.clone());
+    if !root.0.is_dir() {
+        return report.finish();
+    }
+    report.check(lock_check(&root));
+    let previous = match state::load(&root) {
+        Ok(previous) => previous,
+        Err(e) => {
+            report.check(Err(e));
+            None
+        }
+    };
+    if let Some(p) = previous.as_ref().filter(|p| !p.is_over()) {
+        report.check(Err(format!(
+            "rollout {} of {} to {} is unfinished; one rollout at a time",
+            p.id, p.service, p.to
+        )));
+    }
+    let baseline = match settings::baseline(&root, &request.service) {
+        Ok(baseline) => baseline,
+        Err(e) => {
+            report.check(Err(e));
+            return report.finish();
+        }
+    };
+    let resolved =
+        match settings::resolve(&request.args, policy.as_ref(), previous.as_ref(), &baseline) {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                report.check(Err(e));
+                return report.finish();
+            }
+        };
+    let args = &request.args;
+    let has = |f: fn(&RolloutSettings) -> bool| policy.as_ref().is_some_and(f);
+    let s = &resolved.settings;
+    report.value(
+        "replicas",
+        s.replicas.to_string(),
+        match (args.replicas.is_some(), has(|p| p.replicas.is_some())) {
+            (false, false) if !baseline.is_empty() => "the pool as it is",
+            (a, p) => source(a, p),
+        },
+    );
+    report.value(
+        "surge",
+        format!("{} process(es) beside the pool", s.surge),
+        source(false, policy.is_some()),
+    );
+    report.value(
+        "unavailable",
+        format!("{} replica(s) out of the pool at once", s.unavailable),
+        source(false, policy.is_some()),
+    );
+    report.value(
+        "waves",
+        s.wave_percents
+            .iter()
+            .map(|p| format!("{p}%"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        source(args.waves.is_some(), has(|p| p.waves.is_some())),
+    );
+    report.value(
+        "soak",
+        format!("{} ms", s.soak_ms),
+        source(args.soak_ms.is_some(), has(|p| p.soak_ms.is_some())),
+    );
+    report.value(
+        "min ready",
+        format!("{} ms", s.min_ready_ms),
+        source(false, has(|p| p.min_ready_ms.is_some())),
+    );
+    report.value(
+        "max failure ratio",
+        s.max_failure_ratio.to_string(),
+        source(false, has(|p| p.max_failure_ratio.is_some())),
+    );
+    report.value(
+        "release deadline",
+        format!("{} ms", (s.release_deadline * 1000.0).round() as u64),
+        source(false, has(|p| p.release_deadline_ms.is_some())),
+    );
+    report.value(
+        "ports",
+        format!("{}-{}", s.ports.0, s.ports.1),
+        if args.ports.is_some() {
+            "command line"
+        } else {
+            "the previous rollout"
+        },
+    );
+    if !resolved.classes.is_empty() {
+        report.value(
+            "classes",
+            resolved
+                .classes
+                .iter()
+                .map(|(slot, class)| {
+                    let name = serde_json::to_value(class).unwrap_or_default();
+                    format!("{slot}: {}", name.as_str().unwrap_or("?"))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            "policy",
+        );
+    }
+    match plan::resolve(
+        args.deadline_ms,
+        args.grace_ms,
+        args.drain_ms,
+        policy.as_ref(),
+    ) {
+        Ok(gate) => gate_values(
+            &mut report,
+            &gate,
+            (args.grace_ms, args.drain_ms),
+            policy.as_ref(),
+        ),
+        Err(e) => report.check(Err(e)),
+    }
+    let free = (s.ports.0..=s.ports.1)
+        .filter(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .count();
+    let needed = s.surge.max(1);
+    report.check(if free >= needed {
+        Ok(format!(
+            "{free} free port(s) in {}-{} (at least {needed} needed at once)",
+            s.ports.0, s.ports.1
+        ))
+    } else {
+        Err(format!(
+            "only {free} free port(s) in {}-{}; at least {needed} needed at once",
+            s.ports.0, s.ports.1
+        ))
+    });
+    report.check(admission_check(&root, &request.service, &request.version));
+    match settings::plan(
+        &request.service,
+        &request.version,
+        &resolved,
+        &baseline,
+        0.0,
+    ) {
+        None => report.would.push(format!(
+            "nothing: every replica already runs {}",
+            request.version
+        )),
+        Some(planned) => {
+            report.would.push(format!(
+                "move {} replica(s) from {} to {}",
+                planned.waves.iter().map(Vec::len).sum::<usize>(),
+                planned.from.as_deref().unwrap_or("nothing"),
+                planned.to
+            ));
+            for (k, wave) in planned.waves.iter().enumerate() {
+                let slots: Vec<String> = wave.iter().map(usize::to_string).collect();
+                report.would.push(format!(
+                    "wave {k}{}: slot(s) {}",
+                    if k == 0 { " (canary)" } else { "" },
+                    slots.join(", ")
+                ));
+            }
+            let kept: Vec<String> = planned
+                .slots
+                .iter()
+                .filter(|slot| {
+                    matches!(
+                        slot.state,
+                        state::SlotState::Skipped | state::SlotState::LeftBehind
+                    )
+                })
+                .map(|slot| format!("{} ({:?})", slot.slot, slot.state).to_lowercase())
+                .collect();
+            if !kept.is_empty() {
+                report
+                    .would
+                    .push(format!("leave as they are: {}", kept.join(", ")));
+            }
+        }
+    }
+    report.finish()
+}
