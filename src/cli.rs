@@ -104,12 +104,30 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
         /// release's requests before SIGTERM (default: the policy's drain_timeout_ms, else 30000).
         #[arg(long, value_name = "MS")]
         drain_timeout_ms: Option<u64>,
+        /// After the switch, watch the new release this long with the previous one kept
+        /// running, and switch back if it exits or keeps failing its probe (default: the
+        /// policy's watch_ms, else 2000; 0 = no watch).
+        #[arg(long, value_name = "MS")]
+        watch_ms: Option<u64>,
+        /// Exit once switched, leaving the watch to a background `rollgate watch` (its pid is
+        /// printed and recorded in the root).
+        #[arg(long)]
+        no_wait: bool,
         /// Print what would happen (the values and where each came from, the checks that
         /// would refuse it) and change nothing; exit 2 if a check would refuse it.
         #[arg(long)]
         dry_run: bool,
         #[command(flatten)]
         eval: EvalArgs,
+    },
+    /// Finish the watch a `deploy --no-wait` recorded (started by that deploy).
+    #[command(hide = true)]
+    Watch {
+        service: String,
+        #[arg(long)]
+        token: String,
+        #[command(flatten)]
+        target: RootArgs,
     },
     /// Move N replicas of a service to a new version in waves, within surge and unavailable
     /// budgets, with a soak between waves; pause, resume or abort it from another shell.

@@ -32,6 +32,8 @@ fn main() -> ExitCode {
             policy_entry,
             grace_ms,
             drain_timeout_ms,
+            watch_ms,
+            no_wait,
             dry_run,
             eval,
         } => {
@@ -45,6 +47,8 @@ fn main() -> ExitCode {
                 policy_entry,
                 grace_ms,
                 drain_ms: drain_timeout_ms,
+                watch_ms,
+                no_wait,
                 eval: eval_options(eval),
             };
             if dry_run {
@@ -54,6 +58,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Rollout(args) => run_rollout(args),
+        Command::Watch {
+            service,
+            token,
+            target,
+        } => finish_deploy(deploy::run_watcher(&service, target.root, &token)),
         Command::Promote { service, target } => {
             finish_deploy(deploy::finish_escalated(&service, target.root, true))
         }
@@ -206,6 +215,10 @@ fn finish_deploy(result: Result<deploy::Outcome, deploy::DeployError>) -> ExitCo
                 deploy::Outcome::RolledBack => "rolled back (see deploy.log for why)",
                 deploy::Outcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`",
                 deploy::Outcome::Aborted => "aborted: candidate stopped, logged as rolled_back",
+                deploy::Outcome::Watching(pid) => {
+                    eprintln!("rollgate: switched; watcher pid {pid} finishes the watch (promoted or switched back); see `rollgate status`");
+                    return ExitCode::SUCCESS;
+                }
             };
             eprintln!("rollgate: {line}");
             ExitCode::from(outcome.exit_code())

@@ -81,7 +81,9 @@ fn a_dry_deploy_says_what_it_would_do_and_changes_nothing() {
         "stop grace     250 ms  (command line)",
         "drain timeout  700 ms  (policy)",
         "probe          TCP connect, timeout 1000 ms  (policy)",
-        "then drain and stop v1 (grace 250 ms)",
+        "watch          2000 ms, switching back after 3 failed probes in a row  (default)",
+        "then drain v1 and watch the new release for 2000 ms with v1 kept running",
+        "else stop v1 (grace 250 ms)",
         "it would go ahead",
     ] {
         assert!(text.contains(line), "{line:?} in\n{text}");

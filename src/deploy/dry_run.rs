@@ -189,10 +189,11 @@ pub fn deploy(
             None
         }
     };
-    let settings = plan::resolve(
+    let settings = plan::resolve_with_watch(
         request.deadline_ms,
         request.grace_ms,
         request.drain_ms,
+        request.watch_ms,
         policy.as_ref(),
     )
     .and_then(|s| plan::check_bounds(&s).map(|()| s));
@@ -208,6 +209,18 @@ pub fn deploy(
         &settings,
         (request.grace_ms, request.drain_ms),
         policy.as_ref(),
+    );
+    report.value(
+        "watch",
+        format!(
+            "{} ms, switching back after {} failed probes in a row",
+            settings.watch.as_millis(),
+            settings.watch_failures
+        ),
+        source(
+            request.watch_ms.is_some(),
+            policy.as_ref().is_some_and(|p| p.watch_ms.is_some()),
+        ),
     );
     let root = Root::new(request.root.clone());
     report.check(
@@ -266,6 +279,12 @@ pub fn deploy(
         settings.deadline.as_millis()
     ));
     let previous = match live {
+        Ok(Some(live)) if !settings.watch.is_zero() => format!(
+            "then drain {v} and watch the new release for {} ms with {v} kept running: switch back if it fails, else stop {v} (grace {} ms)",
+            settings.watch.as_millis(),
+            settings.grace.as_millis(),
+            v = live.version,
+        ),
         Ok(Some(live)) => format!(
             "then drain and stop {} (grace {} ms)",
             live.version,

@@ -64,6 +64,7 @@ pub fn finish_escalated(
                 "promoted by hand; the switch had happened in an interrupted promote, finished now"
                     .into(),
                 Some(elapsed),
+                true,
             )
             .await;
         }

@@ -27,11 +27,14 @@ pub enum Event {
     WaveCompleted,
     RolloutPaused,
     RolloutResumed,
+    /// `current` names a ready release that is now watched; `promoted` or `rolled_back`
+    /// (phase `watch`) follows when the watch ends.
+    Switched,
 }
 
 impl Event {
     /// Every event, for readers that recognise names without allocating.
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 13] = [
         Event::CandidateStarted,
         Event::Promoted,
         Event::RolledBack,
@@ -44,6 +47,7 @@ impl Event {
         Event::WaveCompleted,
         Event::RolloutPaused,
         Event::RolloutResumed,
+        Event::Switched,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -60,6 +64,7 @@ impl Event {
             Event::WaveCompleted => "wave_completed",
             Event::RolloutPaused => "rollout_paused",
             Event::RolloutResumed => "rollout_resumed",
+            Event::Switched => "switched",
         }
     }
 
@@ -96,6 +101,9 @@ pub struct Entry<'a> {
     pub slot: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wave: Option<usize>,
+    /// Where an outcome was decided when it was not the gate: `watch` (after the switch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<&'a str>,
 }
 
 impl<'a> Entry<'a> {
@@ -115,6 +123,7 @@ impl<'a> Entry<'a> {
             manifest_sha256: None,
             slot: None,
             wave: None,
+            phase: None,
         }
     }
 }
@@ -216,6 +225,7 @@ mod tests {
             manifest_sha256: None,
             slot: None,
             wave: None,
+            phase: None,
         })
         .unwrap();
         line.push('\n');

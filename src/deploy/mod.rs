@@ -15,6 +15,7 @@ pub(crate) mod recover;
 pub(crate) mod signals;
 pub mod state;
 mod status;
+pub(crate) mod watch;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -31,6 +32,7 @@ use state::{Candidate, Pointer, Root, Stage, WriteError};
 pub use escalation::finish_escalated;
 pub use plan::check_name;
 pub use status::status;
+pub use watch::run_watcher;
 
 /// `rollgate deploy`.
 #[derive(Debug, Clone)]
@@ -44,6 +46,10 @@ pub struct Request {
     pub policy_entry: Option<String>,
     pub grace_ms: Option<u64>,
     pub drain_ms: Option<u64>,
+    /// `--watch-ms`: overrides the policy's `watch_ms`.
+    pub watch_ms: Option<u64>,
+    /// `--no-wait`: leave the watch to a background watcher and exit after the switch.
+    pub no_wait: bool,
     pub eval: EvalOptions,
 }
 
@@ -55,12 +61,14 @@ pub enum Outcome {
     Escalated,
     /// `abort` did what it was asked.
     Aborted,
+    /// Switched, and a background watcher (this pid) finishes the watch (`--no-wait`).
+    Watching(u32),
 }
 
 impl Outcome {
     pub fn exit_code(self) -> u8 {
         match self {
-            Outcome::Promoted | Outcome::Aborted => 0,
+            Outcome::Promoted | Outcome::Aborted | Outcome::Watching(_) => 0,
             Outcome::RolledBack => 1,
             Outcome::Escalated => 3,
         }
@@ -106,10 +114,11 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
     }
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
-    let settings = plan::resolve(
+    let settings = plan::resolve_with_watch(
         request.deadline_ms,
         request.grace_ms,
         request.drain_ms,
+        request.watch_ms,
         policy.as_ref(),
     )
     .map_err(|e| refused(format!("policy refused: {e}")))?;
@@ -253,6 +262,7 @@ async fn gate_and_finish(
         previous: live.clone(),
         signed,
         probe: settings.probe.clone(),
+        watch: None,
     };
     root.write_candidate(&candidate).map_err(|e| {
         refused(format!(
@@ -368,7 +378,30 @@ async fn gate_spawned(
                 gate.probes,
                 if gate.probes == 1 { "" } else { "s" }
             );
-            switch(root, candidate, identity, live, detail, elapsed).await
+            // A first release is not watched: there is nothing to switch back to.
+            match live {
+                Some(previous) if !settings.watch.is_zero() => {
+                    let record = state::WatchRecord {
+                        until: journal::now() + settings.watch.as_secs_f64(),
+                        poll_ms: settings.poll.as_millis() as u64,
+                        failures: settings.watch_failures,
+                        gate_detail: detail,
+                        gate_elapsed_ms: elapsed.as_millis() as u64,
+                        switch_detail: String::new(),
+                        watcher_pid: None,
+                    };
+                    watch::switch_and_watch(
+                        root,
+                        candidate,
+                        identity,
+                        &previous,
+                        record,
+                        request.no_wait,
+                    )
+                    .await
+                }
+                live => switch(root, candidate, identity, live, detail, elapsed).await,
+            }
         }
         Action::Escalate => {
             candidate.stage = Stage::Escalated;
@@ -460,6 +493,7 @@ async fn switch(
         pid: identity.pid,
         start_time: identity.start_time,
         promoted_at: journal::now(),
+        fallback: None,
     };
     let durability = match root.write_pointer(&pointer) {
         Ok(()) => String::new(),
@@ -478,23 +512,26 @@ async fn switch(
         live.as_ref(),
         format!("{detail}{durability}"),
         Some(elapsed),
+        true,
     )
     .await
 }
 
-/// After the rename, whoever performs it (a deploy, `promote`, or the next deploy after a
-/// crash): the previous release drained (if a proxy serves the root) and stopped with the grace
-/// recorded for this deploy, the outcome logged once, the record cleared.
+/// After the rename, whoever performs it (a deploy, `promote`, the end of a watch, or the next
+/// deploy after a crash): the previous release drained (if a proxy serves the root, and unless
+/// the watch already did) and stopped with the grace recorded for this deploy, the outcome
+/// logged once, the record cleared.
 async fn finish_switch(
     root: &Root,
     candidate: &Candidate,
     previous: Option<&Pointer>,
     detail: String,
     elapsed: Option<Duration>,
+    drain: bool,
 ) -> Result<Outcome, DeployError> {
     let drained = match previous {
-        Some(old) => drain_before_stop(root, old.port, candidate.drain_ms).await,
-        None => String::new(),
+        Some(old) if drain => drain_before_stop(root, old.port, candidate.drain_ms).await,
+        _ => String::new(),
     };
     let old = stop_previous(previous, Duration::from_millis(candidate.grace_ms)).await;
     log(
@@ -601,6 +638,18 @@ fn log(
     detail: String,
     elapsed: Option<Duration>,
 ) -> Result<(), DeployError> {
+    log_in_phase(root, candidate, event, detail, elapsed, None)
+}
+
+/// [`log`], naming where the outcome was decided when it was not the gate (`watch`).
+fn log_in_phase(
+    root: &Root,
+    candidate: &Candidate,
+    event: LogEvent,
+    detail: String,
+    elapsed: Option<Duration>,
+    phase: Option<&str>,
+) -> Result<(), DeployError> {
     let cannot = |e: std::io::Error| {
         DeployError::Failed(format!(
             "cannot append to {}: {e}",
@@ -626,6 +675,7 @@ fn log(
                 .signed
                 .as_ref()
                 .map(|s| s.manifest_sha256.as_str()),
+            phase,
             ..journal::Entry::new(event, &candidate.version, &candidate.service, detail)
         },
     )

@@ -13,6 +13,11 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(100);
 pub const DEFAULT_GRACE: Duration = Duration::from_millis(5000);
 /// How long a proxy may take to finish the old release's requests before it is stopped anyway.
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(30_000);
+/// After a switch, how long the new release is watched with the previous one kept running, and
+/// how many failed probes in a row switch back. Long enough to catch a release that is ready
+/// at once and falls over moments later; short enough that a deploy still feels immediate.
+pub const DEFAULT_WATCH: Duration = Duration::from_millis(2000);
+pub const DEFAULT_WATCH_FAILURES: u32 = 3;
 
 /// The longest any single wait of a deploy may be (deadline, poll, grace, drain). A `.ncl`
 /// policy need not apply the bundled contract, so the deployer keeps its own floor and ceiling:
@@ -59,6 +64,9 @@ pub struct Settings {
     /// Where the deadline came from, for the log.
     pub deadline_source: &'static str,
     pub probe: ProbeSpec,
+    /// 0: no watch after the switch.
+    pub watch: Duration,
+    pub watch_failures: u32,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -69,6 +77,25 @@ pub fn resolve(
     drain_arg: Option<u64>,
     policy: Option<&RolloutSettings>,
 ) -> Result<Settings, String> {
+    resolve_with_watch(deadline_arg, grace_arg, drain_arg, None, policy)
+}
+
+/// [`resolve`], with the command line's `--watch-ms`.
+pub fn resolve_with_watch(
+    deadline_arg: Option<u64>,
+    grace_arg: Option<u64>,
+    drain_arg: Option<u64>,
+    watch_arg: Option<u64>,
+    policy: Option<&RolloutSettings>,
+) -> Result<Settings, String> {
+    let watch_failures = policy
+        .and_then(|p| p.watch_failures)
+        .unwrap_or(u64::from(DEFAULT_WATCH_FAILURES));
+    if !(1..=100).contains(&watch_failures) {
+        return Err(format!(
+            "watch_failures is {watch_failures}; it must be an integer from 1 to 100"
+        ));
+    }
     let probe = match policy.and_then(|p| p.probe.as_ref()) {
         Some(probe) => ProbeSpec::from_policy(probe)?,
         None => ProbeSpec::default(),
@@ -94,6 +121,8 @@ pub fn resolve(
         ),
         deadline_source,
         probe,
+        watch: first_of(watch_arg, policy.and_then(|p| p.watch_ms), DEFAULT_WATCH),
+        watch_failures: watch_failures as u32,
     })
 }
 
@@ -123,7 +152,8 @@ pub fn check_bounds(s: &Settings) -> Result<(), String> {
         "the drain timeout (--drain-timeout-ms or drain_timeout_ms)",
         s.drain,
         0,
-    )
+    )?;
+    within("the watch (--watch-ms or watch_ms)", s.watch, 0)
 }
 
 /// The command line's milliseconds, else the policy's, else the default.
@@ -217,6 +247,39 @@ fn decide(event: &Event) -> Option<Verdict> {
     }
 }
 
+/// The watch after a switch: the new release fails it by exiting, or by failing
+/// `watch_failures` probes in a row.
+#[derive(Debug, Clone)]
+pub struct WatchJudge {
+    allowed: u32,
+    failed_in_a_row: u32,
+}
+
+impl WatchJudge {
+    pub fn new(watch_failures: u32) -> WatchJudge {
+        WatchJudge {
+            allowed: watch_failures.max(1),
+            failed_in_a_row: 0,
+        }
+    }
+
+    /// One probe's result; the reason to switch back once too many failed in a row.
+    pub fn observe(&mut self, passed: bool, probe: &Probe) -> Option<String> {
+        if passed {
+            self.failed_in_a_row = 0;
+            return None;
+        }
+        self.failed_in_a_row += 1;
+        (self.failed_in_a_row >= self.allowed).then(|| {
+            format!(
+                "failed {} probe{} in a row during the watch (last: {probe})",
+                self.failed_in_a_row,
+                if self.failed_in_a_row == 1 { "" } else { "s" }
+            )
+        })
+    }
+}
+
 /// What happens after the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -265,6 +328,8 @@ mod tests {
             stop_grace_ms: Some(700),
             drain_timeout_ms: Some(900),
             probe: None,
+            watch_ms: None,
+            watch_failures: None,
             replicas: None,
             waves: None,
             soak_ms: None,
@@ -336,6 +401,21 @@ mod tests {
         assert_eq!(judge.decide(&ok), None);
         assert_eq!(judge.decide(&ok), Some(Verdict::Ready));
         assert_eq!(judge.decide(&Event::DeadlinePassed), Some(Verdict::Stalled));
+    }
+
+    #[test]
+    fn the_watch_switches_back_only_after_failures_in_a_row() {
+        let mut judge = WatchJudge::new(3);
+        let bad = Probe::Status(503);
+        assert_eq!(judge.observe(false, &bad), None);
+        assert_eq!(judge.observe(false, &bad), None);
+        assert_eq!(judge.observe(true, &Probe::Status(200)), None);
+        assert_eq!(judge.observe(false, &bad), None);
+        assert_eq!(judge.observe(false, &bad), None);
+        assert_eq!(
+            judge.observe(false, &Probe::Refused).as_deref(),
+            Some("failed 3 probes in a row during the watch (last: connection refused)")
+        );
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
     let Some(left) = root.read_candidate().map_err(refused)? else {
         return Ok(());
     };
+    if left.stage == Stage::Watching && switched(root, &left)? {
+        super::watch::finish_found(root, &left).await?;
+        return Ok(());
+    }
     if switched(root, &left)? {
         finish_switch(
             root,
@@ -35,6 +39,7 @@ pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
                 left.deployer_pid
             ),
             None,
+            true,
         )
         .await?;
         return Ok(());

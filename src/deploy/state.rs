@@ -35,6 +35,17 @@ pub struct Pointer {
     pub start_time: u64,
     /// Unix seconds.
     pub promoted_at: f64,
+    /// During the watch after a switch: the previous release, still running, which a proxy
+    /// sends a request to when this one refuses it (it fell over before the switch back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fallback {
+    pub version: String,
+    pub port: u16,
+    pub pid: i32,
 }
 
 impl Pointer {
@@ -98,6 +109,9 @@ pub enum Stage {
     Running,
     /// Left running at the deadline for `rollgate promote` or `rollgate abort`.
     Escalated,
+    /// Ready, and `current` is being switched to it (or was): watched until `watch_until`
+    /// with the previous release kept running, to switch back if it fails.
+    Watching,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,6 +140,29 @@ pub struct Candidate {
     /// How this deploy proves readiness, for whoever finishes it (`promote`, `abort`, recovery).
     #[serde(default)]
     pub probe: super::probe::Spec,
+    /// The watch after the switch (stage `Watching`): when it ends (Unix seconds), how often
+    /// to probe, how many failures in a row switch back, and the gate's words for the
+    /// promoted line. Recorded so that a watcher in the background, or whoever finds the
+    /// record after a crash, finishes the watch as the deploy began it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchRecord {
+    pub until: f64,
+    pub poll_ms: u64,
+    pub failures: u32,
+    /// What the gate said ("ready after 412 ms (5 probes)"), carried into the promoted line.
+    pub gate_detail: String,
+    pub gate_elapsed_ms: u64,
+    /// What the proxy said when the previous release was drained at the switch, and whether
+    /// the pointer's folder fsync failed, for the promoted line.
+    #[serde(default)]
+    pub switch_detail: String,
+    /// The background watcher of `deploy --no-wait`, if one was started.
+    #[serde(default)]
+    pub watcher_pid: Option<u32>,
 }
 
 impl Candidate {

@@ -9,6 +9,15 @@ use crate::log::time::{format_duration, format_time};
 use super::state::Root;
 use super::{journal, probe, DeployError};
 
+/// Whether a process with this pid exists and is not a zombie (a watcher is not ours to reap).
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
 /// How many outcomes the status shows.
 const RECENT: usize = 5;
 
@@ -93,6 +102,11 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             "candidate": candidate.as_ref().map(|c| serde_json::json!({
                 "version": c.version, "port": c.port, "pid": c.pid,
                 "stage": c.stage, "started_at": c.started_at,
+                "watch": c.watch.as_ref().map(|w| serde_json::json!({
+                    "until": w.until, "left_s": (w.until - now).max(0.0),
+                    "watcher_pid": w.watcher_pid,
+                    "watcher_running": w.watcher_pid.is_some_and(pid_alive),
+                })),
             })),
             "replicas": replicas.as_ref().map(|set| &set.replicas),
             "rollout": rollout.as_ref().map(|r| crate::rollout::render::status_json(r, now)),
@@ -151,6 +165,24 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
                 c.pid.map_or("?".into(), |p| p.to_string())
             ),
         ));
+        if let Some(w) = &c.watch {
+            let watcher = match w.watcher_pid {
+                Some(pid) if pid_alive(pid) => format!("watcher pid {pid}"),
+                Some(pid) => {
+                    format!("watcher pid {pid} is gone: the next deploy finishes the watch")
+                }
+                None => format!("deployer pid {}", c.deployer_pid),
+            };
+            rows.push((
+                "watch".into(),
+                format!(
+                    "{} watched until {} ({} left; {watcher})",
+                    c.version,
+                    format_time(w.until),
+                    format_duration((w.until - now).max(0.0))
+                ),
+            ));
+        }
     }
     let mut out = figures_table(&rows);
     if !recent.is_empty() {

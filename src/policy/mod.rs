@@ -136,6 +136,10 @@ pub struct RolloutSettings {
     /// How readiness is proven (see the contract); today's `GET /readyz` = 200 when absent.
     #[serde(default)]
     pub probe: Option<ProbePolicy>,
+    #[serde(default)]
+    pub watch_ms: Option<u64>,
+    #[serde(default)]
+    pub watch_failures: Option<u64>,
 }
 
 /// The policy's `probe` as written; `deploy::probe::Spec::from_policy` checks and resolves it.

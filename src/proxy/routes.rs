@@ -74,6 +74,9 @@ struct Table {
     pool: Vec<Arc<Target>>,
     /// Replaced targets still finishing requests.
     retired: Vec<Arc<Target>>,
+    /// The previous release during a watch after a switch: tried only when every replica of
+    /// the pool refused a request (the new release fell over before the switch back).
+    fallback: Option<Arc<Target>>,
     /// Breaks ties between equally busy replicas, so they take turns.
     turn: usize,
 }
@@ -104,7 +107,8 @@ impl Routes {
         let target = (0..count)
             .map(|i| &table.pool[(turn + i) % count])
             .filter(|t| !skip.contains(&t.port))
-            .min_by_key(|t| t.in_flight())?
+            .min_by_key(|t| t.in_flight())
+            .or_else(|| table.fallback.as_ref().filter(|t| !skip.contains(&t.port)))?
             .clone();
         table.turn = turn.wrapping_add(1);
         target.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -142,14 +146,46 @@ impl Routes {
             .into_iter()
             .filter(|t| !table.pool.iter().any(|k| Arc::ptr_eq(k, t)))
             .collect();
-        table.retired.retain(|t| t.in_flight() > 0);
+        let fallback = table.fallback.clone();
+        table
+            .retired
+            .retain(|t| t.in_flight() > 0 || fallback.as_ref().is_some_and(|f| Arc::ptr_eq(f, t)));
         table.retired.extend(replaced.iter().cloned());
         Switched::Changed { replaced }
     }
 
-    /// How many releases new requests may go to.
+    /// Sets or clears the fallback. The same release keeps its target (and its count); one
+    /// no longer the fallback is retired, so a drain of its port waits for what it took.
+    pub fn set_fallback(&self, member: Option<Member<'_>>) {
+        let mut table = self.table.lock().expect("routes lock");
+        let unchanged = match (&table.fallback, member) {
+            (Some(t), Some((version, port, pid))) => t.same_release(version, port, pid),
+            (None, None) => true,
+            _ => false,
+        };
+        if unchanged {
+            return;
+        }
+        let target = member.map(|(version, port, pid)| {
+            table
+                .retired
+                .iter()
+                .chain(table.pool.iter())
+                .find(|t| t.same_release(version, port, pid))
+                .cloned()
+                .unwrap_or_else(|| Target::new(version, port, pid))
+        });
+        if let Some(old) = std::mem::replace(&mut table.fallback, target) {
+            if !table.retired.iter().any(|t| Arc::ptr_eq(t, &old)) {
+                table.retired.push(old);
+            }
+        }
+    }
+
+    /// How many releases a request may be tried on: the pool, and the fallback if any.
     pub fn pool_size(&self) -> usize {
-        self.table.lock().expect("routes lock").pool.len()
+        let table = self.table.lock().expect("routes lock");
+        table.pool.len() + usize::from(table.fallback.is_some())
     }
 
     /// The releases new requests go to.
@@ -237,6 +273,28 @@ mod tests {
         *all.iter()
             .find(|p| !held.iter().any(|l| l.target.port == **p))
             .unwrap()
+    }
+
+    #[test]
+    fn the_fallback_takes_a_request_only_after_the_pool_refused_it() {
+        let routes = Routes::default();
+        routes.set_pool(&[("v1", 8001, 11)]);
+        let held = routes.lease().unwrap();
+        routes.set_pool(&[("v2", 8002, 12)]);
+        routes.set_fallback(Some(("v1", 8001, 11)));
+        assert_eq!(routes.pool_size(), 2);
+        assert_eq!(routes.lease().unwrap().target.version, "v2");
+        let retried = routes.lease_except(&[8002]).unwrap();
+        assert_eq!(retried.target.version, "v1");
+        // The fallback is the retired target itself: one count for both.
+        assert_eq!(retried.target.in_flight(), 2);
+        assert!(routes.lease_except(&[8002, 8001]).is_none());
+        drop((held, retried));
+        // Cleared: retired, so a drain of its port still finds it.
+        routes.set_fallback(None);
+        assert_eq!(routes.pool_size(), 1);
+        assert_eq!(routes.retired_on(8001).len(), 1);
+        assert!(routes.lease_except(&[8002]).is_none());
     }
 
     #[tokio::test]

@@ -29,6 +29,7 @@ impl AsRawFd for Watch {
 /// unreadable one keeps the current targets (a bad file must not take traffic down) and is the
 /// error returned, so a drain is never confirmed on a state the proxy could not read.
 pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
+    let mut fallback = None;
     let members: Vec<(String, u16, i32)> = match root.read_replicas() {
         Ok(Some(set)) => set
             .replicas
@@ -36,10 +37,13 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
             .map(|r| (r.version, r.port, r.pid))
             .collect(),
         Ok(None) => match root.read_pointer() {
-            Ok(pointer) => pointer
-                .map(|p| (p.version, p.port, p.pid))
-                .into_iter()
-                .collect(),
+            Ok(pointer) => {
+                fallback = pointer.as_ref().and_then(|p| p.fallback.clone());
+                pointer
+                    .map(|p| (p.version, p.port, p.pid))
+                    .into_iter()
+                    .collect()
+            }
             Err(e) => return keep(e),
         },
         Err(e) => return keep(e),
@@ -48,7 +52,15 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
         .iter()
         .map(|(v, p, pid)| (v.as_str(), *p, *pid))
         .collect();
-    if let Switched::Changed { replaced } = routes.set_pool(&borrowed) {
+    let changed = routes.set_pool(&borrowed);
+    // After the pool: a previous release that leaves the pool and becomes the fallback keeps
+    // its target (and the count of what it still serves).
+    routes.set_fallback(
+        fallback
+            .as_ref()
+            .map(|f| (f.version.as_str(), f.port, f.pid)),
+    );
+    if let Switched::Changed { replaced } = changed {
         let list = |targets: Vec<String>| {
             if targets.is_empty() {
                 "nothing".to_string()
