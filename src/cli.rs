@@ -120,6 +120,35 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
         #[command(flatten)]
         eval: EvalArgs,
     },
+    /// Go back to the release that was live before the current one (found in the log, still
+    /// installed), through the gate like any deploy; on a replica root, with a rollout.
+    #[command(after_help = "Examples:
+  rollgate rollback edge-svc --root /srv/edge
+  rollgate rollback edge-svc --root /srv/edge --port 8091 --policy policy.ncl
+
+Exit codes: as `deploy` (or `rollout` on a replica root); 2 when there is no earlier release
+still installed, or nothing is live.")]
+    Rollback {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Port for the earlier release (default: the one it was live on).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Rollout policy, as for deploy.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        #[arg(long, value_name = "NAME")]
+        policy_entry: Option<String>,
+        #[arg(long, value_name = "MS")]
+        grace_ms: Option<u64>,
+        #[arg(long, value_name = "MS")]
+        drain_timeout_ms: Option<u64>,
+        #[arg(long, value_name = "MS")]
+        watch_ms: Option<u64>,
+        #[command(flatten)]
+        eval: EvalArgs,
+    },
     /// Finish the watch a `deploy --no-wait` recorded (started by that deploy).
     #[command(hide = true)]
     Watch {

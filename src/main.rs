@@ -58,6 +58,60 @@ fn main() -> ExitCode {
             }
         }
         Command::Rollout(args) => run_rollout(args),
+        Command::Rollback {
+            service,
+            target,
+            port,
+            policy,
+            policy_entry,
+            grace_ms,
+            drain_timeout_ms,
+            watch_ms,
+            eval,
+        } => {
+            let eval = eval_options(eval);
+            match deploy::rollback::replica_target(&target.root, &service) {
+                Err(e) => finish_deploy(Err(e)),
+                Ok(Some((current, earlier))) => {
+                    eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
+                    let request = rollout::Request {
+                        service,
+                        version: earlier,
+                        root: target.root,
+                        policy,
+                        policy_entry,
+                        eval,
+                        args: rollout::settings::Args {
+                            grace_ms,
+                            drain_ms: drain_timeout_ms,
+                            ..Default::default()
+                        },
+                    };
+                    finish_rollout(rollout::rollout(request))
+                }
+                Ok(None) => finish_deploy(deploy::rollback::rollback(
+                    deploy::rollback::RollbackRequest {
+                        service: service.clone(),
+                        root: target.root.clone(),
+                        port,
+                        deploy: deploy::Request {
+                            service,
+                            port: 0,
+                            version: String::new(),
+                            deadline_ms: None,
+                            root: target.root,
+                            policy,
+                            policy_entry,
+                            grace_ms,
+                            drain_ms: drain_timeout_ms,
+                            watch_ms,
+                            no_wait: false,
+                            eval,
+                        },
+                    },
+                )),
+            }
+        }
         Command::Watch {
             service,
             token,
@@ -263,6 +317,11 @@ fn run_rollout(args: RolloutArgs) -> ExitCode {
         },
         None => rollout_request(args).and_then(rollout::rollout),
     };
+    finish_rollout(result)
+}
+
+/// A rollout command's outcome on stdout, exit 0/1/3 as it says; an error on stderr, exit 2.
+fn finish_rollout(result: Result<rollout::Outcome, deploy::DeployError>) -> ExitCode {
     match result {
         Ok(outcome) => {
             println!("{}", outcome.message());

@@ -12,6 +12,7 @@ pub(crate) mod probe;
 pub(crate) mod process;
 mod progress;
 pub(crate) mod recover;
+pub mod rollback;
 pub(crate) mod signals;
 pub mod state;
 mod status;
