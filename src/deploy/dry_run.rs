@@ -134,6 +134,20 @@ pub fn gate_values(
     );
 }
 
+/// The hooks the run would call (listed, never run by a dry run).
+pub fn hook_values(report: &mut Report, hooks: &super::hooks::Hooks) {
+    use super::hooks::Hook;
+    for hook in [Hook::PreDeploy, Hook::PostPromote, Hook::PostRollback] {
+        if let Some(command) = hooks.command(hook) {
+            report.value(
+                hook.name(),
+                format!("{} (limit {} ms)", command.join(" "), hooks.timeout_ms),
+                "policy",
+            );
+        }
+    }
+}
+
 /// A check that the root is free for a deployer now (nobody holds the lock).
 pub fn lock_check(root: &Root) -> Result<String, String> {
     if lock::is_free(&root.lock_path()) {
@@ -222,6 +236,10 @@ pub fn deploy(
             policy.as_ref().is_some_and(|p| p.watch_ms.is_some()),
         ),
     );
+    match super::policy_hooks(policy.as_ref(), request.policy.as_deref()) {
+        Ok(hooks) => hook_values(&mut report, &hooks),
+        Err(e) => report.check(Err(e)),
+    }
     let root = Root::new(request.root.clone());
     report.check(
         super::release_executable(&request.root, &request.version, &request.service)

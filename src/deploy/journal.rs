@@ -30,11 +30,13 @@ pub enum Event {
     /// `current` names a ready release that is now watched; `promoted` or `rolled_back`
     /// (phase `watch`) follows when the watch ends.
     Switched,
+    /// A post_promote or post_rollback hook failed (the outcome stands).
+    HookFailed,
 }
 
 impl Event {
     /// Every event, for readers that recognise names without allocating.
-    pub const ALL: [Event; 13] = [
+    pub const ALL: [Event; 14] = [
         Event::CandidateStarted,
         Event::Promoted,
         Event::RolledBack,
@@ -48,6 +50,7 @@ impl Event {
         Event::RolloutPaused,
         Event::RolloutResumed,
         Event::Switched,
+        Event::HookFailed,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -65,6 +68,7 @@ impl Event {
             Event::RolloutPaused => "rollout_paused",
             Event::RolloutResumed => "rollout_resumed",
             Event::Switched => "switched",
+            Event::HookFailed => "hook_failed",
         }
     }
 

@@ -5,6 +5,7 @@
 pub(crate) mod dry_run;
 mod escalation;
 pub(crate) mod gate;
+pub mod hooks;
 pub(crate) mod journal;
 pub(crate) mod lock;
 pub(crate) mod plan;
@@ -115,6 +116,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
     }
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
+    let hooks = policy_hooks(policy.as_ref(), request.policy.as_deref()).map_err(refused)?;
     let settings = plan::resolve_with_watch(
         request.deadline_ms,
         request.grace_ms,
@@ -161,8 +163,52 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
                 request.port
             )));
         }
-        gate_and_finish(&root, &request, &settings, live, admitted, &mut signals).await
+        let facts = hooks::Facts {
+            service: request.service.clone(),
+            version: request.version.clone(),
+            previous_version: live.as_ref().map(|l| l.version.clone()),
+            ports: vec![request.port],
+            previous_ports: live.iter().map(|l| l.port).collect(),
+            reason: None,
+        };
+        if let Some(Err(e)) = hooks.run(hooks::Hook::PreDeploy, &root.0, &facts).await {
+            return Err(refused(format!("{e}; the deploy was refused, nothing was started")));
+        }
+        gate_and_finish(&root, &request, &settings, live, admitted, hooks, &mut signals).await
     })
+}
+
+/// The policy's hooks, resolved against the policy file's folder (none without a policy).
+pub(crate) fn policy_hooks(
+    policy: Option<&policy::RolloutSettings>,
+    file: Option<&std::path::Path>,
+) -> Result<hooks::Hooks, String> {
+    match (policy.and_then(|p| p.hooks.as_ref()), file) {
+        (Some(hooks), Some(file)) => hooks::Hooks::from_policy(hooks, file),
+        _ => Ok(hooks::Hooks::default()),
+    }
+}
+
+/// Runs a post hook once an outcome is logged; a failure is logged (and said) but the outcome
+/// stands.
+pub(crate) async fn after_outcome(
+    root: &Root,
+    candidate: &Candidate,
+    hook: hooks::Hook,
+    reason: Option<String>,
+) {
+    let facts = hooks::Facts {
+        service: candidate.service.clone(),
+        version: candidate.version.clone(),
+        previous_version: candidate.previous.as_ref().map(|p| p.version.clone()),
+        ports: vec![candidate.port],
+        previous_ports: candidate.previous.iter().map(|p| p.port).collect(),
+        reason,
+    };
+    if let Some(Err(e)) = candidate.hooks.run(hook, &root.0, &facts).await {
+        eprintln!("rollgate: {e}; the outcome stands");
+        let _ = log(root, candidate, LogEvent::HookFailed, e, None);
+    }
 }
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
@@ -240,6 +286,7 @@ async fn gate_and_finish(
     settings: &Settings,
     live: Option<Pointer>,
     admitted: Option<release::Admitted>,
+    hooks: hooks::Hooks,
     signals: &mut Signals,
 ) -> Result<Outcome, DeployError> {
     // A signed release runs from the verified copy of its executable.
@@ -264,6 +311,7 @@ async fn gate_and_finish(
         signed,
         probe: settings.probe.clone(),
         watch: None,
+        hooks,
     };
     root.write_candidate(&candidate).map_err(|e| {
         refused(format!(
@@ -556,6 +604,7 @@ async fn finish_switch(
             "promoted, but cannot clear the candidate record: {e}"
         ))
     })?;
+    after_outcome(root, candidate, hooks::Hook::PostPromote, None).await;
     Ok(Outcome::Promoted)
 }
 
@@ -627,7 +676,9 @@ async fn roll_back(
         DeployError::Failed(format!(
             "rolled back, but cannot clear the candidate record: {e}"
         ))
-    })
+    })?;
+    after_outcome(root, candidate, hooks::Hook::PostRollback, Some(reason)).await;
+    Ok(())
 }
 
 /// Appends one line for this deploy. An outcome already written under this deploy's token (by

@@ -330,6 +330,7 @@ mod tests {
             probe: None,
             watch_ms: None,
             watch_failures: None,
+            hooks: None,
             replicas: None,
             waves: None,
             soak_ms: None,

@@ -146,6 +146,9 @@ pub struct Candidate {
     /// record after a crash, finishes the watch as the deploy began it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<WatchRecord>,
+    /// The policy's hooks, resolved, so whoever finishes this deploy runs its post hook.
+    #[serde(default)]
+    pub hooks: super::hooks::Hooks,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -140,6 +140,18 @@ pub struct RolloutSettings {
     pub watch_ms: Option<u64>,
     #[serde(default)]
     pub watch_failures: Option<u64>,
+    #[serde(default)]
+    pub hooks: Option<HooksPolicy>,
+}
+
+/// The policy's `hooks` as written; `deploy::hooks::Hooks::from_policy` checks and resolves them.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksPolicy {
+    pub pre_deploy: Option<Vec<String>>,
+    pub post_promote: Option<Vec<String>>,
+    pub post_rollback: Option<Vec<String>>,
+    pub timeout_ms: Option<u64>,
 }
 
 /// The policy's `probe` as written; `deploy::probe::Spec::from_policy` checks and resolves it.

@@ -101,6 +101,8 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
     deploy::check_name("version", &request.version).map_err(refused)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
+    let hooks =
+        deploy::policy_hooks(policy.as_ref(), request.policy.as_deref()).map_err(refused)?;
     let (root, executable) =
         deploy::release_executable(&request.root, &request.version, &request.service)?;
 
@@ -149,6 +151,18 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             None => (executable, None),
         };
         planned.signed = signed.clone();
+        planned.hooks = hooks;
+        let facts = deploy::hooks::Facts {
+            service: planned.service.clone(),
+            version: planned.to.clone(),
+            previous_version: planned.from.clone(),
+            ports: Vec::new(),
+            previous_ports: planned.slots.iter().filter_map(|s| Some(s.live.as_ref()?.port)).collect(),
+            reason: None,
+        };
+        if let Some(Err(e)) = planned.hooks.run(deploy::hooks::Hook::PreDeploy, &root.0, &facts).await {
+            return Err(refused(format!("{e}; the rollout was refused, nothing was started")));
+        }
         state::save(&root, &planned).map_err(refused)?;
         let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
         run::append(

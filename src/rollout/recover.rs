@@ -150,6 +150,7 @@ mod tests {
             pause_reason: None,
             abort_cause: None,
             signed: None,
+            hooks: Default::default(),
         }
     }
 

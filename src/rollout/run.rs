@@ -146,7 +146,44 @@ impl Executor {
             }
         }
         self.progress.finish();
+        self.run_post_hook().await;
         Ok(self.rollout.phase)
+    }
+
+    /// Once the rollout has ended and every restore is done: post_promote for a completed
+    /// rollout, post_rollback for an aborted one. A failure is logged; the outcome stands.
+    async fn run_post_hook(&self) {
+        use crate::deploy::hooks::{Facts, Hook};
+        let r = &self.rollout;
+        let hook = match r.phase {
+            Phase::Completed => Hook::PostPromote,
+            Phase::Aborted => Hook::PostRollback,
+            Phase::Running | Phase::Paused => return,
+        };
+        let facts = Facts {
+            service: r.service.clone(),
+            version: r.to.clone(),
+            previous_version: r.from.clone(),
+            ports: r
+                .slots
+                .iter()
+                .filter_map(|s| s.live.as_ref())
+                .filter(|p| p.version == r.to)
+                .map(|p| p.port)
+                .collect(),
+            previous_ports: r
+                .slots
+                .iter()
+                .filter_map(|s| s.live.as_ref())
+                .filter(|p| p.version != r.to)
+                .map(|p| p.port)
+                .collect(),
+            reason: r.abort_cause.as_ref().map(|c| c.reason.clone()),
+        };
+        if let Some(Err(e)) = r.hooks.run(hook, &self.context.root.0, &facts).await {
+            eprintln!("rollgate: {e}; the outcome stands");
+            let _ = self.log_plain(LogEvent::HookFailed, &r.to, None, None, e);
+        }
     }
 
     fn finished(&self) -> bool {

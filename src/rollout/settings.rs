@@ -347,6 +347,7 @@ pub fn plan(
         pause_reason: None,
         abort_cause: None,
         signed: None,
+        hooks: Default::default(),
     })
 }
 

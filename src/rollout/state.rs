@@ -131,6 +131,9 @@ pub struct Rollout {
     /// whichever rollgate completes it (the one that started it, or a `resume`).
     #[serde(default)]
     pub signed: Option<crate::release::Signed>,
+    /// The policy's hooks, resolved: whichever rollgate ends the rollout runs the post hook.
+    #[serde(default)]
+    pub hooks: crate::deploy::hooks::Hooks,
 }
 
 impl Slot {

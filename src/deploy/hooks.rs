@@ -1,0 +1,230 @@
+//! The policy's hooks: `pre_deploy` (its failure refuses the deploy before anything starts),
+//! `post_promote` and `post_rollback` (their failure is logged and never undoes the outcome).
+//! Each runs in the root with what happened in its environment, in its own process group,
+//! killed whole at `timeout_ms`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+
+use crate::policy::HooksPolicy;
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(30_000);
+/// How much of a hook's output a refusal or a log line quotes (its end).
+const OUTPUT_KEPT: usize = 400;
+
+/// The hooks of one deploy or rollout, resolved: programs named relative to the policy file
+/// are made absolute, so they run the same from a watcher or a later recovery. Persisted with
+/// the deploy's record and the rollout's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hooks {
+    pub pre_deploy: Option<Vec<String>>,
+    pub post_promote: Option<Vec<String>>,
+    pub post_rollback: Option<Vec<String>>,
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    PreDeploy,
+    PostPromote,
+    PostRollback,
+}
+
+impl Hook {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::PreDeploy => "pre_deploy",
+            Hook::PostPromote => "post_promote",
+            Hook::PostRollback => "post_rollback",
+        }
+    }
+}
+
+/// What a hook is told, as `ROLLGATE_*` variables.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub service: String,
+    pub version: String,
+    pub previous_version: Option<String>,
+    /// The new release's port(s).
+    pub ports: Vec<u16>,
+    pub previous_ports: Vec<u16>,
+    pub reason: Option<String>,
+}
+
+impl Hooks {
+    /// The policy's hooks; relative programs (`./notify.sh`) are found beside the policy file.
+    pub fn from_policy(policy: &HooksPolicy, policy_file: &Path) -> Result<Hooks, String> {
+        let base = policy_file
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let resolve = |field: &str, words: &Option<Vec<String>>| -> Result<_, String> {
+            let Some(words) = words else { return Ok(None) };
+            if words.is_empty() || words.iter().any(String::is_empty) {
+                return Err(format!(
+                    "hooks.{field} must be a non-empty list of non-empty strings: the program, then its arguments"
+                ));
+            }
+            let mut words = words.clone();
+            if words[0].contains('/') && !words[0].starts_with('/') {
+                let absolute = base.join(&words[0]);
+                let absolute = absolute.canonicalize().unwrap_or(absolute);
+                words[0] = absolute.display().to_string();
+            }
+            Ok(Some(words))
+        };
+        let timeout_ms = policy
+            .timeout_ms
+            .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
+        if !(100..=600_000).contains(&timeout_ms) {
+            return Err(format!(
+                "hooks.timeout_ms is {timeout_ms}; it must be an integer from 100 to 600000"
+            ));
+        }
+        Ok(Hooks {
+            pre_deploy: resolve("pre_deploy", &policy.pre_deploy)?,
+            post_promote: resolve("post_promote", &policy.post_promote)?,
+            post_rollback: resolve("post_rollback", &policy.post_rollback)?,
+            timeout_ms,
+        })
+    }
+
+    pub fn command(&self, hook: Hook) -> Option<&[String]> {
+        match hook {
+            Hook::PreDeploy => self.pre_deploy.as_deref(),
+            Hook::PostPromote => self.post_promote.as_deref(),
+            Hook::PostRollback => self.post_rollback.as_deref(),
+        }
+    }
+
+    /// Runs `hook` if the policy has it: None when it has not; Err with what went wrong (exit
+    /// status or the time limit, and the end of its output).
+    pub async fn run(&self, hook: Hook, root: &Path, facts: &Facts) -> Option<Result<(), String>> {
+        let command = self.command(hook)?;
+        Some(
+            run_command(
+                hook,
+                command,
+                root,
+                facts,
+                Duration::from_millis(self.timeout_ms),
+            )
+            .await,
+        )
+    }
+}
+
+fn ports(list: &[u16]) -> String {
+    list.iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+async fn run_command(
+    hook: Hook,
+    command: &[String],
+    root: &Path,
+    facts: &Facts,
+    limit: Duration,
+) -> Result<(), String> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| format!("hooks.{} is empty", hook.name()))?;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .env("ROLLGATE_HOOK", hook.name())
+        .env("ROLLGATE_SERVICE", &facts.service)
+        .env("ROLLGATE_VERSION", &facts.version)
+        .env(
+            "ROLLGATE_PREVIOUS_VERSION",
+            facts.previous_version.as_deref().unwrap_or(""),
+        )
+        .env("ROLLGATE_PORTS", ports(&facts.ports))
+        .env("ROLLGATE_PREVIOUS_PORTS", ports(&facts.previous_ports))
+        .env("ROLLGATE_REASON", facts.reason.as_deref().unwrap_or(""))
+        .env("ROLLGATE_ROOT", root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("hook {} ({program}) could not start: {e}", hook.name()))?;
+    let pid = child.id().map(|p| p as i32);
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let collect = async {
+        let mut both = Vec::new();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let read_out = async {
+            if let Some(out) = out.as_mut() {
+                let _ = out.read_to_end(&mut a).await;
+            }
+        };
+        let read_err = async {
+            if let Some(err) = err.as_mut() {
+                let _ = err.read_to_end(&mut b).await;
+            }
+        };
+        tokio::join!(read_out, read_err);
+        both.extend(a);
+        both.extend(b);
+        let status = child.wait().await;
+        (status, both)
+    };
+    tokio::pin!(collect);
+    let outcome = tokio::select! {
+        done = &mut collect => Ok(done),
+        _ = tokio::time::sleep(limit) => Err(()),
+    };
+    let took = started.elapsed().as_millis();
+    match outcome {
+        Ok((Ok(status), output)) if status.success() => {
+            let _ = output;
+            Ok(())
+        }
+        Ok((Ok(status), output)) => Err(format!(
+            "hook {} ({program}) failed with {status} after {took} ms{}",
+            hook.name(),
+            quote(&output)
+        )),
+        Ok((Err(e), _)) => Err(format!("hook {} ({program}): {e}", hook.name())),
+        Err(()) => {
+            // Its leader is still unreaped (the wait is pending), so the group id is ours.
+            if let Some(pid) = pid.filter(|p| *p > 1) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            Err(format!(
+                "hook {} ({program}) did not finish within {} ms and was killed",
+                hook.name(),
+                limit.as_millis()
+            ))
+        }
+    }
+}
+
+/// The end of a hook's output, on one line.
+fn quote(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    let text = text.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    let start = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .find(|i| text.len() - i <= OUTPUT_KEPT)
+        .unwrap_or(0);
+    format!(": {}", text[start..].replace('\n', " | "))
+}
