@@ -149,6 +149,32 @@ still installed, or nothing is live.")]
         #[command(flatten)]
         eval: EvalArgs,
     },
+    /// Start every live release the root names that is not running (what a boot runs); with
+    /// --supervise, keep doing so, with backoff, and give up on one that keeps crashing.
+    #[command(after_help = "Examples:
+  rollgate up --root /srv/edge
+  rollgate up --root /srv/edge --supervise
+
+Each release starts on its port, in its release folder, with PORT and ROLLGATE_VERSION set,
+and the new pid is recorded where the old one was named; each restart is logged (restarted,
+restart_failed, restart_given_up). Exit codes: 0 everything live is running; 1 some release
+could not be started; 2 refused (not a root, a deploy holds the lock).")]
+    Up {
+        #[command(flatten)]
+        target: RootArgs,
+        /// Keep watching: restart a live release that exits, with backoff.
+        #[arg(long)]
+        supervise: bool,
+        /// How long a started release may take to accept connections.
+        #[arg(long, value_name = "MS", default_value_t = rollgate::up::DEFAULT_READY.as_millis() as u64)]
+        ready_ms: u64,
+        /// With --supervise: exits in a row (each within 30 s of its start) at which it gives up.
+        #[arg(long, default_value_t = rollgate::up::DEFAULT_MAX_RESTARTS, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        max_restarts: u32,
+        /// With --supervise: the first wait before a restart, doubled each time (at most 60 s).
+        #[arg(long, value_name = "MS", default_value_t = rollgate::up::DEFAULT_BACKOFF.as_millis() as u64)]
+        backoff_ms: u64,
+    },
     /// Finish the watch a `deploy --no-wait` recorded (started by that deploy).
     #[command(hide = true)]
     Watch {

@@ -1,5 +1,5 @@
 //! rollgate as a library: policy contracts, readiness-gated deploys, signed releases, the
-//! proxy, deploy-log analysis, and the pure rollout planner. The binary (`src/main.rs`) is the
+//! proxy, deploy-log analysis, keeping live releases up, and the pure rollout planner. The binary (`src/main.rs`) is the
 //! command line over it; integration tests drive the planner directly.
 
 pub mod demo;
@@ -10,3 +10,4 @@ pub mod proxy;
 pub mod release;
 pub mod rollout;
 pub mod sample;
+pub mod up;

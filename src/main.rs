@@ -2,7 +2,7 @@
 
 mod cli;
 
-use rollgate::{demo, deploy, log, policy, proxy, release, rollout, sample};
+use rollgate::{demo, deploy, log, policy, proxy, release, rollout, sample, up};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -112,6 +112,22 @@ fn main() -> ExitCode {
                 )),
             }
         }
+        Command::Up {
+            target,
+            supervise,
+            ready_ms,
+            max_restarts,
+            backoff_ms,
+        } => answer(
+            up::up(up::Options {
+                root: target.root,
+                supervise,
+                ready: Duration::from_millis(ready_ms.min(24 * 3600 * 1000)),
+                max_restarts,
+                backoff: Duration::from_millis(backoff_ms.min(60_000)),
+            }),
+            |e| e.exit_code(),
+        ),
         Command::Watch {
             service,
             token,

@@ -32,11 +32,17 @@ pub enum Event {
     Switched,
     /// A post_promote or post_rollback hook failed (the outcome stands).
     HookFailed,
+    /// `rollgate up` started a live release that was not running (after a reboot or a crash).
+    Restarted,
+    /// `rollgate up` could not start a live release.
+    RestartFailed,
+    /// `rollgate up --supervise` stopped restarting a release that keeps crashing.
+    RestartGivenUp,
 }
 
 impl Event {
     /// Every event, for readers that recognise names without allocating.
-    pub const ALL: [Event; 14] = [
+    pub const ALL: [Event; 17] = [
         Event::CandidateStarted,
         Event::Promoted,
         Event::RolledBack,
@@ -51,6 +57,9 @@ impl Event {
         Event::RolloutResumed,
         Event::Switched,
         Event::HookFailed,
+        Event::Restarted,
+        Event::RestartFailed,
+        Event::RestartGivenUp,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -69,6 +78,9 @@ impl Event {
             Event::RolloutResumed => "rollout_resumed",
             Event::Switched => "switched",
             Event::HookFailed => "hook_failed",
+            Event::Restarted => "restarted",
+            Event::RestartFailed => "restart_failed",
+            Event::RestartGivenUp => "restart_given_up",
         }
     }
 

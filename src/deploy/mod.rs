@@ -12,9 +12,9 @@ pub(crate) mod plan;
 pub(crate) mod probe;
 pub(crate) mod process;
 mod progress;
-pub(crate) mod recover;
+pub mod recover;
 pub mod rollback;
-pub(crate) mod signals;
+pub mod signals;
 pub mod state;
 mod status;
 pub(crate) mod watch;
@@ -100,7 +100,7 @@ pub(crate) fn refused(message: impl Into<String>) -> DeployError {
     DeployError::Refused(message.into())
 }
 
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

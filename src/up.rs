@@ -1,0 +1,404 @@
+//! `rollgate up`: starts every live release the root's state names that is not running (after
+//! a reboot, or a crash), on the same port, in the same folder and environment the deployer
+//! gives it, and records the new process where the old one was named. `--supervise` keeps
+//! doing so, with backoff, and gives up on a release that keeps crashing (reported and logged,
+//! left stopped) rather than restarting it for ever.
+//!
+//! The state is only changed under the root's lock; `--supervise` takes it for each restart
+//! and skips a round while a deploy holds it, so it never fights a deployer.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::deploy::journal::{self, Event};
+use crate::deploy::process::{self, Identity};
+use crate::deploy::signals::Signals;
+use crate::deploy::state::Root;
+use crate::deploy::{lock, DeployError};
+
+/// Defaults of `rollgate up`, in one place.
+pub const DEFAULT_READY: Duration = Duration::from_millis(30_000);
+pub const DEFAULT_MAX_RESTARTS: u32 = 5;
+pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(1000);
+/// The longest wait between two restarts of one release.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// A release that stayed up this long has stopped crashing: its count starts again.
+const STABLE: Duration = Duration::from_secs(30);
+/// How often `--supervise` looks.
+const SUPERVISE_POLL: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub root: PathBuf,
+    pub supervise: bool,
+    /// How long a started release may take to accept connections on its port.
+    pub ready: Duration,
+    pub max_restarts: u32,
+    pub backoff: Duration,
+}
+
+/// One live process as the state names it.
+#[derive(Debug, Clone, PartialEq)]
+struct Live {
+    service: String,
+    /// A replica's slot (None: the single release `current` names).
+    slot: Option<usize>,
+    version: String,
+    port: u16,
+    identity: Identity,
+}
+
+impl Live {
+    fn name(&self) -> String {
+        match self.slot {
+            Some(slot) => format!(
+                "{} {} (replica {slot}, port {})",
+                self.service, self.version, self.port
+            ),
+            None => format!("{} {} (port {})", self.service, self.version, self.port),
+        }
+    }
+
+    /// What `--supervise` counts crashes by: a new deploy makes a new key.
+    fn key(&self) -> Key {
+        (self.slot, self.version.clone(), self.port)
+    }
+}
+
+/// What the state names as live: the replica set, else `current`.
+fn live_set(root: &Root) -> Result<Vec<Live>, String> {
+    if let Some(set) = root.read_replicas()? {
+        return Ok(set
+            .replicas
+            .into_iter()
+            .map(|r| Live {
+                service: set.service.clone(),
+                slot: Some(r.slot),
+                version: r.version,
+                port: r.port,
+                identity: Identity {
+                    pid: r.pid,
+                    start_time: r.start_time,
+                },
+            })
+            .collect());
+    }
+    Ok(root
+        .read_pointer()?
+        .map(|p| Live {
+            identity: p.identity(),
+            service: p.service,
+            slot: None,
+            version: p.version,
+            port: p.port,
+        })
+        .into_iter()
+        .collect())
+}
+
+/// Starts the release and waits until its port accepts connections (any protocol answers
+/// that much), or it exits, or `ready` passes (it is left running: it is the live release).
+async fn start(
+    root: &Root,
+    live: &Live,
+    ready: Duration,
+    attempt: u64,
+) -> Result<(Identity, String), String> {
+    // A signed release runs from the copy that was verified when it was deployed.
+    let verified = root
+        .0
+        .join(".verified")
+        .join(&live.version)
+        .join(&live.service);
+    let executable = if verified.is_file() {
+        verified
+    } else {
+        root.executable(&live.version, &live.service)
+    };
+    let output = match live.slot {
+        Some(slot) => root.replica_output_path(&live.version, &live.service, slot),
+        None => root.output_path(&live.version, &live.service),
+    };
+    let token = format!("up-{}-{attempt}", std::process::id());
+    let mut child = process::spawn(&process::Launch {
+        executable: &executable,
+        workdir: &root.release_dir(&live.version),
+        output: &output,
+        port: live.port,
+        version: &live.version,
+        token: &token,
+        slot: live.slot,
+    })
+    .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
+    let deadline = tokio::time::Instant::now() + ready;
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+                let tail = process::tail(&output, 2);
+                return Err(format!("exited with {status} before it accepted connections{}",
+                    if tail.is_empty() { String::new() } else { format!("; output: {tail}") }));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return Ok((identity, format!("pid {pid}, not accepting connections after {} ms", ready.as_millis())));
+            }
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                if tokio::net::TcpStream::connect(("127.0.0.1", live.port)).await.is_ok() {
+                    return Ok((identity, format!("pid {pid}, answering")));
+                }
+            }
+        }
+    }
+}
+
+/// Puts the new process where the state named the old one: `current`, the replica set and a
+/// rollout's slot. Under the lock; refused if the state moved on meanwhile.
+fn record(root: &Root, live: &Live, new: Identity) -> Result<(), String> {
+    let old = live.identity;
+    if let Some(mut set) = root.read_replicas()? {
+        let Some(replica) = set.replicas.iter_mut().find(|r| {
+            Some(r.slot) == live.slot && r.pid == old.pid && r.start_time == old.start_time
+        }) else {
+            return Err("the replica set changed meanwhile".into());
+        };
+        replica.pid = new.pid;
+        replica.start_time = new.start_time;
+        root.write_replicas(&set).map_err(|e| e.to_string())?;
+        if let Ok(Some(mut rollout)) = crate::rollout::state::load(root) {
+            let mut changed = false;
+            for slot in &mut rollout.slots {
+                if let Some(p) = slot
+                    .live
+                    .as_mut()
+                    .filter(|p| p.pid == old.pid && p.start_time == old.start_time)
+                {
+                    p.pid = new.pid;
+                    p.start_time = new.start_time;
+                    changed = true;
+                }
+            }
+            if changed {
+                crate::rollout::state::save(root, &rollout)?;
+            }
+        }
+    }
+    if let Some(mut pointer) = root.read_pointer()? {
+        if pointer.names(old) {
+            pointer.pid = new.pid;
+            pointer.start_time = new.start_time;
+            root.write_pointer(&pointer).map_err(|e| e.to_string())?;
+        } else if live.slot.is_none() {
+            return Err("current changed meanwhile".into());
+        }
+    }
+    Ok(())
+}
+
+fn log(root: &Root, live: &Live, event: Event, pid: Option<i32>, detail: String) {
+    let entry = journal::Entry {
+        port: Some(live.port),
+        pid,
+        slot: live.slot,
+        ..journal::Entry::new(event, &live.version, &live.service, detail)
+    };
+    if let Err(e) = journal::append(&root.log_path(), &entry) {
+        eprintln!(
+            "rollgate up: cannot append to {}: {e}",
+            root.log_path().display()
+        );
+    }
+}
+
+/// Restarts one release that is not running; the caller holds the lock.
+async fn restart(
+    root: &Root,
+    live: &Live,
+    ready: Duration,
+    attempt: u64,
+    why: &str,
+) -> Result<String, String> {
+    let (new, how) = match start(root, live, ready, attempt).await {
+        Ok(started) => started,
+        Err(e) => {
+            log(
+                root,
+                live,
+                Event::RestartFailed,
+                None,
+                format!("{why}; restart failed: {e}"),
+            );
+            return Err(e);
+        }
+    };
+    if let Err(e) = record(root, live, new) {
+        // Not ours to keep: the state names something else now.
+        let stopped = process::stop_group(new, Duration::from_secs(5)).await;
+        return Err(format!("{e}; the process started for it {stopped}"));
+    }
+    log(
+        root,
+        live,
+        Event::Restarted,
+        Some(new.pid),
+        format!("{why}; started again: {how}"),
+    );
+    Ok(how)
+}
+
+/// `rollgate up`: once, or for ever with `--supervise`. The text says what each release is.
+pub fn up(options: Options) -> Result<String, DeployError> {
+    let root = Root::new(options.root.clone());
+    if !root.0.is_dir() {
+        return Err(DeployError::Refused(format!(
+            "root {} is not a folder",
+            root.0.display()
+        )));
+    }
+    crate::deploy::runtime()?.block_on(async {
+        let mut signals = Signals::install().map_err(DeployError::Refused)?;
+        let (report, failed) = once(&root, &options).await?;
+        if !options.supervise {
+            return if report.iter().all(|(ok, _)| *ok) {
+                Ok(lines(&report))
+            } else {
+                Err(DeployError::Failed(lines(&report)))
+            };
+        }
+        eprint!("{}", lines(&report));
+        supervise(&root, &options, failed, &mut signals).await
+    })
+}
+
+fn lines(report: &[(bool, String)]) -> String {
+    if report.is_empty() {
+        return "nothing is live under this root\n".into();
+    }
+    report.iter().map(|(_, line)| format!("{line}\n")).collect()
+}
+
+/// A release's identity for counting its crashes: a new deploy makes a new key.
+type Key = (Option<usize>, String, u16);
+
+/// One pass under the lock: finish what a dead deployer left, then start what is not running.
+/// Returns a line per release, and the releases that could not be started.
+async fn once(
+    root: &Root,
+    options: &Options,
+) -> Result<(Vec<(bool, String)>, Vec<Key>), DeployError> {
+    let _lock = lock::acquire(&root.lock_path()).map_err(DeployError::Refused)?;
+    crate::deploy::recover::recover(root).await?;
+    let mut report = Vec::new();
+    let mut failed = Vec::new();
+    for (n, live) in live_set(root)
+        .map_err(DeployError::Refused)?
+        .iter()
+        .enumerate()
+    {
+        if live.identity.is_running() {
+            report.push((
+                true,
+                format!("{}: running (pid {})", live.name(), live.identity.pid),
+            ));
+            continue;
+        }
+        let why = format!("pid {} was not running (rollgate up)", live.identity.pid);
+        match restart(root, live, options.ready, n as u64, &why).await {
+            Ok(how) => report.push((true, format!("{}: started ({how})", live.name()))),
+            Err(e) => {
+                failed.push(live.key());
+                report.push((false, format!("{}: NOT started: {e}", live.name())));
+            }
+        }
+    }
+    Ok((report, failed))
+}
+
+/// Per release: restarts in a row that did not stay up, and when the next may happen.
+#[derive(Debug, Default)]
+struct Crashes {
+    in_a_row: u32,
+    last_start: Option<Instant>,
+    next_allowed: Option<Instant>,
+    given_up: bool,
+}
+
+async fn supervise(
+    root: &Root,
+    options: &Options,
+    failed_at_start: Vec<Key>,
+    signals: &mut Signals,
+) -> Result<String, DeployError> {
+    // A release the first pass could not start has exited once already.
+    let mut crashes: HashMap<Key, Crashes> = failed_at_start
+        .into_iter()
+        .map(|key| {
+            let crashed = Crashes {
+                in_a_row: 1,
+                last_start: Some(Instant::now()),
+                next_allowed: Some(Instant::now() + options.backoff),
+                given_up: false,
+            };
+            (key, crashed)
+        })
+        .collect();
+    let mut attempt = 1000u64;
+    loop {
+        tokio::select! {
+            name = signals.recv() => return Ok(format!("rollgate up: stopped by {name}; the releases keep running\n")),
+            _ = tokio::time::sleep(SUPERVISE_POLL) => {}
+        }
+        if !root.0.is_dir() {
+            return Err(DeployError::Failed(format!(
+                "root {} is gone; nothing left to supervise",
+                root.0.display()
+            )));
+        }
+        let Ok(set) = live_set(root) else { continue };
+        for live in set.iter().filter(|l| !l.identity.is_running()) {
+            let entry = crashes.entry(live.key()).or_default();
+            if entry.given_up || entry.next_allowed.is_some_and(|t| Instant::now() < t) {
+                continue;
+            }
+            // A deploy holds the lock: it owns the state now; look again next round.
+            let Ok(_lock) = lock::acquire(&root.lock_path()) else {
+                continue;
+            };
+            // Read again under the lock: the deploy that just let go may have replaced it.
+            if !live_set(root).is_ok_and(|now| now.contains(live)) {
+                continue;
+            }
+            // This exit, counted with those before it unless the release had stayed up.
+            let stayed_up = entry.last_start.is_some_and(|t| t.elapsed() >= STABLE);
+            entry.in_a_row = if stayed_up { 1 } else { entry.in_a_row + 1 };
+            if entry.in_a_row >= options.max_restarts {
+                entry.given_up = true;
+                let detail = format!(
+                    "exited {} times in a row, each within {} s of its start; not restarted again (left stopped) until the next deploy or `rollgate up`",
+                    entry.in_a_row,
+                    STABLE.as_secs()
+                );
+                eprintln!("rollgate up: {}: {detail}", live.name());
+                log(root, live, Event::RestartGivenUp, None, detail);
+                continue;
+            }
+            attempt += 1;
+            let why = format!(
+                "pid {} exited ({} in a row; given up at {})",
+                live.identity.pid, entry.in_a_row, options.max_restarts
+            );
+            entry.last_start = Some(Instant::now());
+            let backoff = options
+                .backoff
+                .saturating_mul(1 << (entry.in_a_row - 1).min(16))
+                .min(MAX_BACKOFF);
+            entry.next_allowed = Some(Instant::now() + backoff);
+            match restart(root, live, options.ready, attempt, &why).await {
+                Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),
+                Err(e) => eprintln!("rollgate up: {}: restart failed: {e}", live.name()),
+            }
+        }
+    }
+}
