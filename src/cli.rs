@@ -361,6 +361,10 @@ pub struct RolloutArgs {
     /// (default: the policy's drain_timeout_ms, else 30000).
     #[arg(long, value_name = "MS")]
     pub drain_timeout_ms: Option<u64>,
+    /// After the last wave, watch the new replicas this long before the rollout is promoted
+    /// (a replica that fails goes back; default: the policy's watch_ms, else 2000; 0 = none).
+    #[arg(long, value_name = "MS")]
+    pub watch_ms: Option<u64>,
     /// Print the plan (values and where each came from, the waves, the checks that would
     /// refuse it) and change nothing; exit 2 if a check would refuse it.
     #[arg(long)]

@@ -384,6 +384,7 @@ fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, deploy::Deploy
             deadline_ms: args.deadline_ms,
             grace_ms: args.grace_ms,
             drain_ms: args.drain_timeout_ms,
+            watch_ms: args.watch_ms,
         },
     })
 }

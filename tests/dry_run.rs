@@ -127,7 +127,7 @@ fn a_dry_deploy_lists_every_check_that_would_refuse_it() {
 fn a_dry_rollout_shows_the_waves_and_budgets_and_changes_nothing() {
     let (site, _) = site_with_v1_live();
     let before = snapshot(site.root());
-    let first = 31_000 + (std::process::id() % 500) as u16 * 4;
+    let first = port_block(31);
     let out = rollgate()
         .args([
             "rollout",

@@ -179,7 +179,7 @@ fn a_rollouts_post_promote_sees_every_new_replicas_port() {
         "{post_promote: [./promoted.sh]}",
         &[("promoted", "env > \"$ROLLGATE_ROOT/promoted.env\"\n")],
     );
-    let first = 33_000 + (std::process::id() % 400) as u16 * 5;
+    let first = port_block(10);
     let out = rollgate()
         .args(["rollout", "edge-svc", "v1", "--replicas", "3", "--root"])
         .arg(site.root())

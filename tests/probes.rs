@@ -170,11 +170,7 @@ fn a_rollout_probes_every_replica_with_the_policys_probe() {
     let site = Site::new();
     site.release("v1", "--readyz-status 503");
     let policy = policy(&site, "{kind: tcp}");
-    let first = (30_000 + (std::process::id() % 300) as u16 * 10..)
-        .step_by(10)
-        .take(200)
-        .find(|p| (*p..p + 10).all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()))
-        .expect("ten free ports");
+    let first = port_block(10);
     let out = rollgate()
         .args(["rollout", "edge-svc", "v1", "--replicas", "3", "--root"])
         .arg(site.root())

@@ -102,7 +102,7 @@ fn rollback_moves_a_replica_set_back_with_a_rollout() {
     let site = Site::new();
     site.release("v1", "");
     site.release("v2", "");
-    let first = 32_000 + (std::process::id() % 400) as u16 * 5;
+    let first = port_block(20);
     let ports = format!("{first}-{}", first + 19);
     for version in ["v1", "v2"] {
         let out = rollgate()

@@ -75,7 +75,7 @@ fn up_after_a_reboot_starts_the_live_release_on_its_port() {
 fn up_restores_every_replica_on_its_port() {
     let site = Site::new();
     site.release("v1", "");
-    let first = 34_000 + (std::process::id() % 400) as u16 * 5;
+    let first = port_block(10);
     let out = rollgate()
         .args(["rollout", "edge-svc", "v1", "--replicas", "3", "--root"])
         .arg(site.root())

@@ -196,3 +196,46 @@ fn a_watcher_killed_mid_watch_is_finished_by_the_next_deploy() {
     assert!(!alive(v1));
     assert_eq!(site.pointer().unwrap()["version"], "v3");
 }
+
+#[test]
+fn a_rollouts_last_wave_is_watched_before_it_is_promoted() {
+    let site = Site::new();
+    site.release("v1", "");
+    let first = port_block(10);
+    let ports = format!("{first}-{}", first + 9);
+    let rollout = |version: &str, extra: &[&str]| {
+        rollgate()
+            .args(["rollout", "edge-svc", version, "--replicas", "1", "--root"])
+            .arg(site.root())
+            .args(["--ports", &ports, "--waves", "100"])
+            .args(extra)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    let out = rollout("v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Ready at once, gone a second later: inside the watch after the (only) wave.
+    site.release("v2", "--exit-after-ms 1000 --exit-code 5");
+    let out = rollout("v2", &["--watch-ms", "4000"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("during the soak"), "{}", stdout(&out));
+    let set: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("replicas.json")).unwrap())
+            .unwrap();
+    let versions: Vec<&str> = set["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["v1"], "the failed replica went back");
+    assert_eq!(count_events(&site, "promoted", "v2"), 0);
+    assert_eq!(summary_live(&site), "v1");
+}

@@ -429,6 +429,15 @@ pub fn rollout(
         source(args.soak_ms.is_some(), has(|p| p.soak_ms.is_some())),
     );
     report.value(
+        "watch",
+        if s.watch_ms == 0 && baseline.is_empty() {
+            "none (a first install has nothing to go back to)".to_string()
+        } else {
+            format!("{} ms after the last wave", s.watch_ms)
+        },
+        source(args.watch_ms.is_some(), has(|p| p.watch_ms.is_some())),
+    );
+    report.value(
         "min ready",
         format!("{} ms", s.min_ready_ms),
         source(false, has(|p| p.min_ready_ms.is_some())),

@@ -142,6 +142,7 @@ mod tests {
                 ports: (9000, 9100),
                 wave_percents: vec![100],
                 probe: Default::default(),
+                watch_ms: 0,
             },
             waves: vec![(0..slots.len()).collect()],
             wave: 0,

@@ -28,6 +28,7 @@ pub struct Args {
     pub deadline_ms: Option<u64>,
     pub grace_ms: Option<u64>,
     pub drain_ms: Option<u64>,
+    pub watch_ms: Option<u64>,
 }
 
 /// `A-B` (inclusive), both ports non-zero and A <= B.
@@ -152,7 +153,13 @@ pub fn resolve(
     previous: Option<&Rollout>,
     baseline: &[(usize, Process)],
 ) -> Result<Resolved, String> {
-    let gate = deploy_plan::resolve(args.deadline_ms, args.grace_ms, args.drain_ms, policy)?;
+    let gate = deploy_plan::resolve_with_watch(
+        args.deadline_ms,
+        args.grace_ms,
+        args.drain_ms,
+        args.watch_ms,
+        policy,
+    )?;
     deploy_plan::check_bounds(&gate).map_err(|e| e.replace("; nothing was started", ""))?;
     let replicas = match (args.replicas, policy.and_then(|p| p.replicas)) {
         (Some(n), _) => n,
@@ -270,6 +277,8 @@ pub fn resolve(
             ports,
             wave_percents: waves,
             probe: gate.probe,
+            // A first install has nothing to go back to: `plan` clears it then.
+            watch_ms: gate.watch.as_millis() as u64,
         },
         classes,
     })
@@ -285,6 +294,9 @@ pub fn plan(
 ) -> Option<Rollout> {
     let mut settings = resolved.settings.clone();
     settings.release_deadline += now;
+    if baseline.is_empty() {
+        settings.watch_ms = 0;
+    }
     let mut slots: Vec<Slot> = (0..settings.replicas)
         .map(|slot| {
             let live = baseline
@@ -333,7 +345,9 @@ pub fn plan(
         }
     }
     Some(Rollout {
-        id: format!("r{}", (now * 1000.0) as u64),
+        // The rollgate's pid as well as the time: two rollouts started in the same millisecond
+        // (on two roots of one host) must not share the token prefix recovery looks for.
+        id: format!("r{}.{}", (now * 1000.0) as u64, std::process::id()),
         service: service.into(),
         from: most_common(baseline.iter().map(|(_, p)| p.version.as_str())),
         to: to.into(),

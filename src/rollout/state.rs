@@ -105,6 +105,10 @@ pub struct Settings {
     /// How every replica proves readiness (the policy's probe; `GET /readyz` = 200 by default).
     #[serde(default)]
     pub probe: crate::deploy::probe::Spec,
+    /// After the last wave: how long the new replicas are watched (as a soak) before the
+    /// rollout is promoted (0 for a first install: nothing to go back to).
+    #[serde(default)]
+    pub watch_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -315,9 +315,14 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
                 rollout.to
             ),
         ));
-        let soak = rollout.settings.soak_ms;
+        // Between waves the soak; after the last, the watch: promoted only once it passed.
         let last = wave + 1 == rollout.waves.len();
-        if soak > 0 && !last {
+        let soak = if last {
+            rollout.settings.watch_ms
+        } else {
+            rollout.settings.soak_ms
+        };
+        if soak > 0 {
             let until = now + soak as f64 / 1000.0;
             rollout.soak_until = Some(until);
             actions.push(Action::SoakUntil(until));
@@ -407,6 +412,7 @@ mod tests {
                 ports: (9000, 9999),
                 wave_percents: vec![1, 10, 50, 100],
                 probe: Default::default(),
+                watch_ms: 0,
             },
             slots: slots
                 .iter()

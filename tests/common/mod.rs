@@ -395,3 +395,19 @@ pub fn left_candidate(site: &Site, port: u16, token: &str, fields: serde_json::V
 pub fn process_fields(pid: i32) -> serde_json::Value {
     serde_json::json!({"pid": pid, "start_time": start_time_of(pid)})
 }
+
+/// The first port of `len` consecutive ports free now, from 29600 to 32767: below the kernel's
+/// ephemeral range (so no `free_port` pick or outgoing connection lands in it) and above the
+/// blocks `tests/rollout.rs` uses. Where the search starts depends on the process id, so two
+/// test runs on one machine rarely look at the same ports.
+pub fn port_block(len: u16) -> u16 {
+    let (low, high) = (29_600u16, 32_767u16);
+    let span = high - low - len;
+    let start = low + (std::process::id() % u32::from(span)) as u16;
+    (0..span)
+        .map(|i| low + (start - low + i) % span)
+        .find(|first| {
+            (*first..first + len).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+        .expect("a free block of ports")
+}
