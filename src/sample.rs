@@ -26,6 +26,9 @@ pub struct SampleArgs {
     pub exit_after_ms: Option<u64>,
     #[arg(long, default_value_t = 1)]
     pub exit_code: i32,
+    /// Answer /readyz with 503 from this long after start (ready, then no longer ready).
+    #[arg(long)]
+    pub unready_after_ms: Option<u64>,
     /// Answer /readyz with this status always (overrides --ready-after-ms).
     #[arg(long)]
     pub readyz_status: Option<u16>,
@@ -208,6 +211,12 @@ async fn answer(
             let status = match args.readyz_status {
                 Some(code) => {
                     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+                }
+                None if args
+                    .unready_after_ms
+                    .is_some_and(|ms| started.elapsed() >= Duration::from_millis(ms)) =>
+                {
+                    StatusCode::SERVICE_UNAVAILABLE
                 }
                 None if started.elapsed() >= Duration::from_millis(args.ready_after_ms) => {
                     StatusCode::OK

@@ -239,3 +239,30 @@ fn a_rollouts_last_wave_is_watched_before_it_is_promoted() {
     assert_eq!(count_events(&site, "promoted", "v2"), 0);
     assert_eq!(summary_live(&site), "v1");
 }
+
+#[test]
+fn failed_probes_in_a_row_during_the_watch_switch_back() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let v1 = site.live_pid().unwrap();
+    // Ready, then answering 503 from 400 ms on, while it keeps running.
+    site.release("v2", "--unready-after-ms 400");
+    let policy = write(
+        site.root(),
+        "watch.yaml",
+        "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 5000\n  watch_failures: 4\n",
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(site.live_pid(), Some(v1));
+    let last = site.log_lines().last().cloned().unwrap();
+    assert_eq!(last["event"], "rolled_back");
+    assert_eq!(last["phase"], "watch");
+    let detail = last["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("failed 4 probes in a row during the watch (last: HTTP 503)"),
+        "{detail}"
+    );
+    assert!(detail.contains("switched back to v1"), "{detail}");
+}
