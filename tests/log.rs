@@ -373,3 +373,46 @@ fn summary_as_a_table_and_as_csv() {
     assert!(lines[1].ends_with("gated.log,3,1,2,v2"), "{csv}");
     assert!(lines[2].ends_with("ungated.log,3,3,0,v4"), "{csv}");
 }
+
+#[test]
+fn a_query_reading_only_the_columns_it_names_answers_as_one_reading_all() {
+    // A log with every kind of line: the lesson's, a rollout's, noise, an escaped key.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = std::fs::read_to_string(fixture("gated.log")).unwrap();
+    text.push_str(
+        "{\"ts\":5,\"event\":\"replica_ready\",\"version\":\"v5\",\"detail\":\"r\",\"service\":\"s\",\"slot\":2,\"wave\":1}\n\
+         not json at all\n\
+         {\"ts\":6,\"event\":\"promoted\",\"version\":7,\"detail\":\"d\",\"port\":80}\n\
+         {\"ts\":7,\"event\":\"rolled_back\",\"version\":\"v6\",\"detail\":\"x; y\",\"\\u0070ort\":81}\n",
+    );
+    let path = write(dir.path(), "mixed.log", &text);
+    for (projected, everything) in [
+        (
+            "SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY event",
+            "SELECT event, count(*) AS n FROM (SELECT * FROM log) GROUP BY event ORDER BY event",
+        ),
+        (
+            "SELECT count(*) AS n FROM log",
+            "SELECT count(*) AS n FROM (SELECT * FROM log)",
+        ),
+        (
+            "SELECT version, port FROM log WHERE port IS NOT NULL ORDER BY line",
+            "SELECT version, port FROM (SELECT * FROM log) WHERE port IS NOT NULL ORDER BY line",
+        ),
+        (
+            "SELECT line, ts, detail FROM log WHERE event = 'rolled_back' ORDER BY line",
+            "SELECT line, ts, detail FROM (SELECT * FROM log) WHERE event = 'rolled_back' ORDER BY line",
+        ),
+        (
+            "SELECT wave, count(*) AS n FROM log WHERE wave IS NOT NULL GROUP BY wave",
+            "SELECT wave, count(*) AS n FROM (SELECT * FROM log) WHERE wave IS NOT NULL GROUP BY wave",
+        ),
+    ] {
+        let a = run_log(&["query", "--format", "csv", "--sql", projected], &path);
+        let b = run_log(&["query", "--format", "csv", "--sql", everything], &path);
+        assert!(a.status.success(), "{projected}: {}", stderr(&a));
+        assert!(b.status.success(), "{everything}: {}", stderr(&b));
+        assert_eq!(stdout(&a), stdout(&b), "{projected}");
+        assert!(stdout(&a).lines().count() > 1, "{projected}: {}", stdout(&a));
+    }
+}

@@ -19,20 +19,25 @@ fn text_column(name: &str, values: &[Option<String>]) -> Column {
 
 /// The records with their line numbers, and every extra field as a column typed by what it
 /// holds (all integers: Int64; all numbers: Float64; all booleans: Boolean; else text).
-pub fn records(log: &Log) -> PolarsResult<DataFrame> {
-    let mut columns = vec![
-        Series::new("line".into(), &log.line).into_column(),
-        column("ts", &log.ts),
-        text_column(
-            "event",
-            &log.event
-                .iter()
-                .map(|e| e.as_deref().map(String::from))
-                .collect::<Vec<_>>(),
-        ),
-        text_column("version", &log.version),
-        text_column("detail", &log.detail),
-    ];
+/// Only the columns `named` says a query may read are built (`line` always, so a frame has a
+/// height); None builds them all.
+pub fn records(log: &Log, named: Option<&crate::log::Columns>) -> PolarsResult<DataFrame> {
+    let wants = |name: &str| named.is_none_or(|c| c.names(name));
+    let mut columns = vec![Series::new("line".into(), &log.line).into_column()];
+    if wants("ts") {
+        columns.push(column("ts", &log.ts));
+    }
+    if wants("event") {
+        // Borrowed: no string per record before Arrow copies the bytes.
+        let events: Vec<Option<&str>> = log.event.iter().map(|e| e.as_deref()).collect();
+        columns.push(Series::new("event".into(), events).into_column());
+    }
+    if wants("version") {
+        columns.push(text_column("version", &log.version));
+    }
+    if named.is_none_or(|c| c.detail) {
+        columns.push(text_column("detail", &log.detail));
+    }
     for (name, values) in &log.extra {
         if columns.iter().any(|c| c.name().as_str() == name) {
             continue;

@@ -103,6 +103,11 @@ pub struct Columns {
 }
 
 impl Columns {
+    /// Whether the query may read the column or field `name`.
+    pub fn names(&self, name: &str) -> bool {
+        self.extras.contains(name)
+    }
+
     /// What `sql` may read: every word in it is taken for a column it might name (words in
     /// strings too, which only costs a column), and a `*` other than `count(*)` means every
     /// column. Conservative by design: a column read for nothing is only time.
@@ -148,6 +153,11 @@ impl Reading {
             all_details,
             release_fields: self.release_fields,
             rollout_fields: self.rollout_fields,
+            skip_versions: self.everything
+                && self
+                    .columns
+                    .as_ref()
+                    .is_some_and(|c| !c.attempts && !c.names("version")),
         }
     }
 }
@@ -538,7 +548,10 @@ pub fn query(
     };
     let log = load_merged(paths, &reading)?;
     let mut ctx = polars::sql::SQLContext::new();
-    ctx.register("log", frame::records(&log)?.lazy());
+    ctx.register(
+        "log",
+        frame::records(&log, reading.columns.as_deref())?.lazy(),
+    );
     if attempts {
         ctx.register(
             "attempts",
