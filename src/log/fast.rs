@@ -16,6 +16,9 @@ pub struct Fields<'a> {
     pub event: Option<&'a str>,
     pub version: Option<&'a str>,
     pub detail: Option<&'a str>,
+    /// Whether a top-level key beyond the four is one the caller wants (see [`scan_for`]);
+    /// None when nobody asked, or the line was read by serde_json.
+    pub wanted_key: Option<bool>,
 }
 
 /// Nesting the fast path handles; serde_json's own limit is 128.
@@ -23,10 +26,23 @@ const MAX_DEPTH: usize = 64;
 
 /// `line` must start with `{` and hold no newline.
 pub fn scan(line: &[u8]) -> Option<Fields<'_>> {
+    scan_with(line, None)
+}
+
+/// [`scan`], also telling whether any other top-level key is one `wanted` accepts: the keys
+/// are tokenized anyway, so a query's extra fields need no second search of the line.
+pub fn scan_for<'a>(line: &'a [u8], wanted: &dyn Fn(&[u8]) -> bool) -> Option<Fields<'a>> {
+    scan_with(line, Some(wanted))
+}
+
+fn scan_with<'a>(line: &'a [u8], wanted: Option<&dyn Fn(&[u8]) -> bool>) -> Option<Fields<'a>> {
     // Checked once for the whole line, so every slice below is valid text.
     let text = std::str::from_utf8(line).ok()?;
     let mut s = Scanner { bytes: line, at: 0 };
-    let mut fields = Fields::default();
+    let mut fields = Fields {
+        wanted_key: wanted.map(|_| false),
+        ..Fields::default()
+    };
     s.expect(b'{')?;
     s.skip_ws();
     if s.peek() == Some(b'}') {
@@ -41,12 +57,18 @@ pub fn scan(line: &[u8]) -> Option<Fields<'_>> {
             let start = s.at;
             s.value(1)?;
             let raw = &text[start..s.at];
-            let slot = match &line[key.0..key.1] {
+            let name = &line[key.0..key.1];
+            let slot = match name {
                 b"ts" => Some(&mut fields.ts),
                 b"event" => Some(&mut fields.event),
                 b"version" => Some(&mut fields.version),
                 b"detail" => Some(&mut fields.detail),
-                _ => None,
+                _ => {
+                    if let (Some(wanted), Some(false)) = (wanted, fields.wanted_key) {
+                        fields.wanted_key = Some(wanted(name));
+                    }
+                    None
+                }
             };
             if let Some(slot) = slot {
                 // serde rejects a known field given twice: let it say so.

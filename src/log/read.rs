@@ -124,6 +124,9 @@ pub struct Record<'a> {
     pub detail: Option<Cow<'a, str>>,
     /// The whole line, for fields beyond the four.
     pub raw: &'a [u8],
+    /// Whether the line has a field beyond the four that the reader wants, when the fast path
+    /// could tell (None: look in `raw`).
+    pub wanted_key: Option<bool>,
 }
 
 /// Where parsed records go. Each block of the file fills its own sink; the sinks are then
@@ -161,11 +164,12 @@ impl Sink for Log {
             && (memchr::memmem::find(record.raw, b"\"wave\"").is_some()
                 || event.as_deref() == Some(Event::RolloutStarted.as_str()));
         let extra_fields = self.options.extra_fields
-            && self
-                .options
-                .only_extras
-                .as_ref()
-                .is_none_or(|only| only.may_be_in(record.raw));
+            && record.wanted_key.unwrap_or_else(|| {
+                self.options
+                    .only_extras
+                    .as_ref()
+                    .is_none_or(|only| only.may_be_in(record.raw))
+            });
         if extra_fields || release_fields || rollout_fields {
             if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(record.raw) {
                 for (key, value) in map {
@@ -312,8 +316,39 @@ impl Parser {
 }
 
 /// Parses one line. `None` for noise and for broken records (which are noted in `problems`).
-fn parse_line<'a>(bytes: &'a [u8], number: u64, problems: &mut Vec<Problem>) -> Option<Record<'a>> {
-    parse_line_with(Parser::chosen(), bytes, number, problems)
+fn parse_line<'a>(
+    bytes: &'a [u8],
+    number: u64,
+    problems: &mut Vec<Problem>,
+    extras: Option<&Wanted>,
+) -> Option<Record<'a>> {
+    parse_line_with(Parser::chosen(), bytes, number, problems, extras)
+}
+
+/// Which extra fields a reader wants: all of them, or those named.
+#[derive(Clone, Copy)]
+enum Wanted<'o> {
+    All,
+    Named(&'o ExtraNames),
+}
+
+impl Wanted<'_> {
+    fn of(options: &ReadOptions) -> Option<Wanted<'_>> {
+        if !options.extra_fields {
+            return None;
+        }
+        Some(match &options.only_extras {
+            Some(names) => Wanted::Named(names),
+            None => Wanted::All,
+        })
+    }
+
+    fn accepts(&self, key: &[u8]) -> bool {
+        match self {
+            Wanted::All => true,
+            Wanted::Named(names) => names.contains_bytes(key),
+        }
+    }
 }
 
 fn parse_line_with<'a>(
@@ -321,14 +356,16 @@ fn parse_line_with<'a>(
     bytes: &'a [u8],
     number: u64,
     problems: &mut Vec<Problem>,
+    extras: Option<&Wanted>,
 ) -> Option<Record<'a>> {
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
     if bytes.first() != Some(&b'{') {
         return None;
     }
-    let fast = match parser {
-        Parser::Fast => super::fast::scan(bytes),
-        Parser::SerdeOnly => None,
+    let fast = match (parser, extras) {
+        (Parser::Fast, None) => super::fast::scan(bytes),
+        (Parser::Fast, Some(wanted)) => super::fast::scan_for(bytes, &|key| wanted.accepts(key)),
+        (Parser::SerdeOnly, _) => None,
     };
     let record = match fast {
         Some(fields) => fields,
@@ -338,6 +375,7 @@ fn parse_line_with<'a>(
                 event: record.event.map(RawValue::get),
                 version: record.version.map(RawValue::get),
                 detail: record.detail.map(RawValue::get),
+                wanted_key: None,
             },
             Err(e) => {
                 let what = if e.is_eof() {
@@ -392,6 +430,7 @@ fn parse_line_with<'a>(
         version: text("version", record.version),
         detail: text("detail", record.detail),
         raw: bytes,
+        wanted_key: record.wanted_key,
     })
 }
 
@@ -418,33 +457,35 @@ pub struct ReadOptions {
 /// lines of a log have none of them, and skip the second, general parse that finds them.
 pub struct ExtraNames {
     names: std::collections::BTreeSet<String>,
-    /// Every wanted name in quotes, and `\u`, found in one pass over a line (a query names a
-    /// dozen words; one search each was a tenth of a GROUP BY's time).
-    /// None if the automaton could not be built (a query of absurd size): every line is
-    /// looked at, which is only slower.
-    needles: Option<aho_corasick::AhoCorasick>,
+    needles: Vec<memchr::memmem::Finder<'static>>,
 }
 
 impl ExtraNames {
     pub fn new(names: std::collections::BTreeSet<String>) -> ExtraNames {
-        let mut patterns: Vec<String> = names
+        let needles = names
             .iter()
             .filter(|n| !matches!(n.as_str(), "ts" | "event" | "version" | "detail"))
-            .map(|n| format!("\"{n}\""))
+            .map(|n| memchr::memmem::Finder::new(format!("\"{n}\"").as_bytes()).into_owned())
             .collect();
-        patterns.push("\\u".into());
-        let needles = aho_corasick::AhoCorasick::new(&patterns).ok();
         ExtraNames { names, needles }
     }
 
     /// False only when no wanted name can be a key of the line (an escaped key, `\u`, may
-    /// spell any name, so such a line is always looked at).
+    /// spell any name, so such a line is always looked at). Only for lines the fast path
+    /// deferred: it tells the others from the keys it tokenized.
     fn may_be_in(&self, raw: &[u8]) -> bool {
-        self.needles.as_ref().is_none_or(|n| n.is_match(raw))
+        self.needles.iter().any(|n| n.find(raw).is_some())
+            || memchr::memmem::find(raw, b"\\u").is_some()
     }
 
     fn contains(&self, key: &str) -> bool {
         self.names.contains(key)
+    }
+
+    /// [`ExtraNames::contains`] for a key as the line spells it (unescaped: the fast path
+    /// defers escaped keys).
+    fn contains_bytes(&self, key: &[u8]) -> bool {
+        std::str::from_utf8(key).is_ok_and(|key| self.names.contains(key))
     }
 }
 
@@ -474,7 +515,9 @@ struct Parsed<S> {
 
 /// Parses a block of whole lines (the last may lack its newline).
 fn parse_block<S: Sink>(block: &[u8], first: bool, options: ReadOptions) -> Parsed<S> {
-    let mut sink = S::new(options);
+    let wanted = Wanted::of(&options);
+    let wanted = wanted.as_ref();
+    let mut sink = S::new(options.clone());
     let mut problems = Vec::new();
     let mut lines = 0;
     // Lines found with memchr: a byte-by-byte split was two fifths of `log summary`'s time.
@@ -489,7 +532,7 @@ fn parse_block<S: Sink>(block: &[u8], first: bool, options: ReadOptions) -> Pars
         } else {
             raw
         };
-        if let Some(record) = parse_line(bytes, lines, &mut problems) {
+        if let Some(record) = parse_line(bytes, lines, &mut problems, wanted) {
             sink.record(lines, record);
         }
     }
@@ -1048,10 +1091,24 @@ mod properties {
                 Damage::Trailing => line.extend_from_slice(b" x"),
             }
             let (mut fast_problems, mut serde_problems) = (Vec::new(), Vec::new());
-            let fast = parse_line_with(Parser::Fast, &line, 1, &mut fast_problems);
-            let serde = parse_line_with(Parser::SerdeOnly, &line, 1, &mut serde_problems);
-            prop_assert_eq!(fast, serde, "line {:?}", String::from_utf8_lossy(&line));
+            let fast = parse_line_with(Parser::Fast, &line, 1, &mut fast_problems, None);
+            let serde = parse_line_with(Parser::SerdeOnly, &line, 1, &mut serde_problems, None);
+            prop_assert_eq!(&fast, &serde, "line {:?}", String::from_utf8_lossy(&line));
             prop_assert_eq!(fast_problems, serde_problems);
+            // What the fast path says of other keys is what serde_json's object holds.
+            let told = parse_line_with(Parser::Fast, &line, 1, &mut Vec::new(), Some(&Wanted::All))
+                .and_then(|r| r.wanted_key);
+            if let Some(told) = told {
+                let others = serde_json::from_slice::<Value>(&line).ok().and_then(|v| {
+                    v.as_object().map(|o| {
+                        o.keys().any(|k| !matches!(k.as_str(), "ts" | "event" | "version" | "detail"))
+                    })
+                });
+                // (A line serde_json cannot make a Value of yields no extra fields either way.)
+                if let Some(others) = others {
+                    prop_assert_eq!(told, others, "line {:?}", String::from_utf8_lossy(&line));
+                }
+            }
         }
 
         /// Records made of JSON-looking fragments, to reach the field decoding paths.
