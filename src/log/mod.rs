@@ -158,6 +158,11 @@ impl Reading {
                     .columns
                     .as_ref()
                     .is_some_and(|c| !c.attempts && !c.names("version")),
+            skip_details: self.everything
+                && self
+                    .columns
+                    .as_ref()
+                    .is_some_and(|c| !c.attempts && !c.detail),
         }
     }
 }

@@ -156,8 +156,9 @@ impl Sink for Log {
                 None => Cow::Owned(e.into_owned()),
             });
         // Details of starts and promotions are long and never asked for, except by SQL.
-        let keep_detail = self.options.all_details
-            || !matches!(event.as_deref(), Some("candidate_started" | "promoted"));
+        let keep_detail = !self.options.skip_details
+            && (self.options.all_details
+                || !matches!(event.as_deref(), Some("candidate_started" | "promoted")));
         let release_fields = self.options.release_fields
             && memchr::memmem::find(record.raw, b"\"manifest_sha256\"").is_some();
         let rollout_fields = self.options.rollout_fields
@@ -451,6 +452,8 @@ pub struct ReadOptions {
     pub rollout_fields: bool,
     /// Leave every version out (a query that names none): one allocation less per record.
     pub skip_versions: bool,
+    /// Leave every detail out, rollbacks' too (a query that names none).
+    pub skip_details: bool,
 }
 
 /// The extra fields a query may read, and a quick test of whether a line can hold any: most
