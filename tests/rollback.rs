@@ -122,14 +122,6 @@ fn rollback_moves_a_replica_set_back_with_a_rollout() {
         stdout(&out),
         stderr(&out)
     );
-    let set: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(site.root().join("replicas.json")).unwrap())
-            .unwrap();
-    let versions: Vec<&str> = set["replicas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["version"].as_str().unwrap())
-        .collect();
+    let versions = replica_versions(&site);
     assert_eq!(versions, ["v1", "v1", "v1"]);
 }

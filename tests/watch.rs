@@ -226,15 +226,7 @@ fn a_rollouts_last_wave_is_watched_before_it_is_promoted() {
         stderr(&out)
     );
     assert!(stdout(&out).contains("during the soak"), "{}", stdout(&out));
-    let set: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(site.root().join("replicas.json")).unwrap())
-            .unwrap();
-    let versions: Vec<&str> = set["replicas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["version"].as_str().unwrap())
-        .collect();
+    let versions = replica_versions(&site);
     assert_eq!(versions, ["v1"], "the failed replica went back");
     assert_eq!(count_events(&site, "promoted", "v2"), 0);
     assert_eq!(summary_live(&site), "v1");

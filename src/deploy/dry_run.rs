@@ -134,6 +134,33 @@ pub fn gate_values(
     );
 }
 
+/// The checks every dry run starts with: the names, and the policy (its refusal as a check).
+fn names_and_policy(
+    report: &mut Report,
+    service: &str,
+    version: &str,
+    file: Option<&std::path::Path>,
+    policy: Result<Option<RolloutSettings>, String>,
+) -> Option<RolloutSettings> {
+    report.check(
+        plan::check_name("service", service)
+            .and_then(|()| plan::check_name("version", version))
+            .map(|()| "service and version names".to_string()),
+    );
+    match policy {
+        Ok(policy) => {
+            if let Some(path) = file {
+                report.check(Ok(format!("policy {} passes its contract", path.display())));
+            }
+            policy
+        }
+        Err(e) => {
+            report.check(Err(e));
+            None
+        }
+    }
+}
+
 /// The hooks the run would call (listed, never run by a dry run).
 pub fn hook_values(report: &mut Report, hooks: &super::hooks::Hooks) {
     use super::hooks::Hook;
@@ -186,23 +213,13 @@ pub fn deploy(
         ),
         ..Report::default()
     };
-    report.check(
-        plan::check_name("service", &request.service)
-            .and_then(|()| plan::check_name("version", &request.version))
-            .map(|()| "service and version names".to_string()),
+    let policy = names_and_policy(
+        &mut report,
+        &request.service,
+        &request.version,
+        request.policy.as_deref(),
+        policy,
     );
-    let policy = match policy {
-        Ok(policy) => {
-            if let Some(path) = &request.policy {
-                report.check(Ok(format!("policy {} passes its contract", path.display())));
-            }
-            policy
-        }
-        Err(e) => {
-            report.check(Err(e));
-            None
-        }
-    };
     let settings = plan::resolve_with_watch(
         request.deadline_ms,
         request.grace_ms,
@@ -338,23 +355,13 @@ pub fn rollout(
         ),
         ..Report::default()
     };
-    report.check(
-        plan::check_name("service", &request.service)
-            .and_then(|()| plan::check_name("version", &request.version))
-            .map(|()| "service and version names".to_string()),
+    let policy = names_and_policy(
+        &mut report,
+        &request.service,
+        &request.version,
+        request.policy.as_deref(),
+        policy,
     );
-    let policy = match policy {
-        Ok(policy) => {
-            if let Some(path) = &request.policy {
-                report.check(Ok(format!("policy {} passes its contract", path.display())));
-            }
-            policy
-        }
-        Err(e) => {
-            report.check(Err(e));
-            None
-        }
-    };
     report.check(
         super::release_executable(&request.root, &request.version, &request.service)
             .map(|(_, path)| format!("release executable {}", path.display()))

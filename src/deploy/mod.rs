@@ -213,19 +213,32 @@ pub(crate) async fn after_outcome(
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
 fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
-    let Some(path) = &request.policy else {
+    policy_entry(
+        request.policy.as_deref(),
+        request.policy_entry.as_deref(),
+        &request.service,
+        &request.eval,
+    )
+}
+
+/// A service's entry of a policy file (`--policy-entry`, else the service name with `-` as
+/// `_`), checked by the contract; a refusal quotes Nickel's diagnostic. Deploys and rollouts.
+pub(crate) fn policy_entry(
+    file: Option<&std::path::Path>,
+    entry: Option<&str>,
+    service: &str,
+    eval: &EvalOptions,
+) -> Result<Option<policy::RolloutSettings>, DeployError> {
+    let Some(path) = file else {
         return Ok(None);
     };
-    let entry = request
-        .policy_entry
-        .clone()
-        .unwrap_or_else(|| plan::policy_entry_for(&request.service));
-    policy::load_entry(path, &entry, &request.eval)
+    let entry = entry.map_or_else(|| plan::policy_entry_for(service), str::to_string);
+    policy::load_entry(path, &entry, eval)
         .map(Some)
         .map_err(|e| {
             refused(match e {
                 policy::PolicyError::Nickel(_) => {
-                    format!("{e}\nthe policy was refused; nothing was deployed")
+                    format!("{e}\nthe policy was refused; nothing was started")
                 }
                 other => format!("policy refused: {other}"),
             })

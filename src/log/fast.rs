@@ -31,11 +31,14 @@ pub fn scan(line: &[u8]) -> Option<Fields<'_>> {
 
 /// [`scan`], also telling whether any other top-level key is one `wanted` accepts: the keys
 /// are tokenized anyway, so a query's extra fields need no second search of the line.
-pub fn scan_for<'a>(line: &'a [u8], wanted: &dyn Fn(&[u8]) -> bool) -> Option<Fields<'a>> {
+pub fn scan_for<'a>(line: &'a [u8], wanted: KeyFilter<'_>) -> Option<Fields<'a>> {
     scan_with(line, Some(wanted))
 }
 
-fn scan_with<'a>(line: &'a [u8], wanted: Option<&dyn Fn(&[u8]) -> bool>) -> Option<Fields<'a>> {
+/// Which keys beyond the four a caller wants.
+pub type KeyFilter<'f> = &'f dyn Fn(&[u8]) -> bool;
+
+fn scan_with<'a>(line: &'a [u8], wanted: Option<KeyFilter<'_>>) -> Option<Fields<'a>> {
     // Checked once for the whole line, so every slice below is valid text.
     let text = std::str::from_utf8(line).ok()?;
     let mut s = Scanner { bytes: line, at: 0 };

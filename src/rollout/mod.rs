@@ -74,16 +74,12 @@ fn refused(message: impl Into<String>) -> DeployError {
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
 fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
-    let Some(path) = &request.policy else {
-        return Ok(None);
-    };
-    let entry = request
-        .policy_entry
-        .clone()
-        .unwrap_or_else(|| request.service.replace('-', "_"));
-    policy::load_entry(path, &entry, &request.eval)
-        .map(Some)
-        .map_err(|e| refused(format!("policy refused: {e}")))
+    deploy::policy_entry(
+        request.policy.as_deref(),
+        request.policy_entry.as_deref(),
+        &request.service,
+        &request.eval,
+    )
 }
 
 /// `rollgate rollout ... --dry-run`: the report, and whether the rollout would be refused.

@@ -411,3 +411,24 @@ pub fn port_block(len: u16) -> u16 {
         })
         .expect("a free block of ports")
 }
+
+/// Whether any process on the machine has `marker` in its command line (to find what a probe
+/// or a hook left behind).
+pub fn a_process_mentions(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .any(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+}
+
+/// The version of each replica in `replicas.json`, by slot.
+pub fn replica_versions(site: &Site) -> Vec<String> {
+    let text = std::fs::read_to_string(site.root().join("replicas.json")).unwrap();
+    let set: serde_json::Value = serde_json::from_str(&text).unwrap();
+    set["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["version"].as_str().unwrap().to_string())
+        .collect()
+}
