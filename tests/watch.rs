@@ -258,3 +258,35 @@ fn failed_probes_in_a_row_during_the_watch_switch_back() {
     );
     assert!(detail.contains("switched back to v1"), "{detail}");
 }
+
+#[test]
+fn the_watch_runs_its_whole_length_after_a_slow_drain() {
+    use std::io::{BufRead, Write};
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    // A proxy that answers the drain without confirming it: the deploy keeps the old release
+    // for the whole drain timeout (1500 ms) before it watches.
+    let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
+    let peer = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut line)
+            .unwrap();
+        (&stream).write_all(b"error not now\n").unwrap();
+    });
+    // Gone 2.2 s after it started: after the drain, inside a 1 s watch that follows it.
+    site.release("v2", "--exit-after-ms 2200");
+    let out = site.deploy(
+        free_port(),
+        "v2",
+        &["--watch-ms", "1000", "--drain-timeout-ms", "1500"],
+    );
+    peer.join().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let last = site.log_lines().last().cloned().unwrap();
+    assert_eq!(last["event"], "rolled_back");
+    assert_eq!(last["phase"], "watch");
+    assert_eq!(summary_live(&site), "v1");
+}

@@ -100,6 +100,9 @@ pub(crate) async fn switch_and_watch(
     let drained = drain_before_stop(root, previous.port, candidate.drain_ms).await;
     if let Some(watch) = candidate.watch.as_mut() {
         watch.switch_detail = format!("{durability}{drained}");
+        // The watch runs its whole length after the drain, which may have taken the whole
+        // drain timeout: a release is never promoted unwatched.
+        watch.until = journal::now() + watch_ms as f64 / 1000.0;
     }
     root.write_candidate(candidate)
         .map_err(|e| DeployError::Failed(format!("cannot record the watch: {e}")))?;
