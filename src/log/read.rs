@@ -137,9 +137,6 @@ pub trait Sink: Send + Sized {
     /// Appends the results of the block that follows; its line numbers start after
     /// `line_offset`.
     fn absorb(&mut self, later: Self, line_offset: u64);
-    /// Room for about `records` more, when the reader can tell (a mapped file): the columns
-    /// are then allocated once instead of doubling as blocks are absorbed.
-    fn reserve(&mut self, _records: usize) {}
 }
 
 impl Sink for Log {
@@ -210,14 +207,6 @@ impl Sink for Log {
         if !self.extra.is_empty() {
             self.pad_extras();
         }
-    }
-
-    fn reserve(&mut self, records: usize) {
-        self.line.reserve(records);
-        self.ts.reserve(records);
-        self.event.reserve(records);
-        self.version.reserve(records);
-        self.detail.reserve(records);
     }
 
     fn absorb(&mut self, later: Self, line_offset: u64) {
@@ -719,7 +708,7 @@ pub fn read_with<S: Sink>(
                 index += 1;
             })
         });
-        merge_in_order(&mut merged, done_rx, None);
+        merge_in_order(&mut merged, done_rx);
         reader.join().expect("reader thread")
     });
     read.map_err(|e| error(io_reason(&e)))?;
@@ -727,24 +716,12 @@ pub fn read_with<S: Sink>(
 }
 
 /// Blocks finish out of order; they are merged in order.
-fn merge_in_order<S: Sink>(
-    merged: &mut Merged<S>,
-    done: mpsc::Receiver<(usize, Parsed<S>)>,
-    blocks: Option<usize>,
-) {
+fn merge_in_order<S: Sink>(merged: &mut Merged<S>, done: mpsc::Receiver<(usize, Parsed<S>)>) {
     let mut waiting = BTreeMap::new();
     let mut next = 0;
     for (index, parsed) in done {
         waiting.insert(index, parsed);
         while let Some(parsed) = waiting.remove(&next) {
-            // Blocks are of one size but the last: the first tells how many records to expect
-            // (a twentieth more for the difference between blocks).
-            if let (0, Some(blocks)) = (next, blocks) {
-                let lines = usize::try_from(parsed.lines).unwrap_or(0);
-                merged
-                    .sink
-                    .reserve(lines.saturating_mul(blocks).saturating_mul(21) / 20);
-            }
             merged.push(parsed);
             next += 1;
         }
@@ -796,7 +773,7 @@ fn parse_in_place<S: Sink>(
             });
         }
         drop(done_tx);
-        merge_in_order(&mut merged, done_rx, Some(blocks.len()));
+        merge_in_order(&mut merged, done_rx);
     });
     (merged.sink, merged.problems)
 }
