@@ -433,24 +433,15 @@ fn defect_03_promote_and_abort_of_a_record_with_absurd_numbers_do_not_panic() {
 
 #[test]
 fn defect_02_a_drain_the_proxy_does_not_confirm_keeps_the_old_release_for_the_drain_timeout() {
-    use std::io::{BufRead, Write};
     let site = Site::new();
     first_release(&site);
     let old = site.live_pid().unwrap();
     // A stand-in for a proxy that could not re-read the pointer: the real proxy answers this
     // way, but no deploy can make it fail to read a pointer the deployer just wrote.
-    let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
-    let peer = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(&stream)
-            .read_line(&mut line)
-            .unwrap();
-        (&stream)
-            .write_all(b"error cannot re-read the pointer: permission denied\n")
-            .unwrap();
-        line
-    });
+    let peer = unconfirming_proxy(
+        &site,
+        "error cannot re-read the pointer: permission denied\n",
+    );
     site.release("v2", "");
     let started = std::time::Instant::now();
     let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))

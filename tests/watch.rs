@@ -261,21 +261,12 @@ fn failed_probes_in_a_row_during_the_watch_switch_back() {
 
 #[test]
 fn the_watch_runs_its_whole_length_after_a_slow_drain() {
-    use std::io::{BufRead, Write};
     let site = Site::new();
     site.release("v1", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
     // A proxy that answers the drain without confirming it: the deploy keeps the old release
     // for the whole drain timeout (1500 ms) before it watches.
-    let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
-    let peer = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(&stream)
-            .read_line(&mut line)
-            .unwrap();
-        (&stream).write_all(b"error not now\n").unwrap();
-    });
+    let peer = unconfirming_proxy(&site, "error not now\n");
     // Gone 2.2 s after it started: after the drain, inside a 1 s watch that follows it.
     site.release("v2", "--exit-after-ms 2200");
     let out = site.deploy(

@@ -220,14 +220,9 @@ pub fn deploy(
         request.policy.as_deref(),
         policy,
     );
-    let settings = plan::resolve_with_watch(
-        request.deadline_ms,
-        request.grace_ms,
-        request.drain_ms,
-        request.watch_ms,
-        policy.as_ref(),
-    )
-    .and_then(|s| plan::check_bounds(&s).map(|()| s));
+    let settings = request
+        .resolve(policy.as_ref())
+        .and_then(|s| plan::check_bounds(&s).map(|()| s));
     let settings = match settings {
         Ok(settings) => settings,
         Err(e) => {

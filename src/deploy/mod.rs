@@ -55,6 +55,19 @@ pub struct Request {
     pub eval: EvalOptions,
 }
 
+impl Request {
+    /// The numbers this deploy runs by: its arguments, then the policy, then the defaults.
+    pub fn resolve(&self, policy: Option<&policy::RolloutSettings>) -> Result<Settings, String> {
+        plan::resolve_with_watch(
+            self.deadline_ms,
+            self.grace_ms,
+            self.drain_ms,
+            self.watch_ms,
+            policy,
+        )
+    }
+}
+
 /// How a deploy ended; the exit code follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -117,14 +130,9 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
     let hooks = policy_hooks(policy.as_ref(), request.policy.as_deref()).map_err(refused)?;
-    let settings = plan::resolve_with_watch(
-        request.deadline_ms,
-        request.grace_ms,
-        request.drain_ms,
-        request.watch_ms,
-        policy.as_ref(),
-    )
-    .map_err(|e| refused(format!("policy refused: {e}")))?;
+    let settings = request
+        .resolve(policy.as_ref())
+        .map_err(|e| refused(format!("policy refused: {e}")))?;
     plan::check_bounds(&settings).map_err(refused)?;
     // The release must be there before anything starts (it runs from a verified copy if signed).
     let (root, _) = release_executable(&request.root, &request.version, &request.service)?;
@@ -548,15 +556,7 @@ async fn switch(
     detail: String,
     elapsed: Duration,
 ) -> Result<Outcome, DeployError> {
-    let pointer = Pointer {
-        service: candidate.service.clone(),
-        version: candidate.version.clone(),
-        port: candidate.port,
-        pid: identity.pid,
-        start_time: identity.start_time,
-        promoted_at: journal::now(),
-        fallback: None,
-    };
+    let pointer = candidate.pointer(identity, None);
     let durability = match root.write_pointer(&pointer) {
         Ok(()) => String::new(),
         Err(WriteError::NotWritten(e)) => {

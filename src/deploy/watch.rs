@@ -73,19 +73,14 @@ pub(crate) async fn switch_and_watch(
     candidate.watch = Some(watch);
     root.write_candidate(candidate)
         .map_err(|e| DeployError::Failed(format!("cannot record the watch: {e}")))?;
-    let pointer = Pointer {
-        service: candidate.service.clone(),
-        version: candidate.version.clone(),
-        port: candidate.port,
-        pid: identity.pid,
-        start_time: identity.start_time,
-        promoted_at: journal::now(),
-        fallback: Some(Fallback {
+    let pointer = candidate.pointer(
+        identity,
+        Some(Fallback {
             version: previous.version.clone(),
             port: previous.port,
             pid: previous.pid,
         }),
-    };
+    );
     let durability = match root.write_pointer(&pointer) {
         Ok(()) => String::new(),
         // The rename happened: readers see the new release, so the switch goes on.

@@ -432,3 +432,19 @@ pub fn replica_versions(site: &Site) -> Vec<String> {
         .map(|r| r["version"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// A stand-in for a proxy on the root's socket that answers one drain request with `answer`
+/// (an error line, so the drain is never confirmed); joins to the request line it read.
+pub fn unconfirming_proxy(site: &Site, answer: &'static str) -> std::thread::JoinHandle<String> {
+    use std::io::{BufRead, Write};
+    let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut line)
+            .unwrap();
+        (&stream).write_all(answer.as_bytes()).unwrap();
+        line
+    })
+}
