@@ -83,37 +83,61 @@ where
 
 /// One row per attempt. Times are Unix seconds, durations seconds.
 pub fn attempts(attempts: &[Attempt]) -> PolarsResult<DataFrame> {
-    let pick = |f: fn(&Attempt) -> Option<f64>| attempts.iter().map(f).collect::<Vec<_>>();
-    let versions: Vec<Option<String>> = attempts.iter().map(|a| a.version.clone()).collect();
-    let outcomes: Vec<&str> = attempts.iter().map(|a| a.outcome.as_str()).collect();
-    let reasons: Vec<Option<String>> = attempts.iter().map(|a| a.reason.clone()).collect();
-    let live_now: Vec<bool> = attempts.iter().map(|a| a.live_now).collect();
-    let mut columns = vec![
-        text_column("version", &versions),
-        column("started", pick(|a| a.started)),
-        column("finished", pick(|a| a.finished)),
-        Series::new("outcome".into(), outcomes).into_column(),
-        column("time_to_outcome_s", pick(Attempt::time_to_outcome)),
-        text_column("reason", &reasons),
-        column("live_for_s", pick(Attempt::live_for)),
-        Series::new("live_now".into(), live_now).into_column(),
-        column("rolled_back_at", pick(|a| a.rolled_back_at)),
-        column("exposure_s", pick(Attempt::exposure)),
+    attempts_with(attempts, None)
+}
+
+/// [`attempts`] with only the columns `only` names (None: every column): `log stats` reads
+/// five of them, and a million attempts make each column worth leaving out.
+pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResult<DataFrame> {
+    let pick = |name: &str, f: fn(&Attempt) -> Option<f64>| {
+        column(name, attempts.iter().map(f).collect::<Vec<_>>())
+    };
+    // Borrowed: a million attempts need no second copy of their strings.
+    let text = |name: &str, f: fn(&Attempt) -> Option<&str>| {
+        Series::new(name.into(), attempts.iter().map(f).collect::<Vec<_>>()).into_column()
+    };
+    let builders: [(&str, &dyn Fn(&str) -> Column); 10] = [
+        ("version", &|n| text(n, |a| a.version.as_deref())),
+        ("started", &|n| pick(n, |a| a.started)),
+        ("finished", &|n| pick(n, |a| a.finished)),
+        ("outcome", &|n| {
+            let outcomes: Vec<&str> = attempts.iter().map(|a| a.outcome.as_str()).collect();
+            Series::new(n.into(), outcomes).into_column()
+        }),
+        ("time_to_outcome_s", &|n| pick(n, Attempt::time_to_outcome)),
+        ("reason", &|n| text(n, |a| a.reason.as_deref())),
+        ("live_for_s", &|n| pick(n, Attempt::live_for)),
+        ("live_now", &|n| {
+            let live_now: Vec<bool> = attempts.iter().map(|a| a.live_now).collect();
+            Series::new(n.into(), live_now).into_column()
+        }),
+        ("rolled_back_at", &|n| pick(n, |a| a.rolled_back_at)),
+        ("exposure_s", &|n| pick(n, Attempt::exposure)),
     ];
+    let mut columns: Vec<Column> = builders
+        .iter()
+        .filter(|(name, _)| only.is_none_or(|only| only.contains(name)))
+        .map(|(name, build)| build(name))
+        .collect();
+    if only.is_some() {
+        return DataFrame::new(attempts.len(), columns);
+    }
     // Signed releases' columns only where the log has any: unsigned histories read as before.
     if attempts.iter().any(|a| a.sequence.is_some()) {
         let sequences: Vec<Option<u64>> = attempts.iter().map(|a| a.sequence).collect();
-        let digests: Vec<Option<String>> =
-            attempts.iter().map(|a| a.manifest_sha256.clone()).collect();
+        let digests: Vec<Option<&str>> = attempts
+            .iter()
+            .map(|a| a.manifest_sha256.as_deref())
+            .collect();
         columns.push(Series::new("sequence".into(), sequences).into_column());
-        columns.push(text_column("manifest_sha256", &digests));
+        columns.push(Series::new("manifest_sha256".into(), digests).into_column());
     }
     // Rollouts' columns likewise only where the log has a rollout.
     if attempts.iter().any(|a| a.rollout.is_some()) {
         let facts = |f: fn(&super::history::RolloutFacts) -> String| {
             attempts
                 .iter()
-                .map(|a| a.rollout.as_ref().map(f))
+                .map(|a| a.rollout.as_deref().map(f))
                 .collect::<Vec<_>>()
         };
         let waves: Vec<Option<u64>> = attempts

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::read::Log;
+use super::read::{Log, ReadOptions, Record, Sink};
 use super::summary::{reason_of, PROMOTED, ROLLED_BACK, ROLLOUT_STARTED, STARTED};
 use crate::deploy::journal::Event;
 
@@ -32,12 +32,14 @@ impl Outcome {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
-    pub version: Option<String>,
+    // Strings as `Box<str>`, the big rarely-present parts boxed: a million attempts are held
+    // at once, and each word of this struct is 8 MB of them.
+    pub version: Option<Box<str>>,
     pub started: Option<f64>,
     pub finished: Option<f64>,
     pub outcome: Outcome,
     /// For a rollback, the detail up to its first `"; "`.
-    pub reason: Option<String>,
+    pub reason: Option<Box<str>>,
     /// For a promotion: when the next promotion replaced it (None while still live).
     pub live_until: Option<f64>,
     /// The release that is live at the end of the log.
@@ -46,9 +48,10 @@ pub struct Attempt {
     pub rolled_back_at: Option<f64>,
     /// For a signed release: its sequence and the SHA-256 of its manifest body.
     pub sequence: Option<u64>,
-    pub manifest_sha256: Option<String>,
+    pub manifest_sha256: Option<Box<str>>,
     /// For a rollout of several replicas: how its waves went.
-    pub rollout: Option<RolloutFacts>,
+    /// Boxed: most attempts are single deploys, and a million of them are held at once.
+    pub rollout: Option<Box<RolloutFacts>>,
 }
 
 /// A rollout's waves as its log lines tell them.
@@ -106,15 +109,65 @@ impl Attempt {
 /// unless it is a rollback of the live release: that is a production rollback of a promotion,
 /// recorded on the promotion. Only `promoted` changes which release is live.
 pub fn attempts(log: &Log) -> Vec<Attempt> {
-    let mut attempts: Vec<Attempt> = Vec::new();
-    // Open attempts per version, most recent first: the map holds the newest, and
-    // `earlier_open[i]` the one opened before attempt `i` (a stack without a Vec per version).
-    let mut open: HashMap<Option<&str>, usize> = HashMap::new();
-    let mut earlier_open: Vec<Option<usize>> = Vec::new();
-    let mut live: Option<usize> = None;
-    // Rollouts by id: the attempt that holds their facts, and when each wave began.
-    let mut rollouts: HashMap<String, (usize, Vec<Option<f64>>)> = HashMap::new();
-    for i in 0..log.len() {
+    let mut pairing = Pairing::default();
+    pairing.feed(log);
+    pairing.finish()
+}
+
+/// [`attempts`] fed a piece of the log at a time, in order, so a whole file's records never
+/// need to be held at once: what it keeps is the attempts and the ones still open.
+#[derive(Debug, Default)]
+pub struct Pairing {
+    attempts: Vec<Attempt>,
+    open: OpenAttempts,
+    /// `earlier_open[i]`: the attempt of the same version opened before attempt `i` and still
+    /// open (a stack per version without a Vec per version).
+    earlier_open: Vec<Option<usize>>,
+    live: Option<usize>,
+    /// Rollouts by id: the attempt that holds their facts, and when each wave began.
+    rollouts: HashMap<String, (usize, Vec<Option<f64>>)>,
+}
+
+/// The newest open attempt per version (a record without a version is a version of its own).
+#[derive(Debug, Default)]
+struct OpenAttempts {
+    by_version: HashMap<String, usize>,
+    without_version: Option<usize>,
+}
+
+impl OpenAttempts {
+    fn get(&self, version: Option<&str>) -> Option<usize> {
+        match version {
+            Some(v) => self.by_version.get(v).copied(),
+            None => self.without_version,
+        }
+    }
+
+    fn insert(&mut self, version: Option<&str>, index: usize) -> Option<usize> {
+        match version {
+            Some(v) => self.by_version.insert(v.to_string(), index),
+            None => self.without_version.replace(index),
+        }
+    }
+
+    fn remove(&mut self, version: Option<&str>) -> Option<usize> {
+        match version {
+            Some(v) => self.by_version.remove(v),
+            None => self.without_version.take(),
+        }
+    }
+}
+
+impl Pairing {
+    /// The next records of the log, in order.
+    pub fn feed(&mut self, log: &Log) {
+        for i in 0..log.len() {
+            self.record(log, i);
+        }
+    }
+
+    fn record(&mut self, log: &Log, i: usize) {
+        let attempts = &mut self.attempts;
         let version = log.version[i].as_deref();
         let ts = log.ts[i];
         let token = log.extra_value("token", i).and_then(|v| v.as_str());
@@ -123,7 +176,7 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
             .and_then(|v| v.as_u64())
             .map(|w| w as usize);
         let new_attempt = |outcome| Attempt {
-            version: version.map(String::from),
+            version: version.map(Box::from),
             started: None,
             finished: None,
             outcome,
@@ -135,12 +188,12 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
             manifest_sha256: log
                 .extra_value("manifest_sha256", i)
                 .and_then(|v| v.as_str())
-                .map(String::from),
+                .map(Box::from),
             rollout: None,
         };
         let event = log.event[i].as_deref();
         if let Some(token) = token.filter(|_| event != Some(ROLLOUT_STARTED)) {
-            if let Some((index, begun)) = rollouts.get_mut(rollout_id(token)) {
+            if let Some((index, begun)) = self.rollouts.get_mut(rollout_id(token)) {
                 let facts = attempts[*index]
                     .rollout
                     .as_mut()
@@ -154,42 +207,44 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
                 attempt.started = ts;
                 if start == ROLLOUT_STARTED {
                     if let Some(id) = token {
-                        rollouts.insert(id.to_string(), (attempts.len(), Vec::new()));
-                        attempt.rollout = Some(RolloutFacts {
+                        self.rollouts
+                            .insert(id.to_string(), (attempts.len(), Vec::new()));
+                        attempt.rollout = Some(Box::new(RolloutFacts {
                             id: id.to_string(),
                             ..RolloutFacts::default()
-                        });
+                        }));
                     }
                 }
                 attempts.push(attempt);
-                earlier_open.resize(attempts.len(), None);
                 let index = attempts.len() - 1;
-                earlier_open[index] = open.insert(version, index);
+                self.earlier_open.resize(attempts.len(), None);
+                self.earlier_open[index] = self.open.insert(version, index);
             }
             Some(ESCALATED) => {
-                if let Some(&index) = open.get(&version) {
+                if let Some(index) = self.open.get(version) {
                     attempts[index].outcome = Outcome::Escalated;
                 }
             }
             Some(event @ (PROMOTED | ROLLED_BACK)) => {
-                let opened = open.remove(&version);
+                let opened = self.open.remove(version);
                 if let Some(index) = opened {
-                    if let Some(earlier) = earlier_open[index] {
-                        open.insert(version, earlier);
+                    if let Some(earlier) = self.earlier_open[index] {
+                        self.open.insert(version, earlier);
                     }
                 }
-                let is_live_version =
-                    live.is_some_and(|l| attempts[l].version.as_deref() == version);
+                let is_live_version = self
+                    .live
+                    .is_some_and(|l| attempts[l].version.as_deref() == version);
                 if event == ROLLED_BACK && opened.is_none() && is_live_version {
-                    let l = live.expect("checked above");
+                    let l = self.live.expect("checked above");
                     attempts[l]
                         .rolled_back_at
                         .get_or_insert(ts.unwrap_or(f64::NAN));
-                    continue;
+                    return;
                 }
                 let index = opened.unwrap_or_else(|| {
                     attempts.push(new_attempt(Outcome::Unfinished));
-                    earlier_open.resize(attempts.len(), None);
+                    self.earlier_open.resize(attempts.len(), None);
                     attempts.len() - 1
                 });
                 let attempt = &mut attempts[index];
@@ -199,31 +254,78 @@ pub fn attempts(log: &Log) -> Vec<Attempt> {
                     attempt.manifest_sha256 = log
                         .extra_value("manifest_sha256", i)
                         .and_then(|v| v.as_str())
-                        .map(String::from);
+                        .map(Box::from);
                 }
                 if event == PROMOTED {
                     attempt.outcome = Outcome::Promoted;
-                    if let Some(previous) = live {
+                    if let Some(previous) = self.live {
                         attempts[previous].live_until = ts;
                     }
-                    live = Some(index);
+                    self.live = Some(index);
                 } else {
                     attempt.outcome = Outcome::RolledBack;
-                    attempt.reason = log.detail[i].as_deref().map(|d| reason_of(d).to_string());
+                    attempt.reason = log.detail[i].as_deref().map(|d| reason_of(d).into());
                 }
             }
             _ => {}
         }
     }
-    for attempt in &mut attempts {
-        if attempt.rolled_back_at.is_some_and(f64::is_nan) {
-            attempt.rolled_back_at = None;
+
+    /// The attempts of everything fed, in log order.
+    pub fn finish(self) -> Vec<Attempt> {
+        let mut attempts = self.attempts;
+        for attempt in &mut attempts {
+            if attempt.rolled_back_at.is_some_and(f64::is_nan) {
+                attempt.rolled_back_at = None;
+            }
+        }
+        if let Some(l) = self.live {
+            attempts[l].live_now = true;
+        }
+        // Grown by doubling: give back the unused half before frames are built beside it.
+        attempts.shrink_to_fit();
+        attempts
+    }
+}
+
+/// A sink that pairs as the file is read: each block's records, once merged in file order,
+/// are fed to a [`Pairing`] and dropped. `log history` and `log stats` of one file hold the
+/// attempts, never the records (on a 382 MB log: a third of the memory).
+#[derive(Debug)]
+pub struct Paired {
+    /// A block's records, before they are merged.
+    block: Log,
+    pub pairing: Pairing,
+    /// Records fed, and the first and last times among them.
+    pub records: u64,
+    pub span: Option<(f64, f64)>,
+}
+
+impl Sink for Paired {
+    fn new(options: ReadOptions) -> Self {
+        Paired {
+            block: Log::new(options),
+            pairing: Pairing::default(),
+            records: 0,
+            span: None,
         }
     }
-    if let Some(l) = live {
-        attempts[l].live_now = true;
+
+    fn record(&mut self, line: u64, record: Record<'_>) {
+        self.block.record(line, record);
     }
-    attempts
+
+    fn absorb(&mut self, later: Self, _line_offset: u64) {
+        let block = later.block;
+        self.records += block.len() as u64;
+        for ts in block.ts.iter().flatten() {
+            self.span = Some(match self.span {
+                None => (*ts, *ts),
+                Some((first, last)) => (first.min(*ts), last.max(*ts)),
+            });
+        }
+        self.pairing.feed(&block);
+    }
 }
 
 /// One line of a rollout, counted into its facts. `begun[w]`: when wave `w`'s first replica
@@ -354,6 +456,43 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].started, None);
         assert_eq!(a[0].time_to_outcome(), None);
+    }
+
+    proptest::proptest! {
+        /// Pairing a log piece by piece, as `Paired` does block by block, gives the attempts
+        /// pairing it whole gives, wherever the pieces break.
+        #[test]
+        fn pairing_in_pieces_equals_pairing_whole(
+            records in proptest::collection::vec((0usize..5, proptest::option::of(0u8..4), 0u8..3), 0..60),
+            cuts in proptest::collection::vec(0usize..60, 0..5),
+        ) {
+            const EVENTS: [&str; 5] = ["candidate_started", "promoted", "rolled_back", "escalated", "rollout_started"];
+            let text: String = records
+                .iter()
+                .enumerate()
+                .map(|(i, (event, version, token))| {
+                    let mut record = serde_json::json!({"ts": i, "event": EVENTS[*event], "detail": "why; more"});
+                    if let Some(v) = version {
+                        record["version"] = format!("v{v}").into();
+                    }
+                    if *token > 0 {
+                        record["token"] = format!("r{token}").into();
+                        record["wave"] = (*token as u64).into();
+                    }
+                    record.to_string() + "\n"
+                })
+                .collect();
+            let options = ReadOptions { rollout_fields: true, release_fields: true, ..ReadOptions::default() };
+            let whole = parse_bytes::<Log>(text.as_bytes(), options).0;
+            let mut cuts: Vec<usize> = cuts.into_iter().filter(|c| *c <= whole.len()).collect();
+            cuts.extend([0, whole.len()]);
+            cuts.sort_unstable();
+            let mut pairing = Pairing::default();
+            for piece in cuts.windows(2) {
+                pairing.feed(&whole.reordered(&(piece[0]..piece[1]).collect::<Vec<_>>()));
+            }
+            proptest::prop_assert_eq!(pairing.finish(), attempts(&whole));
+        }
     }
 
     #[test]

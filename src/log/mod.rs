@@ -42,7 +42,7 @@ impl From<PolarsError> for LogError {
 }
 
 /// Which records a question is asked of.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Selection {
     pub since: Option<f64>,
     pub until: Option<f64>,
@@ -54,26 +54,14 @@ impl Selection {
         self.since.is_none() && self.until.is_none() && self.version.is_none()
     }
 
-    fn apply(&self, log: &mut Log) {
-        if self.is_empty() {
-            return;
-        }
-        let picks: Vec<bool> = (0..log.len())
-            .map(|i| {
-                let in_time = match log.ts[i] {
-                    Some(t) => {
-                        self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u)
-                    }
-                    None => self.since.is_none() && self.until.is_none(),
-                };
-                in_time
-                    && self
-                        .version
-                        .as_ref()
-                        .is_none_or(|v| log.version[i].as_ref() == Some(v))
-            })
-            .collect();
-        log.keep(&picks);
+    /// Whether a record with this time and version is one the question is asked of (one
+    /// without a time only when no time bound is set).
+    pub fn admits(&self, ts: Option<f64>, version: Option<&str>) -> bool {
+        let in_time = match ts {
+            Some(t) => self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u),
+            None => self.since.is_none() && self.until.is_none(),
+        };
+        in_time && self.version.as_deref().is_none_or(|v| version == Some(v))
     }
 }
 
@@ -163,6 +151,7 @@ impl Reading {
                     .columns
                     .as_ref()
                     .is_some_and(|c| !c.attempts && !c.detail),
+            selection: (!self.selection.is_empty()).then(|| Arc::new(self.selection.clone())),
         }
     }
 }
@@ -199,9 +188,7 @@ fn load_into<S: Sink>(path: &Path, reading: &Reading) -> Result<S, LogError> {
 }
 
 fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
-    let mut log: Log = load_into(path, reading)?;
-    reading.selection.apply(&mut log);
-    Ok(log)
+    load_into(path, reading)
 }
 
 /// Several logs as one history ordered by `ts` (stable: equal times keep file order; records
@@ -354,6 +341,23 @@ fn display() -> Display<'static> {
     }
 }
 
+/// The logs' attempts, with how many records they hold and the first and last time among
+/// them. One file is paired as it is read (its records are never all held); several are
+/// merged by time first.
+fn paired(
+    paths: &[PathBuf],
+    reading: &Reading,
+) -> Result<(Vec<history::Attempt>, u64, Option<(f64, f64)>), LogError> {
+    if let [path] = paths {
+        let paired: history::Paired = load_into(path, reading)?;
+        return Ok((paired.pairing.finish(), paired.records, paired.span));
+    }
+    let log = load_merged(paths, reading)?;
+    let times = log.ts.iter().flatten().copied();
+    let span = times.clone().reduce(f64::min).zip(times.reduce(f64::max));
+    Ok((history::attempts(&log), log.len() as u64, span))
+}
+
 /// `log history`: one row per attempt.
 pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
     let reading = Reading {
@@ -361,8 +365,9 @@ pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<S
         rollout_fields: true,
         ..reading.clone()
     };
-    let log = load_merged(paths, &reading)?;
-    let df = frame::attempts(&history::attempts(&log))?;
+    let (attempts, _, _) = paired(paths, &reading)?;
+    let df = frame::attempts(&attempts)?;
+    drop(attempts);
     Ok(output::render(&df, format, display()))
 }
 
@@ -416,9 +421,8 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
         rollout_fields: true,
         ..reading.clone()
     };
-    let log = load_merged(paths, &reading)?;
-    let attempts = history::attempts(&log);
-    let s = stats::stats(&log, &attempts)?;
+    let (attempts, records, span) = paired(paths, &reading)?;
+    let s = stats::stats(records, span, &attempts)?;
     let pct = |r: Option<f64>| {
         r.map(|r| format!("{:.1} %", r * 100.0))
             .unwrap_or_else(|| "-".into())

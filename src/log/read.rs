@@ -148,6 +148,11 @@ impl Sink for Log {
     }
 
     fn record(&mut self, line: u64, record: Record<'_>) {
+        if let Some(selection) = &self.options.selection {
+            if !selection.admits(record.ts, record.version.as_deref()) {
+                return;
+            }
+        }
         let event = record
             .event
             // Event names the deployer writes are kept without an allocation per record.
@@ -454,6 +459,9 @@ pub struct ReadOptions {
     pub skip_versions: bool,
     /// Leave every detail out, rollbacks' too (a query that names none).
     pub skip_details: bool,
+    /// Keep only the records a question is asked of (`--since`, `--until`, `--version`),
+    /// decided on each record as it is read, so the others cost no memory.
+    pub selection: Option<Arc<super::Selection>>,
 }
 
 /// The extra fields a query may read, and a quick test of whether a line can hold any: most

@@ -14,7 +14,6 @@ use serde::Serialize;
 
 use super::frame;
 use super::history::Attempt;
-use super::read::Log;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Spread {
@@ -77,7 +76,7 @@ fn rollout_stats(attempts: &[Attempt]) -> Option<RolloutStats> {
     use super::history::Outcome;
     let rollouts: Vec<(&Attempt, &super::history::RolloutFacts)> = attempts
         .iter()
-        .filter_map(|a| Some((a, a.rollout.as_ref()?)))
+        .filter_map(|a| Some((a, a.rollout.as_deref()?)))
         .collect();
     if rollouts.is_empty() {
         return None;
@@ -182,20 +181,18 @@ fn rollbacks_by(df: &DataFrame, key: &str) -> PolarsResult<Vec<Count>> {
         .collect()
 }
 
-pub fn stats(log: &Log, attempts: &[Attempt]) -> PolarsResult<Stats> {
-    let df = frame::attempts(attempts)?;
+/// The figures of `records` records whose times run from `span.0` to `span.1`, paired into
+/// `attempts`.
+pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> PolarsResult<Stats> {
+    let df = frame::attempts_with(
+        attempts,
+        Some(&["version", "finished", "outcome", "time_to_outcome_s", "reason"]),
+    )?;
     let promoted = count_where(&df, outcome_is("promoted"))?;
     let rolled_back = count_where(&df, outcome_is("rolled_back"))?;
     let decided = promoted + rolled_back;
 
-    // The log's span straight from the column: no need to copy every record into a frame.
-    let times = log.ts.iter().flatten();
-    let span_s = times
-        .clone()
-        .copied()
-        .reduce(f64::min)
-        .zip(times.copied().reduce(f64::max))
-        .map(|(first, last)| last - first);
+    let span_s = span.map(|(first, last)| last - first);
     let per = |seconds: f64| {
         span_s
             .filter(|s| *s > 0.0)
@@ -215,7 +212,7 @@ pub fn stats(log: &Log, attempts: &[Attempt]) -> PolarsResult<Stats> {
         .iter()
         .filter(|a| a.rolled_back_at.is_some())
         .map(|a| Exposure {
-            version: a.version.clone(),
+            version: a.version.as_deref().map(String::from),
             promoted_at: a.finished,
             rolled_back_at: a.rolled_back_at,
             exposure_s: a.exposure(),
@@ -223,7 +220,7 @@ pub fn stats(log: &Log, attempts: &[Attempt]) -> PolarsResult<Stats> {
         .collect();
 
     Ok(Stats {
-        records: log.len() as u64,
+        records,
         attempts: attempts.len() as u64,
         promoted,
         rolled_back,
