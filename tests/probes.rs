@@ -53,6 +53,15 @@ fn an_http_probe_uses_its_path_host_and_status_range() {
         "{path: /healthz, host: edge.test, status_min: 200, status_max: 299}",
     );
     assert_promoted(&site, &out, "v1");
+    // `status` asks the live release the way its gate did (`/readyz` answers it 404).
+    let status = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(status["live"]["answering"], true, "{status}");
+    assert_eq!(status["live"]["readyz"], "HTTP 204", "{status}");
 
     // The same release probed for another host gets 404 and never becomes ready.
     let other = Site::new();

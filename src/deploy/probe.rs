@@ -46,6 +46,13 @@ pub enum Target {
     },
 }
 
+impl Spec {
+    /// The spec, unless it is the default one (which records leave out).
+    pub fn unless_default(spec: &Spec) -> Option<Spec> {
+        (*spec != Spec::default()).then(|| spec.clone())
+    }
+}
+
 impl Default for Spec {
     fn default() -> Spec {
         Spec {

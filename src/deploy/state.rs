@@ -39,6 +39,10 @@ pub struct Pointer {
     /// sends a request to when this one refuses it (it fell over before the switch back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
+    /// How this release proves readiness, when it is not the default (`GET /readyz` = 200):
+    /// `status` asks it the way its gate did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<super::probe::Spec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,6 +184,7 @@ impl Candidate {
             start_time: process.start_time,
             promoted_at: super::journal::now(),
             fallback,
+            probe: super::probe::Spec::unless_default(&self.probe),
         }
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::log::output::{figures_table, Format};
-use crate::log::read::{read_log, ReadOptions};
+use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::log::time::{format_duration, format_time};
 
 use super::state::Root;
@@ -20,6 +20,49 @@ fn pid_alive(pid: u32) -> bool {
 
 /// How many outcomes the status shows.
 const RECENT: usize = 5;
+
+/// One outcome line of the log, as the status shows it.
+#[derive(Debug)]
+struct Outcome {
+    ts: f64,
+    event: String,
+    version: String,
+    detail: String,
+}
+
+/// The last [`RECENT`] outcomes of a log, oldest first: all a status keeps of it.
+struct Recent(std::collections::VecDeque<Outcome>);
+
+impl Sink for Recent {
+    fn new(_: ReadOptions) -> Self {
+        Recent(std::collections::VecDeque::with_capacity(RECENT + 1))
+    }
+
+    fn record(&mut self, _line: u64, record: Record<'_>) {
+        let event = record.event.as_deref().unwrap_or_default();
+        if !matches!(event, "promoted" | "rolled_back" | "escalated") {
+            return;
+        }
+        if self.0.len() == RECENT {
+            self.0.pop_front();
+        }
+        self.0.push_back(Outcome {
+            ts: record.ts.unwrap_or(0.0),
+            event: event.to_string(),
+            version: record.version.unwrap_or_default().into_owned(),
+            detail: record.detail.unwrap_or_default().into_owned(),
+        });
+    }
+
+    fn absorb(&mut self, later: Self, _line_offset: u64) {
+        for outcome in later.0 {
+            if self.0.len() == RECENT {
+                self.0.pop_front();
+            }
+            self.0.push_back(outcome);
+        }
+    }
+}
 
 pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, DeployError> {
     let root = Root::new(root);
@@ -56,40 +99,22 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
                 .enable_all()
                 .build()
                 .map_err(|e| DeployError::Failed(e.to_string()))?;
-            Some(rt.block_on(probe::readyz(p.port, Duration::from_secs(1))))
+            // Asked the way its gate asked it (its policy's probe), not always `/readyz`.
+            let subject = probe::Subject {
+                spec: p.probe.clone().unwrap_or_default(),
+                port: p.port,
+                workdir: root.release_dir(&p.version),
+            };
+            Some(rt.block_on(subject.check()))
         }
         None => None,
     };
-    let answering = matches!(answer, Some(super::plan::Probe::Status(200)));
-    let recent: Vec<(f64, String, String, String)> = match read_log(
-        &root.log_path(),
-        ReadOptions {
-            all_details: true,
-            ..ReadOptions::default()
-        },
-    ) {
-        Ok((log, _)) => (0..log.len())
-            .filter(|i| {
-                matches!(
-                    log.event[*i].as_deref(),
-                    Some("promoted" | "rolled_back" | "escalated")
-                )
-            })
-            .map(|i| {
-                (
-                    log.ts[i].unwrap_or(0.0),
-                    log.event[i].as_deref().unwrap_or_default().to_string(),
-                    log.version[i].clone().unwrap_or_default(),
-                    log.detail[i].clone().unwrap_or_default(),
-                )
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .take(RECENT)
-            .collect(),
-        Err(_) => Vec::new(),
-    };
+    let answering = answer.as_ref().is_some_and(|(passed, _)| *passed);
+    let answer = answer.map(|(_, said)| said);
+    // Streamed: a log of years of deploys is read without holding its records.
+    let recent: Vec<Outcome> = read_with::<Recent>(&root.log_path(), ReadOptions::default())
+        .map(|(recent, _)| recent.0.into_iter().rev().collect())
+        .unwrap_or_default();
     let now = journal::now();
     if format == Format::Json {
         let value = serde_json::json!({
@@ -110,7 +135,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             })),
             "replicas": replicas.as_ref().map(|set| &set.replicas),
             "rollout": rollout.as_ref().map(|r| crate::rollout::render::status_json(r, now)),
-            "recent": recent.iter().map(|(ts, event, version, detail)| serde_json::json!({
+            "recent": recent.iter().map(|Outcome { ts, event, version, detail }| serde_json::json!({
                 "ts": ts, "event": event, "version": version, "detail": detail,
             })).collect::<Vec<_>>(),
         });
@@ -141,8 +166,9 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             rows.push((
                 "answering".into(),
                 format!(
-                    "{} (readyz: {})",
+                    "{} ({}: {})",
                     if answering { "yes" } else { "NO" },
+                    p.probe.as_ref().map_or("readyz".into(), |s| s.describe()),
                     answer.map(|a| a.to_string()).unwrap_or_default()
                 ),
             ));
@@ -189,12 +215,12 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
         let mut t = comfy_table::Table::new();
         t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
             .set_header(["when", "outcome", "version", "detail"]);
-        for (ts, event, version, detail) in &recent {
+        for outcome in &recent {
             t.add_row([
-                format_time(*ts),
-                event.clone(),
-                version.clone(),
-                detail.clone(),
+                format_time(outcome.ts),
+                outcome.event.clone(),
+                outcome.version.clone(),
+                outcome.detail.clone(),
             ]);
         }
         out.push_str("\nLast outcomes\n");

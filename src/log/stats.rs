@@ -186,7 +186,13 @@ fn rollbacks_by(df: &DataFrame, key: &str) -> PolarsResult<Vec<Count>> {
 pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> PolarsResult<Stats> {
     let df = frame::attempts_with(
         attempts,
-        Some(&["version", "finished", "outcome", "time_to_outcome_s", "reason"]),
+        Some(&[
+            "version",
+            "finished",
+            "outcome",
+            "time_to_outcome_s",
+            "reason",
+        ]),
     )?;
     let promoted = count_where(&df, outcome_is("promoted"))?;
     let rolled_back = count_where(&df, outcome_is("rolled_back"))?;

@@ -723,6 +723,7 @@ pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<(), DeployErr
             start_time: first.start_time,
             promoted_at: journal::now(),
             fallback: None,
+            probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
         };
         let unchanged = root.read_pointer().ok().flatten().is_some_and(|p| {
             p.version == pointer.version && p.pid == pointer.pid && p.port == pointer.port
