@@ -1,7 +1,5 @@
 //! `rollgate status`: what is live under a root, whether it answers, and the last outcomes.
 
-use std::time::Duration;
-
 use crate::log::output::{figures_table, Format};
 use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::log::time::{format_duration, format_time};

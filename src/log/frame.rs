@@ -81,6 +81,9 @@ where
     Some(Series::new(name.into(), converted).into_column())
 }
 
+/// Builds the column of that name.
+type ColumnOf<'a> = dyn Fn(&str) -> Column + 'a;
+
 /// One row per attempt. Times are Unix seconds, durations seconds.
 pub fn attempts(attempts: &[Attempt]) -> PolarsResult<DataFrame> {
     attempts_with(attempts, None)
@@ -96,7 +99,7 @@ pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResul
     let text = |name: &str, f: fn(&Attempt) -> Option<&str>| {
         Series::new(name.into(), attempts.iter().map(f).collect::<Vec<_>>()).into_column()
     };
-    let builders: [(&str, &dyn Fn(&str) -> Column); 10] = [
+    let builders: [(&str, &ColumnOf); 10] = [
         ("version", &|n| text(n, |a| a.version.as_deref())),
         ("started", &|n| pick(n, |a| a.started)),
         ("finished", &|n| pick(n, |a| a.finished)),

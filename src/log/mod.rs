@@ -341,13 +341,13 @@ fn display() -> Display<'static> {
     }
 }
 
+/// Attempts, the count of records they came from, and the first and last time among these.
+type Paired = (Vec<history::Attempt>, u64, Option<(f64, f64)>);
+
 /// The logs' attempts, with how many records they hold and the first and last time among
 /// them. One file is paired as it is read (its records are never all held); several are
 /// merged by time first.
-fn paired(
-    paths: &[PathBuf],
-    reading: &Reading,
-) -> Result<(Vec<history::Attempt>, u64, Option<(f64, f64)>), LogError> {
+fn paired(paths: &[PathBuf], reading: &Reading) -> Result<Paired, LogError> {
     if let [path] = paths {
         let paired: history::Paired = load_into(path, reading)?;
         return Ok((paired.pairing.finish(), paired.records, paired.span));
