@@ -644,3 +644,58 @@ fn a_replica_must_stay_ready_for_min_ready_ms_before_it_joins_the_pool() {
     assert_eq!(versions(&site), ["v1", "v1"], "it never joined the pool");
     assert_eq!(count_events(&site, "replica_ready", "v2"), 0);
 }
+
+#[test]
+fn a_smaller_replica_count_scales_the_pool_down_first_with_no_failed_request() {
+    let site = Site::new();
+    install(&site, 5, 9);
+    let proxy = Proxy::start(&site, &[]);
+    let removed: Vec<i32> = pool(&site)
+        .into_iter()
+        .filter(|(slot, _)| *slot >= 3)
+        .map(|(_, (_, _, pid))| pid)
+        .collect();
+    site.release("v2", "");
+    let dry = rollout(&site, "v2", &["--replicas", "3", "--dry-run"]);
+    assert!(
+        stdout(&dry).contains("first scale down to 3 replicas: drain and stop slot(s) 3, 4"),
+        "{}",
+        said(&dry)
+    );
+    let load = Load::start(proxy.port, 4, Duration::from_millis(2));
+    let out = rollout(&site, "v2", &["--replicas", "3", "--soak", "200ms"]);
+    let seen = load.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_none_failed(&seen, "rollout v1 → v2 from 5 replicas to 3");
+    assert_eq!(pool(&site).keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(versions(&site), vec!["v2"; 3]);
+    for pid in removed {
+        assert!(!alive(pid), "removed replica {pid} still runs");
+    }
+    let mut running = replica_processes(&site);
+    running.sort();
+    let mut live: Vec<i32> = pool(&site).into_values().map(|(_, _, pid)| pid).collect();
+    live.sort();
+    assert_eq!(running, live, "exactly the pool runs");
+    // The removals are logged under the version they ran, before any replica started.
+    let events = site.events();
+    let first_start = events
+        .iter()
+        .position(|(e, v)| e == "replica_started" && v == "v2");
+    let removals: Vec<usize> = (0..events.len())
+        .filter(|i| events[*i].0 == "replica_removed")
+        .collect();
+    assert_eq!(removals.len(), 2, "{events:?}");
+    assert!(removals
+        .iter()
+        .all(|i| Some(*i) < first_start && events[*i].1 == "v1"));
+    let s = status(&site);
+    assert_eq!(s["state"], "completed");
+    assert_eq!(s["counts"]["removed"], 2);
+    // Scaling down again on the same version is a rollout of its own, not "nothing to do".
+    let out = rollout(&site, "v2", &["--replicas", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(pool(&site).keys().copied().collect::<Vec<_>>(), [0]);
+    assert_eq!(replica_processes(&site).len(), 1);
+    drop(proxy);
+}

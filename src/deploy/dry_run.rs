@@ -550,6 +550,19 @@ pub fn rollout(
                     .would
                     .push(format!("leave as they are: {}", kept.join(", ")));
             }
+            let surplus: Vec<String> = planned
+                .slots
+                .iter()
+                .filter(|slot| slot.state == state::SlotState::Surplus)
+                .map(|slot| slot.slot.to_string())
+                .collect();
+            if !surplus.is_empty() {
+                report.would.push(format!(
+                    "first scale down to {} replicas: drain and stop slot(s) {}",
+                    planned.settings.replicas,
+                    surplus.join(", ")
+                ));
+            }
         }
     }
     report.finish()

@@ -24,6 +24,8 @@ pub enum Event {
     ReplicaFailed,
     /// One replica went back to the baseline (abort with rollback) or its previous version.
     ReplicaRestored,
+    /// A replica beyond the count asked for left the pool (a rollout that scales down).
+    ReplicaRemoved,
     WaveCompleted,
     RolloutPaused,
     RolloutResumed,
@@ -42,7 +44,7 @@ pub enum Event {
 
 impl Event {
     /// Every event, for readers that recognise names without allocating.
-    pub const ALL: [Event; 17] = [
+    pub const ALL: [Event; 18] = [
         Event::CandidateStarted,
         Event::Promoted,
         Event::RolledBack,
@@ -52,6 +54,7 @@ impl Event {
         Event::ReplicaReady,
         Event::ReplicaFailed,
         Event::ReplicaRestored,
+        Event::ReplicaRemoved,
         Event::WaveCompleted,
         Event::RolloutPaused,
         Event::RolloutResumed,
@@ -73,6 +76,7 @@ impl Event {
             Event::ReplicaReady => "replica_ready",
             Event::ReplicaFailed => "replica_failed",
             Event::ReplicaRestored => "replica_restored",
+            Event::ReplicaRemoved => "replica_removed",
             Event::WaveCompleted => "wave_completed",
             Event::RolloutPaused => "rollout_paused",
             Event::RolloutResumed => "rollout_resumed",

@@ -54,6 +54,11 @@ pub fn reconcile(
                 s.state = SlotState::RolledBack;
             }
             SlotState::RollingBack => redo.restore.push(s.slot),
+            // Its removal was under way: finished by the stray sweep, never brought back.
+            SlotState::Removed => {
+                s.live = None;
+                continue;
+            }
             _ => {}
         }
         let upgrades_later = (phase == Phase::Running || resuming) && s.state == SlotState::Pending;
@@ -167,9 +172,18 @@ mod tests {
         swapped.retiring = Some(process("v1", 3));
         let died = slot(3, SlotState::Succeeded, Some(process("v2", 14)));
         let failed_out_of_pool = slot(4, SlotState::Failed, None);
+        // Removed by a scale down, its stop cut short: it leaves for good.
+        let removing = slot(5, SlotState::Removed, Some(process("v1", 6)));
         let mut r = rollout(
             Phase::Running,
-            vec![gating, unswapped, swapped, died, failed_out_of_pool],
+            vec![
+                gating,
+                unswapped,
+                swapped,
+                died,
+                failed_out_of_pool,
+                removing,
+            ],
         );
         let saved = r.clone();
         let redo = reconcile(&mut r, |who| who.pid != 14, false);
@@ -181,7 +195,8 @@ mod tests {
                 SlotState::Pending,
                 SlotState::Succeeded,
                 SlotState::Pending,
-                SlotState::Failed
+                SlotState::Failed,
+                SlotState::Removed
             ]
         );
         assert!(r
@@ -195,7 +210,7 @@ mod tests {
         assert!(redo.restore.is_empty());
         // Candidates and the retiring process are strays; live ones never are.
         let strays: Vec<i32> = strays(&saved, &r).iter().map(|who| who.pid).collect();
-        assert_eq!(strays, vec![11, 12, 3, 14]);
+        assert_eq!(strays, vec![11, 12, 3, 14, 6]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::deploy::state::ReplicaClass;
 use crate::log::output::Format;
 use crate::log::time::{format_duration, format_time};
 
-const STATES: [SlotState; 8] = [
+const STATES: [SlotState; 10] = [
     SlotState::Pending,
     SlotState::Upgrading,
     SlotState::Succeeded,
@@ -20,6 +20,8 @@ const STATES: [SlotState; 8] = [
     SlotState::RollingBack,
     SlotState::RolledBack,
     SlotState::LeftBehind,
+    SlotState::Surplus,
+    SlotState::Removed,
 ];
 
 fn state_name(state: SlotState) -> &'static str {
@@ -32,6 +34,8 @@ fn state_name(state: SlotState) -> &'static str {
         SlotState::RollingBack => "rolling_back",
         SlotState::RolledBack => "rolled_back",
         SlotState::LeftBehind => "left_behind",
+        SlotState::Surplus => "surplus",
+        SlotState::Removed => "removed",
     }
 }
 

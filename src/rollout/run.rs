@@ -221,6 +221,7 @@ impl Executor {
                 self.start(slot, Purpose::Upgrade, version).await
             }
             Action::Swap { slot } => self.swap_in(slot).await,
+            Action::Remove { slot } => self.retire_live(slot).await,
             Action::Revert { slot } => self.revert(slot).await,
             Action::Restore { slot } => {
                 self.restores.push_back(slot);
@@ -605,8 +606,13 @@ impl Executor {
             (LogEvent::ReplicaFailed, Some(slot)) => format!("replica {slot}: {}", note.detail),
             _ => note.detail.clone(),
         };
-        let to = self.rollout.to.clone();
-        self.log_plain(note.event, &to, note.slot, note.wave, detail)
+        // A removed replica's line names the version it ran, not the one rolled out.
+        let version = match (note.event, note.slot) {
+            (LogEvent::ReplicaRemoved, Some(slot)) => self.rollout.slot(slot).from_version.clone(),
+            _ => None,
+        };
+        let version = version.unwrap_or_else(|| self.rollout.to.clone());
+        self.log_plain(note.event, &version, note.slot, note.wave, detail)
     }
 
     /// `promoted` or `rolled_back`, once per rollout (its id is the token).

@@ -171,11 +171,6 @@ pub fn resolve(
             "replicas is {replicas}; a rollout moves 1 to {MAX_REPLICAS} replicas"
         ));
     }
-    if let Some((slot, _)) = baseline.iter().find(|(slot, _)| *slot >= replicas) {
-        return Err(format!(
-            "the pool has a replica in slot {slot}, beyond the {replicas} replicas asked for; scaling down is not supported yet"
-        ));
-    }
     let waves = args
         .waves
         .clone()
@@ -297,7 +292,15 @@ pub fn plan(
     if baseline.is_empty() {
         settings.watch_ms = 0;
     }
-    let mut slots: Vec<Slot> = (0..settings.replicas)
+    // Slots beyond the count asked for that serve now are a scale down (surplus); the list
+    // runs to the highest, as slots are looked up by position.
+    let last = baseline
+        .iter()
+        .map(|(slot, _)| slot + 1)
+        .max()
+        .unwrap_or(0)
+        .max(settings.replicas);
+    let mut slots: Vec<Slot> = (0..last)
         .map(|slot| {
             let live = baseline
                 .iter()
@@ -310,6 +313,8 @@ pub fn plan(
                 .unwrap_or(ReplicaClass::BestEffort);
             // A left-behind slot keeps what it runs; with nothing running it is a new replica.
             let state = match &live {
+                Some(_) if slot >= settings.replicas => SlotState::Surplus,
+                None if slot >= settings.replicas => SlotState::Removed,
                 Some(_) if class == ReplicaClass::LeftBehind => SlotState::LeftBehind,
                 Some(l) if l.version == to => SlotState::Skipped,
                 _ => SlotState::Pending,
@@ -335,7 +340,7 @@ pub fn plan(
         .filter(|s| s.state == SlotState::Pending)
         .map(|s| s.slot)
         .collect();
-    if moving.is_empty() {
+    if moving.is_empty() && !slots.iter().any(|s| s.state == SlotState::Surplus) {
         return None;
     }
     let waves = assign_waves(&moving, &settings.wave_percents);
@@ -454,13 +459,6 @@ mod tests {
         };
         let err = resolve(&small, None, None, &[]).unwrap_err();
         assert!(err.contains("need 13"), "{err}");
-        let down = Args {
-            replicas: Some(1),
-            ..args("9001-9010")
-        };
-        let err =
-            resolve(&down, None, None, &[(0, live("v1", 1)), (1, live("v1", 2))]).unwrap_err();
-        assert!(err.contains("slot 1"), "{err}");
         // With no --replicas, the pool's size.
         let pool = [(0, live("v1", 1)), (1, live("v1", 2)), (2, live("v1", 3))];
         let r = resolve(&args("9001-9010"), None, None, &pool).unwrap();
@@ -506,5 +504,34 @@ mod tests {
         let all_there = [(0, live("v2", 1))];
         let one = resolve(&args("9001-9020"), None, None, &all_there).unwrap();
         assert!(super::plan("edge-svc", "v2", &one, &all_there, 0.0).is_none());
+    }
+
+    #[test]
+    fn a_pool_larger_than_asked_for_is_scaled_down_first() {
+        let down = Args {
+            replicas: Some(2),
+            ..args("9001-9010")
+        };
+        // Slots 0, 1, 3 and 4 serve; slot 2 is a gap.
+        let pool = [
+            (0, live("v1", 1)),
+            (1, live("v1", 2)),
+            (3, live("v1", 4)),
+            (4, live("v1", 5)),
+        ];
+        let r = resolve(&down, None, None, &pool).unwrap();
+        let plan = plan("edge-svc", "v2", &r, &pool, 0.0).unwrap();
+        let states: Vec<SlotState> = plan.slots.iter().map(|s| s.state).collect();
+        use SlotState::*;
+        assert_eq!(states, [Pending, Pending, Removed, Surplus, Surplus]);
+        assert_eq!(plan.waves.concat(), [0, 1]);
+        // Only a scale down, on the version already running: still a rollout to run.
+        let same: Vec<(usize, Process)> = pool
+            .iter()
+            .map(|(slot, p)| (*slot, live("v2", p.port)))
+            .collect();
+        let plan = super::plan("edge-svc", "v2", &r, &same, 0.0).unwrap();
+        assert!(plan.waves.concat().is_empty());
+        assert_eq!(plan.count(Surplus), 2);
     }
 }

@@ -35,6 +35,10 @@ pub enum SlotState {
     RolledBack,
     /// Keeps its version; outside every wave and gate.
     LeftBehind,
+    /// Beyond the replicas asked for (a scale down): leaves the pool before the first wave.
+    Surplus,
+    /// Left the pool for a scale down: drained and stopped, not brought back by a rollback.
+    Removed,
 }
 
 /// A process of the service that rollgate started (or found) for a slot.

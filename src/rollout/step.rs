@@ -65,6 +65,10 @@ pub enum Action {
     Restore {
         slot: usize,
     },
+    /// Take a surplus slot's process out of the pool, then drain and stop it (a scale down).
+    Remove {
+        slot: usize,
+    },
     /// Watch the wave's new replicas until this time (Unix seconds), then send a `Tick`.
     SoakUntil(f64),
     Log(Note),
@@ -257,6 +261,7 @@ fn abort(rollout: &mut Rollout, cause: AbortCause, rollback: bool, actions: &mut
 
 /// Starts what the budgets allow, ends waves, soaks, completes.
 fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
+    remove_surplus(rollout, now, actions);
     loop {
         if let Some(cause) = missed_release_deadline(rollout, now) {
             abort(rollout, cause, false, actions);
@@ -273,12 +278,16 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         if rollout.wave >= rollout.waves.len() {
             rollout.phase = Phase::Completed;
             let moved = rollout.count(SlotState::Succeeded);
+            let removed = match rollout.count(SlotState::Removed) {
+                0 => String::new(),
+                n => format!(", {n} removed"),
+            };
             actions.push(note(
                 LogEvent::Promoted,
                 None,
                 None,
                 format!(
-                    "rollout {} completed: {moved} replica(s) on {}, {} failed, {} left behind",
+                    "rollout {} completed: {moved} replica(s) on {}, {} failed, {} left behind{removed}",
                     rollout.id,
                     rollout.to,
                     rollout.count(SlotState::Failed),
@@ -329,6 +338,27 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
             return;
         }
         rollout.wave += 1;
+    }
+}
+
+/// A scale down goes first: the pool shrinks to the count asked for before any replica moves,
+/// so the budgets (counted on that count) hold from the first wave on.
+fn remove_surplus(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
+    for s in &mut rollout.slots {
+        if s.state == SlotState::Surplus {
+            s.state = SlotState::Removed;
+            s.finished = Some(now);
+            actions.push(Action::Remove { slot: s.slot });
+            actions.push(note(
+                LogEvent::ReplicaRemoved,
+                Some(s.slot),
+                None,
+                format!(
+                    "replica {} removed: {} replicas asked for",
+                    s.slot, rollout.settings.replicas
+                ),
+            ));
+        }
     }
 }
 
@@ -490,6 +520,41 @@ mod tests {
         assert_eq!(order, (0..10).collect::<Vec<_>>());
         assert!(widest <= 3, "surge 3 allows 3 at once, saw {widest}");
         assert_eq!(r.count(SlotState::Succeeded), 10);
+    }
+
+    #[test]
+    fn a_scale_down_removes_the_surplus_before_anything_starts() {
+        let mut r = rollout(5, 25, 0, 0);
+        r.settings.replicas = 3;
+        for slot in [3, 4] {
+            let s = r.slot_mut(slot);
+            s.state = SlotState::Surplus;
+            s.wave = None;
+        }
+        r.waves = vec![vec![0], vec![1, 2]];
+        let actions = step(&mut r, Event::Tick, 0.0);
+        let first: Vec<&Action> = actions
+            .iter()
+            .filter(|a| !matches!(a, Action::Log(_)))
+            .take(3)
+            .collect();
+        assert_eq!(
+            first,
+            [
+                &Action::Remove { slot: 3 },
+                &Action::Remove { slot: 4 },
+                &Action::StartBeside { slot: 0 }
+            ]
+        );
+        assert!(step(&mut r, Event::Tick, 0.1)
+            .iter()
+            .all(|a| !matches!(a, Action::Remove { .. })));
+        run_all_ready(&mut r);
+        assert_eq!(r.phase, Phase::Completed);
+        assert_eq!(
+            (r.count(SlotState::Succeeded), r.count(SlotState::Removed)),
+            (3, 2)
+        );
     }
 
     #[test]
