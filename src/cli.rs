@@ -165,7 +165,7 @@ could not be started; 2 refused (not a root, a deploy holds the lock).")]
         /// Keep watching: restart a live release that exits, with backoff.
         #[arg(long)]
         supervise: bool,
-        /// How long a started release may take to accept connections.
+        /// How long a started release may take to pass its probe (the one its deploy gated it with).
         #[arg(long, value_name = "MS", default_value_t = rollgate::up::DEFAULT_READY.as_millis() as u64)]
         ready_ms: u64,
         /// With --supervise: exits in a row (each within 30 s of its start) at which it gives up.

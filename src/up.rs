@@ -32,7 +32,7 @@ const SUPERVISE_POLL: Duration = Duration::from_millis(200);
 pub struct Options {
     pub root: PathBuf,
     pub supervise: bool,
-    /// How long a started release may take to accept connections on its port.
+    /// How long a started release may take to pass its probe.
     pub ready: Duration,
     pub max_restarts: u32,
     pub backoff: Duration,
@@ -47,6 +47,8 @@ struct Live {
     version: String,
     port: u16,
     identity: Identity,
+    /// How it proved readiness when it was deployed (the policy's probe, else `/readyz`).
+    probe: crate::deploy::probe::Spec,
 }
 
 impl Live {
@@ -69,6 +71,13 @@ impl Live {
 /// What the state names as live: the replica set, else `current`.
 fn live_set(root: &Root) -> Result<Vec<Live>, String> {
     if let Some(set) = root.read_replicas()? {
+        // Replicas are probed as the rollout that placed them probed them.
+        let probe = crate::rollout::state::load(root)
+            .ok()
+            .flatten()
+            .filter(|r| r.service == set.service)
+            .map(|r| r.settings.probe)
+            .unwrap_or_default();
         return Ok(set
             .replicas
             .into_iter()
@@ -81,6 +90,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                     pid: r.pid,
                     start_time: r.start_time,
                 },
+                probe: probe.clone(),
             })
             .collect());
     }
@@ -88,6 +98,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
         .read_pointer()?
         .map(|p| Live {
             identity: p.identity(),
+            probe: p.probe.unwrap_or_default(),
             service: p.service,
             slot: None,
             version: p.version,
@@ -97,8 +108,8 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
         .collect())
 }
 
-/// Starts the release and waits until its port accepts connections (any protocol answers
-/// that much), or it exits, or `ready` passes (it is left running: it is the live release).
+/// Starts the release and waits until it passes its own probe (the one its gate used), or it
+/// exits, or `ready` passes (it is left running: it is the live release, ready or not).
 async fn start(
     root: &Root,
     live: &Live,
@@ -133,22 +144,30 @@ async fn start(
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);
     let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
+    let subject = crate::deploy::probe::Subject {
+        spec: live.probe.clone(),
+        port: live.port,
+        workdir: root.release_dir(&live.version),
+    };
     let deadline = tokio::time::Instant::now() + ready;
+    let mut last = String::from("no probe yet");
     loop {
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
                 let tail = process::tail(&output, 2);
-                return Err(format!("exited with {status} before it accepted connections{}",
+                return Err(format!("exited with {status} before it was ready{}",
                     if tail.is_empty() { String::new() } else { format!("; output: {tail}") }));
             }
             _ = tokio::time::sleep_until(deadline) => {
-                return Ok((identity, format!("pid {pid}, not accepting connections after {} ms", ready.as_millis())));
+                return Ok((identity, format!("pid {pid}, not ready after {} ms (last probe: {last})", ready.as_millis())));
             }
             _ = tokio::time::sleep(Duration::from_millis(50)) => {
-                if tokio::net::TcpStream::connect(("127.0.0.1", live.port)).await.is_ok() {
-                    return Ok((identity, format!("pid {pid}, answering")));
+                let (passed, probe) = subject.check().await;
+                if passed {
+                    return Ok((identity, format!("pid {pid}, ready ({probe})")));
                 }
+                last = probe.to_string();
             }
         }
     }

@@ -3,6 +3,7 @@
 //! the real binary; and bad probe definitions refused by the contract.
 
 mod common;
+use common::http::Conn;
 use common::*;
 
 use std::time::Duration;
@@ -232,4 +233,33 @@ fn a_bad_probe_definition_is_refused_by_the_contract_naming_the_field() {
 fn make_executable(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn up_waits_for_the_probe_the_release_was_deployed_with() {
+    let site = Site::new();
+    // Accepts connections at once, ready on /healthz only after 1.5 s (/readyz is not its path).
+    site.release("v1", "--ready-path /healthz --ready-after-ms 1500");
+    let policy = policy(&site, "{path: /healthz}");
+    let port = free_port();
+    let out = site.deploy(port, "v1", &["--policy", &policy, "10000"]);
+    assert_promoted(&site, &out, "v1");
+    let old = site.live_pid().unwrap();
+    send_signal(-old, 9);
+    assert!(wait_for(5, || !alive(old) || is_zombie(old)));
+    let out = rollgate()
+        .args(["up", "--ready-ms", "20000", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("ready (HTTP 200)"),
+        "{}",
+        stdout(&out)
+    );
+    // It returned once the release was ready, not once its port accepted a connection.
+    let mut conn = Conn::open(port).unwrap();
+    assert_eq!(conn.get("/healthz", "").unwrap().status, 200);
 }
