@@ -28,9 +28,9 @@ pub fn records(log: &Log, named: Option<&crate::log::Columns>) -> PolarsResult<D
         columns.push(column("ts", &log.ts));
     }
     if wants("event") {
-        // Borrowed: no string per record before Arrow copies the bytes.
-        let events: Vec<Option<&str>> = log.event.iter().map(|e| e.as_deref()).collect();
-        columns.push(Series::new("event".into(), events).into_column());
+        // Borrowed straight into the Arrow column: no string, nor any list, per record.
+        let events: StringChunked = log.event.iter().map(|e| e.as_deref()).collect();
+        columns.push(events.with_name("event".into()).into_series().into_column());
     }
     if wants("version") {
         columns.push(text_column("version", &log.version));
