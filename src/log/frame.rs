@@ -19,39 +19,121 @@ fn text_column(name: &str, values: &[Option<String>]) -> Column {
 
 /// The records with their line numbers, and every extra field as a column typed by what it
 /// holds (all integers: Int64; all numbers: Float64; all booleans: Boolean; else text).
-/// Only the columns `named` says a query may read are built (`line` always, so a frame has a
-/// height); None builds them all.
-pub fn records(log: &Log, named: Option<&crate::log::Columns>) -> PolarsResult<DataFrame> {
+/// Only the columns `named` says a query may read are built (`line` too when no other is, so
+/// a frame has a height); None builds them all. `logs` are consecutive pieces of one log (the
+/// blocks it was read in): each becomes a chunk of the frame, none is copied into another.
+pub fn records(logs: &[Log], named: Option<&crate::log::Columns>) -> PolarsResult<DataFrame> {
     let wants = |name: &str| named.is_none_or(|c| c.names(name));
-    let mut columns = vec![Series::new("line".into(), &log.line).into_column()];
-    if wants("ts") {
-        columns.push(column("ts", &log.ts));
-    }
-    if wants("event") {
-        // Borrowed straight into the Arrow column: no string, nor any list, per record.
-        let events: StringChunked = log.event.iter().map(|e| e.as_deref()).collect();
-        columns.push(events.with_name("event".into()).into_series().into_column());
-    }
-    if wants("version") {
-        columns.push(text_column("version", &log.version));
-    }
-    if named.is_none_or(|c| c.detail) {
-        columns.push(text_column("detail", &log.detail));
-    }
-    for (name, values) in &log.extra {
-        if columns.iter().any(|c| c.name().as_str() == name) {
-            continue;
+    // An extra field's type is decided over the whole log, so that every chunk agrees.
+    let mut extras: Vec<(&str, Kind)> = Vec::new();
+    for log in logs {
+        for (name, values) in &log.extra {
+            let kind = Kind::of(values);
+            match extras.iter_mut().find(|(n, _)| n == name) {
+                Some((_, known)) => *known = known.widest(kind),
+                None => extras.push((name, kind)),
+            }
         }
-        columns.push(extra_column(name, values));
     }
-    DataFrame::new(log.len(), columns)
+    let mut frame: Option<DataFrame> = None;
+    for log in logs
+        .iter()
+        .chain(logs.is_empty().then(Log::default).as_ref())
+    {
+        let mut columns = Vec::new();
+        if wants("ts") {
+            columns.push(column("ts", &log.ts));
+        }
+        if wants("event") {
+            // Borrowed straight into the Arrow column: no string, nor any list, per record.
+            let events: StringChunked = log.event.iter().map(|e| e.as_deref()).collect();
+            columns.push(events.with_name("event".into()).into_series().into_column());
+        }
+        if wants("version") {
+            columns.push(text_column("version", &log.version));
+        }
+        if named.is_none_or(|c| c.detail) {
+            columns.push(text_column("detail", &log.detail));
+        }
+        for (name, kind) in &extras {
+            if ["line", "ts", "event", "version", "detail"].contains(name) {
+                continue;
+            }
+            let values = log.extra.iter().find(|(n, _)| n == name);
+            columns.push(match values {
+                Some((_, values)) => kind.column(name, values),
+                None => Column::full_null((*name).into(), log.len(), &kind.dtype()),
+            });
+        }
+        if wants("line") || columns.is_empty() {
+            columns.insert(0, Series::new("line".into(), &log.line).into_column());
+        }
+        let chunk = DataFrame::new(log.len(), columns)?;
+        match frame.as_mut() {
+            None => frame = Some(chunk),
+            Some(frame) => {
+                frame.vstack_mut(&chunk)?;
+            }
+        }
+    }
+    Ok(frame.expect("at least one chunk"))
 }
 
-fn extra_column(name: &str, values: &[Option<Value>]) -> Column {
-    typed_column(name, values, Value::as_i64)
-        .or_else(|| typed_column(name, values, Value::as_f64))
-        .or_else(|| typed_column(name, values, Value::as_bool))
-        .unwrap_or_else(|| {
+/// The type an extra field's column takes: the narrowest every present value converts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// No value present (yet): as a whole column, Int64 of nulls.
+    Empty,
+    Int,
+    Float,
+    Bool,
+    Text,
+}
+
+impl Kind {
+    fn of(values: &[Option<Value>]) -> Kind {
+        let all = |convert: fn(&Value) -> bool| values.iter().flatten().all(convert);
+        if values.iter().all(Option::is_none) {
+            Kind::Empty
+        } else if all(|v| v.as_i64().is_some()) {
+            Kind::Int
+        } else if all(|v| v.as_f64().is_some()) {
+            Kind::Float
+        } else if all(|v| v.as_bool().is_some()) {
+            Kind::Bool
+        } else {
+            Kind::Text
+        }
+    }
+
+    /// The kind two pieces of one column share, as if typed whole: a piece with no values
+    /// takes the other's kind, integers widen to numbers, anything else mixed is text.
+    fn widest(self, other: Kind) -> Kind {
+        match (self, other) {
+            (a, b) if a == b => a,
+            (Kind::Empty, kind) | (kind, Kind::Empty) => kind,
+            (Kind::Int, Kind::Float) | (Kind::Float, Kind::Int) => Kind::Float,
+            _ => Kind::Text,
+        }
+    }
+
+    fn dtype(self) -> DataType {
+        match self {
+            Kind::Empty | Kind::Int => DataType::Int64,
+            Kind::Float => DataType::Float64,
+            Kind::Bool => DataType::Boolean,
+            Kind::Text => DataType::String,
+        }
+    }
+
+    fn column(self, name: &str, values: &[Option<Value>]) -> Column {
+        let converted = match self {
+            Kind::Empty | Kind::Int => typed_column(name, values, Value::as_i64),
+            Kind::Float => typed_column(name, values, Value::as_f64),
+            Kind::Bool => typed_column(name, values, Value::as_bool),
+            Kind::Text => None,
+        };
+        converted.unwrap_or_else(|| {
             let texts: Vec<Option<String>> = values
                 .iter()
                 .map(|v| {
@@ -63,6 +145,7 @@ fn extra_column(name: &str, values: &[Option<Value>]) -> Column {
                 .collect();
             Series::new(name.into(), texts).into_column()
         })
+    }
 }
 
 /// The column as `T` if every value present converts to one (missing values stay null).
@@ -183,8 +266,54 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn extra_column(name: &str, values: &[Option<Value>]) -> Column {
+        Kind::of(values).column(name, values)
+    }
+
     fn typed(values: &[Option<Value>]) -> DataType {
         extra_column("x", values).dtype().clone()
+    }
+
+    /// A log cut into pieces makes the frame the whole log makes, whatever its extra fields
+    /// hold in each piece (a piece without them, with integers only, with text).
+    #[test]
+    fn a_frame_built_from_pieces_equals_the_one_built_whole() {
+        use crate::log::read::{parse_bytes, ReadOptions};
+        let text = r#"{"ts":1,"event":"candidate_started","version":"v1","detail":"d","port":80}
+{"ts":2,"event":"promoted","version":"v1","detail":"d"}
+{"ts":3,"event":"replica_ready","version":"v2","detail":"d","wave":1,"ok":true}
+not a record
+{"ts":4,"event":"rolled_back","version":"v2","detail":"x; y","port":"eighty","wave":2.5}
+{"ts":5,"event":"promoted","version":"v3"}
+"#;
+        let options = ReadOptions {
+            extra_fields: true,
+            all_details: true,
+            ..ReadOptions::default()
+        };
+        let whole = parse_bytes::<Log>(text.as_bytes(), options).0;
+        let expected = records(std::slice::from_ref(&whole), None).unwrap();
+        let names: Vec<&str> = expected
+            .get_column_names()
+            .into_iter()
+            .map(|n| n.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["line", "ts", "event", "version", "detail", "port", "ok", "wave"]
+        );
+        for cuts in [vec![1], vec![2], vec![1, 3], vec![1, 2, 3, 4]] {
+            let mut bounds = vec![0];
+            bounds.extend(&cuts);
+            bounds.push(whole.len());
+            let pieces: Vec<Log> = bounds
+                .windows(2)
+                .map(|w| whole.reordered(&(w[0]..w[1]).collect::<Vec<_>>()))
+                .collect();
+            let chunked = records(&pieces, None).unwrap();
+            assert!(chunked.equals_missing(&expected), "{cuts:?}: {chunked}");
+        }
+        assert_eq!(records(&[], None).unwrap().height(), 0);
     }
 
     #[test]

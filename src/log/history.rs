@@ -315,6 +315,10 @@ impl Sink for Paired {
         self.block.record(line, record);
     }
 
+    fn reserve(&mut self, lines: usize) {
+        self.block.reserve(lines);
+    }
+
     fn absorb(&mut self, later: Self, _line_offset: u64) {
         let block = later.block;
         self.records += block.len() as u64;

@@ -555,17 +555,22 @@ pub fn query(
         columns: columns.map(Arc::new),
         ..reading.clone()
     };
-    let log = load_merged(paths, &reading)?;
+    // One file: its blocks as parsed, each a chunk of the frame. Several: merged by time.
+    let logs = match paths {
+        [path] => load_into::<read::Blocks>(path, &reading)?.logs,
+        _ => vec![load_merged(paths, &reading)?],
+    };
     let mut ctx = polars::sql::SQLContext::new();
     ctx.register(
         "log",
-        frame::records(&log, reading.columns.as_deref())?.lazy(),
+        frame::records(&logs, reading.columns.as_deref())?.lazy(),
     );
     if attempts {
-        ctx.register(
-            "attempts",
-            frame::attempts(&history::attempts(&log))?.lazy(),
-        );
+        let mut pairing = history::Pairing::default();
+        for log in &logs {
+            pairing.feed(log);
+        }
+        ctx.register("attempts", frame::attempts(&pairing.finish())?.lazy());
     }
     let df = ctx.execute(sql)?.collect()?;
     Ok(output::render(&df, format, Display::default()))
