@@ -65,6 +65,11 @@ impl Event {
         Event::RestartGivenUp,
     ];
 
+    /// The event a log line names, if it is one rollgate writes.
+    pub fn from_name(name: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Event::CandidateStarted => "candidate_started",

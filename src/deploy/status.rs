@@ -4,8 +4,9 @@ use crate::log::output::{figures_table, Format};
 use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::log::time::{format_duration, format_time};
 
+use super::journal::{self, Event};
 use super::state::Root;
-use super::{journal, probe, DeployError};
+use super::{probe, DeployError};
 
 /// Whether a process with this pid exists and is not a zombie (a watcher is not ours to reap).
 fn pid_alive(pid: u32) -> bool {
@@ -38,7 +39,10 @@ impl Sink for Recent {
 
     fn record(&mut self, _line: u64, record: Record<'_>) {
         let event = record.event.as_deref().unwrap_or_default();
-        if !matches!(event, "promoted" | "rolled_back" | "escalated") {
+        if !matches!(
+            Event::from_name(event),
+            Some(Event::Promoted | Event::RolledBack | Event::Escalated)
+        ) {
             return;
         }
         if self.0.len() == RECENT {

@@ -181,7 +181,7 @@ impl Sink for Log {
         let event = record
             .event
             // Event names the deployer writes are kept without an allocation per record.
-            .map(|e| match Event::ALL.iter().find(|k| k.as_str() == e) {
+            .map(|e| match Event::from_name(&e) {
                 Some(known) => Cow::Borrowed(known.as_str()),
                 None => Cow::Owned(e.into_owned()),
             });
