@@ -382,15 +382,22 @@ pub struct LiveAt {
 /// The last promotion at or before `at` (records without `ts` cannot be placed and are passed
 /// over). `None`: nothing had been promoted yet.
 pub fn live_at(log: &Log, at: f64) -> Option<LiveAt> {
+    let promotions = (0..log.len())
+        .filter(|i| log.event[*i].as_deref() == Some(PROMOTED))
+        .filter_map(|i| Some((log.ts[i]?, log.version[i].as_deref())));
+    live_among(promotions, at)
+}
+
+/// [`live_at`] over the promotions of a log (time and version), in log order.
+pub fn live_among<'a>(
+    promotions: impl Iterator<Item = (f64, Option<&'a str>)>,
+    at: f64,
+) -> Option<LiveAt> {
     let mut found: Option<LiveAt> = None;
-    for i in 0..log.len() {
-        if log.event[i].as_deref() != Some(PROMOTED) {
-            continue;
-        }
-        let Some(ts) = log.ts[i] else { continue };
+    for (ts, version) in promotions {
         if ts <= at {
             found = Some(LiveAt {
-                version: log.version[i].clone(),
+                version: version.map(String::from),
                 since: ts,
                 until: None,
             });
@@ -399,6 +406,39 @@ pub fn live_at(log: &Log, at: f64) -> Option<LiveAt> {
         }
     }
     found
+}
+
+/// A sink keeping a log's promotions that have a time, in order: all "what was live at T"
+/// needs, so a log of years is read without holding its records.
+#[derive(Debug)]
+pub struct Promotions {
+    options: ReadOptions,
+    pub list: Vec<(f64, Option<String>)>,
+}
+
+impl Sink for Promotions {
+    fn new(options: ReadOptions) -> Self {
+        Promotions {
+            options,
+            list: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, _line: u64, record: Record<'_>) {
+        let admitted = self
+            .options
+            .selection
+            .as_ref()
+            .is_none_or(|s| s.admits(record.ts, record.version.as_deref()));
+        if let (true, Some(ts), Some(PROMOTED)) = (admitted, record.ts, record.event.as_deref()) {
+            self.list
+                .push((ts, record.version.map(std::borrow::Cow::into_owned)));
+        }
+    }
+
+    fn absorb(&mut self, later: Self, _line_offset: u64) {
+        self.list.extend(later.list);
+    }
 }
 
 #[cfg(test)]
@@ -450,6 +490,17 @@ mod tests {
         let at = live_at(&l, 301.0).unwrap();
         assert_eq!(at.version.as_deref(), Some("v4"));
         assert_eq!(at.until, None);
+    }
+
+    #[test]
+    fn promotions_kept_while_reading_answer_live_at_as_the_records_do() {
+        let text = format!("{STORY}{{\"event\":\"promoted\",\"version\":\"v9\"}}\n");
+        let whole = log(&text);
+        let kept = parse_bytes::<Promotions>(text.as_bytes(), ReadOptions::default()).0;
+        for at in [50.0, 101.0, 250.0, 300.25, 301.0, 1e12] {
+            let streamed = live_among(kept.list.iter().map(|(t, v)| (*t, v.as_deref())), at);
+            assert_eq!(streamed, live_at(&whole, at), "at {at}");
+        }
     }
 
     #[test]

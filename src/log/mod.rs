@@ -378,8 +378,17 @@ pub fn live_at(
     format: Format,
     reading: &Reading,
 ) -> Result<String, LogError> {
-    let log = load_merged(paths, reading)?;
-    let found = history::live_at(&log, at);
+    // One file: only its promotions are kept while it is read.
+    let found = match paths {
+        [path] => {
+            let promotions: history::Promotions = load_into(path, reading)?;
+            history::live_among(
+                promotions.list.iter().map(|(ts, v)| (*ts, v.as_deref())),
+                at,
+            )
+        }
+        _ => history::live_at(&load_merged(paths, reading)?, at),
+    };
     let version = found.as_ref().and_then(|f| f.version.clone());
     let since = found.as_ref().map(|f| f.since);
     let until = found.as_ref().and_then(|f| f.until);
