@@ -174,18 +174,11 @@ fn a_rollouts_post_promote_sees_every_new_replicas_port() {
         &[("promoted", "env > \"$ROLLGATE_ROOT/promoted.env\"\n")],
     );
     let first = port_block(10);
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v1", "--replicas", "3", "--root"])
-        .arg(site.root())
-        .args([
-            "--policy",
-            &policy,
-            "--ports",
-            &format!("{first}-{}", first + 9),
-        ])
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap();
+    let ports = format!("{first}-{}", first + 9);
+    let out = site.rollout(
+        "v1",
+        &["--replicas", "3", "--policy", &policy, "--ports", &ports],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let promoted = facts(&site.root().join("promoted.env"));
     assert_eq!(promoted["ROLLGATE_VERSION"], "v1");

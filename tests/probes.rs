@@ -175,18 +175,11 @@ fn a_rollout_probes_every_replica_with_the_policys_probe() {
     site.release("v1", "--readyz-status 503");
     let policy = policy(&site, "{kind: tcp}");
     let first = port_block(10);
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v1", "--replicas", "3", "--root"])
-        .arg(site.root())
-        .args([
-            "--policy",
-            &policy,
-            "--ports",
-            &format!("{first}-{}", first + 9),
-        ])
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap();
+    let ports = format!("{first}-{}", first + 9);
+    let out = site.rollout(
+        "v1",
+        &["--replicas", "3", "--policy", &policy, "--ports", &ports],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(site.root().join("rollout.json")).unwrap())

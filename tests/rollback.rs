@@ -105,13 +105,7 @@ fn rollback_moves_a_replica_set_back_with_a_rollout() {
     let first = port_block(20);
     let ports = format!("{first}-{}", first + 19);
     for version in ["v1", "v2"] {
-        let out = rollgate()
-            .args(["rollout", "edge-svc", version, "--replicas", "3", "--root"])
-            .arg(site.root())
-            .args(["--ports", &ports])
-            .timeout(Duration::from_secs(60))
-            .output()
-            .unwrap();
+        let out = site.rollout(version, &["--replicas", "3", "--ports", &ports]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let out = rollback(&site, &[]);

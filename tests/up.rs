@@ -76,13 +76,8 @@ fn up_restores_every_replica_on_its_port() {
     let site = Site::new();
     site.release("v1", "");
     let first = port_block(10);
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v1", "--replicas", "3", "--root"])
-        .arg(site.root())
-        .args(["--ports", &format!("{first}-{}", first + 9)])
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap();
+    let ports = format!("{first}-{}", first + 9);
+    let out = site.rollout("v1", &["--replicas", "3", "--ports", &ports]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let set = || -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(site.root().join("replicas.json")).unwrap())
@@ -115,12 +110,7 @@ fn up_restores_every_replica_on_its_port() {
     }
     // The next rollout takes the restarted replicas as its baseline and moves them all.
     site.release("v2", "");
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v2", "--root"])
-        .arg(site.root())
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap();
+    let out = site.rollout("v2", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 

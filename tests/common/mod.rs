@@ -90,6 +90,17 @@ impl Site {
             .unwrap()
     }
 
+    /// `rollgate rollout edge-svc VERSION --root ROOT EXTRA...`, with a minute's limit.
+    pub fn rollout(&self, version: &str, extra: &[&str]) -> Output {
+        rollgate()
+            .args(["rollout", "edge-svc", version, "--root"])
+            .arg(self.root())
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap()
+    }
+
     /// Starts a deploy in the background and waits until its candidate_started line is logged.
     pub fn deploy_in_background(&self, version: &str, deadline_ms: &str) -> std::process::Child {
         let before = self.log_lines().len();
