@@ -446,3 +446,48 @@ fn a_query_reading_only_the_columns_it_names_answers_as_one_reading_all() {
         assert!(stdout(&a).lines().count() > 1, "{projected}: {}", stdout(&a));
     }
 }
+
+/// A query that does not name `ts` neither keeps nor converts it, yet a `ts` that is not
+/// Unix seconds is still reported, and `--strict` still refuses the log for it.
+#[test]
+fn a_query_that_does_not_name_ts_still_reports_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "odd-ts.log",
+        concat!(
+            "{\"ts\":1,\"event\":\"promoted\",\"version\":\"v1\",\"detail\":\"\"}\n",
+            "{\"ts\":\"soon\",\"event\":\"promoted\",\"version\":\"v2\",\"detail\":\"\"}\n",
+            "{\"ts\":[3],\"event\":\"rolled_back\",\"version\":\"v3\",\"detail\":\"\"}\n",
+            "{\"ts\":-4e2,\"event\":\"rolled_back\",\"version\":\"v4\",\"detail\":\"\"}\n",
+        ),
+    );
+    let sql = "SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY event";
+    let out = run_log(&["query", "--format", "csv", "--sql", sql], &path);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "event,n\npromoted,2\nrolled_back,2\n");
+    let err = stderr(&out);
+    assert!(
+        err.contains(":2: field `ts` is the string \"soon\"")
+            && err.contains(":3: field `ts` is an array"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 2, "{err}");
+    let out = run_log(&["query", "--strict", "--sql", sql], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+
+    // An empty log has the columns a query names, `detail` among them.
+    let empty = write(dir.path(), "empty.log", "");
+    let out = run_log(
+        &[
+            "query",
+            "--format",
+            "csv",
+            "--sql",
+            "SELECT count(detail) AS n FROM log",
+        ],
+        &empty,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "n\n0\n");
+}

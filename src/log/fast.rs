@@ -26,26 +26,42 @@ const MAX_DEPTH: usize = 64;
 
 /// `line` must start with `{` and hold no newline.
 pub fn scan(line: &[u8]) -> Option<Fields<'_>> {
-    scan_with(line, None)
+    scan_with(line, None).map(|(fields, _)| fields)
 }
 
 /// [`scan`], also telling whether any other top-level key is one `wanted` accepts: the keys
 /// are tokenized anyway, so a query's extra fields need no second search of the line.
 pub fn scan_for<'a>(line: &'a [u8], wanted: KeyFilter<'_>) -> Option<Fields<'a>> {
-    scan_with(line, Some(wanted))
+    scan_with(line, Some(wanted)).map(|(fields, _)| fields)
+}
+
+/// The record that starts `bytes` and the length of its line (up to its newline or the end
+/// of `bytes`): the line's end is found by tokenizing it, not by a newline search before.
+/// A newline is never whitespace here, so the scan cannot run into the next line: the line
+/// is then exactly what a newline search gives, and the answer the same as [`scan_for`]'s.
+pub fn scan_line<'a>(
+    bytes: &'a [u8],
+    wanted: Option<KeyFilter<'_>>,
+) -> Option<(Fields<'a>, usize)> {
+    scan_with(bytes, wanted)
 }
 
 /// Which keys beyond the four a caller wants.
 pub type KeyFilter<'f> = &'f dyn Fn(&[u8]) -> bool;
 
-fn scan_with<'a>(line: &'a [u8], wanted: Option<KeyFilter<'_>>) -> Option<Fields<'a>> {
-    // Checked once for the whole line, so every slice below is valid text.
-    let text = std::str::from_utf8(line).ok()?;
-    let mut s = Scanner { bytes: line, at: 0 };
-    let mut fields = Fields {
-        wanted_key: wanted.map(|_| false),
-        ..Fields::default()
-    };
+/// Where each of the four fields' raw text is in the line.
+#[derive(Default)]
+struct Spans {
+    ts: Option<(usize, usize)>,
+    event: Option<(usize, usize)>,
+    version: Option<(usize, usize)>,
+    detail: Option<(usize, usize)>,
+}
+
+fn scan_with<'a>(bytes: &'a [u8], wanted: Option<KeyFilter<'_>>) -> Option<(Fields<'a>, usize)> {
+    let mut s = Scanner { bytes, at: 0 };
+    let mut spans = Spans::default();
+    let mut wanted_key = wanted.map(|_| false);
     s.expect(b'{')?;
     s.skip_ws();
     if s.peek() == Some(b'}') {
@@ -59,23 +75,22 @@ fn scan_with<'a>(line: &'a [u8], wanted: Option<KeyFilter<'_>>) -> Option<Fields
             s.skip_ws();
             let start = s.at;
             s.value(1)?;
-            let raw = &text[start..s.at];
-            let name = &line[key.0..key.1];
+            let name = &bytes[key.0..key.1];
             let slot = match name {
-                b"ts" => Some(&mut fields.ts),
-                b"event" => Some(&mut fields.event),
-                b"version" => Some(&mut fields.version),
-                b"detail" => Some(&mut fields.detail),
+                b"ts" => Some(&mut spans.ts),
+                b"event" => Some(&mut spans.event),
+                b"version" => Some(&mut spans.version),
+                b"detail" => Some(&mut spans.detail),
                 _ => {
-                    if let (Some(wanted), Some(false)) = (wanted, fields.wanted_key) {
-                        fields.wanted_key = Some(wanted(name));
+                    if let (Some(wanted), Some(false)) = (wanted, wanted_key) {
+                        wanted_key = Some(wanted(name));
                     }
                     None
                 }
             };
             if let Some(slot) = slot {
                 // serde rejects a known field given twice: let it say so.
-                if slot.replace(raw).is_some() {
+                if slot.replace((start, s.at)).is_some() {
                     return None;
                 }
             }
@@ -88,7 +103,20 @@ fn scan_with<'a>(line: &'a [u8], wanted: Option<KeyFilter<'_>>) -> Option<Fields
         }
     }
     s.skip_ws();
-    (s.at == line.len()).then_some(fields)
+    if !matches!(s.peek(), None | Some(b'\n')) {
+        return None;
+    }
+    // Checked once for the whole line, so every slice below is valid text.
+    let text = std::str::from_utf8(&bytes[..s.at]).ok()?;
+    let raw = |span: Option<(usize, usize)>| span.map(|(start, end)| &text[start..end]);
+    let fields = Fields {
+        ts: raw(spans.ts),
+        event: raw(spans.event),
+        version: raw(spans.version),
+        detail: raw(spans.detail),
+        wanted_key,
+    };
+    Some((fields, s.at))
 }
 
 /// Where a string's text stops: the first `"`, `\\` or control character (below 0x20) in
@@ -139,8 +167,9 @@ impl Scanner<'_> {
         (self.next()? == wanted).then_some(())
     }
 
+    /// JSON's whitespace but the newline, which ends a log line (see [`scan_line`]).
     fn skip_ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r')) {
             self.at += 1;
         }
     }
@@ -159,7 +188,7 @@ impl Scanner<'_> {
         Some((start, start + stop))
     }
 
-    /// Skips one value, validating it.
+    /// Skips one value, validating it (bytes only: the line's UTF-8 is checked once at its end).
     fn value(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;

@@ -4,7 +4,7 @@ use polars::prelude::*;
 use serde_json::Value;
 
 use super::history::Attempt;
-use super::read::Log;
+use super::read::{Log, ReadOptions, Record, Sink};
 
 fn column<T>(name: &str, values: T) -> Column
 where
@@ -17,17 +17,106 @@ fn text_column(name: &str, values: &[Option<String>]) -> Column {
     Series::new(name.into(), values).into_column()
 }
 
+/// One block of a log with its standard columns (`ts`, `event`, `version`, `detail`, those
+/// its read options kept) already built; the block's own copies of them are dropped.
+#[derive(Debug)]
+pub struct Chunk {
+    log: Log,
+    built: Vec<Column>,
+}
+
+impl Chunk {
+    pub fn of(mut log: Log) -> Chunk {
+        let options = log.options();
+        // A query reads everything (`only_extras` None) or the names it holds, as written and
+        // lowercased; `all_details` says whether it names `detail`.
+        let wants = |name: &str| {
+            options
+                .only_extras
+                .as_ref()
+                .is_none_or(|n| n.contains(name))
+        };
+        let mut built = Vec::new();
+        if wants("ts") {
+            built.push(column("ts", &log.ts));
+        }
+        if wants("event") {
+            // Borrowed straight into the Arrow column: no string, nor any list, per record.
+            let events: StringChunked = log.event.iter().map(|e| e.as_deref()).collect();
+            built.push(events.with_name("event".into()).into_series().into_column());
+        }
+        if wants("version") {
+            built.push(text_column("version", &log.version));
+        }
+        if options.all_details {
+            built.push(text_column("detail", &log.detail));
+        }
+        log.ts = Vec::new();
+        log.event = Vec::new();
+        log.version = Vec::new();
+        log.detail = Vec::new();
+        Chunk { log, built }
+    }
+}
+
+/// A query's sink: each block becomes a [`Chunk`] in the thread that parsed it, so building
+/// the frame's columns runs in parallel with the parse instead of after it.
+#[derive(Debug)]
+pub struct Chunks {
+    block: Log,
+    /// The blocks in file order, line numbers counted from the start of the file.
+    pub chunks: Vec<Chunk>,
+}
+
+impl Sink for Chunks {
+    fn new(options: ReadOptions) -> Self {
+        Chunks {
+            block: Log::new(options),
+            chunks: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, line: u64, record: Record<'_>) {
+        self.block.record(line, record);
+    }
+
+    fn reserve(&mut self, lines: usize) {
+        self.block.reserve(lines);
+    }
+
+    fn finish(&mut self) {
+        let block = std::mem::take(&mut self.block);
+        if !block.is_empty() {
+            self.chunks.push(Chunk::of(block));
+        }
+    }
+
+    fn absorb(&mut self, later: Self, line_offset: u64) {
+        for mut chunk in later.chunks {
+            for line in &mut chunk.log.line {
+                *line += line_offset;
+            }
+            self.chunks.push(chunk);
+        }
+    }
+}
+
 /// The records with their line numbers, and every extra field as a column typed by what it
 /// holds (all integers: Int64; all numbers: Float64; all booleans: Boolean; else text).
 /// Only the columns `named` says a query may read are built (`line` too when no other is, so
-/// a frame has a height); None builds them all. `logs` are consecutive pieces of one log (the
-/// blocks it was read in): each becomes a chunk of the frame, none is copied into another.
-pub fn records(logs: &[Log], named: Option<&crate::log::Columns>) -> PolarsResult<DataFrame> {
+/// a frame has a height); None builds them all. `chunks` are consecutive pieces of one log
+/// (the blocks it was read in): each becomes a chunk of the frame, none is copied into another.
+/// With no chunk, the frame is empty with the columns `options` would have kept.
+pub fn records(
+    chunks: &[Chunk],
+    options: &ReadOptions,
+    named: Option<&crate::log::Columns>,
+) -> PolarsResult<DataFrame> {
     let wants = |name: &str| named.is_none_or(|c| c.names(name));
     // An extra field's type is decided over the whole log, so that every chunk agrees.
     let mut extras: Vec<(&str, Kind)> = Vec::new();
-    for log in logs {
-        for (name, values) in &log.extra {
+    for chunk in chunks {
+        for (name, values) in &chunk.log.extra {
             let kind = Kind::of(values);
             match extras.iter_mut().find(|(n, _)| n == name) {
                 Some((_, known)) => *known = known.widest(kind),
@@ -35,26 +124,12 @@ pub fn records(logs: &[Log], named: Option<&crate::log::Columns>) -> PolarsResul
             }
         }
     }
+    let empty = chunks
+        .is_empty()
+        .then(|| Chunk::of(Log::new(options.clone())));
     let mut frame: Option<DataFrame> = None;
-    for log in logs
-        .iter()
-        .chain(logs.is_empty().then(Log::default).as_ref())
-    {
-        let mut columns = Vec::new();
-        if wants("ts") {
-            columns.push(column("ts", &log.ts));
-        }
-        if wants("event") {
-            // Borrowed straight into the Arrow column: no string, nor any list, per record.
-            let events: StringChunked = log.event.iter().map(|e| e.as_deref()).collect();
-            columns.push(events.with_name("event".into()).into_series().into_column());
-        }
-        if wants("version") {
-            columns.push(text_column("version", &log.version));
-        }
-        if named.is_none_or(|c| c.detail) {
-            columns.push(text_column("detail", &log.detail));
-        }
+    for Chunk { log, built } in chunks.iter().chain(empty.as_ref()) {
+        let mut columns = built.clone();
         for (name, kind) in &extras {
             if ["line", "ts", "event", "version", "detail"].contains(name) {
                 continue;
@@ -291,8 +366,9 @@ not a record
             all_details: true,
             ..ReadOptions::default()
         };
-        let whole = parse_bytes::<Log>(text.as_bytes(), options).0;
-        let expected = records(std::slice::from_ref(&whole), None).unwrap();
+        let whole = parse_bytes::<Log>(text.as_bytes(), options.clone()).0;
+        let chunks = |logs: Vec<Log>| logs.into_iter().map(Chunk::of).collect::<Vec<_>>();
+        let expected = records(&chunks(vec![whole.clone()]), &options, None).unwrap();
         let names: Vec<&str> = expected
             .get_column_names()
             .into_iter()
@@ -310,10 +386,11 @@ not a record
                 .windows(2)
                 .map(|w| whole.reordered(&(w[0]..w[1]).collect::<Vec<_>>()))
                 .collect();
-            let chunked = records(&pieces, None).unwrap();
+            let chunked = records(&chunks(pieces), &options, None).unwrap();
             assert!(chunked.equals_missing(&expected), "{cuts:?}: {chunked}");
         }
-        assert_eq!(records(&[], None).unwrap().height(), 0);
+        let empty = records(&[], &options, None).unwrap();
+        assert_eq!((empty.height(), empty.width()), (0, 5), "{empty}");
     }
 
     #[test]

@@ -141,6 +141,12 @@ impl Reading {
             all_details,
             release_fields: self.release_fields,
             rollout_fields: self.rollout_fields,
+            skip_ts: self.everything
+                && self.selection.is_empty()
+                && self
+                    .columns
+                    .as_ref()
+                    .is_some_and(|c| !c.attempts && !c.names("ts")),
             skip_versions: self.everything
                 && self
                     .columns
@@ -565,22 +571,27 @@ pub fn query(
         ..reading.clone()
     };
     // One file: its blocks as parsed, each a chunk of the frame. Several: merged by time.
-    let logs = match paths {
-        [path] => load_into::<read::Blocks>(path, &reading)?.logs,
-        _ => vec![load_merged(paths, &reading)?],
-    };
     let mut ctx = polars::sql::SQLContext::new();
-    ctx.register(
-        "log",
-        frame::records(&logs, reading.columns.as_deref())?.lazy(),
-    );
-    if attempts {
-        let mut pairing = history::Pairing::default();
-        for log in &logs {
-            pairing.feed(log);
+    let chunks = match paths {
+        // Without `attempts`, each block's columns are built by the thread that parsed it.
+        [path] if !attempts => load_into::<frame::Chunks>(path, &reading)?.chunks,
+        _ => {
+            let logs = match paths {
+                [path] => load_into::<read::Blocks>(path, &reading)?.logs,
+                _ => vec![load_merged(paths, &reading)?],
+            };
+            if attempts {
+                let mut pairing = history::Pairing::default();
+                for log in &logs {
+                    pairing.feed(log);
+                }
+                ctx.register("attempts", frame::attempts(&pairing.finish())?.lazy());
+            }
+            logs.into_iter().map(frame::Chunk::of).collect()
         }
-        ctx.register("attempts", frame::attempts(&pairing.finish())?.lazy());
-    }
+    };
+    let frame = frame::records(&chunks, &reading.options(), reading.columns.as_deref())?;
+    ctx.register("log", frame.lazy());
     let df = ctx.execute(sql)?.collect()?;
     Ok(output::render(&df, format, Display::default()))
 }
