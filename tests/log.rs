@@ -491,3 +491,34 @@ fn a_query_that_does_not_name_ts_still_reports_a_bad_one() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "n\n0\n");
 }
+
+/// Several files are merged by time, so their `ts` is read even when the query names none.
+#[test]
+fn a_query_over_several_files_merges_them_by_time_whatever_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let later = write(
+        dir.path(),
+        "later.log",
+        "{\"ts\":3,\"event\":\"promoted\",\"version\":\"v2\",\"detail\":\"\"}\n",
+    );
+    let earlier = write(
+        dir.path(),
+        "earlier.log",
+        concat!(
+            "{\"ts\":1,\"event\":\"candidate_started\",\"version\":\"v1\",\"detail\":\"\"}\n",
+            "{\"ts\":2,\"event\":\"promoted\",\"version\":\"v1\",\"detail\":\"\"}\n",
+        ),
+    );
+    let out = rollgate()
+        .args(["log", "query", "--format", "csv", "--sql"])
+        .arg("SELECT event, version FROM log")
+        .arg(&later)
+        .arg(&earlier)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "event,version\ncandidate_started,v1\npromoted,v1\npromoted,v2\n"
+    );
+}

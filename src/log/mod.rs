@@ -167,7 +167,11 @@ const MAX_WARNINGS_PER_FILE: usize = 20;
 /// Reads one log into a sink, printing its problems to stderr as `warning: FILE:LINE: ...`
 /// (or failing under `--strict`).
 fn load_into<S: Sink>(path: &Path, reading: &Reading) -> Result<S, LogError> {
-    let (sink, problems) = read_with::<S>(path, reading.options())?;
+    load_with::<S>(path, reading, reading.options())
+}
+
+fn load_with<S: Sink>(path: &Path, reading: &Reading, options: ReadOptions) -> Result<S, LogError> {
+    let (sink, problems) = read_with::<S>(path, options)?;
     let label = if reading.strict { "error" } else { "warning" };
     for problem in problems.iter().take(MAX_WARNINGS_PER_FILE) {
         eprintln!(
@@ -201,8 +205,13 @@ fn load_one(path: &Path, reading: &Reading) -> Result<Log, LogError> {
 /// without `ts` cannot be placed and go first, in file order).
 fn load_merged(paths: &[PathBuf], reading: &Reading) -> Result<Log, LogError> {
     let mut merged: Option<Log> = None;
+    // Merged by time: every `ts` is needed, whatever a query names.
+    let options = ReadOptions {
+        skip_ts: false,
+        ..reading.options()
+    };
     for path in paths {
-        let log = load_one(path, reading)?;
+        let log = load_with::<Log>(path, reading, options.clone())?;
         match merged.as_mut() {
             None => merged = Some(log),
             Some(all) => all.append(log),
@@ -570,8 +579,8 @@ pub fn query(
         columns: columns.map(Arc::new),
         ..reading.clone()
     };
-    // One file: its blocks as parsed, each a chunk of the frame. Several: merged by time.
     let mut ctx = polars::sql::SQLContext::new();
+    // One file: its blocks as parsed, each a chunk of the frame. Several: merged by time.
     let chunks = match paths {
         // Without `attempts`, each block's columns are built by the thread that parsed it.
         [path] if !attempts => load_into::<frame::Chunks>(path, &reading)?.chunks,
