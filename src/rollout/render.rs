@@ -87,7 +87,8 @@ impl Default for Progress {
     }
 }
 
-/// `to v2 · wave 2/4 · 3 upgrading, 5 succeeded, 0 failed · surge 2/3 · unavailable 0/0`
+/// `r17… to v2 · running · wave 2 of 4 · 3 upgrading, 5 succeeded · surge 2/3 · unavailable 0/0`.
+/// Waves are counted from 0 here as everywhere (status, pause reasons, the dry run, the log).
 pub fn line(rollout: &Rollout) -> String {
     let upgrading = |in_place: bool| {
         rollout
@@ -102,11 +103,11 @@ pub fn line(rollout: &Rollout) -> String {
         .map(|s| format!("{} {}", rollout.count(*s), state_name(*s)))
         .collect();
     format!(
-        "{} to {} · {} · wave {}/{} · {} · surge {}/{} · unavailable {}/{}",
+        "{} to {} · {} · wave {} of {} · {} · surge {}/{} · unavailable {}/{}",
         rollout.id,
         rollout.to,
         phase_name(rollout.phase),
-        (rollout.wave + 1).min(rollout.waves.len()),
+        rollout.wave.min(rollout.waves.len().saturating_sub(1)),
         rollout.waves.len(),
         counts.join(", "),
         upgrading(false),

@@ -604,6 +604,9 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains("wave 2 paused itself"));
+        // The progress line names the same wave (it once counted from 1: "wave 3/4").
+        let line = crate::rollout::render::line(&r);
+        assert!(line.contains("· wave 2 of 4 ·"), "{line}");
         let reverts = actions
             .iter()
             .filter(|a| matches!(a, Action::Revert { .. }))
