@@ -87,7 +87,8 @@ impl Default for Progress {
     }
 }
 
-/// `r17… to v2 · running · wave 2 of 4 · 3 upgrading, 5 succeeded · surge 2/3 · unavailable 0/0`.
+/// `r17… to v2 · running · wave 2 of 4 · 3 upgrading, 5 succeeded · surge 2/3 · unavailable 0/0`
+/// (`all 4 waves` once completed).
 /// Waves are counted from 0 here as everywhere (status, pause reasons, the dry run, the log).
 pub fn line(rollout: &Rollout) -> String {
     let upgrading = |in_place: bool| {
@@ -103,12 +104,18 @@ pub fn line(rollout: &Rollout) -> String {
         .map(|s| format!("{} {}", rollout.count(*s), state_name(*s)))
         .collect();
     format!(
-        "{} to {} · {} · wave {} of {} · {} · surge {}/{} · unavailable {}/{}",
+        "{} to {} · {} · {} · {} · surge {}/{} · unavailable {}/{}",
         rollout.id,
         rollout.to,
         phase_name(rollout.phase),
-        rollout.wave.min(rollout.waves.len().saturating_sub(1)),
-        rollout.waves.len(),
+        match rollout.phase {
+            Phase::Completed => format!("all {} waves", rollout.waves.len()),
+            _ => format!(
+                "wave {} of {}",
+                rollout.wave.min(rollout.waves.len().saturating_sub(1)),
+                rollout.waves.len()
+            ),
+        },
         counts.join(", "),
         upgrading(false),
         rollout.settings.surge,

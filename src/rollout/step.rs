@@ -607,6 +607,10 @@ mod tests {
         // The progress line names the same wave (it once counted from 1: "wave 3/4").
         let line = crate::rollout::render::line(&r);
         assert!(line.contains("· wave 2 of 4 ·"), "{line}");
+        let mut done = r.clone();
+        done.phase = Phase::Completed;
+        let line = crate::rollout::render::line(&done);
+        assert!(line.contains("· completed · all 4 waves ·"), "{line}");
         let reverts = actions
             .iter()
             .filter(|a| matches!(a, Action::Revert { .. }))
