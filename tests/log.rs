@@ -522,3 +522,46 @@ fn a_query_over_several_files_merges_them_by_time_whatever_it_names() {
         "event,version\ncandidate_started,v1\npromoted,v1\npromoted,v2\n"
     );
 }
+
+/// A log truncated while rollgate reads it (logrotate's `copytruncate`) is a clear error with
+/// exit status 1, not a death by SIGBUS: the reader maps the file, and the pages past the new
+/// end are gone.
+#[test]
+fn a_log_truncated_while_it_is_read_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = "{\"ts\":1790000000.5,\"event\":\"candidate_started\",\"version\":\"v1\",\"detail\":\"port 8001; pid 1001; deadline 1500 ms (policy); poll 100 ms\",\"service\":\"edge-svc\",\"port\":8001}\n";
+    let path = write(dir.path(), "rotated.log", &line.repeat(400_000));
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["log", "summary"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Truncated as soon as the file shows in the reader's maps: it has begun, and has most of
+    // the 75 MB still to read.
+    let maps = format!("/proc/{}/maps", child.id());
+    let shown = path.display().to_string();
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&shown)) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "never mapped");
+        std::thread::yield_now();
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{:?} {}", out.status, stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "error: {}: the file was truncated while it was read",
+            path.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty(), "no answer from half a log");
+}

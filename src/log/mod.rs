@@ -9,6 +9,7 @@ pub mod read;
 mod stats;
 pub mod summary;
 pub mod time;
+mod truncation;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

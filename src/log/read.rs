@@ -804,6 +804,7 @@ pub fn read_with<S: Sink>(
                     };
                 }
             };
+            let _truncation = super::truncation::Guard::install(&map, path);
             return Ok(parse_in_place(&map, workers, options, &release));
         }
     }
