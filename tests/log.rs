@@ -544,7 +544,10 @@ fn a_log_truncated_while_it_is_read_is_a_clear_error() {
     let shown = path.display().to_string();
     let started = std::time::Instant::now();
     while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&shown)) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(30), "never mapped");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "never mapped"
+        );
         std::thread::yield_now();
     }
     std::fs::OpenOptions::new()
@@ -554,7 +557,13 @@ fn a_log_truncated_while_it_is_read_is_a_clear_error() {
         .set_len(0)
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{:?} {}", out.status, stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{:?} {}",
+        out.status,
+        stderr(&out)
+    );
     assert!(
         stderr(&out).contains(&format!(
             "error: {}: the file was truncated while it was read",
