@@ -870,7 +870,16 @@ fn merge_in_order<S: Sink>(
     done: mpsc::Receiver<(usize, Parsed<S>)>,
     window: &Window,
 ) {
-    // However merging stops (a panic included), no parser is left waiting to enter.
+    in_order(done, window, |parsed| merged.push(parsed));
+}
+
+/// Takes numbered pieces as they finish and hands them to `each` in order, moving `window`
+/// on. However it stops (a panic included), no worker is left waiting to enter.
+pub(super) fn in_order<T>(
+    done: mpsc::Receiver<(usize, T)>,
+    window: &Window,
+    mut each: impl FnMut(T),
+) {
     struct OpenOnExit<'w>(&'w Window);
     impl Drop for OpenOnExit<'_> {
         fn drop(&mut self) {
@@ -880,27 +889,28 @@ fn merge_in_order<S: Sink>(
     let _open = OpenOnExit(window);
     let mut waiting = BTreeMap::new();
     let mut next = 0;
-    for (index, parsed) in done {
-        waiting.insert(index, parsed);
-        while let Some(parsed) = waiting.remove(&next) {
-            merged.push(parsed);
+    for (index, piece) in done {
+        waiting.insert(index, piece);
+        while let Some(piece) = waiting.remove(&next) {
+            each(piece);
             next += 1;
             window.merged(next);
         }
     }
 }
 
-/// How far the parse may run ahead of the merge. A sink that does real work as blocks are
-/// merged (`history` pairs attempts) is slower than two parsers: without a bound, parsed
-/// blocks queued for it (~40 MB on the 382 MB log) and `stats` outgrew the file.
-struct Window {
+/// How far workers may run ahead of whoever takes their pieces in order (the merge of parsed
+/// blocks; the appending of rendered rows). A sink that does real work as blocks are merged
+/// (`history` pairs attempts) is slower than two parsers: without a bound, parsed blocks
+/// queued for it (~40 MB on the 382 MB log) and `stats` outgrew the file.
+pub(super) struct Window {
     merged: Mutex<usize>,
     changed: std::sync::Condvar,
     ahead: usize,
 }
 
 impl Window {
-    fn new(workers: usize) -> Window {
+    pub(super) fn new(workers: usize) -> Window {
         Window {
             merged: Mutex::new(0),
             changed: std::sync::Condvar::new(),
@@ -910,7 +920,7 @@ impl Window {
 
     /// Waits until block `index` is within the window. The next block to merge always is,
     /// so the parse never waits on itself.
-    fn enter(&self, index: usize) {
+    pub(super) fn enter(&self, index: usize) {
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         while index.saturating_sub(*merged) >= self.ahead {
             merged = self.changed.wait(merged).unwrap_or_else(|e| e.into_inner());
