@@ -4,6 +4,7 @@
 mod fast;
 mod frame;
 pub mod history;
+mod ordered;
 pub mod output;
 pub mod read;
 mod stats;

@@ -151,7 +151,7 @@ fn rows_in_pieces(
         return;
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let window = super::read::Window::new(workers);
+    let window = super::ordered::Window::new(workers);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<(usize, String)>();
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -171,7 +171,7 @@ fn rows_in_pieces(
             });
         }
         drop(done_tx);
-        super::read::in_order(done_rx, &window, |text| out.push_str(&text));
+        super::ordered::in_order(done_rx, &window, |text| out.push_str(&text));
     });
 }
 
