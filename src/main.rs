@@ -465,15 +465,17 @@ fn run_log(command: LogCommand) -> ExitCode {
             read,
         } => {
             let eval = eval_options(eval);
-            reading(read).and_then(|r| {
-                log::summary(
-                    &logs,
-                    merge,
-                    format,
-                    &r,
-                    query.as_deref().map(|q| (q, &eval)),
-                )
-            })
+            reading(read)
+                .and_then(|r| {
+                    log::summary(
+                        &logs,
+                        merge,
+                        format,
+                        &r,
+                        query.as_deref().map(|q| (q, &eval)),
+                    )
+                })
+                .map(log::Answer::Text)
         }
         LogCommand::History {
             logs,
@@ -483,12 +485,13 @@ fn run_log(command: LogCommand) -> ExitCode {
         } => reading(read).and_then(|r| match at {
             Some(at) => log::time::parse_time(&at)
                 .map_err(log::LogError::Usage)
-                .and_then(|at| log::live_at(&logs, at, format, &r)),
+                .and_then(|at| log::live_at(&logs, at, format, &r))
+                .map(log::Answer::Text),
             None => log::history(&logs, format, &r),
         }),
-        LogCommand::Stats { logs, format, read } => {
-            reading(read).and_then(|r| log::stats(&logs, format, &r))
-        }
+        LogCommand::Stats { logs, format, read } => reading(read)
+            .and_then(|r| log::stats(&logs, format, &r))
+            .map(log::Answer::Text),
         LogCommand::Query {
             logs,
             sql,
@@ -501,7 +504,13 @@ fn run_log(command: LogCommand) -> ExitCode {
         eprintln!("{diagnostic}");
         return ExitCode::from(1);
     }
-    answer(result, |e| match e {
+    // Rows are written as they are rendered; a reader that went away (`| head`) ends it.
+    let written = result.map(|answer| {
+        let mut out = std::io::stdout().lock();
+        let _ = answer.write_to(&mut out).and_then(|()| out.flush());
+        String::new()
+    });
+    answer(written, |e| match e {
         log::LogError::Usage(_) => 2,
         _ => 1,
     })

@@ -574,3 +574,35 @@ fn a_log_truncated_while_it_is_read_is_a_clear_error() {
     );
     assert!(out.stdout.is_empty(), "no answer from half a log");
 }
+
+/// Rows are written as they are rendered: a reader that takes a few lines and goes away
+/// (`| head`) ends the command quietly, with no panic and no error.
+#[test]
+fn a_reader_that_goes_away_ends_the_rows_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for n in 0..50_000 {
+        text.push_str(&format!(
+            "{{\"ts\":{},\"event\":\"candidate_started\",\"version\":\"v{n}\",\"detail\":\"\"}}\n{{\"ts\":{},\"event\":\"promoted\",\"version\":\"v{n}\",\"detail\":\"ready\"}}\n",
+            n * 10,
+            n * 10 + 1
+        ));
+    }
+    let path = write(dir.path(), "long.log", &text);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["log", "history", "--format", "csv"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(header.starts_with("version,started,finished,outcome"), "{header}");
+    assert!(lines.next().unwrap().unwrap().starts_with("v0,0,1,promoted"));
+    drop(lines);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "no panic, no error");
+}

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use polars::prelude::*;
 
+pub use output::Answer;
 use output::{csv_field, figures_table, Display, Format};
 use read::{read_with, Log, ReadOptions, Sink};
 use time::{format_duration, format_time};
@@ -376,7 +377,7 @@ fn paired(paths: &[PathBuf], reading: &Reading) -> Result<Paired, LogError> {
 }
 
 /// `log history`: one row per attempt.
-pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
+pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Answer, LogError> {
     let reading = Reading {
         release_fields: true,
         rollout_fields: true,
@@ -385,7 +386,7 @@ pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<S
     let (attempts, _, _) = paired(paths, &reading)?;
     let df = frame::attempts(&attempts)?;
     drop(attempts);
-    Ok(output::render(&df, format, display()))
+    Ok(Answer::of(df, format, display()))
 }
 
 /// `log history --at T`: which release was live then.
@@ -572,7 +573,7 @@ pub fn query(
     sql: &str,
     format: Format,
     reading: &Reading,
-) -> Result<String, LogError> {
+) -> Result<Answer, LogError> {
     // Only what the query names is read: a GROUP BY over one column builds one column.
     let columns = Columns::named_by(sql);
     let attempts = columns.as_ref().is_none_or(|c| c.attempts);
@@ -604,7 +605,8 @@ pub fn query(
     let frame = frame::records(&chunks, &reading.options(), reading.columns.as_deref())?;
     ctx.register("log", frame.lazy());
     let df = ctx.execute(sql)?.collect()?;
-    Ok(output::render(&df, format, Display::default()))
+    drop(ctx);
+    Ok(Answer::of(df, format, Display::default()))
 }
 
 #[cfg(test)]
