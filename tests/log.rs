@@ -599,8 +599,15 @@ fn a_reader_that_goes_away_ends_the_rows_quietly() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let header = lines.next().unwrap().unwrap();
-    assert!(header.starts_with("version,started,finished,outcome"), "{header}");
-    assert!(lines.next().unwrap().unwrap().starts_with("v0,0,1,promoted"));
+    assert!(
+        header.starts_with("version,started,finished,outcome"),
+        "{header}"
+    );
+    assert!(lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .starts_with("v0,0,1,promoted"));
     drop(lines);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
