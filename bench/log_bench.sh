@@ -4,7 +4,8 @@
 # Nushell query and by DuckDB's SQL where they are installed. Wall time and peak RSS from
 # /usr/bin/time; answers compared where they can be the same.
 # Usage: sh bench/log_bench.sh ROLLGATE [ATTEMPTS]
-#   NU=/path/to/nu, DUCKDB=/path/to/duckdb (the PyPI package duckdb-cli) to name them
+#   NU=/path/to/nu, DUCKDB=/path/to/duckdb (the PyPI package duckdb-cli) to name them;
+#   POLARS_PYTHON=/path/to/python3 (with the PyPI package polars) adds polars' own reader
 set -eu
 rollgate=$1 attempts=${2:-1000000}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +38,16 @@ nu=${NU:-nu}
 if command -v "$nu" >/dev/null; then
   run "nushell summary" "$nu" "$here/../lab/solution/rollouts.nu" "$log"
   cmp -s "$out/rollgate summary.out" "$out/nushell summary.out" && echo "  Nushell's answer is identical" || echo "  Nushell's answer DIFFERS"
+fi
+# polars' own reader (POLARS_PYTHON: a python3 with the polars package) refuses noise lines,
+# so it reads a copy holding only the record lines; rollgate reads that copy too, side by side.
+if [ -n "${POLARS_PYTHON:-}" ]; then
+  grep '^{' "$log" >"$out/records.log"
+  run "polars gb (records)" "$POLARS_PYTHON" "$here/polars_group_by.py" "$out/records.log"
+  run "rollgate gb (records)" "$rollgate" log query --format csv \
+    --sql "SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY event" "$out/records.log"
+  cmp -s "$out/polars gb (records).out" "$out/rollgate gb (records).out" && echo "  polars' answer is identical" || echo "  polars' answer DIFFERS"
+  rm -f "$out/records.log"
 fi
 duckdb=${DUCKDB:-duckdb}
 if command -v "$duckdb" >/dev/null; then
