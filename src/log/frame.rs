@@ -284,12 +284,9 @@ pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResul
         return DataFrame::new(attempts.len(), columns);
     }
     // Signed releases' columns only where the log has any: unsigned histories read as before.
-    if attempts.iter().any(|a| a.sequence.is_some()) {
-        let sequences: Vec<Option<u64>> = attempts.iter().map(|a| a.sequence).collect();
-        let digests: Vec<Option<&str>> = attempts
-            .iter()
-            .map(|a| a.manifest_sha256.as_deref())
-            .collect();
+    if attempts.iter().any(|a| a.sequence().is_some()) {
+        let sequences: Vec<Option<u64>> = attempts.iter().map(Attempt::sequence).collect();
+        let digests: Vec<Option<&str>> = attempts.iter().map(Attempt::manifest_sha256).collect();
         columns.push(Series::new("sequence".into(), sequences).into_column());
         columns.push(Series::new("manifest_sha256".into(), digests).into_column());
     }

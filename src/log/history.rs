@@ -46,12 +46,33 @@ pub struct Attempt {
     pub live_now: bool,
     /// For a promotion later rolled back in production: when that happened.
     pub rolled_back_at: Option<f64>,
-    /// For a signed release: its sequence and the SHA-256 of its manifest body.
-    pub sequence: Option<u64>,
-    pub manifest_sha256: Option<Box<str>>,
+    /// For a signed release: its sequence and the SHA-256 of its manifest body. Boxed like
+    /// the rollout facts: most logs have none, and 24 bytes an attempt were 24 MB of `stats`.
+    pub signed: Option<Box<SignedFacts>>,
     /// For a rollout of several replicas: how its waves went.
     /// Boxed: most attempts are single deploys, and a million of them are held at once.
     pub rollout: Option<Box<RolloutFacts>>,
+}
+
+/// A signed release's facts, as its deploy's log lines carry them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SignedFacts {
+    pub sequence: Option<u64>,
+    pub manifest_sha256: Option<Box<str>>,
+}
+
+impl SignedFacts {
+    /// Record `i`'s, if it names any.
+    fn of(log: &Log, i: usize) -> Option<Box<SignedFacts>> {
+        let facts = SignedFacts {
+            sequence: log.extra_value("sequence", i).and_then(|v| v.as_u64()),
+            manifest_sha256: log
+                .extra_value("manifest_sha256", i)
+                .and_then(|v| v.as_str())
+                .map(Box::from),
+        };
+        (facts != SignedFacts::default()).then(|| Box::new(facts))
+    }
 }
 
 /// A rollout's waves as its log lines tell them.
@@ -84,6 +105,16 @@ fn rollout_id(token: &str) -> &str {
 }
 
 impl Attempt {
+    pub fn sequence(&self) -> Option<u64> {
+        self.signed.as_ref().and_then(|s| s.sequence)
+    }
+
+    pub fn manifest_sha256(&self) -> Option<&str> {
+        self.signed
+            .as_ref()
+            .and_then(|s| s.manifest_sha256.as_deref())
+    }
+
     /// Time from the candidate's start to its outcome: time to ready for a promotion, time to
     /// rollback for a rollback. Not lead time: the log has no commit times.
     pub fn time_to_outcome(&self) -> Option<f64> {
@@ -184,11 +215,7 @@ impl Pairing {
             live_until: None,
             live_now: false,
             rolled_back_at: None,
-            sequence: log.extra_value("sequence", i).and_then(|v| v.as_u64()),
-            manifest_sha256: log
-                .extra_value("manifest_sha256", i)
-                .and_then(|v| v.as_str())
-                .map(Box::from),
+            signed: SignedFacts::of(log, i),
             rollout: None,
         };
         let event = log.event[i].as_deref();
@@ -249,12 +276,8 @@ impl Pairing {
                 });
                 let attempt = &mut attempts[index];
                 attempt.finished = ts;
-                if attempt.sequence.is_none() {
-                    attempt.sequence = log.extra_value("sequence", i).and_then(|v| v.as_u64());
-                    attempt.manifest_sha256 = log
-                        .extra_value("manifest_sha256", i)
-                        .and_then(|v| v.as_str())
-                        .map(Box::from);
+                if attempt.sequence().is_none() {
+                    attempt.signed = SignedFacts::of(log, i);
                 }
                 if event == PROMOTED {
                     attempt.outcome = Outcome::Promoted;
