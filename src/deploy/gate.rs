@@ -47,6 +47,8 @@ pub(crate) struct Timing {
 #[derive(Default)]
 pub(crate) struct Watchers<'a> {
     pub signals: Option<&'a mut Signals>,
+    /// A signal's name passed on by whoever holds the signals (the engine's executor).
+    pub interrupt: Option<tokio::sync::oneshot::Receiver<&'static str>>,
     pub progress: Option<&'a Progress>,
 }
 
@@ -83,6 +85,16 @@ pub(crate) async fn run(
             name = async {
                 match watchers.signals.as_mut() {
                     Some(signals) => signals.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => Event::Signal(name),
+            name = async {
+                match watchers.interrupt.as_mut() {
+                    // A sender dropped unused interrupts nothing.
+                    Some(interrupt) => match interrupt.await {
+                        Ok(name) => name,
+                        Err(_) => std::future::pending().await,
+                    },
                     None => std::future::pending().await,
                 }
             } => Event::Signal(name),

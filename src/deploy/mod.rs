@@ -11,7 +11,7 @@ pub(crate) mod lock;
 pub(crate) mod plan;
 pub(crate) mod probe;
 pub(crate) mod process;
-mod progress;
+pub(crate) mod progress;
 pub mod recover;
 pub mod rollback;
 pub mod signals;
@@ -435,6 +435,7 @@ async fn gate_spawned(
     };
     let watchers = gate::Watchers {
         signals: Some(signals),
+        interrupt: None,
         progress: Some(&progress),
     };
     let subject = candidate.probe_subject(root, &request.version, request.port);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nickel_lang_core::serialize::ExportFormat;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use bundle::ROLLOUT_POLICY_NCL;
 pub use diagnostic::Diagnostic;
@@ -99,9 +99,10 @@ pub fn export(path: &Path, format: ExportAs, opts: &EvalOptions) -> Result<Strin
 }
 
 /// What a stall at the deadline leads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnStall {
+    #[default]
     Rollback,
     Escalate,
 }

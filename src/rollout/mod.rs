@@ -9,6 +9,7 @@ pub mod recover;
 pub mod render;
 pub(crate) mod run;
 pub mod settings;
+pub mod single;
 pub mod state;
 pub mod step;
 
@@ -182,9 +183,8 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             root: root.clone(),
             executable,
         };
-        let phase = Executor::new(context, planned)
-            .run(Event::Tick, &mut signals)
-            .await?;
+        let mut executor = Executor::new(context, planned);
+        let phase = executor.run(Event::Tick, &mut signals).await?;
         Ok(ending(&root, phase, &request.service))
     })
 }
@@ -257,7 +257,8 @@ pub fn control(
             (Ask::Resume, Phase::Running) => Event::Tick,
             _ => request.event(),
         };
-        let phase = executor.redo(redo).await?.run(event, &mut signals).await?;
+        let mut executor = executor.redo(redo).await?;
+        let phase = executor.run(event, &mut signals).await?;
         drop(lock);
         Ok(match (ask, phase) {
             (Ask::Resume, phase) => ending(&root, phase, service),

@@ -121,6 +121,8 @@ mod tests {
             started: None,
             finished: Some(1.0),
             error: None,
+            held: false,
+            fallback: None,
         }
     }
 
@@ -148,6 +150,8 @@ mod tests {
                 wave_percents: vec![100],
                 probe: Default::default(),
                 watch_ms: 0,
+                on_stall: Default::default(),
+                keep_fallback: false,
             },
             waves: vec![(0..slots.len()).collect()],
             wave: 0,
@@ -157,6 +161,7 @@ mod tests {
             abort_cause: None,
             signed: None,
             hooks: Default::default(),
+            single: None,
         }
     }
 

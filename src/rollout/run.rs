@@ -11,10 +11,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::control;
 use super::render;
+use super::single::{self, Reverted, Words};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use crate::deploy::gate;
@@ -23,7 +25,7 @@ use crate::deploy::plan::{self, Verdict};
 use crate::deploy::probe::Subject;
 use crate::deploy::process::{self, Identity};
 use crate::deploy::signals::Signals;
-use crate::deploy::state::{Pointer, Root};
+use crate::deploy::state::{Fallback, Pointer, Root, WriteError};
 use crate::deploy::{drain_before_stop, DeployError};
 
 /// How often the executor looks for a pause, resume or abort asked from another shell.
@@ -44,15 +46,34 @@ struct Task {
     purpose: Purpose,
     token: String,
     handle: JoinHandle<()>,
+    /// A single deploy's gate ends on a signal to rollgate, as a deploy's gate always has.
+    interrupt: Option<oneshot::Sender<&'static str>>,
 }
 
 enum Message {
     Gate {
         slot: usize,
         token: String,
-        result: Result<(), String>,
+        gated: Gated,
     },
     Soak(Event),
+}
+
+/// How a replica's gate ended.
+#[derive(Debug, Clone, PartialEq)]
+enum GateEnd {
+    Ready,
+    Failed(String),
+    /// Still running, not ready by the deadline.
+    Stalled(String),
+}
+
+/// What a gate saw: its end, and for a single deploy's lines its probes and time.
+struct Gated {
+    end: GateEnd,
+    probes: u32,
+    last_probes: String,
+    elapsed: Duration,
 }
 
 /// What the executor needs beyond the persisted rollout.
@@ -73,6 +94,14 @@ pub struct Executor {
     receiver: UnboundedReceiver<Message>,
     spawned: u64,
     progress: render::Progress,
+    /// A single deploy's words, gathered as it acts, for its outcome line.
+    words: Words,
+    /// `deploy --no-wait`: hand the watch to a background watcher once it begins.
+    detach_at_watch: bool,
+    /// The pid of that watcher, once started (the executor then stops here).
+    detached: Option<u32>,
+    /// When the step being performed was decided (a soak starts when it is reached).
+    decided_at: f64,
 }
 
 fn failed(message: impl Into<String>) -> DeployError {
@@ -93,7 +122,28 @@ impl Executor {
             receiver,
             spawned: 0,
             progress: render::Progress::new(),
+            words: Words::default(),
+            detach_at_watch: false,
+            detached: None,
+            decided_at: journal::now(),
         }
+    }
+
+    /// `deploy --no-wait`: stop once the watch begins and leave it to a background watcher.
+    pub fn detach_at_watch(mut self) -> Executor {
+        self.detach_at_watch = true;
+        self
+    }
+
+    /// The background watcher this executor left, if it did.
+    pub fn detached(&self) -> Option<u32> {
+        self.detached
+    }
+
+    /// Words a single deploy's outcome line takes from whoever finishes it after a crash.
+    pub fn with_words(mut self, words: Words) -> Executor {
+        self.words = words;
+        self
     }
 
     pub fn rollout(&self) -> &Rollout {
@@ -121,19 +171,15 @@ impl Executor {
 
     /// Runs until the rollout completes, pauses or aborts and every revert and restore is
     /// done. Returns the phase it ended in.
-    pub async fn run(mut self, first: Event, signals: &mut Signals) -> Result<Phase, DeployError> {
+    pub async fn run(&mut self, first: Event, signals: &mut Signals) -> Result<Phase, DeployError> {
         self.handle(first).await?;
         let mut control = tokio::time::interval(CONTROL_POLL);
         let deadline = instant_after(self.rollout.settings.release_deadline);
         let mut deadline_seen = false;
-        while !self.finished() {
+        while !self.finished() && self.detached.is_none() {
             tokio::select! {
                 Some(message) = self.receiver.recv() => self.on_message(message).await?,
-                name = signals.recv() => {
-                    if self.rollout.phase == Phase::Running {
-                        self.handle(Event::Pause { reason: format!("interrupted by {name}") }).await?;
-                    }
-                }
+                name = signals.recv() => self.on_signal(name).await?,
                 _ = tokio::time::sleep_until(deadline), if !deadline_seen => {
                     deadline_seen = true;
                     self.handle(Event::Tick).await?;
@@ -146,8 +192,28 @@ impl Executor {
             }
         }
         self.progress.finish();
-        self.run_post_hook().await;
+        if self.detached.is_none() {
+            self.run_post_hook().await;
+        }
         Ok(self.rollout.phase)
+    }
+
+    /// A rollout pauses on a signal. A single deploy's gate ends on it (and rolls back, as a
+    /// deploy always has); once the gate is over, the deploy finishes what it began.
+    async fn on_signal(&mut self, name: &'static str) -> Result<(), DeployError> {
+        if self.rollout.single.is_some() {
+            for task in self.tasks.values_mut() {
+                if let Some(interrupt) = task.interrupt.take() {
+                    let _ = interrupt.send(name);
+                }
+            }
+            return Ok(());
+        }
+        if self.rollout.phase == Phase::Running {
+            let reason = format!("interrupted by {name}");
+            self.handle(Event::Pause { reason }).await?;
+        }
+        Ok(())
     }
 
     /// Once the rollout has ended and every restore is done: post_promote for a completed
@@ -160,6 +226,23 @@ impl Executor {
             Phase::Aborted => Hook::PostRollback,
             Phase::Running | Phase::Paused => return,
         };
+        if let Some(single) = &r.single {
+            let facts = Facts {
+                service: r.service.clone(),
+                version: r.to.clone(),
+                previous_version: r.from.clone(),
+                ports: vec![r.settings.ports.0],
+                previous_ports: single.previous.iter().map(|p| p.port).collect(),
+                reason: (hook == Hook::PostRollback)
+                    .then(|| r.slot(0).error.clone())
+                    .flatten(),
+            };
+            if let Some(Err(e)) = r.hooks.run(hook, &self.context.root.0, &facts).await {
+                eprintln!("rollgate: {e}; the outcome stands");
+                let _ = self.log_single(LogEvent::HookFailed, e, None, None);
+            }
+            return;
+        }
         let facts = Facts {
             service: r.service.clone(),
             version: r.to.clone(),
@@ -194,7 +277,8 @@ impl Executor {
     async fn handle(&mut self, event: Event) -> Result<(), DeployError> {
         self.queued.push_back(event);
         while let Some(event) = self.queued.pop_front() {
-            let actions = step(&mut self.rollout, event, journal::now());
+            self.decided_at = journal::now();
+            let actions = step(&mut self.rollout, event, self.decided_at);
             self.save()?;
             for action in actions {
                 self.perform(action).await?;
@@ -220,7 +304,11 @@ impl Executor {
                 let version = self.rollout.to.clone();
                 self.start(slot, Purpose::Upgrade, version).await
             }
-            Action::Swap { slot } => self.swap_in(slot).await,
+            Action::Swap {
+                slot,
+                keep_previous,
+            } => self.swap_in(slot, keep_previous).await,
+            Action::DropFallback { slot } => self.drop_fallback(slot).await,
             Action::Remove { slot } => self.retire_live(slot).await,
             Action::Revert { slot } => self.revert(slot).await,
             Action::Restore { slot } => {
@@ -228,7 +316,15 @@ impl Executor {
                 Ok(())
             }
             Action::SoakUntil(until) => {
+                // It lasts its whole length from now: the actions before it (a drain that
+                // waited its timeout) do not shorten it.
+                let until = until + (journal::now() - self.decided_at).max(0.0);
+                self.rollout.soak_until = Some(until);
+                self.save()?;
                 self.start_soak(until);
+                if self.detach_at_watch && self.rollout.single.is_some() {
+                    self.leave_watcher()?;
+                }
                 Ok(())
             }
             Action::Log(note) => self.log_note(&note),
@@ -274,7 +370,11 @@ impl Executor {
         self.save()?;
         let root = &self.context.root;
         let executable = self.executable_for(&version);
-        let output = root.replica_output_path(&version, &self.rollout.service, slot);
+        // A single deploy's output goes beside its release, where it always went.
+        let output = match &self.rollout.single {
+            Some(_) => root.output_path(&version, &self.rollout.service),
+            None => root.replica_output_path(&version, &self.rollout.service, slot),
+        };
         let child = process::spawn(&process::Launch {
             executable: &executable,
             workdir: &root.release_dir(&version),
@@ -299,30 +399,46 @@ impl Executor {
         self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
         self.save()?;
         let wave = self.rollout.slot(slot).wave;
-        self.log(
-            LogEvent::ReplicaStarted,
-            &recorded,
-            Some(slot),
-            wave,
-            format!(
-                "replica {slot}: {version} on port {port} (pid {pid}){}",
-                match purpose {
-                    Purpose::Upgrade => "",
-                    Purpose::BringBack => "; its previous version, back after a failure",
-                    Purpose::Restore => "; the baseline, for the rollback",
-                }
-            ),
-        )?;
+        let single = self.rollout.single.is_some();
+        if single {
+            let detail = single::started(&self.rollout, &recorded);
+            self.log_single(LogEvent::CandidateStarted, detail, None, None)?;
+        } else {
+            self.log(
+                LogEvent::ReplicaStarted,
+                &recorded,
+                Some(slot),
+                wave,
+                format!(
+                    "replica {slot}: {version} on port {port} (pid {pid}){}",
+                    match purpose {
+                        Purpose::Upgrade => "",
+                        Purpose::BringBack => "; its previous version, back after a failure",
+                        Purpose::Restore => "; the baseline, for the rollback",
+                    }
+                ),
+            )?;
+        }
         let timing = GateTiming::of(&self.rollout);
         let subject = self.subject(&version, port);
         let sender = self.sender.clone();
         let task_token = token.clone();
+        // A single deploy shows its gate on a terminal and ends it on a signal.
+        let (interrupt, interrupted) = match single {
+            true => {
+                let (sender, receiver) = oneshot::channel();
+                (Some(sender), Some(receiver))
+            }
+            false => (None, None),
+        };
+        let progress =
+            single.then(|| crate::deploy::progress::Progress::new(&version, timing.gate.deadline));
         let handle = tokio::spawn(async move {
-            let result = gate_replica(child, subject, timing).await;
+            let gated = gate_replica(child, subject, timing, interrupted, progress).await;
             let _ = sender.send(Message::Gate {
                 slot,
                 token: task_token,
-                result,
+                gated,
             });
         });
         self.tasks.insert(
@@ -331,6 +447,7 @@ impl Executor {
                 purpose,
                 token,
                 handle,
+                interrupt,
             },
         );
         Ok(())
@@ -355,23 +472,29 @@ impl Executor {
     async fn on_message(&mut self, message: Message) -> Result<(), DeployError> {
         match message {
             Message::Soak(event) => self.handle(event).await,
-            Message::Gate {
-                slot,
-                token,
-                result,
-            } => {
+            Message::Gate { slot, token, gated } => {
                 // A gate cancelled by a revert may have answered just before it was aborted.
                 if self.tasks.get(&slot).is_none_or(|t| t.token != token) {
                     return Ok(());
                 }
                 let task = self.tasks.remove(&slot).expect("checked above");
+                if task.purpose == Purpose::Upgrade {
+                    self.record_gate(&gated)?;
+                }
+                let result = match gated.end {
+                    GateEnd::Ready => Ok(()),
+                    GateEnd::Stalled(reason) if task.purpose == Purpose::Upgrade => {
+                        return self.handle(Event::Stalled { slot, reason }).await;
+                    }
+                    GateEnd::Failed(reason) | GateEnd::Stalled(reason) => Err(reason),
+                };
                 match (task.purpose, result) {
                     (Purpose::Upgrade, Ok(())) => self.handle(Event::Ready { slot }).await,
                     (Purpose::Upgrade, Err(reason)) => {
                         self.handle(Event::Failed { slot, reason }).await
                     }
                     (Purpose::BringBack, Ok(())) => {
-                        self.swap_in(slot).await?;
+                        self.swap_in(slot, false).await?;
                         self.log_restored(slot)
                     }
                     (Purpose::BringBack, Err(reason)) => {
@@ -379,7 +502,7 @@ impl Executor {
                         self.brought_back_failed(slot, reason)
                     }
                     (Purpose::Restore, Ok(())) => {
-                        self.swap_in(slot).await?;
+                        self.swap_in(slot, false).await?;
                         self.log_restored(slot)?;
                         self.handle(Event::Restored { slot }).await
                     }
@@ -390,6 +513,24 @@ impl Executor {
                 }
             }
         }
+    }
+
+    /// A single deploy keeps what its gate said for its outcome line.
+    fn record_gate(&mut self, gated: &Gated) -> Result<(), DeployError> {
+        let Some(single) = self.rollout.single.as_mut() else {
+            return Ok(());
+        };
+        single.gate_elapsed_ms = Some(gated.elapsed.as_millis() as u64);
+        single.last_probes = Some(gated.last_probes.clone());
+        if gated.end == GateEnd::Ready {
+            single.gate_detail = Some(format!(
+                "ready after {} ms ({} probe{})",
+                gated.elapsed.as_millis(),
+                gated.probes,
+                if gated.probes == 1 { "" } else { "s" }
+            ));
+        }
+        self.save()
     }
 
     fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), DeployError> {
@@ -423,16 +564,65 @@ impl Executor {
         )
     }
 
-    /// The slot's gated process joins the pool; the one it replaces is drained and stopped.
-    async fn swap_in(&mut self, slot: usize) -> Result<(), DeployError> {
+    /// The slot's gated process joins the pool; the one it replaces is drained and stopped, or
+    /// drained and kept running as the pool's fallback through the watch.
+    async fn swap_in(&mut self, slot: usize, keep_previous: bool) -> Result<(), DeployError> {
         let s = self.rollout.slot_mut(slot);
         let Some(new) = s.candidate.take() else {
             return Ok(());
         };
-        s.retiring = s.live.replace(new);
+        let old = s.live.replace(new);
+        match keep_previous {
+            true => s.fallback = old,
+            false => s.retiring = old,
+        }
+        self.save()?;
+        let durability = self.write_pool()?;
+        let Some(kept) = self
+            .rollout
+            .slot(slot)
+            .fallback
+            .clone()
+            .filter(|_| keep_previous)
+        else {
+            let retired = self.stop_retiring(slot).await?;
+            if let Some(single) = self.rollout.single.as_mut() {
+                single.switch_detail =
+                    durability.map_or(String::new(), |d| format!("; current {d}"));
+                self.words.retired = retired;
+                self.save()?;
+            }
+            return Ok(());
+        };
+        let drained = drain_before_stop(
+            &self.context.root,
+            kept.port,
+            self.rollout.settings.drain_ms,
+        )
+        .await;
+        if let Some(single) = self.rollout.single.as_mut() {
+            let durability = durability.map_or(String::new(), |d| format!("current {d}; "));
+            single.switch_detail = format!("{durability}{drained}");
+            self.save()?;
+            let detail = single::switched(&kept.version, self.rollout.settings.watch_ms, &drained);
+            self.log_single(LogEvent::Switched, detail, None, None)?;
+        }
+        Ok(())
+    }
+
+    /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
+    /// the fallback finish) and stopped.
+    async fn drop_fallback(&mut self, slot: usize) -> Result<(), DeployError> {
+        let s = self.rollout.slot_mut(slot);
+        let Some(kept) = s.fallback.take() else {
+            return Ok(());
+        };
+        s.retiring = Some(kept);
         self.save()?;
         self.write_pool()?;
-        self.stop_retiring(slot).await
+        self.words.retired = self.stop_retiring(slot).await?;
+        self.words.watched = true;
+        Ok(())
     }
 
     /// Takes the slot's live process out of the pool, then drains and stops it.
@@ -444,43 +634,128 @@ impl Executor {
         s.retiring = Some(live);
         self.save()?;
         self.write_pool()?;
-        self.stop_retiring(slot).await
+        self.stop_retiring(slot).await.map(drop)
     }
 
-    async fn stop_retiring(&mut self, slot: usize) -> Result<(), DeployError> {
+    /// Drains and stops the slot's retiring process; says how ("drained ...; old release v1
+    /// stopped (SIGTERM)"), None when there was none.
+    async fn stop_retiring(&mut self, slot: usize) -> Result<Option<String>, DeployError> {
         let Some(old) = self.rollout.slot(slot).retiring.clone() else {
-            return Ok(());
+            return Ok(None);
         };
         let settings = &self.rollout.settings;
-        drain_before_stop(&self.context.root, old.port, settings.drain_ms).await;
-        process::stop_group(old.identity(), Duration::from_millis(settings.grace_ms)).await;
+        let drained = drain_before_stop(&self.context.root, old.port, settings.drain_ms).await;
+        let stopped =
+            process::stop_group(old.identity(), Duration::from_millis(settings.grace_ms)).await;
         self.rollout.slot_mut(slot).retiring = None;
-        self.save()
+        self.save()?;
+        Ok(Some(format!(
+            "{drained}old release {} {stopped}",
+            old.version
+        )))
     }
 
-    async fn stop_candidate(&mut self, slot: usize) -> Result<(), DeployError> {
+    /// Stops the slot's process being gated (found by its token if its pid was never
+    /// recorded); says how.
+    async fn stop_candidate(&mut self, slot: usize) -> Result<String, DeployError> {
         if let Some(task) = self.tasks.remove(&slot) {
             task.handle.abort();
         }
         let Some(candidate) = self.rollout.slot(slot).candidate.clone() else {
-            return Ok(());
+            return Ok(process::Stopped::AlreadyGone.to_string());
         };
         let grace = Duration::from_millis(self.rollout.settings.grace_ms);
-        if candidate.pid > 0 {
-            process::stop_group(candidate.identity(), grace).await;
+        let stopped = if candidate.pid > 0 {
+            process::stop_group(candidate.identity(), grace)
+                .await
+                .to_string()
         } else {
+            let mut said = Vec::new();
             for who in process::find_by_token(&candidate.token) {
-                process::stop_group(who, grace).await;
+                let stopped = process::stop_group(who, grace).await;
+                said.push(format!("pid {} {stopped}", who.pid));
             }
-        }
+            match said.is_empty() {
+                true => process::Stopped::AlreadyGone.to_string(),
+                false => said.join(", "),
+            }
+        };
         self.rollout.slot_mut(slot).candidate = None;
-        self.save()
+        self.save()?;
+        Ok(stopped)
+    }
+
+    /// After the switch, in the watch: the kept previous release serves again at once (it was
+    /// only drained), and the new one is stopped.
+    async fn switch_back(&mut self, slot: usize, kept: Process) -> Result<(), DeployError> {
+        let s = self.rollout.slot_mut(slot);
+        s.fallback = None;
+        let previous = if kept.identity().is_running() {
+            s.retiring = s.live.replace(kept.clone());
+            self.save()?;
+            match self.write_pool()? {
+                None => format!("switched back to {}", kept.version),
+                Some(durability) => {
+                    format!("switched back to {} (current {durability})", kept.version)
+                }
+            }
+        } else {
+            s.retiring = s.live.take();
+            self.save()?;
+            format!(
+                "WARNING previous release {} is gone, nothing to switch back to",
+                kept.version
+            )
+        };
+        // It failed: nothing to drain for.
+        let mut stopped = process::Stopped::AlreadyGone.to_string();
+        if let Some(failed) = self.rollout.slot(slot).retiring.clone() {
+            let grace = Duration::from_millis(self.rollout.settings.grace_ms);
+            stopped = process::stop_group(failed.identity(), grace)
+                .await
+                .to_string();
+        }
+        self.rollout.slot_mut(slot).retiring = None;
+        self.save()?;
+        self.words.reverted = Some(Reverted {
+            in_watch: true,
+            previous,
+            stopped,
+        });
+        Ok(())
+    }
+
+    /// Whether the previous release still answers after a single deploy's candidate was
+    /// stopped, in the words of its rollback line.
+    async fn previous_answers(&self, slot: usize) -> String {
+        let Some(old) = self.rollout.slot(slot).live.clone() else {
+            return "no release was live".into();
+        };
+        match self.subject(&old.version, old.port).check().await {
+            (true, _) => format!("old release {} still answering", old.version),
+            (false, other) => format!(
+                "WARNING old release {} not answering ({other})",
+                old.version
+            ),
+        }
     }
 
     /// The slot's new process failed or is no longer wanted: stop it; the previous version
-    /// serves the slot again, started anew if it had left the pool.
+    /// serves the slot again (its kept fallback, or started anew if it had left the pool).
     async fn revert(&mut self, slot: usize) -> Result<(), DeployError> {
-        self.stop_candidate(slot).await?;
+        let stopped = self.stop_candidate(slot).await?;
+        if let Some(kept) = self.rollout.slot(slot).fallback.clone() {
+            return self.switch_back(slot, kept).await;
+        }
+        if self.rollout.single.is_some() {
+            let previous = self.previous_answers(slot).await;
+            self.words.reverted = Some(Reverted {
+                in_watch: false,
+                previous,
+                stopped,
+            });
+            return Ok(());
+        }
         let to = self.rollout.to.clone();
         let s = self.rollout.slot(slot);
         let from = s.from_version.clone();
@@ -552,7 +827,13 @@ impl Executor {
             .collect();
         let poll = Duration::from_millis(self.rollout.settings.poll_ms);
         let sender = self.sender.clone();
-        self.soak = Some(tokio::spawn(soak(watched, until, poll, sender)));
+        // A single deploy's watch tolerates `watch_failures - 1` failed probes in a row and
+        // speaks of the watch; a rollout's soak fails a replica at its first failed probe.
+        let judge = match &self.rollout.single {
+            Some(single) => Judged::Watch(single.watch_failures),
+            None => Judged::Soak,
+        };
+        self.soak = Some(tokio::spawn(soak(watched, until, poll, judge, sender)));
     }
 
     /// How a replica of `version` on `port` is probed (the rollout's probe, in its release folder).
@@ -592,12 +873,37 @@ impl Executor {
     }
 
     /// `replicas.json` for the proxy, and `current` naming the first live replica for readers
-    /// that know one release (status, the lab).
-    fn write_pool(&self) -> Result<(), DeployError> {
+    /// that know one release (status, the lab). Some(words) when `current` was renamed but
+    /// its folder's fsync failed: readers see it, so the change goes on.
+    fn write_pool(&self) -> Result<Option<String>, DeployError> {
         write_pool(&self.context.root, &self.rollout)
     }
 
     fn log_note(&mut self, note: &Note) -> Result<(), DeployError> {
+        if self.rollout.single.is_some() {
+            let tail = match note.event {
+                LogEvent::RolledBack => process::tail(
+                    &self
+                        .context
+                        .root
+                        .output_path(&self.rollout.to, &self.rollout.service),
+                    3,
+                ),
+                _ => String::new(),
+            };
+            let root = &self.context.root;
+            let Some(line) = single::line(note, &self.rollout, &self.words, root, &tail) else {
+                return Ok(());
+            };
+            self.log_single(line.event, line.detail, line.elapsed_ms, line.phase)?;
+            if line.event.is_outcome() {
+                if let Some(single) = self.rollout.single.as_mut() {
+                    single.settled = true;
+                }
+                self.save()?;
+            }
+            return Ok(());
+        }
         if note.event.is_outcome() {
             return self.log_outcome(note.event, note.detail.clone());
         }
@@ -618,6 +924,61 @@ impl Executor {
     /// `promoted` or `rolled_back`, once per rollout (its id is the token).
     fn log_outcome(&self, event: LogEvent, detail: String) -> Result<(), DeployError> {
         log_outcome(&self.context.root, &self.rollout, event, detail)
+    }
+
+    /// A single deploy's line.
+    fn log_single(
+        &self,
+        event: LogEvent,
+        detail: String,
+        elapsed_ms: Option<u64>,
+        phase: Option<&'static str>,
+    ) -> Result<(), DeployError> {
+        log_single(
+            &self.context.root,
+            &self.rollout,
+            &journal::Entry {
+                elapsed_ms,
+                phase,
+                ..journal::Entry::new(event, &self.rollout.to, &self.rollout.service, detail)
+            },
+        )
+    }
+
+    /// `deploy --no-wait`: a detached `rollgate watch` takes the watch over once this rollgate
+    /// lets go of the lock; its pid goes into the state, so `status` shows it.
+    fn leave_watcher(&mut self) -> Result<(), DeployError> {
+        use std::os::unix::process::CommandExt;
+        let root = &self.context.root;
+        let exe = std::env::current_exe()
+            .map_err(|e| failed(format!("cannot find rollgate's own executable: {e}")))?;
+        let output = std::fs::File::create(root.0.join(crate::deploy::watch::WATCHER_OUTPUT))
+            .map_err(|e| failed(format!("cannot create the watcher's output: {e}")))?;
+        let err = output.try_clone().map_err(|e| failed(e.to_string()))?;
+        let child = std::process::Command::new(exe)
+            .args([
+                "watch",
+                &self.rollout.service,
+                "--token",
+                &self.rollout.id,
+                "--root",
+            ])
+            .arg(&root.0)
+            .stdin(std::process::Stdio::null())
+            .stdout(output)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| failed(format!("cannot start the watcher: {e}")))?;
+        if let Some(single) = self.rollout.single.as_mut() {
+            single.watcher_pid = Some(child.id());
+        }
+        self.save()?;
+        if let Some(soak) = self.soak.take() {
+            soak.abort();
+        }
+        self.detached = Some(child.id());
+        Ok(())
     }
 
     /// At the end: the floor of a signed release is raised once it is live everywhere.
@@ -711,39 +1072,94 @@ pub(crate) fn log_outcome(
     )
 }
 
-/// Replaces `replicas.json`, then `current` (the first live replica), each atomically.
-pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<(), DeployError> {
-    let pool = rollout.pool();
-    root.write_replicas(&pool).map_err(|e| {
-        failed(format!(
-            "cannot write {}: {e}",
-            root.replicas_path().display()
-        ))
-    })?;
-    if let Some(first) = pool.replicas.first() {
-        let pointer = Pointer {
-            service: rollout.service.clone(),
-            version: first.version.clone(),
-            port: first.port,
-            pid: first.pid,
-            start_time: first.start_time,
-            promoted_at: journal::now(),
-            fallback: None,
-            probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
-        };
-        let unchanged = root.read_pointer().ok().flatten().is_some_and(|p| {
-            p.version == pointer.version && p.pid == pointer.pid && p.port == pointer.port
-        });
-        if !unchanged {
-            root.write_pointer(&pointer).map_err(|e| {
-                failed(format!(
-                    "cannot write {}: {e}",
-                    root.pointer_path().display()
-                ))
-            })?;
+/// A single deploy's line: every line carries the deploy's token, port, the new process's
+/// pid and a signed release's facts; an outcome already written under the token (by a run
+/// that crashed before its next save) is not written again.
+pub(crate) fn log_single(
+    root: &Root,
+    rollout: &Rollout,
+    entry: &journal::Entry,
+) -> Result<(), DeployError> {
+    if entry.event.is_outcome() {
+        let written = journal::outcome_for(&root.log_path(), &rollout.id, rollout.started_at)
+            .map_err(|e| failed(format!("cannot read {}: {e}", root.log_path().display())))?;
+        if written.is_some() {
+            return Ok(());
         }
     }
-    Ok(())
+    let s = rollout.slot(0);
+    let new = s
+        .candidate
+        .iter()
+        .chain(s.live.iter())
+        .chain(s.retiring.iter())
+        .find(|p| p.version == rollout.to && p.pid > 0);
+    let signed = rollout.signed.as_ref();
+    append(
+        root,
+        &journal::Entry {
+            port: Some(rollout.settings.ports.0),
+            pid: new.map(|p| p.pid),
+            token: Some(&rollout.id),
+            sequence: signed.map(|s| s.sequence),
+            manifest_sha256: signed.map(|s| s.manifest_sha256.as_str()),
+            ..entry.clone()
+        },
+    )
+}
+
+/// Replaces `replicas.json`, then `current` (the first live replica, with its kept fallback),
+/// each atomically. A single deploy's root is served by `current` alone, as it always was.
+/// Some(words) when `current` was renamed but its folder's fsync failed.
+pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String>, DeployError> {
+    let pool = rollout.pool();
+    if rollout.single.is_none() {
+        root.write_replicas(&pool).map_err(|e| {
+            failed(format!(
+                "cannot write {}: {e}",
+                root.replicas_path().display()
+            ))
+        })?;
+    }
+    let Some(first) = pool.replicas.first() else {
+        return Ok(None);
+    };
+    let fallback = rollout
+        .slot(first.slot)
+        .fallback
+        .as_ref()
+        .map(|kept| Fallback {
+            version: kept.version.clone(),
+            port: kept.port,
+            pid: kept.pid,
+        });
+    let pointer = Pointer {
+        service: rollout.service.clone(),
+        version: first.version.clone(),
+        port: first.port,
+        pid: first.pid,
+        start_time: first.start_time,
+        promoted_at: journal::now(),
+        fallback,
+        probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
+    };
+    let unchanged = root.read_pointer().ok().flatten().is_some_and(|p| {
+        p.version == pointer.version
+            && p.pid == pointer.pid
+            && p.port == pointer.port
+            && p.fallback == pointer.fallback
+    });
+    if unchanged {
+        return Ok(None);
+    }
+    match root.write_pointer(&pointer) {
+        Ok(()) => Ok(None),
+        Err(error @ WriteError::NotDurable(_)) => Ok(Some(error.to_string())),
+        Err(WriteError::NotWritten(e)) => Err(failed(format!(
+            "cannot switch {}: {e}; the old pointer is intact",
+            root.pointer_path().display()
+        ))),
+    }
 }
 
 /// The monotonic instant just after Unix time `at`: the log's clock has millisecond steps, so a
@@ -776,20 +1192,49 @@ impl GateTiming {
     }
 }
 
-/// A single deploy's gate for one replica, then ready at every poll for `min_ready`. The
-/// reasons are the deploy's words.
+/// The gate for one replica, then ready at every poll for `min_ready`. The reasons are the
+/// deploy's words. A single deploy's gate also shows its progress and ends on `interrupt`.
 async fn gate_replica(
     mut child: tokio::process::Child,
     subject: Subject,
     timing: GateTiming,
-) -> Result<(), String> {
+    interrupt: Option<oneshot::Receiver<&'static str>>,
+    progress: Option<crate::deploy::progress::Progress>,
+) -> Gated {
     let started = std::time::Instant::now();
-    let watchers = gate::Watchers::default();
-    let passed = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
-    if passed.verdict != Verdict::Ready {
-        return Err(plan::reason(&passed.verdict, timing.gate.deadline));
+    let watchers = gate::Watchers {
+        signals: None,
+        interrupt,
+        progress: progress.as_ref(),
+    };
+    let gate = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
+    let elapsed = started.elapsed();
+    let reason = plan::reason(&gate.verdict, timing.gate.deadline);
+    let end = match gate.verdict {
+        Verdict::Ready => {
+            match gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await {
+                Ok(()) => GateEnd::Ready,
+                Err(reason) => GateEnd::Failed(reason),
+            }
+        }
+        Verdict::Stalled => GateEnd::Stalled(reason),
+        Verdict::Exited(_) | Verdict::Interrupted(_) => GateEnd::Failed(reason),
+    };
+    Gated {
+        end,
+        probes: gate.probes,
+        last_probes: gate.last_probes(),
+        elapsed,
     }
-    gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await
+}
+
+/// How a soak judges its replicas.
+#[derive(Debug, Clone, Copy)]
+enum Judged {
+    /// A rollout's soak: one failed probe fails a replica.
+    Soak,
+    /// A single deploy's watch: this many failed probes in a row.
+    Watch(u32),
 }
 
 /// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
@@ -798,11 +1243,14 @@ async fn soak(
     mut watched: Vec<(usize, Process, Subject)>,
     until: f64,
     poll: Duration,
+    judged: Judged,
     sender: UnboundedSender<Message>,
 ) {
     let end = instant_after(until);
+    let began = journal::now();
     let mut ticker = tokio::time::interval(poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut judges: HashMap<usize, plan::WatchJudge> = HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(end) => break,
@@ -810,14 +1258,24 @@ async fn soak(
         }
         let mut still = Vec::new();
         for (slot, process, subject) in watched {
-            let reason = if !process.identity().is_running() {
-                Some("exited during the soak".to_string())
-            } else {
-                match subject.check().await {
+            let reason = match (judged, process.identity().is_running()) {
+                (Judged::Soak, false) => Some("exited during the soak".to_string()),
+                (Judged::Watch(_), false) => Some(format!(
+                    "exited during the watch, {} ms after the switch",
+                    ((journal::now() - began) * 1000.0).round() as u64
+                )),
+                (Judged::Soak, true) => match subject.check().await {
                     (true, _) => None,
                     (false, other) => {
                         Some(format!("stopped being ready during the soak ({other})"))
                     }
+                },
+                (Judged::Watch(failures), true) => {
+                    let (passed, probe) = subject.check().await;
+                    judges
+                        .entry(slot)
+                        .or_insert_with(|| plan::WatchJudge::new(failures))
+                        .observe(passed, &probe)
                 }
             };
             match reason {

@@ -203,7 +203,11 @@ pub fn resolve(
             "max_failure_ratio is {max_failure_ratio}; allowed is 0 to 1"
         ));
     }
-    let ports = match (args.ports, previous.map(|p| p.settings.ports)) {
+    // A single deploy's "range" is its one port: not a range a rollout can take over.
+    let previous_ports = previous
+        .filter(|p| p.single.is_none())
+        .map(|p| p.settings.ports);
+    let ports = match (args.ports, previous_ports) {
         (Some(ports), _) | (None, Some(ports)) => ports,
         (None, None) => {
             return Err(
@@ -274,6 +278,8 @@ pub fn resolve(
             probe: gate.probe,
             // A first install has nothing to go back to: `plan` clears it then.
             watch_ms: gate.watch.as_millis() as u64,
+            on_stall: crate::policy::OnStall::Rollback,
+            keep_fallback: false,
         },
         classes,
     })
@@ -332,6 +338,8 @@ pub fn plan(
                 started: None,
                 finished: None,
                 error: None,
+                held: false,
+                fallback: None,
             }
         })
         .collect();
@@ -367,6 +375,7 @@ pub fn plan(
         abort_cause: None,
         signed: None,
         hooks: Default::default(),
+        single: None,
     })
 }
 

@@ -76,6 +76,14 @@ pub struct Slot {
     pub started: Option<f64>,
     pub finished: Option<f64>,
     pub error: Option<String>,
+    /// Its new process stalled at the deadline and is left running for a person (the policy's
+    /// `on_stall = 'escalate`): the rollout is paused until it is accepted or aborted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+    /// The process this slot's new one replaced, kept running (drained, out of the pool) as
+    /// the proxy's fallback through the watch, so a switch back needs no start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Process>,
 }
 
 /// Why a rollout aborted: the slot, the reason, and the phase (canary: the first wave;
@@ -113,6 +121,14 @@ pub struct Settings {
     /// rollout is promoted (0 for a first install: nothing to go back to).
     #[serde(default)]
     pub watch_ms: u64,
+    /// What a replica that is still running but not ready at the deadline leads to: a failure
+    /// (roll back), or a pause with the replica held for a person (escalate).
+    #[serde(default)]
+    pub on_stall: crate::policy::OnStall,
+    /// The last wave's replaced processes are kept as fallbacks through the watch (a single
+    /// deploy: N = 1, so the kept one fits the surge place its new one used).
+    #[serde(default)]
+    pub keep_fallback: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,6 +158,40 @@ pub struct Rollout {
     /// The policy's hooks, resolved: whichever rollgate ends the rollout runs the post hook.
     #[serde(default)]
     pub hooks: crate::deploy::hooks::Hooks,
+    /// Set when this is a single deploy (`rollgate deploy`, the engine's one-replica case): it
+    /// speaks the deploy's log lines and ends as a deploy does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub single: Option<Single>,
+}
+
+/// What a single deploy carries beyond a rollout, for its log lines and whoever finishes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Single {
+    pub deployer_pid: u32,
+    /// The release live when the deploy began (None: a first release).
+    pub previous: Option<Process>,
+    /// Where the gate's deadline came from (`--deadline-ms`, the policy, the default).
+    pub deadline_source: String,
+    /// Failed probes in a row that end the watch.
+    pub watch_failures: u32,
+    /// What the gate said ("ready after 412 ms (5 probes)"), for the promoted line.
+    #[serde(default)]
+    pub gate_detail: Option<String>,
+    #[serde(default)]
+    pub gate_elapsed_ms: Option<u64>,
+    /// The gate's last probes, for a rollback's line.
+    #[serde(default)]
+    pub last_probes: Option<String>,
+    /// What the switch said (the proxy's drain answer; a pointer whose folder fsync failed).
+    #[serde(default)]
+    pub switch_detail: String,
+    /// The background watcher of `deploy --no-wait`.
+    #[serde(default)]
+    pub watcher_pid: Option<u32>,
+    /// Its outcome is on record (logged, or there was none: refused before anything ran).
+    /// Until then, whoever takes the root next finishes it.
+    #[serde(default)]
+    pub settled: bool,
 }
 
 impl Slot {
@@ -242,5 +292,10 @@ impl Rollout {
 
     pub fn is_over(&self) -> bool {
         matches!(self.phase, Phase::Completed | Phase::Aborted)
+    }
+
+    /// A single deploy whose outcome is not on record: its deployer died (or failed) first.
+    pub fn unsettled_deploy(&self) -> bool {
+        self.single.as_ref().is_some_and(|s| !s.settled)
     }
 }

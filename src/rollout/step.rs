@@ -11,6 +11,7 @@ use crate::deploy::state::ReplicaClass;
 
 use super::plan::too_many_failures;
 use super::state::{AbortCause, Phase, Rollout, SlotState};
+use crate::policy::OnStall;
 
 /// Something the executor saw, or a person asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +26,16 @@ pub enum Event {
     Failed {
         slot: usize,
         reason: String,
+    },
+    /// A slot's new process is still running but was not ready by the deadline: a failure,
+    /// unless the rollout escalates stalls (then it is held for a person).
+    Stalled {
+        slot: usize,
+        reason: String,
+    },
+    /// A person accepts a held slot's process as it is (`rollgate promote`).
+    Accept {
+        slot: usize,
     },
     /// A slot is back on its previous version (after a failure, or an abort with rollback).
     Restored {
@@ -52,8 +63,14 @@ pub enum Action {
     StartInPlace {
         slot: usize,
     },
-    /// Put the slot's gated process into the pool, then drain and stop the one it replaces.
+    /// Put the slot's gated process into the pool, then drain and stop the one it replaces
+    /// (or, `keep_previous`, drain it and keep it running as the pool's fallback).
     Swap {
+        slot: usize,
+        keep_previous: bool,
+    },
+    /// The watch passed: the slot's fallback leaves the pool, is drained again and stopped.
+    DropFallback {
         slot: usize,
     },
     /// Stop the slot's new process; the previous version serves the slot again (started anew
@@ -99,22 +116,28 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
     let mut actions = Vec::new();
     match event {
         Event::Tick => {}
-        Event::Ready { slot } => {
-            let s = rollout.slot_mut(slot);
-            if s.state == SlotState::Upgrading {
-                s.state = SlotState::Succeeded;
-                s.finished = Some(now);
-                s.left_pool = false;
-                actions.push(Action::Swap { slot });
-                actions.push(note(
-                    LogEvent::ReplicaReady,
-                    Some(slot),
-                    s.wave,
-                    String::new(),
-                ));
+        Event::Ready { slot } => ready(rollout, slot, now, &mut actions),
+        Event::Failed { slot, reason } => fail(rollout, slot, reason, now, &mut actions),
+        Event::Stalled { slot, reason } => {
+            let escalates = rollout.settings.on_stall == OnStall::Escalate
+                && rollout.phase == Phase::Running
+                && rollout.slot(slot).state == SlotState::Upgrading;
+            if escalates {
+                hold(rollout, slot, reason, &mut actions);
+            } else {
+                fail(rollout, slot, reason, now, &mut actions);
             }
         }
-        Event::Failed { slot, reason } => fail(rollout, slot, reason, now, &mut actions),
+        Event::Accept { slot } => {
+            if rollout.phase == Phase::Paused && rollout.slot(slot).held {
+                rollout.slot_mut(slot).held = false;
+                rollout.phase = Phase::Running;
+                rollout.pause_reason = None;
+                // A person decided: nothing is left to watch for.
+                rollout.settings.watch_ms = 0;
+                ready(rollout, slot, now, &mut actions);
+            }
+        }
         Event::Restored { slot } => {
             let s = rollout.slot_mut(slot);
             if s.state == SlotState::RollingBack {
@@ -128,7 +151,8 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
             }
         }
         Event::Resume => {
-            if rollout.phase == Phase::Paused {
+            // A held replica waits for `Accept` or `Abort`, not for the rollout to go on.
+            if rollout.phase == Phase::Paused && !rollout.slots.iter().any(|s| s.held) {
                 rollout.phase = Phase::Running;
                 rollout.pause_reason = None;
                 actions.push(note(
@@ -154,6 +178,50 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
         advance(rollout, now, &mut actions);
     }
     actions
+}
+
+/// A slot's new process is ready: it joins the pool.
+fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>) {
+    let last_wave = rollout.wave + 1 >= rollout.waves.len();
+    let settings = &rollout.settings;
+    let keep = settings.keep_fallback && settings.watch_ms > 0 && last_wave;
+    let s = rollout.slot_mut(slot);
+    if s.state != SlotState::Upgrading {
+        return;
+    }
+    s.state = SlotState::Succeeded;
+    s.finished = Some(now);
+    s.left_pool = false;
+    actions.push(Action::Swap {
+        slot,
+        keep_previous: keep && s.live.is_some(),
+    });
+    actions.push(note(
+        LogEvent::ReplicaReady,
+        Some(slot),
+        s.wave,
+        String::new(),
+    ));
+}
+
+/// A stalled process left running for a person: the rollout pauses with it held (its gate is
+/// over; `Accept` puts it in the pool, `Abort` stops it).
+fn hold(rollout: &mut Rollout, slot: usize, reason: String, actions: &mut Vec<Action>) {
+    let s = rollout.slot_mut(slot);
+    s.held = true;
+    s.error = Some(reason.clone());
+    let wave = s.wave;
+    rollout.phase = Phase::Paused;
+    rollout.pause_reason = Some(format!("replica {slot} escalated: {reason}"));
+    rollout.soak_until = None;
+    for s in &mut rollout.slots {
+        if s.state == SlotState::Upgrading && !s.held {
+            s.state = SlotState::Pending;
+            actions.push(Action::Revert { slot: s.slot });
+        }
+    }
+    actions.push(note(LogEvent::Escalated, Some(slot), wave, reason));
+    actions.push(Action::Stop);
 }
 
 /// A slot's new process failed.
@@ -236,6 +304,7 @@ fn abort(rollout: &mut Rollout, cause: AbortCause, rollback: bool, actions: &mut
         match s.state {
             SlotState::Upgrading => {
                 s.state = SlotState::Pending;
+                s.held = false;
                 actions.push(Action::Revert { slot: s.slot });
             }
             SlotState::Succeeded if rollback => {
@@ -277,6 +346,11 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         }
         if rollout.wave >= rollout.waves.len() {
             rollout.phase = Phase::Completed;
+            for s in &rollout.slots {
+                if s.fallback.is_some() {
+                    actions.push(Action::DropFallback { slot: s.slot });
+                }
+            }
             let moved = rollout.count(SlotState::Succeeded);
             let removed = match rollout.count(SlotState::Removed) {
                 0 => String::new(),
@@ -443,6 +517,8 @@ mod tests {
                 wave_percents: vec![1, 10, 50, 100],
                 probe: Default::default(),
                 watch_ms: 0,
+                on_stall: Default::default(),
+                keep_fallback: false,
             },
             slots: slots
                 .iter()
@@ -465,6 +541,8 @@ mod tests {
                     started: None,
                     finished: None,
                     error: None,
+                    held: false,
+                    fallback: None,
                 })
                 .collect(),
             waves,
@@ -474,6 +552,7 @@ mod tests {
             abort_cause: None,
             signed: None,
             hooks: Default::default(),
+            single: None,
         }
     }
 
@@ -563,7 +642,13 @@ mod tests {
         let actions = step(&mut r, Event::Tick, 0.0);
         assert_eq!(actions, vec![Action::StartInPlace { slot: 0 }]);
         let actions = step(&mut r, Event::Ready { slot: 0 }, 0.1);
-        assert_eq!(actions[0], Action::Swap { slot: 0 });
+        assert_eq!(
+            actions[0],
+            Action::Swap {
+                slot: 0,
+                keep_previous: false
+            }
+        );
         assert_eq!(starts(&actions), [1]);
         let (_, widest) = run_all_ready(&mut r);
         assert_eq!(widest, 1);
@@ -671,6 +756,168 @@ mod tests {
         step(&mut r, Event::Tick, 5.0);
         assert_eq!(r.phase, Phase::Aborted);
         assert_eq!(r.abort_cause.as_ref().unwrap().slot, Some(2));
+    }
+
+    /// A single deploy's shape: one replica, required, kept as fallback through the watch.
+    fn single(watch_ms: u64, on_stall: OnStall) -> Rollout {
+        let mut r = rollout(1, 100, 0, 0);
+        r.settings.watch_ms = watch_ms;
+        r.settings.keep_fallback = true;
+        r.settings.on_stall = on_stall;
+        r.slot_mut(0).class = ReplicaClass::Required;
+        r
+    }
+
+    fn without_logs(actions: Vec<Action>) -> Vec<Action> {
+        actions
+            .into_iter()
+            .filter(|a| !matches!(a, Action::Log(_)))
+            .collect()
+    }
+
+    fn logged(actions: &[Action]) -> Vec<LogEvent> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Log(note) => Some(note.event),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_single_deploy_keeps_its_previous_release_through_the_watch_and_drops_it_at_the_end() {
+        let mut r = single(2000, OnStall::Rollback);
+        assert_eq!(
+            without_logs(step(&mut r, Event::Tick, 0.0)),
+            [Action::StartBeside { slot: 0 }]
+        );
+        assert_eq!(
+            without_logs(step(&mut r, Event::Ready { slot: 0 }, 1.0)),
+            [
+                Action::Swap {
+                    slot: 0,
+                    keep_previous: true
+                },
+                Action::SoakUntil(3.0)
+            ]
+        );
+        // The executor keeps the replaced process as the fallback.
+        r.slot_mut(0).fallback = r.slot(0).live.clone();
+        assert!(without_logs(step(&mut r, Event::Tick, 2.0)).is_empty());
+        let end = step(&mut r, Event::Tick, 3.0);
+        assert_eq!(logged(&end), [LogEvent::Promoted]);
+        assert_eq!(
+            without_logs(end),
+            [Action::DropFallback { slot: 0 }, Action::Stop]
+        );
+        assert_eq!(r.phase, Phase::Completed);
+    }
+
+    #[test]
+    fn a_first_release_or_a_rollout_keeps_no_fallback() {
+        let mut first = single(2000, OnStall::Rollback);
+        first.slot_mut(0).live = None;
+        step(&mut first, Event::Tick, 0.0);
+        assert!(
+            step(&mut first, Event::Ready { slot: 0 }, 1.0).contains(&Action::Swap {
+                slot: 0,
+                keep_previous: false
+            })
+        );
+        // A rollout of several replicas does not keep them (they would take its surge places).
+        let mut r = rollout(2, 100, 0, 0);
+        r.settings.watch_ms = 2000;
+        step(&mut r, Event::Tick, 0.0);
+        assert!(
+            step(&mut r, Event::Ready { slot: 0 }, 1.0).contains(&Action::Swap {
+                slot: 0,
+                keep_previous: false
+            })
+        );
+    }
+
+    #[test]
+    fn a_failure_in_the_watch_reverts_to_the_fallback_and_aborts_a_required_replica() {
+        let mut r = single(2000, OnStall::Rollback);
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 1.0);
+        r.slot_mut(0).fallback = r.slot(0).live.clone();
+        let failed = step(
+            &mut r,
+            Event::Failed {
+                slot: 0,
+                reason: "exited during the watch".into(),
+            },
+            1.5,
+        );
+        assert_eq!(
+            logged(&failed),
+            [LogEvent::ReplicaFailed, LogEvent::RolledBack]
+        );
+        assert_eq!(
+            without_logs(failed),
+            [Action::Revert { slot: 0 }, Action::Stop]
+        );
+        assert_eq!(r.phase, Phase::Aborted);
+        assert_eq!(r.abort_cause.as_ref().and_then(|c| c.slot), Some(0));
+    }
+
+    #[test]
+    fn a_stall_escalates_when_the_policy_says_so_and_a_person_decides() {
+        let stalled = || Event::Stalled {
+            slot: 0,
+            reason: "not ready after 600 ms".into(),
+        };
+        // Rolled back by default: a stall is a failure.
+        let mut r = single(0, OnStall::Rollback);
+        step(&mut r, Event::Tick, 0.0);
+        assert!(step(&mut r, stalled(), 1.0).contains(&Action::Revert { slot: 0 }));
+        assert_eq!(r.phase, Phase::Aborted);
+
+        // Escalated: held, running, the rollout paused; resume does not move it.
+        let mut r = single(2000, OnStall::Escalate);
+        step(&mut r, Event::Tick, 0.0);
+        let held = step(&mut r, stalled(), 1.0);
+        assert_eq!(logged(&held), [LogEvent::Escalated]);
+        assert_eq!(without_logs(held), [Action::Stop]);
+        assert!(r.slot(0).held && r.slot(0).state == SlotState::Upgrading);
+        assert_eq!(r.phase, Phase::Paused);
+        assert!(step(&mut r, Event::Resume, 2.0).is_empty());
+        assert_eq!(r.phase, Phase::Paused);
+
+        // Accepted by a person: in the pool at once, no watch, promoted.
+        let mut accepted = r.clone();
+        let actions = step(&mut accepted, Event::Accept { slot: 0 }, 3.0);
+        assert_eq!(
+            without_logs(actions.clone()),
+            [
+                Action::Swap {
+                    slot: 0,
+                    keep_previous: false
+                },
+                Action::Stop
+            ]
+        );
+        assert!(logged(&actions).contains(&LogEvent::Promoted));
+        assert_eq!(accepted.phase, Phase::Completed);
+
+        // Aborted by a person: stopped, the previous release stays.
+        let mut aborted = r;
+        let actions = step(
+            &mut aborted,
+            Event::Abort {
+                reason: "aborted by hand".into(),
+                rollback: false,
+            },
+            3.0,
+        );
+        assert_eq!(
+            without_logs(actions),
+            [Action::Revert { slot: 0 }, Action::Stop]
+        );
+        assert!(!aborted.slot(0).held);
+        assert_eq!(aborted.phase, Phase::Aborted);
     }
 
     #[test]
