@@ -648,3 +648,68 @@ fn a_running_deploy_keeps_no_finished_policy_evaluator() {
     }
     assert_eq!(deploy.wait().unwrap().code(), Some(1), "rolled back");
 }
+
+/// A deploy is the engine's one-replica rollout: the state file it keeps in flight is the
+/// rollout's (`rollout status` reads it), its `candidate` record is that state's view, and the
+/// controls of a rollout send a person to promote or abort.
+#[test]
+fn a_deploy_in_flight_is_a_one_replica_rollout_in_the_same_state_file() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 1500");
+    let policy = escalating_policy(&site);
+    let port = free_port();
+    let out = site.deploy(port, "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("rollout.json")).unwrap())
+            .unwrap();
+    assert_eq!(state["phase"], "paused");
+    assert_eq!(state["settings"]["replicas"], 1);
+    assert_eq!(state["settings"]["ports"], serde_json::json!([port, port]));
+    assert_eq!(state["slots"][0]["class"], "required");
+    assert_eq!(state["slots"][0]["held"], true);
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("candidate")).unwrap())
+            .unwrap();
+    assert_eq!(record["stage"], "escalated");
+    assert_eq!(record["token"], state["id"]);
+    assert_eq!(record["pid"], state["slots"][0]["candidate"]["pid"]);
+
+    let status = rollgate()
+        .args([
+            "rollout", "status", "edge-svc", "--format", "json", "--root",
+        ])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["state"], "paused");
+    assert_eq!(status["version"], "v2");
+
+    let resume = rollgate()
+        .args(["rollout", "resume", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(resume.status.code(), Some(2));
+    assert!(
+        stderr(&resume).contains("is a single deploy"),
+        "{}",
+        stderr(&resume)
+    );
+
+    let out = rollgate()
+        .args(["promote", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Once its outcome is on record, `current` alone says what is live, as after any deploy.
+    assert!(!site.root().join("rollout.json").exists());
+    assert!(!site.root().join("candidate").exists());
+    assert!(!site.root().join("replicas.json").exists());
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}

@@ -1,17 +1,17 @@
-//! `rollgate promote` and `rollgate abort`: a person finishes an escalated deploy through the
-//! same switch and rollback code a deploy uses.
+//! `rollgate promote` and `rollgate abort`: a person finishes an escalated deploy. The deploy is
+//! held by the engine (its rollout paused with the replica held); a person's word is one more
+//! event for the same planner and executor.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
+use super::journal;
 use super::plan;
-use super::process::Identity;
-use super::recover::switched;
 use super::signals::Signals;
-use super::state::{Root, Stage};
-use super::{
-    finish_switch, journal, lock, refused, roll_back, runtime, switch, DeployError, Outcome,
-};
+use super::state::Root;
+use super::{lock, refused, runtime, DeployError, Outcome};
+use crate::rollout::single;
+use crate::rollout::state::{self as rollout_state, Phase};
+use crate::rollout::step::Event;
 
 /// `rollgate promote` / `rollgate abort`: finish an escalated deploy by hand.
 pub fn finish_escalated(
@@ -26,16 +26,20 @@ pub fn finish_escalated(
         // and the log line must not leave a switch half-recorded.
         let _signals = Signals::install().map_err(refused)?;
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
-        let candidate = match root.read_candidate().map_err(refused)? {
-            Some(c) if c.stage == Stage::Escalated && c.service == service => c,
-            Some(c) if c.stage == Stage::Escalated => {
+        single::adopt_legacy(&root)?;
+        let held = rollout_state::load(&root)
+            .map_err(refused)?
+            .filter(|r| r.unsettled_deploy() && r.slot(0).held);
+        let rollout = match held {
+            Some(r) if r.service == service => r,
+            Some(r) => {
                 return Err(refused(format!(
                     "the escalated candidate under {} is for service {}, not {service}",
                     root.0.display(),
-                    c.service
+                    r.service
                 )))
             }
-            _ => {
+            None => {
                 return Err(refused(format!(
                     "no escalated deploy of {service} waits under {}",
                     root.0.display()
@@ -43,76 +47,63 @@ pub fn finish_escalated(
             }
         };
         // From a file: a start time in the future, far past or not a number gives zero.
-        let elapsed = Duration::try_from_secs_f64(journal::now() - candidate.started_at)
-            .unwrap_or(Duration::ZERO);
+        let elapsed_ms = std::time::Duration::try_from_secs_f64(journal::now() - rollout.started_at)
+            .map_or(0, |d| d.as_millis() as u64);
+        let held = rollout.slot(0).candidate.clone();
         // An earlier promote renamed the pointer and was interrupted: the candidate is live.
         // Finish that switch; never stop the release the pointer names.
-        if switched(&root, &candidate)? {
+        let pointer = root.read_pointer().map_err(refused)?;
+        let switched = held
+            .as_ref()
+            .is_some_and(|h| pointer.as_ref().is_some_and(|p| p.names(h.identity())))
+            || rollout.slot(0).live.as_ref().is_some_and(|l| {
+                l.version == rollout.to && pointer.as_ref().is_some_and(|p| p.names(l.identity()))
+            });
+        if switched {
             if !promote {
                 return Err(refused(format!(
                     "the switch to {v} already happened: current names it (pid {pid}), so aborting would stop the live release. \
                      Run `rollgate promote {service} --root {root}` to finish the switch, then roll forward: deploy the release you want live",
-                    v = candidate.version,
-                    pid = candidate.pid.unwrap_or(0),
+                    v = rollout.to,
+                    pid = pointer.as_ref().map_or(0, |p| p.pid),
                     root = root.0.display()
                 )));
             }
-            return finish_switch(
-                &root,
-                &candidate,
-                candidate.previous.as_ref(),
-                "promoted by hand; the switch had happened in an interrupted promote, finished now"
-                    .into(),
-                Some(elapsed),
-                true,
-            )
-            .await;
+            let detail =
+                "promoted by hand; the switch had happened in an interrupted promote, finished now";
+            single::complete_switch(single::executor(&root, rollout), detail.into(), Some(elapsed_ms))
+                .await?;
+            return Ok(Outcome::Promoted);
         }
-        let live = root.read_pointer().map_err(refused)?;
-        let Some(identity) = candidate.identity().filter(Identity::is_running) else {
-            roll_back(
-                &root,
-                &candidate,
-                candidate.identity().unwrap_or(Identity {
-                    pid: 0,
-                    start_time: 0,
-                }),
-                None,
-                live.as_ref(),
-                "candidate exited while escalated".into(),
-                "found by a person".into(),
-                Duration::ZERO,
-            )
-            .await?;
-            return Ok(Outcome::RolledBack);
-        };
-        if promote {
-            let (_, answer) = candidate
-                .probe_subject(&root, &candidate.version, candidate.port)
-                .check()
-                .await;
-            switch(
-                &root,
-                &candidate,
-                identity,
-                live,
-                format!("promoted by hand after escalation (probe: {answer})"),
-                elapsed,
-            )
-            .await
+        let mut executor = single::executor(&root, rollout);
+        let running = held.as_ref().is_some_and(|h| h.identity().is_running());
+        if let Some(s) = executor.rollout_mut().single.as_mut() {
+            s.gate_elapsed_ms = Some(if running { elapsed_ms } else { 0 });
+        }
+        let (event, outcome) = if !running {
+            executor.words_mut().context = Some("found by a person".into());
+            let reason = "candidate exited while escalated".to_string();
+            (Event::Abort { reason, rollback: false }, Outcome::RolledBack)
+        } else if promote {
+            let (_, answer) = executor.subject_for_new().check().await;
+            if let Some(s) = executor.rollout_mut().single.as_mut() {
+                s.gate_detail = Some(format!(
+                    "promoted by hand after escalation (probe: {answer})"
+                ));
+            }
+            (Event::Accept { slot: 0 }, Outcome::Promoted)
         } else {
-            roll_back(
-                &root,
-                &candidate,
-                identity,
-                None,
-                live.as_ref(),
-                "aborted by hand after escalation".into(),
-                "decided by a person".into(),
-                elapsed,
-            )
-            .await?;
-            Ok(Outcome::Aborted)
+            executor.words_mut().context = Some("decided by a person".into());
+            let reason = "aborted by hand after escalation".to_string();
+            (Event::Abort { reason, rollback: false }, Outcome::Aborted)
+        };
+        executor.handle(event).await?;
+        executor.run_post_hook().await;
+        match executor.rollout().phase {
+            Phase::Completed | Phase::Aborted => Ok(outcome),
+            _ => Err(DeployError::Failed(
+                "the escalated deploy did not end; its state stays for the next command".into(),
+            )),
         }
     })
 }

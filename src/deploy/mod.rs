@@ -1,6 +1,8 @@
 //! Readiness-gated deploys on one host. Read [`deploy`] top to bottom: refuse what can be
-//! refused before anything starts, start the candidate beside the live release, gate it on
-//! `/readyz` until the deadline, then switch `current` with one rename or roll back.
+//! refused before anything starts, then hand the deploy to the rollout engine as its
+//! one-replica case (`rollout::single`): it starts the candidate beside the live release, gates
+//! it until the deadline, switches `current` with one rename (watching it, with the previous
+//! release as the fallback) or rolls back.
 
 pub(crate) mod dry_run;
 mod escalation;
@@ -25,11 +27,14 @@ use std::time::{Duration, Instant};
 use crate::policy::{self, EvalOptions};
 use crate::proxy::drain;
 use crate::release;
-use journal::Event as LogEvent;
-use plan::{Action, Probe, Settings};
+use crate::rollout::run::{Context, Executor};
+use crate::rollout::single;
+use crate::rollout::state::{self as rollout_state, Phase, Rollout};
+use crate::rollout::step::Event;
+use plan::{Probe, Settings};
 use process::Identity;
 use signals::Signals;
-use state::{Candidate, Pointer, Root, Stage, WriteError};
+use state::{Pointer, Root};
 
 pub use escalation::finish_escalated;
 pub use plan::check_name;
@@ -197,28 +202,6 @@ pub(crate) fn policy_hooks(
     }
 }
 
-/// Runs a post hook once an outcome is logged; a failure is logged (and said) but the outcome
-/// stands.
-pub(crate) async fn after_outcome(
-    root: &Root,
-    candidate: &Candidate,
-    hook: hooks::Hook,
-    reason: Option<String>,
-) {
-    let facts = hooks::Facts {
-        service: candidate.service.clone(),
-        version: candidate.version.clone(),
-        previous_version: candidate.previous.as_ref().map(|p| p.version.clone()),
-        ports: vec![candidate.port],
-        previous_ports: candidate.previous.iter().map(|p| p.port).collect(),
-        reason,
-    };
-    if let Some(Err(e)) = candidate.hooks.run(hook, &root.0, &facts).await {
-        eprintln!("rollgate: {e}; the outcome stands");
-        let _ = log(root, candidate, LogEvent::HookFailed, e, None);
-    }
-}
-
 /// The request's policy entry, checked by the contract (None without `--policy`).
 fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
     policy_entry(
@@ -300,7 +283,8 @@ fn check_executable(
     }
 }
 
-/// Starts the candidate, gates it, and promotes, rolls back or escalates.
+/// Runs the deploy through the engine: the one-replica rollout `rollout::single` plans, on
+/// the same planner and executor as every rollout, recorded in the same state file.
 async fn gate_and_finish(
     root: &Root,
     request: &Request,
@@ -315,311 +299,86 @@ async fn gate_and_finish(
         Some(admitted) => (admitted.executable, Some(admitted.signed)),
         None => (root.executable(&request.version, &request.service), None),
     };
-    // Recorded before the spawn, so a deployer killed right after it still leaves a trace.
-    let mut candidate = Candidate {
-        service: request.service.clone(),
-        version: request.version.clone(),
-        port: request.port,
-        token: format!("{}-{}", std::process::id(), journal::now()),
-        pid: None,
-        start_time: None,
-        stage: Stage::Spawning,
-        deployer_pid: std::process::id(),
-        started_at: journal::now(),
-        grace_ms: settings.grace.as_millis() as u64,
-        drain_ms: settings.drain.as_millis() as u64,
-        previous: live.clone(),
-        signed,
-        probe: settings.probe.clone(),
-        watch: None,
-        hooks,
-    };
-    root.write_candidate(&candidate).map_err(|e| {
-        refused(format!(
-            "cannot write {}: {e}",
-            root.candidate_path().display()
-        ))
-    })?;
-
-    let output = root.output_path(&request.version, &request.service);
-    let release_dir = root.release_dir(&request.version);
-    let mut child = match process::spawn(&process::Launch {
-        executable: &executable,
-        workdir: &release_dir,
-        output: &output,
-        port: request.port,
+    let now = journal::now();
+    let mut planned = single::plan(&single::Asked {
+        service: &request.service,
         version: &request.version,
-        token: &candidate.token,
-        slot: None,
-    }) {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = root.clear_candidate();
-            return Err(refused(format!(
-                "cannot start {}: {e}",
-                executable.display()
-            )));
-        }
-    };
-    let started = Instant::now();
-    let pid = child.id().map_or(0, |p| p as i32);
-    let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
-    candidate.pid = Some(pid);
-    candidate.start_time = Some(identity.start_time);
-    candidate.stage = Stage::Running;
-    let spawned = Spawned {
-        identity,
-        started,
-        child: &mut child,
-    };
-    match gate_spawned(
-        root,
-        request,
+        port: request.port,
         settings,
-        live,
-        signals,
-        &mut candidate,
-        spawned,
-    )
-    .await
-    {
-        Ok(outcome) => Ok(outcome),
-        Err(error) => Err(abandon(root, &candidate, identity, &mut child, error).await),
-    }
-}
-
-/// The candidate as the deploy that started it holds it.
-struct Spawned<'a> {
-    identity: Identity,
-    started: Instant,
-    child: &'a mut tokio::process::Child,
-}
-
-/// Everything after the spawn. Any error here reaches [`abandon`], which decides what is left.
-async fn gate_spawned(
-    root: &Root,
-    request: &Request,
-    settings: &Settings,
-    live: Option<Pointer>,
-    signals: &mut Signals,
-    candidate: &mut Candidate,
-    spawned: Spawned<'_>,
-) -> Result<Outcome, DeployError> {
-    let failed = |what: &str, e: std::io::Error| DeployError::Failed(format!("{what}: {e}"));
-    let Spawned {
-        identity,
-        started,
-        child,
-    } = spawned;
-    let pid = identity.pid;
-    root.write_candidate(candidate)
-        .map_err(|e| failed("cannot record the candidate", e))?;
-    log(
-        root,
-        candidate,
-        LogEvent::CandidateStarted,
-        format!(
-            "port {}; pid {pid}; deadline {} ms ({}); poll {} ms",
-            request.port,
-            settings.deadline.as_millis(),
-            settings.deadline_source,
-            settings.poll.as_millis()
-        ),
-        None,
-    )?;
-
-    let progress = progress::Progress::new(&request.version, settings.deadline);
-    let timing = gate::Timing {
-        deadline: settings.deadline,
-        poll: settings.poll,
+        live: live.as_ref(),
+        token: format!("{}-{}", std::process::id(), now),
+        now,
+    });
+    planned.signed = signed;
+    planned.hooks = hooks;
+    // Recorded before the spawn, so a deployer killed right after it still leaves a trace.
+    rollout_state::save(root, &planned).map_err(refused)?;
+    let context = Context {
+        root: root.clone(),
+        executable,
     };
-    let watchers = gate::Watchers {
-        signals: Some(signals),
-        interrupt: None,
-        progress: Some(&progress),
-    };
-    let subject = candidate.probe_subject(root, &request.version, request.port);
-    let gate = gate::run(child, &subject, timing, started, watchers).await;
-    let elapsed = started.elapsed();
-    match plan::action(&gate.verdict, settings.on_stall) {
-        Action::Promote => {
-            let detail = format!(
-                "ready after {} ms ({} probe{})",
-                elapsed.as_millis(),
-                gate.probes,
-                if gate.probes == 1 { "" } else { "s" }
-            );
-            // A first release is not watched: there is nothing to switch back to.
-            match live {
-                Some(previous) if !settings.watch.is_zero() => {
-                    let record = state::WatchRecord {
-                        until: journal::now() + settings.watch.as_secs_f64(),
-                        poll_ms: settings.poll.as_millis() as u64,
-                        failures: settings.watch_failures,
-                        gate_detail: detail,
-                        gate_elapsed_ms: elapsed.as_millis() as u64,
-                        switch_detail: String::new(),
-                        watcher_pid: None,
-                    };
-                    watch::switch_and_watch(
-                        root,
-                        candidate,
-                        identity,
-                        &previous,
-                        record,
-                        request.no_wait,
-                    )
-                    .await
-                }
-                live => switch(root, candidate, identity, live, detail, elapsed).await,
-            }
-        }
-        Action::Escalate => {
-            candidate.stage = Stage::Escalated;
-            root.write_candidate(candidate)
-                .map_err(|e| failed("cannot record the escalation", e))?;
-            log(
-                root,
-                candidate,
-                LogEvent::Escalated,
-                format!(
-                    "{}; left running on port {} (pid {pid}) for a person: rollgate promote {svc} --root {root} or rollgate abort {svc} --root {root}; last probes: {}",
-                    plan::reason(&gate.verdict, settings.deadline),
-                    request.port,
-                    gate.last_probes(),
-                    svc = request.service,
-                    root = root.0.display(),
-                ),
-                Some(elapsed),
-            )?;
-            Ok(Outcome::Escalated)
-        }
-        Action::RollBack => {
-            let reason = plan::reason(&gate.verdict, settings.deadline);
-            let context = format!("last probes: {}", gate.last_probes());
-            roll_back(
-                root,
-                candidate,
-                identity,
-                Some(child),
-                live.as_ref(),
-                reason,
-                context,
-                elapsed,
-            )
-            .await?;
-            Ok(Outcome::RolledBack)
-        }
+    let mut executor = Executor::new(context, planned);
+    if request.no_wait {
+        executor = executor.detach_at_watch();
     }
+    let phase = match executor.run(Event::Tick, signals).await {
+        Ok(phase) => phase,
+        Err(error) => return Err(abandon(root, executor.rollout(), error).await),
+    };
+    Ok(match (executor.detached(), phase) {
+        (Some(watcher), _) => Outcome::Watching(watcher),
+        (None, Phase::Completed) => Outcome::Promoted,
+        (None, Phase::Aborted) => Outcome::RolledBack,
+        (None, Phase::Paused | Phase::Running) => Outcome::Escalated,
+    })
 }
 
-/// A failure after the spawn (a log or record that cannot be written): the candidate must not
-/// outlive this deploy without an outcome, unless the switch already made it the live release.
-/// Returns the error completed with the state that is left.
-async fn abandon(
-    root: &Root,
-    candidate: &Candidate,
-    identity: Identity,
-    child: &mut tokio::process::Child,
-    error: DeployError,
-) -> DeployError {
-    let version = &candidate.version;
-    let left = match root.read_pointer() {
-        Ok(Some(pointer)) if pointer.names(identity) => format!(
+/// A failure after the deploy was recorded (a log or state file that cannot be written, a
+/// candidate that cannot be started): the candidate must not outlive this deploy without an
+/// outcome, unless the switch already made it the live release. Returns the error completed
+/// with the state that is left.
+async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployError {
+    let version = &rollout.to;
+    let slot = rollout.slot(0);
+    let new = slot
+        .candidate
+        .iter()
+        .chain(slot.live.iter())
+        .find(|p| p.version == *version && p.pid > 0)
+        .cloned();
+    let state_path = root.0.join(rollout_state::ROLLOUT_FILE);
+    let left = match (root.read_pointer(), &new) {
+        (Ok(Some(pointer)), Some(new)) if pointer.names(new.identity()) => format!(
             "{version} is live (current names it); its record stays in {} so the next deploy or `rollgate promote` finishes the switch",
-            root.candidate_path().display()
+            state_path.display()
         ),
-        Err(e) => format!(
+        (Err(e), Some(new)) => format!(
             "cannot tell whether the switch happened ({e}); candidate {version} (pid {}) is left running and recorded for the next deploy",
-            identity.pid
+            new.pid
         ),
-        Ok(_) => {
-            let stopped = process::stop_group(identity, Duration::from_millis(candidate.grace_ms)).await;
-            // Our child: reap it so no zombie is left while this process lives on.
-            let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-            match root.clear_candidate() {
+        _ => {
+            let stopped = match &new {
+                Some(new) => {
+                    process::stop_group(new.identity(), Duration::from_millis(rollout.settings.grace_ms))
+                        .await
+                        .to_string()
+                }
+                None => process::Stopped::AlreadyGone.to_string(),
+            };
+            // Nothing of it runs and `current` never named it: its record goes.
+            let cleared = rollout_state::clear(root);
+            if let DeployError::Refused(_) = error {
+                return error;
+            }
+            match cleared {
                 Ok(()) => format!("candidate {version} {stopped}; current unchanged"),
                 Err(e) => format!(
-                    "candidate {version} {stopped}; current unchanged; its record could not be removed ({e}), the next deploy will"
+                    "candidate {version} {stopped}; current unchanged; {e}, the next deploy will"
                 ),
             }
         }
     };
     DeployError::Failed(format!("{error}; {left}"))
-}
-
-/// The switch: the new pointer in one rename, then [`finish_switch`].
-async fn switch(
-    root: &Root,
-    candidate: &Candidate,
-    identity: Identity,
-    live: Option<Pointer>,
-    detail: String,
-    elapsed: Duration,
-) -> Result<Outcome, DeployError> {
-    let pointer = candidate.pointer(identity, None);
-    let durability = match root.write_pointer(&pointer) {
-        Ok(()) => String::new(),
-        Err(WriteError::NotWritten(e)) => {
-            return Err(DeployError::Failed(format!(
-                "cannot switch {}: {e}; the old pointer is intact",
-                root.pointer_path().display(),
-            )))
-        }
-        // The rename happened: readers see the new release, so the switch goes on.
-        Err(error @ WriteError::NotDurable(_)) => format!("; current {error}"),
-    };
-    finish_switch(
-        root,
-        candidate,
-        live.as_ref(),
-        format!("{detail}{durability}"),
-        Some(elapsed),
-        true,
-    )
-    .await
-}
-
-/// After the rename, whoever performs it (a deploy, `promote`, the end of a watch, or the next
-/// deploy after a crash): the previous release drained (if a proxy serves the root, and unless
-/// the watch already did) and stopped with the grace recorded for this deploy, the outcome
-/// logged once, the record cleared.
-async fn finish_switch(
-    root: &Root,
-    candidate: &Candidate,
-    previous: Option<&Pointer>,
-    detail: String,
-    elapsed: Option<Duration>,
-    drain: bool,
-) -> Result<Outcome, DeployError> {
-    let drained = match previous {
-        Some(old) if drain => drain_before_stop(root, old.port, candidate.drain_ms).await,
-        _ => String::new(),
-    };
-    let old = stop_previous(previous, Duration::from_millis(candidate.grace_ms)).await;
-    log(
-        root,
-        candidate,
-        LogEvent::Promoted,
-        format!("{detail}; {drained}{old}"),
-        elapsed,
-    )?;
-    // Written last: a crash before this line leaves the floor where it was, and whoever
-    // finishes this switch after a crash raises it.
-    if let Some(signed) = &candidate.signed {
-        release::write_floor(&root.0, signed).map_err(|e| {
-            DeployError::Failed(format!(
-                "promoted, but the release floor was not raised: {e}"
-            ))
-        })?;
-    }
-    root.clear_candidate().map_err(|e| {
-        DeployError::Failed(format!(
-            "promoted, but cannot clear the candidate record: {e}"
-        ))
-    })?;
-    after_outcome(root, candidate, hooks::Hook::PostPromote, None).await;
-    Ok(Outcome::Promoted)
 }
 
 /// Asks a proxy serving the root to finish the old release's requests. Unless it confirms (or
@@ -637,115 +396,6 @@ pub(crate) async fn drain_before_stop(root: &Root, port: u16, drain_ms: u64) -> 
         "{answer}; the proxy did not confirm, so the old release was kept for the {} ms drain timeout; ",
         limit.as_millis()
     )
-}
-
-async fn stop_previous(live: Option<&Pointer>, grace: Duration) -> String {
-    match live {
-        None => "first release".into(),
-        Some(old) => {
-            let stopped = process::stop_group(old.identity(), grace).await;
-            format!("old release {} {stopped}", old.version)
-        }
-    }
-}
-
-/// The rollback: stop the candidate's whole group (what its leader left running too), check the
-/// old release still answers, log why. The pointer is never touched.
-#[allow(clippy::too_many_arguments)]
-async fn roll_back(
-    root: &Root,
-    candidate: &Candidate,
-    identity: Identity,
-    child: Option<&mut tokio::process::Child>,
-    live: Option<&Pointer>,
-    reason: String,
-    context: String,
-    elapsed: Duration,
-) -> Result<(), DeployError> {
-    let stopped = process::stop_group(identity, Duration::from_millis(candidate.grace_ms)).await;
-    if let Some(child) = child {
-        let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-    }
-    let old = match live {
-        None => "no release was live".to_string(),
-        Some(old) => match candidate
-            .probe_subject(root, &old.version, old.port)
-            .check()
-            .await
-        {
-            (true, _) => format!("old release {} still answering", old.version),
-            (false, other) => format!(
-                "WARNING old release {} not answering ({other})",
-                old.version
-            ),
-        },
-    };
-    let output = process::tail(&root.output_path(&candidate.version, &candidate.service), 3);
-    let mut detail = format!("{reason}; {old}; candidate {stopped}; {context}");
-    if !output.is_empty() {
-        detail.push_str(&format!("; candidate output: {output}"));
-    }
-    log(root, candidate, LogEvent::RolledBack, detail, Some(elapsed))?;
-    root.clear_candidate().map_err(|e| {
-        DeployError::Failed(format!(
-            "rolled back, but cannot clear the candidate record: {e}"
-        ))
-    })?;
-    after_outcome(root, candidate, hooks::Hook::PostRollback, Some(reason)).await;
-    Ok(())
-}
-
-/// Appends one line for this deploy. An outcome already written under this deploy's token (by
-/// a run that crashed before clearing the record) is not written again.
-fn log(
-    root: &Root,
-    candidate: &Candidate,
-    event: LogEvent,
-    detail: String,
-    elapsed: Option<Duration>,
-) -> Result<(), DeployError> {
-    log_in_phase(root, candidate, event, detail, elapsed, None)
-}
-
-/// [`log`], naming where the outcome was decided when it was not the gate (`watch`).
-fn log_in_phase(
-    root: &Root,
-    candidate: &Candidate,
-    event: LogEvent,
-    detail: String,
-    elapsed: Option<Duration>,
-    phase: Option<&str>,
-) -> Result<(), DeployError> {
-    let cannot = |e: std::io::Error| {
-        DeployError::Failed(format!(
-            "cannot append to {}: {e}",
-            root.log_path().display()
-        ))
-    };
-    if event.is_outcome()
-        && journal::outcome_for(&root.log_path(), &candidate.token, candidate.started_at)
-            .map_err(cannot)?
-            .is_some()
-    {
-        return Ok(());
-    }
-    journal::append(
-        &root.log_path(),
-        &journal::Entry {
-            port: Some(candidate.port),
-            pid: candidate.pid,
-            elapsed_ms: elapsed.map(|e| e.as_millis() as u64),
-            token: Some(&candidate.token),
-            sequence: candidate.signed.as_ref().map(|s| s.sequence),
-            manifest_sha256: candidate
-                .signed
-                .as_ref()
-                .map(|s| s.manifest_sha256.as_str()),
-            phase,
-            ..journal::Entry::new(event, &candidate.version, &candidate.service, detail)
-        },
-    )
-    .map_err(cannot)
 }
 
 /// Whether a release on `port` answers `/readyz` with 200 now (for the demo).

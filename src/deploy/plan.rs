@@ -280,23 +280,6 @@ impl WatchJudge {
     }
 }
 
-/// What happens after the verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Promote,
-    RollBack,
-    /// Leave the candidate running, unpromoted, for a person.
-    Escalate,
-}
-
-pub fn action(verdict: &Verdict, on_stall: OnStall) -> Action {
-    match (verdict, on_stall) {
-        (Verdict::Ready, _) => Action::Promote,
-        (Verdict::Stalled, OnStall::Escalate) => Action::Escalate,
-        _ => Action::RollBack,
-    }
-}
-
 /// Whether the old release may be stopped now: the proxy confirmed it routes elsewhere and
 /// the old release's requests are done, or no proxy serves the root. Anything else (an error
 /// line, no answer, a broken socket) may mean the proxy still sends users there.
@@ -434,23 +417,6 @@ mod tests {
             reason(&Verdict::Interrupted("SIGTERM"), s.deadline),
             "interrupted by SIGTERM"
         );
-    }
-
-    #[test]
-    fn a_stall_escalates_only_when_the_policy_says_so() {
-        assert_eq!(
-            action(&Verdict::Stalled, OnStall::Escalate),
-            Action::Escalate
-        );
-        assert_eq!(
-            action(&Verdict::Stalled, OnStall::Rollback),
-            Action::RollBack
-        );
-        assert_eq!(
-            action(&Verdict::Exited("x".into()), OnStall::Escalate),
-            Action::RollBack
-        );
-        assert_eq!(action(&Verdict::Ready, OnStall::Rollback), Action::Promote);
     }
 
     #[test]

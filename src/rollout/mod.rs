@@ -299,6 +299,14 @@ fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, DeployErr
             saved.service
         )));
     }
+    if saved.single.is_some() {
+        return Err(refused(format!(
+            "{} under {} is a single deploy, not a rollout: an escalated one is finished with `rollgate promote {service} --root {root}` or `rollgate abort {service} --root {root}`",
+            saved.to,
+            root.0.display(),
+            root = root.0.display()
+        )));
+    }
     if saved.is_over() {
         return Err(refused(format!(
             "rollout {} to {} is {}; only a running or paused rollout can be {}",

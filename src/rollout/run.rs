@@ -140,10 +140,14 @@ impl Executor {
         self.detached
     }
 
-    /// Words a single deploy's outcome line takes from whoever finishes it after a crash.
-    pub fn with_words(mut self, words: Words) -> Executor {
-        self.words = words;
-        self
+    /// The words a single deploy's outcome line takes (set by whoever finishes it: a person,
+    /// or the next rollgate after a crash).
+    pub(crate) fn words_mut(&mut self) -> &mut Words {
+        &mut self.words
+    }
+
+    pub(crate) fn rollout_mut(&mut self) -> &mut Rollout {
+        &mut self.rollout
     }
 
     pub fn rollout(&self) -> &Rollout {
@@ -218,7 +222,7 @@ impl Executor {
 
     /// Once the rollout has ended and every restore is done: post_promote for a completed
     /// rollout, post_rollback for an aborted one. A failure is logged; the outcome stands.
-    async fn run_post_hook(&self) {
+    pub(crate) async fn run_post_hook(&self) {
         use crate::deploy::hooks::{Facts, Hook};
         let r = &self.rollout;
         let hook = match r.phase {
@@ -274,7 +278,7 @@ impl Executor {
     }
 
     /// One event and everything it leads to: decide, save, act.
-    async fn handle(&mut self, event: Event) -> Result<(), DeployError> {
+    pub(crate) async fn handle(&mut self, event: Event) -> Result<(), DeployError> {
         self.queued.push_back(event);
         while let Some(event) = self.queued.pop_front() {
             self.decided_at = journal::now();
@@ -289,11 +293,11 @@ impl Executor {
         Ok(())
     }
 
-    fn save(&self) -> Result<(), DeployError> {
+    pub(crate) fn save(&self) -> Result<(), DeployError> {
         state::save(&self.context.root, &self.rollout).map_err(failed)
     }
 
-    async fn perform(&mut self, action: Action) -> Result<(), DeployError> {
+    pub(crate) async fn perform(&mut self, action: Action) -> Result<(), DeployError> {
         match action {
             Action::StartBeside { slot } => {
                 let version = self.rollout.to.clone();
@@ -382,7 +386,8 @@ impl Executor {
             port,
             version: &version,
             token: &token,
-            slot: Some(slot),
+            // A single deploy's candidate is started as a deploy's always was.
+            slot: self.rollout.single.is_none().then_some(slot),
         });
         let child = match child {
             Ok(child) => child,
@@ -390,6 +395,10 @@ impl Executor {
                 self.rollout.slot_mut(slot).candidate = None;
                 self.save()?;
                 let reason = format!("cannot start {}: {e}", executable.display());
+                // A single deploy that could not start its candidate has started nothing.
+                if self.rollout.single.is_some() {
+                    return Err(DeployError::Refused(reason));
+                }
                 return self.gate_failed(slot, purpose, reason);
             }
         };
@@ -639,7 +648,10 @@ impl Executor {
 
     /// Drains and stops the slot's retiring process; says how ("drained ...; old release v1
     /// stopped (SIGTERM)"), None when there was none.
-    async fn stop_retiring(&mut self, slot: usize) -> Result<Option<String>, DeployError> {
+    pub(crate) async fn stop_retiring(
+        &mut self,
+        slot: usize,
+    ) -> Result<Option<String>, DeployError> {
         let Some(old) = self.rollout.slot(slot).retiring.clone() else {
             return Ok(None);
         };
@@ -836,6 +848,18 @@ impl Executor {
         self.soak = Some(tokio::spawn(soak(watched, until, poll, judge, sender)));
     }
 
+    /// How a single deploy's new process (held, or being gated) is probed.
+    pub(crate) fn subject_for_new(&self) -> Subject {
+        let s = self.rollout.slot(0);
+        let port = s
+            .candidate
+            .iter()
+            .chain(s.live.iter())
+            .find(|p| p.version == self.rollout.to)
+            .map_or(self.rollout.settings.ports.0, |p| p.port);
+        self.subject(&self.rollout.to, port)
+    }
+
     /// How a replica of `version` on `port` is probed (the rollout's probe, in its release folder).
     fn subject(&self, version: &str, port: u16) -> Subject {
         Subject {
@@ -927,7 +951,7 @@ impl Executor {
     }
 
     /// A single deploy's line.
-    fn log_single(
+    pub(crate) fn log_single(
         &self,
         event: LogEvent,
         detail: String,
@@ -991,6 +1015,12 @@ impl Executor {
                     ))
                 })?;
             }
+        }
+        // A single deploy's record is its in-flight state: once its outcome is on record,
+        // `current` alone says what is live, as after every deploy.
+        if self.rollout.single.as_ref().is_some_and(|s| s.settled) {
+            state::clear(&self.context.root)
+                .map_err(|e| failed(format!("{}, but {e}", self.rollout.phase_word())))?;
         }
         Ok(())
     }

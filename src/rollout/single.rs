@@ -3,11 +3,14 @@
 //! fallback through the watch, and the deploy's own log lines. This module holds what differs:
 //! the plan of a deploy and the words of its lines. The executor does the rest.
 
-use super::state::{Phase, Process, Rollout, Settings, Single, Slot, SlotState};
-use super::step::Note;
-use crate::deploy::journal::Event as LogEvent;
+use super::run::{Context, Executor};
+use super::state::{self, Phase, Process, Rollout, Settings, Single, Slot, SlotState};
+use super::step::{Action, Event, Note};
+use crate::deploy::journal::{self, Event as LogEvent};
 use crate::deploy::plan::Settings as DeploySettings;
-use crate::deploy::state::{Pointer, ReplicaClass, Root};
+use crate::deploy::process::{self, Identity};
+use crate::deploy::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
+use crate::deploy::DeployError;
 
 /// A deploy's release deadline: none that a person waiting on an escalation could miss.
 const NO_RELEASE_DEADLINE_S: f64 = 100.0 * 365.0 * 86_400.0;
@@ -204,11 +207,12 @@ pub fn line(
             })
         }
         LogEvent::RolledBack => {
-            let reason = slot
-                .error
-                .clone()
-                .or_else(|| rollout.abort_cause.as_ref().map(|c| c.reason.clone()))
-                .unwrap_or_default();
+            // A person's or a signal's abort names no slot; a failure is the slot's own words.
+            let reason = match &rollout.abort_cause {
+                Some(cause) if cause.slot.is_none() => Some(cause.reason.clone()),
+                _ => slot.error.clone(),
+            }
+            .unwrap_or_default();
             let reverted = words.reverted.clone().unwrap_or(Reverted {
                 in_watch: false,
                 previous: "no release was live".into(),
@@ -258,6 +262,392 @@ pub fn line(
         }
         _ => None,
     }
+}
+
+/// The executor for a single deploy found on disk (recovery, `promote`, `abort`, the
+/// background watcher): it starts nothing new, so the executable is the release's own, or the
+/// copy verified when it was admitted.
+pub(crate) fn executor(root: &Root, rollout: Rollout) -> Executor {
+    let verified = root
+        .0
+        .join(".verified")
+        .join(&rollout.to)
+        .join(&rollout.service);
+    let executable = match verified.is_file() {
+        true => verified,
+        false => root.executable(&rollout.to, &rollout.service),
+    };
+    Executor::new(
+        Context {
+            root: root.clone(),
+            executable,
+        },
+        rollout,
+    )
+}
+
+fn refused(message: String) -> DeployError {
+    DeployError::Refused(message)
+}
+
+/// A `candidate` record an older rollgate left: the same deploy in the engine's terms, saved
+/// as the state file and the record removed, so one recovery finishes both.
+pub(crate) fn adopt_legacy(root: &Root) -> Result<(), DeployError> {
+    let Some(left) = root.read_candidate().map_err(refused)? else {
+        return Ok(());
+    };
+    let saved = state::load(root).map_err(refused)?;
+    if saved.is_some_and(|r| r.unsettled_deploy() && r.id == left.token) {
+        // The view of the deploy the state file holds.
+        return Ok(());
+    }
+    let pointer = root.read_pointer().map_err(refused)?;
+    state::save(root, &from_candidate(&left, pointer.as_ref())).map_err(refused)?;
+    root.clear_candidate().map_err(|e| {
+        DeployError::Failed(format!(
+            "cannot remove {}: {e}",
+            root.candidate_path().display()
+        ))
+    })
+}
+
+/// The one-replica rollout a `candidate` record describes.
+pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
+    let previous = left.previous.as_ref().map(|p| Process {
+        version: p.version.clone(),
+        port: p.port,
+        pid: p.pid,
+        start_time: p.start_time,
+        token: String::new(),
+    });
+    let candidate = Process {
+        version: left.version.clone(),
+        port: left.port,
+        pid: left.pid.unwrap_or(0),
+        start_time: left.start_time.unwrap_or(0),
+        token: left.token.clone(),
+    };
+    let switched = left
+        .identity()
+        .is_some_and(|i| pointer.is_some_and(|p| p.names(i)));
+    let watching = left.stage == Stage::Watching;
+    let mut slot = Slot {
+        slot: 0,
+        class: ReplicaClass::Required,
+        state: SlotState::Upgrading,
+        from_version: previous.as_ref().map(|p| p.version.clone()),
+        live: previous.clone(),
+        candidate: Some(candidate.clone()),
+        wave: Some(0),
+        retiring: None,
+        left_pool: false,
+        started: Some(left.started_at),
+        finished: None,
+        error: None,
+        held: left.stage == Stage::Escalated,
+        fallback: None,
+    };
+    if switched {
+        slot.state = SlotState::Succeeded;
+        slot.candidate = None;
+        slot.live = Some(candidate);
+        match watching {
+            true => slot.fallback = previous.clone(),
+            false => slot.retiring = previous.clone(),
+        }
+    }
+    let watch = left.watch.as_ref();
+    Rollout {
+        id: left.token.clone(),
+        service: left.service.clone(),
+        from: previous.as_ref().map(|p| p.version.clone()),
+        to: left.version.clone(),
+        started_at: left.started_at,
+        phase: match slot.held {
+            true => Phase::Paused,
+            false => Phase::Running,
+        },
+        settings: Settings {
+            replicas: 1,
+            surge: 1,
+            unavailable: 0,
+            progress_deadline_ms: 0,
+            poll_ms: watch.map_or(crate::deploy::plan::DEFAULT_POLL.as_millis() as u64, |w| {
+                w.poll_ms
+            }),
+            min_ready_ms: 0,
+            soak_ms: 0,
+            max_failure_ratio: 0.0,
+            grace_ms: left.grace_ms,
+            drain_ms: left.drain_ms,
+            release_deadline: left.started_at + NO_RELEASE_DEADLINE_S,
+            ports: (left.port, left.port),
+            wave_percents: vec![100],
+            probe: left.probe.clone(),
+            watch_ms: 0,
+            on_stall: crate::policy::OnStall::Rollback,
+            keep_fallback: true,
+        },
+        waves: vec![vec![0]],
+        wave: 0,
+        slots: vec![slot],
+        soak_until: watch.filter(|_| watching && switched).map(|w| w.until),
+        pause_reason: None,
+        abort_cause: None,
+        signed: left.signed.clone(),
+        hooks: left.hooks.clone(),
+        single: Some(Single {
+            deployer_pid: left.deployer_pid,
+            previous,
+            deadline_source: String::new(),
+            watch_failures: watch.map_or(1, |w| w.failures),
+            gate_detail: watch.map(|w| w.gate_detail.clone()),
+            gate_elapsed_ms: watch.map(|w| w.gate_elapsed_ms),
+            last_probes: None,
+            switch_detail: watch.map(|w| w.switch_detail.clone()).unwrap_or_default(),
+            watcher_pid: watch.and_then(|w| w.watcher_pid),
+            settled: false,
+        }),
+    }
+}
+
+/// The `candidate` record of a single deploy in flight, as deploys have always written it.
+pub fn candidate_view(rollout: &Rollout) -> Candidate {
+    let s = rollout.slot(0);
+    let single = rollout.single.as_ref();
+    let new = s
+        .candidate
+        .iter()
+        .chain(s.live.iter())
+        .find(|p| p.version == rollout.to);
+    let recorded = new.filter(|p| p.pid > 0);
+    let watching = s.fallback.is_some() && rollout.soak_until.is_some();
+    let stage = match (s.held, watching, recorded) {
+        (true, _, _) => Stage::Escalated,
+        (false, true, _) => Stage::Watching,
+        (false, false, Some(_)) => Stage::Running,
+        (false, false, None) => Stage::Spawning,
+    };
+    let previous = single.and_then(|x| x.previous.as_ref()).map(|p| Pointer {
+        service: rollout.service.clone(),
+        version: p.version.clone(),
+        port: p.port,
+        pid: p.pid,
+        start_time: p.start_time,
+        promoted_at: 0.0,
+        fallback: None,
+        probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
+    });
+    let watch = match (watching, rollout.soak_until, single) {
+        (true, Some(until), Some(single)) => Some(crate::deploy::state::WatchRecord {
+            until,
+            poll_ms: rollout.settings.poll_ms,
+            failures: single.watch_failures,
+            gate_detail: single.gate_detail.clone().unwrap_or_default(),
+            gate_elapsed_ms: single.gate_elapsed_ms.unwrap_or(0),
+            switch_detail: single.switch_detail.clone(),
+            watcher_pid: single.watcher_pid,
+        }),
+        _ => None,
+    };
+    Candidate {
+        service: rollout.service.clone(),
+        version: rollout.to.clone(),
+        port: rollout.settings.ports.0,
+        token: rollout.id.clone(),
+        pid: recorded.map(|p| p.pid),
+        start_time: recorded.map(|p| p.start_time),
+        stage,
+        deployer_pid: single.map_or(0, |x| x.deployer_pid),
+        started_at: rollout.started_at,
+        grace_ms: rollout.settings.grace_ms,
+        drain_ms: rollout.settings.drain_ms,
+        previous,
+        signed: rollout.signed.clone(),
+        probe: rollout.settings.probe.clone(),
+        watch,
+        hooks: rollout.hooks.clone(),
+    }
+}
+
+/// Whether `current` names the deploy's new process: the switch happened, whatever else the
+/// state says.
+fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, DeployError> {
+    let pointer = root.read_pointer().map_err(refused)?;
+    let s = rollout.slot(0);
+    let new = s
+        .live
+        .iter()
+        .chain(s.candidate.iter())
+        .find(|p| p.version == rollout.to && p.pid > 0);
+    Ok(match (pointer, new) {
+        (Some(pointer), Some(new)) => pointer.names(new.identity()),
+        _ => false,
+    })
+}
+
+/// A single deploy whose rollgate died before its outcome (we hold the lock, so it is dead):
+/// a switch that happened is finished (a watch cut short decided by one final probe), one
+/// that did not is undone; an escalated one waits for a person.
+pub(crate) async fn finish(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
+    let Some(single) = rollout.single.clone() else {
+        return Ok(());
+    };
+    let s = rollout.slot(0).clone();
+    let switched = is_switched(root, &rollout)?;
+    if s.held && !switched {
+        return Err(refused(format!(
+            "candidate {} of {} is escalated and waiting for a person: run `rollgate promote {svc} --root {root}` or `rollgate abort {svc} --root {root}` first",
+            rollout.to,
+            rollout.service,
+            svc = rollout.service,
+            root = root.0.display()
+        )));
+    }
+    let gone = match single.watcher_pid {
+        Some(pid) => format!("watcher pid {pid}"),
+        None => format!("deployer pid {}", single.deployer_pid),
+    };
+    if !switched {
+        return abandon(root, rollout).await;
+    }
+    let mut executor = executor(root, rollout);
+    match s.fallback {
+        Some(_) if executor.rollout().phase == Phase::Running => {
+            executor.words_mut().how =
+                format!(" (cut short: {gone} was gone; decided by one final probe)");
+            match final_probe(root, executor.rollout()).await {
+                Ok(()) => {
+                    executor.rollout_mut().soak_until = Some(journal::now());
+                    executor.handle(Event::Tick).await?;
+                }
+                Err(reason) => executor.handle(Event::Failed { slot: 0, reason }).await?,
+            }
+        }
+        _ => {
+            let detail = format!(
+                "switched before deployer pid {} died; recorded by the next deploy",
+                single.deployer_pid
+            );
+            return complete_switch(executor, detail, None).await;
+        }
+    }
+    executor.run_post_hook().await;
+    Ok(())
+}
+
+/// A switch that happened (`current` names the new process) finished: the previous release
+/// (retiring, or kept as the fallback) drained and stopped, `promoted` logged with `detail` in
+/// place of the gate's words, the floor raised, the post hook run.
+pub(crate) async fn complete_switch(
+    mut executor: Executor,
+    detail: String,
+    elapsed_ms: Option<u64>,
+) -> Result<(), DeployError> {
+    let r = executor.rollout_mut();
+    if let Some(single) = r.single.as_mut() {
+        single.gate_detail = Some(detail);
+        single.gate_elapsed_ms = elapsed_ms;
+        single.switch_detail.clear();
+    }
+    let slot = r.slot_mut(0);
+    slot.state = SlotState::Succeeded;
+    slot.held = false;
+    if let Some(new) = slot.candidate.take() {
+        if slot.live.as_ref().is_some_and(|l| l.version != new.version) {
+            slot.retiring = slot.live.take();
+        }
+        slot.live = Some(new);
+    }
+    if slot.retiring.is_none() {
+        slot.retiring = slot.fallback.take();
+    }
+    r.phase = Phase::Completed;
+    r.pause_reason = None;
+    executor.save()?;
+    let retired = executor.stop_retiring(0).await?;
+    executor.words_mut().retired = retired;
+    executor.perform(outcome_note(LogEvent::Promoted)).await?;
+    executor.perform(Action::Stop).await?;
+    executor.run_post_hook().await;
+    Ok(())
+}
+
+/// The planner's outcome note, worded by [`line`].
+fn outcome_note(event: LogEvent) -> Action {
+    Action::Log(Note {
+        event,
+        slot: None,
+        wave: None,
+        detail: String::new(),
+    })
+}
+
+/// One probe decides a watch that was cut short.
+async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
+    let Some(new) = rollout.slot(0).live.clone() else {
+        return Err("exited during the watch".into());
+    };
+    if !new.identity().is_running() {
+        return Err("exited during the watch".into());
+    }
+    let subject = crate::deploy::probe::Subject {
+        spec: rollout.settings.probe.clone(),
+        port: new.port,
+        workdir: root.release_dir(&new.version),
+    };
+    match subject.check().await {
+        (true, _) => Ok(()),
+        (false, probe) => Err(format!("failed a final probe ({probe})")),
+    }
+}
+
+/// The switch did not happen: whatever the dead deployer started is stopped (found by its
+/// token if its pid was never recorded), the live release stays, and the rollback is logged.
+async fn abandon(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
+    let Some(single) = rollout.single.clone() else {
+        return Ok(());
+    };
+    let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
+    let slot = rollout.slot(0).clone();
+    let mut found: Vec<Identity> = Vec::new();
+    for p in slot.candidate.iter().chain(slot.live.iter()) {
+        if p.version != rollout.to {
+            continue;
+        }
+        match p.pid > 0 {
+            true => found.push(p.identity()),
+            false => found.extend(process::find_by_token(&p.token)),
+        }
+    }
+    let mut outcome = Vec::new();
+    for who in &found {
+        outcome.push(format!(
+            "pid {} {}",
+            who.pid,
+            process::stop_group(*who, grace).await
+        ));
+    }
+    if outcome.is_empty() {
+        outcome.push(process::Stopped::AlreadyGone.to_string());
+    }
+    let detail = format!(
+        "abandoned: deployer pid {} died before an outcome; candidate {}; stopped by the next deploy",
+        single.deployer_pid,
+        outcome.join(", ")
+    );
+    super::run::log_single(
+        root,
+        &rollout,
+        &journal::Entry::new(
+            LogEvent::RolledBack,
+            &rollout.to,
+            &rollout.service,
+            detail.clone(),
+        ),
+    )?;
+    // Its outcome is on record; `current` (never switched) says what is live.
+    state::clear(root).map_err(DeployError::Failed)
 }
 
 #[cfg(test)]

@@ -241,11 +241,32 @@ pub fn load(root: &Root) -> Result<Option<Rollout>, String> {
 
 /// Replaces `rollout.json` atomically. It must be durable before the action it announces, so a
 /// folder fsync that fails counts as a failure.
+/// A single deploy also keeps its `candidate` record, the view of it that `status` and older
+/// tools read (as `current` is the view of the pool).
 pub fn save(root: &Root, rollout: &Rollout) -> Result<(), String> {
     let path = root.0.join(ROLLOUT_FILE);
     let mut bytes = serde_json::to_vec_pretty(rollout).expect("a rollout serializes");
     bytes.push(b'\n');
-    write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if rollout.single.is_some() {
+        root.write_candidate(&super::single::candidate_view(rollout))
+            .map_err(|e| format!("cannot write {}: {e}", root.candidate_path().display()))?;
+    }
+    Ok(())
+}
+
+/// Removes `rollout.json` and its `candidate` view (a single deploy whose outcome is on
+/// record).
+pub fn clear(root: &Root) -> Result<(), String> {
+    let path = root.0.join(ROLLOUT_FILE);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("cannot remove {}: {e}", path.display()))
+        }
+        _ => root
+            .clear_candidate()
+            .map_err(|e| format!("cannot remove {}: {e}", root.candidate_path().display())),
+    }
 }
 
 impl Process {
@@ -288,6 +309,16 @@ impl Rollout {
                 .chain(s.candidate.iter())
                 .chain(s.retiring.iter())
         })
+    }
+
+    /// How it ended, in a word (for messages).
+    pub fn phase_word(&self) -> &'static str {
+        match self.phase {
+            Phase::Completed => "completed",
+            Phase::Aborted => "aborted",
+            Phase::Paused => "paused",
+            Phase::Running => "running",
+        }
     }
 
     pub fn is_over(&self) -> bool {
