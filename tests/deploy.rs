@@ -713,3 +713,48 @@ fn a_deploy_in_flight_is_a_one_replica_rollout_in_the_same_state_file() {
     assert!(!site.root().join("replicas.json").exists());
     assert_eq!(site.pointer().unwrap()["version"], "v2");
 }
+
+/// Deploying the live version again (a restart) and killing the deployer in its gate: the next
+/// deploy must tell the killed attempt's candidate from the live release, which runs the same
+/// version, and undo the attempt rather than take the live release for a finished switch.
+#[test]
+fn a_redeploy_of_the_live_version_killed_in_its_gate_is_undone_not_finished() {
+    let site = Site::new();
+    first_release(&site);
+    let live = site.live_pid().unwrap();
+    // The same version, now slow to become ready: its candidate is still gated when killed.
+    site.release("v1", "--ready-after-ms 60000");
+    let mut deployer = site.deploy_in_background("v1", "30000");
+    send_signal(deployer.id() as i32, 9);
+    deployer.wait().unwrap();
+    let candidate = site.log_lines()[2]["pid"].as_i64().unwrap() as i32;
+    assert_ne!(candidate, live);
+    assert!(alive(candidate));
+
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = site.log_lines();
+    assert_eq!(lines[3]["event"], "rolled_back", "{lines:?}");
+    assert_eq!(lines[3]["version"], "v1");
+    assert!(lines[3]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("abandoned: deployer pid"));
+    assert!(wait_for(5, || !alive(candidate)), "the attempt's candidate");
+    let promoted = lines.last().unwrap();
+    assert_eq!(promoted["version"], "v2");
+    assert!(
+        promoted["detail"]
+            .as_str()
+            .unwrap()
+            .contains("old release v1 stopped"),
+        "{promoted}"
+    );
+    assert!(wait_for(5, || !alive(live)), "the release that was live");
+    assert!(
+        wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]),
+        "{:?}",
+        site.processes()
+    );
+}

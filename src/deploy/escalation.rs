@@ -49,16 +49,13 @@ pub fn finish_escalated(
         // From a file: a start time in the future, far past or not a number gives zero.
         let elapsed_ms = std::time::Duration::try_from_secs_f64(journal::now() - rollout.started_at)
             .map_or(0, |d| d.as_millis() as u64);
-        let held = rollout.slot(0).candidate.clone();
+        let held = rollout.new_process().cloned();
         // An earlier promote renamed the pointer and was interrupted: the candidate is live.
         // Finish that switch; never stop the release the pointer names.
         let pointer = root.read_pointer().map_err(refused)?;
         let switched = held
             .as_ref()
-            .is_some_and(|h| pointer.as_ref().is_some_and(|p| p.names(h.identity())))
-            || rollout.slot(0).live.as_ref().is_some_and(|l| {
-                l.version == rollout.to && pointer.as_ref().is_some_and(|p| p.names(l.identity()))
-            });
+            .is_some_and(|h| h.pid > 0 && pointer.as_ref().is_some_and(|p| p.names(h.identity())));
         if switched {
             if !promote {
                 return Err(refused(format!(

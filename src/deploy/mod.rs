@@ -339,13 +339,7 @@ async fn gate_and_finish(
 /// with the state that is left.
 async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployError {
     let version = &rollout.to;
-    let slot = rollout.slot(0);
-    let new = slot
-        .candidate
-        .iter()
-        .chain(slot.live.iter())
-        .find(|p| p.version == *version && p.pid > 0)
-        .cloned();
+    let new = rollout.new_process().filter(|p| p.pid > 0).cloned();
     let state_path = root.0.join(rollout_state::ROLLOUT_FILE);
     let left = match (root.read_pointer(), &new) {
         (Ok(Some(pointer)), Some(new)) if pointer.names(new.identity()) => format!(

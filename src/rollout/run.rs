@@ -850,12 +850,9 @@ impl Executor {
 
     /// How a single deploy's new process (held, or being gated) is probed.
     pub(crate) fn subject_for_new(&self) -> Subject {
-        let s = self.rollout.slot(0);
-        let port = s
-            .candidate
-            .iter()
-            .chain(s.live.iter())
-            .find(|p| p.version == self.rollout.to)
+        let port = self
+            .rollout
+            .new_process()
             .map_or(self.rollout.settings.ports.0, |p| p.port);
         self.subject(&self.rollout.to, port)
     }
@@ -1117,13 +1114,7 @@ pub(crate) fn log_single(
             return Ok(());
         }
     }
-    let s = rollout.slot(0);
-    let new = s
-        .candidate
-        .iter()
-        .chain(s.live.iter())
-        .chain(s.retiring.iter())
-        .find(|p| p.version == rollout.to && p.pid > 0);
+    let new = rollout.new_process().filter(|p| p.pid > 0);
     let signed = rollout.signed.as_ref();
     append(
         root,

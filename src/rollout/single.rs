@@ -415,12 +415,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
 pub fn candidate_view(rollout: &Rollout) -> Candidate {
     let s = rollout.slot(0);
     let single = rollout.single.as_ref();
-    let new = s
-        .candidate
-        .iter()
-        .chain(s.live.iter())
-        .find(|p| p.version == rollout.to);
-    let recorded = new.filter(|p| p.pid > 0);
+    let recorded = rollout.new_process().filter(|p| p.pid > 0);
     let watching = s.fallback.is_some() && rollout.soak_until.is_some();
     let stage = match (s.held, watching, recorded) {
         (true, _, _) => Stage::Escalated,
@@ -474,12 +469,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
 /// state says.
 fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, DeployError> {
     let pointer = root.read_pointer().map_err(refused)?;
-    let s = rollout.slot(0);
-    let new = s
-        .live
-        .iter()
-        .chain(s.candidate.iter())
-        .find(|p| p.version == rollout.to && p.pid > 0);
+    let new = rollout.new_process().filter(|p| p.pid > 0);
     Ok(match (pointer, new) {
         (Some(pointer), Some(new)) => pointer.names(new.identity()),
         _ => false,
@@ -554,7 +544,11 @@ pub(crate) async fn complete_switch(
     slot.state = SlotState::Succeeded;
     slot.held = false;
     if let Some(new) = slot.candidate.take() {
-        if slot.live.as_ref().is_some_and(|l| l.version != new.version) {
+        if slot
+            .live
+            .as_ref()
+            .is_some_and(|l| l.identity() != new.identity())
+        {
             slot.retiring = slot.live.take();
         }
         slot.live = Some(new);
@@ -612,7 +606,7 @@ async fn abandon(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
     let slot = rollout.slot(0).clone();
     let mut found: Vec<Identity> = Vec::new();
     for p in slot.candidate.iter().chain(slot.live.iter()) {
-        if p.version != rollout.to {
+        if !rollout.started(p) {
             continue;
         }
         match p.pid > 0 {
@@ -717,6 +711,45 @@ mod tests {
         });
         assert_eq!(first.settings.watch_ms, 0);
         assert!(first.slot(0).live.is_none());
+    }
+
+    #[test]
+    fn the_new_process_is_told_from_the_live_one_by_its_token_not_its_version() {
+        // Deploying the live version again (a restart): both processes run "v1".
+        let settings = deploy_settings();
+        let pointer = live();
+        let mut r = plan(&Asked {
+            service: "edge-svc",
+            version: "v1",
+            port: 9002,
+            settings: &settings,
+            live: Some(&pointer),
+            token: "4242-100.5".into(),
+            now: 100.0,
+        });
+        assert!(
+            r.new_process().is_none(),
+            "the live release is not the new one"
+        );
+        r.slot_mut(0).candidate = Some(Process {
+            version: "v1".into(),
+            port: 9002,
+            pid: 43,
+            start_time: 8,
+            token: "4242-100.5-0-4242.1".into(),
+        });
+        assert_eq!(r.new_process().map(|p| p.pid), Some(43));
+        // Swapped in: the previous one is kept as the fallback; the new one is still told apart.
+        let s = r.slot_mut(0);
+        s.fallback = s.live.take();
+        s.live = s.candidate.take();
+        assert_eq!(r.new_process().map(|p| p.pid), Some(43));
+        // A legacy record's candidate carries the token itself.
+        let mut legacy = r.clone();
+        legacy.slot_mut(0).live.as_mut().expect("live").token = "4242-100.5".into();
+        assert_eq!(legacy.new_process().map(|p| p.pid), Some(43));
+        legacy.slot_mut(0).live.as_mut().expect("live").token = "4242-100.55".into();
+        assert!(legacy.new_process().is_none(), "another deploy's token");
     }
 
     #[test]

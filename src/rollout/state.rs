@@ -321,6 +321,28 @@ impl Rollout {
         }
     }
 
+    /// Whether this rollout started the process (its token carries the rollout's id). A
+    /// single deploy may deploy the version that is live (a restart): its new process is
+    /// told from the live one by this, never by the version.
+    pub fn started(&self, process: &Process) -> bool {
+        !self.id.is_empty()
+            && process
+                .token
+                .strip_prefix(self.id.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+    }
+
+    /// A single deploy's new process: being gated, held, or in the pool (and its pid, once
+    /// recorded).
+    pub fn new_process(&self) -> Option<&Process> {
+        let s = self.slots.first()?;
+        s.candidate
+            .iter()
+            .chain(s.live.iter())
+            .chain(s.retiring.iter())
+            .find(|p| self.started(p))
+    }
+
     pub fn is_over(&self) -> bool {
         matches!(self.phase, Phase::Completed | Phase::Aborted)
     }
