@@ -488,7 +488,7 @@ impl Executor {
                 }
                 let task = self.tasks.remove(&slot).expect("checked above");
                 if task.purpose == Purpose::Upgrade {
-                    self.record_gate(&gated)?;
+                    self.record_gate(&gated);
                 }
                 let result = match gated.end {
                     GateEnd::Ready => Ok(()),
@@ -524,10 +524,11 @@ impl Executor {
         }
     }
 
-    /// A single deploy keeps what its gate said for its outcome line.
-    fn record_gate(&mut self, gated: &Gated) -> Result<(), DeployError> {
+    /// A single deploy keeps what its gate said for its outcome line (saved with the step the
+    /// gate's end leads to, which follows at once).
+    fn record_gate(&mut self, gated: &Gated) {
         let Some(single) = self.rollout.single.as_mut() else {
-            return Ok(());
+            return;
         };
         single.gate_elapsed_ms = Some(gated.elapsed.as_millis() as u64);
         single.last_probes = Some(gated.last_probes.clone());
@@ -539,7 +540,6 @@ impl Executor {
                 if gated.probes == 1 { "" } else { "s" }
             ));
         }
-        self.save()
     }
 
     fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), DeployError> {

@@ -325,22 +325,7 @@ pub fn plan(
                 Some(l) if l.version == to => SlotState::Skipped,
                 _ => SlotState::Pending,
             };
-            Slot {
-                slot,
-                class,
-                state,
-                from_version: live.as_ref().map(|l| l.version.clone()),
-                live,
-                candidate: None,
-                retiring: None,
-                wave: None,
-                left_pool: false,
-                started: None,
-                finished: None,
-                error: None,
-                held: false,
-                fallback: None,
-            }
+            Slot::new(slot, class, state, live)
         })
         .collect();
     let moving: Vec<usize> = slots

@@ -72,20 +72,13 @@ pub fn plan(asked: &Asked) -> Rollout {
         waves: vec![vec![0]],
         wave: 0,
         slots: vec![Slot {
-            slot: 0,
-            class: ReplicaClass::Required,
-            state: SlotState::Pending,
-            from_version: previous.as_ref().map(|p| p.version.clone()),
-            live: previous.clone(),
-            candidate: None,
             wave: Some(0),
-            retiring: None,
-            left_pool: false,
-            started: None,
-            finished: None,
-            error: None,
-            held: false,
-            fallback: None,
+            ..Slot::new(
+                0,
+                ReplicaClass::Required,
+                SlotState::Pending,
+                previous.clone(),
+            )
         }],
         soak_until: None,
         pause_reason: None,
@@ -332,20 +325,16 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
         .is_some_and(|i| pointer.is_some_and(|p| p.names(i)));
     let watching = left.stage == Stage::Watching;
     let mut slot = Slot {
-        slot: 0,
-        class: ReplicaClass::Required,
-        state: SlotState::Upgrading,
-        from_version: previous.as_ref().map(|p| p.version.clone()),
-        live: previous.clone(),
         candidate: Some(candidate.clone()),
         wave: Some(0),
-        retiring: None,
-        left_pool: false,
         started: Some(left.started_at),
-        finished: None,
-        error: None,
         held: left.stage == Stage::Escalated,
-        fallback: None,
+        ..Slot::new(
+            0,
+            ReplicaClass::Required,
+            SlotState::Upgrading,
+            previous.clone(),
+        )
     };
     if switched {
         slot.state = SlotState::Succeeded;
@@ -654,6 +643,19 @@ mod tests {
             .expect("defaults resolve")
     }
 
+    /// A deploy of `version` on port 9002, with the deploy's token.
+    fn planned(version: &str, live: Option<&Pointer>, token: &str) -> Rollout {
+        plan(&Asked {
+            service: "edge-svc",
+            version,
+            port: 9002,
+            settings: &deploy_settings(),
+            live,
+            token: token.into(),
+            now: 100.0,
+        })
+    }
+
     fn live() -> Pointer {
         Pointer {
             service: "edge-svc".into(),
@@ -671,15 +673,7 @@ mod tests {
     fn a_deploy_is_one_required_replica_on_its_port_kept_as_fallback_through_the_watch() {
         let settings = deploy_settings();
         let pointer = live();
-        let r = plan(&Asked {
-            service: "edge-svc",
-            version: "v2",
-            port: 9002,
-            settings: &settings,
-            live: Some(&pointer),
-            token: "t1".into(),
-            now: 100.0,
-        });
+        let r = planned("v2", Some(&pointer), "t1");
         assert_eq!(
             (
                 r.settings.replicas,
@@ -697,18 +691,7 @@ mod tests {
         assert_eq!(r.settings.progress_deadline_ms, 600);
         assert_eq!(Duration::from_millis(r.settings.grace_ms), settings.grace);
         // A first release has nothing to watch for.
-        let first = plan(&Asked {
-            live: None,
-            ..Asked {
-                service: "edge-svc",
-                version: "v1",
-                port: 9002,
-                settings: &settings,
-                live: None,
-                token: "t0".into(),
-                now: 100.0,
-            }
-        });
+        let first = planned("v1", None, "t0");
         assert_eq!(first.settings.watch_ms, 0);
         assert!(first.slot(0).live.is_none());
     }
@@ -716,17 +699,8 @@ mod tests {
     #[test]
     fn the_new_process_is_told_from_the_live_one_by_its_token_not_its_version() {
         // Deploying the live version again (a restart): both processes run "v1".
-        let settings = deploy_settings();
         let pointer = live();
-        let mut r = plan(&Asked {
-            service: "edge-svc",
-            version: "v1",
-            port: 9002,
-            settings: &settings,
-            live: Some(&pointer),
-            token: "4242-100.5".into(),
-            now: 100.0,
-        });
+        let mut r = planned("v1", Some(&pointer), "4242-100.5");
         assert!(
             r.new_process().is_none(),
             "the live release is not the new one"
@@ -754,17 +728,8 @@ mod tests {
 
     #[test]
     fn the_outcome_lines_are_the_deploys_own() {
-        let settings = deploy_settings();
         let pointer = live();
-        let mut r = plan(&Asked {
-            service: "edge-svc",
-            version: "v2",
-            port: 9002,
-            settings: &settings,
-            live: Some(&pointer),
-            token: "t1".into(),
-            now: 100.0,
-        });
+        let mut r = planned("v2", Some(&pointer), "t1");
         let root = Root::new("/srv/edge".into());
         let single = r.single.as_mut().expect("a deploy");
         single.gate_detail = Some("ready after 412 ms (5 probes)".into());

@@ -195,6 +195,27 @@ pub struct Single {
 }
 
 impl Slot {
+    /// A slot serving `live` (its version is what a revert or a rollback brings back), in no
+    /// wave yet, with nothing in flight.
+    pub fn new(slot: usize, class: ReplicaClass, state: SlotState, live: Option<Process>) -> Slot {
+        Slot {
+            slot,
+            class,
+            state,
+            from_version: live.as_ref().map(|l| l.version.clone()),
+            live,
+            candidate: None,
+            wave: None,
+            retiring: None,
+            left_pool: false,
+            started: None,
+            finished: None,
+            error: None,
+            held: false,
+            fallback: None,
+        }
+    }
+
     /// A required replica that has not confirmed the new version (the release deadline waits
     /// for these).
     pub fn awaits_confirmation(&self) -> bool {
@@ -249,8 +270,12 @@ pub fn save(root: &Root, rollout: &Rollout) -> Result<(), String> {
     bytes.push(b'\n');
     write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     if rollout.single.is_some() {
-        root.write_candidate(&super::single::candidate_view(rollout))
-            .map_err(|e| format!("cannot write {}: {e}", root.candidate_path().display()))?;
+        // Most saves leave the view as it was: it is rewritten only when it changes.
+        let view = super::single::candidate_view(rollout);
+        if root.read_candidate().ok().flatten().as_ref() != Some(&view) {
+            root.write_candidate(&view)
+                .map_err(|e| format!("cannot write {}: {e}", root.candidate_path().display()))?;
+        }
     }
     Ok(())
 }
