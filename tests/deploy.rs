@@ -758,3 +758,27 @@ fn a_redeploy_of_the_live_version_killed_in_its_gate_is_undone_not_finished() {
         site.processes()
     );
 }
+
+/// On a terminal a deploy shows its gate's line, as it always has: not the progress line of
+/// the rollout engine it runs on.
+#[test]
+fn a_deploy_on_a_terminal_shows_no_rollout_progress() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 300");
+    let command = format!(
+        "'{}' deploy edge-svc {} v2 --root '{}' --watch-ms 300",
+        assert_cmd::cargo::cargo_bin("rollgate").display(),
+        free_port(),
+        site.root().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("rollgate: promoted"), "{screen}");
+    for rollout_word in ["wave", "surge", "unavailable", "upgrading"] {
+        assert!(!screen.contains(rollout_word), "{rollout_word} in {screen}");
+    }
+}

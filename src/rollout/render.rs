@@ -62,9 +62,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new() -> Progress {
+    /// Shown on a terminal, when `wanted`.
+    pub fn new(wanted: bool) -> Progress {
         Progress {
-            enabled: std::io::stderr().is_terminal(),
+            enabled: wanted && std::io::stderr().is_terminal(),
         }
     }
 
@@ -78,12 +79,6 @@ impl Progress {
         if self.enabled {
             eprintln!();
         }
-    }
-}
-
-impl Default for Progress {
-    fn default() -> Self {
-        Progress::new()
     }
 }
 

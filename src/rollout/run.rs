@@ -111,6 +111,8 @@ fn failed(message: impl Into<String>) -> DeployError {
 impl Executor {
     pub fn new(context: Context, rollout: Rollout) -> Executor {
         let (sender, receiver) = unbounded_channel();
+        // A single deploy shows its gate's own line instead.
+        let progress = render::Progress::new(rollout.single.is_none());
         Executor {
             context,
             rollout,
@@ -121,7 +123,7 @@ impl Executor {
             sender,
             receiver,
             spawned: 0,
-            progress: render::Progress::new(),
+            progress,
             words: Words::default(),
             detach_at_watch: false,
             detached: None,
