@@ -187,7 +187,7 @@ pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
         if let Some(Err(e)) = hooks.run(hooks::Hook::PreDeploy, &root.0, &facts).await {
             return Err(refused(format!("{e}; the deploy was refused, nothing was started")));
         }
-        gate_and_finish(&root, &request, &settings, live, admitted, hooks, &mut signals).await
+        run_on_engine(&root, &request, &settings, live, admitted, hooks, &mut signals).await
     })
 }
 
@@ -283,9 +283,9 @@ fn check_executable(
     }
 }
 
-/// Runs the deploy through the engine: the one-replica rollout `rollout::single` plans, on
-/// the same planner and executor as every rollout, recorded in the same state file.
-async fn gate_and_finish(
+/// Runs the deploy on the engine: the one-replica rollout `rollout::single` plans, on the same
+/// planner and executor as every rollout, recorded in the same state file.
+async fn run_on_engine(
     root: &Root,
     request: &Request,
     settings: &Settings,
@@ -312,7 +312,11 @@ async fn gate_and_finish(
     planned.signed = signed;
     planned.hooks = hooks;
     // Recorded before the spawn, so a deployer killed right after it still leaves a trace.
-    rollout_state::save(root, &planned).map_err(refused)?;
+    if let Err(e) = rollout_state::save(root, &planned) {
+        // Half a record (the state without its view) must not read as a deploy that died.
+        let _ = rollout_state::clear(root);
+        return Err(refused(e));
+    }
     let context = Context {
         root: root.clone(),
         executable,

@@ -421,20 +421,7 @@ async fn recovered(
             ),
         )?;
     }
-    let executable = root.executable(&rollout.to, &rollout.service);
-    let verified = root
-        .0
-        .join(".verified")
-        .join(&rollout.to)
-        .join(&rollout.service);
-    let context = Context {
-        root: root.clone(),
-        executable: if verified.is_file() {
-            verified
-        } else {
-            executable
-        },
-    };
+    let context = Context::of_saved(root, &rollout);
     Ok((Executor::new(context, rollout), redo))
 }
 

@@ -83,6 +83,25 @@ pub struct Context {
     pub executable: PathBuf,
 }
 
+impl Context {
+    /// For a rollout found on disk (a resume, a recovery, a person's word): the new version
+    /// runs from the copy verified when it was admitted, if it was signed.
+    pub fn of_saved(root: &Root, rollout: &Rollout) -> Context {
+        let verified = root
+            .0
+            .join(".verified")
+            .join(&rollout.to)
+            .join(&rollout.service);
+        Context {
+            root: root.clone(),
+            executable: match verified.is_file() {
+                true => verified,
+                false => root.executable(&rollout.to, &rollout.service),
+            },
+        }
+    }
+}
+
 pub struct Executor {
     context: Context,
     rollout: Rollout,

@@ -258,25 +258,9 @@ pub fn line(
 }
 
 /// The executor for a single deploy found on disk (recovery, `promote`, `abort`, the
-/// background watcher): it starts nothing new, so the executable is the release's own, or the
-/// copy verified when it was admitted.
+/// background watcher).
 pub(crate) fn executor(root: &Root, rollout: Rollout) -> Executor {
-    let verified = root
-        .0
-        .join(".verified")
-        .join(&rollout.to)
-        .join(&rollout.service);
-    let executable = match verified.is_file() {
-        true => verified,
-        false => root.executable(&rollout.to, &rollout.service),
-    };
-    Executor::new(
-        Context {
-            root: root.clone(),
-            executable,
-        },
-        rollout,
-    )
+    Executor::new(Context::of_saved(root, &rollout), rollout)
 }
 
 fn refused(message: String) -> DeployError {
@@ -284,7 +268,7 @@ fn refused(message: String) -> DeployError {
 }
 
 /// A `candidate` record an older rollgate left: the same deploy in the engine's terms, saved
-/// as the state file and the record removed, so one recovery finishes both.
+/// as the state file, so one recovery finishes both.
 pub(crate) fn adopt_legacy(root: &Root) -> Result<(), DeployError> {
     let Some(left) = root.read_candidate().map_err(refused)? else {
         return Ok(());
@@ -294,14 +278,9 @@ pub(crate) fn adopt_legacy(root: &Root) -> Result<(), DeployError> {
         // The view of the deploy the state file holds.
         return Ok(());
     }
+    // Saved as the state file, the record is rewritten as that state's view.
     let pointer = root.read_pointer().map_err(refused)?;
-    state::save(root, &from_candidate(&left, pointer.as_ref())).map_err(refused)?;
-    root.clear_candidate().map_err(|e| {
-        DeployError::Failed(format!(
-            "cannot remove {}: {e}",
-            root.candidate_path().display()
-        ))
-    })
+    state::save(root, &from_candidate(&left, pointer.as_ref())).map_err(refused)
 }
 
 /// The one-replica rollout a `candidate` record describes.
