@@ -281,3 +281,37 @@ fn the_watch_runs_its_whole_length_after_a_slow_drain() {
     assert_eq!(last["phase"], "watch");
     assert_eq!(summary_live(&site), "v1");
 }
+
+/// `current`'s `promoted_at` is the switch, not the end of the watch: once the fallback leaves
+/// the pointer, the release has been live since it was switched to.
+#[test]
+fn the_pointer_keeps_the_switch_time_when_the_watch_drops_the_fallback() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "1000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pointer = site.pointer().unwrap();
+    assert!(pointer.get("fallback").is_none(), "{pointer}");
+    let lines = site.log_lines();
+    let ts = |event: &str| {
+        lines
+            .iter()
+            .rev()
+            .find(|l| l["event"] == event)
+            .and_then(|l| l["ts"].as_f64())
+            .unwrap()
+    };
+    let promoted_at = pointer["promoted_at"].as_f64().unwrap();
+    assert!(
+        (promoted_at - ts("switched")).abs() < 0.5,
+        "promoted_at {promoted_at}, switched at {}",
+        ts("switched")
+    );
+    assert!(
+        ts("promoted") - promoted_at >= 0.9,
+        "promoted_at {promoted_at} is the watch's end ({})",
+        ts("promoted")
+    );
+}

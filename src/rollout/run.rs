@@ -1175,7 +1175,7 @@ pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String
             port: kept.port,
             pid: kept.pid,
         });
-    let pointer = Pointer {
+    let mut pointer = Pointer {
         service: rollout.service.clone(),
         version: first.version.clone(),
         port: first.port,
@@ -1185,14 +1185,14 @@ pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String
         fallback,
         probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
     };
-    let unchanged = root.read_pointer().ok().flatten().is_some_and(|p| {
-        p.version == pointer.version
-            && p.pid == pointer.pid
-            && p.port == pointer.port
-            && p.fallback == pointer.fallback
-    });
-    if unchanged {
-        return Ok(None);
+    // The same process stays live since it was switched to (only its fallback may change).
+    if let Some(live) = root.read_pointer().ok().flatten() {
+        if live.version == pointer.version && live.pid == pointer.pid && live.port == pointer.port {
+            if live.fallback == pointer.fallback {
+                return Ok(None);
+            }
+            pointer.promoted_at = live.promoted_at;
+        }
     }
     match root.write_pointer(&pointer) {
         Ok(()) => Ok(None),
