@@ -8,7 +8,8 @@ For each size: install version a on N replicas; start the proxy; measure steady 
 `oha --no-tui -q RATE -c 8 -z 5s`; roll a → b once with no load (its wall time sets the loaded
 run's length, and its CPU is rollgate's own: the replicas it starts outlive it and are not its
 reaped children); then roll b → a under the same load for that long plus a second. Waves 1, 10,
-50, 100 %, 500 ms soak, the default 100 ms poll, releases ready as soon as they listen.
+50, 100 %, 500 ms soak, a 2 s watch after the last wave, the default 100 ms poll, releases ready
+as soon as they listen.
 """
 
 import json
@@ -25,6 +26,8 @@ import time
 
 RATE = int(os.environ.get("RATE", "2000"))
 SOAK_MS = 500
+# After the last wave the new replicas are watched (as a soak) before the rollout is promoted.
+WATCH_MS = 2000
 
 
 def free_port():
@@ -74,7 +77,8 @@ def rollout(rollgate, root, version, extra=()):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     out = subprocess.run([rollgate, "rollout", "edge-svc", version, "--root", root,
-                          "--waves", "1,10,50,100", "--soak", f"{SOAK_MS}ms", *extra],
+                          "--waves", "1,10,50,100", "--soak", f"{SOAK_MS}ms",
+                          "--watch-ms", str(WATCH_MS), *extra],
                          capture_output=True, text=True)
     wall = time.time() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -128,7 +132,7 @@ def one_size(rollgate, oha_path, replicas):
             except OSError:
                 pass
         shutil.rmtree(root, ignore_errors=True)
-    soaks = (waves - 1) * SOAK_MS / 1000
+    soaks = ((waves - 1) * SOAK_MS + WATCH_MS) / 1000
     print(f"== {replicas} replicas (surge {surge}, {waves} waves, {SOAK_MS} ms soak, "
           f"load {RATE} req/s, 8 connections)")
     print(f"steady state: {steady['served']} requests, {steady['failed']} failed, "
@@ -136,7 +140,7 @@ def one_size(rollgate, oha_path, replicas):
     print(f"during the rollout ({loaded_wall:.2f} s): {during['served']} requests, "
           f"{during['failed']} failed, p50 {during['p50_ms']:.2f} ms, "
           f"p99 {during['p99_ms']:.2f} ms {during['errors'] or ''}")
-    print(f"rollout with no load: {quiet_wall:.2f} s wall, of which {soaks:.1f} s soak; "
+    print(f"rollout with no load: {quiet_wall:.2f} s wall, of which {soaks:.1f} s soak and watch; "
           f"{(quiet_wall - soaks) / replicas * 1000:.0f} ms wall per replica beyond the soak; "
           f"rollgate CPU {quiet_cpu * 1000:.0f} ms ({quiet_cpu / replicas * 1000:.1f} ms per "
           f"replica); under load {loaded_wall:.2f} s wall, CPU {loaded_cpu * 1000:.0f} ms")
