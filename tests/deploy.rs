@@ -689,6 +689,17 @@ fn a_deploy_in_flight_is_a_one_replica_rollout_in_the_same_state_file() {
     assert_eq!(status["state"], "paused");
     assert_eq!(status["version"], "v2");
 
+    // `rollgate status` shows it as the deploy in flight it is, not as a rollout.
+    let table = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let table = stdout(&table);
+    assert!(table.contains("in flight"), "{table}");
+    assert!(table.contains("Escalated"), "{table}");
+    assert!(!table.contains("last rollout"), "{table}");
+
     let resume = rollgate()
         .args(["rollout", "resume", "edge-svc", "--root"])
         .arg(site.root())

@@ -73,7 +73,11 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
     let running = pointer.as_ref().is_some_and(|p| p.identity().is_running());
     // A root served by replicas: how many, on which versions, and its last rollout.
     let replicas = root.read_replicas().map_err(DeployError::Refused)?;
-    let rollout = crate::rollout::state::load(&root).ok().flatten();
+    // A single deploy in flight is shown by its `candidate` view, not as a rollout.
+    let rollout = crate::rollout::state::load(&root)
+        .ok()
+        .flatten()
+        .filter(|r| r.single.is_none());
     let pool_line = replicas.as_ref().map(|set| {
         let mut versions: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
         for r in &set.replicas {
