@@ -523,26 +523,19 @@ mod tests {
             slots: slots
                 .iter()
                 .map(|&slot| Slot {
-                    slot,
-                    class: ReplicaClass::BestEffort,
-                    state: SlotState::Pending,
-                    live: Some(Process {
-                        version: "v1".into(),
-                        port: 9000 + slot as u16,
-                        pid: 100 + slot as i32,
-                        start_time: 1,
-                        token: String::new(),
-                    }),
-                    candidate: None,
                     wave: waves.iter().position(|w| w.contains(&slot)),
-                    from_version: Some("v1".into()),
-                    retiring: None,
-                    left_pool: false,
-                    started: None,
-                    finished: None,
-                    error: None,
-                    held: false,
-                    fallback: None,
+                    ..Slot::new(
+                        slot,
+                        ReplicaClass::BestEffort,
+                        SlotState::Pending,
+                        Some(Process {
+                            version: "v1".into(),
+                            port: 9000 + slot as u16,
+                            pid: 100 + slot as i32,
+                            start_time: 1,
+                            token: String::new(),
+                        }),
+                    )
                 })
                 .collect(),
             waves,
