@@ -3,9 +3,11 @@
 //! - `current`: the live release. Replaced only by [`write_atomically`]: a temporary file in
 //!   the same folder, fsync, rename over the old one, fsync the folder. A crash at any moment
 //!   leaves the complete old pointer or the complete new one, never a torn file.
-//! - `candidate`: the deploy in flight, written *before* the candidate is spawned (with a token
-//!   the candidate carries in its environment), so the next deploy can find and stop what a
-//!   killed deployer left behind.
+//! - `candidate`: the deploy in flight as deploys have always recorded it, written *before*
+//!   the candidate is spawned (with a token the candidate carries in its environment). A deploy
+//!   runs on the rollout engine, whose state (`rollout.json`) is the truth; this record is its
+//!   view, rewritten with it and removed with it. One left by an older rollgate is read into
+//!   that state by the next command (`rollout::single::adopt_legacy`).
 
 use std::fs::{self, File};
 use std::io::Write;
