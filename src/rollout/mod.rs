@@ -5,6 +5,7 @@
 
 pub mod control;
 pub mod plan;
+pub(crate) mod record;
 pub mod recover;
 pub mod render;
 pub(crate) mod run;
@@ -12,6 +13,7 @@ pub mod settings;
 pub mod single;
 pub mod state;
 pub mod step;
+mod tasks;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -162,7 +164,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
         }
         state::save(&root, &planned).map_err(refused)?;
         let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
-        run::append(
+        record::append(
             &root,
             &journal::Entry {
                 ts: now,
@@ -178,7 +180,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             },
         )?;
         // A root that had only `current` is now served by the replica set.
-        run::write_pool(&root, &planned)?;
+        record::write_pool(&root, &planned)?;
         let context = Context {
             root: root.clone(),
             executable,
@@ -392,7 +394,7 @@ async fn recovered(
 ) -> Result<(Executor, recover::Redo), DeployError> {
     let mut rollout = saved.clone();
     let redo = recover::reconcile(&mut rollout, |who| who.is_running(), resuming);
-    run::write_pool(root, &rollout)?;
+    record::write_pool(root, &rollout)?;
     let grace = Duration::from_millis(rollout.settings.grace_ms);
     for stray in recover::strays(&saved, &rollout) {
         // A process that was in the pool is drained first (the pool no longer names it).
@@ -411,7 +413,7 @@ async fn recovered(
             Phase::Completed => (journal::Event::Promoted, "completed"),
             _ => (journal::Event::RolledBack, "aborted"),
         };
-        run::log_outcome(
+        record::log_outcome(
             root,
             &rollout,
             event,

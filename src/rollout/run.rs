@@ -15,17 +15,19 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::control;
+use super::record::{append, log_outcome, log_single, write_pool};
 use super::render;
 use super::single::{self, Reverted, Words};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
-use crate::deploy::gate;
+use super::tasks::{
+    gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judged, Message,
+};
 use crate::deploy::journal::{self, Event as LogEvent};
-use crate::deploy::plan::{self, Verdict};
 use crate::deploy::probe::Subject;
 use crate::deploy::process::{self, Identity};
 use crate::deploy::signals::Signals;
-use crate::deploy::state::{Fallback, Pointer, Root, WriteError};
+use crate::deploy::state::Root;
 use crate::deploy::{drain_before_stop, DeployError};
 
 /// How often the executor looks for a pause, resume or abort asked from another shell.
@@ -48,32 +50,6 @@ struct Task {
     handle: JoinHandle<()>,
     /// A single deploy's gate ends on a signal to rollgate, as a deploy's gate always has.
     interrupt: Option<oneshot::Sender<&'static str>>,
-}
-
-enum Message {
-    Gate {
-        slot: usize,
-        token: String,
-        gated: Gated,
-    },
-    Soak(Event),
-}
-
-/// How a replica's gate ended.
-#[derive(Debug, Clone, PartialEq)]
-enum GateEnd {
-    Ready,
-    Failed(String),
-    /// Still running, not ready by the deadline.
-    Stalled(String),
-}
-
-/// What a gate saw: its end, and for a single deploy's lines its probes and time.
-struct Gated {
-    end: GateEnd,
-    probes: u32,
-    last_probes: String,
-    elapsed: Duration,
 }
 
 /// What the executor needs beyond the persisted rollout.
@@ -1082,252 +1058,4 @@ impl Executor {
             },
         )
     }
-}
-
-pub(crate) fn append(root: &Root, entry: &journal::Entry) -> Result<(), DeployError> {
-    journal::append(&root.log_path(), entry).map_err(|e| {
-        failed(format!(
-            "cannot append to {}: {e}",
-            root.log_path().display()
-        ))
-    })
-}
-
-/// `promoted` or `rolled_back` for a rollout, unless one was already written under its id (by
-/// a run that crashed between the line and the next save).
-pub(crate) fn log_outcome(
-    root: &Root,
-    rollout: &Rollout,
-    event: LogEvent,
-    detail: String,
-) -> Result<(), DeployError> {
-    let written = journal::outcome_for(&root.log_path(), &rollout.id, rollout.started_at)
-        .map_err(|e| failed(format!("cannot read {}: {e}", root.log_path().display())))?;
-    if written.is_some() {
-        return Ok(());
-    }
-    let entry = journal::Entry::new(event, &rollout.to, &rollout.service, detail);
-    let elapsed = ((entry.ts - rollout.started_at).max(0.0) * 1000.0) as u64;
-    append(
-        root,
-        &journal::Entry {
-            elapsed_ms: Some(elapsed),
-            token: Some(&rollout.id),
-            slot: rollout.abort_cause.as_ref().and_then(|c| c.slot),
-            wave: Some(rollout.wave.min(rollout.waves.len().saturating_sub(1))),
-            ..entry
-        },
-    )
-}
-
-/// A single deploy's line: every line carries the deploy's token, port, the new process's
-/// pid and a signed release's facts; an outcome already written under the token (by a run
-/// that crashed before its next save) is not written again.
-pub(crate) fn log_single(
-    root: &Root,
-    rollout: &Rollout,
-    entry: &journal::Entry,
-) -> Result<(), DeployError> {
-    if entry.event.is_outcome() {
-        let written = journal::outcome_for(&root.log_path(), &rollout.id, rollout.started_at)
-            .map_err(|e| failed(format!("cannot read {}: {e}", root.log_path().display())))?;
-        if written.is_some() {
-            return Ok(());
-        }
-    }
-    let new = rollout.new_process().filter(|p| p.pid > 0);
-    let signed = rollout.signed.as_ref();
-    append(
-        root,
-        &journal::Entry {
-            port: Some(rollout.settings.ports.0),
-            pid: new.map(|p| p.pid),
-            token: Some(&rollout.id),
-            sequence: signed.map(|s| s.sequence),
-            manifest_sha256: signed.map(|s| s.manifest_sha256.as_str()),
-            ..entry.clone()
-        },
-    )
-}
-
-/// Replaces `replicas.json`, then `current` (the first live replica, with its kept fallback),
-/// each atomically. A single deploy's root is served by `current` alone, as it always was.
-/// Some(words) when `current` was renamed but its folder's fsync failed.
-pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String>, DeployError> {
-    let pool = rollout.pool();
-    if rollout.single.is_none() {
-        root.write_replicas(&pool).map_err(|e| {
-            failed(format!(
-                "cannot write {}: {e}",
-                root.replicas_path().display()
-            ))
-        })?;
-    }
-    let Some(first) = pool.replicas.first() else {
-        return Ok(None);
-    };
-    let fallback = rollout
-        .slot(first.slot)
-        .fallback
-        .as_ref()
-        .map(|kept| Fallback {
-            version: kept.version.clone(),
-            port: kept.port,
-            pid: kept.pid,
-        });
-    let mut pointer = Pointer {
-        service: rollout.service.clone(),
-        version: first.version.clone(),
-        port: first.port,
-        pid: first.pid,
-        start_time: first.start_time,
-        promoted_at: journal::now(),
-        fallback,
-        probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
-    };
-    // The same process stays live since it was switched to (only its fallback may change).
-    if let Some(live) = root.read_pointer().ok().flatten() {
-        if live.version == pointer.version && live.pid == pointer.pid && live.port == pointer.port {
-            if live.fallback == pointer.fallback {
-                return Ok(None);
-            }
-            pointer.promoted_at = live.promoted_at;
-        }
-    }
-    match root.write_pointer(&pointer) {
-        Ok(()) => Ok(None),
-        Err(error @ WriteError::NotDurable(_)) => Ok(Some(error.to_string())),
-        Err(WriteError::NotWritten(e)) => Err(failed(format!(
-            "cannot switch {}: {e}; the old pointer is intact",
-            root.pointer_path().display()
-        ))),
-    }
-}
-
-/// The monotonic instant just after Unix time `at`: the log's clock has millisecond steps, so a
-/// timer that fires exactly at `at` could see a `now` still below it and decide nothing.
-fn instant_after(at: f64) -> tokio::time::Instant {
-    let wait = (at - journal::now()).max(0.0) + 0.005;
-    tokio::time::Instant::now() + Duration::from_secs_f64(wait.min(MAX_WAIT_SECS))
-}
-
-/// A timer never waits longer than a day (release deadlines are bounded by the contract).
-const MAX_WAIT_SECS: f64 = 86_400.0 * 2.0;
-
-/// The gate's numbers, copied out of the rollout for a task that outlives a borrow.
-#[derive(Debug, Clone, Copy)]
-struct GateTiming {
-    gate: gate::Timing,
-    min_ready: Duration,
-}
-
-impl GateTiming {
-    fn of(rollout: &Rollout) -> GateTiming {
-        let s = &rollout.settings;
-        GateTiming {
-            gate: gate::Timing {
-                deadline: Duration::from_millis(s.progress_deadline_ms),
-                poll: Duration::from_millis(s.poll_ms),
-            },
-            min_ready: Duration::from_millis(s.min_ready_ms),
-        }
-    }
-}
-
-/// The gate for one replica, then ready at every poll for `min_ready`. The reasons are the
-/// deploy's words. A single deploy's gate also shows its progress and ends on `interrupt`.
-async fn gate_replica(
-    mut child: tokio::process::Child,
-    subject: Subject,
-    timing: GateTiming,
-    interrupt: Option<oneshot::Receiver<&'static str>>,
-    progress: Option<crate::deploy::progress::Progress>,
-) -> Gated {
-    let started = std::time::Instant::now();
-    let watchers = gate::Watchers {
-        signals: None,
-        interrupt,
-        progress: progress.as_ref(),
-    };
-    let gate = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
-    let elapsed = started.elapsed();
-    let reason = plan::reason(&gate.verdict, timing.gate.deadline);
-    let end = match gate.verdict {
-        Verdict::Ready => {
-            match gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await {
-                Ok(()) => GateEnd::Ready,
-                Err(reason) => GateEnd::Failed(reason),
-            }
-        }
-        Verdict::Stalled => GateEnd::Stalled(reason),
-        Verdict::Exited(_) | Verdict::Interrupted(_) => GateEnd::Failed(reason),
-    };
-    Gated {
-        end,
-        probes: gate.probes,
-        last_probes: gate.last_probes(),
-        elapsed,
-    }
-}
-
-/// How a soak judges its replicas.
-#[derive(Debug, Clone, Copy)]
-enum Judged {
-    /// A rollout's soak: one failed probe fails a replica.
-    Soak,
-    /// A single deploy's watch: this many failed probes in a row.
-    Watch(u32),
-}
-
-/// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
-/// answering ready has failed. Then a `Tick` ends the soak.
-async fn soak(
-    mut watched: Vec<(usize, Process, Subject)>,
-    until: f64,
-    poll: Duration,
-    judged: Judged,
-    sender: UnboundedSender<Message>,
-) {
-    let end = instant_after(until);
-    let began = journal::now();
-    let mut ticker = tokio::time::interval(poll);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut judges: HashMap<usize, plan::WatchJudge> = HashMap::new();
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(end) => break,
-            _ = ticker.tick() => {}
-        }
-        let mut still = Vec::new();
-        for (slot, process, subject) in watched {
-            let reason = match (judged, process.identity().is_running()) {
-                (Judged::Soak, false) => Some("exited during the soak".to_string()),
-                (Judged::Watch(_), false) => Some(format!(
-                    "exited during the watch, {} ms after the switch",
-                    ((journal::now() - began) * 1000.0).round() as u64
-                )),
-                (Judged::Soak, true) => match subject.check().await {
-                    (true, _) => None,
-                    (false, other) => {
-                        Some(format!("stopped being ready during the soak ({other})"))
-                    }
-                },
-                (Judged::Watch(failures), true) => {
-                    let (passed, probe) = subject.check().await;
-                    judges
-                        .entry(slot)
-                        .or_insert_with(|| plan::WatchJudge::new(failures))
-                        .observe(passed, &probe)
-                }
-            };
-            match reason {
-                Some(reason) => {
-                    let _ = sender.send(Message::Soak(Event::Failed { slot, reason }));
-                }
-                None => still.push((slot, process, subject)),
-            }
-        }
-        watched = still;
-    }
-    let _ = sender.send(Message::Soak(Event::Tick));
 }

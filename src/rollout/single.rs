@@ -598,7 +598,7 @@ async fn abandon(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
         single.deployer_pid,
         outcome.join(", ")
     );
-    super::run::log_single(
+    super::record::log_single(
         root,
         &rollout,
         &journal::Entry::new(

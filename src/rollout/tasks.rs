@@ -1,0 +1,171 @@
+//! The tasks the executor leaves running while it waits: a replica's gate (then its
+//! `min_ready_ms`) and the soak that watches a wave's new replicas. Each reports back to the
+//! executor as a [`Message`]; neither touches the state.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
+
+use super::state::{Process, Rollout};
+use super::step::Event;
+use crate::deploy::gate;
+use crate::deploy::journal;
+use crate::deploy::plan::{self, Verdict};
+use crate::deploy::probe::Subject;
+
+/// What a task reports.
+pub(super) enum Message {
+    Gate {
+        slot: usize,
+        token: String,
+        gated: Gated,
+    },
+    Soak(Event),
+}
+
+/// How a replica's gate ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum GateEnd {
+    Ready,
+    Failed(String),
+    /// Still running, not ready by the deadline.
+    Stalled(String),
+}
+
+/// What a gate saw: its end, and for a single deploy's lines its probes and time.
+pub(super) struct Gated {
+    pub end: GateEnd,
+    pub probes: u32,
+    pub last_probes: String,
+    pub elapsed: Duration,
+}
+
+/// The monotonic instant just after Unix time `at`: the log's clock has millisecond steps, so a
+/// timer that fires exactly at `at` could see a `now` still below it and decide nothing.
+pub(super) fn instant_after(at: f64) -> tokio::time::Instant {
+    let wait = (at - journal::now()).max(0.0) + 0.005;
+    tokio::time::Instant::now() + Duration::from_secs_f64(wait.min(MAX_WAIT_SECS))
+}
+
+/// A timer never waits longer than a day (release deadlines are bounded by the contract).
+const MAX_WAIT_SECS: f64 = 86_400.0 * 2.0;
+
+/// The gate's numbers, copied out of the rollout for a task that outlives a borrow.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GateTiming {
+    pub gate: gate::Timing,
+    pub min_ready: Duration,
+}
+
+impl GateTiming {
+    pub(super) fn of(rollout: &Rollout) -> GateTiming {
+        let s = &rollout.settings;
+        GateTiming {
+            gate: gate::Timing {
+                deadline: Duration::from_millis(s.progress_deadline_ms),
+                poll: Duration::from_millis(s.poll_ms),
+            },
+            min_ready: Duration::from_millis(s.min_ready_ms),
+        }
+    }
+}
+
+/// The gate for one replica, then ready at every poll for `min_ready`. The reasons are the
+/// deploy's words. A single deploy's gate also shows its progress and ends on `interrupt`.
+pub(super) async fn gate_replica(
+    mut child: tokio::process::Child,
+    subject: Subject,
+    timing: GateTiming,
+    interrupt: Option<oneshot::Receiver<&'static str>>,
+    progress: Option<crate::deploy::progress::Progress>,
+) -> Gated {
+    let started = std::time::Instant::now();
+    let watchers = gate::Watchers {
+        signals: None,
+        interrupt,
+        progress: progress.as_ref(),
+    };
+    let gate = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
+    let elapsed = started.elapsed();
+    let reason = plan::reason(&gate.verdict, timing.gate.deadline);
+    let end = match gate.verdict {
+        Verdict::Ready => {
+            match gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await {
+                Ok(()) => GateEnd::Ready,
+                Err(reason) => GateEnd::Failed(reason),
+            }
+        }
+        Verdict::Stalled => GateEnd::Stalled(reason),
+        Verdict::Exited(_) | Verdict::Interrupted(_) => GateEnd::Failed(reason),
+    };
+    Gated {
+        end,
+        probes: gate.probes,
+        last_probes: gate.last_probes(),
+        elapsed,
+    }
+}
+
+/// How a soak judges its replicas.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Judged {
+    /// A rollout's soak: one failed probe fails a replica.
+    Soak,
+    /// A single deploy's watch: this many failed probes in a row.
+    Watch(u32),
+}
+
+/// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
+/// answering ready has failed. Then a `Tick` ends the soak.
+pub(super) async fn soak(
+    mut watched: Vec<(usize, Process, Subject)>,
+    until: f64,
+    poll: Duration,
+    judged: Judged,
+    sender: UnboundedSender<Message>,
+) {
+    let end = instant_after(until);
+    let began = journal::now();
+    let mut ticker = tokio::time::interval(poll);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut judges: HashMap<usize, plan::WatchJudge> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => break,
+            _ = ticker.tick() => {}
+        }
+        let mut still = Vec::new();
+        for (slot, process, subject) in watched {
+            let reason = match (judged, process.identity().is_running()) {
+                (Judged::Soak, false) => Some("exited during the soak".to_string()),
+                (Judged::Watch(_), false) => Some(format!(
+                    "exited during the watch, {} ms after the switch",
+                    ((journal::now() - began) * 1000.0).round() as u64
+                )),
+                (Judged::Soak, true) => match subject.check().await {
+                    (true, _) => None,
+                    (false, other) => {
+                        Some(format!("stopped being ready during the soak ({other})"))
+                    }
+                },
+                (Judged::Watch(failures), true) => {
+                    let (passed, probe) = subject.check().await;
+                    judges
+                        .entry(slot)
+                        .or_insert_with(|| plan::WatchJudge::new(failures))
+                        .observe(passed, &probe)
+                }
+            };
+            match reason {
+                Some(reason) => {
+                    let _ = sender.send(Message::Soak(Event::Failed { slot, reason }));
+                }
+                None => still.push((slot, process, subject)),
+            }
+        }
+        watched = still;
+    }
+    let _ = sender.send(Message::Soak(Event::Tick));
+}
