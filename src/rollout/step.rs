@@ -186,7 +186,8 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     let settings = &rollout.settings;
     let keep = settings.keep_fallback && settings.watch_ms > 0 && last_wave;
     let s = rollout.slot_mut(slot);
-    if s.state != SlotState::Upgrading {
+    // A held replica joins the pool only when a person accepts it.
+    if s.state != SlotState::Upgrading || s.held {
         return;
     }
     s.state = SlotState::Succeeded;
@@ -226,6 +227,7 @@ fn hold(rollout: &mut Rollout, slot: usize, reason: String, actions: &mut Vec<Ac
 
 /// A slot's new process failed.
 fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &mut Vec<Action>) {
+    let over = rollout.is_over();
     let s = rollout.slot_mut(slot);
     if s.state == SlotState::RollingBack {
         // Its previous version did not come back: the new one keeps serving the slot.
@@ -234,13 +236,16 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
         actions.push(note(LogEvent::ReplicaFailed, Some(slot), s.wave, reason));
         return;
     }
-    if !matches!(s.state, SlotState::Upgrading | SlotState::Succeeded) {
+    // A completed or aborted rollout is not undone by a late report (only the restores an
+    // abort began still report, above).
+    if over || !matches!(s.state, SlotState::Upgrading | SlotState::Succeeded) {
         return;
     }
     s.state = SlotState::Failed;
     s.finished = Some(now);
     s.error = Some(reason.clone());
     s.left_pool = false;
+    s.held = false;
     let (wave, class) = (s.wave, s.class);
     actions.push(Action::Revert { slot });
     actions.push(note(
@@ -249,9 +254,7 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
         wave,
         reason.clone(),
     ));
-    if rollout.phase != Phase::Running {
-        return;
-    }
+    // A required replica's failure aborts even a paused rollout (one held for a person).
     if class == ReplicaClass::Required {
         let cause = AbortCause {
             slot: Some(slot),
@@ -259,6 +262,9 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
             phase: rollout.phase_name().into(),
         };
         abort(rollout, cause, false, actions);
+        return;
+    }
+    if rollout.phase != Phase::Running {
         return;
     }
     let wave_slots = rollout.wave_slots().to_vec();
@@ -973,7 +979,104 @@ mod tests {
         assert!(step(&mut r, Event::Resume, 9.0).is_empty());
     }
 
+    /// What the executor does to the state for an action (the parts a single deploy's rules
+    /// depend on): spawn records a candidate, a swap puts it in the pool (keeping the replaced
+    /// one as the fallback when asked), a revert goes back to the fallback, a drop forgets it.
+    fn perform_on_state(r: &mut Rollout, action: &Action) {
+        let s = r.slot_mut(0);
+        match action {
+            Action::StartBeside { .. } | Action::StartInPlace { .. } => {
+                s.candidate = Some(Process {
+                    version: "v2".into(),
+                    port: 9100,
+                    pid: 200,
+                    start_time: 2,
+                    token: "r1-0".into(),
+                });
+            }
+            Action::Swap { keep_previous, .. } => {
+                if let Some(new) = s.candidate.take() {
+                    let old = s.live.replace(new);
+                    if *keep_previous {
+                        s.fallback = old;
+                    }
+                }
+            }
+            Action::DropFallback { .. } => s.fallback = None,
+            Action::Revert { .. } => {
+                s.candidate = None;
+                if let Some(kept) = s.fallback.take() {
+                    s.live = Some(kept);
+                }
+            }
+            _ => {}
+        }
+    }
+
     proptest::proptest! {
+        /// Whatever happens to a single deploy, and in whatever order a person or a signal
+        /// steps in: it ends once (one `promoted` or one `rolled_back`), is promoted only after
+        /// its whole watch with its fallback dropped first, and never leaves more than its live
+        /// release and one other process named.
+        #[test]
+        fn a_single_deploy_ends_once_and_only_after_its_watch(
+            watch in proptest::sample::select(vec![0u64, 2000]),
+            escalates in proptest::bool::ANY,
+            events in proptest::collection::vec(0u8..8, 1..60),
+        ) {
+            let on_stall = if escalates { OnStall::Escalate } else { OnStall::Rollback };
+            let mut r = single(watch, on_stall);
+            let mut now = 0.0;
+            let mut outcomes = Vec::new();
+            let mut ready_at = None;
+            for action in step(&mut r, Event::Tick, now) {
+                perform_on_state(&mut r, &action);
+            }
+            for e in events {
+                now += 0.5;
+                let event = match e {
+                    0 => Event::Ready { slot: 0 },
+                    1 => Event::Failed { slot: 0, reason: "exit 3".into() },
+                    2 => Event::Stalled { slot: 0, reason: "not ready".into() },
+                    3 => Event::Accept { slot: 0 },
+                    4 => Event::Abort { reason: "by hand".into(), rollback: false },
+                    5 => Event::Resume,
+                    _ => Event::Tick,
+                };
+                if matches!(event, Event::Ready { .. }) && r.slot(0).state == SlotState::Upgrading && !r.slot(0).held {
+                    ready_at = Some(now);
+                }
+                let was_over = r.is_over();
+                let actions = step(&mut r, event, now);
+                if was_over {
+                    proptest::prop_assert!(actions.is_empty(), "{actions:?} after the end");
+                }
+                let mut dropped = false;
+                for action in &actions {
+                    perform_on_state(&mut r, action);
+                    match action {
+                        Action::DropFallback { .. } => dropped = true,
+                        Action::Log(note) if note.event.is_outcome() => {
+                            outcomes.push(note.event);
+                            if note.event == LogEvent::Promoted {
+                                proptest::prop_assert!(r.slot(0).fallback.is_none());
+                                if dropped {
+                                    let at = ready_at.expect("a fallback is kept only after a ready");
+                                    proptest::prop_assert!(now >= at + watch as f64 / 1000.0, "promoted {now} before the watch from {at} ended");
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let s = r.slot(0);
+                let named = s.live.iter().chain(s.candidate.iter()).chain(s.fallback.iter()).count();
+                proptest::prop_assert!(named <= 2, "{named} processes named: {s:?}");
+                proptest::prop_assert!(!(s.candidate.is_some() && s.fallback.is_some()));
+            }
+            proptest::prop_assert!(outcomes.len() <= 1, "{outcomes:?}");
+        }
+
         #[test]
         fn the_budgets_hold_whatever_succeeds_or_fails(
             replicas in 1usize..=40,
