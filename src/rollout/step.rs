@@ -1059,6 +1059,7 @@ mod tests {
                         Action::Log(note) if note.event.is_outcome() => {
                             outcomes.push(note.event);
                             if note.event == LogEvent::Promoted {
+                                proptest::prop_assert_eq!(r.slot(0).state, SlotState::Succeeded);
                                 proptest::prop_assert!(r.slot(0).fallback.is_none());
                                 if dropped {
                                     let at = ready_at.expect("a fallback is kept only after a ready");
