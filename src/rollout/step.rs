@@ -979,19 +979,33 @@ mod tests {
         assert!(step(&mut r, Event::Resume, 9.0).is_empty());
     }
 
-    /// What the executor does to the state for an action (the parts a single deploy's rules
-    /// depend on): spawn records a candidate, a swap puts it in the pool (keeping the replaced
-    /// one as the fallback when asked), a revert goes back to the fallback, a drop forgets it.
+    /// What the executor does to the state for an action (the parts the rules depend on): a
+    /// start records a candidate (an in-place one takes the live process out first), a swap
+    /// puts it in the pool (keeping the replaced one as the fallback when asked), a revert goes
+    /// back to the fallback or the previous version, a drop or removal forgets a process.
     fn perform_on_state(r: &mut Rollout, action: &Action) {
-        let s = r.slot_mut(0);
+        let slot = match action {
+            Action::StartBeside { slot }
+            | Action::StartInPlace { slot }
+            | Action::Swap { slot, .. }
+            | Action::DropFallback { slot }
+            | Action::Revert { slot }
+            | Action::Remove { slot } => *slot,
+            _ => return,
+        };
+        let from = r.slot(slot).from_version.clone();
+        let s = r.slot_mut(slot);
         match action {
             Action::StartBeside { .. } | Action::StartInPlace { .. } => {
+                if matches!(action, Action::StartInPlace { .. }) {
+                    s.live = None;
+                }
                 s.candidate = Some(Process {
                     version: "v2".into(),
-                    port: 9100,
-                    pid: 200,
+                    port: 9500 + slot as u16,
+                    pid: 500 + slot as i32,
                     start_time: 2,
-                    token: "r1-0".into(),
+                    token: format!("r1-{slot}"),
                 });
             }
             Action::Swap { keep_previous, .. } => {
@@ -1007,8 +1021,22 @@ mod tests {
                 s.candidate = None;
                 if let Some(kept) = s.fallback.take() {
                     s.live = Some(kept);
+                } else if s
+                    .live
+                    .as_ref()
+                    .is_none_or(|l| Some(&l.version) != from.as_ref())
+                {
+                    // Brought back on its previous version.
+                    s.live = from.map(|version| Process {
+                        version,
+                        port: 9000 + slot as u16,
+                        pid: 900 + slot as i32,
+                        start_time: 3,
+                        token: String::new(),
+                    });
                 }
             }
+            Action::Remove { .. } => s.live = None,
             _ => {}
         }
     }
@@ -1076,6 +1104,77 @@ mod tests {
                 proptest::prop_assert!(!(s.candidate.is_some() && s.fallback.is_some()));
             }
             proptest::prop_assert!(outcomes.len() <= 1, "{outcomes:?}");
+        }
+
+        /// A rollout of several replicas, whatever its replicas report and whenever a person
+        /// pauses, resumes or aborts it: it ends once, never starts a replica once it has
+        /// ended, and completes only with every replica of every wave moved or failed within
+        /// the ratio, none of them required and failed.
+        #[test]
+        fn a_rollout_ends_once_whatever_happens_in_whatever_order(
+            replicas in 1usize..=12,
+            surge in 0u64..=100,
+            required in proptest::collection::vec(proptest::bool::weighted(0.2), 12),
+            events in proptest::collection::vec((0u8..9, 0usize..12), 1..200),
+        ) {
+            let mut r = rollout(replicas, surge, 0, 500);
+            r.settings.max_failure_ratio = 0.5;
+            for (slot, required) in required.iter().enumerate().take(replicas) {
+                if *required {
+                    r.slot_mut(slot).class = ReplicaClass::Required;
+                }
+            }
+            let mut now = 0.0;
+            let mut outcomes = Vec::new();
+            for action in step(&mut r, Event::Tick, now) {
+                perform_on_state(&mut r, &action);
+            }
+            for (kind, pick) in events {
+                now += 0.2;
+                let pick_in = |state: SlotState| {
+                    let found: Vec<usize> = r.slots.iter().filter(|s| s.state == state).map(|s| s.slot).collect();
+                    (!found.is_empty()).then(|| found[pick % found.len()])
+                };
+                let event = match kind {
+                    0 | 1 | 2 => pick_in(SlotState::Upgrading).map(|slot| Event::Ready { slot }),
+                    3 => pick_in(SlotState::Upgrading).map(|slot| Event::Failed { slot, reason: "exit 1".into() }),
+                    4 => pick_in(SlotState::Succeeded).map(|slot| Event::Failed { slot, reason: "in the soak".into() }),
+                    5 => Some(Event::Pause { reason: "by hand".into() }),
+                    6 => Some(Event::Resume),
+                    7 => Some(Event::Abort { reason: "by hand".into(), rollback: pick % 2 == 0 }),
+                    _ => pick_in(SlotState::RollingBack).map(|slot| Event::Restored { slot }),
+                };
+                let event = event.unwrap_or(Event::Tick);
+                let was_over = r.is_over();
+                let actions = step(&mut r, event, now);
+                for action in &actions {
+                    if was_over {
+                        proptest::prop_assert!(
+                            !matches!(action, Action::StartBeside { .. } | Action::StartInPlace { .. } | Action::Swap { .. } | Action::Revert { .. }),
+                            "{action:?} after the end"
+                        );
+                    }
+                    perform_on_state(&mut r, action);
+                    if let Action::Log(note) = action {
+                        if note.event.is_outcome() {
+                            outcomes.push(note.event);
+                        }
+                    }
+                }
+                if r.phase == Phase::Completed {
+                    for s in &r.slots {
+                        proptest::prop_assert!(
+                            !matches!(s.state, SlotState::Pending | SlotState::Upgrading | SlotState::RollingBack),
+                            "completed with {s:?}"
+                        );
+                        proptest::prop_assert!(
+                            !(s.class == ReplicaClass::Required && s.state == SlotState::Failed),
+                            "completed with a required replica failed: {s:?}"
+                        );
+                    }
+                }
+                proptest::prop_assert!(outcomes.len() <= 1, "{outcomes:?}");
+            }
         }
 
         #[test]
