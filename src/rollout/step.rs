@@ -1136,7 +1136,7 @@ mod tests {
                     (!found.is_empty()).then(|| found[pick % found.len()])
                 };
                 let event = match kind {
-                    0 | 1 | 2 => pick_in(SlotState::Upgrading).map(|slot| Event::Ready { slot }),
+                    0..=2 => pick_in(SlotState::Upgrading).map(|slot| Event::Ready { slot }),
                     3 => pick_in(SlotState::Upgrading).map(|slot| Event::Failed { slot, reason: "exit 1".into() }),
                     4 => pick_in(SlotState::Succeeded).map(|slot| Event::Failed { slot, reason: "in the soak".into() }),
                     5 => Some(Event::Pause { reason: "by hand".into() }),
