@@ -471,3 +471,49 @@ fn defect_02_a_drain_the_proxy_does_not_confirm_keeps_the_old_release_for_the_dr
     assert!(detail.contains("did not confirm"), "{detail}");
     assert!(wait_for(5, || !alive(old)));
 }
+
+/// A `candidate` record an older rollgate left in its watch (stage `watching`, `current` naming
+/// the candidate with the previous release as its fallback) is read into the engine's state by
+/// the next deploy and finished as the watch would have been: one final probe, then promoted
+/// and the previous release stopped.
+#[test]
+fn a_legacy_record_left_in_its_watch_is_finished_by_one_final_probe() {
+    let site = Site::new();
+    first_release(&site);
+    let previous = site.pointer().unwrap();
+    let a = site.live_pid().unwrap();
+    let port = free_port();
+    let b = start_release_process(&site, "v2", port);
+    let mut pointer = pointer_for("v2", port, b.pid());
+    pointer["fallback"] = serde_json::json!({"version": "v1", "port": previous["port"], "pid": a});
+    write(site.root(), "current", &pointer.to_string());
+    let mut fields = process_fields(b.pid());
+    fields["stage"] = "watching".into();
+    fields["previous"] = previous;
+    fields["watch"] = serde_json::json!({"until": 1.0, "poll_ms": 50, "failures": 3,
+        "gate_detail": "ready after 120 ms (2 probes)", "gate_elapsed_ms": 120,
+        "switch_detail": "no proxy; "});
+    left_candidate(&site, port, "t-watching", fields);
+
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = site.log_lines();
+    let finished = lines
+        .iter()
+        .find(|l| l["token"] == "t-watching")
+        .expect("the left watch has its outcome");
+    assert_eq!(finished["event"], "promoted");
+    assert_eq!(finished["version"], "v2");
+    let detail = finished["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("ready after 120 ms (2 probes); passed the watch (cut short: deployer pid 999999 was gone; decided by one final probe); no proxy"),
+        "{detail}"
+    );
+    assert!(detail.contains("old release v1 stopped"), "{detail}");
+    assert!(wait_for(5, || !alive(a)), "the previous release");
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
+    assert_eq!(lines.last().unwrap()["event"], "promoted");
+    assert!(!site.root().join("candidate").exists());
+    assert!(!site.root().join("rollout.json").exists());
+}
