@@ -52,17 +52,13 @@ pub fn finish_escalated(
         let held = rollout.new_process().cloned();
         // An earlier promote renamed the pointer and was interrupted: the candidate is live.
         // Finish that switch; never stop the release the pointer names.
-        let pointer = root.read_pointer().map_err(refused)?;
-        let switched = held
-            .as_ref()
-            .is_some_and(|h| h.pid > 0 && pointer.as_ref().is_some_and(|p| p.names(h.identity())));
-        if switched {
+        if single::is_switched(&root, &rollout)? {
             if !promote {
                 return Err(refused(format!(
                     "the switch to {v} already happened: current names it (pid {pid}), so aborting would stop the live release. \
                      Run `rollgate promote {service} --root {root}` to finish the switch, then roll forward: deploy the release you want live",
                     v = rollout.to,
-                    pid = pointer.as_ref().map_or(0, |p| p.pid),
+                    pid = held.as_ref().map_or(0, |h| h.pid),
                     root = root.0.display()
                 )));
             }

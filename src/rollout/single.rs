@@ -435,7 +435,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
 
 /// Whether `current` names the deploy's new process: the switch happened, whatever else the
 /// state says.
-fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, DeployError> {
+pub(crate) fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, DeployError> {
     let pointer = root.read_pointer().map_err(refused)?;
     let new = rollout.new_process().filter(|p| p.pid > 0);
     Ok(match (pointer, new) {
