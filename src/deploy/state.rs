@@ -175,30 +175,6 @@ pub struct WatchRecord {
 }
 
 impl Candidate {
-    /// `current` naming this candidate's process (with the release to fall back to during a
-    /// watch).
-    pub fn pointer(&self, process: Identity, fallback: Option<Fallback>) -> Pointer {
-        Pointer {
-            service: self.service.clone(),
-            version: self.version.clone(),
-            port: self.port,
-            pid: process.pid,
-            start_time: process.start_time,
-            promoted_at: super::journal::now(),
-            fallback,
-            probe: super::probe::Spec::unless_default(&self.probe),
-        }
-    }
-
-    /// The candidate's own probe, or one for the release it replaces (same service, same probe).
-    pub fn probe_subject(&self, root: &Root, version: &str, port: u16) -> super::probe::Subject {
-        super::probe::Subject {
-            spec: self.probe.clone(),
-            port,
-            workdir: root.release_dir(version),
-        }
-    }
-
     pub fn identity(&self) -> Option<Identity> {
         Some(Identity {
             pid: self.pid?,
