@@ -188,3 +188,34 @@ fn a_rollouts_post_promote_sees_every_new_replicas_port() {
         "{promoted:?}"
     );
 }
+
+#[test]
+fn a_hook_that_exits_at_once_is_judged_by_its_exit_not_by_a_background_child_holding_its_output() {
+    let site = Site::new();
+    v1_live(&site);
+    let marker = format!("31.{}", std::process::id());
+    // Exit 0 at once, leaving a child that keeps the hook's stdout open past the time limit.
+    let policy = policy(
+        &site,
+        "{pre_deploy: [./bg.sh], timeout_ms: 500}",
+        &[("bg", &format!("echo checked\nsleep {marker} &\nexit 0\n"))],
+    );
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+    send_signal_to_marker(&marker);
+}
+
+/// Ends the background process a hook left (by its marker argument).
+fn send_signal_to_marker(marker: &str) {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(marker) {
+            send_signal(pid, 9);
+        }
+    }
+}

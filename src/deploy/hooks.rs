@@ -15,6 +15,8 @@ use crate::policy::HooksPolicy;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(30_000);
 /// How much of a hook's output a refusal or a log line quotes (its end).
 const OUTPUT_KEPT: usize = 400;
+/// How long output still in the pipes is read once a hook has exited.
+const OUTPUT_AFTER_EXIT: Duration = Duration::from_millis(100);
 
 /// The hooks of one deploy or rollout, resolved: programs named relative to the policy file
 /// are made absolute, so they run the same from a watcher or a later recovery. Persisted with
@@ -159,32 +161,43 @@ async fn run_command(
         .spawn()
         .map_err(|e| format!("hook {} ({program}) could not start: {e}", hook.name()))?;
     let pid = child.id().map(|p| p as i32);
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let collect = async {
-        let mut both = Vec::new();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        let read_out = async {
-            if let Some(out) = out.as_mut() {
-                let _ = out.read_to_end(&mut a).await;
-            }
-        };
-        let read_err = async {
-            if let Some(err) = err.as_mut() {
-                let _ = err.read_to_end(&mut b).await;
-            }
-        };
-        tokio::join!(read_out, read_err);
-        both.extend(a);
-        both.extend(b);
-        let status = child.wait().await;
-        (status, both)
-    };
-    tokio::pin!(collect);
+    // The hook is judged by its exit, not by the end of its output: a background process it
+    // started may hold the pipes open long after it exited. What is read is bounded.
+    let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|pipe| tokio::spawn(keep_tail(pipe, output.clone())))
+    .collect();
     let outcome = tokio::select! {
-        done = &mut collect => Ok(done),
+        status = child.wait() => Ok(status),
         _ = tokio::time::sleep(limit) => Err(()),
     };
+    if outcome.is_ok() {
+        // What it wrote before it exited is in the pipes already.
+        for reader in &readers {
+            let _ = tokio::time::timeout(OUTPUT_AFTER_EXIT, async {
+                while !reader.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+        }
+    }
+    for reader in &readers {
+        reader.abort();
+    }
+    let output = output.lock().map(|o| o.clone()).unwrap_or_default();
+    let outcome = outcome.map(|status| (status, output));
     let took = started.elapsed().as_millis();
     match outcome {
         Ok((Ok(status), output)) if status.success() => {
@@ -210,6 +223,24 @@ async fn run_command(
                 hook.name(),
                 limit.as_millis()
             ))
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping only its last bytes (enough to quote).
+async fn keep_tail(
+    mut pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    let mut buffer = [0u8; 4096];
+    while let Ok(n) = pipe.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        if let Ok(mut kept) = kept.lock() {
+            kept.extend_from_slice(&buffer[..n]);
+            let excess = kept.len().saturating_sub(OUTPUT_KEPT * 4);
+            kept.drain(..excess);
         }
     }
 }
