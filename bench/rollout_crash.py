@@ -1,25 +1,36 @@
 #!/usr/bin/env python3
-"""kill -9 a rollout's rollgate at random moments, resume it, and compare with a run that was
-never interrupted.
+"""kill -9 rollgate at random moments of rollouts and of the commands that steer them, finish
+with the command a person would run next, and count what a crash must never leave.
 
 Usage: bench/rollout_crash.py ROLLGATE [KILLS] [SEED] [REPLICAS]
 
 Six replicas (by default) of a sample service behind `rollgate proxy`, under a steady load of
 GET requests. Each round rolls every replica to the other of two versions (waves 1, 10, 50,
-100 %, 300 ms soak), sends the rollout's rollgate SIGKILL after a random delay (0-2.5 s: before
-the plan is saved, mid-gate, mid-swap, in a soak), then runs `rollgate rollout resume` to the
-end. A reference rollout with no kill runs first. Throughout, a sampler reads the pool every
-20 ms. It counts:
+100 %, 300 ms soak) in one of four ways, picked at random:
 
-- wrong ends: after resume, not every replica on the target version, or the rollout not
-  `completed` (the uninterrupted run's end);
+- rollout: the rollout's rollgate gets SIGKILL after a random delay (0-2.5 s), then
+  `rollout resume`;
+- fault: the rollout runs with ROLLGATE_FAULT=kill-after-action:K (K random in 1-60), so it
+  dies right after a persisted action, then `rollout resume`;
+- pause: `rollout pause` is asked mid-rollout and itself killed after a random delay, then
+  `rollout resume` is killed the same way, then `rollout resume` runs to the end;
+- abort: `rollout abort --rollback` is asked mid-rollout and killed after a random delay, then
+  asked again: the round ends aborted on the previous version (or completed, when the abort
+  lost the race with the rollout's end).
+
+A reference rollout with no kill runs first. Throughout, a sampler reads the pool every 20 ms.
+It counts:
+
+- wrong ends: a round that does not end as its kind says (above);
+- empty pools: a sample of the pool with no replica that answers (while one ran before);
 - budget breaks: a sample with fewer ready replicas in the pool than N - unavailable, or more
-  replica processes than N + surge;
-- orphans: once resumed, a replica process running from the root that the pool does not name;
+  replica processes than N + surge (an abort's restores count within the surge);
+- orphans: after a round, a replica process running from the root that the pool does not name;
 - duplicate outcomes: a rollout id with more than one `promoted`/`rolled_back` line;
+- missing outcomes: a rollout that ended (completed or aborted) with no outcome line;
 - failed requests through the proxy.
 
-Exit status 0 only when all five are zero.
+Exit status 0 only when all are zero.
 """
 
 import json
@@ -83,6 +94,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.stop = root, False
         self.fewest_ready, self.most_processes, self.samples = 10**9, 0, 0
+        self.empty = 0
 
     def run(self):
         while not self.stop:
@@ -92,6 +104,7 @@ class Sampler(threading.Thread):
             # A pool that changed while it was probed is sampled again.
             if n is not None and before == after:
                 self.fewest_ready = min(self.fewest_ready, n)
+                self.empty += int(n == 0)
                 self.samples += 1
             self.most_processes = max(self.most_processes, len(replica_processes(self.root)))
             time.sleep(0.02)
@@ -157,40 +170,83 @@ def main():
     started = time.time()
     run("rollout", "edge-svc", "b", *args, check=0)
     reference = time.time() - started
-    wrong_ends, orphans, killed_mid = 0, 0, 0
-    target = "b"
-    for _ in range(kills):
-        target = "a" if target == "b" else "b"
-        child = subprocess.Popen([rollgate, "rollout", "edge-svc", target, "--root", root, *args],
+    wrong_ends, orphans = 0, 0
+    kinds = {"rollout": 0, "fault": 0, "pause": 0, "abort": 0}
+    killed_mid = 0
+
+    def killed_after(command, delay, env=None):
+        """Runs a rollgate command in the background, SIGKILLs it after `delay` s if it
+        still runs; True when it was killed."""
+        nonlocal killed_mid
+        child = subprocess.Popen([rollgate, *command, "--root", root], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0, 2.5))
-        if child.poll() is None:
-            killed_mid += 1
-            child.send_signal(signal.SIGKILL)
+        if delay is not None:
+            try:
+                child.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGKILL)
         child.wait()
-        resumed = time.time()
-        out = run("rollout", "resume", "edge-svc")
+        if child.returncode == -signal.SIGKILL:
+            killed_mid += 1
+            return True
+        return False
+
+    def state():
         with open(os.path.join(root, "rollout.json")) as f:
-            if json.load(f)["to"] != target:
-                # Killed before the plan was saved: nothing started; a person runs it again.
-                out = run("rollout", "edge-svc", target, *args)
+            return json.load(f)
+
+    current = "b"
+    for _ in range(kills):
+        target = "a" if current == "b" else "b"
+        kind = rng.choice(list(kinds))
+        kinds[kind] += 1
+        start = ["rollout", "edge-svc", target, *args]
+        if kind == "fault":
+            env = dict(os.environ, ROLLGATE_FAULT=f"kill-after-action:{rng.randint(1, 60)}")
+            killed_after(start, None, env)
+        elif kind == "rollout":
+            killed_after(start, rng.uniform(0, 2.5))
+        else:
+            child = subprocess.Popen([rollgate, *start, "--root", root],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0, 1.5))
+            if kind == "pause":
+                killed_after(["rollout", "pause", "edge-svc"], rng.uniform(0, 0.5))
+                killed_after(["rollout", "resume", "edge-svc"], rng.uniform(0, 1.0))
+            else:
+                killed_after(["rollout", "abort", "edge-svc", "--rollback"], rng.uniform(0, 1.0))
+            # The rollout's own rollgate ends (paused, aborted) or is killed by the round.
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
+        if state()["to"] != target:
+            # Killed before the plan was saved: nothing started; a person runs it again.
+            run(*start)
+        if kind == "abort":
+            out = run("rollout", "abort", "edge-svc", "--rollback")
+        else:
+            out = run("rollout", "resume", "edge-svc")
         if os.environ.get("VERBOSE"):
-            print(f"round to {target}: resume took {time.time() - resumed:.2f} s: "
-                  f"{out.stdout.strip()[:100]}")
+            print(f"{kind} to {target}: {out.stdout.strip()[:100]} {out.stderr.strip()[:100]}")
         if out.returncode not in (0, 2):
-            print(f"resume to {target}: exit {out.returncode}: {out.stdout}{out.stderr}")
-        with open(os.path.join(root, "rollout.json")) as f:
-            state = json.load(f)
-        now = pool(root) or []
-        if state["phase"] != "completed" or state["to"] != target or \
-                [r["version"] for r in now] != [target] * replicas:
+            print(f"{kind} to {target}: exit {out.returncode}: {out.stdout}{out.stderr}")
+        ended = state()
+        now = [r["version"] for r in pool(root) or []]
+        if kind == "abort" and ended["phase"] == "aborted":
+            expected = ("aborted", [current] * replicas)
+        else:
+            expected = ("completed", [target] * replicas)
+        if (ended["phase"], now) != expected or ended["to"] != target:
             wrong_ends += 1
-            print(f"wrong end for {target}: {state['phase']} {[r['version'] for r in now]}")
-        named = {r["pid"] for r in now}
+            print(f"wrong end of a {kind} to {target}: {ended['phase']} {now}")
+        current = now[0] if now and len(set(now)) == 1 else target
+        named = {r["pid"] for r in pool(root) or []}
         stray = [p for p in replica_processes(root) if p not in named]
         if stray:
             orphans += len(stray)
-            print(f"orphans after {target}: {stray}")
+            print(f"orphans after a {kind} to {target}: {stray}")
 
     sampler.stop = load.stop = True
     sampler.join()
@@ -202,6 +258,12 @@ def main():
             if record["event"] in ("promoted", "rolled_back"):
                 outcomes[record.get("token")] = outcomes.get(record.get("token"), 0) + 1
     duplicates = sum(1 for n in outcomes.values() if n > 1)
+    # Every rollout that started and ended has its outcome line (the last may still be the
+    # state file's; all rounds end completed or aborted).
+    with open(os.path.join(root, "deploy.log")) as f:
+        started_ids = [json.loads(line).get("token") for line in f
+                       if '"rollout_started"' in line]
+    missing = sum(1 for i in started_ids if outcomes.get(i, 0) == 0)
     budget_breaks = int(sampler.fewest_ready < replicas) + \
         int(sampler.most_processes > replicas + surge)
     proxy.send_signal(signal.SIGTERM)
@@ -211,16 +273,19 @@ def main():
             os.killpg(r["pid"], signal.SIGKILL)
         except OSError:
             pass
-    print(f"{kills} kills ({killed_mid} mid-rollout), {replicas} replicas, surge {surge}; "
-          f"uninterrupted rollout {reference:.2f} s")
-    print(f"wrong ends {wrong_ends}, budget breaks {budget_breaks} (fewest ready "
-          f"{sampler.fewest_ready}/{replicas}, most processes {sampler.most_processes}/"
-          f"{replicas + surge}, {sampler.samples} samples), orphans {orphans}, "
-          f"duplicate outcomes {duplicates}, requests {load.served}, failed {len(load.failed)}")
+    print(f"{kills} rounds ({', '.join(f'{k} {n}' for k, n in kinds.items())}), "
+          f"{killed_mid} rollgate processes killed mid-command, {replicas} replicas, "
+          f"surge {surge}; uninterrupted rollout {reference:.2f} s")
+    print(f"wrong ends {wrong_ends}, empty pools {sampler.empty}, budget breaks "
+          f"{budget_breaks} (fewest ready {sampler.fewest_ready}/{replicas}, most processes "
+          f"{sampler.most_processes}/{replicas + surge}, {sampler.samples} samples), orphans "
+          f"{orphans}, duplicate outcomes {duplicates}, missing outcomes {missing} of "
+          f"{len(started_ids)} rollouts, requests {load.served}, failed {len(load.failed)}")
     if load.failed:
         print("failures, e.g.:", load.failed[:3])
     shutil.rmtree(root, ignore_errors=True)
-    bad = wrong_ends + budget_breaks + orphans + duplicates + len(load.failed)
+    bad = wrong_ends + sampler.empty + budget_breaks + orphans + duplicates + missing + \
+        len(load.failed)
     sys.exit(0 if bad == 0 else 1)
 
 

@@ -308,7 +308,7 @@ async fn once(
     options: &Options,
 ) -> Result<(Vec<(bool, String)>, Vec<Key>), DeployError> {
     let _lock = lock::acquire(&root.lock_path()).map_err(DeployError::Refused)?;
-    crate::deploy::recover::recover(root).await?;
+    crate::deploy::recover::recover_for_up(root).await?;
     let mut report = Vec::new();
     let mut failed = Vec::new();
     for (n, live) in live_set(root)
@@ -385,6 +385,12 @@ async fn supervise(
             let Ok(_lock) = lock::acquire(&root.lock_path()) else {
                 continue;
             };
+            // What a deployer that died left is finished first (a watch it cut short decides
+            // whether its release stays): never restart a release it had not promoted yet.
+            if let Err(e) = crate::deploy::recover::recover_for_up(root).await {
+                eprintln!("rollgate up: {e}");
+                continue;
+            }
             // Read again under the lock: the deploy that just let go may have replaced it.
             if !live_set(root).is_ok_and(|now| now.contains(live)) {
                 continue;

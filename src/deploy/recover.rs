@@ -4,15 +4,31 @@
 
 use super::state::Root;
 use super::{refused, DeployError};
-use crate::rollout::{single, state as rollout_state};
+use crate::rollout::{self, single, state as rollout_state};
 
-/// A deploy left unfinished by a deployer that died (we hold the lock, so it is dead): a switch
-/// that happened is finished, one that did not is undone and logged as rolled back. An
-/// escalated candidate waits for a person instead (refused with what to run).
+/// Whatever a rollgate that died left on the root (we hold the lock, so it is dead), finished
+/// by the same executor. A deploy: a switch that happened is finished, one that did not is
+/// undone and logged as rolled back; an escalated candidate waits for a person instead
+/// (refused with what to run). A rollout: an ended one is settled, a running one is paused
+/// with every replica serving (see [`rollout::recover::finish`]).
 pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
     single::adopt_legacy(root)?;
     match rollout_state::load(root).map_err(refused)? {
         Some(left) if left.unsettled_deploy() => single::finish(root, left).await,
+        Some(left) if left.single.is_none() => rollout::recover::finish(root, left).await,
         _ => Ok(()),
     }
+}
+
+/// For `up` (and each pass of `up --supervise`): the same, except that an escalated deploy is
+/// left waiting for its person. The release it would replace is live and is started meanwhile:
+/// after a reboot, nothing waits on a decision to serve.
+pub(crate) async fn recover_for_up(root: &Root) -> Result<(), DeployError> {
+    single::adopt_legacy(root)?;
+    if let Some(left) = rollout_state::load(root).map_err(refused)? {
+        if left.unsettled_deploy() && left.slot(0).held && !single::is_switched(root, &left)? {
+            return Ok(());
+        }
+    }
+    recover(root).await
 }

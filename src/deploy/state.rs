@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::process::Identity;
+use crate::deploy::plan::check_name;
 
 pub const POINTER_FILE: &str = "current";
 /// The replicas of a multi-replica service that are in the pool (see [`ReplicaSet`]).
@@ -265,6 +266,24 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
 }
 
 /// Reads one of the root's JSON files; a missing file is `None`.
+/// The most slots a root's state may name (a rollout moves at most this many replicas).
+pub const MAX_SLOTS: usize = 1000;
+
+/// A value read from a state file passes the checks the same value typed on the command line
+/// does: the error names the file and the field.
+pub fn checked<T>(path: &Path, field: &str, result: Result<T, String>) -> Result<T, String> {
+    result.map_err(|e| {
+        format!(
+            "{}: field `{field}`: {e}; the file was not written by this rollgate (edited, or damaged)",
+            path.display()
+        )
+    })
+}
+
+pub fn too_many(count: usize) -> String {
+    format!("{count} replicas named; at most {MAX_SLOTS} are allowed")
+}
+
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
     match fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
@@ -319,7 +338,20 @@ impl Root {
     }
 
     pub fn read_pointer(&self) -> Result<Option<Pointer>, String> {
-        read_json(&self.pointer_path())
+        let path = self.pointer_path();
+        let pointer: Option<Pointer> = read_json(&path)?;
+        if let Some(p) = &pointer {
+            checked(&path, "service", check_name("service", &p.service))?;
+            checked(&path, "version", check_name("version", &p.version))?;
+            if let Some(fallback) = &p.fallback {
+                checked(
+                    &path,
+                    "fallback.version",
+                    check_name("version", &fallback.version),
+                )?;
+            }
+        }
+        Ok(pointer)
     }
     pub fn write_pointer(&self, pointer: &Pointer) -> Result<(), WriteError> {
         let mut bytes = serde_json::to_vec_pretty(pointer).expect("pointer serializes");
@@ -330,7 +362,30 @@ impl Root {
         self.0.join(REPLICAS_FILE)
     }
     pub fn read_replicas(&self) -> Result<Option<ReplicaSet>, String> {
-        read_json(&self.replicas_path())
+        let path = self.replicas_path();
+        let set: Option<ReplicaSet> = read_json(&path)?;
+        if let Some(set) = &set {
+            checked(&path, "service", check_name("service", &set.service))?;
+            if set.replicas.len() > MAX_SLOTS {
+                return checked(&path, "replicas", Err(too_many(set.replicas.len())));
+            }
+            for (n, r) in set.replicas.iter().enumerate() {
+                checked(
+                    &path,
+                    &format!("replicas[{n}].version"),
+                    check_name("version", &r.version),
+                )?;
+                if r.slot >= MAX_SLOTS {
+                    let e = format!(
+                        "slot {} is out of range; slots are 0 to {}",
+                        r.slot,
+                        MAX_SLOTS - 1
+                    );
+                    return checked(&path, &format!("replicas[{n}].slot"), Err(e));
+                }
+            }
+        }
+        Ok(set)
     }
     pub fn write_replicas(&self, set: &ReplicaSet) -> Result<(), WriteError> {
         let mut bytes = serde_json::to_vec_pretty(set).expect("a replica set serializes");

@@ -1,6 +1,8 @@
 //! Pause, resume and abort from another shell while a rollout runs: the command writes one
-//! request file (atomically) and the executor, which holds the root's lock, takes it within
-//! [`super::run`]'s control poll. When no executor holds the lock, the command acts itself.
+//! request file (atomically) naming the rollout it is for, and the executor, which holds the
+//! root's lock, takes it within [`super::run`]'s control poll. A request for another rollout
+//! (a stale file, or one for a rollout that ended meanwhile) is refused, never applied. When no
+//! executor holds the lock, the command acts itself.
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +33,9 @@ impl Ask {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
+    /// The id of the rollout it is for.
+    #[serde(default)]
+    pub rollout: String,
     pub ask: Ask,
     pub reason: String,
     #[serde(default)]
@@ -79,21 +84,34 @@ pub fn waiting(root: &Root) -> bool {
     root.0.join(REQUEST_FILE).exists()
 }
 
-/// Takes the waiting request, if any. One that cannot be read is removed and reported: it
-/// must not be retried forever.
-pub fn take(root: &Root) -> Option<Request> {
+/// Takes the waiting request for rollout `id`, if any. The file is first renamed to a name of
+/// this process's own, so a request written meanwhile waits for the next poll instead of
+/// being removed unread. One that cannot be read, or is for another rollout, is dropped and
+/// reported: it must not be retried forever, nor steer a rollout it was not meant for.
+pub fn take(root: &Root, id: &str) -> Option<Request> {
     let path = root.0.join(REQUEST_FILE);
-    let request = match read_json::<Request>(&path) {
-        Ok(request) => request,
+    let taken = root
+        .0
+        .join(format!("{REQUEST_FILE}.taken.{}", std::process::id()));
+    std::fs::rename(&path, &taken).ok()?;
+    let request = read_json::<Request>(&taken);
+    let _ = std::fs::remove_file(&taken);
+    match request {
+        Ok(Some(request)) if request.rollout == id => Some(request),
+        Ok(Some(request)) => {
+            eprintln!(
+                "rollgate: refused a {} request for rollout {:?}: the rollout here is {id}",
+                request.ask.as_str(),
+                request.rollout
+            );
+            None
+        }
+        Ok(None) => None,
         Err(e) => {
             eprintln!("rollgate: ignoring a rollout request: {e}");
             None
         }
-    };
-    if path.exists() {
-        let _ = std::fs::remove_file(&path);
     }
-    request
 }
 
 #[cfg(test)]
@@ -114,16 +132,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = Root::new(dir.path().into());
         let request = Request {
+            rollout: "r7".into(),
             ask: Ask::Abort,
             reason: "error budget".into(),
             rollback: true,
         };
         send(&root, &request).unwrap();
         assert!(waiting(&root));
-        assert_eq!(take(&root), Some(request));
-        assert_eq!(take(&root), None);
+        assert_eq!(take(&root, "r7"), Some(request.clone()));
+        assert_eq!(take(&root, "r7"), None);
         std::fs::write(dir.path().join(REQUEST_FILE), "{not json").unwrap();
-        assert_eq!(take(&root), None);
+        assert_eq!(take(&root, "r7"), None);
         assert!(!waiting(&root), "a bad request is removed");
+        // A request left for an earlier rollout (or a single deploy) steers nothing.
+        send(&root, &request).unwrap();
+        assert_eq!(take(&root, "r8"), None);
+        assert!(!waiting(&root), "a request for another rollout is dropped");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "nothing is left behind: {left:?}");
     }
 }

@@ -4,6 +4,7 @@
 //! the waves from the pool as it is, then let the executor move it.
 
 pub mod control;
+pub(crate) mod fault;
 pub mod plan;
 pub(crate) mod record;
 pub mod recover;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use crate::deploy::signals::Signals;
 use crate::deploy::state::Root;
-use crate::deploy::{self, drain_before_stop, journal, lock, DeployError};
+use crate::deploy::{self, journal, lock, DeployError};
 use crate::log::output::Format;
 use crate::policy::{self, EvalOptions};
 use crate::release;
@@ -227,13 +228,14 @@ pub fn control(
     control::check_reason(&reason).map_err(refused)?;
     let root = Root::new(root);
     let request = ControlRequest {
+        rollout: String::new(),
         ask,
         reason,
         rollback,
     };
     deploy::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
-        let saved = changeable(&root, service, ask)?;
+        changeable(&root, service, ask)?;
         let lock = loop {
             match lock::acquire(&root.lock_path()) {
                 Ok(lock) => break lock,
@@ -248,8 +250,16 @@ pub fn control(
         // Nobody drives the rollout: this command does, after what a crash may have left. A
         // request left for a rollgate that exited before taking it is void now.
         let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
-        let saved = state::load(&root).map_err(refused)?.unwrap_or(saved);
-        let (executor, redo) = recovered(&root, saved, ask == Ask::Resume).await?;
+        // An ended rollout is settled first; then it is refused as ended, like any other (the
+        // request lost the race with the rollout's end).
+        if let Some(ended) = state::load(&root)
+            .map_err(refused)?
+            .filter(|r| r.ended_unsettled())
+        {
+            recover::finish(&root, ended).await?;
+        }
+        let saved = changeable(&root, service, ask)?;
+        let (executor, redo) = recover::adopt(&root, saved, ask == Ask::Resume).await?;
         let phase_before = executor.rollout().phase;
         if ask == Ask::Pause && phase_before == Phase::Paused {
             return Err(refused("the rollout is already paused"));
@@ -309,7 +319,8 @@ fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, DeployErr
             root = root.0.display()
         )));
     }
-    if saved.is_over() {
+    // One that ended with effects still owed is settled first, under the lock.
+    if saved.is_over() && !saved.unsettled {
         return Err(refused(format!(
             "rollout {} to {} is {}; only a running or paused rollout can be {}",
             saved.id,
@@ -349,6 +360,10 @@ async fn ask_the_executor(
         (Ask::Pause, Phase::Paused) => return Err(refused("the rollout is already paused")),
         _ => {}
     }
+    let request = &ControlRequest {
+        rollout: saved.id.clone(),
+        ..request.clone()
+    };
     control::send(root, request).map_err(refused)?;
     // Long enough for the executor to finish the action in hand (a drain, a stop).
     let limit = Duration::from_millis(saved.settings.drain_ms + saved.settings.grace_ms + 10_000);
@@ -357,6 +372,15 @@ async fn ask_the_executor(
         tokio::time::sleep(Duration::from_millis(50)).await;
         let now = state::load(root).map_err(refused)?;
         let taken = !control::waiting(root);
+        if now.as_ref().is_some_and(|now| now.id != saved.id) {
+            return Err(refused(format!(
+                "rollout {} ended before it took the {} request; {} under {} is another",
+                saved.id,
+                request.ask.as_str(),
+                now.map_or(String::new(), |n| n.id),
+                root.0.display()
+            )));
+        }
         if let Some(now) = now.filter(|_| taken) {
             let expected = match request.ask {
                 Ask::Pause => now.phase != Phase::Running,
@@ -384,47 +408,6 @@ async fn ask_the_executor(
             )));
         }
     }
-}
-
-/// The saved rollout matched with what runs: strays stopped, the pool rewritten.
-async fn recovered(
-    root: &Root,
-    saved: Rollout,
-    resuming: bool,
-) -> Result<(Executor, recover::Redo), DeployError> {
-    let mut rollout = saved.clone();
-    let redo = recover::reconcile(&mut rollout, |who| who.is_running(), resuming);
-    record::write_pool(root, &rollout)?;
-    let grace = Duration::from_millis(rollout.settings.grace_ms);
-    for stray in recover::strays(&saved, &rollout) {
-        // A process that was in the pool is drained first (the pool no longer names it).
-        if let Some(port) = saved
-            .processes()
-            .find(|p| p.identity() == stray)
-            .map(|p| p.port)
-        {
-            drain_before_stop(root, port, rollout.settings.drain_ms).await;
-        }
-        crate::deploy::process::stop_group(stray, grace).await;
-    }
-    state::save(root, &rollout).map_err(refused)?;
-    if rollout.is_over() {
-        let (event, detail) = match rollout.phase {
-            Phase::Completed => (journal::Event::Promoted, "completed"),
-            _ => (journal::Event::RolledBack, "aborted"),
-        };
-        record::log_outcome(
-            root,
-            &rollout,
-            event,
-            format!(
-                "rollout {} {detail}; recorded after its rollgate died",
-                rollout.id
-            ),
-        )?;
-    }
-    let context = Context::of_saved(root, &rollout);
-    Ok((Executor::new(context, rollout), redo))
 }
 
 /// `rollgate rollout status`.

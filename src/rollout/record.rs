@@ -17,7 +17,9 @@ pub(crate) fn append(root: &Root, entry: &journal::Entry) -> Result<(), DeployEr
             "cannot append to {}: {e}",
             root.log_path().display()
         ))
-    })
+    })?;
+    super::fault::point();
+    Ok(())
 }
 
 /// `promoted` or `rolled_back` for a rollout, unless one was already written under its id (by
@@ -81,6 +83,12 @@ pub(crate) fn log_single(
 /// each atomically. A single deploy's root is served by `current` alone, as it always was.
 /// Some(words) when `current` was renamed but its folder's fsync failed.
 pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String>, DeployError> {
+    let written = write_pool_files(root, rollout);
+    super::fault::point();
+    written
+}
+
+fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, DeployError> {
     let pool = rollout.pool();
     if rollout.single.is_none() {
         root.write_replicas(&pool).map_err(|e| {

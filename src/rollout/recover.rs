@@ -6,8 +6,16 @@
 //! retired is stopped; a live replica that died leaves the pool. Any process carrying the
 //! rollout's token that the state does not name is stopped.
 
-use super::state::{Phase, Rollout, SlotState};
+use std::time::Duration;
+
+use super::run::{Context, Executor};
+use super::state::{self, Phase, Rollout, SlotState};
+use super::step::Event;
+use super::{fault, record};
 use crate::deploy::process::{self, Identity};
+use crate::deploy::signals::Signals;
+use crate::deploy::state::Root;
+use crate::deploy::{drain_before_stop, DeployError};
 
 /// What the executor must restart once recovery is done.
 #[derive(Debug, Default, PartialEq)]
@@ -17,6 +25,12 @@ pub struct Redo {
     pub bring_back: Vec<usize>,
     /// Slots an abort with rollback had not returned yet.
     pub restore: Vec<usize>,
+    /// Slots whose new process had joined the pool and died while no rollgate watched it:
+    /// failures for the planner to judge (it reverts them, and may pause or abort).
+    pub died: Vec<usize>,
+    /// Slots whose new process was judged ready but not yet put in the pool: the swap is
+    /// performed now (the planner's decision stands; only its effect was cut short).
+    pub swap: Vec<usize>,
 }
 
 /// Decides, from the saved rollout and which recorded processes still run, what the state
@@ -28,25 +42,51 @@ pub fn reconcile(
     resuming: bool,
 ) -> Redo {
     let to = rollout.to.clone();
-    let phase = rollout.phase;
+    let over = rollout.is_over();
     let mut redo = Redo::default();
     for s in &mut rollout.slots {
-        // A process being gated (or a restore's) is stopped by the caller; the slot's step is
-        // taken again.
-        s.candidate = None;
+        let unswapped = s.state == SlotState::Succeeded
+            && s.candidate
+                .as_ref()
+                .is_some_and(|c| c.pid > 0 && c.version == to && running(c.identity()));
+        if unswapped {
+            redo.swap.push(s.slot);
+        } else {
+            // A process being gated (or a restore's) is stopped by the caller; the slot's
+            // step is taken again.
+            s.candidate = None;
+        }
         // A retired process is out of the pool already (or is taken out now).
         s.retiring = None;
-        if s.live.as_ref().is_some_and(|l| !running(l.identity())) {
+        // A fallback stays only while the watch it serves goes on; a slot whose new process
+        // is no longer wanted gets it back in the pool (the switch back the crash cut short).
+        if let Some(kept) = s.fallback.take() {
+            let alive = running(kept.identity());
+            match s.state {
+                SlotState::Succeeded if !over => s.fallback = alive.then_some(kept),
+                SlotState::Succeeded => {}
+                _ => s.live = alive.then_some(kept),
+            }
+        }
+        let was_on_new = s.live.as_ref().is_some_and(|l| l.version == to);
+        if !over && s.live.as_ref().is_some_and(|l| !running(l.identity())) {
+            // An ended rollout's dead replica stays named: `up` restarts what the pool names.
             s.live = None;
         }
         let on_new = s.live.as_ref().is_some_and(|l| l.version == to);
         match s.state {
+            _ if unswapped => continue,
             SlotState::Upgrading => {
                 s.state = SlotState::Pending;
                 s.left_pool = false;
             }
-            // The swap did not happen (or the new replica died since): do it again.
-            SlotState::Succeeded if !on_new && phase == Phase::Running => {
+            // Its new process joined the pool and died since: a failure, judged by the planner.
+            SlotState::Succeeded if was_on_new && !on_new && !over => {
+                redo.died.push(s.slot);
+                continue;
+            }
+            // The swap did not happen: do it again.
+            SlotState::Succeeded if !on_new && !over => {
                 s.state = SlotState::Pending;
                 s.finished = None;
             }
@@ -61,34 +101,92 @@ pub fn reconcile(
             }
             _ => {}
         }
-        let upgrades_later = (phase == Phase::Running || resuming) && s.state == SlotState::Pending;
-        if s.live.is_none() && s.from_version.is_some() && !upgrades_later {
+        let upgrades_later = resuming && s.state == SlotState::Pending;
+        let serves_new = s.state == SlotState::Succeeded;
+        if s.live.is_none() && s.from_version.is_some() && !upgrades_later && !serves_new {
             redo.bring_back.push(s.slot);
         }
     }
     redo
 }
 
-/// Every recorded process of the saved rollout that is not live (candidates, retiring), plus
-/// any process carrying the rollout's token that is not live: all of it is to be stopped.
+/// Every recorded process of the saved rollout that the reconciled one no longer names (live,
+/// kept as a fallback, or ready to be swapped in), plus any process carrying the rollout's token that it does not
+/// name: all of it is to be stopped.
 pub fn strays(saved: &Rollout, reconciled: &Rollout) -> Vec<Identity> {
-    let live: Vec<Identity> = reconciled
+    let named: Vec<Identity> = reconciled
         .slots
         .iter()
-        .filter_map(|s| s.live.as_ref().map(|l| l.identity()))
+        .flat_map(|s| {
+            s.live
+                .iter()
+                .chain(s.fallback.iter())
+                .chain(s.candidate.iter())
+        })
+        .map(|p| p.identity())
         .collect();
     let mut stray: Vec<Identity> = saved
         .processes()
         .filter(|p| p.pid > 0)
         .map(|p| p.identity())
-        .filter(|who| !live.contains(who))
+        .filter(|who| !named.contains(who))
         .collect();
     for (who, _) in process::find_by_token_prefix(&format!("{}-", saved.id)) {
-        if !live.contains(&who) && !stray.contains(&who) {
+        if !named.contains(&who) && !stray.contains(&who) {
             stray.push(who);
         }
     }
     stray
+}
+
+/// Takes over a rollout found on disk under the lock (its rollgate is gone): the state is
+/// matched with what runs, strays are drained and stopped, the pool is rewritten, and the
+/// executor is returned with what it must restart.
+pub(crate) async fn adopt(
+    root: &Root,
+    saved: Rollout,
+    resuming: bool,
+) -> Result<(Executor, Redo), DeployError> {
+    let mut rollout = saved.clone();
+    let redo = reconcile(&mut rollout, |who| who.is_running(), resuming);
+    record::write_pool(root, &rollout)?;
+    let grace = Duration::from_millis(rollout.settings.grace_ms);
+    for stray in strays(&saved, &rollout) {
+        // A process that was in the pool is drained first (the pool no longer names it).
+        if let Some(port) = saved
+            .processes()
+            .find(|p| p.identity() == stray)
+            .map(|p| p.port)
+        {
+            drain_before_stop(root, port, rollout.settings.drain_ms).await;
+        }
+        process::stop_group(stray, grace).await;
+    }
+    state::save(root, &rollout).map_err(DeployError::Failed)?;
+    fault::point();
+    let context = Context::of_saved(root, &rollout);
+    Ok((Executor::new(context, rollout), redo))
+}
+
+/// A rollout whose rollgate died, found by whichever command takes the root next (under the
+/// lock): an ended one is driven to the end its state implies (restores, the outcome line,
+/// the floor, the post hook, each once); a running one stops where it is, paused, with every
+/// replica that had left the pool serving its previous version again, for a person to
+/// resume or abort. A paused rollout is left as it is.
+pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), DeployError> {
+    let event = match saved.phase {
+        Phase::Paused => return Ok(()),
+        Phase::Completed | Phase::Aborted if !saved.unsettled => return Ok(()),
+        Phase::Completed | Phase::Aborted => Event::Tick,
+        Phase::Running => Event::Pause {
+            reason: "its rollgate died; nothing drives it".into(),
+        },
+    };
+    let (executor, redo) = adopt(root, saved, false).await?;
+    let mut executor = executor.redo(redo).await?;
+    let mut signals = Signals::install().map_err(DeployError::Refused)?;
+    executor.run(event, &mut signals).await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -162,6 +260,8 @@ mod tests {
             signed: None,
             hooks: Default::default(),
             single: None,
+            unsettled: false,
+            post_hook_started: false,
         }
     }
 
@@ -170,7 +270,8 @@ mod tests {
         let mut gating = slot(0, SlotState::Upgrading, Some(process("v1", 1)));
         gating.candidate = Some(process("v2", 11));
         gating.left_pool = true;
-        // Marked ready, but the swap was never saved: the live one is still v1.
+        // Marked ready, but the swap was never saved and its new process is gone: the live
+        // one is still v1, and the slot is upgraded again.
         let mut unswapped = slot(1, SlotState::Succeeded, Some(process("v1", 2)));
         unswapped.candidate = Some(process("v2", 12));
         let mut swapped = slot(2, SlotState::Succeeded, Some(process("v2", 13)));
@@ -191,7 +292,7 @@ mod tests {
             ],
         );
         let saved = r.clone();
-        let redo = reconcile(&mut r, |who| who.pid != 14, false);
+        let redo = reconcile(&mut r, |who| who.pid != 14 && who.pid != 12, false);
         let states: Vec<SlotState> = r.slots.iter().map(|s| s.state).collect();
         assert_eq!(
             states,
@@ -199,11 +300,13 @@ mod tests {
                 SlotState::Pending,
                 SlotState::Pending,
                 SlotState::Succeeded,
-                SlotState::Pending,
+                SlotState::Succeeded,
                 SlotState::Failed,
                 SlotState::Removed
             ]
         );
+        // Its new process died in the pool: a failure for the planner, not a silent retry.
+        assert_eq!(redo.died, vec![3]);
         assert!(r
             .slots
             .iter()
@@ -235,5 +338,82 @@ mod tests {
         );
         // Resuming: it will be upgraded anyway.
         assert!(reconcile(&mut r, |_| true, true).bring_back.is_empty());
+    }
+
+    #[test]
+    fn a_ready_process_whose_swap_was_cut_short_is_swapped_in_even_once_the_rollout_completed() {
+        for phase in [Phase::Running, Phase::Completed] {
+            // In place: the slot had left the pool; the planner completed in the same step.
+            let mut ready = slot(0, SlotState::Succeeded, None);
+            ready.candidate = Some(process("v2", 11));
+            let mut r = rollout(phase, vec![ready]);
+            let saved = r.clone();
+            let redo = reconcile(&mut r, |_| true, false);
+            assert_eq!(redo.swap, vec![0]);
+            assert!(redo.bring_back.is_empty(), "{phase:?}");
+            assert_eq!(r.slots[0].candidate.as_ref().map(|p| p.pid), Some(11));
+            assert!(strays(&saved, &r).is_empty(), "the ready process is kept");
+        }
+    }
+
+    #[test]
+    fn a_running_rollout_taken_over_to_pause_or_abort_brings_back_a_replica_that_left_the_pool() {
+        // In place (no surge): its v1 left the pool, its v2 was being gated when rollgate died.
+        let mut gating = slot(0, SlotState::Upgrading, None);
+        gating.candidate = Some(process("v2", 11));
+        gating.left_pool = true;
+        let mut r = rollout(Phase::Running, vec![gating]);
+        let redo = reconcile(&mut r.clone(), |_| true, false);
+        assert_eq!(redo.bring_back, vec![0], "pause or abort: v1 serves again");
+        assert!(reconcile(&mut r, |_| true, true).bring_back.is_empty());
+    }
+
+    #[test]
+    fn a_paused_rollouts_dead_new_replica_is_a_failure_not_a_second_old_process() {
+        let died = slot(0, SlotState::Succeeded, Some(process("v2", 11)));
+        let mut r = rollout(Phase::Paused, vec![died]);
+        for resuming in [false, true] {
+            let mut r = r.clone();
+            let redo = reconcile(&mut r, |who| who.pid != 11, resuming);
+            assert_eq!(redo.died, vec![0]);
+            assert!(
+                redo.bring_back.is_empty(),
+                "the planner's revert brings v1 back, once"
+            );
+            assert_eq!(r.slots[0].state, SlotState::Succeeded);
+        }
+        // An ended rollout's dead replica stays named, for `up` to restart.
+        r.phase = Phase::Completed;
+        let redo = reconcile(&mut r, |who| who.pid != 11, false);
+        assert_eq!(redo, Redo::default());
+        assert_eq!(r.slots[0].live.as_ref().map(|p| p.pid), Some(11));
+    }
+
+    #[test]
+    fn a_fallback_stays_through_the_watch_serves_again_after_a_failure_and_goes_once_completed() {
+        let watched = |state| {
+            let mut s = slot(0, state, Some(process("v2", 11)));
+            s.fallback = Some(process("v1", 1));
+            s
+        };
+        let mut r = rollout(Phase::Running, vec![watched(SlotState::Succeeded)]);
+        reconcile(&mut r, |_| true, false);
+        assert_eq!(r.slots[0].fallback.as_ref().map(|p| p.pid), Some(1));
+
+        // Failed in the watch, killed before the switch back was saved.
+        let mut r = rollout(Phase::Aborted, vec![watched(SlotState::Failed)]);
+        let saved = r.clone();
+        reconcile(&mut r, |_| true, false);
+        assert_eq!(r.slots[0].live.as_ref().map(|p| p.pid), Some(1));
+        assert_eq!(r.slots[0].fallback, None);
+        let stopped: Vec<i32> = strays(&saved, &r).iter().map(|who| who.pid).collect();
+        assert_eq!(stopped, vec![11], "the failed new process is stopped");
+
+        // Completed, killed before the fallback was dropped: it is a stray.
+        let mut r = rollout(Phase::Completed, vec![watched(SlotState::Succeeded)]);
+        let saved = r.clone();
+        reconcile(&mut r, |_| true, false);
+        let stopped: Vec<i32> = strays(&saved, &r).iter().map(|who| who.pid).collect();
+        assert_eq!(stopped, vec![1]);
     }
 }

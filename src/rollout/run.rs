@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::control;
+use super::fault;
 use super::record::{append, log_outcome, log_single, write_pool};
 use super::render;
 use super::single::{self, Reverted, Words};
@@ -104,7 +105,12 @@ fn failed(message: impl Into<String>) -> DeployError {
 }
 
 impl Executor {
-    pub fn new(context: Context, rollout: Rollout) -> Executor {
+    pub fn new(context: Context, mut rollout: Rollout) -> Executor {
+        // Whatever runs it owes its ending's effects until they are done (a rollout an older
+        // rollgate saved mid-run did not say so).
+        if !rollout.is_over() {
+            rollout.unsettled = true;
+        }
         let (sender, receiver) = unbounded_channel();
         // A single deploy shows its gate's own line instead.
         let progress = render::Progress::new(rollout.single.is_none());
@@ -153,6 +159,9 @@ impl Executor {
 
     /// Restarts what recovery found half-done: previous versions to bring back, restores.
     pub async fn redo(mut self, redo: super::recover::Redo) -> Result<Executor, DeployError> {
+        for slot in redo.swap {
+            self.swap_in(slot, false).await?;
+        }
         for slot in redo.bring_back {
             if let Some(from) = self.rollout.slot(slot).from_version.clone() {
                 self.start(slot, Purpose::BringBack, from).await?;
@@ -160,6 +169,10 @@ impl Executor {
         }
         self.restores.extend(redo.restore);
         self.start_restores().await?;
+        for slot in redo.died {
+            let reason = "its new process exited while no rollgate watched it".to_string();
+            self.handle(Event::Failed { slot, reason }).await?;
+        }
         // A soak the dead rollgate was watching: watched again until its end, or its end
         // would only be noticed at the release deadline.
         if let Some(until) = self.rollout.soak_until {
@@ -186,7 +199,7 @@ impl Executor {
                     self.handle(Event::Tick).await?;
                 }
                 _ = control.tick() => {
-                    if let Some(request) = control::take(&self.context.root) {
+                    if let Some(request) = control::take(&self.context.root, &self.rollout.id) {
                         self.handle(request.event()).await?;
                     }
                 }
@@ -194,9 +207,35 @@ impl Executor {
         }
         self.progress.finish();
         if self.detached.is_none() {
-            self.run_post_hook().await;
+            self.settle().await?;
         }
         Ok(self.rollout.phase)
+    }
+
+    /// Once an ended rollout's reverts and restores are done: the effects its ending owes,
+    /// each safe to repeat after a crash (the outcome line is written once per rollout id, the
+    /// floor is raised to the same value, the post hook is marked started before it runs, so
+    /// it runs at most once); then the state says nothing is owed.
+    pub(crate) async fn settle(&mut self) -> Result<(), DeployError> {
+        if self.rollout.single.is_some() {
+            // A single deploy settles with its outcome line (`finish_outcome`).
+            self.run_post_hook().await;
+            return Ok(());
+        }
+        if !self.rollout.ended_unsettled() {
+            return Ok(());
+        }
+        let (event, detail) = super::step::outcome(&self.rollout);
+        self.log_outcome(event, detail)?;
+        fault::point();
+        self.raise_floor()?;
+        if !self.rollout.post_hook_started {
+            self.rollout.post_hook_started = true;
+            self.save()?;
+            self.run_post_hook().await;
+        }
+        self.rollout.unsettled = false;
+        self.save()
     }
 
     /// A rollout pauses on a signal. A single deploy's gate ends on it (and rolls back, as a
@@ -291,7 +330,9 @@ impl Executor {
     }
 
     pub(crate) fn save(&self) -> Result<(), DeployError> {
-        state::save(&self.context.root, &self.rollout).map_err(failed)
+        state::save(&self.context.root, &self.rollout).map_err(failed)?;
+        fault::point();
+        Ok(())
     }
 
     pub(crate) async fn perform(&mut self, action: Action) -> Result<(), DeployError> {
@@ -709,10 +750,13 @@ impl Executor {
                 }
             }
         } else {
-            s.retiring = s.live.take();
+            // It is gone too (a reboot took both): the pointer still goes back to it, so the
+            // pointer, the log and what `up` starts agree that the new release is not live.
+            s.retiring = s.live.replace(kept.clone());
             self.save()?;
+            self.write_pool()?;
             format!(
-                "WARNING previous release {} is gone, nothing to switch back to",
+                "WARNING previous release {} is not running; `current` names it again for `rollgate up` to start",
                 kept.version
             )
         };
@@ -890,6 +934,11 @@ impl Executor {
         }
     }
 
+    /// The pool as the state names it, written (for whoever finishes a deploy after a crash).
+    pub(crate) fn perform_write_pool(&self) -> Result<(), DeployError> {
+        self.write_pool().map(drop)
+    }
+
     /// `replicas.json` for the proxy, and `current` naming the first live replica for readers
     /// that know one release (status, the lab). Some(words) when `current` was renamed but
     /// its folder's fsync failed: readers see it, so the change goes on.
@@ -913,14 +962,7 @@ impl Executor {
             let Some(line) = single::line(note, &self.rollout, &self.words, root, &tail) else {
                 return Ok(());
             };
-            self.log_single(line.event, line.detail, line.elapsed_ms, line.phase)?;
-            if line.event.is_outcome() {
-                if let Some(single) = self.rollout.single.as_mut() {
-                    single.settled = true;
-                }
-                self.save()?;
-            }
-            return Ok(());
+            return self.log_single(line.event, line.detail, line.elapsed_ms, line.phase);
         }
         if note.event.is_outcome() {
             return self.log_outcome(note.event, note.detail.clone());
@@ -999,23 +1041,37 @@ impl Executor {
         Ok(())
     }
 
-    /// At the end: the floor of a signed release is raised once it is live everywhere.
-    fn finish_outcome(&self) -> Result<(), DeployError> {
-        if self.rollout.phase == Phase::Completed {
-            if let Some(signed) = &self.rollout.signed {
-                crate::release::write_floor(&self.context.root.0, signed).map_err(|e| {
-                    failed(format!(
-                        "completed, but the release floor was not raised: {e}"
-                    ))
-                })?;
-            }
+    /// A single deploy ends with its outcome line just written: the floor is raised, and its
+    /// record (its in-flight state) goes, so `current` alone says what is live, as after every
+    /// deploy. A rollout settles once its restores are done ([`Executor::settle`]).
+    fn finish_outcome(&mut self) -> Result<(), DeployError> {
+        if !self.rollout.is_over() {
+            return Ok(());
         }
-        // A single deploy's record is its in-flight state: once its outcome is on record,
-        // `current` alone says what is live, as after every deploy.
-        if self.rollout.single.as_ref().is_some_and(|s| s.settled) {
-            state::clear(&self.context.root)
-                .map_err(|e| failed(format!("{}, but {e}", self.rollout.phase_word())))?;
+        let Some(single) = self.rollout.single.as_mut() else {
+            return Ok(());
+        };
+        single.settled = true;
+        self.raise_floor()?;
+        state::clear(&self.context.root)
+            .map_err(|e| failed(format!("{}, but {e}", self.rollout.phase_word())))
+    }
+
+    /// The floor of a signed release is raised once it is live everywhere (the same value
+    /// again when a crash made this run twice).
+    fn raise_floor(&self) -> Result<(), DeployError> {
+        if self.rollout.phase != Phase::Completed {
+            return Ok(());
         }
+        let Some(signed) = &self.rollout.signed else {
+            return Ok(());
+        };
+        crate::release::write_floor(&self.context.root.0, signed).map_err(|e| {
+            failed(format!(
+                "completed, but the release floor was not raised: {e}"
+            ))
+        })?;
+        fault::point();
         Ok(())
     }
 

@@ -361,6 +361,8 @@ pub fn plan(
         signed: None,
         hooks: Default::default(),
         single: None,
+        unsettled: true,
+        post_hook_started: false,
     })
 }
 

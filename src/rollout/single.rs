@@ -97,6 +97,8 @@ pub fn plan(asked: &Asked) -> Rollout {
             watcher_pid: None,
             settled: false,
         }),
+        unsettled: true,
+        post_hook_started: false,
     }
 }
 
@@ -376,6 +378,8 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             watcher_pid: watch.and_then(|w| w.watcher_pid),
             settled: false,
         }),
+        unsettled: true,
+        post_hook_started: false,
     }
 }
 
@@ -466,6 +470,11 @@ pub(crate) async fn finish(root: &Root, rollout: Rollout) -> Result<(), DeployEr
         Some(pid) => format!("watcher pid {pid}"),
         None => format!("deployer pid {}", single.deployer_pid),
     };
+    // The planner had rolled it back (in the gate or the watch): only its effects were cut
+    // short, and the state says which.
+    if rollout.phase == Phase::Aborted {
+        return finish_rollback(root, rollout, gone).await;
+    }
     if !switched {
         return abandon(root, rollout).await;
     }
@@ -533,6 +542,75 @@ pub(crate) async fn complete_switch(
     executor.perform(Action::Stop).await?;
     executor.run_post_hook().await;
     Ok(())
+}
+
+/// A deploy the planner had already rolled back when its rollgate died: the kept previous
+/// release serves again (the switch back it was making), everything the deploy started is
+/// stopped, `current` names what serves, and the rollback is logged once.
+async fn finish_rollback(root: &Root, rollout: Rollout, gone: String) -> Result<(), DeployError> {
+    let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
+    let mut executor = executor(root, rollout);
+    let r = executor.rollout_mut();
+    let started = |p: &Option<Process>| p.as_ref().is_some_and(|p| r.started(p));
+    let s = r.slot(0);
+    let in_watch = s.fallback.is_some() || started(&s.live) || started(&s.retiring);
+    let mut stop: Vec<Process> = Vec::new();
+    let s = r.slot(0).clone();
+    let mut live = s.live.clone();
+    if let Some(kept) = s.fallback.clone() {
+        stop.extend(live.take());
+        live = kept.identity().is_running().then_some(kept);
+    }
+    if started(&live) {
+        stop.extend(live.take());
+    }
+    stop.extend(s.candidate.clone());
+    stop.extend(s.retiring.clone());
+    let slot = r.slot_mut(0);
+    slot.live = live.clone();
+    slot.fallback = None;
+    slot.candidate = None;
+    slot.retiring = None;
+    // Named as retiring until stopped, so a second crash finds them again.
+    slot.retiring = stop.first().cloned();
+    executor.save()?;
+    if live.is_some() {
+        executor.perform_write_pool()?;
+    }
+    let mut stopped = Vec::new();
+    for process in &stop {
+        let how = match process.pid > 0 {
+            true => process::stop_group(process.identity(), grace)
+                .await
+                .to_string(),
+            false => {
+                for who in process::find_by_token(&process.token) {
+                    process::stop_group(who, grace).await;
+                }
+                "stopped".to_string()
+            }
+        };
+        stopped.push(format!("pid {} {how}", process.pid));
+    }
+    executor.rollout_mut().slot_mut(0).retiring = None;
+    executor.save()?;
+    let previous = match &live {
+        Some(p) => format!("old release {} serves again", p.version),
+        None => "WARNING no previous release is running".to_string(),
+    };
+    let words = executor.words_mut();
+    words.how = format!(" (finished after {gone} died)");
+    words.context = Some(format!("finished after {gone} died"));
+    words.reverted = Some(Reverted {
+        in_watch,
+        previous,
+        stopped: match stopped.is_empty() {
+            true => process::Stopped::AlreadyGone.to_string(),
+            false => stopped.join(", "),
+        },
+    });
+    executor.perform(outcome_note(LogEvent::RolledBack)).await?;
+    executor.perform(Action::Stop).await
 }
 
 /// The planner's outcome note, worded by [`line`].

@@ -3,8 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::deploy::plan::check_name;
 use crate::deploy::process::Identity;
-use crate::deploy::state::{read_json, write_atomically, Replica, ReplicaClass, ReplicaSet, Root};
+use crate::deploy::state::{
+    checked, read_json, too_many, write_atomically, Replica, ReplicaClass, ReplicaSet, Root,
+    MAX_SLOTS,
+};
 
 pub const ROLLOUT_FILE: &str = "rollout.json";
 
@@ -162,6 +166,15 @@ pub struct Rollout {
     /// speaks the deploy's log lines and ends as a deploy does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub single: Option<Single>,
+    /// The ending's effects (reverts and restores, the outcome line, the floor, the post hook)
+    /// are still owed. Set while the rollout runs and cleared only once they are all done, so
+    /// whoever takes the root after a crash finishes an ended rollout instead of taking it for
+    /// done. (Absent in files of an older rollgate: those ended rollouts count as settled.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsettled: bool,
+    /// The post hook was started: saved before it runs, so it runs at most once, crash or not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub post_hook_started: bool,
 }
 
 /// What a single deploy carries beyond a rollout, for its log lines and whoever finishes it.
@@ -257,7 +270,73 @@ impl Rollout {
 
 /// `ROOT/rollout.json`: the service's last rollout (one at a time per root).
 pub fn load(root: &Root) -> Result<Option<Rollout>, String> {
-    read_json(&root.0.join(ROLLOUT_FILE))
+    let path = root.0.join(ROLLOUT_FILE);
+    let rollout: Option<Rollout> = read_json(&path)?;
+    if let Some(r) = &rollout {
+        r.check()
+            .map_err(|(field, e)| checked::<()>(&path, &field, Err(e)).unwrap_err())?;
+    }
+    Ok(rollout)
+}
+
+impl Rollout {
+    /// What a command line would refuse, refused in the saved state too: names that reach
+    /// paths, counts that reach allocations, ranges that reach arithmetic.
+    fn check(&self) -> Result<(), (String, String)> {
+        let name = |field: &str, kind: &str, value: &str| {
+            check_name(kind, value).map_err(|e| (field.to_string(), e))
+        };
+        name("service", "service", &self.service)?;
+        name("to", "version", &self.to)?;
+        if let Some(from) = &self.from {
+            name("from", "version", from)?;
+        }
+        let slots = self.slots.len();
+        if slots > MAX_SLOTS || self.settings.replicas > MAX_SLOTS {
+            return Err(("slots".into(), too_many(slots.max(self.settings.replicas))));
+        }
+        for (n, s) in self.slots.iter().enumerate() {
+            if s.slot != n {
+                return Err((
+                    format!("slots[{n}].slot"),
+                    format!("is {}, not its place {n}", s.slot),
+                ));
+            }
+            if let Some(from) = &s.from_version {
+                name(&format!("slots[{n}].from_version"), "version", from)?;
+            }
+            let processes = [&s.live, &s.candidate, &s.retiring, &s.fallback];
+            for p in processes.into_iter().flatten() {
+                name(
+                    &format!("slots[{n}]: a process's version"),
+                    "version",
+                    &p.version,
+                )?;
+            }
+        }
+        for (w, wave) in self.waves.iter().enumerate() {
+            if let Some(bad) = wave.iter().find(|slot| **slot >= slots) {
+                return Err((
+                    format!("waves[{w}]"),
+                    format!("names slot {bad}; there are {slots}"),
+                ));
+            }
+        }
+        if self.wave > self.waves.len() {
+            return Err((
+                "wave".into(),
+                format!("is {}; there are {} waves", self.wave, self.waves.len()),
+            ));
+        }
+        let (first, last) = self.settings.ports;
+        if first > last || first == 0 {
+            return Err((
+                "settings.ports".into(),
+                format!("{first}-{last} is not a range of ports"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Replaces `rollout.json` atomically. It must be durable before the action it announces, so a
@@ -326,13 +405,14 @@ impl Rollout {
         }
     }
 
-    /// Every process the rollout names (live, being gated, being retired).
+    /// Every process the rollout names (live, being gated, being retired, kept as a fallback).
     pub fn processes(&self) -> impl Iterator<Item = &Process> {
         self.slots.iter().flat_map(|s| {
             s.live
                 .iter()
                 .chain(s.candidate.iter())
                 .chain(s.retiring.iter())
+                .chain(s.fallback.iter())
         })
     }
 
@@ -370,6 +450,11 @@ impl Rollout {
 
     pub fn is_over(&self) -> bool {
         matches!(self.phase, Phase::Completed | Phase::Aborted)
+    }
+
+    /// Ended, with effects of its ending still owed (its rollgate died before they were done).
+    pub fn ended_unsettled(&self) -> bool {
+        self.is_over() && self.unsettled
     }
 
     /// A single deploy whose outcome is not on record: its deployer died (or failed) first.

@@ -320,18 +320,36 @@ fn abort(rollout: &mut Rollout, cause: AbortCause, rollback: bool, actions: &mut
             _ => {}
         }
     }
-    let detail = match cause.slot {
-        Some(slot) => format!("{} (slot {slot}, {})", cause.reason, cause.phase),
-        None => format!("{} ({})", cause.reason, cause.phase),
-    };
-    actions.push(note(
-        LogEvent::RolledBack,
-        cause.slot,
-        Some(rollout.wave),
-        detail,
-    ));
+    let slot = cause.slot;
     rollout.abort_cause = Some(cause);
+    let (event, detail) = outcome(rollout);
+    actions.push(note(event, slot, Some(rollout.wave), detail));
     actions.push(Action::Stop);
+}
+
+/// The outcome line of an ended rollout: `promoted` with its counts, or `rolled_back` with
+/// its cause. Written by the run that ends it, or by whoever finishes it after a crash.
+pub fn outcome(rollout: &Rollout) -> (LogEvent, String) {
+    if let Some(cause) = rollout.abort_cause.as_ref() {
+        let detail = match cause.slot {
+            Some(slot) => format!("{} (slot {slot}, {})", cause.reason, cause.phase),
+            None => format!("{} ({})", cause.reason, cause.phase),
+        };
+        return (LogEvent::RolledBack, detail);
+    }
+    let removed = match rollout.count(SlotState::Removed) {
+        0 => String::new(),
+        n => format!(", {n} removed"),
+    };
+    let detail = format!(
+        "rollout {} completed: {} replica(s) on {}, {} failed, {} left behind{removed}",
+        rollout.id,
+        rollout.count(SlotState::Succeeded),
+        rollout.to,
+        rollout.count(SlotState::Failed),
+        rollout.count(SlotState::LeftBehind)
+    );
+    (LogEvent::Promoted, detail)
 }
 
 /// Starts what the budgets allow, ends waves, soaks, completes.
@@ -357,29 +375,14 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
                     actions.push(Action::DropFallback { slot: s.slot });
                 }
             }
-            let moved = rollout.count(SlotState::Succeeded);
-            let removed = match rollout.count(SlotState::Removed) {
-                0 => String::new(),
-                n => format!(", {n} removed"),
-            };
-            actions.push(note(
-                LogEvent::Promoted,
-                None,
-                None,
-                format!(
-                    "rollout {} completed: {moved} replica(s) on {}, {} failed, {} left behind{removed}",
-                    rollout.id,
-                    rollout.to,
-                    rollout.count(SlotState::Failed),
-                    rollout.count(SlotState::LeftBehind)
-                ),
-            ));
+            let (event, detail) = outcome(rollout);
+            actions.push(note(event, None, None, detail));
             actions.push(Action::Stop);
             return;
         }
         start_what_fits(rollout, now, actions);
         let wave_slots = rollout.wave_slots().to_vec();
-        let busy = wave_slots.iter().any(|s| {
+        let busy = due_slots(rollout).iter().any(|s| {
             matches!(
                 rollout.slot(*s).state,
                 SlotState::Pending | SlotState::Upgrading
@@ -458,10 +461,17 @@ fn missed_release_deadline(rollout: &Rollout, now: f64) -> Option<AbortCause> {
     })
 }
 
-/// Starts pending slots of the current wave while a surge or unavailable place is free.
+/// The slots of every wave up to the current one, earliest first: a slot of a past wave can be
+/// pending again (a recovery found its swap undone), and its wave's place is kept for it.
+fn due_slots(rollout: &Rollout) -> Vec<usize> {
+    let through = (rollout.wave + 1).min(rollout.waves.len());
+    rollout.waves[..through].iter().flatten().copied().collect()
+}
+
+/// Starts pending slots due by the current wave while a surge or unavailable place is free.
 fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
     let settings = rollout.settings.clone();
-    for slot in rollout.wave_slots().to_vec() {
+    for slot in due_slots(rollout) {
         let upgrading = |r: &Rollout, in_place: bool| {
             r.slots
                 .iter()
@@ -552,6 +562,8 @@ mod tests {
             signed: None,
             hooks: Default::default(),
             single: None,
+            unsettled: false,
+            post_hook_started: false,
         }
     }
 
@@ -598,6 +610,25 @@ mod tests {
         assert_eq!(order, (0..10).collect::<Vec<_>>());
         assert!(widest <= 3, "surge 3 allows 3 at once, saw {widest}");
         assert_eq!(r.count(SlotState::Succeeded), 10);
+    }
+
+    #[test]
+    fn a_slot_of_a_past_wave_pending_again_is_upgraded_before_the_rollout_completes() {
+        // The canary was ready and the rollout moved to the last wave in the same step; a crash
+        // before the swap left the canary on v1, and recovery made it pending again.
+        let mut r = rollout(4, 25, 0, 0);
+        r.waves = vec![vec![0], vec![1, 2, 3]];
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        assert_eq!(r.wave, 1);
+        r.slot_mut(0).state = SlotState::Pending;
+        for slot in [1, 2, 3] {
+            r.slot_mut(slot).state = SlotState::Pending;
+        }
+        let (order, _) = run_all_ready(&mut r);
+        assert_eq!(order, [0, 1, 2, 3], "the canary's slot goes first");
+        assert_eq!(r.phase, Phase::Completed);
+        assert_eq!(r.count(SlotState::Succeeded), 4);
     }
 
     #[test]
