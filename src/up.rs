@@ -269,13 +269,7 @@ async fn restart(
 
 /// `rollgate up`: once, or for ever with `--supervise`. The text says what each release is.
 pub fn up(options: Options) -> Result<String, DeployError> {
-    let root = Root::new(options.root.clone());
-    if !root.0.is_dir() {
-        return Err(DeployError::Refused(format!(
-            "root {} is not a folder",
-            root.0.display()
-        )));
-    }
+    let root = Root::existing(options.root.clone()).map_err(DeployError::Refused)?;
     crate::deploy::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(DeployError::Refused)?;
         let (report, failed) = once(&root, &options).await?;

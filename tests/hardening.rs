@@ -517,3 +517,51 @@ fn a_legacy_record_left_in_its_watch_is_finished_by_one_final_probe() {
     assert!(!site.root().join("candidate").exists());
     assert!(!site.root().join("rollout.json").exists());
 }
+
+#[test]
+fn a_root_that_is_not_a_folder_is_refused_by_every_command_that_reads_one_in_the_same_words() {
+    let site = Site::new();
+    let typo = site.root().join("edeg");
+    let commands: [&[&str]; 10] = [
+        &["status"],
+        &["rollout", "status", "edge-svc"],
+        &["rollout", "pause", "edge-svc"],
+        &["rollout", "resume", "edge-svc"],
+        &["rollout", "abort", "edge-svc"],
+        &["rollback", "edge-svc"],
+        &["up"],
+        &["promote", "edge-svc"],
+        &["abort", "edge-svc"],
+        &["deploy", "edge-svc", "9999", "v1"],
+    ];
+    for args in commands {
+        let out = rollgate()
+            .args(args)
+            .arg("--root")
+            .arg(&typo)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            format!("error: root {} is not a folder\n", typo.display()),
+            "{args:?}"
+        );
+    }
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(typo.join("deploy.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("edeg/deploy.log"), "{}", stderr(&out));
+    // A folder with nothing in it yet is a root with nothing promoted.
+    let out = rollgate()
+        .arg("status")
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("nothing promoted yet"));
+}

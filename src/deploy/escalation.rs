@@ -20,7 +20,7 @@ pub fn finish_escalated(
     promote: bool,
 ) -> Result<Outcome, DeployError> {
     plan::check_name("service", service).map_err(refused)?;
-    let root = Root::new(root);
+    let root = Root::existing(root).map_err(refused)?;
     runtime()?.block_on(async {
         // Installed first and kept to the end: a Ctrl-C or a lost terminal between the rename
         // and the log line must not leave a switch half-recorded.

@@ -251,13 +251,7 @@ pub(crate) fn release_executable(
     version: &str,
     service: &str,
 ) -> Result<(Root, PathBuf), DeployError> {
-    let root = Root::new(root.to_path_buf());
-    if !root.0.is_dir() {
-        return Err(refused(format!(
-            "root {} is not a folder",
-            root.0.display()
-        )));
-    }
+    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
     let executable = root.executable(version, service);
     check_executable(&executable, version, service)?;
     Ok((root, executable))

@@ -97,7 +97,7 @@ pub fn replica_target(
     root: &std::path::Path,
     service: &str,
 ) -> Result<Option<(String, String)>, DeployError> {
-    let root = Root::new(root.to_path_buf());
+    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
     let Some(set) = root.read_replicas().map_err(refused)? else {
         return Ok(None);
     };
@@ -129,7 +129,7 @@ pub struct RollbackRequest {
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
 pub fn rollback(request: RollbackRequest) -> Result<Outcome, DeployError> {
     super::plan::check_name("service", &request.service).map_err(refused)?;
-    let root = Root::new(request.root.clone());
+    let root = Root::existing(request.root.clone()).map_err(refused)?;
     let live = root.read_pointer().map_err(refused)?.ok_or_else(|| {
         refused(format!(
             "nothing of {} is live under {}; nothing to roll back from",

@@ -308,6 +308,16 @@ impl Root {
         Root(std::path::absolute(&path).unwrap_or(path))
     }
 
+    /// A root a command reads or changes: refused, in the same words by every command, unless
+    /// it is a folder (a typo must not read as "nothing promoted yet").
+    pub fn existing(path: PathBuf) -> Result<Root, String> {
+        let root = Root::new(path);
+        match root.0.is_dir() {
+            true => Ok(root),
+            false => Err(format!("root {} is not a folder", root.0.display())),
+        }
+    }
+
     pub fn pointer_path(&self) -> PathBuf {
         self.0.join(POINTER_FILE)
     }

@@ -67,7 +67,7 @@ impl Sink for Recent {
 }
 
 pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, DeployError> {
-    let root = Root::new(root);
+    let root = Root::existing(root).map_err(DeployError::Refused)?;
     let pointer = root.read_pointer().map_err(DeployError::Refused)?;
     let candidate = root.read_candidate().map_err(DeployError::Refused)?;
     let running = pointer.as_ref().is_some_and(|p| p.identity().is_running());

@@ -27,7 +27,7 @@ pub fn run_watcher(
     root: std::path::PathBuf,
     token: &str,
 ) -> Result<Outcome, DeployError> {
-    let root = Root::new(root);
+    let root = Root::existing(root).map_err(refused)?;
     super::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
         let started = std::time::Instant::now();

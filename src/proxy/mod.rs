@@ -64,10 +64,7 @@ pub fn run(options: Options) -> Result<(), String> {
                 .map_err(|_| format!("`{name}` is not a valid header name"))
         })
         .transpose()?;
-    let root = Root::new(options.root.clone());
-    if !root.0.is_dir() {
-        return Err(format!("root {} is not a folder", root.0.display()));
-    }
+    let root = Root::existing(options.root.clone())?;
     // One single-threaded runtime per serving thread (one per core unless --threads), each with
     // its own listener on the same port (SO_REUSEPORT: the kernel spreads connections) and its
     // own upstream pool: a request never crosses threads. Only the routing table is shared.

@@ -226,7 +226,7 @@ pub fn control(
 ) -> Result<Outcome, DeployError> {
     let reason = reason.unwrap_or_else(|| format!("{} by a person", past(ask)));
     control::check_reason(&reason).map_err(refused)?;
-    let root = Root::new(root);
+    let root = Root::existing(root).map_err(refused)?;
     let request = ControlRequest {
         rollout: String::new(),
         ask,
@@ -412,7 +412,7 @@ async fn ask_the_executor(
 
 /// `rollgate rollout status`.
 pub fn status(service: &str, root: PathBuf, format: Format) -> Result<String, DeployError> {
-    let root = Root::new(root);
+    let root = Root::existing(root).map_err(refused)?;
     match state::load(&root).map_err(refused)? {
         Some(rollout) if rollout.service == service => {
             Ok(render::status(&rollout, format, journal::now()))
