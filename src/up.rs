@@ -302,7 +302,7 @@ async fn once(
     options: &Options,
 ) -> Result<(Vec<(bool, String)>, Vec<Key>), DeployError> {
     let _lock = lock::acquire(&root.lock_path()).map_err(DeployError::Refused)?;
-    crate::deploy::recover::recover_for_up(root).await?;
+    crate::deploy::recover::recover_leaving_escalated(root).await?;
     let mut report = Vec::new();
     let mut failed = Vec::new();
     for (n, live) in live_set(root)
@@ -381,7 +381,7 @@ async fn supervise(
             };
             // What a deployer that died left is finished first (a watch it cut short decides
             // whether its release stays): never restart a release it had not promoted yet.
-            if let Err(e) = crate::deploy::recover::recover_for_up(root).await {
+            if let Err(e) = crate::deploy::recover::recover_leaving_escalated(root).await {
                 eprintln!("rollgate up: {e}");
                 continue;
             }

@@ -448,3 +448,80 @@ fn a_deploy_switched_back_in_its_watch_killed_after_any_action_ends_on_the_old_r
     });
     assert!(covered > 5, "only {covered} actions");
 }
+
+/// v2 exits at boot on `slot` (the others run it).
+fn v2_fails_on(site: &Site, slot: usize) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        "v2",
+        &format!(
+            "[ \"$ROLLGATE_SLOT\" = {slot} ] && exit 1\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+}
+
+#[test]
+fn a_bad_canary_that_pauses_the_rollout_killed_after_any_action_ends_paused_on_v1() {
+    let covered = every_action(Scenario {
+        setup: &|site| {
+            install(site, 6, 3, 34, 0);
+            v2_fails_on(site, 0);
+        },
+        run: &rollout_v2,
+        next: &up,
+        undone: None,
+        starts_anew: true,
+    });
+    assert!(covered > 5, "only {covered} actions");
+}
+
+#[test]
+fn a_required_replica_failing_killed_after_any_action_ends_aborted_on_v1() {
+    let covered = every_action(Scenario {
+        setup: &|site| {
+            install(site, 7, 3, 34, 0);
+            v2_fails_on(site, 2);
+            let path = site.root().join("policy.json");
+            let mut policy: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            policy["edge_svc"]["classes"] = serde_json::json!({"2": "required"});
+            std::fs::write(&path, policy.to_string()).unwrap();
+        },
+        run: &rollout_v2,
+        next: &resume,
+        undone: None,
+        starts_anew: true,
+    });
+    assert!(covered > 5, "only {covered} actions");
+}
+
+#[test]
+fn a_promote_of_an_escalated_deploy_killed_after_any_action_is_finished_by_promoting_again() {
+    let promote = |_: &Site| args(&["promote", "edge-svc"]);
+    let covered = every_action(Scenario {
+        setup: &|site| {
+            deployed_v1(site, 8, "--ready-after-ms 600000");
+            let policy = write(
+                site.root(),
+                "escalate.json",
+                r#"{"edge_svc": {"progress_deadline_ms": 300, "poll_ms": 50, "on_stall": "escalate",
+                    "max_surge_pct": 100, "max_unavailable_pct": 0, "watch_ms": 0,
+                    "drain_timeout_ms": 0, "stop_grace_ms": 1000}}"#,
+            );
+            let port = (first_port(8) + 1).to_string();
+            let policy = policy.to_str().unwrap();
+            let out = rollgate_run(
+                site,
+                &["deploy", "edge-svc", &port, "v2", "--policy", policy],
+                None,
+            );
+            assert_eq!(out.status.code(), Some(3), "escalated: {}", said(&out));
+        },
+        run: &promote,
+        next: &promote,
+        undone: None,
+        starts_anew: false,
+    });
+    assert!(covered > 3, "only {covered} actions");
+}

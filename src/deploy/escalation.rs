@@ -30,6 +30,11 @@ pub fn finish_escalated(
         let held = rollout_state::load(&root)
             .map_err(refused)?
             .filter(|r| r.unsettled_deploy() && r.slot(0).held);
+        if held.is_none() {
+            // A promote or abort that died after its decision (or any other dead rollgate's
+            // work) is finished first; then there is nothing left to decide.
+            super::recover::recover(&root).await?;
+        }
         let rollout = match held {
             Some(r) if r.service == service => r,
             Some(r) => {

@@ -20,10 +20,10 @@ pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
     }
 }
 
-/// For `up` (and each pass of `up --supervise`): the same, except that an escalated deploy is
-/// left waiting for its person. The release it would replace is live and is started meanwhile:
+/// For `up` (and each pass of `up --supervise`), `promote` and `abort`: the same, except that
+/// an escalated deploy is left waiting for its person. The release it would replace is live and is started meanwhile:
 /// after a reboot, nothing waits on a decision to serve.
-pub(crate) async fn recover_for_up(root: &Root) -> Result<(), DeployError> {
+pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), DeployError> {
     single::adopt_legacy(root)?;
     if let Some(left) = rollout_state::load(root).map_err(refused)? {
         if left.unsettled_deploy() && left.slot(0).held && !single::is_switched(root, &left)? {

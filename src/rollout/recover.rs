@@ -172,10 +172,11 @@ pub(crate) async fn adopt(
 /// lock): an ended one is driven to the end its state implies (restores, the outcome line,
 /// the floor, the post hook, each once); a running one stops where it is, paused, with every
 /// replica that had left the pool serving its previous version again, for a person to
-/// resume or abort. A paused rollout is left as it is.
+/// resume or abort. A paused one gets the same: the reverts its pause began are finished,
+/// and a new replica that died meanwhile is judged.
 pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), DeployError> {
     let event = match saved.phase {
-        Phase::Paused => return Ok(()),
+        Phase::Paused => Event::Tick,
         Phase::Completed | Phase::Aborted if !saved.unsettled => return Ok(()),
         Phase::Completed | Phase::Aborted => Event::Tick,
         Phase::Running => Event::Pause {

@@ -475,6 +475,17 @@ pub(crate) async fn finish(root: &Root, rollout: Rollout) -> Result<(), DeployEr
     if rollout.phase == Phase::Aborted {
         return finish_rollback(root, rollout, gone).await;
     }
+    // The planner had completed it (a person's promote, a watch that passed): the swap it
+    // decided is made if the crash came first, and the deploy finished.
+    if rollout.phase == Phase::Completed {
+        let detail = format!("promoted before {gone} died; finished by the next command");
+        let detail = single
+            .gate_detail
+            .clone()
+            .filter(|_| !switched)
+            .unwrap_or(detail);
+        return complete_switch(executor(root, rollout), detail, single.gate_elapsed_ms).await;
+    }
     if !switched {
         return abandon(root, rollout).await;
     }
@@ -536,6 +547,8 @@ pub(crate) async fn complete_switch(
     r.phase = Phase::Completed;
     r.pause_reason = None;
     executor.save()?;
+    // `current` names the new process (already, unless the crash came before the switch).
+    executor.perform_write_pool()?;
     let retired = executor.stop_retiring(0).await?;
     executor.words_mut().retired = retired;
     executor.perform(outcome_note(LogEvent::Promoted)).await?;
