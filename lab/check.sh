@@ -2,8 +2,9 @@
 # check.sh: the lab's six checks. Run it from the folder holding your three files:
 #   cd lab/starter && sh ../check.sh
 # It needs rollgate (the ROLLGATE variable, else `rollgate` on PATH) and a POSIX shell; Nushell
-# only for the lesson's own query file, no network. First a line naming the query it runs, then
-# one RESULT line per check; exit 1 if any fails.
+# only for the lesson's own query file, no network. On stdout exactly the lesson's twelve lines
+# (what each check saw, and one RESULT line per check); on stderr a line naming the query it
+# runs. Exit 1 if any check fails.
 #   FIXTURES  folder with gated.log and ungated.log (default: fixtures)
 #   QUERY     the summary query: rollouts.nu (run by Nushell), rollouts.ncl (run by rollgate),
 #             or empty for rollgate's built-in summary. Default: rollouts.nu when Nushell is
@@ -30,9 +31,9 @@ case "$QUERY" in
       echo "check.sh: QUERY=$QUERY needs Nushell, and \`$NU\` is not on PATH; install it (npm install @nushell/linux-x64), set NU=/path/to/nu, or use QUERY=rollouts.ncl" >&2
       exit 2
     fi
-    echo "query: $QUERY, run by Nushell $("$NU" --version)" ;;
-  "") echo "query: rollgate's built-in summary" ;;
-  *) echo "query: $QUERY, run by rollgate log summary --query" ;;
+    echo "query: $QUERY, run by Nushell $("$NU" --version)" >&2 ;;
+  "") echo "query: rollgate's built-in summary" >&2 ;;
+  *) echo "query: $QUERY, run by rollgate log summary --query" >&2 ;;
 esac
 
 tmp=$(mktemp -d) || exit 2

@@ -56,13 +56,14 @@ fn run_check(dir: &Path, query: Query) -> (Option<i32>, String) {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    let first = String::from_utf8_lossy(&out.stderr).into_owned();
     let named = match query {
         Query::Nushell => "query: rollouts.nu, run by Nushell 0.115",
         Query::Nickel => "query: rollouts.ncl, run by rollgate log summary --query",
     };
-    assert!(first.starts_with(named), "{query:?}: {text}");
-    (out.status.code(), rest.to_string())
+    // The query is named on stderr: stdout is the lesson's lines only.
+    assert!(first.starts_with(named), "{query:?}: {first}");
+    (out.status.code(), text)
 }
 
 fn results(text: &str) -> Vec<(String, String)> {
@@ -232,9 +233,9 @@ fn the_checker_picks_nushell_when_it_can_and_says_so_when_it_cannot() {
     };
     let missing = Path::new("/nonexistent/nu");
     let out = check(None, &nushell());
-    assert!(stdout(&out).starts_with("query: rollouts.nu, run by Nushell"));
+    assert!(stderr(&out).starts_with("query: rollouts.nu, run by Nushell"));
     let out = check(None, missing);
-    assert!(stdout(&out).starts_with("query: rollouts.ncl, run by rollgate"));
+    assert!(stderr(&out).starts_with("query: rollouts.ncl, run by rollgate"));
     assert_eq!(out.status.code(), Some(0));
     let out = check(Some("rollouts.nu"), missing);
     assert_eq!(out.status.code(), Some(2));
@@ -335,9 +336,12 @@ fn the_projects_own_check_passes() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // Exactly the lesson's twelve lines on stdout; the query's name on stderr.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), EXPECTED);
+    assert_eq!(EXPECTED.lines().count(), 12);
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("query: rollgate's built-in summary\n{EXPECTED}")
+        String::from_utf8_lossy(&out.stderr),
+        "query: rollgate's built-in summary\n"
     );
 }
 
