@@ -304,6 +304,16 @@ The demo stops the live release at the end, so nothing is left running; the file
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
     },
+    /// Print a completion script for a shell, generated from rollgate's own arguments.
+    #[command(after_help = "Examples:
+  rollgate completions bash > ~/.local/share/bash-completion/completions/rollgate
+  rollgate completions zsh > \"${fpath[1]}/_rollgate\"
+  rollgate completions fish > ~/.config/fish/completions/rollgate.fish")]
+    Completions { shell: clap_complete::Shell },
+    /// Print rollgate's man page (roff), generated from its own arguments.
+    #[command(after_help = "Example:
+  rollgate man | man -l -")]
+    Man,
     /// A small HTTP service with knobs, standing in for a release in tests and the demo.
     #[command(hide = true)]
     SampleService(rollgate::sample::SampleArgs),

@@ -172,6 +172,21 @@ fn main() -> ExitCode {
             |_| 1,
         ),
         Command::Demo { root } => answer(demo::run(root).map(|()| String::new()), |_| 1),
+        Command::Completions { shell } => {
+            // Into memory first: a reader that goes away (`| head`) must not make it panic.
+            let mut definition = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut definition, "rollgate", &mut script);
+            answer::<String>(Ok(String::from_utf8_lossy(&script).into_owned()), |_| 1)
+        }
+        Command::Man => {
+            let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+            let mut roff = Vec::new();
+            let rendered = page
+                .render(&mut roff)
+                .map(|()| String::from_utf8_lossy(&roff).into_owned());
+            answer(rendered, |_| 1)
+        }
     }
 }
 

@@ -1,0 +1,81 @@
+//! What rollgate generates from its own argument definition: shell completions that the shell
+//! loads, and a man page that `man` renders.
+
+mod common;
+use common::*;
+
+use std::io::Write;
+
+#[test]
+fn the_bash_completion_script_parses_and_completes_the_subcommands() {
+    let out = rollgate().args(["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let script = stdout(&out);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "rollgate.bash", &script);
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Loaded into a shell, it completes `rollgate ro` to rollout (and rollback).
+    let probe = format!(
+        "source '{}'; COMP_WORDS=(rollgate ro); COMP_CWORD=1; _rollgate rollgate ro rollgate; echo \"${{COMPREPLY[@]}}\"",
+        path.display()
+    );
+    let run = std::process::Command::new("bash")
+        .args(["-c", &probe])
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        words.contains("rollout") && words.contains("rollback"),
+        "{words}"
+    );
+    for shell in ["zsh", "fish"] {
+        let out = rollgate().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        assert!(stdout(&out).contains("rollout"), "{shell}");
+    }
+    let out = rollgate().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+#[test]
+fn the_man_page_renders_with_man() {
+    let out = rollgate().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let roff = stdout(&out);
+    assert!(roff.starts_with(".ie"), "{}", &roff[..roff.len().min(200)]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollgate.1");
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(roff.as_bytes())
+        .unwrap();
+    let man = std::process::Command::new("man")
+        .arg("-l")
+        .arg(&path)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    assert!(
+        man.status.success(),
+        "{}",
+        String::from_utf8_lossy(&man.stderr)
+    );
+    let page = String::from_utf8_lossy(&man.stdout);
+    for section in ["NAME", "SYNOPSIS", "rollout", "deploy"] {
+        assert!(page.contains(section), "{section} missing from:\n{page}");
+    }
+}
