@@ -218,9 +218,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
     }
     let mut out = figures_table(&rows);
     if !recent.is_empty() {
-        let mut t = comfy_table::Table::new();
-        t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-            .set_header(["when", "outcome", "version", "detail"]);
+        let mut t = crate::log::output::fitted_table(["when", "outcome", "version", "detail"]);
         for outcome in &recent {
             t.add_row([
                 format_time(outcome.ts),

@@ -529,9 +529,7 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
         Format::Table => {
             let mut out = figures_table(&rows);
             let counts = |title: &str, rows: &[stats::Count]| {
-                let mut t = comfy_table::Table::new();
-                t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-                    .set_header([title, "rollbacks"]);
+                let mut t = output::fitted_table([title, "rollbacks"]);
                 for c in rows {
                     t.add_row([
                         c.key.clone().unwrap_or_else(|| "(none)".into()),
@@ -548,9 +546,12 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
             }
             if !s.rolled_back_after_promotion.is_empty() {
                 out.push_str("\nRolled back after promotion (production failures)\n");
-                let mut t = comfy_table::Table::new();
-                t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-                    .set_header(["version", "promoted", "rolled back", "users exposed for"]);
+                let mut t = output::fitted_table([
+                    "version",
+                    "promoted",
+                    "rolled back",
+                    "users exposed for",
+                ]);
                 for e in &s.rolled_back_after_promotion {
                     t.add_row([
                         e.version.clone().unwrap_or_default(),

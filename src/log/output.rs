@@ -1,6 +1,6 @@
 //! Rendering frames for a person (table), a program (JSON lines) or a spreadsheet (CSV).
 
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use polars::prelude::*;
 
 use super::time::{format_duration, format_time};
@@ -133,8 +133,7 @@ pub fn render(df: &DataFrame, format: Format, display: Display) -> String {
     let mut out = String::new();
     match format {
         Format::Table => {
-            let mut table = Table::new();
-            table.load_preset(UTF8_FULL_CONDENSED).set_header(&names);
+            let mut table = fitted_table(&names);
             let height = df.height();
             let shown = TableRows::of(height);
             for row in shown.head.clone().chain(shown.tail.clone()) {
@@ -336,12 +335,25 @@ fn write_csv_rows(out: &mut String, columns: &[Column], _names: &[String]) {
     }
 }
 
-/// A two-column table of named figures, for the summary and stats.
-pub fn figures_table(rows: &[(String, String)]) -> String {
+/// A table in rollgate's style with these columns, arranged to fit the terminal it is printed
+/// on (long cells wrap); printed to a file or a pipe it keeps every cell on one line.
+pub fn fitted_table<T: ToString>(header: impl IntoIterator<Item = T>) -> Table {
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL_CONDENSED)
-        .set_header(["figure", "value"]);
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(
+            header
+                .into_iter()
+                .map(|h| h.to_string())
+                .collect::<Vec<_>>(),
+        );
+    table
+}
+
+/// A two-column table of named figures, for the summary and stats.
+pub fn figures_table(rows: &[(String, String)]) -> String {
+    let mut table = fitted_table(["figure", "value"]);
     for (name, value) in rows {
         table.add_row([name, value]);
     }
@@ -350,6 +362,25 @@ pub fn figures_table(rows: &[(String, String)]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_table_fits_the_terminal_it_is_printed_on_and_keeps_full_lines_in_a_pipe() {
+        let detail = "not ready after 1500 ms; old release v1 still answering; candidate stopped (SIGTERM); last probes: HTTP 503";
+        let table = || {
+            let mut t = fitted_table(["when", "outcome", "version", "detail"]);
+            t.add_row(["2026-12-01T02:00:00Z", "rolled_back", "v3", detail]);
+            t
+        };
+        // The tests' stdout is not a terminal: one line per row, however wide.
+        let piped = table().to_string();
+        assert!(piped.lines().any(|l| l.contains(detail)), "{piped}");
+        // On an 80-column terminal, nothing is wider than 80.
+        let mut on_80 = table();
+        on_80.set_width(80);
+        let text = on_80.to_string();
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert!(text.contains("HTTP 503"), "nothing is cut: {text}");
+    }
+
     use super::*;
 
     /// The per-cell renderer this module had before it read columns front to back: the

@@ -235,7 +235,7 @@ pub fn status(rollout: &Rollout, format: Format, now: f64) -> String {
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL)
-        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header([
             "slot", "class", "wave", "state", "from", "serving", "started", "finished", "error",
         ]);
