@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::deploy::state::Root;
+use crate::host::state::Root;
 use crate::log::output::Format;
 
 const EXAMPLE_POLICY: &str = include_str!("../contracts/policy.ncl");

@@ -11,11 +11,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::deploy::journal::{self, Event};
-use crate::deploy::process::{self, Identity};
-use crate::deploy::signals::Signals;
-use crate::deploy::state::Root;
-use crate::deploy::{lock, DeployError};
+use crate::deploy::DeployError;
+use crate::host::journal::{self, Event};
+use crate::host::lock;
+use crate::host::process::{self, Identity};
+use crate::host::signals::Signals;
+use crate::host::state::Root;
 
 /// Defaults of `rollgate up`, in one place.
 pub const DEFAULT_READY: Duration = Duration::from_millis(30_000);
@@ -48,7 +49,7 @@ struct Live {
     port: u16,
     identity: Identity,
     /// How it proved readiness when it was deployed (the policy's probe, else `/readyz`).
-    probe: crate::deploy::probe::Spec,
+    probe: crate::host::probe::Spec,
 }
 
 impl Live {
@@ -144,7 +145,7 @@ async fn start(
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);
     let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
-    let subject = crate::deploy::probe::Subject {
+    let subject = crate::host::probe::Subject {
         spec: live.probe.clone(),
         port: live.port,
         workdir: root.release_dir(&live.version),

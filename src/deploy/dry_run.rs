@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use super::plan::{self, Settings};
-use super::state::Root;
 use super::{lock, refused, DeployError, Request};
+use crate::host::state::Root;
 use crate::policy::RolloutSettings;
 use crate::release;
 
@@ -143,8 +143,8 @@ fn names_and_policy(
     policy: Result<Option<RolloutSettings>, String>,
 ) -> Option<RolloutSettings> {
     report.check(
-        plan::check_name("service", service)
-            .and_then(|()| plan::check_name("version", version))
+        crate::host::names::check_name("service", service)
+            .and_then(|()| crate::host::names::check_name("version", version))
             .map(|()| "service and version names".to_string()),
     );
     match policy {
@@ -162,8 +162,8 @@ fn names_and_policy(
 }
 
 /// The hooks the run would call (listed, never run by a dry run).
-pub fn hook_values(report: &mut Report, hooks: &super::hooks::Hooks) {
-    use super::hooks::Hook;
+pub fn hook_values(report: &mut Report, hooks: &crate::host::hooks::Hooks) {
+    use crate::host::hooks::Hook;
     for hook in [Hook::PreDeploy, Hook::PostPromote, Hook::PostRollback] {
         if let Some(command) = hooks.command(hook) {
             report.value(

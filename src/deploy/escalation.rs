@@ -4,11 +4,10 @@
 
 use std::path::PathBuf;
 
-use super::journal;
-use super::plan;
-use super::signals::Signals;
-use super::state::Root;
 use super::{lock, refused, runtime, DeployError, Outcome};
+use crate::host::journal;
+use crate::host::signals::Signals;
+use crate::host::state::Root;
 use crate::rollout::single;
 use crate::rollout::state::{self as rollout_state, Phase};
 use crate::rollout::step::Event;
@@ -19,7 +18,7 @@ pub fn finish_escalated(
     root: PathBuf,
     promote: bool,
 ) -> Result<Outcome, DeployError> {
-    plan::check_name("service", service).map_err(refused)?;
+    crate::host::names::check_name("service", service).map_err(refused)?;
     let root = Root::existing(root).map_err(refused)?;
     runtime()?.block_on(async {
         // Installed first and kept to the end: a Ctrl-C or a lost terminal between the rename

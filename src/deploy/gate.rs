@@ -7,10 +7,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::plan::{Event, Judge, Probe, Verdict};
-use super::probe::Subject;
-use super::progress::Progress;
-use super::signals::Signals;
+use super::plan::{Event, Judge, Verdict};
+use crate::host::probe::Probe;
+use crate::host::probe::Subject;
+use crate::host::progress::Progress;
+use crate::host::signals::Signals;
 
 /// Probe results kept for a rollback's detail.
 const PROBES_KEPT: usize = 3;

@@ -7,23 +7,20 @@
 pub(crate) mod dry_run;
 mod escalation;
 pub(crate) mod gate;
-pub mod hooks;
-pub(crate) mod journal;
-pub(crate) mod lock;
 pub(crate) mod plan;
-pub(crate) mod probe;
-pub(crate) mod process;
-pub(crate) mod progress;
 pub mod recover;
 pub mod rollback;
-pub mod signals;
-pub mod state;
 mod status;
 pub(crate) mod watch;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::host::probe::Probe;
+use crate::host::process::Identity;
+use crate::host::signals::Signals;
+use crate::host::state::{Pointer, Root};
+use crate::host::{hooks, journal, lock, probe, process};
 use crate::policy::{self, EvalOptions};
 use crate::proxy::drain;
 use crate::release;
@@ -31,13 +28,10 @@ use crate::rollout::run::{Context, Executor};
 use crate::rollout::single;
 use crate::rollout::state::{self as rollout_state, Phase, Rollout};
 use crate::rollout::step::Event;
-use plan::{Probe, Settings};
-use process::Identity;
-use signals::Signals;
-use state::{Pointer, Root};
+use plan::Settings;
 
+pub use crate::host::names::check_name;
 pub use escalation::finish_escalated;
-pub use plan::check_name;
 pub use status::status;
 pub use watch::run_watcher;
 
@@ -127,8 +121,8 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
 
 /// The whole deploy.
 pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
-    plan::check_name("service", &request.service).map_err(refused)?;
-    plan::check_name("version", &request.version).map_err(refused)?;
+    crate::host::names::check_name("service", &request.service).map_err(refused)?;
+    crate::host::names::check_name("version", &request.version).map_err(refused)?;
     if request.port == 0 {
         return Err(refused("port 0 is not a port a release can be probed on"));
     }
@@ -377,7 +371,7 @@ async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployEr
 /// there is no proxy), it may still be routing to the old release, so the old release is kept
 /// for the whole drain timeout before it is stopped.
 pub(crate) async fn drain_before_stop(root: &Root, port: u16, drain_ms: u64) -> String {
-    let limit = Duration::from_millis(drain_ms).min(plan::MAX_WAIT);
+    let limit = Duration::from_millis(drain_ms).min(crate::host::MAX_WAIT);
     let asked = Instant::now();
     let answer = drain::request(&root.0, port, limit).await;
     if plan::drain_confirmed(&answer) {

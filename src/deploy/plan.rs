@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::probe::Spec as ProbeSpec;
+use crate::host::probe::{Probe, Spec as ProbeSpec};
+use crate::host::MAX_WAIT;
 use crate::policy::{OnStall, RolloutSettings};
 use crate::proxy::drain::Drain;
 
@@ -18,35 +19,6 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_millis(30_000);
 /// at once and falls over moments later; short enough that a deploy still feels immediate.
 pub const DEFAULT_WATCH: Duration = Duration::from_millis(2000);
 pub const DEFAULT_WATCH_FAILURES: u32 = 3;
-
-/// The longest any single wait of a deploy may be (deadline, poll, grace, drain). A `.ncl`
-/// policy need not apply the bundled contract, so the deployer keeps its own floor and ceiling:
-/// a zero poll would panic the ticker, and an absurd wait would overflow a timer or hang.
-pub const MAX_WAIT: Duration = Duration::from_millis(24 * 3600 * 1000);
-
-/// Versions and service names become path components under the root: refuse anything that
-/// could climb out of it or hide (`..`, `/`, leading dot, control characters).
-pub fn check_name(kind: &str, name: &str) -> Result<(), String> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+');
-    if name.is_empty() {
-        return Err(format!("the {kind} name is empty"));
-    }
-    if name.len() > 128 {
-        return Err(format!("the {kind} name is longer than 128 characters"));
-    }
-    if name.starts_with('.') {
-        return Err(format!(
-            "{kind} `{name}` starts with a dot (`..` and hidden names are refused)"
-        ));
-    }
-    if let Some(bad) = name.chars().find(|c| !allowed(*c)) {
-        return Err(format!(
-            "{kind} `{}` contains {bad:?}; allowed are letters, digits, `.`, `_`, `-` and `+`",
-            name.escape_debug()
-        ));
-    }
-    Ok(())
-}
 
 /// The policy entry a service reads by default: `edge-svc` → `edge_svc`.
 pub fn policy_entry_for(service: &str) -> String {
@@ -159,33 +131,6 @@ pub fn check_bounds(s: &Settings) -> Result<(), String> {
 /// The command line's milliseconds, else the policy's, else the default.
 fn first_of(arg: Option<u64>, policy: Option<u64>, default: Duration) -> Duration {
     arg.or(policy).map_or(default, Duration::from_millis)
-}
-
-/// What one readiness probe saw.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
-    Status(u16),
-    /// A TCP probe's connect succeeded.
-    Connected,
-    /// An exec probe's exit code (None: killed by a signal).
-    Command(Option<i32>),
-    Refused,
-    TimedOut(Duration),
-    Failed(String),
-}
-
-impl std::fmt::Display for Probe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Probe::Status(code) => write!(f, "HTTP {code}"),
-            Probe::Connected => write!(f, "connected"),
-            Probe::Command(Some(code)) => write!(f, "exit status {code}"),
-            Probe::Command(None) => write!(f, "killed by a signal"),
-            Probe::Refused => write!(f, "connection refused"),
-            Probe::TimedOut(after) => write!(f, "no answer within {} ms", after.as_millis()),
-            Probe::Failed(why) => write!(f, "{why}"),
-        }
-    }
 }
 
 /// Something the gate observed.
@@ -322,15 +267,6 @@ mod tests {
             release_deadline_ms: None,
             classes: None,
         }
-    }
-
-    #[test]
-    fn names_that_could_escape_the_root_are_refused() {
-        assert!(check_name("version", "v1.2.3-rc+7").is_ok());
-        for bad in ["", "..", ".", ".hidden", "a/b", "../v1", "v 1", "v\n1"] {
-            assert!(check_name("version", bad).is_err(), "{bad:?}");
-        }
-        assert!(check_name("version", "").unwrap_err().contains("empty"));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! that takes the root. A deploy is the engine's one-replica case, so its state file says what
 //! it had done; a `candidate` record an older rollgate left is read into the same terms first.
 
-use super::state::Root;
 use super::{refused, DeployError};
+use crate::host::state::Root;
 use crate::rollout::{self, single, state as rollout_state};
 
 /// Whatever a rollgate that died left on the root (we hold the lock, so it is dead), finished

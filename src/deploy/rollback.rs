@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::journal::Event;
-use super::state::Root;
 use super::{refused, DeployError, Outcome, Request};
+use crate::host::journal::Event;
+use crate::host::state::Root;
 
 /// The fields of a log line the search needs; anything else on the line is ignored.
 #[derive(Deserialize)]
@@ -128,7 +128,7 @@ pub struct RollbackRequest {
 
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
 pub fn rollback(request: RollbackRequest) -> Result<Outcome, DeployError> {
-    super::plan::check_name("service", &request.service).map_err(refused)?;
+    crate::host::names::check_name("service", &request.service).map_err(refused)?;
     let root = Root::existing(request.root.clone()).map_err(refused)?;
     let live = root.read_pointer().map_err(refused)?.ok_or_else(|| {
         refused(format!(

@@ -4,9 +4,9 @@ use crate::log::output::{figures_table, Format};
 use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::log::time::{format_duration, format_time};
 
-use super::journal::{self, Event};
-use super::state::Root;
 use super::{probe, DeployError};
+use crate::host::journal::{self, Event};
+use crate::host::state::Root;
 
 /// Whether a process with this pid exists and is not a zombie (a watcher is not ours to reap).
 fn pid_alive(pid: u32) -> bool {
@@ -83,7 +83,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
         for r in &set.replicas {
             let entry = versions.entry(r.version.as_str()).or_default();
             entry.0 += 1;
-            if (super::process::Identity {
+            if (crate::host::process::Identity {
                 pid: r.pid,
                 start_time: r.start_time,
             })

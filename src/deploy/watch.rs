@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use super::signals::Signals;
-use super::state::Root;
 use super::{lock, refused, DeployError, Outcome};
+use crate::host::signals::Signals;
+use crate::host::state::Root;
 use crate::rollout::recover::Redo;
 use crate::rollout::state::{self as rollout_state, Phase};
 use crate::rollout::{single, step::Event};

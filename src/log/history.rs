@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::read::{Log, ReadOptions, Record, Sink};
 use super::summary::{reason_of, PROMOTED, ROLLED_BACK, ROLLOUT_STARTED, STARTED};
-use crate::deploy::journal::Event;
+use crate::host::journal::Event;
 
 pub const ESCALATED: &str = Event::Escalated.as_str();
 

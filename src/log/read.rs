@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::deploy::journal::Event;
+use crate::host::journal::Event;
 
 /// The four columns every record has, plus any other fields, one entry per record. A column
 /// the options skip (`skip_versions`, `skip_details`) is empty rather than all `None`.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::read::{Log, ReadOptions, Record, Sink};
-use crate::deploy::journal::Event;
+use crate::host::journal::Event;
 
 /// Outcome events. Everything else (`candidate_started`, `escalated`, unknown events) is not an
 /// outcome and is not counted.

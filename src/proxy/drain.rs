@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use super::routes::Routes;
 use super::watch::refresh;
-use crate::deploy::state::Root;
+use crate::host::state::Root;
 
 pub const SOCKET_FILE: &str = "proxy.sock";
 /// The longest request line (`drain 65535` is 11 bytes).

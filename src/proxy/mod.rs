@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{Notify, Semaphore};
 
-use crate::deploy::state::Root;
+use crate::host::state::Root;
 use forward::Shared;
 use routes::Routes;
 

@@ -11,7 +11,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
 use super::routes::{Member, Routes, Switched};
-use crate::deploy::state::{Root, POINTER_FILE, REPLICAS_FILE};
+use crate::host::state::{Root, POINTER_FILE, REPLICAS_FILE};
 
 /// Re-read period when no file event arrives.
 const FALLBACK_PERIOD: Duration = Duration::from_secs(1);

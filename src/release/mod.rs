@@ -17,7 +17,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::deploy::state::read_json;
+use crate::host::state::read_json;
 use manifest::{Artifact, Body, Published};
 
 /// Why a release is refused: one word each, as logs and scripts match them.
@@ -183,8 +183,8 @@ pub struct SignRequest<'a> {
 /// Writes `DIR/manifest.json` listing the folder's files, signed by `key`; the cosigners'
 /// public keys are listed too, so that they can add their signatures with `cosign`.
 pub fn sign(request: &SignRequest) -> Result<PathBuf, String> {
-    crate::deploy::check_name("service", request.service)?;
-    crate::deploy::check_name("version", request.version)?;
+    crate::host::names::check_name("service", request.service)?;
+    crate::host::names::check_name("version", request.version)?;
     if request.sequence == 0 || request.sequence >= 1 << 53 {
         return Err("--sequence must be from 1 to 2^53 - 1".into());
     }
@@ -239,7 +239,7 @@ pub fn sign(request: &SignRequest) -> Result<PathBuf, String> {
 }
 
 fn write_manifest(path: &Path, published: &Published) -> Result<(), String> {
-    crate::deploy::state::write_atomically(path, &published.to_file_bytes())
+    crate::host::state::write_atomically(path, &published.to_file_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -404,17 +404,7 @@ fn check_artifact(
     Ok(())
 }
 
-/// The newest signed release a root promoted: nothing older may run there again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Floor {
-    pub sequence: u64,
-    pub version: String,
-    pub manifest_sha256: String,
-}
-
-/// What the deployer records of a signed release it is deploying.
-pub type Signed = Floor;
+pub use crate::host::state::{Floor, Signed};
 
 /// `sequence` against the floor: above it, or the floor's own manifest again.
 pub fn above_floor(verified: &Verified, floor: Option<&Floor>) -> Result<(), Refusal> {
@@ -452,7 +442,7 @@ pub fn write_floor(root: &Path, floor: &Floor) -> Result<(), String> {
     let mut bytes = serde_json::to_vec_pretty(floor).expect("a floor serializes");
     bytes.push(b'\n');
     let path = root.join(FLOOR_FILE);
-    crate::deploy::state::write_atomically(&path, &bytes)
+    crate::host::state::write_atomically(&path, &bytes)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

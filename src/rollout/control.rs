@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::step::Event;
-use crate::deploy::state::{read_json, write_atomically, Root};
+use crate::host::state::{read_json, write_atomically, Root};
 
 pub const REQUEST_FILE: &str = "rollout.request";
 /// The longest reason a person may give (it goes into the state, the log and `status`).

@@ -19,9 +19,10 @@ mod tasks;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::deploy::signals::Signals;
-use crate::deploy::state::Root;
-use crate::deploy::{self, journal, lock, DeployError};
+use crate::deploy::{self, DeployError};
+use crate::host::signals::Signals;
+use crate::host::state::Root;
+use crate::host::{journal, lock};
 use crate::log::output::Format;
 use crate::policy::{self, EvalOptions};
 use crate::release;
@@ -97,8 +98,8 @@ pub fn dry_run(request: &Request) -> (String, bool) {
 
 /// The whole rollout.
 pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
-    deploy::check_name("service", &request.service).map_err(refused)?;
-    deploy::check_name("version", &request.version).map_err(refused)?;
+    crate::host::names::check_name("service", &request.service).map_err(refused)?;
+    crate::host::names::check_name("version", &request.version).map_err(refused)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
     let hooks =
@@ -152,7 +153,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
         };
         planned.signed = signed.clone();
         planned.hooks = hooks;
-        let facts = deploy::hooks::Facts {
+        let facts = crate::host::hooks::Facts {
             service: planned.service.clone(),
             version: planned.to.clone(),
             previous_version: planned.from.clone(),
@@ -160,7 +161,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             previous_ports: planned.slots.iter().filter_map(|s| Some(s.live.as_ref()?.port)).collect(),
             reason: None,
         };
-        if let Some(Err(e)) = planned.hooks.run(deploy::hooks::Hook::PreDeploy, &root.0, &facts).await {
+        if let Some(Err(e)) = planned.hooks.run(crate::host::hooks::Hook::PreDeploy, &root.0, &facts).await {
             return Err(refused(format!("{e}; the rollout was refused, nothing was started")));
         }
         state::save(&root, &planned).map_err(refused)?;

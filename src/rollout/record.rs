@@ -2,9 +2,9 @@
 //! deploy's) and the pool (`replicas.json`, then `current`).
 
 use super::state::Rollout;
-use crate::deploy::journal::{self, Event as LogEvent};
-use crate::deploy::state::{Fallback, Pointer, Root, WriteError};
 use crate::deploy::DeployError;
+use crate::host::journal::{self, Event as LogEvent};
+use crate::host::state::{Fallback, Pointer, Root, WriteError};
 
 fn failed(message: impl Into<String>) -> DeployError {
     DeployError::Failed(message.into())
@@ -118,7 +118,7 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, De
         start_time: first.start_time,
         promoted_at: journal::now(),
         fallback,
-        probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
+        probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
     };
     // The same process stays live since it was switched to (only its fallback may change).
     if let Some(live) = root.read_pointer().ok().flatten() {

@@ -12,10 +12,10 @@ use super::run::{Context, Executor};
 use super::state::{self, Phase, Rollout, SlotState};
 use super::step::Event;
 use super::{fault, record};
-use crate::deploy::process::{self, Identity};
-use crate::deploy::signals::Signals;
-use crate::deploy::state::Root;
 use crate::deploy::{drain_before_stop, DeployError};
+use crate::host::process::{self, Identity};
+use crate::host::signals::Signals;
+use crate::host::state::Root;
 
 /// What the executor must restart once recovery is done.
 #[derive(Debug, Default, PartialEq)]
@@ -193,7 +193,7 @@ pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), DeployErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::deploy::state::ReplicaClass;
+    use crate::host::state::ReplicaClass;
     use crate::rollout::state::{Process, Settings, Slot};
 
     fn process(version: &str, pid: i32) -> Process {

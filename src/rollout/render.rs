@@ -7,7 +7,7 @@ use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
 use serde_json::{json, Value};
 
 use super::state::{Phase, Rollout, SlotState};
-use crate::deploy::state::ReplicaClass;
+use crate::host::state::ReplicaClass;
 use crate::log::output::Format;
 use crate::log::time::{format_duration, format_time};
 

@@ -24,12 +24,12 @@ use super::step::{step, Action, Event, Note};
 use super::tasks::{
     gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judged, Message,
 };
-use crate::deploy::journal::{self, Event as LogEvent};
-use crate::deploy::probe::Subject;
-use crate::deploy::process::{self, Identity};
-use crate::deploy::signals::Signals;
-use crate::deploy::state::Root;
 use crate::deploy::{drain_before_stop, DeployError};
+use crate::host::journal::{self, Event as LogEvent};
+use crate::host::probe::Subject;
+use crate::host::process::{self, Identity};
+use crate::host::signals::Signals;
+use crate::host::state::Root;
 
 /// How often the executor looks for a pause, resume or abort asked from another shell.
 const CONTROL_POLL: Duration = Duration::from_millis(100);
@@ -259,7 +259,7 @@ impl Executor {
     /// Once the rollout has ended and every restore is done: post_promote for a completed
     /// rollout, post_rollback for an aborted one. A failure is logged; the outcome stands.
     pub(crate) async fn run_post_hook(&self) {
-        use crate::deploy::hooks::{Facts, Hook};
+        use crate::host::hooks::{Facts, Hook};
         let r = &self.rollout;
         let hook = match r.phase {
             Phase::Completed => Hook::PostPromote,
@@ -479,7 +479,7 @@ impl Executor {
             false => (None, None),
         };
         let progress =
-            single.then(|| crate::deploy::progress::Progress::new(&version, timing.gate.deadline));
+            single.then(|| crate::host::progress::Progress::new(&version, timing.gate.deadline));
         let handle = tokio::spawn(async move {
             let gated = gate_replica(child, subject, timing, interrupted, progress).await;
             let _ = sender.send(Message::Gate {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::plan::{assign_waves, Budgets, DEFAULT_WAVES};
 use super::state::{Phase, Process, Rollout, Settings, Slot, SlotState};
 use crate::deploy::plan as deploy_plan;
-use crate::deploy::state::{ReplicaClass, Root};
+use crate::host::state::{ReplicaClass, Root};
 use crate::policy::RolloutSettings;
 
 /// Defaults when neither the command line nor the policy says otherwise.
@@ -74,7 +74,7 @@ pub fn parse_wait(text: &str) -> Result<u64, String> {
         .ok_or_else(|| {
             format!("`{text}` is not a duration; write a whole number with ms, s, m or h (30s)")
         })?;
-    if Duration::from_millis(ms) > deploy_plan::MAX_WAIT {
+    if Duration::from_millis(ms) > crate::host::MAX_WAIT {
         return Err(format!("`{text}` is longer than 24 h"));
     }
     Ok(ms)
@@ -256,7 +256,7 @@ pub fn resolve(
         .soak_ms
         .or_else(|| policy.and_then(|p| p.soak_ms))
         .unwrap_or(0);
-    if Duration::from_millis(soak_ms) > deploy_plan::MAX_WAIT {
+    if Duration::from_millis(soak_ms) > crate::host::MAX_WAIT {
         return Err(format!("soak is {soak_ms} ms; at most 24 h is allowed"));
     }
     Ok(Resolved {

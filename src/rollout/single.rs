@@ -6,11 +6,11 @@
 use super::run::{Context, Executor};
 use super::state::{self, Phase, Process, Rollout, Settings, Single, Slot, SlotState};
 use super::step::{Action, Event, Note};
-use crate::deploy::journal::{self, Event as LogEvent};
 use crate::deploy::plan::Settings as DeploySettings;
-use crate::deploy::process::{self, Identity};
-use crate::deploy::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
 use crate::deploy::DeployError;
+use crate::host::journal::{self, Event as LogEvent};
+use crate::host::process::{self, Identity};
+use crate::host::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
 
 /// A deploy's release deadline: none that a person waiting on an escalation could miss.
 const NO_RELEASE_DEADLINE_S: f64 = 100.0 * 365.0 * 86_400.0;
@@ -403,10 +403,10 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         start_time: p.start_time,
         promoted_at: 0.0,
         fallback: None,
-        probe: crate::deploy::probe::Spec::unless_default(&rollout.settings.probe),
+        probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
     });
     let watch = match (watching, rollout.soak_until, single) {
-        (true, Some(until), Some(single)) => Some(crate::deploy::state::WatchRecord {
+        (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {
             until,
             poll_ms: rollout.settings.poll_ms,
             failures: single.watch_failures,
@@ -644,7 +644,7 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
     if !new.identity().is_running() {
         return Err("exited during the watch".into());
     }
-    let subject = crate::deploy::probe::Subject {
+    let subject = crate::host::probe::Subject {
         spec: rollout.settings.probe.clone(),
         port: new.port,
         workdir: root.release_dir(&new.version),

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::deploy::plan::check_name;
-use crate::deploy::process::Identity;
-use crate::deploy::state::{
+use crate::host::names::check_name;
+use crate::host::process::Identity;
+use crate::host::state::{
     checked, read_json, too_many, write_atomically, Replica, ReplicaClass, ReplicaSet, Root,
     MAX_SLOTS,
 };
@@ -120,7 +120,7 @@ pub struct Settings {
     pub wave_percents: Vec<u64>,
     /// How every replica proves readiness (the policy's probe; `GET /readyz` = 200 by default).
     #[serde(default)]
-    pub probe: crate::deploy::probe::Spec,
+    pub probe: crate::host::probe::Spec,
     /// After the last wave: how long the new replicas are watched (as a soak) before the
     /// rollout is promoted (0 for a first install: nothing to go back to).
     #[serde(default)]
@@ -161,7 +161,7 @@ pub struct Rollout {
     pub signed: Option<crate::release::Signed>,
     /// The policy's hooks, resolved: whichever rollgate ends the rollout runs the post hook.
     #[serde(default)]
-    pub hooks: crate::deploy::hooks::Hooks,
+    pub hooks: crate::host::hooks::Hooks,
     /// Set when this is a single deploy (`rollgate deploy`, the engine's one-replica case): it
     /// speaks the deploy's log lines and ends as a deploy does.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,9 +11,9 @@ use tokio::sync::oneshot;
 use super::state::{Process, Rollout};
 use super::step::Event;
 use crate::deploy::gate;
-use crate::deploy::journal;
 use crate::deploy::plan::{self, Verdict};
-use crate::deploy::probe::Subject;
+use crate::host::journal;
+use crate::host::probe::Subject;
 
 /// What a task reports.
 pub(super) enum Message {
@@ -79,7 +79,7 @@ pub(super) async fn gate_replica(
     subject: Subject,
     timing: GateTiming,
     interrupt: Option<oneshot::Receiver<&'static str>>,
-    progress: Option<crate::deploy::progress::Progress>,
+    progress: Option<crate::host::progress::Progress>,
 ) -> Gated {
     let started = std::time::Instant::now();
     let watchers = gate::Watchers {

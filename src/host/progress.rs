@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use super::plan::Probe;
+use super::probe::Probe;
 
 /// A live line on a terminal: elapsed / deadline, probes, last answer. Silent otherwise.
 pub(crate) struct Progress {

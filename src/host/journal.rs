@@ -166,7 +166,7 @@ pub fn now() -> f64 {
 pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(entry).expect("entries serialize");
     line.push(b'\n');
-    let mut file = super::state::open_append(path)?;
+    let mut file = crate::host::state::open_append(path)?;
     file.write_all(&line)?;
     file.sync_data()
 }

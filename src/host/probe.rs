@@ -13,7 +13,6 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
-use super::plan::Probe;
 use crate::policy::ProbePolicy;
 
 /// What a probe does when the policy does not say.
@@ -367,6 +366,33 @@ impl Drop for GroupKiller {
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
+        }
+    }
+}
+
+/// What one readiness probe saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Status(u16),
+    /// A TCP probe's connect succeeded.
+    Connected,
+    /// An exec probe's exit code (None: killed by a signal).
+    Command(Option<i32>),
+    Refused,
+    TimedOut(Duration),
+    Failed(String),
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Probe::Status(code) => write!(f, "HTTP {code}"),
+            Probe::Connected => write!(f, "connected"),
+            Probe::Command(Some(code)) => write!(f, "exit status {code}"),
+            Probe::Command(None) => write!(f, "killed by a signal"),
+            Probe::Refused => write!(f, "connection refused"),
+            Probe::TimedOut(after) => write!(f, "no answer within {} ms", after.as_millis()),
+            Probe::Failed(why) => write!(f, "{why}"),
         }
     }
 }

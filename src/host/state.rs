@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::process::Identity;
-use crate::deploy::plan::check_name;
+use crate::host::names::check_name;
+use crate::host::process::Identity;
 
 pub const POINTER_FILE: &str = "current";
 /// The replicas of a multi-replica service that are in the pool (see [`ReplicaSet`]).
@@ -45,7 +45,7 @@ pub struct Pointer {
     /// How this release proves readiness, when it is not the default (`GET /readyz` = 200):
     /// `status` asks it the way its gate did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<super::probe::Spec>,
+    pub probe: Option<crate::host::probe::Spec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,10 +143,10 @@ pub struct Candidate {
     /// For a signed release: what the release floor becomes once it is promoted (whoever
     /// finishes the switch raises it).
     #[serde(default)]
-    pub signed: Option<crate::release::Signed>,
+    pub signed: Option<Signed>,
     /// How this deploy proves readiness, for whoever finishes it (`promote`, `abort`, recovery).
     #[serde(default)]
-    pub probe: super::probe::Spec,
+    pub probe: crate::host::probe::Spec,
     /// The watch after the switch (stage `Watching`): when it ends (Unix seconds), how often
     /// to probe, how many failures in a row switch back, and the gate's words for the
     /// promoted line. Recorded so that a watcher in the background, or whoever finds the
@@ -155,7 +155,7 @@ pub struct Candidate {
     pub watch: Option<WatchRecord>,
     /// The policy's hooks, resolved, so whoever finishes this deploy runs its post hook.
     #[serde(default)]
-    pub hooks: super::hooks::Hooks,
+    pub hooks: crate::host::hooks::Hooks,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,6 +266,20 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
 }
 
 /// Reads one of the root's JSON files; a missing file is `None`.
+/// The newest signed release a root promoted (`ROOT/release.floor`): nothing older may run
+/// there again. Checked and raised by `release`; recorded here because deploys and rollouts
+/// carry it in their state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Floor {
+    pub sequence: u64,
+    pub version: String,
+    pub manifest_sha256: String,
+}
+
+/// What the deployer records of a signed release it is deploying.
+pub type Signed = Floor;
+
 /// The most slots a root's state may name (a rollout moves at most this many replicas).
 pub const MAX_SLOTS: usize = 1000;
 

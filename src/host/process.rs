@@ -143,7 +143,7 @@ pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
         return Stopped::AlreadyGone;
     }
     target.send(Signal::SIGTERM);
-    if wait_until_gone(target, grace.min(super::plan::MAX_WAIT)).await {
+    if wait_until_gone(target, grace.min(crate::host::MAX_WAIT)).await {
         return Stopped::Terminated;
     }
     target.send(Signal::SIGKILL);

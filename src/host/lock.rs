@@ -23,9 +23,9 @@ pub fn acquire(path: &Path) -> Result<Lock, String> {
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     // Like every state file, readable whatever the umask: its content names the holder.
     if let Ok(meta) = file.metadata() {
-        if meta.permissions().mode() & 0o777 != super::state::STATE_FILE_MODE {
+        if meta.permissions().mode() & 0o777 != crate::host::state::STATE_FILE_MODE {
             let _ = file.set_permissions(std::fs::Permissions::from_mode(
-                super::state::STATE_FILE_MODE,
+                crate::host::state::STATE_FILE_MODE,
             ));
         }
     }

@@ -1,0 +1,19 @@
+//! The host: what rollgate touches on one machine, below the engine and the commands. A root's
+//! files and their formats (`state`), the deploy log (`journal`), the lock, signals, processes,
+//! probes, hooks, names. Nothing here knows about rollouts, deploys or commands; a test reads
+//! the `use crate::...` lines of every layer to keep it that way.
+
+pub mod hooks;
+pub mod journal;
+pub mod lock;
+pub mod names;
+pub mod probe;
+pub mod process;
+pub mod progress;
+pub mod signals;
+pub mod state;
+
+/// The longest any single wait may be (deadline, poll, grace, drain, soak): a day. A `.ncl`
+/// policy need not apply the bundled contract, so rollgate keeps its own ceiling: an absurd
+/// wait would overflow a timer or hang.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_millis(24 * 3600 * 1000);
