@@ -17,17 +17,7 @@ use serde_json::Value;
 /// A policy for short runs: tiny deadlines, no drain wait, no watch; a post hook that appends
 /// one line per run to `hooks.out`.
 fn policy(site: &Site, surge_pct: u32, unavailable_pct: u32) -> PathBuf {
-    write(
-        site.root(),
-        "post.sh",
-        "#!/bin/sh\necho \"$ROLLGATE_HOOK $ROLLGATE_VERSION\" >> \"$(dirname \"$0\")/hooks.out\"\n",
-    );
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(
-        site.root().join("post.sh"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    hook_recorder(site);
     write(
         site.root(),
         "policy.json",

@@ -259,6 +259,16 @@ fn defect_05_up_starts_the_live_release_while_an_escalated_deploy_waits() {
     assert!(said(&out).contains("aborted"), "{}", said(&out));
 }
 
+/// A deploy of v2 with a long watch, its rollgate SIGKILLed once it switched.
+fn killed_in_the_watch(site: &Site) {
+    let port = free_port().to_string();
+    let args = ["deploy", "edge-svc", &port, "v2", "--watch-ms", "30000"];
+    let mut deploying = rollout_in_background(site, &args);
+    assert!(wait_for(20, || count_events(site, "switched", "v2") == 1));
+    send_signal(deploying.id() as i32, 9);
+    deploying.wait().unwrap();
+}
+
 #[test]
 fn defect_06_a_reboot_in_the_middle_of_a_watch_leaves_pointer_log_and_processes_agreeing() {
     let site = Site::new();
@@ -266,21 +276,8 @@ fn defect_06_a_reboot_in_the_middle_of_a_watch_leaves_pointer_log_and_processes_
     site.release("v2", "");
     let out = site.deploy(free_port(), "v1", &["--watch-ms", "0"]);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    let mut deploying = rollout_in_background(
-        &site,
-        &[
-            "deploy",
-            "edge-svc",
-            &free_port().to_string(),
-            "v2",
-            "--watch-ms",
-            "30000",
-        ],
-    );
-    assert!(wait_for(20, || count_events(&site, "switched", "v2") == 1));
     // The reboot: rollgate and both releases die at once.
-    send_signal(deploying.id() as i32, 9);
-    deploying.wait().unwrap();
+    killed_in_the_watch(&site);
     for pid in site.processes() {
         send_signal(pid, 9);
     }
@@ -308,17 +305,7 @@ fn defect_07_a_pause_that_loses_the_race_with_the_rollouts_end_is_refused_and_ru
     let site = Site::new();
     site.release("v1", "");
     site.release("v2", "");
-    write(
-        site.root(),
-        "post.sh",
-        "#!/bin/sh\necho \"$ROLLGATE_HOOK\" >> \"$(dirname \"$0\")/hooks.out\"\n",
-    );
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(
-        site.root().join("post.sh"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    hook_recorder(&site);
     let policy = policy(
         &site,
         100,
@@ -463,20 +450,7 @@ fn defect_11_supervise_finishes_a_dead_deployers_watch_before_restarting_anythin
         .unwrap();
     // Its first pass (under the lock) is over before the deploy takes the lock.
     std::thread::sleep(Duration::from_millis(1500));
-    let mut deploying = rollout_in_background(
-        &site,
-        &[
-            "deploy",
-            "edge-svc",
-            &free_port().to_string(),
-            "v2",
-            "--watch-ms",
-            "30000",
-        ],
-    );
-    assert!(wait_for(20, || count_events(&site, "switched", "v2") == 1));
-    send_signal(deploying.id() as i32, 9);
-    deploying.wait().unwrap();
+    killed_in_the_watch(&site);
     // The new release dies in its watch, with nobody watching it but the supervisor.
     let new = site.live_pid().unwrap();
     send_signal(new, 9);

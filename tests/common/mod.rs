@@ -459,3 +459,15 @@ pub fn unconfirming_proxy(site: &Site, answer: &'static str) -> std::thread::Joi
         line
     })
 }
+
+/// `ROOT/post.sh`, a hook that appends `$ROLLGATE_HOOK $ROLLGATE_VERSION` to `ROOT/hooks.out`
+/// each time it runs (to count how often post hooks ran).
+pub fn hook_recorder(site: &Site) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = write(
+        site.root(),
+        "post.sh",
+        "#!/bin/sh\necho \"$ROLLGATE_HOOK $ROLLGATE_VERSION\" >> \"$(dirname \"$0\")/hooks.out\"\n",
+    );
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
