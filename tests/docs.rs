@@ -17,7 +17,10 @@ fn links(text: &str) -> Vec<String> {
 fn the_readme_is_short_and_every_docs_page_is_linked() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let lines = readme.lines().count();
-    assert!(lines <= 150, "README.md has {lines} lines; keep it at most 150");
+    assert!(
+        lines <= 150,
+        "README.md has {lines} lines; keep it at most 150"
+    );
     let readme_links = links(&readme);
     let index = std::fs::read_to_string(repo().join("docs/README.md")).unwrap();
     let index_links = links(&index);
@@ -30,7 +33,10 @@ fn the_readme_is_short_and_every_docs_page_is_linked() {
             readme_links.contains(&format!("docs/{name}")),
             "README.md does not link docs/{name}"
         );
-        assert!(index_links.contains(&name), "docs/README.md does not link {name}");
+        assert!(
+            index_links.contains(&name),
+            "docs/README.md does not link {name}"
+        );
     }
 }
 
