@@ -6,91 +6,75 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-/// The events the deployer writes: one vocabulary for the writer and the code that looks back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Event {
-    CandidateStarted,
-    Promoted,
-    RolledBack,
-    Escalated,
+/// Declares the log's event vocabulary once: each variant with the name written in the log,
+/// so the enum, its names and the list of all of them cannot drift apart.
+macro_rules! events {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)+) => {
+        /// The events the deployer writes: one vocabulary for the writer and the code that looks
+        /// back.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Event {
+            $($(#[doc = $doc])* $variant,)+
+        }
+
+        impl Event {
+            /// Every event, for readers that recognise names without allocating.
+            pub const ALL: &'static [Event] = &[$(Event::$variant,)+];
+
+            /// The name a log line carries.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Event::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+events! {
+    CandidateStarted => "candidate_started",
+    Promoted => "promoted",
+    RolledBack => "rolled_back",
+    Escalated => "escalated",
     /// A rollout of several replicas began (its plan in the detail).
-    RolloutStarted,
+    RolloutStarted => "rollout_started",
     /// One replica's new process was started and is being gated.
-    ReplicaStarted,
+    ReplicaStarted => "replica_started",
     /// One replica passed its gate and joined the pool.
-    ReplicaReady,
+    ReplicaReady => "replica_ready",
     /// One replica's new process failed (gate or soak); the slot went back.
-    ReplicaFailed,
+    ReplicaFailed => "replica_failed",
     /// One replica went back to the baseline (abort with rollback) or its previous version.
-    ReplicaRestored,
+    ReplicaRestored => "replica_restored",
     /// A replica beyond the count asked for left the pool (a rollout that scales down).
-    ReplicaRemoved,
-    WaveCompleted,
-    RolloutPaused,
-    RolloutResumed,
+    ReplicaRemoved => "replica_removed",
+    WaveCompleted => "wave_completed",
+    RolloutPaused => "rollout_paused",
+    RolloutResumed => "rollout_resumed",
     /// `current` names a ready release that is now watched; `promoted` or `rolled_back`
     /// (phase `watch`) follows when the watch ends.
-    Switched,
+    Switched => "switched",
     /// A post_promote or post_rollback hook failed (the outcome stands).
-    HookFailed,
+    HookFailed => "hook_failed",
     /// `rollgate up` started a live release that was not running (after a reboot or a crash).
-    Restarted,
+    Restarted => "restarted",
     /// `rollgate up` could not start a live release.
-    RestartFailed,
+    RestartFailed => "restart_failed",
     /// `rollgate up --supervise` stopped restarting a release that keeps crashing.
-    RestartGivenUp,
+    RestartGivenUp => "restart_given_up",
+}
+
+/// Written as its name, the one `as_str` gives.
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
 }
 
 impl Event {
-    /// Every event, for readers that recognise names without allocating.
-    pub const ALL: [Event; 18] = [
-        Event::CandidateStarted,
-        Event::Promoted,
-        Event::RolledBack,
-        Event::Escalated,
-        Event::RolloutStarted,
-        Event::ReplicaStarted,
-        Event::ReplicaReady,
-        Event::ReplicaFailed,
-        Event::ReplicaRestored,
-        Event::ReplicaRemoved,
-        Event::WaveCompleted,
-        Event::RolloutPaused,
-        Event::RolloutResumed,
-        Event::Switched,
-        Event::HookFailed,
-        Event::Restarted,
-        Event::RestartFailed,
-        Event::RestartGivenUp,
-    ];
-
     /// The event a log line names, if it is one rollgate writes.
     pub fn from_name(name: &str) -> Option<Event> {
-        Event::ALL.into_iter().find(|e| e.as_str() == name)
-    }
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Event::CandidateStarted => "candidate_started",
-            Event::Promoted => "promoted",
-            Event::RolledBack => "rolled_back",
-            Event::Escalated => "escalated",
-            Event::RolloutStarted => "rollout_started",
-            Event::ReplicaStarted => "replica_started",
-            Event::ReplicaReady => "replica_ready",
-            Event::ReplicaFailed => "replica_failed",
-            Event::ReplicaRestored => "replica_restored",
-            Event::ReplicaRemoved => "replica_removed",
-            Event::WaveCompleted => "wave_completed",
-            Event::RolloutPaused => "rollout_paused",
-            Event::RolloutResumed => "rollout_resumed",
-            Event::Switched => "switched",
-            Event::HookFailed => "hook_failed",
-            Event::Restarted => "restarted",
-            Event::RestartFailed => "restart_failed",
-            Event::RestartGivenUp => "restart_given_up",
-        }
+        Event::ALL.iter().copied().find(|e| e.as_str() == name)
     }
 
     /// Ends an attempt; recorded once per deploy token.
@@ -255,6 +239,20 @@ mod tests {
         .unwrap();
         line.push('\n');
         line
+    }
+
+    #[test]
+    fn every_event_is_written_and_read_back_by_one_name() {
+        let mut names: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
+        for event in Event::ALL {
+            let written = serde_json::to_string(event).unwrap();
+            assert_eq!(written, format!("\"{}\"", event.as_str()));
+            assert_eq!(Event::from_name(event.as_str()), Some(*event));
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Event::ALL.len(), "two events share a name");
+        assert_eq!(Event::from_name("noise"), None);
     }
 
     #[test]
