@@ -30,7 +30,9 @@ It counts:
 - missing outcomes: a rollout that ended (completed or aborted) with no outcome line;
 - failed requests through the proxy.
 
-Exit status 0 only when all are zero. KINDS=pause,abort (say) draws from those kinds only.
+Exit status 0 only when all are zero. KINDS=pause,abort (say) draws from those kinds only;
+TRACE_EXITS=1 runs each replica under a shell that records how it ended in ROOT/exits, and
+keeps a copy of the root at each wrong end.
 """
 
 import json
@@ -142,7 +144,15 @@ def main():
         os.makedirs(d)
         path = os.path.join(d, "edge-svc")
         with open(path, "w") as f:
-            f.write(f"#!/bin/sh\nexec '{rollgate}' sample-service --ready-after-ms 100\n")
+            if os.environ.get("TRACE_EXITS"):
+                # The replica runs under a shell that records how it ended (and any SIGTERM the
+                # group got) in ROOT/exits, to tell rollgate's stops from anything else.
+                f.write("#!/bin/sh\n"
+                        f"trap 'echo \"$$ slot=$ROLLGATE_SLOT got TERM\" >> {root}/exits' TERM\n"
+                        f"'{rollgate}' sample-service --ready-after-ms 100\n"
+                        f"echo \"$$ slot=$ROLLGATE_SLOT exited $? at $(date +%s.%N)\" >> {root}/exits\n")
+            else:
+                f.write(f"#!/bin/sh\nexec '{rollgate}' sample-service --ready-after-ms 100\n")
         os.chmod(path, 0o755)
     first = free_port()
     while any(not port_free(p) for p in range(first, first + replicas + surge + 4)):
@@ -241,6 +251,9 @@ def main():
         if (ended["phase"], now) != expected or ended["to"] != target:
             wrong_ends += 1
             print(f"wrong end of a {kind} to {target}: {ended['phase']} {now}")
+            if os.environ.get("TRACE_EXITS"):
+                kept = shutil.copytree(root, f"{root}-wrong-end-{wrong_ends}", dirs_exist_ok=True)
+                print(f"  root kept in {kept}")
         current = now[0] if now and len(set(now)) == 1 else target
         named = {r["pid"] for r in pool(root) or []}
         stray = [p for p in replica_processes(root) if p not in named]

@@ -475,3 +475,54 @@ fn defect_11_supervise_finishes_a_dead_deployers_watch_before_restarting_anythin
     );
     assert_eq!(site.pointer().unwrap()["version"], "v1");
 }
+
+#[test]
+fn the_workers_of_a_live_replica_are_not_taken_for_strays_after_a_crash() {
+    let site = Site::new();
+    // A release that is a shell running the service as its child (not exec'd): the child is a
+    // worker of the release and carries the rollout's token too.
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    for version in ["v1", "v2"] {
+        site.script(version, &format!("'{}' sample-service\n", bin.display()));
+    }
+    let policy = policy(&site, 34, 0, r#", "waves": [34, 100]"#);
+    let out = run(
+        &site,
+        &[
+            "rollout",
+            "edge-svc",
+            "v1",
+            "--replicas",
+            "3",
+            "--ports",
+            &ports(8),
+            "--policy",
+            &policy,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    // Killed half-way through the move to v2, then resumed: recovery sweeps for strays.
+    let out = rollgate()
+        .args(["rollout", "edge-svc", "v2", "--policy", &policy, "--root"])
+        .arg(site.root())
+        .env("ROLLGATE_FAULT", "kill-after-action:12")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9)
+    );
+    let out = run(&site, &["rollout", "resume", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let pool = json(&site, "replicas.json");
+    for replica in pool["replicas"].as_array().unwrap() {
+        let port = replica["port"].as_u64().unwrap() as u16;
+        assert_eq!(
+            version_on(port).as_deref(),
+            Some("v2"),
+            "replica {replica} answers: {:?}",
+            site.events()
+        );
+    }
+}

@@ -20,11 +20,12 @@ pub struct Identity {
 struct Stat {
     state: char,
     process_group: i32,
+    session: i32,
     start_time: u64,
 }
 
-/// Reads `/proc/PID/stat`: the state (field 3), the process group (field 5) and the start time
-/// (field 22). The command name (field 2) may hold spaces and parentheses, so fields are
+/// Reads `/proc/PID/stat`: the state (field 3), the process group (field 5), the session
+/// (field 6) and the start time (field 22). The command name (field 2) may hold spaces and parentheses, so fields are
 /// counted after its last `)`.
 fn stat(pid: i32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -33,6 +34,7 @@ fn stat(pid: i32) -> Option<Stat> {
     Some(Stat {
         state: fields.first()?.chars().next()?,
         process_group: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -43,6 +45,15 @@ impl Identity {
             pid,
             start_time: s.start_time,
         })
+    }
+
+    /// The session this process belongs to, while it is the same process. Every release
+    /// rollgate starts leads a session of its own, so its workers (forked children that carry
+    /// the same environment, its token included) are told from strays by this.
+    pub fn session(&self) -> Option<i32> {
+        stat(self.pid)
+            .filter(|s| s.start_time == self.start_time)
+            .map(|s| s.session)
     }
 
     /// The same process is still there and not a zombie.

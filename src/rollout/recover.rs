@@ -131,8 +131,13 @@ pub fn strays(saved: &Rollout, reconciled: &Rollout) -> Vec<Identity> {
         .map(|p| p.identity())
         .filter(|who| !named.contains(who))
         .collect();
+    let named_sessions: Vec<i32> = named.iter().map(|who| who.pid).collect();
     for (who, _) in process::find_by_token_prefix(&format!("{}-", saved.id)) {
-        if !named.contains(&who) && !stray.contains(&who) {
+        // A worker a named release forked carries its token too: it is that release's.
+        let belongs_to_named = who
+            .session()
+            .is_some_and(|session| named_sessions.contains(&session));
+        if !named.contains(&who) && !stray.contains(&who) && !belongs_to_named {
             stray.push(who);
         }
     }
