@@ -75,6 +75,14 @@ def replica_processes(root):
     return found
 
 
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def pool(root):
     try:
         with open(os.path.join(root, "replicas.json")) as f:
@@ -252,11 +260,13 @@ def main():
             wrong_ends += 1
             print(f"wrong end of a {kind} to {target}: {ended['phase']} {now}")
             if os.environ.get("TRACE_EXITS"):
-                kept = shutil.copytree(root, f"{root}-wrong-end-{wrong_ends}", dirs_exist_ok=True)
+                kept = shutil.copytree(root, f"{root}-wrong-end-{wrong_ends}",
+                                       ignore=shutil.ignore_patterns("*.sock"))
                 print(f"  root kept in {kept}")
         current = now[0] if now and len(set(now)) == 1 else target
         named = {r["pid"] for r in pool(root) or []}
-        stray = [p for p in replica_processes(root) if p not in named]
+        # A replica's own workers (under TRACE_EXITS, the service under its shell) are its.
+        stray = [p for p in replica_processes(root) if p not in named and parent(p) not in named]
         if stray:
             orphans += len(stray)
             print(f"orphans after a {kind} to {target}: {stray}")
