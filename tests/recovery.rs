@@ -29,9 +29,17 @@ fn json(site: &Site, file: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(site.root().join(file)).unwrap()).unwrap()
 }
 
-fn ports(len: u16) -> String {
-    let first = port_block(len);
-    format!("{first}-{}", first + len - 1)
+/// Ten ports for one test (its `block`): the tests of this file run in parallel, so each has a
+/// block of its own, at a place chosen by the process id; the first wholly free one is taken.
+fn ports(block: u16) -> String {
+    let run = (std::process::id() % 8) as u16;
+    (0..16)
+        .map(|shift| 20_000 + ((run + shift) % 8) * 1_200 + block * 10)
+        .find(|first| {
+            (*first..*first + 10).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+        .map(|first| format!("{first}-{}", first + 9))
+        .expect("a free block of 10 ports")
 }
 
 /// A policy with tiny deadlines and these budgets; `extra` is more JSON fields.
@@ -89,7 +97,7 @@ fn defect_02_abort_of_an_in_place_rollout_whose_rollgate_died_brings_its_replica
             "--replicas",
             "1",
             "--ports",
-            &ports(4),
+            &ports(0),
             "--policy",
             &policy,
         ],
@@ -117,7 +125,7 @@ fn defect_02_abort_of_an_in_place_rollout_whose_rollgate_died_brings_its_replica
 
 /// Three replicas of v1, then a rollout to v2 that paused itself in its second wave (slot 2's
 /// v2 exits at boot); slots 0 and 1 run v2.
-fn paused_with_two_on_v2(site: &Site) -> String {
+fn paused_with_two_on_v2(site: &Site, block: u16) -> String {
     site.release("v1", "");
     let bin = assert_cmd::cargo::cargo_bin("rollgate");
     site.script(
@@ -137,7 +145,7 @@ fn paused_with_two_on_v2(site: &Site) -> String {
             "--replicas",
             "3",
             "--ports",
-            &ports(8),
+            &ports(block),
             "--policy",
             &policy,
         ],
@@ -160,7 +168,7 @@ fn kill_slot_zero(site: &Site) {
 #[test]
 fn defect_03_resume_after_a_paused_rollouts_new_replica_died_counts_it_failed() {
     let site = Site::new();
-    paused_with_two_on_v2(&site);
+    paused_with_two_on_v2(&site, 1);
     kill_slot_zero(&site);
     let out = run(&site, &["rollout", "resume", "edge-svc"]);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
@@ -189,7 +197,7 @@ fn defect_03_resume_after_a_paused_rollouts_new_replica_died_counts_it_failed() 
 #[test]
 fn defect_03_abort_with_rollback_after_a_paused_rollouts_new_replica_died_starts_one_old_process() {
     let site = Site::new();
-    paused_with_two_on_v2(&site);
+    paused_with_two_on_v2(&site, 2);
     let before = site
         .log_lines()
         .iter()
@@ -321,7 +329,7 @@ fn defect_07_a_pause_that_loses_the_race_with_the_rollouts_end_is_refused_and_ru
             "--replicas",
             "2",
             "--ports",
-            &ports(4),
+            &ports(3),
             "--policy",
             &policy,
         ],
@@ -417,7 +425,7 @@ fn defect_10_values_in_state_files_pass_the_command_lines_checks() {
             "--replicas",
             "1",
             "--ports",
-            &ports(2),
+            &ports(4),
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
@@ -495,7 +503,7 @@ fn the_workers_of_a_live_replica_are_not_taken_for_strays_after_a_crash() {
             "--replicas",
             "3",
             "--ports",
-            &ports(8),
+            &ports(5),
             "--policy",
             &policy,
         ],
