@@ -150,6 +150,20 @@ fn assert_whole(site: &Site, k: u64) {
         );
     }
     assert!(!pool_versions(site).is_empty(), "K={k}: the pool is empty");
+    // A signed root's floor is the last release promoted there, whoever promoted it.
+    if let Some(floor) = json(site, "release-floor") {
+        let promoted = site
+            .log_lines()
+            .iter()
+            .rev()
+            .find(|l| l["event"] == "promoted")
+            .map(|l| l["version"].clone());
+        assert_eq!(
+            Some(floor["version"].clone()),
+            promoted,
+            "K={k}: the floor vs the log"
+        );
+    }
     if json(site, "rollout.json").is_none() {
         // A deploy root: the pointer, the log and what runs agree on the live release.
         let promoted = site
@@ -514,4 +528,73 @@ fn a_promote_of_an_escalated_deploy_killed_after_any_action_is_finished_by_promo
         starts_anew: false,
     });
     assert!(covered > 3, "only {covered} actions");
+}
+
+/// A root with a trust file, v1 and v2 signed (sequences 1 and 2) and two replicas of v1
+/// installed: the floor is v1's.
+fn signed_install(site: &Site, block: u16) {
+    site.release("v1", "");
+    site.release("v2", "");
+    let key = site.root().join("signer.pem");
+    let out = rollgate()
+        .args(["release", "keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let pin = stdout(&out).lines().next().unwrap().to_string();
+    write(
+        site.root(),
+        "trust.json",
+        &serde_json::json!({"pins": [pin], "threshold": 1}).to_string(),
+    );
+    for (version, sequence) in [("v1", "1"), ("v2", "2")] {
+        let out = rollgate()
+            .args(["release", "sign"])
+            .arg(site.root().join("releases").join(version))
+            .args([
+                "--service",
+                "edge-svc",
+                "--version",
+                version,
+                "--sequence",
+                sequence,
+            ])
+            .arg("--key")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    }
+    let policy = policy(site, 50, 0);
+    let out = rollgate_run(
+        site,
+        &[
+            "rollout",
+            "edge-svc",
+            "v1",
+            "--replicas",
+            "2",
+            "--ports",
+            &ports(block),
+        ]
+        .into_iter()
+        .chain(["--policy", policy.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    std::fs::remove_file(site.root().join("hooks.out")).unwrap();
+}
+
+#[test]
+fn a_signed_rollout_killed_after_any_action_raises_the_floor_once_it_completes() {
+    let covered = every_action(Scenario {
+        setup: &|site| signed_install(site, 9),
+        run: &rollout_v2,
+        next: &resume,
+        undone: None,
+        starts_anew: true,
+    });
+    assert!(covered > 10, "only {covered} actions");
 }
