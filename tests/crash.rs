@@ -249,39 +249,30 @@ fn every_action(scenario: Scenario) -> u64 {
     }
 }
 
-/// Ten ports for one test: blocks of one test binary's run sit together at a place chosen by
-/// the process id, below the kernel's ephemeral range; the first wholly free block is taken.
-fn ports(block: u16) -> String {
-    let run = (std::process::id() % 8) as u16;
-    (0..16)
-        .map(|shift| 20_000 + ((run + shift) % 8) * 1_200 + block * 10)
-        .find(|first| {
-            (*first..*first + 10).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        })
-        .map(|first| format!("{first}-{}", first + 9))
-        .expect("a free block of 10 ports")
-}
-
 /// Three (or `replicas`) replicas of v1, installed by a rollout with no crash.
 fn install(site: &Site, block: u16, replicas: usize, surge_pct: u32, unavailable_pct: u32) {
     site.release("v1", "");
     site.release("v2", "");
+    install_v1(site, block, replicas, surge_pct, unavailable_pct);
+}
+
+/// `replicas` of v1 (already in place) rolled out with no crash, under the test policy.
+fn install_v1(site: &Site, block: u16, replicas: usize, surge_pct: u32, unavailable_pct: u32) {
     let policy = policy(site, surge_pct, unavailable_pct);
-    let out = rollgate_run(
-        site,
-        &[
-            "rollout",
-            "edge-svc",
-            "v1",
-            "--replicas",
-            &replicas.to_string(),
-            "--ports",
-            &ports(block),
-            "--policy",
-            policy.to_str().unwrap(),
-        ],
-        None,
-    );
+    let (count, range) = (replicas.to_string(), ten_ports(block));
+    let policy = policy.to_str().unwrap();
+    let args = [
+        "rollout",
+        "edge-svc",
+        "v1",
+        "--replicas",
+        &count,
+        "--ports",
+        &range,
+        "--policy",
+        policy,
+    ];
+    let out = rollgate_run(site, &args, None);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     std::fs::remove_file(site.root().join("hooks.out")).unwrap();
 }
@@ -389,7 +380,7 @@ fn deployed_v1(site: &Site, block: u16, v2_args: &str) {
 }
 
 fn first_port(block: u16) -> u16 {
-    let range = ports(block);
+    let range = ten_ports(block);
     range.split('-').next().unwrap().parse().unwrap()
 }
 
@@ -566,25 +557,7 @@ fn signed_install(site: &Site, block: u16) {
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     }
-    let policy = policy(site, 50, 0);
-    let out = rollgate_run(
-        site,
-        &[
-            "rollout",
-            "edge-svc",
-            "v1",
-            "--replicas",
-            "2",
-            "--ports",
-            &ports(block),
-        ]
-        .into_iter()
-        .chain(["--policy", policy.to_str().unwrap()])
-        .collect::<Vec<_>>(),
-        None,
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    std::fs::remove_file(site.root().join("hooks.out")).unwrap();
+    install_v1(site, block, 2, 50, 0);
 }
 
 #[test]

@@ -29,19 +29,6 @@ fn json(site: &Site, file: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(site.root().join(file)).unwrap()).unwrap()
 }
 
-/// Ten ports for one test (its `block`): the tests of this file run in parallel, so each has a
-/// block of its own, at a place chosen by the process id; the first wholly free one is taken.
-fn ports(block: u16) -> String {
-    let run = (std::process::id() % 8) as u16;
-    (0..16)
-        .map(|shift| 20_000 + ((run + shift) % 8) * 1_200 + block * 10)
-        .find(|first| {
-            (*first..*first + 10).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        })
-        .map(|first| format!("{first}-{}", first + 9))
-        .expect("a free block of 10 ports")
-}
-
 /// A policy with tiny deadlines and these budgets; `extra` is more JSON fields.
 fn policy(site: &Site, surge_pct: u32, unavailable_pct: u32, extra: &str) -> String {
     let path = write(
@@ -97,7 +84,7 @@ fn defect_02_abort_of_an_in_place_rollout_whose_rollgate_died_brings_its_replica
             "--replicas",
             "1",
             "--ports",
-            &ports(0),
+            &ten_ports(0),
             "--policy",
             &policy,
         ],
@@ -145,7 +132,7 @@ fn paused_with_two_on_v2(site: &Site, block: u16) -> String {
             "--replicas",
             "3",
             "--ports",
-            &ports(block),
+            &ten_ports(block),
             "--policy",
             &policy,
         ],
@@ -329,7 +316,7 @@ fn defect_07_a_pause_that_loses_the_race_with_the_rollouts_end_is_refused_and_ru
             "--replicas",
             "2",
             "--ports",
-            &ports(3),
+            &ten_ports(3),
             "--policy",
             &policy,
         ],
@@ -425,7 +412,7 @@ fn defect_10_values_in_state_files_pass_the_command_lines_checks() {
             "--replicas",
             "1",
             "--ports",
-            &ports(4),
+            &ten_ports(4),
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
@@ -503,7 +490,7 @@ fn the_workers_of_a_live_replica_are_not_taken_for_strays_after_a_crash() {
             "--replicas",
             "3",
             "--ports",
-            &ports(5),
+            &ten_ports(5),
             "--policy",
             &policy,
         ],

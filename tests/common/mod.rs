@@ -471,3 +471,17 @@ pub fn hook_recorder(site: &Site) {
     );
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// Ten ports for one test (its `block`): a test binary's blocks sit together at a place chosen
+/// by the process id, below the kernel's ephemeral range, so tests running at once never share
+/// one; the first wholly free place is taken.
+pub fn ten_ports(block: u16) -> String {
+    let run = (std::process::id() % 8) as u16;
+    (0..16)
+        .map(|shift| 20_000 + ((run + shift) % 8) * 1_200 + block * 10)
+        .find(|first| {
+            (*first..*first + 10).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+        .map(|first| format!("{first}-{}", first + 9))
+        .expect("a free block of 10 ports")
+}
