@@ -321,14 +321,7 @@ fn an_in_place_rollout_killed_after_any_action_is_finished_by_resume() {
 /// v2 exits at boot (slot 0 and 1 run v2).
 fn paused_in_wave_two(site: &Site, block: u16) {
     install(site, block, 3, 34, 0);
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    site.script(
-        "v2",
-        &format!(
-            "[ \"$ROLLGATE_SLOT\" = 2 ] && exit 1\nexec '{}' sample-service\n",
-            bin.display()
-        ),
-    );
+    fails_on_slot(site, "v2", 2);
     let out = rollgate_run(site, &as_strs(&rollout_v2(site)), None);
     assert_eq!(out.status.code(), Some(3), "paused: {}", said(&out));
 }
@@ -444,24 +437,12 @@ fn a_deploy_switched_back_in_its_watch_killed_after_any_action_ends_on_the_old_r
     assert!(covered > 5, "only {covered} actions");
 }
 
-/// v2 exits at boot on `slot` (the others run it).
-fn v2_fails_on(site: &Site, slot: usize) {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    site.script(
-        "v2",
-        &format!(
-            "[ \"$ROLLGATE_SLOT\" = {slot} ] && exit 1\nexec '{}' sample-service\n",
-            bin.display()
-        ),
-    );
-}
-
 #[test]
 fn a_bad_canary_that_pauses_the_rollout_killed_after_any_action_ends_paused_on_v1() {
     let covered = every_action(Scenario {
         setup: &|site| {
             install(site, 6, 3, 34, 0);
-            v2_fails_on(site, 0);
+            fails_on_slot(site, "v2", 0);
         },
         run: &rollout_v2,
         next: &up,
@@ -476,7 +457,7 @@ fn a_required_replica_failing_killed_after_any_action_ends_aborted_on_v1() {
     let covered = every_action(Scenario {
         setup: &|site| {
             install(site, 7, 3, 34, 0);
-            v2_fails_on(site, 2);
+            fails_on_slot(site, "v2", 2);
             let path = site.root().join("policy.json");
             let mut policy: Value =
                 serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

@@ -114,14 +114,7 @@ fn defect_02_abort_of_an_in_place_rollout_whose_rollgate_died_brings_its_replica
 /// v2 exits at boot); slots 0 and 1 run v2.
 fn paused_with_two_on_v2(site: &Site, block: u16) -> String {
     site.release("v1", "");
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    site.script(
-        "v2",
-        &format!(
-            "[ \"$ROLLGATE_SLOT\" = 2 ] && exit 1\nexec '{}' sample-service\n",
-            bin.display()
-        ),
-    );
+    fails_on_slot(site, "v2", 2);
     let policy = policy(site, 34, 0, r#", "waves": [34, 100]"#);
     let out = run(
         site,

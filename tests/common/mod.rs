@@ -485,3 +485,16 @@ pub fn ten_ports(block: u16) -> String {
         .map(|first| format!("{first}-{}", first + 9))
         .expect("a free block of 10 ports")
 }
+
+/// `releases/<version>/edge-svc`: the sample service, except on replica `slot`, where it exits
+/// at boot (a release that fails on one replica only).
+pub fn fails_on_slot(site: &Site, version: &str, slot: usize) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        version,
+        &format!(
+            "[ \"$ROLLGATE_SLOT\" = {slot} ] && exit 1\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+}
