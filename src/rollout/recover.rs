@@ -157,6 +157,12 @@ pub(crate) async fn adopt(
     record::write_pool(root, &rollout)?;
     let grace = Duration::from_millis(rollout.settings.grace_ms);
     for stray in strays(&saved, &rollout) {
+        // Said on stderr: a process stopped here is one no state file names any more, and an
+        // operator reading a replica's death afterwards must be able to tell it was this.
+        eprintln!(
+            "rollgate: recovery stops pid {} (rollout {}): the recovered state no longer names it",
+            stray.pid, saved.id
+        );
         // A process that was in the pool is drained first (the pool no longer names it).
         if let Some(port) = saved
             .processes()
