@@ -31,8 +31,8 @@ It counts:
 - failed requests through the proxy.
 
 Exit status 0 only when all are zero. KINDS=pause,abort (say) draws from those kinds only;
-TRACE_EXITS=1 runs each replica under a shell that records how it ended in ROOT/exits, and
-keeps a copy of the root at each wrong end.
+TRACE_EXITS=1 runs each replica under a shell that records how it ended in ROOT/exits. A copy
+of the root is kept at each wrong end, and every command's stderr goes to ROOT-stderr.log.
 """
 
 import json
@@ -167,8 +167,14 @@ def main():
         first = free_port()
     ports = f"{first}-{first + replicas + surge + 3}"
 
+    # Every rollgate command's stderr, in order, beside the root (recovery says there which
+    # processes it stops).
+    said = open(f"{root}-stderr.log", "a")
+
     def run(*args, check=None):
         out = subprocess.run([rollgate, *args, "--root", root], capture_output=True, text=True)
+        said.write(f"== {' '.join(args)}\n{out.stderr}")
+        said.flush()
         if check is not None and out.returncode != check:
             sys.exit(f"{args}: exit {out.returncode}: {out.stdout}{out.stderr}")
         return out
@@ -196,8 +202,10 @@ def main():
         """Runs a rollgate command in the background, SIGKILLs it after `delay` s if it
         still runs; True when it was killed."""
         nonlocal killed_mid
+        said.write(f"== {' '.join(command)}\n")
+        said.flush()
         child = subprocess.Popen([rollgate, *command, "--root", root], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 stdout=subprocess.DEVNULL, stderr=said)
         if delay is not None:
             try:
                 child.wait(timeout=delay)
@@ -219,6 +227,7 @@ def main():
         kind = rng.choice(os.environ.get("KINDS", ",".join(kinds)).split(","))
         kinds[kind] += 1
         start = ["rollout", "edge-svc", target, *args]
+        before = state()["id"]
         if kind == "fault":
             env = dict(os.environ, ROLLGATE_FAULT=f"kill-after-action:{rng.randint(1, 60)}")
             killed_after(start, None, env)
@@ -226,7 +235,7 @@ def main():
             killed_after(start, rng.uniform(0, 2.5))
         else:
             child = subprocess.Popen([rollgate, *start, "--root", root],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=said)
             time.sleep(rng.uniform(0, 1.5))
             if kind == "pause":
                 killed_after(["rollout", "pause", "edge-svc"], rng.uniform(0, 0.5))
@@ -239,8 +248,9 @@ def main():
             except subprocess.TimeoutExpired:
                 child.send_signal(signal.SIGKILL)
                 child.wait()
-        if state()["to"] != target:
-            # Killed before the plan was saved: nothing started; a person runs it again.
+        if state()["id"] == before:
+            # Killed before the plan was saved: nothing started; a person runs it again. (The
+            # id tells, not the target: the last round may have been an abort to this target.)
             run(*start)
         if kind == "abort":
             out = run("rollout", "abort", "edge-svc", "--rollback")
@@ -259,10 +269,9 @@ def main():
         if (ended["phase"], now) != expected or ended["to"] != target:
             wrong_ends += 1
             print(f"wrong end of a {kind} to {target}: {ended['phase']} {now}")
-            if os.environ.get("TRACE_EXITS"):
-                kept = shutil.copytree(root, f"{root}-wrong-end-{wrong_ends}",
-                                       ignore=shutil.ignore_patterns("*.sock"))
-                print(f"  root kept in {kept}")
+            kept = shutil.copytree(root, f"{root}-wrong-end-{wrong_ends}",
+                                   ignore=shutil.ignore_patterns("*.sock"))
+            print(f"  root kept in {kept}; commands' stderr in {root}-stderr.log")
         current = now[0] if now and len(set(now)) == 1 else target
         named = {r["pid"] for r in pool(root) or []}
         # A replica's own workers (under TRACE_EXITS, the service under its shell) are its.

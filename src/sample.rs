@@ -56,6 +56,25 @@ pub struct SampleArgs {
     /// Port to listen on (default: $PORT).
     #[arg(long)]
     pub port: Option<u16>,
+    /// Speak systemd's notify protocol on $NOTIFY_SOCKET: STATUS=starting at boot, READY=1
+    /// with --notify-status at --ready-after-ms, WATCHDOG=1 every half $WATCHDOG_USEC.
+    #[arg(long)]
+    pub notify: bool,
+    /// With --notify: the STATUS= text sent with READY=1.
+    #[arg(long, default_value = "serving")]
+    pub notify_status: String,
+    /// With --notify: send ERRNO=N at --ready-after-ms instead of READY=1.
+    #[arg(long)]
+    pub notify_errno: Option<i32>,
+    /// With --notify: stop sending WATCHDOG=1 this long after start (a hang).
+    #[arg(long)]
+    pub watchdog_stops_after_ms: Option<u64>,
+    /// With --notify: ask for this much more start-up time at boot (EXTEND_TIMEOUT_USEC=).
+    #[arg(long)]
+    pub extend_timeout_ms: Option<u64>,
+    /// With --notify: send STOPPING=1 before exiting (on SIGTERM or at --exit-after-ms).
+    #[arg(long)]
+    pub notify_stopping: bool,
 }
 
 pub fn run(args: SampleArgs) -> std::process::ExitCode {
@@ -132,6 +151,14 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
         );
     }
 
+    if args.notify {
+        tokio::spawn(notify(args.clone(), started));
+    }
+    let stopping = || {
+        if args.notify && args.notify_stopping {
+            send_notification("STOPPING=1");
+        }
+    };
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     let exit_at = args
@@ -148,14 +175,70 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                     eprintln!("sample-service: ignoring SIGTERM");
                 } else {
                     eprintln!("sample-service: SIGTERM, exiting");
+                    stopping();
                     return std::process::ExitCode::SUCCESS;
                 }
             }
             _ = async { match exit_at { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
                 eprintln!("sample-service: exiting with status {} at {:.6}", args.exit_code, unix_now());
+                stopping();
                 return std::process::ExitCode::from(args.exit_code as u8);
             }
         }
+    }
+}
+
+/// The notify side of the service, as a `Type=notify` unit's service would speak it.
+async fn notify(args: SampleArgs, started: Instant) {
+    send_notification("STATUS=starting");
+    if let Some(ms) = args.extend_timeout_ms {
+        send_notification(&format!("EXTEND_TIMEOUT_USEC={}", ms * 1000));
+    }
+    tokio::time::sleep_until((started + Duration::from_millis(args.ready_after_ms)).into()).await;
+    match args.notify_errno {
+        Some(errno) => {
+            send_notification(&format!("STATUS=failed to start\nERRNO={errno}"));
+            eprintln!("sample-service: ERRNO={errno} sent at {:.6}", unix_now());
+            return;
+        }
+        None => {
+            send_notification(&format!("READY=1\nSTATUS={}", args.notify_status));
+            // For benchmarks: when READY=1 was sent, in Unix seconds.
+            eprintln!("sample-service: READY=1 sent at {:.6}", unix_now());
+        }
+    }
+    let watchdog = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|us| us.parse::<u64>().ok())
+        .filter(|us| *us > 0);
+    let Some(watchdog) = watchdog else { return };
+    let stops = args
+        .watchdog_stops_after_ms
+        .map(|ms| started + Duration::from_millis(ms));
+    loop {
+        tokio::time::sleep(Duration::from_micros(watchdog / 2)).await;
+        if stops.is_some_and(|t| Instant::now() >= t) {
+            eprintln!("sample-service: no more WATCHDOG=1 from {:.6}", unix_now());
+            return;
+        }
+        send_notification("WATCHDOG=1");
+    }
+}
+
+/// One datagram to $NOTIFY_SOCKET (`@name`: the abstract namespace), as sd_notify(3) sends it.
+fn send_notification(message: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    let Ok(address) = std::env::var("NOTIFY_SOCKET") else {
+        return;
+    };
+    let target = match address.strip_prefix('@') {
+        Some(name) => std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()),
+        None => std::os::unix::net::SocketAddr::from_pathname(&address),
+    };
+    let sent = std::os::unix::net::UnixDatagram::unbound()
+        .and_then(|socket| socket.send_to_addr(message.as_bytes(), &target?));
+    if let Err(e) = sent {
+        eprintln!("sample-service: cannot notify {address}: {e}");
     }
 }
 

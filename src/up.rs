@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::deploy::DeployError;
 use crate::host::journal::{self, Event};
 use crate::host::lock;
+use crate::host::notify::{self, Notifier};
 use crate::host::process::{self, Identity};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
@@ -26,6 +27,8 @@ pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(1000);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// A release that stayed up this long has stopped crashing: its count starts again.
 const STABLE: Duration = Duration::from_secs(30);
+/// How long a hung release gets between SIGTERM and SIGKILL.
+const HUNG_GRACE: Duration = Duration::from_secs(5);
 /// How often `--supervise` looks.
 const SUPERVISE_POLL: Duration = Duration::from_millis(200);
 
@@ -133,6 +136,12 @@ async fn start(
         None => root.output_path(&live.version, &live.service),
     };
     let token = format!("up-{}-{attempt}", std::process::id());
+    let socket = match live.probe.is_notify() {
+        true => {
+            Some(notify::Socket::bind(&notify::address_for(&token)).map_err(|e| e.to_string())?)
+        }
+        false => None,
+    };
     let mut child = process::spawn(&process::Launch {
         executable: &executable,
         workdir: &root.release_dir(&live.version),
@@ -141,14 +150,22 @@ async fn start(
         version: &live.version,
         token: &token,
         slot: live.slot,
+        notify: socket
+            .as_ref()
+            .map(|s| (s.address(), live.probe.watchdog())),
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);
     let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
+    let notifier = match socket {
+        Some(socket) => Some(socket.listen(pid, false)),
+        None => None,
+    };
     let subject = crate::host::probe::Subject {
         spec: live.probe.clone(),
         port: live.port,
         workdir: root.release_dir(&live.version),
+        notices: notifier.as_ref().map(|n| n.notices()),
     };
     let deadline = tokio::time::Instant::now() + ready;
     let mut last = String::from("no probe yet");
@@ -167,6 +184,9 @@ async fn start(
                 let (passed, probe) = subject.check().await;
                 if passed {
                     return Ok((identity, format!("pid {pid}, ready ({probe})")));
+                }
+                if probe.is_fatal() {
+                    return Ok((identity, format!("pid {pid}, not ready: {probe}")));
                 }
                 last = probe.to_string();
             }
@@ -330,6 +350,31 @@ async fn once(
     Ok((report, failed))
 }
 
+/// Keeps a reader on the socket of every running notify-probed live release (bound again: the
+/// release proved readiness before), and lets go of those no longer live.
+fn read_notifications(set: &[Live], notifiers: &mut HashMap<Identity, Notifier>) {
+    notifiers.retain(|who, _| set.iter().any(|l| l.identity == *who));
+    for live in set.iter().filter(|l| l.probe.is_notify()) {
+        if live.identity.is_running() && !notifiers.contains_key(&live.identity) {
+            // Not waiting for a holder: whoever holds it now watches it; try next round.
+            if let Some(notifier) = Notifier::watch_live(live.identity.pid, Duration::ZERO) {
+                notifiers.insert(live.identity, notifier);
+            }
+        }
+    }
+}
+
+/// Why a release counts as hung, like systemd's `WatchdogSec=`: it asked to be
+/// (`WATCHDOG=trigger`) or sent no `WATCHDOG=1` for longer than the policy's `watchdog_ms`.
+fn hang(notifier: &Notifier, probe: &crate::host::probe::Spec) -> Option<String> {
+    let said = notifier.notices().borrow().clone();
+    if said.watchdog_triggered {
+        return Some("it sent WATCHDOG=trigger".into());
+    }
+    let since = said.watchdog_missed(probe.watchdog()?)?;
+    Some(format!("no WATCHDOG=1 for {} ms", since.as_millis()))
+}
+
 /// Per release: restarts in a row that did not stay up, and when the next may happen.
 #[derive(Debug, Default)]
 struct Crashes {
@@ -359,6 +404,9 @@ async fn supervise(
         })
         .collect();
     let mut attempt = 1000u64;
+    // What notify-probed live releases say, and the hung ones this supervisor stopped (why).
+    let mut notifiers: HashMap<Identity, Notifier> = HashMap::new();
+    let mut hung: HashMap<Identity, String> = HashMap::new();
     loop {
         tokio::select! {
             name = signals.recv() => return Ok(format!("rollgate up: stopped by {name}; the releases keep running\n")),
@@ -371,9 +419,41 @@ async fn supervise(
             )));
         }
         let Ok(set) = live_set(root) else { continue };
+        if lock::is_free(&root.lock_path()) {
+            read_notifications(&set, &mut notifiers);
+        } else {
+            // A deploy or rollout holds the root: its own executor reads the sockets now.
+            notifiers.clear();
+        }
+        for live in set.iter().filter(|l| l.identity.is_running()) {
+            let Some(why) = notifiers
+                .get(&live.identity)
+                .and_then(|n| hang(n, &live.probe))
+            else {
+                continue;
+            };
+            let Ok(_lock) = lock::acquire(&root.lock_path()) else {
+                continue;
+            };
+            if !live_set(root).is_ok_and(|now| now.contains(live)) {
+                continue;
+            }
+            eprintln!(
+                "rollgate up: {}: {why}; stopping it to start it again",
+                live.name()
+            );
+            process::stop_group(live.identity, HUNG_GRACE).await;
+            hung.insert(live.identity, why);
+        }
         for live in set.iter().filter(|l| !l.identity.is_running()) {
             let entry = crashes.entry(live.key()).or_default();
-            if entry.given_up || entry.next_allowed.is_some_and(|t| Instant::now() < t) {
+            // A release that said STOPPING=1 before it exited stopped in order: not a crash.
+            let orderly = !hung.contains_key(&live.identity)
+                && notifiers
+                    .get(&live.identity)
+                    .is_some_and(|n| n.notices().borrow().stopping);
+            let waits = entry.next_allowed.is_some_and(|t| Instant::now() < t);
+            if entry.given_up || (waits && !orderly) {
                 continue;
             }
             // A deploy holds the lock: it owns the state now; look again next round.
@@ -388,6 +468,19 @@ async fn supervise(
             }
             // Read again under the lock: the deploy that just let go may have replaced it.
             if !live_set(root).is_ok_and(|now| now.contains(live)) {
+                continue;
+            }
+            if orderly {
+                attempt += 1;
+                let why = format!(
+                    "pid {} stopped in order (it sent STOPPING=1); not counted as a crash",
+                    live.identity.pid
+                );
+                entry.last_start = Some(Instant::now());
+                match restart(root, live, options.ready, attempt, &why).await {
+                    Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),
+                    Err(e) => eprintln!("rollgate up: {}: restart failed: {e}", live.name()),
+                }
                 continue;
             }
             // This exit, counted with those before it unless the release had stayed up.
@@ -405,8 +498,12 @@ async fn supervise(
                 continue;
             }
             attempt += 1;
+            let how_it_ended = match hung.remove(&live.identity) {
+                Some(why) => format!("hung ({why}) and was stopped"),
+                None => "exited".to_string(),
+            };
             let why = format!(
-                "pid {} exited ({} in a row; given up at {})",
+                "pid {} {how_it_ended} ({} in a row; given up at {})",
                 live.identity.pid, entry.in_a_row, options.max_restarts
             );
             entry.last_start = Some(Instant::now());

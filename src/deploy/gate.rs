@@ -21,6 +21,9 @@ pub(crate) struct Gate {
     pub verdict: Verdict,
     pub probes: u32,
     pub recent: VecDeque<Probe>,
+    /// The deadline it ended with: the policy's, or later when the release asked for more
+    /// time (`EXTEND_TIMEOUT_USEC=`, within `extend_max`).
+    pub deadline: Duration,
 }
 
 impl Gate {
@@ -41,6 +44,8 @@ impl Gate {
 pub(crate) struct Timing {
     pub deadline: Duration,
     pub poll: Duration,
+    /// How far past `deadline` a release may push it by asking (0: not at all).
+    pub extend_max: Duration,
 }
 
 /// What a gate watches beyond the process: a single deploy ends it on a signal and shows its
@@ -68,7 +73,9 @@ pub(crate) async fn run(
     started: Instant,
     mut watchers: Watchers<'_>,
 ) -> Gate {
-    let deadline = tokio::time::Instant::from_std(started + timing.deadline);
+    let mut deadline = tokio::time::Instant::from_std(started + timing.deadline);
+    let latest = deadline + timing.extend_max;
+    let mut notices = subject.notices.clone();
     let mut ticker = tokio::time::interval(timing.poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     type InFlight<'s> = std::pin::Pin<Box<dyn std::future::Future<Output = Probe> + Send + 's>>;
@@ -78,6 +85,7 @@ pub(crate) async fn run(
         verdict: Verdict::Stalled,
         probes: 0,
         recent: VecDeque::new(),
+        deadline: timing.deadline,
     };
     loop {
         let event = tokio::select! {
@@ -100,6 +108,29 @@ pub(crate) async fn run(
                 }
             } => Event::Signal(name),
             _ = tokio::time::sleep_until(deadline) => Event::DeadlinePassed,
+            // A notify probe: what the release says wakes the gate at once (no poll to wait).
+            changed = async {
+                match notices.as_mut() {
+                    Some(notices) => notices.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    // Its reader is gone (the socket closed): nothing more will be said.
+                    notices = None;
+                    continue;
+                }
+                let asked = notices.as_mut().and_then(|n| n.borrow_and_update().extend_until);
+                if let Some(until) = asked {
+                    deadline = deadline.max(until.min(latest));
+                    gate.deadline = deadline.duration_since(tokio::time::Instant::from_std(started));
+                }
+                if in_flight.is_none() {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    in_flight = Some(Box::pin(subject.probe(left)));
+                }
+                continue;
+            }
             probe = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
                 in_flight = None;
                 gate.probes += 1;
@@ -109,7 +140,7 @@ pub(crate) async fn run(
                 gate.recent.push_back(probe.clone());
                 Event::Probed(probe)
             }
-            _ = ticker.tick(), if in_flight.is_none() => {
+            _ = ticker.tick(), if in_flight.is_none() && subject.polls() => {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 in_flight = Some(Box::pin(subject.probe(left)));
                 continue;

@@ -151,6 +151,8 @@ pub enum Verdict {
     Exited(String),
     Stalled,
     Interrupted(&'static str),
+    /// The release said it failed (a notify probe's `ERRNO=`, or its watchdog).
+    Reported(String),
 }
 
 /// The gate's judge: the first of ready (`success_threshold` passing probes in a row), exited,
@@ -171,6 +173,9 @@ impl Judge {
 
     pub fn decide(&mut self, event: &Event) -> Option<Verdict> {
         if let Event::Probed(probe) = event {
+            if probe.is_fatal() {
+                return Some(Verdict::Reported(probe.to_string()));
+            }
             if !self.spec.passes(probe) {
                 self.passed_in_a_row = 0;
                 return None;
@@ -214,6 +219,9 @@ impl WatchJudge {
             self.failed_in_a_row = 0;
             return None;
         }
+        if probe.is_fatal() {
+            return Some(format!("{probe} during the watch"));
+        }
         self.failed_in_a_row += 1;
         (self.failed_in_a_row >= self.allowed).then(|| {
             format!(
@@ -239,6 +247,7 @@ pub fn reason(verdict: &Verdict, deadline: Duration) -> String {
         Verdict::Exited(status) => format!("candidate exited with {status} before ready"),
         Verdict::Stalled => format!("not ready after {} ms", deadline.as_millis()),
         Verdict::Interrupted(signal) => format!("interrupted by {signal}"),
+        Verdict::Reported(what) => format!("{what} before ready"),
     }
 }
 

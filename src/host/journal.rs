@@ -113,6 +113,9 @@ pub struct Entry<'a> {
     /// Where an outcome was decided when it was not the gate: `watch` (after the switch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<&'a str>,
+    /// What a release notified as its `STATUS=` last (readiness by notification).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 impl<'a> Entry<'a> {
@@ -133,6 +136,7 @@ impl<'a> Entry<'a> {
             slot: None,
             wave: None,
             phase: None,
+            status: None,
         }
     }
 }
@@ -235,6 +239,7 @@ mod tests {
             slot: None,
             wave: None,
             phase: None,
+            status: None,
         })
         .unwrap();
         line.push('\n');

@@ -1,12 +1,13 @@
 //! The host: what rollgate touches on one machine, below the engine and the commands. A root's
 //! files and their formats (`state`), the deploy log (`journal`), the lock, signals, processes,
-//! probes, hooks, names. Nothing here knows about rollouts, deploys or commands; a test reads
+//! probes (and readiness by notification), hooks, names. Nothing here knows about rollouts, deploys or commands; a test reads
 //! the `use crate::...` lines of every layer to keep it that way.
 
 pub mod hooks;
 pub mod journal;
 pub mod lock;
 pub mod names;
+pub mod notify;
 pub mod probe;
 pub mod process;
 pub mod progress;

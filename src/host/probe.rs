@@ -1,7 +1,9 @@
 //! Readiness probes, bounded by a timeout so a probe that hangs never stretches the deadline.
 //! Three kinds, from the policy's `probe` (today's `GET /readyz` = 200 when it says nothing):
 //! an HTTP request (path, Host header, a status range), a TCP connect, or a command run in the
-//! release folder (exit 0 = ready). A release is ready after `success_threshold` passes in a row.
+//! release folder (exit 0 = ready), or the release's own `READY=1` on a notification socket
+//! (`host::notify`), optionally confirmed by an http or tcp probe. A release is ready after
+//! `success_threshold` passes in a row.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,7 +15,14 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
+use super::notify::Notices;
 use crate::policy::ProbePolicy;
+use tokio::sync::watch;
+
+/// A notify probe's watchdog bounds, and how far a release may extend its gate.
+pub const WATCHDOG_MIN_MS: u64 = 100;
+pub const WATCHDOG_MAX_MS: u64 = 3_600_000;
+pub const EXTEND_MAX_MS: u64 = 3_600_000;
 
 /// What a probe does when the policy does not say.
 pub const DEFAULT_PATH: &str = "/readyz";
@@ -42,6 +51,18 @@ pub enum Target {
     /// The program and its arguments, run in the release folder with `PORT` set.
     Exec {
         command: Vec<String>,
+    },
+    /// The release says `READY=1` on its notification socket (see `host::notify`); then, if
+    /// `confirm` is set, that probe must pass too.
+    Notify {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confirm: Option<Box<Target>>,
+        /// Once ready, the release must send `WATCHDOG=1` at least this often.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        watchdog_ms: Option<u64>,
+        /// How far `EXTEND_TIMEOUT_USEC=` may push the gate's deadline (0: not at all).
+        #[serde(default)]
+        extend_max_ms: u64,
     },
 }
 
@@ -82,44 +103,12 @@ impl Spec {
         let target = match kind {
             "http" => {
                 stray("command", policy.command.is_some())?;
-                let path = policy.path.clone().unwrap_or_else(|| DEFAULT_PATH.into());
-                if !path.starts_with('/')
-                    || path.len() > 1024
-                    || path.chars().any(|c| !c.is_ascii_graphic())
-                {
-                    return Err(format!(
-                        "probe.path is {path:?}; it must be a path from / of printable characters without spaces"
-                    ));
-                }
-                if let Some(host) = &policy.host {
-                    let ok = !host.is_empty()
-                        && host.len() <= 259
-                        && host
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
-                    if !ok {
-                        return Err(format!("probe.host is {host:?}; it must be a host name"));
-                    }
-                }
-                let status_min = status("probe.status_min", policy.status_min, DEFAULT_STATUS)?;
-                let status_max = status("probe.status_max", policy.status_max, status_min)?;
-                if status_min > status_max {
-                    return Err(format!(
-                        "probe.status_min ({status_min}) must not be above probe.status_max ({status_max})"
-                    ));
-                }
-                Target::Http {
-                    path,
-                    host: policy.host.clone(),
-                    status_min,
-                    status_max,
-                }
+                notify_fields_stray(&stray, policy)?;
+                http_target(policy)?
             }
             "tcp" | "exec" => {
-                stray("path", policy.path.is_some())?;
-                stray("host", policy.host.is_some())?;
-                stray("status_min", policy.status_min.is_some())?;
-                stray("status_max", policy.status_max.is_some())?;
+                http_fields_stray(&stray, policy)?;
+                notify_fields_stray(&stray, policy)?;
                 if kind == "tcp" {
                     stray("command", policy.command.is_some())?;
                     Target::Tcp
@@ -136,9 +125,53 @@ impl Spec {
                     }
                 }
             }
+            "notify" => {
+                stray("command", policy.command.is_some())?;
+                let confirm = match policy.confirm.as_deref() {
+                    None => None,
+                    Some("http") => Some(Box::new(http_target(policy)?)),
+                    Some("tcp") => Some(Box::new(Target::Tcp)),
+                    Some(other) => {
+                        return Err(format!(
+                            "probe.confirm is {other:?}; allowed are http and tcp (a probe that must also pass after READY=1)"
+                        ))
+                    }
+                };
+                if policy.confirm.as_deref() != Some("http") {
+                    http_fields_stray(
+                        &|field: &str, present: bool| {
+                            if present {
+                                Err(format!("probe.{field} is a field of an http confirmation (confirm = 'http)"))
+                            } else {
+                                Ok(())
+                            }
+                        },
+                        policy,
+                    )?;
+                }
+                let watchdog_ms = match policy.watchdog_ms {
+                    Some(ms) if !(WATCHDOG_MIN_MS..=WATCHDOG_MAX_MS).contains(&ms) => {
+                        return Err(format!(
+                            "probe.watchdog_ms is {ms}; it must be an integer from {WATCHDOG_MIN_MS} to {WATCHDOG_MAX_MS}"
+                        ))
+                    }
+                    ms => ms,
+                };
+                let extend_max_ms = policy.extend_max_ms.unwrap_or(0);
+                if extend_max_ms > EXTEND_MAX_MS {
+                    return Err(format!(
+                        "probe.extend_max_ms is {extend_max_ms}; it must be an integer from 0 to {EXTEND_MAX_MS}"
+                    ));
+                }
+                Target::Notify {
+                    confirm,
+                    watchdog_ms,
+                    extend_max_ms,
+                }
+            }
             other => {
                 return Err(format!(
-                    "probe.kind is {other:?}; allowed are http, tcp and exec"
+                    "probe.kind is {other:?}; allowed are http, tcp, exec and notify"
                 ))
             }
         };
@@ -169,7 +202,49 @@ impl Spec {
 
     /// Whether one probe's result counts as ready.
     pub fn passes(&self, probe: &Probe) -> bool {
-        match (&self.target, probe) {
+        target_passes(&self.target, probe)
+    }
+
+    /// A notify probe's watchdog, when the policy sets one.
+    pub fn watchdog(&self) -> Option<Duration> {
+        match &self.target {
+            Target::Notify {
+                watchdog_ms: Some(ms),
+                ..
+            } => Some(Duration::from_millis(*ms)),
+            _ => None,
+        }
+    }
+
+    /// How far a release may extend its gate's deadline (`EXTEND_TIMEOUT_USEC=`).
+    pub fn extend_max(&self) -> Duration {
+        match &self.target {
+            Target::Notify { extend_max_ms, .. } => Duration::from_millis(*extend_max_ms),
+            _ => Duration::ZERO,
+        }
+    }
+
+    pub fn is_notify(&self) -> bool {
+        matches!(self.target, Target::Notify { .. })
+    }
+
+    /// The probe in a few words, for the log and a dry run.
+    pub fn describe(&self) -> String {
+        let times = match self.success_threshold {
+            1 => String::new(),
+            n => format!(", {n} in a row"),
+        };
+        format!(
+            "{}{times}, timeout {} ms",
+            describe(&self.target),
+            self.timeout_ms
+        )
+    }
+}
+
+fn target_passes(target: &Target, probe: &Probe) -> bool {
+    {
+        match (target, probe) {
             (
                 Target::Http {
                     status_min,
@@ -180,13 +255,22 @@ impl Spec {
             ) => (*status_min..=*status_max).contains(code),
             (Target::Tcp, Probe::Connected) => true,
             (Target::Exec { .. }, Probe::Command(Some(0))) => true,
+            (Target::Notify { confirm: None, .. }, Probe::Notified) => true,
+            (
+                Target::Notify {
+                    confirm: Some(confirm),
+                    ..
+                },
+                probe,
+            ) => target_passes(confirm, probe),
             _ => false,
         }
     }
+}
 
-    /// The probe in a few words, for the log and a dry run.
-    pub fn describe(&self) -> String {
-        let what = match &self.target {
+fn describe(target: &Target) -> String {
+    {
+        match target {
             Target::Http {
                 path,
                 host,
@@ -205,13 +289,70 @@ impl Spec {
             }
             Target::Tcp => "TCP connect".into(),
             Target::Exec { command } => format!("exec {} = exit 0", command.join(" ")),
-        };
-        let times = match self.success_threshold {
-            1 => String::new(),
-            n => format!(", {n} in a row"),
-        };
-        format!("{what}{times}, timeout {} ms", self.timeout_ms)
+            Target::Notify {
+                confirm,
+                watchdog_ms,
+                extend_max_ms: _,
+            } => {
+                let mut words = "READY=1 on NOTIFY_SOCKET".to_string();
+                if let Some(confirm) = confirm {
+                    words.push_str(&format!(", then {}", describe(confirm)));
+                }
+                if let Some(ms) = watchdog_ms {
+                    words.push_str(&format!(", WATCHDOG=1 every {ms} ms"));
+                }
+                words
+            }
+        }
     }
+}
+
+/// The `GET` a policy's http fields describe (an http probe, or a notify probe's confirmation).
+fn http_target(policy: &ProbePolicy) -> Result<Target, String> {
+    let path = policy.path.clone().unwrap_or_else(|| DEFAULT_PATH.into());
+    if !path.starts_with('/') || path.len() > 1024 || path.chars().any(|c| !c.is_ascii_graphic()) {
+        return Err(format!(
+            "probe.path is {path:?}; it must be a path from / of printable characters without spaces"
+        ));
+    }
+    if let Some(host) = &policy.host {
+        let ok = !host.is_empty()
+            && host.len() <= 259
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+        if !ok {
+            return Err(format!("probe.host is {host:?}; it must be a host name"));
+        }
+    }
+    let status_min = status("probe.status_min", policy.status_min, DEFAULT_STATUS)?;
+    let status_max = status("probe.status_max", policy.status_max, status_min)?;
+    if status_min > status_max {
+        return Err(format!(
+            "probe.status_min ({status_min}) must not be above probe.status_max ({status_max})"
+        ));
+    }
+    Ok(Target::Http {
+        path,
+        host: policy.host.clone(),
+        status_min,
+        status_max,
+    })
+}
+
+type Stray<'a> = &'a dyn Fn(&str, bool) -> Result<(), String>;
+
+fn http_fields_stray(stray: Stray, policy: &ProbePolicy) -> Result<(), String> {
+    stray("path", policy.path.is_some())?;
+    stray("host", policy.host.is_some())?;
+    stray("status_min", policy.status_min.is_some())?;
+    stray("status_max", policy.status_max.is_some())
+}
+
+fn notify_fields_stray(stray: Stray, policy: &ProbePolicy) -> Result<(), String> {
+    stray("confirm", policy.confirm.is_some())?;
+    stray("watchdog_ms", policy.watchdog_ms.is_some())?;
+    stray("extend_max_ms", policy.extend_max_ms.is_some())
 }
 
 fn status(field: &str, value: Option<u64>, default: u16) -> Result<u16, String> {
@@ -224,19 +365,40 @@ fn status(field: &str, value: Option<u64>, default: u16) -> Result<u16, String> 
     }
 }
 
-/// One release to probe: where it listens and the folder an exec probe runs in.
+/// One release to probe: where it listens, the folder an exec probe runs in, and for a notify
+/// probe what the release has said (None where nobody reads its socket).
 #[derive(Debug, Clone)]
 pub struct Subject {
     pub spec: Spec,
     pub port: u16,
     pub workdir: PathBuf,
+    pub notices: Option<watch::Receiver<Notices>>,
 }
 
 impl Subject {
     /// One probe, given at most `limit` (and never more than the probe's own timeout).
     pub async fn probe(&self, limit: Duration) -> Probe {
-        let timeout = limit.min(self.spec.timeout());
+        self.probe_target(&self.spec.target, limit).await
+    }
+
+    /// Whether, as things stand, a poll would tell anything: a notify probe is not polled
+    /// before `READY=1` (the notification wakes the gate), nor after it unless it confirms.
+    pub fn polls(&self) -> bool {
         match &self.spec.target {
+            Target::Notify { confirm, .. } => {
+                confirm.is_some()
+                    && self
+                        .notices
+                        .as_ref()
+                        .is_none_or(|n| n.borrow().ready_at.is_some())
+            }
+            _ => true,
+        }
+    }
+
+    async fn probe_target(&self, target: &Target, limit: Duration) -> Probe {
+        let timeout = limit.min(self.spec.timeout());
+        match target {
             Target::Http { path, host, .. } => {
                 let host = host
                     .clone()
@@ -245,6 +407,39 @@ impl Subject {
             }
             Target::Tcp => bounded(timeout, tcp(self.port)).await,
             Target::Exec { command } => exec(command, &self.workdir, self.port, timeout).await,
+            Target::Notify {
+                confirm,
+                watchdog_ms,
+                ..
+            } => {
+                let said = match &self.notices {
+                    Some(notices) => notices.borrow().clone(),
+                    // Nobody here reads its socket: only the confirmation can be asked.
+                    None => {
+                        return match confirm {
+                            Some(confirm) => Box::pin(self.probe_target(confirm, limit)).await,
+                            None => Probe::Unwatched,
+                        }
+                    }
+                };
+                if let Some(errno) = said.errno {
+                    return Probe::Reported(errno);
+                }
+                if said.watchdog_triggered {
+                    return Probe::WatchdogTriggered;
+                }
+                if said.ready_at.is_none() {
+                    return Probe::NotYet(said.status);
+                }
+                let watchdog = watchdog_ms.map(Duration::from_millis);
+                if let Some(since) = watchdog.and_then(|w| said.watchdog_missed(w)) {
+                    return Probe::WatchdogMissed(since);
+                }
+                match confirm {
+                    Some(confirm) => Box::pin(self.probe_target(confirm, limit)).await,
+                    None => Probe::Notified,
+                }
+            }
         }
     }
 
@@ -381,6 +576,28 @@ pub enum Probe {
     Refused,
     TimedOut(Duration),
     Failed(String),
+    /// A notify probe: `READY=1` was said (and no watchdog was missed since).
+    Notified,
+    /// A notify probe: no `READY=1` yet; the last `STATUS=` if any.
+    NotYet(Option<String>),
+    /// A notify probe: the release said `ERRNO=`: it failed.
+    Reported(i32),
+    /// A notify probe: no `WATCHDOG=1` for this long, over the policy's `watchdog_ms`.
+    WatchdogMissed(Duration),
+    WatchdogTriggered,
+    /// A notify probe where nobody reads the release's socket (`rollgate status`).
+    Unwatched,
+}
+
+impl Probe {
+    /// A result that ends a gate or a watch at once, whatever the thresholds: the release
+    /// said it failed, or stopped proving it is alive.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Probe::Reported(_) | Probe::WatchdogMissed(_) | Probe::WatchdogTriggered
+        )
+    }
 }
 
 impl std::fmt::Display for Probe {
@@ -393,6 +610,19 @@ impl std::fmt::Display for Probe {
             Probe::Refused => write!(f, "connection refused"),
             Probe::TimedOut(after) => write!(f, "no answer within {} ms", after.as_millis()),
             Probe::Failed(why) => write!(f, "{why}"),
+            Probe::Notified => write!(f, "READY=1"),
+            Probe::NotYet(None) => write!(f, "no READY=1 yet"),
+            Probe::NotYet(Some(status)) => write!(f, "no READY=1 yet (STATUS={status})"),
+            Probe::Reported(errno) => write!(
+                f,
+                "it reported ERRNO={errno} ({})",
+                nix::errno::Errno::from_raw(*errno).desc()
+            ),
+            Probe::WatchdogMissed(since) => {
+                write!(f, "no WATCHDOG=1 for {} ms", since.as_millis())
+            }
+            Probe::WatchdogTriggered => write!(f, "it sent WATCHDOG=trigger"),
+            Probe::Unwatched => write!(f, "readiness by notification (not read here)"),
         }
     }
 }

@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 /// A process as rollgate recognises it later: its pid and its start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Identity {
     pub pid: i32,
     pub start_time: u64,
@@ -37,6 +37,11 @@ fn stat(pid: i32) -> Option<Stat> {
         session: fields.get(3)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
+}
+
+/// The process group `pid` is in, while it exists.
+pub fn group_of(pid: i32) -> Option<i32> {
+    stat(pid).map(|s| s.process_group)
 }
 
 impl Identity {
@@ -186,6 +191,8 @@ pub struct Launch<'a> {
     pub token: &'a str,
     /// A rollout's replica, given as `ROLLGATE_SLOT` (a single deploy has none).
     pub slot: Option<usize>,
+    /// Readiness by notification: the socket's address and the watchdog interval, if any.
+    pub notify: Option<(&'a str, Option<Duration>)>,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -206,6 +213,19 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .env("ROLLGATE_DEPLOY_TOKEN", launch.token);
     if let Some(slot) = launch.slot {
         command.env("ROLLGATE_SLOT", slot.to_string());
+    }
+    // rollgate's own notification socket (it may run under systemd) is never the release's.
+    for variable in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+        command.env_remove(variable);
+    }
+    if let Some((address, watchdog)) = launch.notify {
+        command.env(super::notify::SOCKET_VARIABLE, address);
+        if let Some(watchdog) = watchdog {
+            command.env(
+                super::notify::WATCHDOG_VARIABLE,
+                watchdog.as_micros().to_string(),
+            );
+        }
     }
     command
         .stdin(Stdio::null())

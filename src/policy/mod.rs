@@ -167,6 +167,10 @@ pub struct ProbePolicy {
     pub command: Option<Vec<String>>,
     pub timeout_ms: Option<u64>,
     pub success_threshold: Option<u64>,
+    /// A notify probe's confirmation ('http or 'tcp), watchdog and deadline extension bound.
+    pub confirm: Option<String>,
+    pub watchdog_ms: Option<u64>,
+    pub extend_max_ms: Option<u64>,
 }
 
 /// Loads entry `entry` of a policy file, checked by the contract on the way.

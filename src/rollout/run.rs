@@ -26,7 +26,8 @@ use super::tasks::{
 };
 use crate::deploy::{drain_before_stop, DeployError};
 use crate::host::journal::{self, Event as LogEvent};
-use crate::host::probe::Subject;
+use crate::host::notify::{self, Notifier};
+use crate::host::probe::{Probe, Subject};
 use crate::host::process::{self, Identity};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
@@ -98,6 +99,11 @@ pub struct Executor {
     detached: Option<u32>,
     /// When the step being performed was decided (a soak starts when it is reached).
     decided_at: f64,
+    /// What each notify-probed process (by token) has said, read for as long as it matters.
+    notifiers: HashMap<String, Notifier>,
+    /// Per slot, the last `STATUS=` its newest process said by the end of its gate: for the
+    /// lines written after that process is gone.
+    statuses: HashMap<usize, String>,
 }
 
 fn failed(message: impl Into<String>) -> DeployError {
@@ -129,6 +135,8 @@ impl Executor {
             detach_at_watch: false,
             detached: None,
             decided_at: journal::now(),
+            notifiers: HashMap::new(),
+            statuses: HashMap::new(),
         }
     }
 
@@ -417,18 +425,36 @@ impl Executor {
             Some(_) => root.output_path(&version, &self.rollout.service),
             None => root.replica_output_path(&version, &self.rollout.service, slot),
         };
-        let child = process::spawn(&process::Launch {
-            executable: &executable,
-            workdir: &root.release_dir(&version),
-            output: &output,
-            port,
-            version: &version,
-            token: &token,
-            // A single deploy's candidate is started as a deploy's always was.
-            slot: self.rollout.single.is_none().then_some(slot),
-        });
-        let child = match child {
-            Ok(child) => child,
+        let probe = &self.rollout.settings.probe;
+        // The notification socket is bound before the process starts: nothing it says early
+        // is lost.
+        let started = probe
+            .is_notify()
+            .then(|| notify::Socket::bind(&notify::address_for(&token)))
+            .transpose()
+            .and_then(|socket| {
+                let child = process::spawn(&process::Launch {
+                    executable: &executable,
+                    workdir: &root.release_dir(&version),
+                    output: &output,
+                    port,
+                    version: &version,
+                    token: &token,
+                    // A single deploy's candidate is started as a deploy's always was.
+                    slot: self.rollout.single.is_none().then_some(slot),
+                    notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
+                })?;
+                Ok((child, socket))
+            });
+        let child = match started {
+            Ok((child, socket)) => {
+                if let Some(socket) = socket {
+                    let group = child.id().map_or(0, |p| p as i32);
+                    self.notifiers
+                        .insert(token.clone(), socket.listen(group, false));
+                }
+                child
+            }
             Err(e) => {
                 self.rollout.slot_mut(slot).candidate = None;
                 self.save()?;
@@ -467,7 +493,7 @@ impl Executor {
             )?;
         }
         let timing = GateTiming::of(&self.rollout);
-        let subject = self.subject(&version, port);
+        let subject = self.subject(&version, port, &token);
         let sender = self.sender.clone();
         let task_token = token.clone();
         // A single deploy shows its gate on a terminal and ends it on a signal.
@@ -525,6 +551,10 @@ impl Executor {
                     return Ok(());
                 }
                 let task = self.tasks.remove(&slot).expect("checked above");
+                match self.notifiers.get(&token).and_then(Notifier::status) {
+                    Some(status) => self.statuses.insert(slot, status),
+                    None => self.statuses.remove(&slot),
+                };
                 if task.purpose == Purpose::Upgrade {
                     self.record_gate(&gated);
                 }
@@ -784,8 +814,16 @@ impl Executor {
         let Some(old) = self.rollout.slot(slot).live.clone() else {
             return "no release was live".into();
         };
-        match self.subject(&old.version, old.port).check().await {
+        match self
+            .subject(&old.version, old.port, &old.token)
+            .check()
+            .await
+        {
             (true, _) => format!("old release {} still answering", old.version),
+            // Its notifications go to nobody here: that it runs is what can be said.
+            (false, Probe::Unwatched) if old.identity().is_running() => {
+                format!("old release {} still running", old.version)
+            }
             (false, other) => format!(
                 "WARNING old release {} not answering ({other})",
                 old.version
@@ -866,15 +904,19 @@ impl Executor {
         if let Some(old) = self.soak.take() {
             old.abort();
         }
-        let watched: Vec<(usize, Process, Subject)> = self
+        let watched: Vec<(usize, Process)> = self
             .rollout
             .slots
             .iter()
             .filter(|s| s.state == SlotState::Succeeded)
             .filter_map(|s| Some((s.slot, s.live.clone()?)))
             .filter(|(_, p)| p.version == self.rollout.to)
+            .collect();
+        self.watch_notifications(watched.iter().map(|(_, p)| p));
+        let watched: Vec<(usize, Process, Subject)> = watched
+            .into_iter()
             .map(|(slot, p)| {
-                let subject = self.subject(&p.version, p.port);
+                let subject = self.subject(&p.version, p.port, &p.token);
                 (slot, p, subject)
             })
             .collect();
@@ -891,19 +933,41 @@ impl Executor {
 
     /// How a single deploy's new process (held, or being gated) is probed.
     pub(crate) fn subject_for_new(&self) -> Subject {
-        let port = self
+        let (port, token) = self
             .rollout
             .new_process()
-            .map_or(self.rollout.settings.ports.0, |p| p.port);
-        self.subject(&self.rollout.to, port)
+            .map_or((self.rollout.settings.ports.0, String::new()), |p| {
+                (p.port, p.token.clone())
+            });
+        self.subject(&self.rollout.to, port, &token)
     }
 
-    /// How a replica of `version` on `port` is probed (the rollout's probe, in its release folder).
-    fn subject(&self, version: &str, port: u16) -> Subject {
+    /// How a replica of `version` on `port` is probed (the rollout's probe, in its release
+    /// folder; a notify probe reads what the process started with `token` said).
+    fn subject(&self, version: &str, port: u16, token: &str) -> Subject {
         Subject {
             spec: self.rollout.settings.probe.clone(),
             port,
             workdir: self.context.root.release_dir(version),
+            notices: self.notifiers.get(token).map(Notifier::notices),
+        }
+    }
+
+    /// Before a soak or watch of notify-probed processes: each one's socket is read (bound
+    /// again for a process this rollgate did not start: a watch taken over after a crash or
+    /// by a detached watcher), and the sockets of processes no longer recorded are closed.
+    fn watch_notifications<'p>(&mut self, watched: impl Iterator<Item = &'p Process>) {
+        if !self.rollout.settings.probe.is_notify() {
+            return;
+        }
+        let recorded: Vec<String> = self.rollout.processes().map(|p| p.token.clone()).collect();
+        self.notifiers.retain(|token, _| recorded.contains(token));
+        for process in watched {
+            if process.pid > 0 && !self.notifiers.contains_key(&process.token) {
+                if let Some(notifier) = Notifier::watch_live(process.pid, notify::BIND_PATIENCE) {
+                    self.notifiers.insert(process.token.clone(), notifier);
+                }
+            }
         }
     }
 
@@ -1000,6 +1064,7 @@ impl Executor {
             &journal::Entry {
                 elapsed_ms,
                 phase,
+                status: self.status_of(Some(0)),
                 ..journal::Entry::new(event, &self.rollout.to, &self.rollout.service, detail)
             },
         )
@@ -1091,6 +1156,10 @@ impl Executor {
                 token: Some(&process.token),
                 slot,
                 wave,
+                status: self
+                    .notifiers
+                    .get(&process.token)
+                    .and_then(Notifier::status),
                 ..journal::Entry::new(event, &process.version, &self.rollout.service, detail)
             },
         )
@@ -1110,8 +1179,21 @@ impl Executor {
                 token: Some(&self.rollout.id),
                 slot,
                 wave,
+                status: self.status_of(slot),
                 ..journal::Entry::new(event, version, &self.rollout.service, detail)
             },
         )
+    }
+
+    /// The last `STATUS=` the slot's newest notify-probed process said (its candidate, else
+    /// the process serving it).
+    fn status_of(&self, slot: Option<usize>) -> Option<String> {
+        let slot = slot?;
+        let recorded = self.rollout.slots.get(slot)?;
+        [&recorded.candidate, &recorded.live]
+            .into_iter()
+            .flatten()
+            .find_map(|p| self.notifiers.get(&p.token).and_then(Notifier::status))
+            .or_else(|| self.statuses.get(&slot).cloned())
     }
 }

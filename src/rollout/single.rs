@@ -644,10 +644,22 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
     if !new.identity().is_running() {
         return Err("exited during the watch".into());
     }
+    // A release that is notified ready is asked on its socket: bound again here, it has said
+    // nothing yet, so only an ERRNO= or a missed watchdog from now on (or its confirmation)
+    // fails it.
+    let notifier = rollout
+        .settings
+        .probe
+        .is_notify()
+        .then(|| {
+            crate::host::notify::Notifier::watch_live(new.pid, crate::host::notify::BIND_PATIENCE)
+        })
+        .flatten();
     let subject = crate::host::probe::Subject {
         spec: rollout.settings.probe.clone(),
         port: new.port,
         workdir: root.release_dir(&new.version),
+        notices: notifier.as_ref().map(|n| n.notices()),
     };
     match subject.check().await {
         (true, _) => Ok(()),

@@ -13,7 +13,7 @@ use super::step::Event;
 use crate::deploy::gate;
 use crate::deploy::plan::{self, Verdict};
 use crate::host::journal;
-use crate::host::probe::Subject;
+use crate::host::probe::{Probe, Subject};
 
 /// What a task reports.
 pub(super) enum Message {
@@ -62,10 +62,15 @@ pub(super) struct GateTiming {
 impl GateTiming {
     pub(super) fn of(rollout: &Rollout) -> GateTiming {
         let s = &rollout.settings;
+        let deadline = Duration::from_millis(s.progress_deadline_ms);
+        // A release may ask for more time, never past the whole rollout's deadline.
+        let left = (s.release_deadline - journal::now()).clamp(0.0, MAX_WAIT_SECS);
+        let beyond = Duration::from_secs_f64(left).saturating_sub(deadline);
         GateTiming {
             gate: gate::Timing {
-                deadline: Duration::from_millis(s.progress_deadline_ms),
+                deadline,
                 poll: Duration::from_millis(s.poll_ms),
+                extend_max: s.probe.extend_max().min(beyond),
             },
             min_ready: Duration::from_millis(s.min_ready_ms),
         }
@@ -89,7 +94,7 @@ pub(super) async fn gate_replica(
     };
     let gate = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
     let elapsed = started.elapsed();
-    let reason = plan::reason(&gate.verdict, timing.gate.deadline);
+    let reason = plan::reason(&gate.verdict, gate.deadline);
     let end = match gate.verdict {
         Verdict::Ready => {
             match gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await {
@@ -98,7 +103,9 @@ pub(super) async fn gate_replica(
             }
         }
         Verdict::Stalled => GateEnd::Stalled(reason),
-        Verdict::Exited(_) | Verdict::Interrupted(_) => GateEnd::Failed(reason),
+        Verdict::Exited(_) | Verdict::Interrupted(_) | Verdict::Reported(_) => {
+            GateEnd::Failed(reason)
+        }
     };
     Gated {
         end,
@@ -146,6 +153,9 @@ pub(super) async fn soak(
                 )),
                 (Judged::Soak, true) => match subject.check().await {
                     (true, _) => None,
+                    // Nobody here reads its socket: that it runs is what can be judged.
+                    (false, Probe::Unwatched) => None,
+                    (false, other) if other.is_fatal() => Some(format!("{other} during the soak")),
                     (false, other) => {
                         Some(format!("stopped being ready during the soak ({other})"))
                     }
