@@ -240,3 +240,134 @@ fn a_rollouts_replicas_are_each_gated_by_their_own_ready_1() {
     assert!(detail.contains("ERRNO=5 (I/O error)"), "{detail}");
     assert_eq!(failed["status"], "failed to start", "{failed}");
 }
+
+/// A running `up --supervise`, killed when dropped (also when a test fails).
+struct Supervisor(std::process::Child);
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn supervise(site: &Site, extra: &[&str]) -> Supervisor {
+    Supervisor(
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["up", "--supervise", "--backoff-ms", "50", "--root"])
+            .arg(site.root())
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn restarts(site: &Site) -> Vec<String> {
+    site.log_lines()
+        .iter()
+        .filter(|l| l["event"] == "restarted")
+        .map(|l| l["detail"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn supervise_restarts_a_live_release_that_stops_pinging_its_watchdog() {
+    let site = Site::new();
+    // Pings every 150 ms, none from 1.5 s after its start: hung, though it still runs.
+    site.release(
+        "v1",
+        "--readyz-status 503 --notify --watchdog-stops-after-ms 1500",
+    );
+    let notify = policy(&site, 5000, 0, "{kind: notify, watchdog_ms: 300}");
+    let out = site.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let hung = site.live_pid().unwrap();
+    let supervisor = supervise(&site, &[]);
+    assert!(
+        wait_for(15, || !restarts(&site).is_empty()),
+        "{:?}",
+        site.events()
+    );
+    let detail = &restarts(&site)[0];
+    assert!(
+        detail.starts_with(&format!("pid {hung} hung (no WATCHDOG=1 for ")),
+        "{detail}"
+    );
+    assert!(!alive(hung), "the hung release was stopped");
+    assert!(site.live_pid().is_some_and(|p| p != hung && alive(p)));
+    drop(supervisor);
+}
+
+#[test]
+fn supervise_counts_an_exit_after_stopping_1_as_orderly_not_as_a_crash() {
+    let site = Site::new();
+    // Says STOPPING=1, then exits 0, 1.5 s after each start.
+    site.release(
+        "v1",
+        "--notify --notify-stopping --exit-after-ms 1500 --exit-code 0",
+    );
+    let notify = policy(&site, 5000, 0, "{kind: notify}");
+    let out = site.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Two crashes in a row would be given up on; three orderly stops are not.
+    let supervisor = supervise(&site, &["--max-restarts", "2"]);
+    assert!(
+        wait_for(20, || restarts(&site).len() >= 3),
+        "{:?}",
+        site.events()
+    );
+    drop(supervisor);
+    assert_eq!(count_events(&site, "restart_given_up", "v1"), 0);
+    for detail in restarts(&site).iter().take(3) {
+        assert!(
+            detail.contains("stopped in order (it sent STOPPING=1)"),
+            "{detail}"
+        );
+    }
+
+    // The same exits without STOPPING=1 are crashes: given up on.
+    let crashing = Site::new();
+    crashing.release("v1", "--notify --exit-after-ms 1500 --exit-code 0");
+    let notify = policy(&crashing, 5000, 0, "{kind: notify}");
+    let out = crashing.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let supervisor = supervise(&crashing, &["--max-restarts", "2"]);
+    assert!(
+        wait_for(20, || count_events(&crashing, "restart_given_up", "v1")
+            == 1),
+        "{:?}",
+        crashing.events()
+    );
+    drop(supervisor);
+}
+
+#[test]
+fn extend_timeout_usec_moves_the_deadline_only_as_far_as_the_policy_allows() {
+    // Ready 1.5 s after its start, past an 800 ms deadline; it asks for 3 s more at boot.
+    let allowed = Site::new();
+    allowed.release(
+        "v1",
+        "--notify --ready-after-ms 1500 --extend-timeout-ms 3000",
+    );
+    let notify = policy(&allowed, 800, 0, "{kind: notify, extend_max_ms: 5000}");
+    let out = allowed.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // A policy that allows 500 ms more: the gate ends at 1300 ms, before READY=1.
+    let bounded = Site::new();
+    bounded.release(
+        "v1",
+        "--notify --ready-after-ms 1500 --extend-timeout-ms 3000",
+    );
+    let notify = policy(&bounded, 800, 0, "{kind: notify, extend_max_ms: 500}");
+    let out = bounded.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let detail = bounded.last_detail();
+    assert!(detail.starts_with("not ready after 1300 ms"), "{detail}");
+    assert!(
+        detail.contains("no READY=1 yet (STATUS=starting)"),
+        "{detail}"
+    );
+}
