@@ -1,6 +1,7 @@
-//! `rollgate demo`: the lesson's story, deployed for real. Four releases of a sample service
-//! (v1 good; v2 good; v3 ready only after 60 s; v4 exits 78 at boot) go through the real
-//! deployer under the example policy; then the log tells what happened. A second act moves
+//! `rollgate demo`: the lesson's story, deployed for real. Five releases of a sample service
+//! (v1 good; v2 good; v3 ready only after 60 s; v4 exits 78 at boot; v5 says READY=1 on its
+//! notification socket) go through the real deployer under the example policy (v5 under the
+//! same numbers with `probe = { kind = 'notify }`); then the log tells what happened. A second act moves
 //! five replicas behind `rollgate proxy` under a small load: a good rollout in waves, then a
 //! bad one that pauses itself and is aborted with rollback, and the failed requests counted.
 
@@ -17,12 +18,20 @@ use crate::log::output::Format;
 const EXAMPLE_POLICY: &str = include_str!("../contracts/policy.ncl");
 
 /// The story: version, what it does, the sample-service knobs that make it do that.
-const RELEASES: [(&str, &str, &str); 4] = [
+const RELEASES: [(&str, &str, &str); 5] = [
     ("v1", "ready after 200 ms", "--ready-after-ms 200"),
     ("v2", "ready after 300 ms", "--ready-after-ms 300"),
     ("v3", "ready only after 60 s", "--ready-after-ms 60000"),
     ("v4", "exits 78 at boot", "--exit-after-ms 0 --exit-code 78"),
+    (
+        "v5",
+        "says READY=1 at 250 ms",
+        "--notify --ready-after-ms 250",
+    ),
 ];
+
+/// The example policy with readiness by notification, for the release that speaks it.
+const NOTIFY_POLICY: &str = "# The example policy, gated on the release's own READY=1.\nlet reviewed = (import \"policy.ncl\").edge_svc in\n{ edge_svc = reviewed & { probe = { kind = 'notify } } }\n";
 
 pub fn run(root: Option<PathBuf>) -> Result<(), String> {
     let started = Instant::now();
@@ -49,19 +58,26 @@ pub fn run(root: Option<PathBuf>) -> Result<(), String> {
     let policy = root.join("policy.ncl");
     std::fs::write(&policy, EXAMPLE_POLICY)
         .map_err(|e| format!("cannot write {}: {e}", policy.display()))?;
+    let notify_policy = root.join("policy-notify.ncl");
+    std::fs::write(&notify_policy, NOTIFY_POLICY)
+        .map_err(|e| format!("cannot write {}: {e}", notify_policy.display()))?;
 
     println!(
-        "rollgate demo: four releases of edge-svc, deployed in order under {}",
+        "rollgate demo: five releases of edge-svc, deployed in order under {}",
         root.display()
     );
     println!(
-        "policy: policy.ncl (1500 ms to become ready, polled every 100 ms, roll back on a stall)\n"
+        "policy: policy.ncl (1500 ms to become ready, polled every 100 ms, roll back on a stall);\n        v5 under policy-notify.ncl (the same, ready when it says READY=1)\n"
     );
-    for (version, behaviour, _) in RELEASES {
+    for (version, behaviour, knobs) in RELEASES {
         let port = free_port()?;
+        let policy = match knobs.contains("--notify") {
+            true => &notify_policy,
+            false => &policy,
+        };
         let out = Command::new(&me)
             .args(["deploy", "edge-svc", &port.to_string(), version, "--policy"])
-            .arg(&policy)
+            .arg(policy)
             .arg("--root")
             .arg(&root)
             .env("NO_COLOR", "1")

@@ -370,9 +370,14 @@ fn the_demo_tells_the_story_and_leaves_nothing_running() {
         text.contains("-> rolled back: candidate exited with exit status: 78 before ready\n"),
         "{text}"
     );
-    assert!(text.contains(r#"{"releases":4,"promoted":2,"rolled_back":2,"reasons":[{"version":"v3","reason":"not ready after 1500 ms"},{"version":"v4","reason":"candidate exited with exit status: 78 before ready"}],"live":"v2"}"#), "{text}");
+    // The last release goes live on its own READY=1 (the notify probe).
     assert!(
-        text.contains("Live release: v2 (answering on /readyz)"),
+        text.contains("  v5  says READY=1 at 250 ms -> promoted\n"),
+        "{text}"
+    );
+    assert!(text.contains(r#"{"releases":5,"promoted":3,"rolled_back":2,"reasons":[{"version":"v3","reason":"not ready after 1500 ms"},{"version":"v4","reason":"candidate exited with exit status: 78 before ready"}],"live":"v5"}"#), "{text}");
+    assert!(
+        text.contains("Live release: v5 (answering on /readyz)"),
         "{text}"
     );
     assert!(text.contains(&root.join("deploy.log").display().to_string()));

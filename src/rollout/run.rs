@@ -645,15 +645,16 @@ impl Executor {
     /// drained and kept running as the pool's fallback through the watch.
     async fn swap_in(&mut self, slot: usize, keep_previous: bool) -> Result<(), DeployError> {
         let s = self.rollout.slot_mut(slot);
-        let Some(new) = s.candidate.take() else {
-            return Ok(());
-        };
-        let old = s.live.replace(new);
-        match keep_previous {
-            true => s.fallback = old,
-            false => s.retiring = old,
+        // The planner's `Ready` made the swap in the state it saved; outside it (a bring-back,
+        // a restore, a swap redone after a crash) it is made and saved here first.
+        if let Some(new) = s.candidate.take() {
+            let old = s.live.replace(new);
+            match keep_previous {
+                true => s.fallback = old,
+                false => s.retiring = old,
+            }
+            self.save()?;
         }
-        self.save()?;
         let durability = self.write_pool()?;
         let Some(kept) = self
             .rollout

@@ -193,9 +193,20 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     s.state = SlotState::Succeeded;
     s.finished = Some(now);
     s.left_pool = false;
+    let keep_previous = keep && s.live.is_some();
+    // The swap is decided here and saved with the decision, so that the pool is written
+    // right after that one save; a crash between them finds the new process live and the
+    // previous one retiring (or kept), and recovery writes the pool the same way.
+    if let Some(new) = s.candidate.take() {
+        let previous = s.live.replace(new);
+        match keep_previous {
+            true => s.fallback = previous,
+            false => s.retiring = previous,
+        }
+    }
     actions.push(Action::Swap {
         slot,
-        keep_previous: keep && s.live.is_some(),
+        keep_previous,
     });
     actions.push(note(
         LogEvent::ReplicaReady,
