@@ -371,3 +371,51 @@ fn extend_timeout_usec_moves_the_deadline_only_as_far_as_the_policy_allows() {
         "{detail}"
     );
 }
+
+#[test]
+fn a_replica_that_stops_pinging_its_watchdog_fails_the_soak() {
+    let site = Site::new();
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.release("v1", "--notify --ready-after-ms 50");
+    // Replica 0 of v2 stops its pings 700 ms after its start, inside the 3 s soak.
+    site.script(
+        "v2",
+        &format!(
+            "if [ \"$ROLLGATE_SLOT\" = 0 ]; then hang='--watchdog-stops-after-ms 700'; fi\nexec '{}' sample-service --readyz-status 503 --notify --ready-after-ms 50 $hang\n",
+            bin.display()
+        ),
+    );
+    let policy = write(
+        site.root(),
+        "rollout.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  stop_grace_ms: 1000\n  drain_timeout_ms: 500\n  soak_ms: 3000\n  waves: [100]\n  max_failure_ratio: 0.5\n  probe: {kind: notify, watchdog_ms: 300}\n",
+    )
+    .display()
+    .to_string();
+    let ports = ten_ports(21);
+    let out = site.rollout(
+        "v1",
+        &["--replicas", "2", "--ports", &ports, "--policy", &policy],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = site.rollout("v2", &["--policy", &policy]);
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(replica_versions(&site), ["v1", "v2"], "{said}");
+    let lines = site.log_lines();
+    let failed = lines
+        .iter()
+        .find(|l| l["event"] == "replica_failed" && l["slot"] == 0)
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no WATCHDOG=1 for ") && detail.contains("during the soak"),
+        "{detail}"
+    );
+}
