@@ -52,6 +52,14 @@ pub enum Command {
   rollgate release verify dist/manifest.json --pins sha256/...,sha256/... --threshold 2 --dir dist"
     )]
     Release(ReleaseCommand),
+    /// Past one host: hand the reviewed policy to the tools that drive many hosts.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rollgate fleet playbook --policy policy.ncl --service edge-svc --version v2 --group edge --hosts 12 > roll.yml
+  ansible-playbook -i inventory.ini roll.yml"
+    )]
+    Fleet(FleetCommand),
     /// Answer questions from deploy logs (JSON lines: ts, event, version, detail).
     #[command(
         subcommand,
@@ -578,6 +586,45 @@ in the manifest so that they can add their signatures with `rollgate release cos
         /// Check as of this time (RFC 3339 or Unix seconds) instead of now.
         #[arg(long, value_name = "TIME")]
         at: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Write an Ansible playbook (stdout) that rolls VERSION across an inventory group, each
+    /// host running `rollgate deploy` (or `rollgate rollout`) under the same policy, in the
+    /// policy's waves.
+    #[command(
+        after_help = "Inventory variables per host: rollgate_root (its root folder),
+rollgate_port (deploys) or rollgate_ports (a host running replicas: a range), optional
+rollgate_class (required | best_effort | left_behind) and rollgate_bin (default: rollgate).
+
+Exit codes: 0 written; 1 the policy was refused; 2 usage."
+    )]
+    Playbook {
+        /// The reviewed policy (.ncl, or .json/.yaml/.yml/.toml); it travels inside the
+        /// playbook as its exported JSON.
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        /// Policy entry (default: the service name with `-` as `_`).
+        #[arg(long, value_name = "NAME")]
+        entry: Option<String>,
+        #[arg(long)]
+        service: String,
+        #[arg(long)]
+        version: String,
+        /// The inventory group holding the service's hosts.
+        #[arg(long, value_name = "GROUP")]
+        group: String,
+        /// How many of the group's hosts move (left-behind ones not counted): the waves are
+        /// cut for this many, and the play refuses to run on a group of another size.
+        #[arg(long, value_name = "N")]
+        hosts: usize,
+        /// The rollgate executable on each host (default: `rollgate` on its PATH).
+        #[arg(long, value_name = "PATH", default_value = "rollgate")]
+        rollgate: String,
+        #[command(flatten)]
+        eval: EvalArgs,
     },
 }
 

@@ -4,6 +4,7 @@
 
 pub mod demo;
 pub mod deploy;
+pub mod fleet;
 pub mod host;
 pub mod log;
 pub mod policy;

@@ -2,7 +2,7 @@
 
 mod cli;
 
-use rollgate::{demo, deploy, log, policy, proxy, release, rollout, sample, up};
+use rollgate::{demo, deploy, fleet, log, policy, proxy, release, rollout, sample, up};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -11,10 +11,49 @@ use std::time::Duration;
 use clap::Parser;
 
 use cli::{
-    Cli, Command, EvalArgs, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand, RolloutArgs,
-    RolloutCommand,
+    Cli, Command, EvalArgs, FleetCommand, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand,
+    RolloutArgs, RolloutCommand,
 };
 use policy::EvalOptions;
+
+fn run_fleet(command: FleetCommand) -> ExitCode {
+    match command {
+        FleetCommand::Playbook {
+            policy,
+            entry,
+            service,
+            version,
+            group,
+            hosts,
+            rollgate,
+            eval,
+        } => {
+            let request = fleet::PlaybookRequest {
+                policy: &policy,
+                entry: entry.as_deref(),
+                service: &service,
+                version: &version,
+                group: &group,
+                hosts,
+                rollgate: &rollgate,
+            };
+            match fleet::playbook(&request, &eval_options(eval)) {
+                Ok(text) => {
+                    print(&text);
+                    ExitCode::SUCCESS
+                }
+                Err(fleet::FleetError::Policy(e)) => {
+                    eprint!("{}", render_error(&e));
+                    ExitCode::from(1)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,6 +61,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => run_policy(command),
         Command::Log(command) => run_log(command),
         Command::Release(command) => run_release(command),
+        Command::Fleet(command) => run_fleet(command),
         Command::Deploy {
             service,
             new_port,

@@ -179,6 +179,15 @@ pub fn load_entry(
     entry: &str,
     opts: &EvalOptions,
 ) -> Result<RolloutSettings, PolicyError> {
+    load_entry_value(path, entry, opts).map(|(_, settings)| settings)
+}
+
+/// Entry `entry` of a policy file as exported (JSON), and read as settings.
+pub fn load_entry_value(
+    path: &Path,
+    entry: &str,
+    opts: &EvalOptions,
+) -> Result<(serde_json::Value, RolloutSettings), PolicyError> {
     let evaluated = eval::evaluate(path, ExportFormat::Json, opts);
     // The deployer runs on for seconds or minutes: no finished evaluator waits for it.
     sandbox::reap_exited_evaluators();
@@ -193,10 +202,11 @@ pub fn load_entry(
             .unwrap_or_default(),
     };
     let value = evaluated.value.get(entry).ok_or_else(missing)?;
-    serde_json::from_value(value.clone()).map_err(|e| PolicyError::Input {
+    let settings = serde_json::from_value(value.clone()).map_err(|e| PolicyError::Input {
         path: path.to_path_buf(),
         reason: format!(
             "entry `{entry}` is not a rollout policy ({e}); wrap it with `| RolloutPolicy`"
         ),
-    })
+    })?;
+    Ok((value.clone(), settings))
 }

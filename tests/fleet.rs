@@ -1,0 +1,308 @@
+//! `rollgate fleet playbook`, run for real: `ansible-playbook` (ansible-core from PyPI, in a
+//! virtual environment `.ci/run` creates) rolls a version across an inventory of ten hosts that
+//! are local roots (`ansible_connection=local`), each host its own root and ports, each running
+//! the real `rollgate deploy`. What each root's `deploy.log` says is what is checked.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// `ansible-playbook` from the virtual environment under the user's cache folder, created and
+/// filled from PyPI now if `.ci/run` has not done it.
+fn ansible_playbook() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let venv = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .expect("HOME or XDG_CACHE_HOME is set")
+                .join("rollgate-tools/venv");
+            let binary = venv.join("bin/ansible-playbook");
+            if !binary.is_file() {
+                let made = std::process::Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&venv)
+                    .status()
+                    .expect(
+                        "python3 runs (the fleet tests need ansible-core; .ci/run installs it)",
+                    );
+                assert!(made.success(), "python3 -m venv failed");
+                let installed = std::process::Command::new(venv.join("bin/pip"))
+                    .args(["install", "-q", "ansible-core"])
+                    .status()
+                    .expect("pip runs");
+                assert!(installed.success(), "pip could not install ansible-core");
+            }
+            binary
+        })
+        .clone()
+}
+
+/// Ten hosts (roots) of edge-svc, each with v1 deployed and live and v2 installed.
+struct Fleet {
+    dir: tempfile::TempDir,
+    hosts: usize,
+}
+
+impl Fleet {
+    /// `bad_v2`: the hosts whose v2 exits at boot; `classes`: (host, class) pairs.
+    fn new(bad_v2: &[usize], classes: &[(usize, &str)]) -> Fleet {
+        let fleet = Fleet {
+            dir: tempfile::tempdir().unwrap(),
+            hosts: 10,
+        };
+        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        let mut inventory = String::from("[edge]\n");
+        for host in 0..fleet.hosts {
+            let root = fleet.root(host);
+            for version in ["v1", "v2"] {
+                let knobs = if version == "v2" && bad_v2.contains(&host) {
+                    " --exit-after-ms 0 --exit-code 3"
+                } else {
+                    ""
+                };
+                let path = write(
+                    &root,
+                    &format!("releases/{version}/edge-svc"),
+                    &format!(
+                        "#!/bin/sh\nexec '{}' sample-service{knobs}\n",
+                        bin.display()
+                    ),
+                );
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            let out = rollgate()
+                .args([
+                    "deploy",
+                    "edge-svc",
+                    &free_port().to_string(),
+                    "v1",
+                    "--root",
+                ])
+                .arg(&root)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            let class = classes
+                .iter()
+                .find(|(h, _)| *h == host)
+                .map_or(String::new(), |(_, c)| format!(" rollgate_class={c}"));
+            inventory.push_str(&format!(
+                "host{host} rollgate_root={} rollgate_port={} ansible_connection=local{class}\n",
+                root.display(),
+                free_port()
+            ));
+        }
+        inventory.push_str(&format!(
+            "[all:vars]\nansible_python_interpreter={}\n",
+            ansible_playbook().with_file_name("python").display()
+        ));
+        write(fleet.dir.path(), "inventory.ini", &inventory);
+        fleet
+    }
+
+    fn root(&self, host: usize) -> PathBuf {
+        self.dir.path().join(format!("h{host}"))
+    }
+
+    /// Writes the playbook for this policy and runs it.
+    fn roll(&self, policy: &str, moving: usize) -> Output {
+        let policy_path = write(self.dir.path(), "policy.json", policy);
+        let out = rollgate()
+            .args(["fleet", "playbook", "--policy"])
+            .arg(&policy_path)
+            .args([
+                "--service",
+                "edge-svc",
+                "--version",
+                "v2",
+                "--group",
+                "edge",
+            ])
+            .args(["--hosts", &moving.to_string(), "--rollgate"])
+            .arg(assert_cmd::cargo::cargo_bin("rollgate"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let playbook = write(self.dir.path(), "roll.yml", &stdout(&out));
+        std::process::Command::new(ansible_playbook())
+            .arg("-i")
+            .arg(self.dir.path().join("inventory.ini"))
+            .arg(&playbook)
+            .env("ANSIBLE_NOCOLOR", "1")
+            .output()
+            .unwrap()
+    }
+
+    fn log(&self, host: usize) -> Vec<serde_json::Value> {
+        log_of(&self.root(host))
+    }
+
+    /// The version `current` names on the host.
+    fn live(&self, host: usize) -> String {
+        let text = std::fs::read_to_string(self.root(host).join("current")).unwrap();
+        let pointer: serde_json::Value = serde_json::from_str(&text).unwrap();
+        pointer["version"].as_str().unwrap().to_string()
+    }
+
+    /// When v2 was promoted on the host, if it was.
+    fn promoted_at(&self, host: usize) -> Option<f64> {
+        self.log(host)
+            .iter()
+            .find(|l| l["event"] == "promoted" && l["version"] == "v2")
+            .map(|l| l["ts"].as_f64().unwrap())
+    }
+
+    fn touched(&self, host: usize) -> bool {
+        self.log(host).iter().any(|l| l["version"] == "v2")
+    }
+
+    /// `rollgate log summary` of the host's log: what it says is live.
+    fn summary_live(&self, host: usize) -> String {
+        let out = rollgate()
+            .args(["log", "summary"])
+            .arg(self.root(host).join("deploy.log"))
+            .output()
+            .unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        summary["live"].as_str().unwrap_or("").to_string()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for host in 0..self.hosts {
+            if let Ok(text) = std::fs::read_to_string(self.root(host).join("current")) {
+                if let Ok(pointer) = serde_json::from_str::<serde_json::Value>(&text) {
+                    if let Some(pid) = pointer["pid"].as_i64() {
+                        send_signal(-(pid as i32), 9);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn log_of(root: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(root.join("deploy.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn policy(max_failure_ratio: f64) -> String {
+    format!(
+        r#"{{"edge_svc": {{"progress_deadline_ms": 3000, "poll_ms": 50, "max_unavailable_pct": 0, "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "stop_grace_ms": 1000, "max_failure_ratio": {max_failure_ratio}}}}}"#
+    )
+}
+
+fn said(out: &Output) -> String {
+    format!("{}{}", stdout(out), stderr(out))
+}
+
+#[test]
+fn hosts_move_in_rollgates_waves_in_order_and_every_log_tells_the_truth() {
+    let fleet = Fleet::new(&[], &[]);
+    let out = fleet.roll(&policy(0.2), 10);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    // Waves 1, 10, 50, 100 % of ten hosts: batches of 1, 1, 3, 5, in inventory order.
+    let batches: [&[usize]; 4] = [&[0], &[1], &[2, 3, 4], &[5, 6, 7, 8, 9]];
+    let at: Vec<f64> = (0..10).map(|h| fleet.promoted_at(h).unwrap()).collect();
+    for pair in batches.windows(2) {
+        let last_of_earlier = pair[0].iter().map(|h| at[*h]).fold(f64::MIN, f64::max);
+        let first_of_later = pair[1].iter().map(|h| at[*h]).fold(f64::MAX, f64::min);
+        assert!(
+            last_of_earlier < first_of_later,
+            "batch {:?} before {:?}: {at:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    for host in 0..10 {
+        assert_eq!(fleet.live(host), "v2");
+        assert_eq!(fleet.summary_live(host), "v2");
+    }
+}
+
+#[test]
+fn a_canary_that_fails_its_gate_stops_the_play_with_every_other_host_on_the_old_release() {
+    let fleet = Fleet::new(&[0], &[]);
+    // Even a policy that tolerates every failure stops at a failed canary.
+    let out = fleet.roll(&policy(1.0), 10);
+    assert_ne!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(fleet.live(0), "v1");
+    assert_eq!(fleet.summary_live(0), "v1");
+    let rolled_back = fleet.log(0);
+    assert!(
+        rolled_back
+            .iter()
+            .any(|l| l["event"] == "rolled_back" && l["version"] == "v2"),
+        "{rolled_back:?}"
+    );
+    for host in 1..10 {
+        assert!(!fleet.touched(host), "host {host} was touched");
+        assert_eq!(fleet.live(host), "v1");
+    }
+}
+
+#[test]
+fn a_failing_required_host_aborts_the_play() {
+    // Host 3 (in the third batch: hosts 2, 3, 4) is required and its v2 fails; one failure in
+    // three is within the 0.5 ratio, so only its class stops the play.
+    let fleet = Fleet::new(&[3], &[(3, "required")]);
+    let out = fleet.roll(&policy(0.5), 10);
+    assert_ne!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(said(&out).contains("required host host3"), "{}", said(&out));
+    assert_eq!(fleet.live(3), "v1");
+    for host in 5..10 {
+        assert!(!fleet.touched(host), "host {host} was touched");
+    }
+}
+
+#[test]
+fn a_batch_over_the_failure_ratio_stops_the_play_and_one_within_it_does_not() {
+    // One failure in the third batch of three: 33 % is more than 20 %.
+    let strict = Fleet::new(&[3], &[]);
+    let out = strict.roll(&policy(0.2), 10);
+    assert_ne!(out.status.code(), Some(0), "{}", said(&out));
+    for host in 5..10 {
+        assert!(!strict.touched(host), "host {host} was touched");
+    }
+    assert_eq!(strict.live(2), "v2");
+    assert_eq!(strict.live(3), "v1");
+
+    // The same failure within a 0.5 ratio: the play goes on; host 3 keeps v1 and says so.
+    let lenient = Fleet::new(&[3], &[]);
+    let out = lenient.roll(&policy(0.5), 10);
+    for host in (0..10).filter(|h| *h != 3) {
+        assert_eq!(lenient.live(host), "v2", "{}", said(&out));
+    }
+    assert_eq!(lenient.live(3), "v1");
+    assert_eq!(lenient.summary_live(3), "v1");
+}
+
+#[test]
+fn left_behind_hosts_are_not_touched() {
+    let fleet = Fleet::new(&[], &[(9, "left_behind")]);
+    // The playbook is cut for the nine hosts that move; cut for ten it refuses to run.
+    let out = fleet.roll(&policy(0.2), 10);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        said(&out).contains("write it again with that --hosts"),
+        "{}",
+        said(&out)
+    );
+    assert!(!fleet.touched(0));
+    let out = fleet.roll(&policy(0.2), 9);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    for host in 0..9 {
+        assert_eq!(fleet.live(host), "v2");
+    }
+    assert!(!fleet.touched(9));
+    assert_eq!(fleet.live(9), "v1");
+}
