@@ -196,8 +196,13 @@ fn log_of(root: &Path) -> Vec<serde_json::Value> {
 }
 
 fn policy(max_failure_ratio: f64) -> String {
+    policy_with(max_failure_ratio, "")
+}
+
+/// The policy, with `extra` fields (`, "soak_ms": 1000`).
+fn policy_with(max_failure_ratio: f64, extra: &str) -> String {
     format!(
-        r#"{{"edge_svc": {{"progress_deadline_ms": 3000, "poll_ms": 50, "max_unavailable_pct": 0, "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "stop_grace_ms": 1000, "max_failure_ratio": {max_failure_ratio}}}}}"#
+        r#"{{"edge_svc": {{"progress_deadline_ms": 3000, "poll_ms": 50, "max_unavailable_pct": 0, "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "stop_grace_ms": 1000, "max_failure_ratio": {max_failure_ratio}{extra}}}}}"#
     )
 }
 
@@ -208,8 +213,16 @@ fn said(out: &Output) -> String {
 #[test]
 fn hosts_move_in_rollgates_waves_in_order_and_every_log_tells_the_truth() {
     let fleet = Fleet::new(&[], &[]);
-    let out = fleet.roll(&policy(0.2), 10);
+    // A soak after each batch, then the batch's hosts asked again (`rollgate status`).
+    let out = fleet.roll(&policy_with(0.2, r#", "soak_ms": 300"#), 10);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let text = said(&out);
+    assert_eq!(
+        text.matches("TASK [the batch's hosts still answer their probe on v2]")
+            .count(),
+        4,
+        "{text}"
+    );
     // Waves 1, 10, 50, 100 % of ten hosts: batches of 1, 1, 3, 5, in inventory order.
     let batches: [&[usize]; 4] = [&[0], &[1], &[2, 3, 4], &[5, 6, 7, 8, 9]];
     let at: Vec<f64> = (0..10).map(|h| fleet.promoted_at(h).unwrap()).collect();
