@@ -29,6 +29,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const STABLE: Duration = Duration::from_secs(30);
 /// How long a hung release gets between SIGTERM and SIGKILL.
 const HUNG_GRACE: Duration = Duration::from_secs(5);
+/// How long a dead notify-probed release's last datagrams are given to be read.
+const NOTICES_SETTLE: Duration = Duration::from_millis(20);
 /// How often `--supervise` looks.
 const SUPERVISE_POLL: Duration = Duration::from_millis(200);
 
@@ -445,7 +447,13 @@ async fn supervise(
             process::stop_group(live.identity, HUNG_GRACE).await;
             hung.insert(live.identity, why);
         }
-        for live in set.iter().filter(|l| !l.identity.is_running()) {
+        let dead: Vec<&Live> = set.iter().filter(|l| !l.identity.is_running()).collect();
+        if dead.iter().any(|l| notifiers.contains_key(&l.identity)) {
+            // What a release said just before it exited (STOPPING=1) may still be queued on
+            // its socket: the readers get a turn before it is judged.
+            tokio::time::sleep(NOTICES_SETTLE).await;
+        }
+        for live in dead {
             let entry = crashes.entry(live.key()).or_default();
             // A release that said STOPPING=1 before it exited stopped in order: not a crash.
             let orderly = !hung.contains_key(&live.identity)

@@ -96,6 +96,9 @@ pub(super) async fn gate_replica(
     let elapsed = started.elapsed();
     let reason = plan::reason(&gate.verdict, gate.deadline);
     let end = match gate.verdict {
+        // No hold asked for: nothing to wait on (a timer, even one already due, costs the
+        // switch a tick of the clock).
+        Verdict::Ready if timing.min_ready.is_zero() => GateEnd::Ready,
         Verdict::Ready => {
             match gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await {
                 Ok(()) => GateEnd::Ready,
