@@ -299,13 +299,19 @@ pub fn deploy(
             root.candidate_path().display()
         ));
     }
+    let how = match settings.probe.is_notify() {
+        true => format!("wait for {}", settings.probe.describe()),
+        false => format!(
+            "probe it every {} ms ({})",
+            settings.poll.as_millis(),
+            settings.probe.describe()
+        ),
+    };
     report.would.push(format!(
-        "start {} {} on port {} beside the live release, probe it every {} ms ({}) for at most {} ms",
+        "start {} {} on port {} beside the live release, {how} for at most {} ms",
         request.service,
         request.version,
         request.port,
-        settings.poll.as_millis(),
-        settings.probe.describe(),
         settings.deadline.as_millis()
     ));
     let previous = match live {

@@ -230,6 +230,10 @@ impl Spec {
 
     /// The probe in a few words, for the log and a dry run.
     pub fn describe(&self) -> String {
+        // Nothing is polled: the timeout and the threshold do not apply.
+        if let Target::Notify { confirm: None, .. } = &self.target {
+            return describe(&self.target);
+        }
         let times = match self.success_threshold {
             1 => String::new(),
             n => format!(", {n} in a row"),
