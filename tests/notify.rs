@@ -8,6 +8,7 @@ mod common;
 use common::*;
 
 use std::os::linux::net::SocketAddrExt;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// `notify.yaml`: edge_svc's numbers, this deadline and watch, and this probe.
@@ -188,29 +189,38 @@ fn a_watchdog_kept_up_passes_the_watch() {
     assert!(environ.contains("NOTIFY_SOCKET=@rollgate/"), "{environ}");
 }
 
-#[test]
-fn a_rollouts_replicas_are_each_gated_by_their_own_ready_1() {
-    let site = Site::new();
-    // Replica 1 of v2 reports a failure; the others go live on READY=1 alone.
+/// Replicas of v1 (notify, ready at once) rolled out, then v2 in one wave with replica
+/// `odd_slot` started with `odd_knobs` as well; the soak, the probe and the ratio 0.5 as given.
+/// Returns v2's rollout and what it said.
+fn one_wave_of_v2(
+    site: &Site,
+    replicas: usize,
+    (odd_slot, odd_knobs): (usize, &str),
+    soak_ms: u64,
+    probe: &str,
+    block: u16,
+) -> (Output, String) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.release("v1", "--readyz-status 503 --notify --ready-after-ms 50");
     site.script(
         "v2",
         &format!(
-            "if [ \"$ROLLGATE_SLOT\" = 1 ]; then errno='--notify-errno 5'; fi\nexec '{}' sample-service --readyz-status 503 --notify --ready-after-ms 100 $errno\n",
-            assert_cmd::cargo::cargo_bin("rollgate").display()
+            "if [ \"$ROLLGATE_SLOT\" = {odd_slot} ]; then odd='{odd_knobs}'; fi\nexec '{}' sample-service --readyz-status 503 --notify --ready-after-ms 50 $odd\n",
+            bin.display()
         ),
     );
-    site.release("v1", "--readyz-status 503 --notify --ready-after-ms 100");
     let policy = write(
         site.root(),
         "rollout.yaml",
-        "edge_svc:\n  progress_deadline_ms: 20000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 34\n  on_stall: rollback\n  stop_grace_ms: 1000\n  drain_timeout_ms: 500\n  soak_ms: 200\n  waves: [100]\n  max_failure_ratio: 0.5\n  probe: {kind: notify}\n",
+        &format!("edge_svc:\n  progress_deadline_ms: 20000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  stop_grace_ms: 1000\n  drain_timeout_ms: 500\n  soak_ms: {soak_ms}\n  waves: [100]\n  max_failure_ratio: 0.5\n  probe: {probe}\n"),
     )
     .display()
     .to_string();
-    let ports = ten_ports(20);
+    let ports = ten_ports(block);
+    let count = replicas.to_string();
     let out = site.rollout(
         "v1",
-        &["--replicas", "3", "--ports", &ports, "--policy", &policy],
+        &["--replicas", &count, "--ports", &ports, "--policy", &policy],
     );
     assert_eq!(
         out.status.code(),
@@ -219,26 +229,60 @@ fn a_rollouts_replicas_are_each_gated_by_their_own_ready_1() {
         stdout(&out),
         stderr(&out)
     );
-    assert_eq!(replica_versions(&site), ["v1", "v1", "v1"]);
-    let started = Instant::now();
     let out = site.rollout("v2", &["--policy", &policy]);
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    (out, said)
+}
+
+fn replica_failed(site: &Site, slot: usize) -> serde_json::Value {
+    let lines = site.log_lines();
+    lines
+        .iter()
+        .find(|l| l["event"] == "replica_failed" && l["slot"] == slot)
+        .cloned()
+        .unwrap_or_else(|| panic!("{lines:?}"))
+}
+
+#[test]
+fn a_rollouts_replicas_are_each_gated_by_their_own_ready_1() {
+    let site = Site::new();
+    let started = Instant::now();
+    // Replica 1 of v2 reports a failure; the others go live on READY=1 alone.
+    let (out, said) = one_wave_of_v2(&site, 3, (1, "--notify-errno 5"), 200, "{kind: notify}", 20);
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "waited for a deadline"
     );
-    let said = format!("{}{}", stdout(&out), stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{said}");
     // One wave: replica 1 failed on its ERRNO (1 of 3, within the ratio) and kept v1; the
     // others moved.
     assert_eq!(replica_versions(&site), ["v2", "v1", "v2"], "{said}");
-    let lines = site.log_lines();
-    let failed = lines
-        .iter()
-        .find(|l| l["event"] == "replica_failed" && l["slot"] == 1)
-        .unwrap_or_else(|| panic!("{lines:?}"));
+    let failed = replica_failed(&site, 1);
     let detail = failed["detail"].as_str().unwrap();
     assert!(detail.contains("ERRNO=5 (I/O error)"), "{detail}");
     assert_eq!(failed["status"], "failed to start", "{failed}");
+}
+
+#[test]
+fn a_replica_that_stops_pinging_its_watchdog_fails_the_soak() {
+    let site = Site::new();
+    // Replica 0 of v2 stops its pings 700 ms after its start, inside the 3 s soak.
+    let (out, said) = one_wave_of_v2(
+        &site,
+        2,
+        (0, "--watchdog-stops-after-ms 700"),
+        3000,
+        "{kind: notify, watchdog_ms: 300}",
+        21,
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(replica_versions(&site), ["v1", "v2"], "{said}");
+    let failed = replica_failed(&site, 0);
+    let detail = failed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no WATCHDOG=1 for ") && detail.contains("during the soak"),
+        "{detail}"
+    );
 }
 
 /// A running `up --supervise`, killed when dropped (also when a test fails).
@@ -368,54 +412,6 @@ fn extend_timeout_usec_moves_the_deadline_only_as_far_as_the_policy_allows() {
     assert!(detail.starts_with("not ready after 1300 ms"), "{detail}");
     assert!(
         detail.contains("no READY=1 yet (STATUS=starting)"),
-        "{detail}"
-    );
-}
-
-#[test]
-fn a_replica_that_stops_pinging_its_watchdog_fails_the_soak() {
-    let site = Site::new();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    site.release("v1", "--notify --ready-after-ms 50");
-    // Replica 0 of v2 stops its pings 700 ms after its start, inside the 3 s soak.
-    site.script(
-        "v2",
-        &format!(
-            "if [ \"$ROLLGATE_SLOT\" = 0 ]; then hang='--watchdog-stops-after-ms 700'; fi\nexec '{}' sample-service --readyz-status 503 --notify --ready-after-ms 50 $hang\n",
-            bin.display()
-        ),
-    );
-    let policy = write(
-        site.root(),
-        "rollout.yaml",
-        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  stop_grace_ms: 1000\n  drain_timeout_ms: 500\n  soak_ms: 3000\n  waves: [100]\n  max_failure_ratio: 0.5\n  probe: {kind: notify, watchdog_ms: 300}\n",
-    )
-    .display()
-    .to_string();
-    let ports = ten_ports(21);
-    let out = site.rollout(
-        "v1",
-        &["--replicas", "2", "--ports", &ports, "--policy", &policy],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    let out = site.rollout("v2", &["--policy", &policy]);
-    let said = format!("{}{}", stdout(&out), stderr(&out));
-    assert_eq!(out.status.code(), Some(0), "{said}");
-    assert_eq!(replica_versions(&site), ["v1", "v2"], "{said}");
-    let lines = site.log_lines();
-    let failed = lines
-        .iter()
-        .find(|l| l["event"] == "replica_failed" && l["slot"] == 0)
-        .unwrap_or_else(|| panic!("{lines:?}"));
-    let detail = failed["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("no WATCHDOG=1 for ") && detail.contains("during the soak"),
         "{detail}"
     );
 }
