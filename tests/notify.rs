@@ -142,6 +142,42 @@ fn ready_1_from_outside_the_releases_process_group_does_not_pass_the_gate() {
     );
     let detail = site.last_detail();
     assert!(detail.starts_with("not ready after 1500 ms"), "{detail}");
+    assert!(
+        detail.contains("from outside its process group ignored"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn a_confirmation_must_pass_after_ready_1() {
+    // READY=1, and /readyz answers 200 too: promoted.
+    let confirmed = Site::new();
+    confirmed.release("v1", "--notify --ready-after-ms 100");
+    let notify = policy(
+        &confirmed,
+        1500,
+        0,
+        "{kind: notify, confirm: http, path: /readyz}",
+    );
+    let out = confirmed.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // READY=1, but /readyz keeps answering 503: the confirmation never passes.
+    let unconfirmed = Site::new();
+    unconfirmed.release("v1", "--notify --ready-after-ms 100 --readyz-status 503");
+    let notify = policy(
+        &unconfirmed,
+        1500,
+        0,
+        "{kind: notify, confirm: http, path: /readyz}",
+    );
+    let out = unconfirmed.deploy(free_port(), "v1", &["--policy", &notify]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let detail = unconfirmed.last_detail();
+    assert!(
+        detail.starts_with("not ready after 1500 ms") && detail.contains("HTTP 503"),
+        "{detail}"
+    );
 }
 
 #[test]

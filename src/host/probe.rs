@@ -433,7 +433,10 @@ impl Subject {
                     return Probe::WatchdogTriggered;
                 }
                 if said.ready_at.is_none() {
-                    return Probe::NotYet(said.status);
+                    return Probe::NotYet {
+                        status: said.status,
+                        ignored: said.ignored,
+                    };
                 }
                 let watchdog = watchdog_ms.map(Duration::from_millis);
                 if let Some(since) = watchdog.and_then(|w| said.watchdog_missed(w)) {
@@ -583,7 +586,11 @@ pub enum Probe {
     /// A notify probe: `READY=1` was said (and no watchdog was missed since).
     Notified,
     /// A notify probe: no `READY=1` yet; the last `STATUS=` if any.
-    NotYet(Option<String>),
+    NotYet {
+        status: Option<String>,
+        /// Datagrams dropped so far: from outside the release's process group, or unreadable.
+        ignored: u32,
+    },
     /// A notify probe: the release said `ERRNO=`: it failed.
     Reported(i32),
     /// A notify probe: no `WATCHDOG=1` for this long, over the policy's `watchdog_ms`.
@@ -615,8 +622,23 @@ impl std::fmt::Display for Probe {
             Probe::TimedOut(after) => write!(f, "no answer within {} ms", after.as_millis()),
             Probe::Failed(why) => write!(f, "{why}"),
             Probe::Notified => write!(f, "READY=1"),
-            Probe::NotYet(None) => write!(f, "no READY=1 yet"),
-            Probe::NotYet(Some(status)) => write!(f, "no READY=1 yet (STATUS={status})"),
+            Probe::NotYet { status, ignored } => {
+                write!(f, "no READY=1 yet")?;
+                let mut said = Vec::new();
+                if let Some(status) = status {
+                    said.push(format!("STATUS={status}"));
+                }
+                if *ignored > 0 {
+                    said.push(format!(
+                        "{ignored} datagram{} from outside its process group ignored",
+                        if *ignored == 1 { "" } else { "s" }
+                    ));
+                }
+                match said.is_empty() {
+                    true => Ok(()),
+                    false => write!(f, " ({})", said.join("; ")),
+                }
+            }
             Probe::Reported(errno) => write!(
                 f,
                 "it reported ERRNO={errno} ({})",
