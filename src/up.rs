@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::deploy::DeployError;
-use crate::host::journal::{self, Event};
+use crate::host::journal::{self, LogEvent};
 use crate::host::lock;
 use crate::host::notify::{self, Notifier};
 use crate::host::process::{self, Identity};
@@ -239,7 +239,7 @@ fn record(root: &Root, live: &Live, new: Identity) -> Result<(), String> {
     Ok(())
 }
 
-fn log(root: &Root, live: &Live, event: Event, pid: Option<i32>, detail: String) {
+fn log(root: &Root, live: &Live, event: LogEvent, pid: Option<i32>, detail: String) {
     let entry = journal::Entry {
         port: Some(live.port),
         pid,
@@ -268,7 +268,7 @@ async fn restart(
             log(
                 root,
                 live,
-                Event::RestartFailed,
+                LogEvent::RestartFailed,
                 None,
                 format!("{why}; restart failed: {e}"),
             );
@@ -283,7 +283,7 @@ async fn restart(
     log(
         root,
         live,
-        Event::Restarted,
+        LogEvent::Restarted,
         Some(new.pid),
         format!("{why}; started again: {how}"),
     );
@@ -502,7 +502,7 @@ async fn supervise(
                     STABLE.as_secs()
                 );
                 eprintln!("rollgate up: {}: {detail}", live.name());
-                log(root, live, Event::RestartGivenUp, None, detail);
+                log(root, live, LogEvent::RestartGivenUp, None, detail);
                 continue;
             }
             attempt += 1;

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::plan::{Event, Judge, Verdict};
+use super::plan::{GateEvent, Judge, Verdict};
 use crate::host::probe::Probe;
 use crate::host::probe::Subject;
 use crate::host::progress::Progress;
@@ -90,13 +90,13 @@ pub(crate) async fn run(
     loop {
         let event = tokio::select! {
             biased;
-            status = child.wait() => Event::Exited(exit_words(status)),
+            status = child.wait() => GateEvent::Exited(exit_words(status)),
             name = async {
                 match watchers.signals.as_mut() {
                     Some(signals) => signals.recv().await,
                     None => std::future::pending().await,
                 }
-            } => Event::Signal(name),
+            } => GateEvent::Signal(name),
             name = async {
                 match watchers.interrupt.as_mut() {
                     // A sender dropped unused interrupts nothing.
@@ -106,8 +106,8 @@ pub(crate) async fn run(
                     },
                     None => std::future::pending().await,
                 }
-            } => Event::Signal(name),
-            _ = tokio::time::sleep_until(deadline) => Event::DeadlinePassed,
+            } => GateEvent::Signal(name),
+            _ = tokio::time::sleep_until(deadline) => GateEvent::DeadlinePassed,
             // A notify probe: what the release says wakes the gate at once (no poll to wait).
             changed = async {
                 match notices.as_mut() {
@@ -138,7 +138,7 @@ pub(crate) async fn run(
                     gate.recent.pop_front();
                 }
                 gate.recent.push_back(probe.clone());
-                Event::Probed(probe)
+                GateEvent::Probed(probe)
             }
             _ = ticker.tick(), if in_flight.is_none() && subject.polls() => {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());

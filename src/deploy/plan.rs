@@ -135,7 +135,7 @@ fn first_of(arg: Option<u64>, policy: Option<u64>, default: Duration) -> Duratio
 
 /// Something the gate observed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub enum GateEvent {
     Probed(Probe),
     /// The candidate exited; the text is its exit status as Rust prints it
     /// (`exit status: 78`, `signal: 9 (SIGKILL)`).
@@ -171,8 +171,8 @@ impl Judge {
         }
     }
 
-    pub fn decide(&mut self, event: &Event) -> Option<Verdict> {
-        if let Event::Probed(probe) = event {
+    pub fn decide(&mut self, event: &GateEvent) -> Option<Verdict> {
+        if let GateEvent::Probed(probe) = event {
             if probe.is_fatal() {
                 return Some(Verdict::Reported(probe.to_string()));
             }
@@ -188,12 +188,12 @@ impl Judge {
 }
 
 /// The gate's verdict on an event other than a probe.
-fn decide(event: &Event) -> Option<Verdict> {
+fn decide(event: &GateEvent) -> Option<Verdict> {
     match event {
-        Event::Probed(_) => None,
-        Event::Exited(status) => Some(Verdict::Exited(status.clone())),
-        Event::DeadlinePassed => Some(Verdict::Stalled),
-        Event::Signal(name) => Some(Verdict::Interrupted(name)),
+        GateEvent::Probed(_) => None,
+        GateEvent::Exited(status) => Some(Verdict::Exited(status.clone())),
+        GateEvent::DeadlinePassed => Some(Verdict::Stalled),
+        GateEvent::Signal(name) => Some(Verdict::Interrupted(name)),
     }
 }
 
@@ -308,10 +308,10 @@ mod tests {
             Probe::Connected,
             Probe::TimedOut(Duration::from_millis(5)),
         ] {
-            assert_eq!(judge.decide(&Event::Probed(p)), None);
+            assert_eq!(judge.decide(&GateEvent::Probed(p)), None);
         }
         assert_eq!(
-            judge.decide(&Event::Probed(Probe::Status(200))),
+            judge.decide(&GateEvent::Probed(Probe::Status(200))),
             Some(Verdict::Ready)
         );
     }
@@ -322,14 +322,17 @@ mod tests {
             success_threshold: 3,
             ..ProbeSpec::default()
         });
-        let ok = Event::Probed(Probe::Status(200));
+        let ok = GateEvent::Probed(Probe::Status(200));
         assert_eq!(judge.decide(&ok), None);
         assert_eq!(judge.decide(&ok), None);
-        assert_eq!(judge.decide(&Event::Probed(Probe::Status(503))), None);
+        assert_eq!(judge.decide(&GateEvent::Probed(Probe::Status(503))), None);
         assert_eq!(judge.decide(&ok), None);
         assert_eq!(judge.decide(&ok), None);
         assert_eq!(judge.decide(&ok), Some(Verdict::Ready));
-        assert_eq!(judge.decide(&Event::DeadlinePassed), Some(Verdict::Stalled));
+        assert_eq!(
+            judge.decide(&GateEvent::DeadlinePassed),
+            Some(Verdict::Stalled)
+        );
     }
 
     #[test]

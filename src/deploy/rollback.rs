@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::{refused, DeployError, Outcome, Request};
-use crate::host::journal::Event;
+use crate::host::journal::LogEvent;
 use crate::host::state::Root;
 
 /// The fields of a log line the search needs; anything else on the line is ignored.
@@ -41,7 +41,7 @@ fn promotions(root: &Root, service: &str) -> Result<Vec<Earlier>, String> {
         let Ok(line) = serde_json::from_slice::<Line>(&line) else {
             continue;
         };
-        if line.event.as_deref() != Some(Event::Promoted.as_str())
+        if line.event.as_deref() != Some(LogEvent::Promoted.as_str())
             || line.service.as_deref() != Some(service)
         {
             continue;

@@ -5,7 +5,7 @@ use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::log::time::{format_duration, format_time};
 
 use super::{probe, DeployError};
-use crate::host::journal::{self, Event};
+use crate::host::journal::{self, LogEvent};
 use crate::host::state::Root;
 
 /// Whether a process with this pid exists and is not a zombie (a watcher is not ours to reap).
@@ -40,8 +40,8 @@ impl Sink for Recent {
     fn record(&mut self, _line: u64, record: Record<'_>) {
         let event = record.event.as_deref().unwrap_or_default();
         if !matches!(
-            Event::from_name(event),
-            Some(Event::Promoted | Event::RolledBack | Event::Escalated)
+            LogEvent::from_name(event),
+            Some(LogEvent::Promoted | LogEvent::RolledBack | LogEvent::Escalated)
         ) {
             return;
         }

@@ -13,18 +13,18 @@ macro_rules! events {
         /// The events the deployer writes: one vocabulary for the writer and the code that looks
         /// back.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Event {
+        pub enum LogEvent {
             $($(#[doc = $doc])* $variant,)+
         }
 
-        impl Event {
+        impl LogEvent {
             /// Every event, for readers that recognise names without allocating.
-            pub const ALL: &'static [Event] = &[$(Event::$variant,)+];
+            pub const ALL: &'static [LogEvent] = &[$(LogEvent::$variant,)+];
 
             /// The name a log line carries.
             pub const fn as_str(self) -> &'static str {
                 match self {
-                    $(Event::$variant => $name,)+
+                    $(LogEvent::$variant => $name,)+
                 }
             }
         }
@@ -65,21 +65,21 @@ events! {
 }
 
 /// Written as its name, the one `as_str` gives.
-impl Serialize for Event {
+impl Serialize for LogEvent {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
     }
 }
 
-impl Event {
+impl LogEvent {
     /// The event a log line names, if it is one rollgate writes.
-    pub fn from_name(name: &str) -> Option<Event> {
-        Event::ALL.iter().copied().find(|e| e.as_str() == name)
+    pub fn from_name(name: &str) -> Option<LogEvent> {
+        LogEvent::ALL.iter().copied().find(|e| e.as_str() == name)
     }
 
     /// Ends an attempt; recorded once per deploy token.
     pub const fn is_outcome(self) -> bool {
-        matches!(self, Event::Promoted | Event::RolledBack)
+        matches!(self, LogEvent::Promoted | LogEvent::RolledBack)
     }
 }
 
@@ -87,7 +87,7 @@ impl Event {
 #[derive(Debug, Clone, Serialize)]
 pub struct Entry<'a> {
     pub ts: f64,
-    pub event: Event,
+    pub event: LogEvent,
     pub version: &'a str,
     pub detail: String,
     pub service: &'a str,
@@ -120,7 +120,7 @@ pub struct Entry<'a> {
 
 impl<'a> Entry<'a> {
     /// A line stamped now with none of the optional fields; set those with struct update.
-    pub fn new(event: Event, version: &'a str, service: &'a str, detail: String) -> Entry<'a> {
+    pub fn new(event: LogEvent, version: &'a str, service: &'a str, detail: String) -> Entry<'a> {
         Entry {
             ts: now(),
             event,
@@ -163,7 +163,7 @@ pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
 /// from the end of the log no further than records older than `since` (the deploy's start, in
 /// Unix seconds): a crash between the outcome's line and clearing the candidate record must not
 /// make recovery write it twice. Reads backwards in blocks, so a long log costs nothing extra.
-pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Option<Event>> {
+pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Option<LogEvent>> {
     #[derive(serde::Deserialize)]
     struct Line<'a> {
         #[serde(default)]
@@ -200,7 +200,7 @@ pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Opti
                 continue;
             };
             if record.token == Some(token) {
-                let event = [Event::Promoted, Event::RolledBack]
+                let event = [LogEvent::Promoted, LogEvent::RolledBack]
                     .into_iter()
                     .find(|e| e.as_str() == record.event);
                 if event.is_some() {
@@ -223,7 +223,7 @@ pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Opti
 mod tests {
     use super::*;
 
-    fn entry(ts: f64, event: Event, token: &str) -> String {
+    fn entry(ts: f64, event: LogEvent, token: &str) -> String {
         let mut line = serde_json::to_string(&Entry {
             ts,
             event,
@@ -248,16 +248,16 @@ mod tests {
 
     #[test]
     fn every_event_is_written_and_read_back_by_one_name() {
-        let mut names: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
-        for event in Event::ALL {
+        let mut names: Vec<&str> = LogEvent::ALL.iter().map(|e| e.as_str()).collect();
+        for event in LogEvent::ALL {
             let written = serde_json::to_string(event).unwrap();
             assert_eq!(written, format!("\"{}\"", event.as_str()));
-            assert_eq!(Event::from_name(event.as_str()), Some(*event));
+            assert_eq!(LogEvent::from_name(event.as_str()), Some(*event));
         }
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), Event::ALL.len(), "two events share a name");
-        assert_eq!(Event::from_name("noise"), None);
+        assert_eq!(names.len(), LogEvent::ALL.len(), "two events share a name");
+        assert_eq!(LogEvent::from_name("noise"), None);
     }
 
     #[test]
@@ -265,26 +265,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("deploy.log");
         let mut text = String::new();
-        text.push_str(&entry(100.0, Event::Promoted, "old"));
-        text.push_str(&entry(200.0, Event::CandidateStarted, "t1"));
+        text.push_str(&entry(100.0, LogEvent::Promoted, "old"));
+        text.push_str(&entry(200.0, LogEvent::CandidateStarted, "t1"));
         // A long line between them, so the search crosses a block boundary mid-line.
         text.push_str(&format!(
             "{{\"ts\":201,\"event\":\"noise\",\"detail\":\"{}\"}}\n",
             "n".repeat(100_000)
         ));
-        text.push_str(&entry(202.0, Event::RolledBack, "t1"));
-        text.push_str(&entry(300.0, Event::CandidateStarted, "t2"));
+        text.push_str(&entry(202.0, LogEvent::RolledBack, "t1"));
+        text.push_str(&entry(300.0, LogEvent::CandidateStarted, "t2"));
         std::fs::write(&path, text).unwrap();
         assert_eq!(
             outcome_for(&path, "t1", 200.0).unwrap(),
-            Some(Event::RolledBack)
+            Some(LogEvent::RolledBack)
         );
         assert_eq!(outcome_for(&path, "t2", 300.0).unwrap(), None);
         // Older than the deploy's start: not looked at.
         assert_eq!(outcome_for(&path, "old", 300.0).unwrap(), None);
         assert_eq!(
             outcome_for(&path, "old", 100.0).unwrap(),
-            Some(Event::Promoted)
+            Some(LogEvent::Promoted)
         );
         assert_eq!(
             outcome_for(&dir.path().join("none"), "t", 0.0).unwrap(),

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use super::read::{Log, ReadOptions, Record, Sink};
 use super::summary::{reason_of, PROMOTED, ROLLED_BACK, ROLLOUT_STARTED, STARTED};
-use crate::host::journal::Event;
+use crate::host::journal::LogEvent;
 
-pub const ESCALATED: &str = Event::Escalated.as_str();
+pub const ESCALATED: &str = LogEvent::Escalated.as_str();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -364,10 +364,10 @@ fn note_rollout_line(
     wave: Option<usize>,
     ts: Option<f64>,
 ) {
-    const REPLICA_STARTED: &str = Event::ReplicaStarted.as_str();
-    const WAVE_COMPLETED: &str = Event::WaveCompleted.as_str();
-    const REPLICA_FAILED: &str = Event::ReplicaFailed.as_str();
-    const PAUSED: &str = Event::RolloutPaused.as_str();
+    const REPLICA_STARTED: &str = LogEvent::ReplicaStarted.as_str();
+    const WAVE_COMPLETED: &str = LogEvent::WaveCompleted.as_str();
+    const REPLICA_FAILED: &str = LogEvent::ReplicaFailed.as_str();
+    const PAUSED: &str = LogEvent::RolloutPaused.as_str();
     match (event, wave) {
         (Some(REPLICA_STARTED), Some(w)) => {
             let w = facts.wave(w);

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::host::journal::Event;
+use crate::host::journal::LogEvent;
 
 /// The four columns every record has, plus any other fields, one entry per record. A column
 /// the options skip (`skip_versions`, `skip_details`) is empty rather than all `None`.
@@ -215,8 +215,8 @@ impl Sink for Log {
         }
         let event = record
             .event
-            // Event names the deployer writes are kept without an allocation per record.
-            .map(|e| match Event::from_name(&e) {
+            // LogEvent names the deployer writes are kept without an allocation per record.
+            .map(|e| match LogEvent::from_name(&e) {
                 Some(known) => Cow::Borrowed(known.as_str()),
                 None => Cow::Owned(e.into_owned()),
             });
@@ -227,7 +227,7 @@ impl Sink for Log {
         let release_fields = self.options.release_fields && MANIFEST_KEY.is_in(record.raw);
         let rollout_fields = self.options.rollout_fields
             && (WAVE_KEY.is_in(record.raw)
-                || event.as_deref() == Some(Event::RolloutStarted.as_str()));
+                || event.as_deref() == Some(LogEvent::RolloutStarted.as_str()));
         let extra_fields = self.options.extra_fields
             && record.wanted_key.unwrap_or_else(|| {
                 self.options

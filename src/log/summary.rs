@@ -4,15 +4,15 @@
 use serde::{Deserialize, Serialize};
 
 use super::read::{Log, ReadOptions, Record, Sink};
-use crate::host::journal::Event;
+use crate::host::journal::LogEvent;
 
 /// Outcome events. Everything else (`candidate_started`, `escalated`, unknown events) is not an
 /// outcome and is not counted.
-pub const PROMOTED: &str = Event::Promoted.as_str();
-pub const ROLLED_BACK: &str = Event::RolledBack.as_str();
-pub const STARTED: &str = Event::CandidateStarted.as_str();
+pub const PROMOTED: &str = LogEvent::Promoted.as_str();
+pub const ROLLED_BACK: &str = LogEvent::RolledBack.as_str();
+pub const STARTED: &str = LogEvent::CandidateStarted.as_str();
 /// A rollout of several replicas opens an attempt as a single deploy's start does.
-pub const ROLLOUT_STARTED: &str = Event::RolloutStarted.as_str();
+pub const ROLLOUT_STARTED: &str = LogEvent::RolloutStarted.as_str();
 
 /// Field order is the output's key order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

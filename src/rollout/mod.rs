@@ -174,7 +174,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
                 sequence: signed.as_ref().map(|s| s.sequence),
                 manifest_sha256: signed.as_ref().map(|s| s.manifest_sha256.as_str()),
                 ..journal::Entry::new(
-                    journal::Event::RolloutStarted,
+                    journal::LogEvent::RolloutStarted,
                     &planned.to,
                     &planned.service,
                     settings::describe(&planned),

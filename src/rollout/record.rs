@@ -3,7 +3,7 @@
 
 use super::state::Rollout;
 use crate::deploy::DeployError;
-use crate::host::journal::{self, Event as LogEvent};
+use crate::host::journal::{self, LogEvent};
 use crate::host::state::{Fallback, Pointer, Root, WriteError};
 
 fn failed(message: impl Into<String>) -> DeployError {

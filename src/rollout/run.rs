@@ -25,7 +25,7 @@ use super::tasks::{
     gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judged, Message,
 };
 use crate::deploy::{drain_before_stop, DeployError};
-use crate::host::journal::{self, Event as LogEvent};
+use crate::host::journal::{self, LogEvent};
 use crate::host::notify::{self, Notifier};
 use crate::host::probe::{Probe, Subject};
 use crate::host::process::{self, Identity};

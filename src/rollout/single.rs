@@ -8,7 +8,7 @@ use super::state::{self, Phase, Process, Rollout, Settings, Single, Slot, SlotSt
 use super::step::{Action, Event, Note};
 use crate::deploy::plan::Settings as DeploySettings;
 use crate::deploy::DeployError;
-use crate::host::journal::{self, Event as LogEvent};
+use crate::host::journal::{self, LogEvent};
 use crate::host::process::{self, Identity};
 use crate::host::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
 

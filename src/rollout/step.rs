@@ -6,7 +6,7 @@
 //! one, at most `unavailable` leave the pool before their new process is ready, so the pool
 //! never holds fewer than `N - unavailable` ready replicas and at most `N + surge` processes run.
 
-use crate::host::journal::Event as LogEvent;
+use crate::host::journal::LogEvent;
 use crate::host::state::ReplicaClass;
 
 use super::plan::too_many_failures;
