@@ -332,15 +332,15 @@ fn report_dry_run((report, refused): (String, bool)) -> ExitCode {
     ExitCode::from(if refused { 2 } else { 0 })
 }
 
-fn finish_deploy(result: Result<deploy::Outcome, deploy::DeployError>) -> ExitCode {
+fn finish_deploy(result: Result<deploy::DeployOutcome, deploy::DeployError>) -> ExitCode {
     match result {
         Ok(outcome) => {
             let line = match outcome {
-                deploy::Outcome::Promoted => "promoted",
-                deploy::Outcome::RolledBack => "rolled back (see deploy.log for why)",
-                deploy::Outcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`",
-                deploy::Outcome::Aborted => "aborted: candidate stopped, logged as rolled_back",
-                deploy::Outcome::Watching(pid) => {
+                deploy::DeployOutcome::Promoted => "promoted",
+                deploy::DeployOutcome::RolledBack => "rolled back (see deploy.log for why)",
+                deploy::DeployOutcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`",
+                deploy::DeployOutcome::Aborted => "aborted: candidate stopped, logged as rolled_back",
+                deploy::DeployOutcome::Watching(pid) => {
                     eprintln!("rollgate: switched; watcher pid {pid} finishes the watch (promoted or switched back); see `rollgate status`");
                     return ExitCode::SUCCESS;
                 }
@@ -392,7 +392,7 @@ fn run_rollout(args: RolloutArgs) -> ExitCode {
 }
 
 /// A rollout command's outcome on stdout, exit 0/1/3 as it says; an error on stderr, exit 2.
-fn finish_rollout(result: Result<rollout::Outcome, deploy::DeployError>) -> ExitCode {
+fn finish_rollout(result: Result<rollout::RolloutOutcome, deploy::DeployError>) -> ExitCode {
     match result {
         Ok(outcome) => {
             println!("{}", outcome.message());

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::{lock, refused, runtime, DeployError, Outcome};
+use super::{lock, refused, runtime, DeployError, DeployOutcome};
 use crate::host::journal;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
@@ -17,7 +17,7 @@ pub fn finish_escalated(
     service: &str,
     root: PathBuf,
     promote: bool,
-) -> Result<Outcome, DeployError> {
+) -> Result<DeployOutcome, DeployError> {
     crate::host::names::check_name("service", service).map_err(refused)?;
     let root = Root::existing(root).map_err(refused)?;
     runtime()?.block_on(async {
@@ -70,7 +70,7 @@ pub fn finish_escalated(
                 "promoted by hand; the switch had happened in an interrupted promote, finished now";
             single::complete_switch(single::executor(&root, rollout), detail.into(), Some(elapsed_ms))
                 .await?;
-            return Ok(Outcome::Promoted);
+            return Ok(DeployOutcome::Promoted);
         }
         let mut executor = single::executor(&root, rollout);
         let running = held.as_ref().is_some_and(|h| h.identity().is_running());
@@ -80,7 +80,7 @@ pub fn finish_escalated(
         let (event, outcome) = if !running {
             executor.words_mut().context = Some("found by a person".into());
             let reason = "candidate exited while escalated".to_string();
-            (Event::Abort { reason, rollback: false }, Outcome::RolledBack)
+            (Event::Abort { reason, rollback: false }, DeployOutcome::RolledBack)
         } else if promote {
             let (_, answer) = executor.subject_for_new().check().await;
             if let Some(s) = executor.rollout_mut().single.as_mut() {
@@ -88,11 +88,11 @@ pub fn finish_escalated(
                     "promoted by hand after escalation (probe: {answer})"
                 ));
             }
-            (Event::Accept { slot: 0 }, Outcome::Promoted)
+            (Event::Accept { slot: 0 }, DeployOutcome::Promoted)
         } else {
             executor.words_mut().context = Some("decided by a person".into());
             let reason = "aborted by hand after escalation".to_string();
-            (Event::Abort { reason, rollback: false }, Outcome::Aborted)
+            (Event::Abort { reason, rollback: false }, DeployOutcome::Aborted)
         };
         executor.handle(event).await?;
         executor.run_post_hook().await;

@@ -69,7 +69,7 @@ impl Request {
 
 /// How a deploy ended; the exit code follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum DeployOutcome {
     Promoted,
     RolledBack,
     Escalated,
@@ -79,12 +79,12 @@ pub enum Outcome {
     Watching(u32),
 }
 
-impl Outcome {
+impl DeployOutcome {
     pub fn exit_code(self) -> u8 {
         match self {
-            Outcome::Promoted | Outcome::Aborted | Outcome::Watching(_) => 0,
-            Outcome::RolledBack => 1,
-            Outcome::Escalated => 3,
+            DeployOutcome::Promoted | DeployOutcome::Aborted | DeployOutcome::Watching(_) => 0,
+            DeployOutcome::RolledBack => 1,
+            DeployOutcome::Escalated => 3,
         }
     }
 }
@@ -120,7 +120,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
 }
 
 /// The whole deploy.
-pub fn deploy(request: Request) -> Result<Outcome, DeployError> {
+pub fn deploy(request: Request) -> Result<DeployOutcome, DeployError> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     crate::host::names::check_name("version", &request.version).map_err(refused)?;
     if request.port == 0 {
@@ -281,7 +281,7 @@ async fn run_on_engine(
     admitted: Option<release::Admitted>,
     hooks: hooks::Hooks,
     signals: &mut Signals,
-) -> Result<Outcome, DeployError> {
+) -> Result<DeployOutcome, DeployError> {
     // A signed release runs from the verified copy of its executable.
     let (executable, signed) = match admitted {
         Some(admitted) => (admitted.executable, Some(admitted.signed)),
@@ -318,10 +318,10 @@ async fn run_on_engine(
         Err(error) => return Err(abandon(root, executor.rollout(), error).await),
     };
     Ok(match (executor.detached(), phase) {
-        (Some(watcher), _) => Outcome::Watching(watcher),
-        (None, Phase::Completed) => Outcome::Promoted,
-        (None, Phase::Aborted) => Outcome::RolledBack,
-        (None, Phase::Paused | Phase::Running) => Outcome::Escalated,
+        (Some(watcher), _) => DeployOutcome::Watching(watcher),
+        (None, Phase::Completed) => DeployOutcome::Promoted,
+        (None, Phase::Aborted) => DeployOutcome::RolledBack,
+        (None, Phase::Paused | Phase::Running) => DeployOutcome::Escalated,
     })
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{refused, DeployError, Outcome, Request};
+use super::{refused, DeployError, DeployOutcome, Request};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
 
@@ -127,7 +127,7 @@ pub struct RollbackRequest {
 }
 
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
-pub fn rollback(request: RollbackRequest) -> Result<Outcome, DeployError> {
+pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, DeployError> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     let root = Root::existing(request.root.clone()).map_err(refused)?;
     let live = root.read_pointer().map_err(refused)?.ok_or_else(|| {

@@ -22,7 +22,7 @@ const RECENT: usize = 5;
 
 /// One outcome line of the log, as the status shows it.
 #[derive(Debug)]
-struct Outcome {
+struct RecentOutcome {
     ts: f64,
     event: String,
     version: String,
@@ -30,7 +30,7 @@ struct Outcome {
 }
 
 /// The last [`RECENT`] outcomes of a log, oldest first: all a status keeps of it.
-struct Recent(std::collections::VecDeque<Outcome>);
+struct Recent(std::collections::VecDeque<RecentOutcome>);
 
 impl Sink for Recent {
     fn new(_: ReadOptions) -> Self {
@@ -48,7 +48,7 @@ impl Sink for Recent {
         if self.0.len() == RECENT {
             self.0.pop_front();
         }
-        self.0.push_back(Outcome {
+        self.0.push_back(RecentOutcome {
             ts: record.ts.unwrap_or(0.0),
             event: event.to_string(),
             version: record.version.unwrap_or_default().into_owned(),
@@ -122,7 +122,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
     let answering = answer.as_ref().is_some_and(|(passed, _)| *passed);
     let answer = answer.map(|(_, said)| said);
     // Streamed: a log of years of deploys is read without holding its records.
-    let recent: Vec<Outcome> = read_with::<Recent>(&root.log_path(), ReadOptions::default())
+    let recent: Vec<RecentOutcome> = read_with::<Recent>(&root.log_path(), ReadOptions::default())
         .map(|(recent, _)| recent.0.into_iter().rev().collect())
         .unwrap_or_default();
     let now = journal::now();
@@ -145,7 +145,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             })),
             "replicas": replicas.as_ref().map(|set| &set.replicas),
             "rollout": rollout.as_ref().map(|r| crate::rollout::render::status_json(r, now)),
-            "recent": recent.iter().map(|Outcome { ts, event, version, detail }| serde_json::json!({
+            "recent": recent.iter().map(|RecentOutcome { ts, event, version, detail }| serde_json::json!({
                 "ts": ts, "event": event, "version": version, "detail": detail,
             })).collect::<Vec<_>>(),
         });

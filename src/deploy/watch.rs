@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use super::{lock, refused, DeployError, Outcome};
+use super::{lock, refused, DeployError, DeployOutcome};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 use crate::rollout::recover::Redo;
@@ -26,7 +26,7 @@ pub fn run_watcher(
     service: &str,
     root: std::path::PathBuf,
     token: &str,
-) -> Result<Outcome, DeployError> {
+) -> Result<DeployOutcome, DeployError> {
     let root = Root::existing(root).map_err(refused)?;
     super::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
@@ -49,14 +49,14 @@ pub fn run_watcher(
         });
         // Someone else finished this watch first.
         let Some(rollout) = watching else {
-            return Ok(Outcome::Aborted);
+            return Ok(DeployOutcome::Aborted);
         };
         let mut executor = single::executor(&root, rollout)
             .redo(Redo::default())
             .await?;
         Ok(match executor.run(Event::Tick, &mut signals).await? {
-            Phase::Completed => Outcome::Promoted,
-            _ => Outcome::RolledBack,
+            Phase::Completed => DeployOutcome::Promoted,
+            _ => DeployOutcome::RolledBack,
         })
     })
 }

@@ -45,7 +45,7 @@ pub struct Request {
 
 /// How a rollout command ended; the exit code follows from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RolloutOutcome {
     Completed(String),
     /// Aborted (by a failure, the release deadline or a person), or rolled back.
     Aborted(String),
@@ -55,20 +55,21 @@ pub enum Outcome {
     Done(String),
 }
 
-impl Outcome {
+impl RolloutOutcome {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Outcome::Completed(_) | Outcome::Done(_) => 0,
-            Outcome::Aborted(_) => 1,
-            Outcome::Paused(_) => 3,
+            RolloutOutcome::Completed(_) | RolloutOutcome::Done(_) => 0,
+            RolloutOutcome::Aborted(_) => 1,
+            RolloutOutcome::Paused(_) => 3,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            Outcome::Completed(m) | Outcome::Aborted(m) | Outcome::Paused(m) | Outcome::Done(m) => {
-                m
-            }
+            RolloutOutcome::Completed(m)
+            | RolloutOutcome::Aborted(m)
+            | RolloutOutcome::Paused(m)
+            | RolloutOutcome::Done(m) => m,
         }
     }
 }
@@ -97,7 +98,7 @@ pub fn dry_run(request: &Request) -> (String, bool) {
 }
 
 /// The whole rollout.
-pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
+pub fn rollout(request: Request) -> Result<RolloutOutcome, DeployError> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     crate::host::names::check_name("version", &request.version).map_err(refused)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
@@ -139,7 +140,7 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
             &baseline,
             now,
         ) else {
-            return Ok(Outcome::Completed(format!(
+            return Ok(RolloutOutcome::Completed(format!(
                 "every replica of {} already runs {}; nothing to do",
                 request.service, request.version
             )));
@@ -194,22 +195,22 @@ pub fn rollout(request: Request) -> Result<Outcome, DeployError> {
 }
 
 /// The outcome a finished executor run reports.
-fn ending(root: &Root, phase: Phase, service: &str) -> Outcome {
+fn ending(root: &Root, phase: Phase, service: &str) -> RolloutOutcome {
     let rollout = match state::load(root) {
         Ok(Some(rollout)) => rollout,
-        _ => return Outcome::Aborted("the rollout's state could not be read back".into()),
+        _ => return RolloutOutcome::Aborted("the rollout's state could not be read back".into()),
     };
     let line = render::line(&rollout);
     match phase {
-        Phase::Completed => Outcome::Completed(format!("completed: {line}")),
-        Phase::Aborted => Outcome::Aborted(format!(
+        Phase::Completed => RolloutOutcome::Completed(format!("completed: {line}")),
+        Phase::Aborted => RolloutOutcome::Aborted(format!(
             "aborted: {}; {line}",
             rollout
                 .abort_cause
                 .as_ref()
                 .map_or("no cause recorded".into(), |c| c.reason.clone())
         )),
-        Phase::Paused | Phase::Running => Outcome::Paused(format!(
+        Phase::Paused | Phase::Running => RolloutOutcome::Paused(format!(
             "paused: {}; {line}\nresume with `rollgate rollout resume {service} --root {root}` or stop with `rollgate rollout abort {service} --root {root} [--rollback]`",
             rollout.pause_reason.as_deref().unwrap_or("no reason recorded"),
             root = root.0.display()
@@ -224,7 +225,7 @@ pub fn control(
     ask: Ask,
     reason: Option<String>,
     rollback: bool,
-) -> Result<Outcome, DeployError> {
+) -> Result<RolloutOutcome, DeployError> {
     let reason = reason.unwrap_or_else(|| format!("{} by a person", past(ask)));
     control::check_reason(&reason).map_err(refused)?;
     let root = Root::existing(root).map_err(refused)?;
@@ -275,7 +276,7 @@ pub fn control(
         drop(lock);
         Ok(match (ask, phase) {
             (Ask::Resume, phase) => ending(&root, phase, service),
-            _ => Outcome::Done(format!(
+            _ => RolloutOutcome::Done(format!(
                 "{}: {}",
                 past(ask),
                 render::line(
@@ -339,7 +340,7 @@ fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, DeployErr
 
 /// What asking the running rollgate came to.
 enum Asked {
-    Done(Outcome),
+    Done(RolloutOutcome),
     /// It let go of the root without taking the request (which is withdrawn).
     Left,
 }
@@ -389,7 +390,7 @@ async fn ask_the_executor(
                 Ask::Abort => now.is_over(),
             };
             if expected {
-                return Ok(Asked::Done(Outcome::Done(format!(
+                return Ok(Asked::Done(RolloutOutcome::Done(format!(
                     "{}: {}",
                     past(request.ask),
                     render::line(&now)
