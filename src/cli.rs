@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use rollgate::log::output::Format;
 use rollgate::policy::check::CheckFormat;
 use rollgate::policy::ExportAs;
+use rollgate::render::Format;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::host::state::Root;
-use crate::log::output::Format;
+use crate::render::Format;
 
 const EXAMPLE_POLICY: &str = include_str!("../contracts/policy.ncl");
 

@@ -10,6 +10,7 @@ pub mod log;
 pub mod policy;
 pub mod proxy;
 pub mod release;
+pub mod render;
 pub mod rollout;
 pub mod sample;
 pub mod up;

@@ -492,7 +492,7 @@ fn render_error(e: &policy::PolicyError) -> String {
 
 fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
     let time = |t: Option<String>| {
-        t.map(|t| log::time::parse_time(&t).map_err(log::LogError::Usage))
+        t.map(|t| rollgate::render::time::parse_time(&t).map_err(log::LogError::Usage))
             .transpose()
     };
     Ok(log::Reading {
@@ -538,7 +538,7 @@ fn run_log(command: LogCommand) -> ExitCode {
             format,
             read,
         } => reading(read).and_then(|r| match at {
-            Some(at) => log::time::parse_time(&at)
+            Some(at) => rollgate::render::time::parse_time(&at)
                 .map_err(log::LogError::Usage)
                 .and_then(|at| log::live_at(&logs, at, format, &r))
                 .map(log::Answer::Text),

@@ -83,8 +83,22 @@ fn the_policy_is_a_leaf() {
 }
 
 #[test]
+fn rendering_names_nothing_of_rollgate() {
+    assert_eq!(breaks("render", &[]), Vec::<(String, String)>::new());
+}
+
+#[test]
+fn the_engine_prints_without_the_log_analysis() {
+    // Formats, tables and times come from `render`; the engine does not need the log's queries.
+    assert_eq!(
+        breaks("rollout", &["host", "policy", "render", "deploy", "proxy", "release"]),
+        Vec::<(String, String)>::new()
+    );
+}
+
+#[test]
 fn the_proxy_log_and_releases_stay_below_the_engine_and_the_commands() {
-    let below = ["host", "policy", "log"];
+    let below = ["host", "policy", "log", "render"];
     for folder in ["proxy", "log", "release"] {
         assert_eq!(
             breaks(folder, &below),

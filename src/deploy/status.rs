@@ -1,8 +1,8 @@
 //! `rollgate status`: what is live under a root, whether it answers, and the last outcomes.
 
-use crate::log::output::{figures_table, Format};
 use crate::log::read::{read_with, ReadOptions, Record, Sink};
-use crate::log::time::{format_duration, format_time};
+use crate::render::time::{format_duration, format_time};
+use crate::render::{figures_table, Format};
 
 use super::{probe, DeployError};
 use crate::host::journal::{self, LogEvent};
@@ -222,7 +222,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
     }
     let mut out = figures_table(&rows);
     if !recent.is_empty() {
-        let mut t = crate::log::output::fitted_table(["when", "outcome", "version", "detail"]);
+        let mut t = crate::render::fitted_table(["when", "outcome", "version", "detail"]);
         for outcome in &recent {
             t.add_row([
                 format_time(outcome.ts),

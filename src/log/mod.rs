@@ -9,7 +9,7 @@ pub mod output;
 pub mod read;
 mod stats;
 pub mod summary;
-pub mod time;
+pub use crate::render::time;
 mod truncation;
 
 use std::collections::BTreeSet;

@@ -107,7 +107,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// `TIME` as `log` reads times: RFC 3339, a date, or Unix seconds.
 pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
-    let seconds = crate::log::time::parse_time(text)?;
+    let seconds = crate::render::time::parse_time(text)?;
     DateTime::from_timestamp(seconds.floor() as i64, 0)
         .ok_or_else(|| format!("`{text}` is out of range"))
 }

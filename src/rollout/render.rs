@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use super::state::{Phase, Rollout, SlotState};
 use crate::host::state::ReplicaClass;
-use crate::log::output::Format;
-use crate::log::time::{format_duration, format_time};
+use crate::render::time::{format_duration, format_time};
+use crate::render::Format;
 
 const STATES: [SlotState; 10] = [
     SlotState::Pending,
