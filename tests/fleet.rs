@@ -48,13 +48,24 @@ struct Fleet {
 }
 
 impl Fleet {
-    /// `bad_v2`: the hosts whose v2 exits at boot; `classes`: (host, class) pairs.
-    fn new(bad_v2: &[usize], classes: &[(usize, &str)]) -> Fleet {
+    /// `bad_v2`: the hosts whose v2 exits at boot; `classes`: (host, class) pairs; `block`:
+    /// this fleet's pair of port blocks (below the ephemeral range, where no outgoing
+    /// connection can take a port between the pick and the deploy).
+    fn new(bad_v2: &[usize], classes: &[(usize, &str)], block: u16) -> Fleet {
         let fleet = Fleet {
             dir: tempfile::tempdir().unwrap(),
             hosts: 10,
         };
         let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        let first_port = |block: u16| -> u16 {
+            let range = ten_ports(block);
+            range
+                .split('-')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap()
+        };
+        let (v1_ports, v2_ports) = (first_port(block), first_port(block + 1));
         let mut inventory = String::from("[edge]\n");
         for host in 0..fleet.hosts {
             let root = fleet.root(host);
@@ -79,7 +90,7 @@ impl Fleet {
                 .args([
                     "deploy",
                     "edge-svc",
-                    &free_port().to_string(),
+                    &(v1_ports + host as u16).to_string(),
                     "v1",
                     "--root",
                 ])
@@ -94,7 +105,7 @@ impl Fleet {
             inventory.push_str(&format!(
                 "host{host} rollgate_root={} rollgate_port={} ansible_connection=local{class}\n",
                 root.display(),
-                free_port()
+                v2_ports + host as u16
             ));
         }
         inventory.push_str(&format!(
@@ -212,7 +223,7 @@ fn said(out: &Output) -> String {
 
 #[test]
 fn hosts_move_in_rollgates_waves_in_order_and_every_log_tells_the_truth() {
-    let fleet = Fleet::new(&[], &[]);
+    let fleet = Fleet::new(&[], &[], 60);
     // A soak after each batch, then the batch's hosts asked again (`rollgate status`).
     let out = fleet.roll(&policy_with(0.2, r#", "soak_ms": 300"#), 10);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
@@ -244,7 +255,7 @@ fn hosts_move_in_rollgates_waves_in_order_and_every_log_tells_the_truth() {
 
 #[test]
 fn a_canary_that_fails_its_gate_stops_the_play_with_every_other_host_on_the_old_release() {
-    let fleet = Fleet::new(&[0], &[]);
+    let fleet = Fleet::new(&[0], &[], 62);
     // Even a policy that tolerates every failure stops at a failed canary.
     let out = fleet.roll(&policy(1.0), 10);
     assert_ne!(out.status.code(), Some(0), "{}", said(&out));
@@ -267,7 +278,7 @@ fn a_canary_that_fails_its_gate_stops_the_play_with_every_other_host_on_the_old_
 fn a_failing_required_host_aborts_the_play() {
     // Host 3 (in the third batch: hosts 2, 3, 4) is required and its v2 fails; one failure in
     // three is within the 0.5 ratio, so only its class stops the play.
-    let fleet = Fleet::new(&[3], &[(3, "required")]);
+    let fleet = Fleet::new(&[3], &[(3, "required")], 64);
     let out = fleet.roll(&policy(0.5), 10);
     assert_ne!(out.status.code(), Some(0), "{}", said(&out));
     assert!(said(&out).contains("required host host3"), "{}", said(&out));
@@ -280,7 +291,7 @@ fn a_failing_required_host_aborts_the_play() {
 #[test]
 fn a_batch_over_the_failure_ratio_stops_the_play_and_one_within_it_does_not() {
     // One failure in the third batch of three: 33 % is more than 20 %.
-    let strict = Fleet::new(&[3], &[]);
+    let strict = Fleet::new(&[3], &[], 66);
     let out = strict.roll(&policy(0.2), 10);
     assert_ne!(out.status.code(), Some(0), "{}", said(&out));
     for host in 5..10 {
@@ -290,7 +301,7 @@ fn a_batch_over_the_failure_ratio_stops_the_play_and_one_within_it_does_not() {
     assert_eq!(strict.live(3), "v1");
 
     // The same failure within a 0.5 ratio: the play goes on; host 3 keeps v1 and says so.
-    let lenient = Fleet::new(&[3], &[]);
+    let lenient = Fleet::new(&[3], &[], 68);
     let out = lenient.roll(&policy(0.5), 10);
     for host in (0..10).filter(|h| *h != 3) {
         assert_eq!(lenient.live(host), "v2", "{}", said(&out));
@@ -301,7 +312,7 @@ fn a_batch_over_the_failure_ratio_stops_the_play_and_one_within_it_does_not() {
 
 #[test]
 fn left_behind_hosts_are_not_touched() {
-    let fleet = Fleet::new(&[], &[(9, "left_behind")]);
+    let fleet = Fleet::new(&[], &[(9, "left_behind")], 70);
     // The playbook is cut for the nine hosts that move; cut for ten it refuses to run.
     let out = fleet.roll(&policy(0.2), 10);
     assert_ne!(out.status.code(), Some(0));

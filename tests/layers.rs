@@ -91,7 +91,10 @@ fn rendering_names_nothing_of_rollgate() {
 fn the_engine_prints_without_the_log_analysis() {
     // Formats, tables and times come from `render`; the engine does not need the log's queries.
     assert_eq!(
-        breaks("rollout", &["host", "policy", "render", "deploy", "proxy", "release"]),
+        breaks(
+            "rollout",
+            &["host", "policy", "render", "deploy", "proxy", "release"]
+        ),
         Vec::<(String, String)>::new()
     );
 }
