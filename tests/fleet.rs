@@ -187,15 +187,69 @@ impl Fleet {
 impl Drop for Fleet {
     fn drop(&mut self) {
         for host in 0..self.hosts {
-            if let Ok(text) = std::fs::read_to_string(self.root(host).join("current")) {
-                if let Ok(pointer) = serde_json::from_str::<serde_json::Value>(&text) {
-                    if let Some(pid) = pointer["pid"].as_i64() {
-                        send_signal(-(pid as i32), 9);
-                    }
+            let named = |file: &str| -> Vec<i64> {
+                let Ok(text) = std::fs::read_to_string(self.root(host).join(file)) else {
+                    return Vec::new();
+                };
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                match value["replicas"].as_array() {
+                    Some(replicas) => replicas.iter().filter_map(|r| r["pid"].as_i64()).collect(),
+                    None => value["pid"].as_i64().into_iter().collect(),
                 }
+            };
+            for pid in named("current").into_iter().chain(named("replicas.json")) {
+                send_signal(-(pid as i32), 9);
             }
         }
     }
+}
+
+/// Three hosts that each run two replicas of edge-svc v1 (`rollgate_ports`), v2 installed.
+fn replica_hosts(block: u16) -> Fleet {
+    let fleet = Fleet {
+        dir: tempfile::tempdir().unwrap(),
+        hosts: 3,
+    };
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let mut inventory = String::from("[edge]\n");
+    for host in 0..fleet.hosts {
+        let root = fleet.root(host);
+        for version in ["v1", "v2"] {
+            let path = write(
+                &root,
+                &format!("releases/{version}/edge-svc"),
+                &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
+            );
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let ports = ten_ports(block + host as u16);
+        let out = rollgate()
+            .args([
+                "rollout",
+                "edge-svc",
+                "v1",
+                "--replicas",
+                "2",
+                "--ports",
+                &ports,
+                "--root",
+            ])
+            .arg(&root)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        inventory.push_str(&format!(
+            "host{host} rollgate_root={} rollgate_ports={ports} ansible_connection=local\n",
+            root.display()
+        ));
+    }
+    inventory.push_str(&format!(
+        "[all:vars]\nansible_python_interpreter={}\n",
+        ansible_playbook().with_file_name("python").display()
+    ));
+    write(fleet.dir.path(), "inventory.ini", &inventory);
+    fleet
 }
 
 fn log_of(root: &Path) -> Vec<serde_json::Value> {
@@ -329,4 +383,30 @@ fn left_behind_hosts_are_not_touched() {
     }
     assert!(!fleet.touched(9));
     assert_eq!(fleet.live(9), "v1");
+}
+
+#[test]
+fn hosts_that_run_replicas_are_moved_by_a_rollout_each_and_rechecked() {
+    let fleet = replica_hosts(80);
+    let out = fleet.roll(&policy_with(0.2, r#", "soak_ms": 200"#), 3);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    for host in 0..3 {
+        let text = std::fs::read_to_string(fleet.root(host).join("replicas.json")).unwrap();
+        let set: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let versions: Vec<&str> = set["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["version"].as_str().unwrap())
+            .collect();
+        assert_eq!(versions, ["v2", "v2"], "host {host}");
+        assert!(
+            fleet
+                .log(host)
+                .iter()
+                .any(|l| l["event"] == "rollout_started" && l["version"] == "v2"),
+            "host {host} ran a rollout"
+        );
+        assert_eq!(fleet.summary_live(host), "v2");
+    }
 }
