@@ -452,6 +452,27 @@ fn print(text: &str) {
 
 fn run_policy(command: PolicyCommand) -> ExitCode {
     match command {
+        PolicyCommand::Export {
+            file,
+            format: policy::ExportAs::Nomad,
+            eval,
+        } => match fleet::nomad::export(&file, &eval_options(eval)) {
+            Ok((text, lost)) => {
+                print(&text);
+                for what in lost {
+                    eprintln!("not expressed in Nomad: {what}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(fleet::FleetError::Policy(e)) => {
+                eprint!("{}", render_error(&e));
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
         PolicyCommand::Export { file, format, eval } => {
             match policy::export(&file, format, &eval_options(eval)) {
                 Ok(text) => {

@@ -410,3 +410,34 @@ fn hosts_that_run_replicas_are_moved_by_a_rollout_each_and_rechecked() {
         assert_eq!(fleet.summary_live(host), "v2");
     }
 }
+
+#[test]
+fn a_policy_exports_as_a_nomad_update_block_and_says_what_nomad_cannot_express() {
+    let out = rollgate()
+        .args(["policy", "export", "--format", "nomad"])
+        .arg(repo().join("contracts/policy.ncl"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let job: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let group = &job["Job"]["TaskGroups"][0];
+    let update = &group["Update"];
+    // The example policy: 1500 ms to be ready, a rollback on a stall, one replica.
+    assert_eq!(update["HealthyDeadline"], 1_500_000_000u64);
+    assert_eq!(update["AutoRevert"], true);
+    assert_eq!(update["MaxParallel"], 1);
+    assert!(update["ProgressDeadline"].as_u64() > update["HealthyDeadline"].as_u64());
+    assert_eq!(group["Services"][0]["Checks"][0]["Path"], "/readyz");
+    // Its 100 ms poll is below Nomad's shortest check interval: said on stderr and in Meta.
+    assert!(
+        stderr(&out).contains("not expressed in Nomad: edge_svc: poll_ms 100"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(job["Job"]["Meta"]["rollgate.unexpressed"]
+        .as_str()
+        .unwrap()
+        .contains("poll_ms"));
+}

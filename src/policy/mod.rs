@@ -73,12 +73,15 @@ pub enum ExportAs {
     Toml,
     /// Kubernetes Deployment fragments, one YAML document per service entry.
     K8s,
+    /// A Nomad job's update block and service check per entry (JSON job form); written by
+    /// `fleet::nomad`, which knows the waves and budgets.
+    Nomad,
 }
 
 /// Evaluates a policy and renders it the way `nickel export` would (or as Kubernetes fields).
 pub fn export(path: &Path, format: ExportAs, opts: &EvalOptions) -> Result<String, PolicyError> {
     let nickel_format = match format {
-        ExportAs::Json | ExportAs::K8s => ExportFormat::Json,
+        ExportAs::Json | ExportAs::K8s | ExportAs::Nomad => ExportFormat::Json,
         ExportAs::Yaml => ExportFormat::Yaml,
         ExportAs::Toml => ExportFormat::Toml,
     };

@@ -16,6 +16,8 @@
 //! The policy travels inside the playbook as the JSON rollgate exported from it, so every host
 //! is held to exactly what was reviewed.
 
+pub mod nomad;
+
 use std::path::Path;
 
 use crate::policy::{self, EvalOptions, PolicyError, RolloutSettings};

@@ -1,0 +1,326 @@
+//! `policy export --format nomad`: each service entry of a policy as the part of a Nomad job
+//! that says how it is updated (the task group's `Update` block) and proven healthy (its
+//! service `Check`, from the probe), in Nomad's JSON job form, to merge into a job.
+//!
+//! Nomad's rules are applied here rather than left for `nomad job run` to refuse:
+//! `MaxParallel` >= 1, durations positive (`MinHealthyTime` may be 0), `MinHealthyTime` below
+//! `HealthyDeadline`, `ProgressDeadline` above `HealthyDeadline`. What Nomad cannot say is
+//! named in the job's `Meta` and returned, for the caller to list on stderr.
+
+use serde_json::{json, Value};
+
+use crate::host::probe::{Spec, Target};
+use crate::policy::{OnStall, RolloutSettings};
+use crate::rollout::plan::{wave_sizes, Budgets, DEFAULT_WAVES};
+
+const NS_PER_MS: u64 = 1_000_000;
+/// Nomad's shortest check interval and timeout.
+const MIN_CHECK_MS: u64 = 1000;
+/// Nomad's own default progress deadline (10 min); used when the policy sets no release
+/// deadline and the gate's deadline is below it.
+const DEFAULT_PROGRESS_DEADLINE_MS: u64 = 600_000;
+
+/// One entry's job fragment, and what it could not express.
+#[derive(Debug)]
+pub struct Job {
+    pub json: Value,
+    pub lost: Vec<String>,
+}
+
+/// `policy export --format nomad`: one job document per service entry (a JSON line each), and
+/// per entry what Nomad cannot express.
+pub fn export(
+    path: &std::path::Path,
+    opts: &crate::policy::EvalOptions,
+) -> Result<(String, Vec<String>), super::FleetError> {
+    let text = crate::policy::export(path, crate::policy::ExportAs::Json, opts)?;
+    let refused = |why: String| super::FleetError::Usage(format!("{}: {why}", path.display()));
+    let value: Value = serde_json::from_str(&text).map_err(|e| refused(e.to_string()))?;
+    let stem = path
+        .file_stem()
+        .map_or("policy".to_string(), |s| s.to_string_lossy().into_owned());
+    let entries: Vec<(String, Value)> = match value.as_object() {
+        Some(top) if top.contains_key("progress_deadline_ms") => vec![(stem, value.clone())],
+        Some(top) => top
+            .iter()
+            .filter(|(_, v)| v.get("progress_deadline_ms").is_some())
+            .map(|(name, v)| (name.clone(), v.clone()))
+            .collect(),
+        None => Vec::new(),
+    };
+    if entries.is_empty() {
+        return Err(refused(
+            "the policy has no service entries (records with `progress_deadline_ms`)".into(),
+        ));
+    }
+    let (mut out, mut lost) = (String::new(), Vec::new());
+    for (name, value) in entries {
+        let settings: RolloutSettings = serde_json::from_value(value)
+            .map_err(|e| refused(format!("entry `{name}` is not a rollout policy ({e})")))?;
+        let job = job(&name, &settings).map_err(refused)?;
+        out.push_str(&job.json.to_string());
+        out.push('\n');
+        lost.extend(job.lost.into_iter().map(|l| format!("{name}: {l}")));
+    }
+    Ok((out, lost))
+}
+
+/// The job fragment for entry `name`, or why Nomad would refuse it.
+pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
+    let replicas = settings.replicas.unwrap_or(1).max(1) as usize;
+    let budgets = Budgets::of(
+        replicas,
+        settings.max_surge_pct,
+        settings.max_unavailable_pct,
+    );
+    let percents = settings.waves.clone().unwrap_or(DEFAULT_WAVES.to_vec());
+    let waves = wave_sizes(replicas, &percents);
+    let canary = waves.first().copied().unwrap_or(1);
+    let healthy_ms = settings.progress_deadline_ms;
+    let min_healthy_ms = settings.min_ready_ms.unwrap_or(0);
+    if healthy_ms == 0 {
+        return Err(format!(
+            "`{name}`: progress_deadline_ms must be above 0 for Nomad's HealthyDeadline"
+        ));
+    }
+    if min_healthy_ms >= healthy_ms {
+        return Err(format!(
+            "`{name}`: min_ready_ms ({min_healthy_ms}) must be below progress_deadline_ms ({healthy_ms}): Nomad requires MinHealthyTime < HealthyDeadline"
+        ));
+    }
+    let progress_ms = match settings.release_deadline_ms {
+        Some(ms) if ms > healthy_ms => ms,
+        Some(ms) => {
+            return Err(format!(
+                "`{name}`: release_deadline_ms ({ms}) must be above progress_deadline_ms ({healthy_ms}): Nomad requires ProgressDeadline > HealthyDeadline"
+            ))
+        }
+        None => DEFAULT_PROGRESS_DEADLINE_MS.max(healthy_ms * 2),
+    };
+    let mut lost = Vec::new();
+    if waves.len() > 2 {
+        lost.push(format!(
+            "waves {percents:?}: Nomad runs a canary of {canary}, then {} at a time",
+            budgets.in_flight()
+        ));
+    }
+    if settings.soak_ms.unwrap_or(0) > 0 {
+        lost.push("soak_ms: Nomad does not wait between groups of allocations".into());
+    }
+    if settings.max_failure_ratio.is_some() {
+        lost.push("max_failure_ratio: Nomad stops at the first unhealthy allocation".into());
+    }
+    if settings.classes.is_some() {
+        lost.push("classes: Nomad has no required or left-behind allocations".into());
+    }
+    if settings.watch_ms.unwrap_or(0) > 0 {
+        lost.push("watch_ms: Nomad does not watch after a deployment succeeds".into());
+    }
+    if settings.on_stall == OnStall::Escalate {
+        lost.push("on_stall = 'escalate: Nomad fails the deployment (AutoRevert is off)".into());
+    }
+    let probe = match &settings.probe {
+        Some(policy) => Spec::from_policy(policy).map_err(|e| format!("`{name}`: {e}"))?,
+        None => Spec::default(),
+    };
+    let (check, probe_lost) = check(&probe, settings.poll_ms);
+    lost.extend(probe_lost);
+    let mut meta = serde_json::Map::new();
+    meta.insert("rollgate.entry".into(), json!(name));
+    if !lost.is_empty() {
+        meta.insert("rollgate.unexpressed".into(), json!(lost.join("; ")));
+    }
+    let mut service = json!({ "Name": name, "PortLabel": "http" });
+    if let Some(check) = check {
+        service["Checks"] = json!([check]);
+    }
+    let json = json!({
+        "Job": {
+            "ID": name,
+            "Name": name,
+            "Type": "service",
+            "Meta": meta,
+            "TaskGroups": [{
+                "Name": name,
+                "Count": replicas,
+                "Update": {
+                    "MaxParallel": budgets.in_flight(),
+                    "Canary": canary,
+                    "HealthCheck": "checks",
+                    "MinHealthyTime": min_healthy_ms * NS_PER_MS,
+                    "HealthyDeadline": healthy_ms * NS_PER_MS,
+                    "ProgressDeadline": progress_ms * NS_PER_MS,
+                    "AutoRevert": settings.on_stall == OnStall::Rollback,
+                    "AutoPromote": false,
+                },
+                "Services": [service],
+            }],
+        }
+    });
+    Ok(Job { json, lost })
+}
+
+/// The service check a probe becomes, and what of it Nomad cannot check.
+fn check(probe: &Spec, poll_ms: u64) -> (Option<Value>, Vec<String>) {
+    let mut lost = Vec::new();
+    if probe.success_threshold > 1 {
+        lost.push(format!(
+            "probe.success_threshold = {}: a Nomad check passes at its first success",
+            probe.success_threshold
+        ));
+    }
+    // Nomad refuses a check interval or timeout under a second.
+    if poll_ms < MIN_CHECK_MS || probe.timeout_ms < MIN_CHECK_MS {
+        lost.push(format!(
+            "poll_ms {poll_ms} / probe.timeout_ms {}: Nomad checks at most every second, each given at least a second",
+            probe.timeout_ms
+        ));
+    }
+    let timing = |mut check: Value| {
+        check["Interval"] = json!(poll_ms.max(MIN_CHECK_MS) * NS_PER_MS);
+        check["Timeout"] = json!(probe.timeout_ms.max(MIN_CHECK_MS) * NS_PER_MS);
+        check
+    };
+    let check = match &probe.target {
+        Target::Http {
+            path,
+            host,
+            status_min,
+            status_max,
+        } => {
+            if (*status_min, *status_max) != (200, 299) && (*status_min, *status_max) != (200, 200)
+            {
+                lost.push(format!(
+                    "probe status {status_min}-{status_max}: a Nomad http check passes on any 2xx"
+                ));
+            }
+            let mut check =
+                json!({ "Name": "ready", "Type": "http", "Path": path, "PortLabel": "http" });
+            if let Some(host) = host {
+                check["Header"] = json!({ "Host": [host] });
+            }
+            Some(timing(check))
+        }
+        Target::Tcp => Some(timing(
+            json!({ "Name": "ready", "Type": "tcp", "PortLabel": "http" }),
+        )),
+        Target::Exec { command } => {
+            let (program, args) = command
+                .split_first()
+                .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
+            Some(timing(
+                json!({ "Name": "ready", "Type": "script", "Command": program, "Args": args }),
+            ))
+        }
+        Target::Notify { .. } => {
+            lost.push("probe kind 'notify: Nomad has no readiness by notification".into());
+            None
+        }
+    };
+    (check, lost)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn settings(replicas: u64, surge: u64, unavailable: u64, deadline: u64) -> RolloutSettings {
+        serde_json::from_value(json!({
+            "progress_deadline_ms": deadline, "poll_ms": 100,
+            "max_unavailable_pct": unavailable, "max_surge_pct": surge,
+            "on_stall": "rollback", "replicas": replicas,
+        }))
+        .unwrap()
+    }
+
+    /// Nomad's documented rules for an update block.
+    fn follows_nomads_rules(update: &Value) -> Result<(), String> {
+        let n = |field: &str| {
+            update[field]
+                .as_u64()
+                .ok_or(format!("{field} is not a whole number"))
+        };
+        if n("MaxParallel")? < 1 {
+            return Err("MaxParallel < 1".into());
+        }
+        if n("HealthyDeadline")? == 0 || n("ProgressDeadline")? == 0 {
+            return Err("a deadline is not positive".into());
+        }
+        if n("MinHealthyTime")? >= n("HealthyDeadline")? {
+            return Err("MinHealthyTime >= HealthyDeadline".into());
+        }
+        if n("ProgressDeadline")? <= n("HealthyDeadline")? {
+            return Err("ProgressDeadline <= HealthyDeadline".into());
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn ten_replicas_in_the_default_waves() {
+        let job = job("edge_svc", &settings(10, 25, 25, 1500)).unwrap();
+        let update = &job.json["Job"]["TaskGroups"][0]["Update"];
+        assert_eq!(update["MaxParallel"], 5);
+        assert_eq!(update["Canary"], 1);
+        assert_eq!(update["HealthyDeadline"], 1_500_000_000u64);
+        assert_eq!(update["ProgressDeadline"], 600_000_000_000u64);
+        assert_eq!(update["AutoRevert"], true);
+        let check = &job.json["Job"]["TaskGroups"][0]["Services"][0]["Checks"][0];
+        assert_eq!(check["Type"], "http");
+        assert_eq!(check["Path"], "/readyz");
+        // A 100 ms poll is below Nomad's shortest interval: a second, and said.
+        assert_eq!(check["Interval"], 1_000_000_000u64);
+        assert!(
+            job.lost.iter().any(|l| l.starts_with("poll_ms 100")),
+            "{:?}",
+            job.lost
+        );
+        assert!(
+            job.lost.iter().any(|l| l.starts_with("waves")),
+            "{:?}",
+            job.lost
+        );
+        follows_nomads_rules(update).unwrap();
+    }
+
+    #[test]
+    fn the_rules_catch_a_broken_block_and_bad_policies_are_refused() {
+        let mut broken = job("s", &settings(3, 0, 0, 1000)).unwrap().json;
+        broken["Job"]["TaskGroups"][0]["Update"]["ProgressDeadline"] = json!(1);
+        assert!(follows_nomads_rules(&broken["Job"]["TaskGroups"][0]["Update"]).is_err());
+        let mut slow = settings(3, 25, 0, 1000);
+        slow.min_ready_ms = Some(1000);
+        assert!(job("s", &slow)
+            .unwrap_err()
+            .contains("MinHealthyTime < HealthyDeadline"));
+        let mut short = settings(3, 25, 0, 5000);
+        short.release_deadline_ms = Some(4000);
+        assert!(job("s", &short)
+            .unwrap_err()
+            .contains("ProgressDeadline > HealthyDeadline"));
+    }
+
+    proptest! {
+        #[test]
+        fn every_exported_update_block_follows_nomads_rules(
+            replicas in 1u64..=500,
+            surge in 0u64..=100,
+            unavailable in 0u64..=100,
+            deadline in 1u64..=86_400_000,
+            min_ready in 0u64..=600_000,
+            release in proptest::option::of(1_000u64..=86_400_000),
+        ) {
+            let mut s = settings(replicas, surge, unavailable, deadline);
+            s.min_ready_ms = Some(min_ready);
+            s.release_deadline_ms = release;
+            if let Ok(job) = job("s", &s) {
+                let update = &job.json["Job"]["TaskGroups"][0]["Update"];
+                prop_assert!(follows_nomads_rules(update).is_ok(), "{update}");
+                prop_assert_eq!(update["Canary"].as_u64(), Some(wave_sizes(replicas as usize, &DEFAULT_WAVES)[0] as u64));
+            } else {
+                // Refused only for what Nomad would refuse.
+                prop_assert!(min_ready >= deadline || release.is_some_and(|r| r <= deadline));
+            }
+        }
+    }
+}
