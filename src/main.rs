@@ -16,6 +16,20 @@ use cli::{
 };
 use policy::EvalOptions;
 
+/// A fleet command's error: a refused policy in Nickel's words, else one line.
+fn fleet_failed(error: fleet::FleetError) -> ExitCode {
+    match error {
+        fleet::FleetError::Policy(e) => {
+            eprint!("{}", render_error(&e));
+            ExitCode::from(1)
+        }
+        e => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
 fn run_fleet(command: FleetCommand) -> ExitCode {
     match command {
         FleetCommand::Playbook {
@@ -42,14 +56,7 @@ fn run_fleet(command: FleetCommand) -> ExitCode {
                     print(&text);
                     ExitCode::SUCCESS
                 }
-                Err(fleet::FleetError::Policy(e)) => {
-                    eprint!("{}", render_error(&e));
-                    ExitCode::from(1)
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
+                Err(e) => fleet_failed(e),
             }
         }
     }
@@ -464,14 +471,7 @@ fn run_policy(command: PolicyCommand) -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }
-            Err(fleet::FleetError::Policy(e)) => {
-                eprint!("{}", render_error(&e));
-                ExitCode::from(1)
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
+            Err(e) => fleet_failed(e),
         },
         PolicyCommand::Export { file, format, eval } => {
             match policy::export(&file, format, &eval_options(eval)) {

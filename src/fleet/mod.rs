@@ -51,12 +51,15 @@ pub enum FleetError {
     Policy(#[from] PolicyError),
     #[error("{0}")]
     Usage(String),
+    /// The policy is valid, but the engine it is handed to would refuse it.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl FleetError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            FleetError::Policy(_) => 1,
+            FleetError::Policy(_) | FleetError::Refused(_) => 1,
             FleetError::Usage(_) => 2,
         }
     }

@@ -34,7 +34,7 @@ pub fn export(
     opts: &crate::policy::EvalOptions,
 ) -> Result<(String, Vec<String>), super::FleetError> {
     let text = crate::policy::export(path, crate::policy::ExportAs::Json, opts)?;
-    let refused = |why: String| super::FleetError::Usage(format!("{}: {why}", path.display()));
+    let refused = |why: String| super::FleetError::Refused(format!("{}: {why}", path.display()));
     let value: Value = serde_json::from_str(&text).map_err(|e| refused(e.to_string()))?;
     let stem = path
         .file_stem()

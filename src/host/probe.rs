@@ -247,66 +247,62 @@ impl Spec {
 }
 
 fn target_passes(target: &Target, probe: &Probe) -> bool {
-    {
-        match (target, probe) {
-            (
-                Target::Http {
-                    status_min,
-                    status_max,
-                    ..
-                },
-                Probe::Status(code),
-            ) => (*status_min..=*status_max).contains(code),
-            (Target::Tcp, Probe::Connected) => true,
-            (Target::Exec { .. }, Probe::Command(Some(0))) => true,
-            (Target::Notify { confirm: None, .. }, Probe::Notified) => true,
-            (
-                Target::Notify {
-                    confirm: Some(confirm),
-                    ..
-                },
-                probe,
-            ) => target_passes(confirm, probe),
-            _ => false,
-        }
+    match (target, probe) {
+        (
+            Target::Http {
+                status_min,
+                status_max,
+                ..
+            },
+            Probe::Status(code),
+        ) => (*status_min..=*status_max).contains(code),
+        (Target::Tcp, Probe::Connected) => true,
+        (Target::Exec { .. }, Probe::Command(Some(0))) => true,
+        (Target::Notify { confirm: None, .. }, Probe::Notified) => true,
+        (
+            Target::Notify {
+                confirm: Some(confirm),
+                ..
+            },
+            probe,
+        ) => target_passes(confirm, probe),
+        _ => false,
     }
 }
 
 fn describe(target: &Target) -> String {
-    {
-        match target {
-            Target::Http {
-                path,
-                host,
-                status_min,
-                status_max,
-            } => {
-                let status = if status_min == status_max {
-                    status_min.to_string()
-                } else {
-                    format!("{status_min}-{status_max}")
-                };
-                match host {
-                    Some(host) => format!("GET {path} (Host {host}) = {status}"),
-                    None => format!("GET {path} = {status}"),
-                }
+    match target {
+        Target::Http {
+            path,
+            host,
+            status_min,
+            status_max,
+        } => {
+            let status = if status_min == status_max {
+                status_min.to_string()
+            } else {
+                format!("{status_min}-{status_max}")
+            };
+            match host {
+                Some(host) => format!("GET {path} (Host {host}) = {status}"),
+                None => format!("GET {path} = {status}"),
             }
-            Target::Tcp => "TCP connect".into(),
-            Target::Exec { command } => format!("exec {} = exit 0", command.join(" ")),
-            Target::Notify {
-                confirm,
-                watchdog_ms,
-                extend_max_ms: _,
-            } => {
-                let mut words = "READY=1 on NOTIFY_SOCKET".to_string();
-                if let Some(confirm) = confirm {
-                    words.push_str(&format!(", then {}", describe(confirm)));
-                }
-                if let Some(ms) = watchdog_ms {
-                    words.push_str(&format!(", WATCHDOG=1 every {ms} ms"));
-                }
-                words
+        }
+        Target::Tcp => "TCP connect".into(),
+        Target::Exec { command } => format!("exec {} = exit 0", command.join(" ")),
+        Target::Notify {
+            confirm,
+            watchdog_ms,
+            extend_max_ms: _,
+        } => {
+            let mut words = "READY=1 on NOTIFY_SOCKET".to_string();
+            if let Some(confirm) = confirm {
+                words.push_str(&format!(", then {}", describe(confirm)));
             }
+            if let Some(ms) = watchdog_ms {
+                words.push_str(&format!(", WATCHDOG=1 every {ms} ms"));
+            }
+            words
         }
     }
 }
