@@ -78,26 +78,6 @@ pub fn batches(hosts: usize, percents: &[u64]) -> Vec<usize> {
         .collect()
 }
 
-/// Ansible's own batching (`PlaybookExecutor._get_serialized_batches`): each entry of
-/// `serial` in turn (the last one repeated) takes that many of the remaining hosts.
-pub fn ansible_batches(hosts: usize, serial: &[usize]) -> Vec<usize> {
-    let mut left = hosts;
-    let mut out = Vec::new();
-    let mut item = 0;
-    while left > 0 {
-        let size = serial.get(item).copied().unwrap_or(0);
-        if size == 0 {
-            out.push(left);
-            break;
-        }
-        let taken = size.min(left);
-        out.push(taken);
-        left -= taken;
-        item = (item + 1).min(serial.len().saturating_sub(1));
-    }
-    out
-}
-
 /// `rollgate fleet playbook`: the playbook's text.
 pub fn playbook(request: &PlaybookRequest, opts: &EvalOptions) -> Result<String, FleetError> {
     if request.hosts == 0 || request.hosts > MAX_HOSTS {
@@ -272,6 +252,26 @@ fn render(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Ansible's own batching (`PlaybookExecutor._get_serialized_batches`): each entry of
+    /// `serial` in turn (the last one repeated) takes that many of the remaining hosts.
+    fn ansible_batches(hosts: usize, serial: &[usize]) -> Vec<usize> {
+        let mut left = hosts;
+        let mut out = Vec::new();
+        let mut item = 0;
+        while left > 0 {
+            let size = serial.get(item).copied().unwrap_or(0);
+            if size == 0 {
+                out.push(left);
+                break;
+            }
+            let taken = size.min(left);
+            out.push(taken);
+            left -= taken;
+            item = (item + 1).min(serial.len().saturating_sub(1));
+        }
+        out
+    }
 
     #[test]
     fn ten_hosts_in_the_default_waves_move_one_one_three_five() {
