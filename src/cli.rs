@@ -630,24 +630,42 @@ Exit codes: 0 written; 1 the policy was refused; 2 usage."
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Evaluate a policy and print it as `nickel export` would.
+    /// Evaluate a policy and print it as `nickel export` would, or hand it to an orchestrator.
     #[command(after_help = "Examples:
   rollgate policy export contracts/policy.ncl
   rollgate policy export contracts/policy.ncl --format yaml
-  rollgate policy export contracts/policy.ncl --format k8s > edge-svc-patch.yaml
+  rollgate policy export contracts/policy.ncl --format k8s --image registry.example/edge:v2
+  rollgate policy export contracts/policy.ncl --format argo --strict > edge-rollout.yaml
+  rollgate policy export contracts/policy.ncl --format nomad | jq .Job.TaskGroups[0].Update
 
 `import \"rollout-policy.ncl\"` resolves to, in order: the importing file's folder, each
 --import-path, each folder of NICKEL_IMPORT_PATH, then the contract bundled in rollgate.
 JSON, YAML and TOML files are maps of service name to policy; the bundled RolloutPolicy
 contract is applied to every entry.
 
-Exit codes: 0 exported; 1 the policy was refused (Nickel's diagnostic on stderr); 2 usage.")]
+k8s, argo and nomad write one document per service entry in that engine's own fields; what the
+engine cannot express is listed on stderr (`not expressed in ENGINE: ...`) and named in the
+document (an annotation or Meta field). --strict refuses such a policy instead.
+
+Exit codes: 0 exported; 1 the policy was refused (Nickel's diagnostic on stderr), or the engine
+would refuse it, or --strict found something the engine cannot express; 2 usage.")]
     Export {
         /// The policy file (.ncl, or .json/.yaml/.yml/.toml).
         file: PathBuf,
-        /// Output format. `k8s` gives Deployment fields to merge, one YAML document per service.
+        /// Output format: the policy itself (json, yaml, toml), or a Kubernetes Deployment
+        /// (k8s), an Argo Rollouts Rollout (argo) or a Nomad job's update block (nomad).
         #[arg(long, short, value_enum, default_value = "json")]
         format: ExportAs,
+        /// With k8s, argo or nomad: refuse a policy the engine cannot express in full.
+        #[arg(long)]
+        strict: bool,
+        /// With k8s or argo: the container image (without it the object names none).
+        #[arg(long, value_name = "IMAGE")]
+        image: Option<String>,
+        /// With k8s or argo: the port the service listens on (the probe's `http` port, and
+        /// `PORT` in its environment).
+        #[arg(long, value_name = "PORT", default_value_t = rollgate::fleet::export::DEFAULT_PORT)]
+        port: u16,
         #[command(flatten)]
         eval: EvalArgs,
     },

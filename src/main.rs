@@ -461,19 +461,29 @@ fn run_policy(command: PolicyCommand) -> ExitCode {
     match command {
         PolicyCommand::Export {
             file,
-            format: policy::ExportAs::Nomad,
+            format,
+            strict,
+            image,
+            port,
             eval,
-        } => match fleet::nomad::export(&file, &eval_options(eval)) {
-            Ok((text, lost)) => {
-                print(&text);
-                for what in lost {
-                    eprintln!("not expressed in Nomad: {what}");
-                }
-                ExitCode::SUCCESS
+        } => {
+            if let Some(engine) = fleet::export::Engine::of(format) {
+                let workload = fleet::export::Workload {
+                    image,
+                    port,
+                    strict,
+                };
+                return match fleet::export::export(&file, engine, &workload, &eval_options(eval)) {
+                    Ok(exported) => {
+                        print(&exported.text);
+                        for what in exported.lost {
+                            eprintln!("not expressed in {}: {what}", engine.name());
+                        }
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fleet_failed(e),
+                };
             }
-            Err(e) => fleet_failed(e),
-        },
-        PolicyCommand::Export { file, format, eval } => {
             match policy::export(&file, format, &eval_options(eval)) {
                 Ok(text) => {
                     print(&text);

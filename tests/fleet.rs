@@ -9,36 +9,9 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// `ansible-playbook` from the virtual environment under the user's cache folder, created and
-/// filled from PyPI now if `.ci/run` has not done it.
+/// `ansible-playbook` from the tools' virtual environment (ansible-core from PyPI).
 fn ansible_playbook() -> PathBuf {
-    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            let venv = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .expect("HOME or XDG_CACHE_HOME is set")
-                .join("rollgate-tools/venv");
-            let binary = venv.join("bin/ansible-playbook");
-            if !binary.is_file() {
-                let made = std::process::Command::new("python3")
-                    .args(["-m", "venv"])
-                    .arg(&venv)
-                    .status()
-                    .expect(
-                        "python3 runs (the fleet tests need ansible-core; .ci/run installs it)",
-                    );
-                assert!(made.success(), "python3 -m venv failed");
-                let installed = std::process::Command::new(venv.join("bin/pip"))
-                    .args(["install", "-q", "ansible-core"])
-                    .status()
-                    .expect("pip runs");
-                assert!(installed.success(), "pip could not install ansible-core");
-            }
-            binary
-        })
-        .clone()
+    python_tools().join("ansible-playbook")
 }
 
 /// Ten hosts (roots) of edge-svc, each with v1 deployed and live and v2 installed.

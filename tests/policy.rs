@@ -324,7 +324,7 @@ fn k8s_output_for_the_example_policy() {
     assert!(out.status.success(), "{}", stderr(&out));
     let yaml = stdout(&out);
     for line in [
-        "kind: Deployment\n",
+        "kind: \"Deployment\"\n",
         "  name: \"edge-svc\"\n",
         "    rollgate.dev/on-stall: \"rollback\"\n",
         "  minReadySeconds: 0\n",

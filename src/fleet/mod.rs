@@ -16,7 +16,12 @@
 //! The policy travels inside the playbook as the JSON rollgate exported from it, so every host
 //! is held to exactly what was reviewed.
 
+pub mod argo;
+pub mod export;
+pub mod k8s;
 pub mod nomad;
+mod pod;
+mod yaml;
 
 use std::path::Path;
 

@@ -27,44 +27,6 @@ pub struct Job {
     pub lost: Vec<String>,
 }
 
-/// `policy export --format nomad`: one job document per service entry (a JSON line each), and
-/// per entry what Nomad cannot express.
-pub fn export(
-    path: &std::path::Path,
-    opts: &crate::policy::EvalOptions,
-) -> Result<(String, Vec<String>), super::FleetError> {
-    let text = crate::policy::export(path, crate::policy::ExportAs::Json, opts)?;
-    let refused = |why: String| super::FleetError::Refused(format!("{}: {why}", path.display()));
-    let value: Value = serde_json::from_str(&text).map_err(|e| refused(e.to_string()))?;
-    let stem = path
-        .file_stem()
-        .map_or("policy".to_string(), |s| s.to_string_lossy().into_owned());
-    let entries: Vec<(String, Value)> = match value.as_object() {
-        Some(top) if top.contains_key("progress_deadline_ms") => vec![(stem, value.clone())],
-        Some(top) => top
-            .iter()
-            .filter(|(_, v)| v.get("progress_deadline_ms").is_some())
-            .map(|(name, v)| (name.clone(), v.clone()))
-            .collect(),
-        None => Vec::new(),
-    };
-    if entries.is_empty() {
-        return Err(refused(
-            "the policy has no service entries (records with `progress_deadline_ms`)".into(),
-        ));
-    }
-    let (mut out, mut lost) = (String::new(), Vec::new());
-    for (name, value) in entries {
-        let settings: RolloutSettings = serde_json::from_value(value)
-            .map_err(|e| refused(format!("entry `{name}` is not a rollout policy ({e})")))?;
-        let job = job(&name, &settings).map_err(refused)?;
-        out.push_str(&job.json.to_string());
-        out.push('\n');
-        lost.extend(job.lost.into_iter().map(|l| format!("{name}: {l}")));
-    }
-    Ok((out, lost))
-}
-
 /// The job fragment for entry `name`, or why Nomad would refuse it.
 pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
     let replicas = settings.replicas.unwrap_or(1).max(1) as usize;
@@ -119,6 +81,7 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
     if settings.on_stall == OnStall::Escalate {
         lost.push("on_stall = 'escalate: Nomad fails the deployment (AutoRevert is off)".into());
     }
+    lost.extend(super::export::lost_everywhere(settings, "Nomad"));
     let probe = match &settings.probe {
         Some(policy) => Spec::from_policy(policy).map_err(|e| format!("`{name}`: {e}"))?,
         None => Spec::default(),

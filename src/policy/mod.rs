@@ -6,7 +6,6 @@ pub mod check;
 mod diagnostic;
 mod eval;
 mod imports;
-pub mod k8s;
 mod sandbox;
 
 use std::path::{Path, PathBuf};
@@ -51,12 +50,6 @@ pub enum PolicyError {
         "Nickel failed internally ({0}); please report this policy to the rollgate maintainers"
     )]
     Internal(String),
-    #[error("{}: {source}", path.display())]
-    #[serde(skip)]
-    K8s {
-        path: PathBuf,
-        source: k8s::K8sError,
-    },
     #[error("{}: no policy entry `{entry}` (entries: {available})", path.display())]
     MissingEntry {
         path: PathBuf,
@@ -71,34 +64,24 @@ pub enum ExportAs {
     Json,
     Yaml,
     Toml,
-    /// Kubernetes Deployment fragments, one YAML document per service entry.
+    /// A Kubernetes Deployment per service entry (YAML); written by `fleet::k8s`.
     K8s,
+    /// An Argo Rollouts `Rollout` per service entry (YAML); written by `fleet::argo`.
+    Argo,
     /// A Nomad job's update block and service check per entry (JSON job form); written by
-    /// `fleet::nomad`, which knows the waves and budgets.
+    /// `fleet::nomad`.
     Nomad,
 }
 
-/// Evaluates a policy and renders it the way `nickel export` would (or as Kubernetes fields).
+/// Evaluates a policy and renders it the way `nickel export` would. The engines' formats
+/// (k8s, argo, nomad) are `fleet::export`'s; asked here, they give the JSON those start from.
 pub fn export(path: &Path, format: ExportAs, opts: &EvalOptions) -> Result<String, PolicyError> {
     let nickel_format = match format {
-        ExportAs::Json | ExportAs::K8s | ExportAs::Nomad => ExportFormat::Json,
+        ExportAs::Json | ExportAs::K8s | ExportAs::Argo | ExportAs::Nomad => ExportFormat::Json,
         ExportAs::Yaml => ExportFormat::Yaml,
         ExportAs::Toml => ExportFormat::Toml,
     };
-    let evaluated = eval::evaluate(path, nickel_format, opts)?;
-    if format != ExportAs::K8s {
-        return Ok(evaluated.text);
-    }
-    let k8s_error = |source| PolicyError::K8s {
-        path: path.to_path_buf(),
-        source,
-    };
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "policy".into());
-    let entries = k8s::entries(&evaluated.value, &stem).map_err(k8s_error)?;
-    k8s::render(&entries, &path.display().to_string()).map_err(k8s_error)
+    Ok(eval::evaluate(path, nickel_format, opts)?.text)
 }
 
 /// What a stall at the deadline leads to.

@@ -347,9 +347,75 @@ pub fn count_events(site: &Site, event: &str, version: &str) -> usize {
         .count()
 }
 
-/// The Nushell binary the lab tests run the lesson's `.nu` queries with: `$ROLLGATE_TEST_NU`,
-/// else `nu` on PATH, else the copy `.ci/run` installs under the user's cache folder, else that
-/// copy is installed now from the npm registry (Nushell publishes prebuilt binaries there).
+/// The folder the tests keep the tools they install in (`.ci/run` fills it first).
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME is set")
+        .join("rollgate-tools")
+}
+
+/// The Python tools the tests run, each from PyPI, one virtual environment for all of them.
+pub const PYTHON_TOOLS: &[(&str, &str)] = &[
+    ("ansible-core", "ansible-playbook"),
+    ("kubernetes-validate==1.37.0", "kubernetes-validate"),
+];
+
+/// The `bin` folder of the tools' virtual environment, created and filled now if `.ci/run`
+/// has not done it.
+pub fn python_tools() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let venv = tools_dir().join("venv");
+            let bin = venv.join("bin");
+            if !bin.join("python").is_file() {
+                let made = std::process::Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&venv)
+                    .status()
+                    .expect("python3 runs (the tests need Python tools; .ci/run installs them)");
+                assert!(made.success(), "python3 -m venv failed");
+            }
+            let missing: Vec<&str> = PYTHON_TOOLS
+                .iter()
+                .filter(|(_, binary)| !bin.join(binary).is_file())
+                .map(|(package, _)| *package)
+                .collect();
+            if !missing.is_empty() {
+                let installed = std::process::Command::new(bin.join("pip"))
+                    .args(["install", "-q"])
+                    .args(&missing)
+                    .status()
+                    .expect("pip runs");
+                assert!(installed.success(), "pip could not install {missing:?}");
+            }
+            bin
+        })
+        .clone()
+}
+
+/// The folder of npm package `spec` (`name@version`) installed under the tools folder, in a
+/// prefix of its own; installed now if `.ci/run` has not done it.
+pub fn npm_package(prefix: &str, spec: &str) -> PathBuf {
+    let dir = tools_dir().join(prefix);
+    let name = spec.rsplit_once('@').map_or(spec, |(name, _)| name);
+    let package = dir.join("node_modules").join(name);
+    if !package.join("package.json").is_file() {
+        let status = std::process::Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .arg(spec)
+            .status()
+            .expect("npm runs (the tests need npm packages; .ci/run installs them)");
+        assert!(status.success(), "npm could not install {spec}");
+    }
+    package
+}
+
+/// Nushell for the lab tests: `ROLLGATE_TEST_NU`, else `nu` on the PATH, else the prebuilt one
+/// from the npm registry.
 pub fn nushell() -> PathBuf {
     static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     FOUND
@@ -365,22 +431,7 @@ pub fn nushell() -> PathBuf {
             if let Some(path) = on_path {
                 return path;
             }
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .expect("HOME or XDG_CACHE_HOME is set")
-                .join("rollgate-tools/nushell");
-            let binary = cache.join("node_modules/@nushell/linux-x64/bin/nu");
-            if !binary.is_file() {
-                let status = std::process::Command::new("npm")
-                    .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
-                    .arg(&cache)
-                    .arg("@nushell/linux-x64@0.115.1")
-                    .status()
-                    .expect("npm runs (the lab tests need Nushell; .ci/run installs it)");
-                assert!(status.success(), "npm could not install Nushell");
-            }
-            binary
+            npm_package("nushell", "@nushell/linux-x64@0.115.1").join("bin/nu")
         })
         .clone()
 }

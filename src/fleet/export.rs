@@ -1,0 +1,169 @@
+//! `policy export --format k8s|argo|nomad`: a reviewed policy handed to an orchestrator that
+//! runs the service instead of rollgate, in that engine's own fields.
+//!
+//! Each engine's exporter returns its document and what it could not express; the caller lists
+//! those on stderr (`not expressed in ENGINE: entry: ...`) and each document names them too (an
+//! annotation or a meta field). `--strict` turns any loss into a refusal, so a pipeline can
+//! insist that what runs is exactly what was reviewed.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::FleetError;
+use crate::policy::{self, EvalOptions, ExportAs, RolloutSettings};
+
+/// The engines a policy can be handed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Kubernetes,
+    Argo,
+    Nomad,
+}
+
+impl Engine {
+    /// The engine a `policy export --format` names, if it names one.
+    pub fn of(format: ExportAs) -> Option<Engine> {
+        match format {
+            ExportAs::K8s => Some(Engine::Kubernetes),
+            ExportAs::Argo => Some(Engine::Argo),
+            ExportAs::Nomad => Some(Engine::Nomad),
+            ExportAs::Json | ExportAs::Yaml | ExportAs::Toml => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Kubernetes => "Kubernetes",
+            Engine::Argo => "Argo Rollouts",
+            Engine::Nomad => "Nomad",
+        }
+    }
+}
+
+/// What the exported objects need that a policy does not say.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The container image (Kubernetes and Argo); without it the object is a fragment to merge
+    /// into one that names its image.
+    pub image: Option<String>,
+    /// The port the service listens on: the container's `http` port, which the probe checks,
+    /// and `PORT` in its environment, as rollgate gives it to a release.
+    pub port: u16,
+    /// Refuse to export a policy that would lose something.
+    pub strict: bool,
+}
+
+/// The port a release listens on when `--port` is not given.
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// One engine's documents for every entry, and what they could not express (each line
+/// prefixed with its entry's name).
+#[derive(Debug)]
+pub struct Exported {
+    pub text: String,
+    pub lost: Vec<String>,
+}
+
+/// One entry's document, and what of the entry it could not express.
+#[derive(Debug)]
+pub struct Document {
+    pub text: String,
+    pub lost: Vec<String>,
+}
+
+/// Exports every service entry of the policy at `path` for `engine`.
+pub fn export(
+    path: &Path,
+    engine: Engine,
+    workload: &Workload,
+    opts: &EvalOptions,
+) -> Result<Exported, FleetError> {
+    let source = path.display().to_string();
+    let refused = |why: String| FleetError::Refused(format!("{source}: {why}"));
+    let mut exported = Exported {
+        text: String::new(),
+        lost: Vec::new(),
+    };
+    for (name, settings) in entries(path, opts)? {
+        let document = match engine {
+            Engine::Kubernetes => super::k8s::deployment(&name, &settings, workload, &source),
+            Engine::Argo => super::argo::rollout(&name, &settings, workload, &source),
+            Engine::Nomad => super::nomad::job(&name, &settings).map(|job| Document {
+                text: format!("{}\n", job.json),
+                lost: job.lost,
+            }),
+        }
+        .map_err(refused)?;
+        exported.text.push_str(&document.text);
+        exported
+            .lost
+            .extend(document.lost.into_iter().map(|l| format!("{name}: {l}")));
+    }
+    if workload.strict && !exported.lost.is_empty() {
+        return Err(refused(format!(
+            "--strict: {} cannot express all of this policy:\n  {}",
+            engine.name(),
+            exported.lost.join("\n  ")
+        )));
+    }
+    Ok(exported)
+}
+
+/// The policy's service entries, in name order: each top-level record holding
+/// `progress_deadline_ms`, or the whole document when it is one policy (named after the file).
+pub fn entries(
+    path: &Path,
+    opts: &EvalOptions,
+) -> Result<Vec<(String, RolloutSettings)>, FleetError> {
+    let text = policy::export(path, ExportAs::Json, opts)?;
+    let refused = |why: String| FleetError::Refused(format!("{}: {why}", path.display()));
+    let value: Value = serde_json::from_str(&text).map_err(|e| refused(e.to_string()))?;
+    let stem = path
+        .file_stem()
+        .map_or("policy".to_string(), |s| s.to_string_lossy().into_owned());
+    let found: Vec<(String, Value)> = match value.as_object() {
+        Some(top) if top.contains_key("progress_deadline_ms") => vec![(stem, value.clone())],
+        Some(top) => top
+            .iter()
+            .filter(|(_, v)| v.get("progress_deadline_ms").is_some())
+            .map(|(name, v)| (name.clone(), v.clone()))
+            .collect(),
+        None => Vec::new(),
+    };
+    if found.is_empty() {
+        return Err(refused(
+            "the policy has no service entries (records with `progress_deadline_ms`)".into(),
+        ));
+    }
+    found
+        .into_iter()
+        .map(|(name, value)| {
+            serde_json::from_value(value)
+                .map(|settings| (name.clone(), settings))
+                .map_err(|e| refused(format!("entry `{name}` is not a rollout policy ({e})")))
+        })
+        .collect()
+}
+
+/// What none of the engines can say, whatever it is: rollgate's own steps around a release.
+pub fn lost_everywhere(settings: &RolloutSettings, engine: &str) -> Vec<String> {
+    let mut lost = Vec::new();
+    if let Some(hooks) = &settings.hooks {
+        let named: Vec<&str> = [
+            ("pre_deploy", hooks.pre_deploy.is_some()),
+            ("post_promote", hooks.post_promote.is_some()),
+            ("post_rollback", hooks.post_rollback.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if !named.is_empty() {
+            lost.push(format!(
+                "hooks ({}): {engine} runs no rollgate hooks",
+                named.join(", ")
+            ));
+        }
+    }
+    lost
+}
