@@ -174,13 +174,13 @@ could not be started; 2 refused (not a root, a deploy holds the lock).")]
         #[arg(long)]
         supervise: bool,
         /// How long a started release may take to pass its probe (the one its deploy gated it with).
-        #[arg(long, value_name = "MS", default_value_t = rollgate::up::DEFAULT_READY.as_millis() as u64)]
+        #[arg(long, value_name = "MS", default_value_t = rollgate::commands::up::DEFAULT_READY.as_millis() as u64)]
         ready_ms: u64,
         /// With --supervise: exits in a row (each within 30 s of its start) at which it gives up.
-        #[arg(long, default_value_t = rollgate::up::DEFAULT_MAX_RESTARTS, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = rollgate::commands::up::DEFAULT_MAX_RESTARTS, value_parser = clap::value_parser!(u32).range(1..=1000))]
         max_restarts: u32,
         /// With --supervise: the first wait before a restart, doubled each time (at most 60 s).
-        #[arg(long, value_name = "MS", default_value_t = rollgate::up::DEFAULT_BACKOFF.as_millis() as u64)]
+        #[arg(long, value_name = "MS", default_value_t = rollgate::commands::up::DEFAULT_BACKOFF.as_millis() as u64)]
         backoff_ms: u64,
     },
     /// Finish the watch a `deploy --no-wait` recorded (started by that deploy).

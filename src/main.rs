@@ -2,7 +2,10 @@
 
 mod cli;
 
-use rollgate::{demo, deploy, fleet, log, policy, proxy, release, rollout, sample, up};
+use rollgate::commands::{demo, deploy, escalation, rollback, rollout, status, up, watch};
+use rollgate::engine::{control, settings};
+use rollgate::error::DeployError;
+use rollgate::{fleet, log, policy, proxy, release, sample};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -117,7 +120,7 @@ fn main() -> ExitCode {
             eval,
         } => {
             let eval = eval_options(eval);
-            match deploy::rollback::replica_target(&target.root, &service) {
+            match rollback::replica_target(&target.root, &service) {
                 Err(e) => finish_deploy(Err(e)),
                 Ok(Some((current, earlier))) => {
                     eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
@@ -128,7 +131,7 @@ fn main() -> ExitCode {
                         policy,
                         policy_entry,
                         eval,
-                        args: rollout::settings::Args {
+                        args: settings::Args {
                             grace_ms,
                             drain_ms: drain_timeout_ms,
                             ..Default::default()
@@ -136,27 +139,25 @@ fn main() -> ExitCode {
                     };
                     finish_rollout(rollout::rollout(request))
                 }
-                Ok(None) => finish_deploy(deploy::rollback::rollback(
-                    deploy::rollback::RollbackRequest {
-                        service: service.clone(),
-                        root: target.root.clone(),
-                        port,
-                        deploy: deploy::Request {
-                            service,
-                            port: 0,
-                            version: String::new(),
-                            deadline_ms: None,
-                            root: target.root,
-                            policy,
-                            policy_entry,
-                            grace_ms,
-                            drain_ms: drain_timeout_ms,
-                            watch_ms,
-                            no_wait: false,
-                            eval,
-                        },
+                Ok(None) => finish_deploy(rollback::rollback(rollback::RollbackRequest {
+                    service: service.clone(),
+                    root: target.root.clone(),
+                    port,
+                    deploy: deploy::Request {
+                        service,
+                        port: 0,
+                        version: String::new(),
+                        deadline_ms: None,
+                        root: target.root,
+                        policy,
+                        policy_entry,
+                        grace_ms,
+                        drain_ms: drain_timeout_ms,
+                        watch_ms,
+                        no_wait: false,
+                        eval,
                     },
-                )),
+                })),
             }
         }
         Command::Up {
@@ -179,15 +180,15 @@ fn main() -> ExitCode {
             service,
             token,
             target,
-        } => finish_deploy(deploy::run_watcher(&service, target.root, &token)),
+        } => finish_deploy(watch::run_watcher(&service, target.root, &token)),
         Command::Promote { service, target } => {
-            finish_deploy(deploy::finish_escalated(&service, target.root, true))
+            finish_deploy(escalation::finish_escalated(&service, target.root, true))
         }
         Command::Abort { service, target } => {
-            finish_deploy(deploy::finish_escalated(&service, target.root, false))
+            finish_deploy(escalation::finish_escalated(&service, target.root, false))
         }
         Command::Status { target, format } => {
-            answer(deploy::status(target.root, format), |e| e.exit_code())
+            answer(status::status(target.root, format), |e| e.exit_code())
         }
         Command::SampleService(args) => sample::run(args),
         Command::Proxy {
@@ -339,7 +340,7 @@ fn report_dry_run((report, refused): (String, bool)) -> ExitCode {
     ExitCode::from(if refused { 2 } else { 0 })
 }
 
-fn finish_deploy(result: Result<deploy::DeployOutcome, deploy::DeployError>) -> ExitCode {
+fn finish_deploy(result: Result<deploy::DeployOutcome, DeployError>) -> ExitCode {
     match result {
         Ok(outcome) => {
             let line = match outcome {
@@ -364,7 +365,7 @@ fn finish_deploy(result: Result<deploy::DeployOutcome, deploy::DeployError>) -> 
 
 /// `rollgate rollout ...`: the outcome on stdout, exit 0/1/3 as the outcome says, 2 refused.
 fn run_rollout(args: RolloutArgs) -> ExitCode {
-    use rollout::control::Ask;
+    use control::Ask;
     let result = match args.command {
         Some(RolloutCommand::Status {
             service,
@@ -399,7 +400,7 @@ fn run_rollout(args: RolloutArgs) -> ExitCode {
 }
 
 /// A rollout command's outcome on stdout, exit 0/1/3 as it says; an error on stderr, exit 2.
-fn finish_rollout(result: Result<rollout::RolloutOutcome, deploy::DeployError>) -> ExitCode {
+fn finish_rollout(result: Result<rollout::RolloutOutcome, DeployError>) -> ExitCode {
     match result {
         Ok(outcome) => {
             println!("{}", outcome.message());
@@ -412,9 +413,9 @@ fn finish_rollout(result: Result<rollout::RolloutOutcome, deploy::DeployError>) 
     }
 }
 
-fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, deploy::DeployError> {
-    use rollout::settings::{parse_ports, parse_wait, parse_waves};
-    let usage = deploy::DeployError::Refused;
+fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, DeployError> {
+    use settings::{parse_ports, parse_wait, parse_waves};
+    let usage = DeployError::Refused;
     let soak_ms = args
         .soak
         .as_deref()
@@ -428,7 +429,7 @@ fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, deploy::Deploy
         policy: args.policy,
         policy_entry: args.policy_entry,
         eval: eval_options(args.eval),
-        args: rollout::settings::Args {
+        args: settings::Args {
             replicas: args.replicas.map(|n| n as usize),
             ports: args
                 .ports

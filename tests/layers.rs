@@ -88,15 +88,115 @@ fn rendering_names_nothing_of_rollgate() {
 }
 
 #[test]
-fn the_engine_prints_without_the_log_analysis() {
-    // Formats, tables and times come from `render`; the engine does not need the log's queries.
+fn the_engine_names_nothing_above_it() {
+    // Not the commands that drive it, not the log's analysis, not the fleet exports.
     assert_eq!(
         breaks(
-            "rollout",
-            &["host", "policy", "render", "deploy", "proxy", "release"]
+            "engine",
+            &["host", "policy", "render", "proxy", "release", "error"]
         ),
         Vec::<(String, String)>::new()
     );
+}
+
+#[test]
+fn the_error_type_names_nothing() {
+    assert_eq!(breaks("error", &[]), Vec::<(String, String)>::new());
+}
+
+#[test]
+fn the_fleet_exports_stand_on_the_engine_not_the_commands() {
+    assert_eq!(
+        breaks("fleet", &["host", "policy", "render", "engine", "error"]),
+        Vec::<(String, String)>::new()
+    );
+}
+
+/// The top-level modules (folders and files of `src/`) and, for each, those it names.
+fn module_graph() -> Vec<(String, Vec<String>)> {
+    let src = repo().join("src");
+    let mut modules: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            let name = path.file_stem()?.to_string_lossy().into_owned();
+            let module = path.is_dir() || path.extension().is_some_and(|x| x == "rs");
+            (module && !["main", "lib", "cli"].contains(&name.as_str())).then_some(name)
+        })
+        .collect();
+    modules.sort();
+    modules.dedup();
+    modules
+        .iter()
+        .map(|module| {
+            let named: Vec<String> = breaks(module, &[])
+                .into_iter()
+                .map(|(_, name)| name)
+                .filter(|name| modules.contains(name))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            (module.clone(), named)
+        })
+        .collect()
+}
+
+/// A cycle in `graph`, if there is one, as the modules along it.
+fn cycle(graph: &[(String, Vec<String>)]) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &[(String, Vec<String>)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.iter().any(|n| n == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        let next = graph
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, e)| e.clone());
+        for to in next.unwrap_or_default() {
+            if let Some(found) = visit(&to, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    graph
+        .iter()
+        .find_map(|(node, _)| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_two_top_level_modules_name_each_other_round_a_cycle() {
+    let graph = module_graph();
+    assert!(graph.iter().any(|(n, _)| n == "engine"), "{graph:?}");
+    assert_eq!(cycle(&graph), None, "{graph:?}");
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle() {
+    let graph = vec![
+        ("a".to_string(), vec!["b".to_string()]),
+        ("b".to_string(), vec!["c".to_string()]),
+        ("c".to_string(), vec!["a".to_string()]),
+    ];
+    assert_eq!(
+        cycle(&graph),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(cycle(&graph[..2]), None);
 }
 
 #[test]

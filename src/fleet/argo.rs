@@ -9,7 +9,7 @@
 //! reach (waves of 1 % and 1 % on 500 replicas are 5 and 6; no weight gives 6): such a wave gets
 //! the nearest weight and is listed as lost, and `--strict` refuses it.
 //!
-//! The budgets go through as replica counts from `rollout::plan::Budgets`, so Argo's own
+//! The budgets go through as replica counts from `engine::budgets::Budgets`, so Argo's own
 //! rounding of percentages never enters, and a stall becomes `progressDeadlineAbort` ('rollback)
 //! or a degraded rollout that waits for a person ('escalate).
 
@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
+use crate::engine::budgets::{wave_sizes, Budgets, DEFAULT_WAVES};
 use crate::policy::{OnStall, RolloutSettings};
-use crate::rollout::plan::{wave_sizes, Budgets, DEFAULT_WAVES};
 
 /// Argo's weights are out of this without a traffic router (`MaxTrafficWeight`).
 const MAX_WEIGHT: u32 = 100;

@@ -2,7 +2,7 @@
 //! update, deadlines and readiness probe are the policy's.
 //!
 //! The budgets go through as percentages: Kubernetes rounds them as rollgate does (surge up,
-//! unavailable down; see `rollout::plan::Budgets`). Kubernetes' own rules are applied here rather
+//! unavailable down; see `engine::budgets::Budgets`). Kubernetes' own rules are applied here rather
 //! than left for `kubectl apply` to refuse: not both budgets 0, and `progressDeadlineSeconds`
 //! above `minReadySeconds`.
 
@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
+use crate::engine::budgets::{wave_sizes, DEFAULT_WAVES};
 use crate::policy::{OnStall, RolloutSettings};
-use crate::rollout::plan::{wave_sizes, DEFAULT_WAVES};
 
 /// The Deployment for entry `name` read from `source`, or why Kubernetes would refuse it.
 pub fn deployment(

@@ -25,8 +25,8 @@ mod yaml;
 
 use std::path::Path;
 
+use crate::engine::budgets::{wave_sizes, DEFAULT_WAVES};
 use crate::policy::{self, EvalOptions, PolicyError, RolloutSettings};
-use crate::rollout::plan::{wave_sizes, DEFAULT_WAVES};
 
 /// What a playbook is written for.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ pub fn playbook(request: &PlaybookRequest, opts: &EvalOptions) -> Result<String,
     let entry = request
         .entry
         .map(str::to_string)
-        .unwrap_or_else(|| crate::deploy::plan::policy_entry_for(request.service));
+        .unwrap_or_else(|| crate::engine::judge::policy_entry_for(request.service));
     let (value, settings) = policy::load_entry_value(request.policy, &entry, opts)?;
     Ok(render(request, &entry, &value, &settings))
 }

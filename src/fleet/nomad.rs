@@ -9,9 +9,9 @@
 
 use serde_json::{json, Value};
 
+use crate::engine::budgets::{wave_sizes, Budgets, DEFAULT_WAVES};
 use crate::host::probe::{Spec, Target};
 use crate::policy::{OnStall, RolloutSettings};
-use crate::rollout::plan::{wave_sizes, Budgets, DEFAULT_WAVES};
 
 const NS_PER_MS: u64 = 1_000_000;
 /// Nomad's shortest check interval and timeout.

@@ -7,7 +7,7 @@
 //!   the candidate is spawned (with a token the candidate carries in its environment). A deploy
 //!   runs on the rollout engine, whose state (`rollout.json`) is the truth; this record is its
 //!   view, rewritten with it and removed with it. One left by an older rollgate is read into
-//!   that state by the next command (`rollout::single::adopt_legacy`).
+//!   that state by the next command (`engine::single::adopt_legacy`).
 
 use std::fs::{self, File};
 use std::io::Write;

@@ -131,7 +131,7 @@ pub struct RolloutSettings {
     pub hooks: Option<HooksPolicy>,
 }
 
-/// The policy's `hooks` as written; `deploy::hooks::Hooks::from_policy` checks and resolves them.
+/// The policy's `hooks` as written; `host::hooks::Hooks::from_policy` checks and resolves them.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HooksPolicy {
@@ -141,7 +141,7 @@ pub struct HooksPolicy {
     pub timeout_ms: Option<u64>,
 }
 
-/// The policy's `probe` as written; `deploy::probe::Spec::from_policy` checks and resolves it.
+/// The policy's `probe` as written; `host::probe::Spec::from_policy` checks and resolves it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbePolicy {

@@ -5,17 +5,50 @@
 //! starts again; a swap whose save did not happen is undone the same way; a process being
 //! retired is stopped; a live replica that died leaves the pool. Any process carrying the
 //! rollout's token that the state does not name is stopped.
+//!
+//! [`recover`] is the one entry point every command that takes a root calls under its lock: a
+//! deploy is the engine's one-replica case, so its state file says what it had done (a
+//! `candidate` record an older rollgate left is read into the same terms first).
 
 use std::time::Duration;
 
+use super::drain_before_stop;
 use super::run::{Context, Executor};
+use super::single;
 use super::state::{self, Phase, Rollout, SlotState};
 use super::step::Event;
 use super::{fault, record};
-use crate::deploy::{drain_before_stop, DeployError};
+use crate::error::{refused, DeployError};
 use crate::host::process::{self, Identity};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
+
+/// Whatever a rollgate that died left on the root (we hold the lock, so it is dead), finished
+/// by the same executor. A deploy: a switch that happened is finished, one that did not is
+/// undone and logged as rolled back; an escalated candidate waits for a person instead
+/// (refused with what to run). A rollout: an ended one is settled, a running one is paused
+/// with every replica serving (see [`finish`]).
+pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
+    single::adopt_legacy(root)?;
+    match state::load(root).map_err(refused)? {
+        Some(left) if left.unsettled_deploy() => single::finish(root, left).await,
+        Some(left) if left.single.is_none() => finish(root, left).await,
+        _ => Ok(()),
+    }
+}
+
+/// For `up` (and each pass of `up --supervise`), `promote` and `abort`: the same, except that
+/// an escalated deploy is left waiting for its person. The release it would replace is live and
+/// is started meanwhile: after a reboot, nothing waits on a decision to serve.
+pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), DeployError> {
+    single::adopt_legacy(root)?;
+    if let Some(left) = state::load(root).map_err(refused)? {
+        if left.unsettled_deploy() && left.slot(0).held && !single::is_switched(root, &left)? {
+            return Ok(());
+        }
+    }
+    recover(root).await
+}
 
 /// What the executor must restart once recovery is done.
 #[derive(Debug, Default, PartialEq)]
@@ -204,8 +237,8 @@ pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), DeployErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::state::{Process, Settings, Slot};
     use crate::host::state::ReplicaClass;
-    use crate::rollout::state::{Process, Settings, Slot};
 
     fn process(version: &str, pid: i32) -> Process {
         Process {

@@ -4,13 +4,16 @@
 
 use std::path::PathBuf;
 
-use super::{lock, refused, runtime, DeployError, DeployOutcome};
+use super::deploy::DeployOutcome;
+use crate::engine::single;
+use crate::engine::state::{self as rollout_state, Phase};
+use crate::engine::step::Event;
+use crate::engine::{recover, runtime};
+use crate::error::{refused, DeployError};
 use crate::host::journal;
+use crate::host::lock;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
-use crate::rollout::single;
-use crate::rollout::state::{self as rollout_state, Phase};
-use crate::rollout::step::Event;
 
 /// `rollgate promote` / `rollgate abort`: finish an escalated deploy by hand.
 pub fn finish_escalated(
@@ -32,7 +35,7 @@ pub fn finish_escalated(
         if held.is_none() {
             // A promote or abort that died after its decision (or any other dead rollgate's
             // work) is finished first; then there is nothing left to decide.
-            super::recover::recover(&root).await?;
+            recover::recover(&root).await?;
         }
         let rollout = match held {
             Some(r) if r.service == service => r,

@@ -4,8 +4,9 @@ use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::render::time::{format_duration, format_time};
 use crate::render::{figures_table, Format};
 
-use super::{probe, DeployError};
+use crate::error::DeployError;
 use crate::host::journal::{self, LogEvent};
+use crate::host::probe;
 use crate::host::state::Root;
 
 /// Whether a process with this pid exists and is not a zombie (a watcher is not ours to reap).
@@ -74,7 +75,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
     // A root served by replicas: how many, on which versions, and its last rollout.
     let replicas = root.read_replicas().map_err(DeployError::Refused)?;
     // A single deploy in flight is shown by its `candidate` view, not as a rollout.
-    let rollout = crate::rollout::state::load(&root)
+    let rollout = crate::engine::state::load(&root)
         .ok()
         .flatten()
         .filter(|r| r.single.is_none());
@@ -98,7 +99,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             .collect();
         format!("{} replicas: {}", set.replicas.len(), parts.join(", "))
     });
-    let rollout_line = rollout.as_ref().map(crate::rollout::render::line);
+    let rollout_line = rollout.as_ref().map(crate::engine::view::line);
     let answer = match &pointer {
         Some(p) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -144,7 +145,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
                 })),
             })),
             "replicas": replicas.as_ref().map(|set| &set.replicas),
-            "rollout": rollout.as_ref().map(|r| crate::rollout::render::status_json(r, now)),
+            "rollout": rollout.as_ref().map(|r| crate::engine::view::status_json(r, now)),
             "recent": recent.iter().map(|RecentOutcome { ts, event, version, detail }| serde_json::json!({
                 "ts": ts, "event": event, "version": version, "detail": detail,
             })).collect::<Vec<_>>(),

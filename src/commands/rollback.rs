@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{refused, DeployError, DeployOutcome, Request};
+use super::deploy::{self, DeployOutcome, Request};
+use crate::error::{refused, DeployError};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
 
@@ -161,7 +162,7 @@ pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, DeployError> 
         "rollgate: rolling {} back from {} to {} (the release live before it) on port {port}, through the gate",
         request.service, live.version, earlier.version
     );
-    super::deploy(Request {
+    deploy::deploy(Request {
         service: request.service,
         port,
         version: earlier.version,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::host::state::Root;
 use crate::render::Format;
 
-const EXAMPLE_POLICY: &str = include_str!("../contracts/policy.ncl");
+const EXAMPLE_POLICY: &str = include_str!("../../contracts/policy.ncl");
 
 /// The story: version, what it does, the sample-service knobs that make it do that.
 const RELEASES: [(&str, &str, &str); 5] = [
@@ -321,7 +321,7 @@ fn stop_fleet(fleet: &Path, proxy: Option<&mut std::process::Child>) {
     }
     if let Ok(Some(set)) = Root::new(fleet.to_path_buf()).read_replicas() {
         for replica in set.replicas {
-            crate::deploy::stop_release(replica.pid, replica.start_time);
+            crate::commands::deploy::stop_release(replica.pid, replica.start_time);
         }
     }
 }
@@ -387,8 +387,8 @@ fn stop_live(root: &Path) -> String {
         Err(e) => return format!("{e}; nothing stopped."),
     };
     let version = pointer.version.clone();
-    let answering = crate::deploy::answers_ready(pointer.port);
-    crate::deploy::stop_release(pointer.pid, pointer.start_time);
+    let answering = crate::commands::deploy::answers_ready(pointer.port);
+    crate::commands::deploy::stop_release(pointer.pid, pointer.start_time);
     format!(
         "Live release: {version} ({}). The demo stopped it so nothing is left running.",
         if answering {

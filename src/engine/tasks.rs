@@ -10,8 +10,8 @@ use tokio::sync::oneshot;
 
 use super::state::{Process, Rollout};
 use super::step::Event;
-use crate::deploy::gate;
-use crate::deploy::plan::{self, Verdict};
+use crate::engine::gate;
+use crate::engine::judge::{self, Verdict};
 use crate::host::journal;
 use crate::host::probe::{Probe, Subject};
 
@@ -94,7 +94,7 @@ pub(super) async fn gate_replica(
     };
     let gate = gate::run(&mut child, &subject, timing.gate, started, watchers).await;
     let elapsed = started.elapsed();
-    let reason = plan::reason(&gate.verdict, gate.deadline);
+    let reason = judge::reason(&gate.verdict, gate.deadline);
     let end = match gate.verdict {
         // No hold asked for: nothing to wait on (a timer, even one already due, costs the
         // switch a tick of the clock).
@@ -140,7 +140,7 @@ pub(super) async fn soak(
     let began = journal::now();
     let mut ticker = tokio::time::interval(poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut judges: HashMap<usize, plan::WatchJudge> = HashMap::new();
+    let mut judges: HashMap<usize, judge::WatchJudge> = HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(end) => break,
@@ -167,7 +167,7 @@ pub(super) async fn soak(
                     let (passed, probe) = subject.check().await;
                     judges
                         .entry(slot)
-                        .or_insert_with(|| plan::WatchJudge::new(failures))
+                        .or_insert_with(|| judge::WatchJudge::new(failures))
                         .observe(passed, &probe)
                 }
             };

@@ -1,39 +1,28 @@
 //! Readiness-gated deploys on one host. Read [`deploy`] top to bottom: refuse what can be
 //! refused before anything starts, then hand the deploy to the rollout engine as its
-//! one-replica case (`rollout::single`): it starts the candidate beside the live release, gates
+//! one-replica case (`engine::single`): it starts the candidate beside the live release, gates
 //! it until the deadline, switches `current` with one rename (watching it, with the previous
 //! release as the fallback) or rolls back.
 
-pub(crate) mod dry_run;
-mod escalation;
-pub(crate) mod gate;
-pub(crate) mod plan;
-pub mod recover;
-pub mod rollback;
-mod status;
-pub(crate) mod watch;
-
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::preflight::{policy_entry, policy_hooks, release_executable};
+use crate::engine::judge::{self as plan, Settings};
+use crate::engine::run::{Context, Executor};
+use crate::engine::state::{self as rollout_state, Phase, Rollout};
+use crate::engine::step::Event;
+use crate::engine::{recover, runtime, single};
+use crate::error::{refused, DeployError};
 use crate::host::probe::Probe;
 use crate::host::process::Identity;
 use crate::host::signals::Signals;
 use crate::host::state::{Pointer, Root};
 use crate::host::{hooks, journal, lock, probe, process};
 use crate::policy::{self, EvalOptions};
-use crate::proxy::drain;
 use crate::release;
-use crate::rollout::run::{Context, Executor};
-use crate::rollout::single;
-use crate::rollout::state::{self as rollout_state, Phase, Rollout};
-use crate::rollout::step::Event;
-use plan::Settings;
 
 pub use crate::host::names::check_name;
-pub use escalation::finish_escalated;
-pub use status::status;
-pub use watch::run_watcher;
 
 /// `rollgate deploy`.
 #[derive(Debug, Clone)]
@@ -87,36 +76,6 @@ impl DeployOutcome {
             DeployOutcome::Escalated => 3,
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// Nothing was started and nothing changed (exit 2).
-    #[error("{0}")]
-    Refused(String),
-    /// Something failed after the deploy began (exit 1); the message says what state is left.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl DeployError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            DeployError::Refused(_) => 2,
-            DeployError::Failed(_) => 1,
-        }
-    }
-}
-
-pub(crate) fn refused(message: impl Into<String>) -> DeployError {
-    DeployError::Refused(message.into())
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| refused(format!("cannot start the async runtime: {e}")))
 }
 
 /// The whole deploy.
@@ -185,17 +144,6 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, DeployError> {
     })
 }
 
-/// The policy's hooks, resolved against the policy file's folder (none without a policy).
-pub(crate) fn policy_hooks(
-    policy: Option<&policy::RolloutSettings>,
-    file: Option<&std::path::Path>,
-) -> Result<hooks::Hooks, String> {
-    match (policy.and_then(|p| p.hooks.as_ref()), file) {
-        (Some(hooks), Some(file)) => hooks::Hooks::from_policy(hooks, file),
-        _ => Ok(hooks::Hooks::default()),
-    }
-}
-
 /// The request's policy entry, checked by the contract (None without `--policy`).
 fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
     policy_entry(
@@ -206,72 +154,16 @@ fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Dep
     )
 }
 
-/// A service's entry of a policy file (`--policy-entry`, else the service name with `-` as
-/// `_`), checked by the contract; a refusal quotes Nickel's diagnostic. Deploys and rollouts.
-pub(crate) fn policy_entry(
-    file: Option<&std::path::Path>,
-    entry: Option<&str>,
-    service: &str,
-    eval: &EvalOptions,
-) -> Result<Option<policy::RolloutSettings>, DeployError> {
-    let Some(path) = file else {
-        return Ok(None);
-    };
-    let entry = entry.map_or_else(|| plan::policy_entry_for(service), str::to_string);
-    policy::load_entry(path, &entry, eval)
-        .map(Some)
-        .map_err(|e| {
-            refused(match e {
-                policy::PolicyError::Nickel(_) => {
-                    format!("{e}\nthe policy was refused; nothing was started")
-                }
-                other => format!("policy refused: {other}"),
-            })
-        })
-}
-
 /// `rollgate deploy ... --dry-run`: the report, and whether the deploy would be refused.
 pub fn dry_run(request: &Request) -> (String, bool) {
     let policy = load_policy(request).map_err(|e| e.to_string());
-    match dry_run::deploy(request, policy) {
+    match super::dry_run::deploy(request, policy) {
         Ok(report) => (report, false),
         Err(e) => (e.to_string(), true),
     }
 }
 
-/// The root and the release's executable under it, refused unless both are there.
-pub(crate) fn release_executable(
-    root: &std::path::Path,
-    version: &str,
-    service: &str,
-) -> Result<(Root, PathBuf), DeployError> {
-    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
-    let executable = root.executable(version, service);
-    check_executable(&executable, version, service)?;
-    Ok((root, executable))
-}
-
-fn check_executable(
-    path: &std::path::Path,
-    version: &str,
-    service: &str,
-) -> Result<(), DeployError> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(path) {
-        Err(_) => Err(refused(format!(
-            "release {version} of {service} not found: {} does not exist",
-            path.display()
-        ))),
-        Ok(m) if !m.is_file() => Err(refused(format!("{} is not a file", path.display()))),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(refused(format!(
-            "{} is not executable (chmod +x it)",
-            path.display()
-        ))),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// Runs the deploy on the engine: the one-replica rollout `rollout::single` plans, on the same
+/// Runs the deploy on the engine: the one-replica rollout `engine::single` plans, on the same
 /// planner and executor as every rollout, recorded in the same state file.
 async fn run_on_engine(
     root: &Root,
@@ -365,23 +257,6 @@ async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployEr
         }
     };
     DeployError::Failed(format!("{error}; {left}"))
-}
-
-/// Asks a proxy serving the root to finish the old release's requests. Unless it confirms (or
-/// there is no proxy), it may still be routing to the old release, so the old release is kept
-/// for the whole drain timeout before it is stopped.
-pub(crate) async fn drain_before_stop(root: &Root, port: u16, drain_ms: u64) -> String {
-    let limit = Duration::from_millis(drain_ms).min(crate::host::MAX_WAIT);
-    let asked = Instant::now();
-    let answer = drain::request(&root.0, port, limit).await;
-    if plan::drain_confirmed(&answer) {
-        return format!("{answer}; ");
-    }
-    tokio::time::sleep(limit.saturating_sub(asked.elapsed())).await;
-    format!(
-        "{answer}; the proxy did not confirm, so the old release was kept for the {} ms drain timeout; ",
-        limit.as_millis()
-    )
 }
 
 /// Whether a release on `port` answers `/readyz` with 200 now (for the demo).

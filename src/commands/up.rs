@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::deploy::DeployError;
+use crate::error::DeployError;
 use crate::host::journal::{self, LogEvent};
 use crate::host::lock;
 use crate::host::notify::{self, Notifier};
@@ -78,7 +78,7 @@ impl Live {
 fn live_set(root: &Root) -> Result<Vec<Live>, String> {
     if let Some(set) = root.read_replicas()? {
         // Replicas are probed as the rollout that placed them probed them.
-        let probe = crate::rollout::state::load(root)
+        let probe = crate::engine::state::load(root)
             .ok()
             .flatten()
             .filter(|r| r.service == set.service)
@@ -209,7 +209,7 @@ fn record(root: &Root, live: &Live, new: Identity) -> Result<(), String> {
         replica.pid = new.pid;
         replica.start_time = new.start_time;
         root.write_replicas(&set).map_err(|e| e.to_string())?;
-        if let Ok(Some(mut rollout)) = crate::rollout::state::load(root) {
+        if let Ok(Some(mut rollout)) = crate::engine::state::load(root) {
             let mut changed = false;
             for slot in &mut rollout.slots {
                 if let Some(p) = slot
@@ -223,7 +223,7 @@ fn record(root: &Root, live: &Live, new: Identity) -> Result<(), String> {
                 }
             }
             if changed {
-                crate::rollout::state::save(root, &rollout)?;
+                crate::engine::state::save(root, &rollout)?;
             }
         }
     }
@@ -293,7 +293,7 @@ async fn restart(
 /// `rollgate up`: once, or for ever with `--supervise`. The text says what each release is.
 pub fn up(options: Options) -> Result<String, DeployError> {
     let root = Root::existing(options.root.clone()).map_err(DeployError::Refused)?;
-    crate::deploy::runtime()?.block_on(async {
+    crate::engine::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(DeployError::Refused)?;
         let (report, failed) = once(&root, &options).await?;
         if !options.supervise {
@@ -325,7 +325,7 @@ async fn once(
     options: &Options,
 ) -> Result<(Vec<(bool, String)>, Vec<Key>), DeployError> {
     let _lock = lock::acquire(&root.lock_path()).map_err(DeployError::Refused)?;
-    crate::deploy::recover::recover_leaving_escalated(root).await?;
+    crate::engine::recover::recover_leaving_escalated(root).await?;
     let mut report = Vec::new();
     let mut failed = Vec::new();
     for (n, live) in live_set(root)
@@ -470,7 +470,7 @@ async fn supervise(
             };
             // What a deployer that died left is finished first (a watch it cut short decides
             // whether its release stays): never restart a release it had not promoted yet.
-            if let Err(e) = crate::deploy::recover::recover_leaving_escalated(root).await {
+            if let Err(e) = crate::engine::recover::recover_leaving_escalated(root).await {
                 eprintln!("rollgate up: {e}");
                 continue;
             }

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::plan::{GateEvent, Judge, Verdict};
+use super::judge::{GateEvent, Judge, Verdict};
 use crate::host::probe::Probe;
 use crate::host::probe::Subject;
 use crate::host::progress::Progress;

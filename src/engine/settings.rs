@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::plan::{assign_waves, Budgets, DEFAULT_WAVES};
+use super::budgets::{assign_waves, Budgets, DEFAULT_WAVES};
 use super::state::{Phase, Process, Rollout, Settings, Slot, SlotState};
-use crate::deploy::plan as deploy_plan;
+use crate::engine::judge as deploy_plan;
 use crate::host::state::{ReplicaClass, Root};
 use crate::policy::RolloutSettings;
 

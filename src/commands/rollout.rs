@@ -1,25 +1,13 @@
-//! Rollouts of N replicas (issue 12): the budgets and waves (`plan`), the persisted state
-//! (`state`), the decisions over it (`step`), the executor that performs them (`run`), and what
-//! a crash leaves (`recover`). Read [`rollout`] top to bottom: refuse what can be refused, plan
-//! the waves from the pool as it is, then let the executor move it.
-
-pub mod control;
-pub(crate) mod fault;
-pub mod plan;
-pub(crate) mod record;
-pub mod recover;
-pub mod render;
-pub(crate) mod run;
-pub mod settings;
-pub mod single;
-pub mod state;
-pub mod step;
-mod tasks;
+//! `rollgate rollout`: N replicas moved in waves by the engine. Read [`rollout`] top to bottom:
+//! refuse what can be refused, plan the waves from the pool as it is, then let the executor
+//! move it. `rollout pause|resume|abort|status` are here too ([`control`], [`status`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::deploy::{self, DeployError};
+use super::preflight;
+use crate::engine::{control, record, recover, run, settings, state, step, view as render};
+use crate::error::DeployError;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 use crate::host::{journal, lock};
@@ -80,7 +68,7 @@ fn refused(message: impl Into<String>) -> DeployError {
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
 fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
-    deploy::policy_entry(
+    preflight::policy_entry(
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
         &request.service,
@@ -91,7 +79,7 @@ fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Dep
 /// `rollgate rollout ... --dry-run`: the report, and whether the rollout would be refused.
 pub fn dry_run(request: &Request) -> (String, bool) {
     let policy = load_policy(request).map_err(|e| e.to_string());
-    match deploy::dry_run::rollout(request, policy) {
+    match super::dry_run::rollout(request, policy) {
         Ok(report) => (report, false),
         Err(e) => (e.to_string(), true),
     }
@@ -104,14 +92,14 @@ pub fn rollout(request: Request) -> Result<RolloutOutcome, DeployError> {
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
     let hooks =
-        deploy::policy_hooks(policy.as_ref(), request.policy.as_deref()).map_err(refused)?;
+        preflight::policy_hooks(policy.as_ref(), request.policy.as_deref()).map_err(refused)?;
     let (root, executable) =
-        deploy::release_executable(&request.root, &request.version, &request.service)?;
+        preflight::release_executable(&request.root, &request.version, &request.service)?;
 
-    deploy::runtime()?.block_on(async {
+    crate::engine::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
-        deploy::recover::recover(&root).await?;
+        recover::recover(&root).await?;
         let previous = state::load(&root).map_err(refused)?;
         if let Some(previous) = previous.as_ref().filter(|p| !p.is_over()) {
             return Err(refused(format!(
@@ -235,7 +223,7 @@ pub fn control(
         reason,
         rollback,
     };
-    deploy::runtime()?.block_on(async {
+    crate::engine::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
         changeable(&root, service, ask)?;
         let lock = loop {

@@ -15,16 +15,17 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::control;
+use super::drain_before_stop;
 use super::fault;
 use super::record::{append, log_outcome, log_single, write_pool};
-use super::render;
 use super::single::{self, Reverted, Words};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use super::tasks::{
     gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judged, Message,
 };
-use crate::deploy::{drain_before_stop, DeployError};
+use super::view as render;
+use crate::error::DeployError;
 use crate::host::journal::{self, LogEvent};
 use crate::host::notify::{self, Notifier};
 use crate::host::probe::{Probe, Subject};
@@ -1078,7 +1079,7 @@ impl Executor {
         let root = &self.context.root;
         let exe = std::env::current_exe()
             .map_err(|e| failed(format!("cannot find rollgate's own executable: {e}")))?;
-        let output = std::fs::File::create(root.0.join(crate::deploy::watch::WATCHER_OUTPUT))
+        let output = std::fs::File::create(root.0.join(crate::engine::WATCHER_OUTPUT))
             .map_err(|e| failed(format!("cannot create the watcher's output: {e}")))?;
         let err = output.try_clone().map_err(|e| failed(e.to_string()))?;
         let child = std::process::Command::new(exe)

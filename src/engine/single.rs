@@ -6,8 +6,8 @@
 use super::run::{Context, Executor};
 use super::state::{self, Phase, Process, Rollout, Settings, Single, Slot, SlotState};
 use super::step::{Action, Event, Note};
-use crate::deploy::plan::Settings as DeploySettings;
-use crate::deploy::DeployError;
+use crate::engine::judge::Settings as DeploySettings;
+use crate::error::DeployError;
 use crate::host::journal::{self, LogEvent};
 use crate::host::process::{self, Identity};
 use crate::host::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
@@ -342,7 +342,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             surge: 1,
             unavailable: 0,
             progress_deadline_ms: 0,
-            poll_ms: watch.map_or(crate::deploy::plan::DEFAULT_POLL.as_millis() as u64, |w| {
+            poll_ms: watch.map_or(crate::engine::judge::DEFAULT_POLL.as_millis() as u64, |w| {
                 w.poll_ms
             }),
             min_ready_ms: 0,
@@ -721,7 +721,7 @@ mod tests {
     use std::time::Duration;
 
     fn deploy_settings() -> DeploySettings {
-        crate::deploy::plan::resolve_with_watch(Some(600), None, None, Some(2000), None)
+        crate::engine::judge::resolve_with_watch(Some(600), None, None, Some(2000), None)
             .expect("defaults resolve")
     }
 

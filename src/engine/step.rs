@@ -9,7 +9,7 @@
 use crate::host::journal::LogEvent;
 use crate::host::state::ReplicaClass;
 
-use super::plan::too_many_failures;
+use super::budgets::too_many_failures;
 use super::state::{AbortCause, Phase, Rollout, SlotState};
 use crate::policy::OnStall;
 
@@ -514,8 +514,8 @@ fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::plan::{assign_waves, Budgets};
-    use crate::rollout::state::{Process, Settings, Slot};
+    use crate::engine::budgets::{assign_waves, Budgets};
+    use crate::engine::state::{Process, Settings, Slot};
 
     fn rollout(replicas: usize, surge: u64, unavailable: u64, soak_ms: u64) -> Rollout {
         let budgets = Budgets::of(replicas, surge, unavailable);
@@ -731,11 +731,11 @@ mod tests {
             .unwrap()
             .contains("wave 2 paused itself"));
         // The progress line names the same wave (it once counted from 1: "wave 3/4").
-        let line = crate::rollout::render::line(&r);
+        let line = crate::engine::view::line(&r);
         assert!(line.contains("· wave 2 of 4 ·"), "{line}");
         let mut done = r.clone();
         done.phase = Phase::Completed;
-        let line = crate::rollout::render::line(&done);
+        let line = crate::engine::view::line(&done);
         assert!(line.contains("· completed · all 4 waves ·"), "{line}");
         let reverts = actions
             .iter()

@@ -5,20 +5,19 @@
 //! a release that passed its watch is logged `promoted`, so the lesson's summary never calls a
 //! switched-back release live.
 //!
-//! The watch is the last soak of the deploy's one-replica rollout (see `rollout::single`); this
+//! The watch is the last soak of the deploy's one-replica rollout (see `engine::single`); this
 //! module holds the background watcher that `deploy --no-wait` leaves to finish it.
 
 use std::time::Duration;
 
-use super::{lock, refused, DeployError, DeployOutcome};
+use super::deploy::DeployOutcome;
+use crate::engine::recover::Redo;
+use crate::engine::state::{self as rollout_state, Phase};
+use crate::engine::{single, step::Event};
+use crate::error::{refused, DeployError};
+use crate::host::lock;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
-use crate::rollout::recover::Redo;
-use crate::rollout::state::{self as rollout_state, Phase};
-use crate::rollout::{single, step::Event};
-
-/// The background watcher's output (its errors), in the root.
-pub const WATCHER_OUTPUT: &str = "watcher.output";
 
 /// `rollgate watch SVC --token T` (started by `deploy --no-wait`): waits for the deployer to
 /// let go of the lock, then finishes the watch it recorded, if that deploy is still watching.
@@ -28,7 +27,7 @@ pub fn run_watcher(
     token: &str,
 ) -> Result<DeployOutcome, DeployError> {
     let root = Root::existing(root).map_err(refused)?;
-    super::runtime()?.block_on(async {
+    crate::engine::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;
         let started = std::time::Instant::now();
         let _lock = loop {

@@ -5,8 +5,11 @@
 
 use std::fmt::Write as _;
 
-use super::plan::{self, Settings};
-use super::{lock, refused, DeployError, Request};
+use super::deploy::Request;
+use super::preflight;
+use crate::engine::judge::{self as plan, Settings};
+use crate::error::{refused, DeployError};
+use crate::host::lock;
 use crate::host::state::Root;
 use crate::policy::RolloutSettings;
 use crate::release;
@@ -248,13 +251,13 @@ pub fn deploy(
             policy.as_ref().is_some_and(|p| p.watch_ms.is_some()),
         ),
     );
-    match super::policy_hooks(policy.as_ref(), request.policy.as_deref()) {
+    match preflight::policy_hooks(policy.as_ref(), request.policy.as_deref()) {
         Ok(hooks) => hook_values(&mut report, &hooks),
         Err(e) => report.check(Err(e)),
     }
     let root = Root::new(request.root.clone());
     report.check(
-        super::release_executable(&request.root, &request.version, &request.service)
+        preflight::release_executable(&request.root, &request.version, &request.service)
             .map(|(_, path)| format!("release executable {}", path.display()))
             .map_err(|e| e.to_string()),
     );
@@ -343,10 +346,10 @@ pub fn deploy(
 
 /// `rollgate rollout ... --dry-run`.
 pub fn rollout(
-    request: &crate::rollout::Request,
+    request: &crate::commands::rollout::Request,
     policy: Result<Option<RolloutSettings>, String>,
 ) -> Result<String, DeployError> {
-    use crate::rollout::{settings, state};
+    use crate::engine::{settings, state};
     let mut report = Report {
         title: format!(
             "rollout {} {} in {}",
@@ -364,7 +367,7 @@ pub fn rollout(
         policy,
     );
     report.check(
-        super::release_executable(&request.root, &request.version, &request.service)
+        preflight::release_executable(&request.root, &request.version, &request.service)
             .map(|(_, path)| format!("release executable {}", path.display()))
             .map_err(|e| e.to_string()),
     );

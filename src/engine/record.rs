@@ -2,7 +2,7 @@
 //! deploy's) and the pool (`replicas.json`, then `current`).
 
 use super::state::Rollout;
-use crate::deploy::DeployError;
+use crate::error::DeployError;
 use crate::host::journal::{self, LogEvent};
 use crate::host::state::{Fallback, Pointer, Root, WriteError};
 
