@@ -174,13 +174,13 @@ could not be started; 2 refused (not a root, a deploy holds the lock).")]
         #[arg(long)]
         supervise: bool,
         /// How long a started release may take to pass its probe (the one its deploy gated it with).
-        #[arg(long, value_name = "MS", default_value_t = rollgate::commands::up::DEFAULT_READY.as_millis() as u64)]
+        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::UP_READY.as_millis() as u64)]
         ready_ms: u64,
         /// With --supervise: exits in a row (each within 30 s of its start) at which it gives up.
-        #[arg(long, default_value_t = rollgate::commands::up::DEFAULT_MAX_RESTARTS, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = rollgate::defaults::UP_MAX_RESTARTS, value_parser = clap::value_parser!(u32).range(1..=1000))]
         max_restarts: u32,
         /// With --supervise: the first wait before a restart, doubled each time (at most 60 s).
-        #[arg(long, value_name = "MS", default_value_t = rollgate::commands::up::DEFAULT_BACKOFF.as_millis() as u64)]
+        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::UP_BACKOFF.as_millis() as u64)]
         backoff_ms: u64,
     },
     /// Finish the watch a `deploy --no-wait` recorded (started by that deploy).
@@ -256,7 +256,7 @@ asks it over ROOT/proxy.sock to drain the old release before stopping it.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
     Proxy {
         /// Address to listen on.
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        #[arg(long, value_name = "ADDR", default_value = rollgate::defaults::PROXY_LISTEN)]
         listen: std::net::SocketAddr,
         #[command(flatten)]
         target: RootArgs,
@@ -266,27 +266,27 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         version_header: Option<String>,
         /// Connections served at once, upgraded tunnels included; more wait in the accept
         /// queue.
-        #[arg(long, value_name = "N", default_value_t = 1024,
+        #[arg(long, value_name = "N", default_value_t = rollgate::defaults::PROXY_MAX_CONNECTIONS,
               value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         max_connections: u32,
         /// A client must send its request headers within this (slowloris guard); also the
         /// idle timeout of a keep-alive connection.
-        #[arg(long, value_name = "MS", default_value_t = 10_000,
+        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_HEADER_READ_TIMEOUT_MS,
               value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
         header_read_timeout_ms: u64,
         /// Largest request head accepted, in bytes (larger: 431). At least 8192, the smallest
         /// buffer the HTTP parser works with.
-        #[arg(long, value_name = "BYTES", default_value_t = 16_384,
+        #[arg(long, value_name = "BYTES", default_value_t = rollgate::defaults::PROXY_MAX_HEADER_BYTES,
               value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
         max_header_bytes: u32,
         /// A request or response body that sends nothing for this long is cut (the client
         /// gets 502 or a closed connection), so slow clients cannot hold every slot.
-        #[arg(long, value_name = "MS", default_value_t = 30_000,
+        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_BODY_IDLE_TIMEOUT_MS,
               value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
         body_idle_timeout_ms: u64,
         /// An upgraded connection (WebSocket) where no byte moves either way for this long is
         /// closed.
-        #[arg(long, value_name = "MS", default_value_t = 300_000,
+        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_TUNNEL_IDLE_TIMEOUT_MS,
               value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
         tunnel_idle_timeout_ms: u64,
         /// The proxy sits behind another proxy: append to the client's X-Forwarded-For
@@ -664,7 +664,7 @@ would refuse it, or --strict found something the engine cannot express; 2 usage.
         image: Option<String>,
         /// With k8s or argo: the port the service listens on (the probe's `http` port, and
         /// `PORT` in its environment).
-        #[arg(long, value_name = "PORT", default_value_t = rollgate::fleet::export::DEFAULT_PORT)]
+        #[arg(long, value_name = "PORT", default_value_t = rollgate::defaults::EXPORT_PORT)]
         port: u16,
         #[command(flatten)]
         eval: EvalArgs,
@@ -697,10 +697,10 @@ pub struct EvalArgs {
     #[arg(long = "import-path", short = 'I', value_name = "DIR")]
     pub import_paths: Vec<PathBuf>,
     /// Give up on an evaluation after this many milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::EVAL_TIMEOUT_MS)]
     pub timeout_ms: u64,
     /// Refuse policy files (and files they import) larger than this.
-    #[arg(long, value_name = "BYTES", default_value_t = 10 << 20)]
+    #[arg(long, value_name = "BYTES", default_value_t = rollgate::defaults::EVAL_MAX_FILE_BYTES)]
     pub max_file_bytes: u64,
     /// Let a policy import files outside its own folder tree, the import-path folders and the
     /// bundled contract. Off by default: a policy from a pull request could otherwise read any

@@ -6,6 +6,7 @@
 //! stands on `host`; `policy` and `render` are leaves; `release`, `proxy` and `log` use the host.
 
 pub mod commands;
+pub mod defaults;
 pub mod engine;
 pub mod error;
 pub mod fleet;

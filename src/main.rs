@@ -4,7 +4,7 @@ mod cli;
 
 use rollgate::commands::{demo, deploy, escalation, rollback, rollout, status, up, watch};
 use rollgate::engine::{control, settings};
-use rollgate::error::DeployError;
+use rollgate::error::{self, Error};
 use rollgate::{fleet, log, policy, proxy, release, sample};
 
 use std::io::{IsTerminal, Write};
@@ -19,21 +19,7 @@ use cli::{
 };
 use policy::EvalOptions;
 
-/// A fleet command's error: a refused policy in Nickel's words, else one line.
-fn fleet_failed(error: fleet::FleetError) -> ExitCode {
-    match error {
-        fleet::FleetError::Policy(e) => {
-            eprint!("{}", render_error(&e));
-            ExitCode::from(1)
-        }
-        e => {
-            eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
-}
-
-fn run_fleet(command: FleetCommand) -> ExitCode {
+fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
     match command {
         FleetCommand::Playbook {
             policy,
@@ -54,20 +40,30 @@ fn run_fleet(command: FleetCommand) -> ExitCode {
                 hosts,
                 rollgate: &rollgate,
             };
-            match fleet::playbook(&request, &eval_options(eval)) {
-                Ok(text) => {
-                    print(&text);
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fleet_failed(e),
-            }
+            printed(fleet::playbook(&request, &eval_options(eval))?)
         }
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    if let Command::SampleService(args) = cli.command {
+        // The test releases' own program, with exit statuses of its own.
+        return sample::run(args);
+    }
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprint!("{}", error.render());
+            ExitCode::from(error.code())
+        }
+    }
+}
+
+/// Runs one command; what it answers is printed as it goes. `Ok` is the exit code of how it
+/// ended (an outcome: promoted, rolled back, paused...), `Err` what went wrong.
+fn run(command: Command) -> Result<u8, Error> {
+    match command {
         Command::Policy(command) => run_policy(command),
         Command::Log(command) => run_log(command),
         Command::Release(command) => run_release(command),
@@ -102,9 +98,9 @@ fn main() -> ExitCode {
                 eval: eval_options(eval),
             };
             if dry_run {
-                report_dry_run(deploy::dry_run(&request))
+                Ok(report_dry_run(deploy::dry_run(&request)))
             } else {
-                finish_deploy(deploy::deploy(request))
+                Ok(deploy_ended(deploy::deploy(request)?))
             }
         }
         Command::Rollout(args) => run_rollout(args),
@@ -120,9 +116,8 @@ fn main() -> ExitCode {
             eval,
         } => {
             let eval = eval_options(eval);
-            match rollback::replica_target(&target.root, &service) {
-                Err(e) => finish_deploy(Err(e)),
-                Ok(Some((current, earlier))) => {
+            match rollback::replica_target(&target.root, &service)? {
+                Some((current, earlier)) => {
                     eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
                     let request = rollout::Request {
                         service,
@@ -137,27 +132,29 @@ fn main() -> ExitCode {
                             ..Default::default()
                         },
                     };
-                    finish_rollout(rollout::rollout(request))
+                    Ok(rollout_ended(rollout::rollout(request)?))
                 }
-                Ok(None) => finish_deploy(rollback::rollback(rollback::RollbackRequest {
-                    service: service.clone(),
-                    root: target.root.clone(),
-                    port,
-                    deploy: deploy::Request {
-                        service,
-                        port: 0,
-                        version: String::new(),
-                        deadline_ms: None,
-                        root: target.root,
-                        policy,
-                        policy_entry,
-                        grace_ms,
-                        drain_ms: drain_timeout_ms,
-                        watch_ms,
-                        no_wait: false,
-                        eval,
+                None => Ok(deploy_ended(rollback::rollback(
+                    rollback::RollbackRequest {
+                        service: service.clone(),
+                        root: target.root.clone(),
+                        port,
+                        deploy: deploy::Request {
+                            service,
+                            port: 0,
+                            version: String::new(),
+                            deadline_ms: None,
+                            root: target.root,
+                            policy,
+                            policy_entry,
+                            grace_ms,
+                            drain_ms: drain_timeout_ms,
+                            watch_ms,
+                            no_wait: false,
+                            eval,
+                        },
                     },
-                })),
+                )?)),
             }
         }
         Command::Up {
@@ -166,31 +163,34 @@ fn main() -> ExitCode {
             ready_ms,
             max_restarts,
             backoff_ms,
-        } => answer(
-            up::up(up::Options {
-                root: target.root,
-                supervise,
-                ready: Duration::from_millis(ready_ms.min(24 * 3600 * 1000)),
-                max_restarts,
-                backoff: Duration::from_millis(backoff_ms.min(60_000)),
-            }),
-            |e| e.exit_code(),
-        ),
+        } => printed(up::up(up::Options {
+            root: target.root,
+            supervise,
+            ready: Duration::from_millis(ready_ms.min(24 * 3600 * 1000)),
+            max_restarts,
+            backoff: Duration::from_millis(backoff_ms.min(60_000)),
+        })?),
         Command::Watch {
             service,
             token,
             target,
-        } => finish_deploy(watch::run_watcher(&service, target.root, &token)),
-        Command::Promote { service, target } => {
-            finish_deploy(escalation::finish_escalated(&service, target.root, true))
-        }
-        Command::Abort { service, target } => {
-            finish_deploy(escalation::finish_escalated(&service, target.root, false))
-        }
-        Command::Status { target, format } => {
-            answer(status::status(target.root, format), |e| e.exit_code())
-        }
-        Command::SampleService(args) => sample::run(args),
+        } => Ok(deploy_ended(watch::run_watcher(
+            &service,
+            target.root,
+            &token,
+        )?)),
+        Command::Promote { service, target } => Ok(deploy_ended(escalation::finish_escalated(
+            &service,
+            target.root,
+            true,
+        )?)),
+        Command::Abort { service, target } => Ok(deploy_ended(escalation::finish_escalated(
+            &service,
+            target.root,
+            false,
+        )?)),
+        Command::Status { target, format } => printed(status::status(target.root, format)?),
+        Command::SampleService(_) => unreachable!("run by main before the commands"),
         Command::Proxy {
             listen,
             target,
@@ -202,7 +202,7 @@ fn main() -> ExitCode {
             body_idle_timeout_ms,
             tunnel_idle_timeout_ms,
             trust_forwarded,
-        } => answer(
+        } => {
             proxy::run(proxy::Options {
                 listen,
                 root: target.root,
@@ -210,46 +210,40 @@ fn main() -> ExitCode {
                 max_connections: max_connections as usize,
                 header_read_timeout: Duration::from_millis(header_read_timeout_ms),
                 max_header_bytes: max_header_bytes as usize,
-                upstream_idle: Duration::from_secs(30),
+                upstream_idle: rollgate::defaults::PROXY_UPSTREAM_IDLE,
                 threads: threads.map(usize::from),
                 body_idle: Duration::from_millis(body_idle_timeout_ms),
                 tunnel_idle: Duration::from_millis(tunnel_idle_timeout_ms),
                 trust_forwarded,
             })
-            .map(|()| String::new()),
-            |_| 1,
-        ),
-        Command::Demo { root } => answer(demo::run(root).map(|()| String::new()), |_| 1),
+            .map_err(Error::Failed)?;
+            Ok(error::SUCCESS)
+        }
+        Command::Demo { root } => {
+            demo::run(root).map_err(Error::Failed)?;
+            Ok(error::SUCCESS)
+        }
         Command::Completions { shell } => {
             // Into memory first: a reader that goes away (`| head`) must not make it panic.
             let mut definition = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut definition, "rollgate", &mut script);
-            answer::<String>(Ok(String::from_utf8_lossy(&script).into_owned()), |_| 1)
+            printed(String::from_utf8_lossy(&script).into_owned())
         }
         Command::Man => {
             let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
             let mut roff = Vec::new();
-            let rendered = page
-                .render(&mut roff)
-                .map(|()| String::from_utf8_lossy(&roff).into_owned());
-            answer(rendered, |_| 1)
+            page.render(&mut roff)
+                .map_err(|e| Error::Failed(format!("cannot render the man page: {e}")))?;
+            printed(String::from_utf8_lossy(&roff).into_owned())
         }
     }
 }
 
-/// Prints a command's answer, or its error with the exit code the error calls for.
-fn answer<E: std::fmt::Display>(result: Result<String, E>, code: impl Fn(&E) -> u8) -> ExitCode {
-    match result {
-        Ok(text) => {
-            print(&text);
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(code(&e))
-        }
-    }
+/// Prints a command's answer: it succeeded.
+fn printed(text: String) -> Result<u8, Error> {
+    print(&text);
+    Ok(error::SUCCESS)
 }
 
 /// Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
@@ -258,7 +252,7 @@ fn stderr_color() -> bool {
 }
 
 /// `rollgate release ...`: exit 0, 1 when refused or failed (the reason first), 2 on usage.
-fn run_release(command: ReleaseCommand) -> ExitCode {
+fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
     let now = chrono::Utc::now();
     let result = match command {
         ReleaseCommand::Keygen { out } => release::keys::generate(&out).map(|(pin, public)| {
@@ -300,17 +294,13 @@ fn run_release(command: ReleaseCommand) -> ExitCode {
             at,
         } => {
             let trust = release::Trust { pins, threshold };
-            let at = match at.as_deref().map(release::parse_time).transpose() {
-                Ok(at) => at.unwrap_or(now),
-                Err(e) => {
-                    eprintln!("error: --at: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            if let Err(e) = trust.check() {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
+            let at = at
+                .as_deref()
+                .map(release::parse_time)
+                .transpose()
+                .map_err(|e| Error::Refused(format!("--at: {e}")))?
+                .unwrap_or(now);
+            trust.check().map_err(Error::Refused)?;
             release::verify(&manifest, &trust, at, service.as_deref(), dir.as_deref())
                 .map(|v| {
                     format!(
@@ -321,7 +311,7 @@ fn run_release(command: ReleaseCommand) -> ExitCode {
                 .map_err(|refusal| format!("refused: {refusal}"))
         }
     };
-    answer(result, |_| 1)
+    printed(result.map_err(Error::Invalid)?)
 }
 
 fn eval_options(args: EvalArgs) -> EvalOptions {
@@ -335,47 +325,37 @@ fn eval_options(args: EvalArgs) -> EvalOptions {
 }
 
 /// A dry run's report on stdout; exit 0 if it would go ahead, 2 if it would be refused.
-fn report_dry_run((report, refused): (String, bool)) -> ExitCode {
+fn report_dry_run((report, refused): (String, bool)) -> u8 {
     print(&report);
-    ExitCode::from(if refused { 2 } else { 0 })
-}
-
-fn finish_deploy(result: Result<deploy::DeployOutcome, DeployError>) -> ExitCode {
-    match result {
-        Ok(outcome) => {
-            let line = match outcome {
-                deploy::DeployOutcome::Promoted => "promoted",
-                deploy::DeployOutcome::RolledBack => "rolled back (see deploy.log for why)",
-                deploy::DeployOutcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`",
-                deploy::DeployOutcome::Aborted => "aborted: candidate stopped, logged as rolled_back",
-                deploy::DeployOutcome::Watching(pid) => {
-                    eprintln!("rollgate: switched; watcher pid {pid} finishes the watch (promoted or switched back); see `rollgate status`");
-                    return ExitCode::SUCCESS;
-                }
-            };
-            eprintln!("rollgate: {line}");
-            ExitCode::from(outcome.exit_code())
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
-        }
+    if refused {
+        error::REFUSED
+    } else {
+        error::SUCCESS
     }
 }
 
+/// How a deploy (or its watch, promote, abort or rollback) ended, said on stderr.
+fn deploy_ended(outcome: deploy::DeployOutcome) -> u8 {
+    let line = match outcome {
+        deploy::DeployOutcome::Promoted => "promoted".to_string(),
+        deploy::DeployOutcome::RolledBack => "rolled back (see deploy.log for why)".to_string(),
+        deploy::DeployOutcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`".to_string(),
+        deploy::DeployOutcome::Aborted => "aborted: candidate stopped, logged as rolled_back".to_string(),
+        deploy::DeployOutcome::Watching(pid) => format!("switched; watcher pid {pid} finishes the watch (promoted or switched back); see `rollgate status`"),
+    };
+    eprintln!("rollgate: {line}");
+    outcome.exit_code()
+}
+
 /// `rollgate rollout ...`: the outcome on stdout, exit 0/1/3 as the outcome says, 2 refused.
-fn run_rollout(args: RolloutArgs) -> ExitCode {
+fn run_rollout(args: RolloutArgs) -> Result<u8, Error> {
     use control::Ask;
     let result = match args.command {
         Some(RolloutCommand::Status {
             service,
             target,
             format,
-        }) => {
-            return answer(rollout::status(&service, target.root, format), |e| {
-                e.exit_code()
-            })
-        }
+        }) => return printed(rollout::status(&service, target.root, format)?),
         Some(RolloutCommand::Pause {
             service,
             target,
@@ -391,31 +371,23 @@ fn run_rollout(args: RolloutArgs) -> ExitCode {
             rollback,
         }) => rollout::control(&service, target.root, Ask::Abort, reason, rollback),
         None if args.dry_run => match rollout_request(args) {
-            Ok(request) => return report_dry_run(rollout::dry_run(&request)),
+            Ok(request) => return Ok(report_dry_run(rollout::dry_run(&request))),
             Err(e) => Err(e),
         },
         None => rollout_request(args).and_then(rollout::rollout),
     };
-    finish_rollout(result)
+    Ok(rollout_ended(result?))
 }
 
-/// A rollout command's outcome on stdout, exit 0/1/3 as it says; an error on stderr, exit 2.
-fn finish_rollout(result: Result<rollout::RolloutOutcome, DeployError>) -> ExitCode {
-    match result {
-        Ok(outcome) => {
-            println!("{}", outcome.message());
-            ExitCode::from(outcome.exit_code())
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+/// A rollout command's outcome on stdout, exit 0/1/3 as it says.
+fn rollout_ended(outcome: rollout::RolloutOutcome) -> u8 {
+    println!("{}", outcome.message());
+    outcome.exit_code()
 }
 
-fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, DeployError> {
+fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
     use settings::{parse_ports, parse_wait, parse_waves};
-    let usage = DeployError::Refused;
+    let usage = Error::Refused;
     let soak_ms = args
         .soak
         .as_deref()
@@ -458,7 +430,7 @@ fn print(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
 
-fn run_policy(command: PolicyCommand) -> ExitCode {
+fn run_policy(command: PolicyCommand) -> Result<u8, Error> {
     match command {
         PolicyCommand::Export {
             file,
@@ -474,27 +446,15 @@ fn run_policy(command: PolicyCommand) -> ExitCode {
                     port,
                     strict,
                 };
-                return match fleet::export::export(&file, engine, &workload, &eval_options(eval)) {
-                    Ok(exported) => {
-                        print(&exported.text);
-                        for what in exported.lost {
-                            eprintln!("not expressed in {}: {what}", engine.name());
-                        }
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => fleet_failed(e),
-                };
-            }
-            match policy::export(&file, format, &eval_options(eval)) {
-                Ok(text) => {
-                    print(&text);
-                    ExitCode::SUCCESS
+                let exported =
+                    fleet::export::export(&file, engine, &workload, &eval_options(eval))?;
+                print(&exported.text);
+                for what in exported.lost {
+                    eprintln!("not expressed in {}: {what}", engine.name());
                 }
-                Err(e) => {
-                    eprint!("{}", render_error(&e));
-                    ExitCode::from(1)
-                }
+                return Ok(error::SUCCESS);
             }
+            printed(policy::export(&file, format, &eval_options(eval))?)
         }
         PolicyCommand::Check {
             files,
@@ -504,21 +464,13 @@ fn run_policy(command: PolicyCommand) -> ExitCode {
             let outcomes = policy::check::check_files(&files, &eval_options(eval));
             let (report, all_ok) = policy::check::render(&outcomes, format);
             print(&report);
-            ExitCode::from(if all_ok { 0 } else { 1 })
+            Ok(if all_ok {
+                error::SUCCESS
+            } else {
+                error::FAILED
+            })
         }
-        PolicyCommand::Contract => {
-            print(policy::ROLLOUT_POLICY_NCL);
-            ExitCode::SUCCESS
-        }
-    }
-}
-
-/// Nickel diagnostics are printed byte for byte as `nickel export` prints them (they start with
-/// `error:` and end with a blank line); other errors get the prefix here.
-fn render_error(e: &policy::PolicyError) -> String {
-    match e {
-        policy::PolicyError::Nickel(d) => d.rendered.clone(),
-        other => format!("error: {other}\n"),
+        PolicyCommand::Contract => printed(policy::ROLLOUT_POLICY_NCL.to_string()),
     }
 }
 
@@ -541,7 +493,7 @@ fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
     })
 }
 
-fn run_log(command: LogCommand) -> ExitCode {
+fn run_log(command: LogCommand) -> Result<u8, Error> {
     let result = match command {
         LogCommand::Summary {
             logs,
@@ -586,19 +538,9 @@ fn run_log(command: LogCommand) -> ExitCode {
             read,
         } => reading(read).and_then(|r| log::query(&logs, &sql, format, &r)),
     };
-    if let Err(log::LogError::Nickel(diagnostic)) = &result {
-        // Nickel's diagnostic carries its own `error:` heading.
-        eprintln!("{diagnostic}");
-        return ExitCode::from(1);
-    }
     // Rows are written as they are rendered; a reader that went away (`| head`) ends it.
-    let written = result.map(|answer| {
-        let mut out = std::io::stdout().lock();
-        let _ = answer.write_to(&mut out).and_then(|()| out.flush());
-        String::new()
-    });
-    answer(written, |e| match e {
-        log::LogError::Usage(_) => 2,
-        _ => 1,
-    })
+    let answer = result?;
+    let mut out = std::io::stdout().lock();
+    let _ = answer.write_to(&mut out).and_then(|()| out.flush());
+    Ok(error::SUCCESS)
 }

@@ -79,3 +79,55 @@ fn the_man_page_renders_with_man() {
         assert!(page.contains(section), "{section} missing from:\n{page}");
     }
 }
+
+/// The defaults the help texts state are the ones the code runs by (`src/defaults.rs`).
+#[test]
+fn the_help_states_the_defaults_the_code_has() {
+    use rollgate::defaults;
+    let help = |command: &str| {
+        let out = rollgate().args([command, "--help"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let waves = defaults::WAVES.map(|w| w.to_string()).join(",");
+    for (command, stated) in [
+        (
+            "deploy",
+            format!("stop_grace_ms, else {})", defaults::GRACE.as_millis()),
+        ),
+        (
+            "deploy",
+            format!("drain_timeout_ms, else {})", defaults::DRAIN.as_millis()),
+        ),
+        (
+            "deploy",
+            format!("watch_ms, else {};", defaults::WATCH.as_millis()),
+        ),
+        (
+            "rollout",
+            format!("stop_grace_ms, else {})", defaults::GRACE.as_millis()),
+        ),
+        (
+            "rollout",
+            format!("drain_timeout_ms, else {})", defaults::DRAIN.as_millis()),
+        ),
+        (
+            "rollout",
+            format!("watch_ms, else {};", defaults::WATCH.as_millis()),
+        ),
+        ("rollout", format!("else {waves})")),
+        (
+            "up",
+            format!("[default: {}]", defaults::UP_READY.as_millis()),
+        ),
+        ("proxy", format!("[default: {}]", defaults::PROXY_LISTEN)),
+    ] {
+        let text = help(command);
+        assert!(
+            text.contains(&stated),
+            "`rollgate {command} --help` does not say {stated:?}:\n{text}"
+        );
+    }
+}

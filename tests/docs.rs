@@ -60,3 +60,51 @@ fn no_link_in_the_readme_or_the_docs_is_broken() {
         }
     }
 }
+
+#[test]
+fn the_exit_code_table_is_the_one_the_code_has() {
+    let page = std::fs::read_to_string(repo().join("docs/exit-codes.md")).unwrap();
+    let table = rollgate::error::exit_code_table();
+    assert!(
+        page.contains(&table),
+        "docs/exit-codes.md does not hold the table src/error.rs gives; put this in it:\n{table}"
+    );
+}
+
+#[test]
+fn the_policy_table_is_the_one_the_code_has() {
+    let page = std::fs::read_to_string(repo().join("docs/policy.md")).unwrap();
+    let table = rollgate::defaults::policy_table();
+    assert!(
+        page.contains(&table),
+        "docs/policy.md does not hold the table src/defaults.rs gives; put this in it:\n{table}"
+    );
+}
+
+#[test]
+fn the_contracts_ranges_are_the_ones_the_code_has() {
+    let contract = std::fs::read_to_string(repo().join("contracts/rollout-policy.ncl")).unwrap();
+    let block = contract
+        .split("let ranges = {")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}").next())
+        .expect("the contract has its ranges table");
+    let ranges: Vec<(String, u64, u64)> = block
+        .lines()
+        .filter(|line| line.contains("low ="))
+        .map(|line| {
+            let (name, rest) = line.trim().split_once(" = ").unwrap();
+            let number = |key: &str| -> u64 {
+                let after = rest.split(key).nth(1).unwrap();
+                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().unwrap()
+            };
+            (name.to_string(), number("low = "), number("high = "))
+        })
+        .collect();
+    let expected: Vec<(String, u64, u64)> = rollgate::defaults::POLICY_RANGES
+        .iter()
+        .map(|(name, low, high)| (name.to_string(), *low, *high))
+        .collect();
+    assert_eq!(ranges, expected);
+}

@@ -74,7 +74,10 @@ fn the_checker_sees_a_lower_layer_naming_a_higher_one() {
 #[test]
 fn the_host_names_nothing_above_it() {
     // The policy is a leaf: its types (probe and hook settings) may be used by anyone.
-    assert_eq!(breaks("host", &["policy"]), Vec::<(String, String)>::new());
+    assert_eq!(
+        breaks("host", &["policy", "defaults"]),
+        Vec::<(String, String)>::new()
+    );
 }
 
 #[test]
@@ -93,21 +96,30 @@ fn the_engine_names_nothing_above_it() {
     assert_eq!(
         breaks(
             "engine",
-            &["host", "policy", "render", "proxy", "release", "error"]
+            &["host", "policy", "render", "proxy", "release", "error", "defaults"]
         ),
         Vec::<(String, String)>::new()
     );
 }
 
 #[test]
-fn the_error_type_names_nothing() {
-    assert_eq!(breaks("error", &[]), Vec::<(String, String)>::new());
+fn the_defaults_name_nothing() {
+    assert_eq!(breaks("defaults", &[]), Vec::<(String, String)>::new());
+}
+
+#[test]
+fn the_error_type_names_only_the_policy() {
+    // It turns a refused policy into Nickel's own diagnostic.
+    assert_eq!(breaks("error", &["policy"]), Vec::<(String, String)>::new());
 }
 
 #[test]
 fn the_fleet_exports_stand_on_the_engine_not_the_commands() {
     assert_eq!(
-        breaks("fleet", &["host", "policy", "render", "engine", "error"]),
+        breaks(
+            "fleet",
+            &["host", "policy", "render", "engine", "error", "defaults"]
+        ),
         Vec::<(String, String)>::new()
     );
 }
@@ -201,7 +213,7 @@ fn the_cycle_finder_finds_a_cycle() {
 
 #[test]
 fn the_proxy_log_and_releases_stay_below_the_engine_and_the_commands() {
-    let below = ["host", "policy", "log", "render"];
+    let below = ["host", "policy", "log", "render", "error", "defaults"];
     for folder in ["proxy", "log", "release"] {
         assert_eq!(
             breaks(folder, &below),

@@ -13,7 +13,7 @@ use crate::engine::run::{Context, Executor};
 use crate::engine::state::{self as rollout_state, Phase, Rollout};
 use crate::engine::step::Event;
 use crate::engine::{recover, runtime, single};
-use crate::error::{refused, DeployError};
+use crate::error::{self, refused, Error};
 use crate::host::probe::Probe;
 use crate::host::process::Identity;
 use crate::host::signals::Signals;
@@ -71,15 +71,17 @@ pub enum DeployOutcome {
 impl DeployOutcome {
     pub fn exit_code(self) -> u8 {
         match self {
-            DeployOutcome::Promoted | DeployOutcome::Aborted | DeployOutcome::Watching(_) => 0,
-            DeployOutcome::RolledBack => 1,
-            DeployOutcome::Escalated => 3,
+            DeployOutcome::Promoted | DeployOutcome::Aborted | DeployOutcome::Watching(_) => {
+                error::SUCCESS
+            }
+            DeployOutcome::RolledBack => error::FAILED,
+            DeployOutcome::Escalated => error::WAITING,
         }
     }
 }
 
 /// The whole deploy.
-pub fn deploy(request: Request) -> Result<DeployOutcome, DeployError> {
+pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     crate::host::names::check_name("version", &request.version).map_err(refused)?;
     if request.port == 0 {
@@ -145,7 +147,7 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, DeployError> {
 }
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
-fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
+fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Error> {
     policy_entry(
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
@@ -173,7 +175,7 @@ async fn run_on_engine(
     admitted: Option<release::Admitted>,
     hooks: hooks::Hooks,
     signals: &mut Signals,
-) -> Result<DeployOutcome, DeployError> {
+) -> Result<DeployOutcome, Error> {
     // A signed release runs from the verified copy of its executable.
     let (executable, signed) = match admitted {
         Some(admitted) => (admitted.executable, Some(admitted.signed)),
@@ -221,7 +223,7 @@ async fn run_on_engine(
 /// candidate that cannot be started): the candidate must not outlive this deploy without an
 /// outcome, unless the switch already made it the live release. Returns the error completed
 /// with the state that is left.
-async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployError {
+async fn abandon(root: &Root, rollout: &Rollout, error: Error) -> Error {
     let version = &rollout.to;
     let new = rollout.new_process().filter(|p| p.pid > 0).cloned();
     let state_path = root.0.join(rollout_state::ROLLOUT_FILE);
@@ -245,7 +247,7 @@ async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployEr
             };
             // Nothing of it runs and `current` never named it: its record goes.
             let cleared = rollout_state::clear(root);
-            if let DeployError::Refused(_) = error {
+            if let Error::Refused(_) = error {
                 return error;
             }
             match cleared {
@@ -256,13 +258,13 @@ async fn abandon(root: &Root, rollout: &Rollout, error: DeployError) -> DeployEr
             }
         }
     };
-    DeployError::Failed(format!("{error}; {left}"))
+    Error::Failed(format!("{error}; {left}"))
 }
 
 /// Whether a release on `port` answers `/readyz` with 200 now (for the demo).
 pub fn answers_ready(port: u16) -> bool {
     runtime().is_ok_and(|rt| {
-        rt.block_on(probe::readyz(port, probe::DEFAULT_TIMEOUT)) == Probe::Status(200)
+        rt.block_on(probe::readyz(port, crate::defaults::PROBE_TIMEOUT)) == Probe::Status(200)
     })
 }
 
@@ -272,7 +274,7 @@ pub fn stop_release(pid: i32, start_time: u64) {
     if let Ok(rt) = runtime() {
         rt.block_on(process::stop_group(
             Identity { pid, start_time },
-            plan::DEFAULT_GRACE,
+            crate::defaults::GRACE,
         ));
     }
 }

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::deploy::Request;
 use super::preflight;
 use crate::engine::judge::{self as plan, Settings};
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::lock;
 use crate::host::state::Root;
 use crate::policy::RolloutSettings;
@@ -42,7 +42,7 @@ impl Report {
     }
 
     /// Exit 0 with the report when every check passed; exit 2 with it when any would refuse.
-    pub fn finish(self) -> Result<String, DeployError> {
+    pub fn finish(self) -> Result<String, Error> {
         if self.refused() {
             Err(refused(self.render()))
         } else {
@@ -205,7 +205,7 @@ pub fn admission_check(root: &Root, service: &str, version: &str) -> Result<Stri
 pub fn deploy(
     request: &Request,
     policy: Result<Option<RolloutSettings>, String>,
-) -> Result<String, DeployError> {
+) -> Result<String, Error> {
     let mut report = Report {
         title: format!(
             "deploy {} {} on port {} in {}",
@@ -348,7 +348,7 @@ pub fn deploy(
 pub fn rollout(
     request: &crate::commands::rollout::Request,
     policy: Result<Option<RolloutSettings>, String>,
-) -> Result<String, DeployError> {
+) -> Result<String, Error> {
     use crate::engine::{settings, state};
     let mut report = Report {
         title: format!(

@@ -9,7 +9,7 @@ use crate::engine::single;
 use crate::engine::state::{self as rollout_state, Phase};
 use crate::engine::step::Event;
 use crate::engine::{recover, runtime};
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::journal;
 use crate::host::lock;
 use crate::host::signals::Signals;
@@ -20,7 +20,7 @@ pub fn finish_escalated(
     service: &str,
     root: PathBuf,
     promote: bool,
-) -> Result<DeployOutcome, DeployError> {
+) -> Result<DeployOutcome, Error> {
     crate::host::names::check_name("service", service).map_err(refused)?;
     let root = Root::existing(root).map_err(refused)?;
     runtime()?.block_on(async {
@@ -101,7 +101,7 @@ pub fn finish_escalated(
         executor.run_post_hook().await;
         match executor.rollout().phase {
             Phase::Completed | Phase::Aborted => Ok(outcome),
-            _ => Err(DeployError::Failed(
+            _ => Err(Error::Failed(
                 "the escalated deploy did not end; its state stays for the next command".into(),
             )),
         }

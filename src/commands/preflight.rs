@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::engine::judge;
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::hooks;
 use crate::host::state::Root;
 use crate::policy::{self, EvalOptions};
@@ -27,7 +27,7 @@ pub(crate) fn policy_entry(
     entry: Option<&str>,
     service: &str,
     eval: &EvalOptions,
-) -> Result<Option<policy::RolloutSettings>, DeployError> {
+) -> Result<Option<policy::RolloutSettings>, Error> {
     let Some(path) = file else {
         return Ok(None);
     };
@@ -49,18 +49,14 @@ pub(crate) fn release_executable(
     root: &std::path::Path,
     version: &str,
     service: &str,
-) -> Result<(Root, PathBuf), DeployError> {
+) -> Result<(Root, PathBuf), Error> {
     let root = Root::existing(root.to_path_buf()).map_err(refused)?;
     let executable = root.executable(version, service);
     check_executable(&executable, version, service)?;
     Ok((root, executable))
 }
 
-fn check_executable(
-    path: &std::path::Path,
-    version: &str,
-    service: &str,
-) -> Result<(), DeployError> {
+fn check_executable(path: &std::path::Path, version: &str, service: &str) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::metadata(path) {
         Err(_) => Err(refused(format!(

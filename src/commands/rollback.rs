@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::deploy::{self, DeployOutcome, Request};
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
 
@@ -97,7 +97,7 @@ pub fn previous_release(root: &Root, service: &str, current: &str) -> Result<Ear
 pub fn replica_target(
     root: &std::path::Path,
     service: &str,
-) -> Result<Option<(String, String)>, DeployError> {
+) -> Result<Option<(String, String)>, Error> {
     let root = Root::existing(root.to_path_buf()).map_err(refused)?;
     let Some(set) = root.read_replicas().map_err(refused)? else {
         return Ok(None);
@@ -128,7 +128,7 @@ pub struct RollbackRequest {
 }
 
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
-pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, DeployError> {
+pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, Error> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     let root = Root::existing(request.root.clone()).map_err(refused)?;
     let live = root.read_pointer().map_err(refused)?.ok_or_else(|| {

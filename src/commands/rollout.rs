@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::preflight;
 use crate::engine::{control, record, recover, run, settings, state, step, view as render};
-use crate::error::DeployError;
+use crate::error::{self, Error};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 use crate::host::{journal, lock};
@@ -46,9 +46,9 @@ pub enum RolloutOutcome {
 impl RolloutOutcome {
     pub fn exit_code(&self) -> u8 {
         match self {
-            RolloutOutcome::Completed(_) | RolloutOutcome::Done(_) => 0,
-            RolloutOutcome::Aborted(_) => 1,
-            RolloutOutcome::Paused(_) => 3,
+            RolloutOutcome::Completed(_) | RolloutOutcome::Done(_) => error::SUCCESS,
+            RolloutOutcome::Aborted(_) => error::FAILED,
+            RolloutOutcome::Paused(_) => error::WAITING,
         }
     }
 
@@ -62,12 +62,12 @@ impl RolloutOutcome {
     }
 }
 
-fn refused(message: impl Into<String>) -> DeployError {
-    DeployError::Refused(message.into())
+fn refused(message: impl Into<String>) -> Error {
+    Error::Refused(message.into())
 }
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
-fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, DeployError> {
+fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Error> {
     preflight::policy_entry(
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
@@ -86,7 +86,7 @@ pub fn dry_run(request: &Request) -> (String, bool) {
 }
 
 /// The whole rollout.
-pub fn rollout(request: Request) -> Result<RolloutOutcome, DeployError> {
+pub fn rollout(request: Request) -> Result<RolloutOutcome, Error> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     crate::host::names::check_name("version", &request.version).map_err(refused)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
@@ -213,7 +213,7 @@ pub fn control(
     ask: Ask,
     reason: Option<String>,
     rollback: bool,
-) -> Result<RolloutOutcome, DeployError> {
+) -> Result<RolloutOutcome, Error> {
     let reason = reason.unwrap_or_else(|| format!("{} by a person", past(ask)));
     control::check_reason(&reason).map_err(refused)?;
     let root = Root::existing(root).map_err(refused)?;
@@ -286,7 +286,7 @@ fn past(ask: Ask) -> &'static str {
 }
 
 /// The rollout a control command may change: one of this service that runs or is paused.
-fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, DeployError> {
+fn changeable(root: &Root, service: &str, ask: Ask) -> Result<Rollout, Error> {
     let Some(saved) = state::load(root).map_err(refused)? else {
         return Err(refused(format!(
             "no rollout under {}: nothing to {}",
@@ -338,7 +338,7 @@ async fn ask_the_executor(
     root: &Root,
     service: &str,
     request: &ControlRequest,
-) -> Result<Asked, DeployError> {
+) -> Result<Asked, Error> {
     let saved = changeable(root, service, request.ask)?;
     match (request.ask, saved.phase) {
         (Ask::Resume, Phase::Running) => {
@@ -390,7 +390,7 @@ async fn ask_the_executor(
             return Ok(Asked::Left);
         }
         if asked.elapsed() > limit {
-            return Err(DeployError::Failed(format!(
+            return Err(Error::Failed(format!(
                 "the rollout's rollgate did not take the {} request within {} ms; it stays in {}",
                 request.ask.as_str(),
                 limit.as_millis(),
@@ -401,7 +401,7 @@ async fn ask_the_executor(
 }
 
 /// `rollgate rollout status`.
-pub fn status(service: &str, root: PathBuf, format: Format) -> Result<String, DeployError> {
+pub fn status(service: &str, root: PathBuf, format: Format) -> Result<String, Error> {
     let root = Root::existing(root).map_err(refused)?;
     match state::load(&root).map_err(refused)? {
         Some(rollout) if rollout.service == service => {

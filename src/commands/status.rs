@@ -4,7 +4,7 @@ use crate::log::read::{read_with, ReadOptions, Record, Sink};
 use crate::render::time::{format_duration, format_time};
 use crate::render::{figures_table, Format};
 
-use crate::error::DeployError;
+use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::probe;
 use crate::host::state::Root;
@@ -67,13 +67,13 @@ impl Sink for Recent {
     }
 }
 
-pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, DeployError> {
-    let root = Root::existing(root).map_err(DeployError::Refused)?;
-    let pointer = root.read_pointer().map_err(DeployError::Refused)?;
-    let candidate = root.read_candidate().map_err(DeployError::Refused)?;
+pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Error> {
+    let root = Root::existing(root).map_err(Error::Refused)?;
+    let pointer = root.read_pointer().map_err(Error::Refused)?;
+    let candidate = root.read_candidate().map_err(Error::Refused)?;
     let running = pointer.as_ref().is_some_and(|p| p.identity().is_running());
     // A root served by replicas: how many, on which versions, and its last rollout.
-    let replicas = root.read_replicas().map_err(DeployError::Refused)?;
+    let replicas = root.read_replicas().map_err(Error::Refused)?;
     // A single deploy in flight is shown by its `candidate` view, not as a rollout.
     let rollout = crate::engine::state::load(&root)
         .ok()
@@ -105,7 +105,7 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Deploy
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| DeployError::Failed(e.to_string()))?;
+                .map_err(|e| Error::Failed(e.to_string()))?;
             // Asked the way its gate asked it (its policy's probe), not always `/readyz`.
             let subject = probe::Subject {
                 spec: p.probe.clone().unwrap_or_default(),

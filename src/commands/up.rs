@@ -7,11 +7,12 @@
 //! The state is only changed under the root's lock; `--supervise` takes it for each restart
 //! and skips a round while a deploy holds it, so it never fights a deployer.
 
+use crate::defaults;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::error::DeployError;
+use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::lock;
 use crate::host::notify::{self, Notifier};
@@ -19,12 +20,6 @@ use crate::host::process::{self, Identity};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 
-/// Defaults of `rollgate up`, in one place.
-pub const DEFAULT_READY: Duration = Duration::from_millis(30_000);
-pub const DEFAULT_MAX_RESTARTS: u32 = 5;
-pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(1000);
-/// The longest wait between two restarts of one release.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// A release that stayed up this long has stopped crashing: its count starts again.
 const STABLE: Duration = Duration::from_secs(30);
 /// How long a hung release gets between SIGTERM and SIGKILL.
@@ -291,16 +286,16 @@ async fn restart(
 }
 
 /// `rollgate up`: once, or for ever with `--supervise`. The text says what each release is.
-pub fn up(options: Options) -> Result<String, DeployError> {
-    let root = Root::existing(options.root.clone()).map_err(DeployError::Refused)?;
+pub fn up(options: Options) -> Result<String, Error> {
+    let root = Root::existing(options.root.clone()).map_err(Error::Refused)?;
     crate::engine::runtime()?.block_on(async {
-        let mut signals = Signals::install().map_err(DeployError::Refused)?;
+        let mut signals = Signals::install().map_err(Error::Refused)?;
         let (report, failed) = once(&root, &options).await?;
         if !options.supervise {
             return if report.iter().all(|(ok, _)| *ok) {
                 Ok(lines(&report))
             } else {
-                Err(DeployError::Failed(lines(&report)))
+                Err(Error::Failed(lines(&report)))
             };
         }
         eprint!("{}", lines(&report));
@@ -320,19 +315,12 @@ type Key = (Option<usize>, String, u16);
 
 /// One pass under the lock: finish what a dead deployer left, then start what is not running.
 /// Returns a line per release, and the releases that could not be started.
-async fn once(
-    root: &Root,
-    options: &Options,
-) -> Result<(Vec<(bool, String)>, Vec<Key>), DeployError> {
-    let _lock = lock::acquire(&root.lock_path()).map_err(DeployError::Refused)?;
+async fn once(root: &Root, options: &Options) -> Result<(Vec<(bool, String)>, Vec<Key>), Error> {
+    let _lock = lock::acquire(&root.lock_path()).map_err(Error::Refused)?;
     crate::engine::recover::recover_leaving_escalated(root).await?;
     let mut report = Vec::new();
     let mut failed = Vec::new();
-    for (n, live) in live_set(root)
-        .map_err(DeployError::Refused)?
-        .iter()
-        .enumerate()
-    {
+    for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {
         if live.identity.is_running() {
             report.push((
                 true,
@@ -391,7 +379,7 @@ async fn supervise(
     options: &Options,
     failed_at_start: Vec<Key>,
     signals: &mut Signals,
-) -> Result<String, DeployError> {
+) -> Result<String, Error> {
     // A release the first pass could not start has exited once already.
     let mut crashes: HashMap<Key, Crashes> = failed_at_start
         .into_iter()
@@ -415,7 +403,7 @@ async fn supervise(
             _ = tokio::time::sleep(SUPERVISE_POLL) => {}
         }
         if !root.0.is_dir() {
-            return Err(DeployError::Failed(format!(
+            return Err(Error::Failed(format!(
                 "root {} is gone; nothing left to supervise",
                 root.0.display()
             )));
@@ -518,7 +506,7 @@ async fn supervise(
             let backoff = options
                 .backoff
                 .saturating_mul(1 << (entry.in_a_row - 1).min(16))
-                .min(MAX_BACKOFF);
+                .min(defaults::UP_MAX_BACKOFF);
             entry.next_allowed = Some(Instant::now() + backoff);
             match restart(root, live, options.ready, attempt, &why).await {
                 Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),

@@ -14,7 +14,7 @@ use super::deploy::DeployOutcome;
 use crate::engine::recover::Redo;
 use crate::engine::state::{self as rollout_state, Phase};
 use crate::engine::{single, step::Event};
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::lock;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
@@ -25,7 +25,7 @@ pub fn run_watcher(
     service: &str,
     root: std::path::PathBuf,
     token: &str,
-) -> Result<DeployOutcome, DeployError> {
+) -> Result<DeployOutcome, Error> {
     let root = Root::existing(root).map_err(refused)?;
     crate::engine::runtime()?.block_on(async {
         let mut signals = Signals::install().map_err(refused)?;

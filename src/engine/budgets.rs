@@ -6,9 +6,6 @@
 //! move). At every moment a rollout keeps at least `N - unavailable` ready replicas in the pool
 //! and runs at most `N + surge` replica processes.
 
-/// The waves when a policy names none: a canary of one replica (1 %), then 10 %, 50 %, all.
-pub const DEFAULT_WAVES: [u64; 4] = [1, 10, 50, 100];
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budgets {
     /// Replica processes allowed above N.
@@ -93,15 +90,16 @@ pub fn too_many_failures(failed: usize, wave_size: usize, max_failure_ratio: f64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::defaults;
     use proptest::prelude::*;
 
     #[test]
     fn the_documented_sizes() {
-        assert_eq!(wave_sizes(10, &DEFAULT_WAVES), [1, 2, 5, 10]);
+        assert_eq!(wave_sizes(10, &defaults::WAVES), [1, 2, 5, 10]);
         assert_eq!(wave_sizes(20, &[10, 50, 100]), [2, 10, 20]);
-        assert_eq!(wave_sizes(1, &DEFAULT_WAVES), [1]);
+        assert_eq!(wave_sizes(1, &defaults::WAVES), [1]);
         assert_eq!(wave_sizes(3, &[50]), [2, 3]);
-        assert_eq!(wave_sizes(0, &DEFAULT_WAVES), Vec::<usize>::new());
+        assert_eq!(wave_sizes(0, &defaults::WAVES), Vec::<usize>::new());
         assert_eq!(
             Budgets::of(3, 25, 25),
             Budgets {
@@ -135,7 +133,7 @@ mod tests {
     #[test]
     fn waves_get_their_slots_in_order() {
         assert_eq!(
-            assign_waves(&[4, 0, 1, 2, 3, 5, 6, 7, 8, 9], &DEFAULT_WAVES),
+            assign_waves(&[4, 0, 1, 2, 3, 5, 6, 7, 8, 9], &defaults::WAVES),
             vec![vec![4], vec![0], vec![1, 2, 3], vec![5, 6, 7, 8, 9]]
         );
     }

@@ -4,14 +4,13 @@
 //! (a stale file, or one for a rollout that ended meanwhile) is refused, never applied. When no
 //! executor holds the lock, the command acts itself.
 
+use crate::defaults;
 use serde::{Deserialize, Serialize};
 
 use super::step::Event;
 use crate::host::state::{read_json, write_atomically, Root};
 
 pub const REQUEST_FILE: &str = "rollout.request";
-/// The longest reason a person may give (it goes into the state, the log and `status`).
-pub const MAX_REASON_CHARS: usize = 500;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -57,13 +56,14 @@ impl Request {
     }
 }
 
-/// Refuses a reason longer than [`MAX_REASON_CHARS`] or with control characters (it would
+/// Refuses a reason longer than [`defaults::MAX_REASON_CHARS`] or with control characters (it would
 /// break the status table and the log's one-line details).
 pub fn check_reason(reason: &str) -> Result<(), String> {
     let chars = reason.chars().count();
-    if chars > MAX_REASON_CHARS {
+    if chars > defaults::MAX_REASON_CHARS {
         return Err(format!(
-            "--reason is {chars} characters; at most {MAX_REASON_CHARS} are allowed"
+            "--reason is {chars} characters; at most {} are allowed",
+            defaults::MAX_REASON_CHARS
         ));
     }
     if reason.chars().any(char::is_control) {

@@ -1,24 +1,13 @@
 //! What to do next, decided without touching anything: names, settings, the readiness gate's
 //! verdicts and the words the log uses for them. Everything here is tested directly.
 
+use crate::defaults;
 use std::time::Duration;
 
 use crate::host::probe::{Probe, Spec as ProbeSpec};
 use crate::host::MAX_WAIT;
 use crate::policy::{OnStall, RolloutSettings};
 use crate::proxy::drain::Drain;
-
-/// The lesson's defaults when neither the command line nor a policy says otherwise.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(1500);
-pub const DEFAULT_POLL: Duration = Duration::from_millis(100);
-pub const DEFAULT_GRACE: Duration = Duration::from_millis(5000);
-/// How long a proxy may take to finish the old release's requests before it is stopped anyway.
-pub const DEFAULT_DRAIN: Duration = Duration::from_millis(30_000);
-/// After a switch, how long the new release is watched with the previous one kept running, and
-/// how many failed probes in a row switch back. Long enough to catch a release that is ready
-/// at once and falls over moments later; short enough that a deploy still feels immediate.
-pub const DEFAULT_WATCH: Duration = Duration::from_millis(2000);
-pub const DEFAULT_WATCH_FAILURES: u32 = 3;
 
 /// The policy entry a service reads by default: `edge-svc` → `edge_svc`.
 pub fn policy_entry_for(service: &str) -> String {
@@ -62,7 +51,7 @@ pub fn resolve_with_watch(
 ) -> Result<Settings, String> {
     let watch_failures = policy
         .and_then(|p| p.watch_failures)
-        .unwrap_or(u64::from(DEFAULT_WATCH_FAILURES));
+        .unwrap_or(u64::from(defaults::WATCH_FAILURES));
     if !(1..=100).contains(&watch_failures) {
         return Err(format!(
             "watch_failures is {watch_failures}; it must be an integer from 1 to 100"
@@ -75,25 +64,25 @@ pub fn resolve_with_watch(
     let (deadline, deadline_source) = match (deadline_arg, policy) {
         (Some(ms), _) => (Duration::from_millis(ms), "command line"),
         (None, Some(p)) => (Duration::from_millis(p.progress_deadline_ms), "policy"),
-        (None, None) => (DEFAULT_DEADLINE, "default"),
+        (None, None) => (defaults::DEADLINE, "default"),
     };
     Ok(Settings {
         deadline,
-        poll: policy.map_or(DEFAULT_POLL, |p| Duration::from_millis(p.poll_ms)),
+        poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
         on_stall: policy.map_or(OnStall::Rollback, |p| p.on_stall),
         grace: first_of(
             grace_arg,
             policy.and_then(|p| p.stop_grace_ms),
-            DEFAULT_GRACE,
+            defaults::GRACE,
         ),
         drain: first_of(
             drain_arg,
             policy.and_then(|p| p.drain_timeout_ms),
-            DEFAULT_DRAIN,
+            defaults::DRAIN,
         ),
         deadline_source,
         probe,
-        watch: first_of(watch_arg, policy.and_then(|p| p.watch_ms), DEFAULT_WATCH),
+        watch: first_of(watch_arg, policy.and_then(|p| p.watch_ms), defaults::WATCH),
         watch_failures: watch_failures as u32,
     })
 }
@@ -294,7 +283,7 @@ mod tests {
         let s = resolve(None, None, None, None).unwrap();
         assert_eq!(
             (s.deadline, s.poll, s.on_stall),
-            (DEFAULT_DEADLINE, DEFAULT_POLL, OnStall::Rollback)
+            (defaults::DEADLINE, defaults::POLL, OnStall::Rollback)
         );
     }
 

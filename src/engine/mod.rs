@@ -31,7 +31,7 @@ pub mod view;
 
 use std::time::{Duration, Instant};
 
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::state::Root;
 use crate::proxy::drain;
 
@@ -39,7 +39,7 @@ use crate::proxy::drain;
 pub const WATCHER_OUTPUT: &str = "watcher.output";
 
 /// The single-threaded runtime every command that drives the engine runs on.
-pub fn runtime() -> Result<tokio::runtime::Runtime, DeployError> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -2,16 +2,16 @@
 //! deploy's) and the pool (`replicas.json`, then `current`).
 
 use super::state::Rollout;
-use crate::error::DeployError;
+use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::state::{Fallback, Pointer, Root, WriteError};
 
-fn failed(message: impl Into<String>) -> DeployError {
-    DeployError::Failed(message.into())
+fn failed(message: impl Into<String>) -> Error {
+    Error::Failed(message.into())
 }
 
 /// Appends one line to the root's log.
-pub(crate) fn append(root: &Root, entry: &journal::Entry) -> Result<(), DeployError> {
+pub(crate) fn append(root: &Root, entry: &journal::Entry) -> Result<(), Error> {
     journal::append(&root.log_path(), entry).map_err(|e| {
         failed(format!(
             "cannot append to {}: {e}",
@@ -29,7 +29,7 @@ pub(crate) fn log_outcome(
     rollout: &Rollout,
     event: LogEvent,
     detail: String,
-) -> Result<(), DeployError> {
+) -> Result<(), Error> {
     let written = journal::outcome_for(&root.log_path(), &rollout.id, rollout.started_at)
         .map_err(|e| failed(format!("cannot read {}: {e}", root.log_path().display())))?;
     if written.is_some() {
@@ -56,7 +56,7 @@ pub(crate) fn log_single(
     root: &Root,
     rollout: &Rollout,
     entry: &journal::Entry,
-) -> Result<(), DeployError> {
+) -> Result<(), Error> {
     if entry.event.is_outcome() {
         let written = journal::outcome_for(&root.log_path(), &rollout.id, rollout.started_at)
             .map_err(|e| failed(format!("cannot read {}: {e}", root.log_path().display())))?;
@@ -82,13 +82,13 @@ pub(crate) fn log_single(
 /// Replaces `replicas.json`, then `current` (the first live replica, with its kept fallback),
 /// each atomically. A single deploy's root is served by `current` alone, as it always was.
 /// Some(words) when `current` was renamed but its folder's fsync failed.
-pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String>, DeployError> {
+pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String>, Error> {
     let written = write_pool_files(root, rollout);
     super::fault::point();
     written
 }
 
-fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, DeployError> {
+fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Error> {
     let pool = rollout.pool();
     if rollout.single.is_none() {
         root.write_replicas(&pool).map_err(|e| {

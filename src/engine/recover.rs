@@ -18,7 +18,7 @@ use super::single;
 use super::state::{self, Phase, Rollout, SlotState};
 use super::step::Event;
 use super::{fault, record};
-use crate::error::{refused, DeployError};
+use crate::error::{refused, Error};
 use crate::host::process::{self, Identity};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
@@ -28,7 +28,7 @@ use crate::host::state::Root;
 /// undone and logged as rolled back; an escalated candidate waits for a person instead
 /// (refused with what to run). A rollout: an ended one is settled, a running one is paused
 /// with every replica serving (see [`finish`]).
-pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
+pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
     single::adopt_legacy(root)?;
     match state::load(root).map_err(refused)? {
         Some(left) if left.unsettled_deploy() => single::finish(root, left).await,
@@ -40,7 +40,7 @@ pub(crate) async fn recover(root: &Root) -> Result<(), DeployError> {
 /// For `up` (and each pass of `up --supervise`), `promote` and `abort`: the same, except that
 /// an escalated deploy is left waiting for its person. The release it would replace is live and
 /// is started meanwhile: after a reboot, nothing waits on a decision to serve.
-pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), DeployError> {
+pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), Error> {
     single::adopt_legacy(root)?;
     if let Some(left) = state::load(root).map_err(refused)? {
         if left.unsettled_deploy() && left.slot(0).held && !single::is_switched(root, &left)? {
@@ -184,7 +184,7 @@ pub(crate) async fn adopt(
     root: &Root,
     saved: Rollout,
     resuming: bool,
-) -> Result<(Executor, Redo), DeployError> {
+) -> Result<(Executor, Redo), Error> {
     let mut rollout = saved.clone();
     let redo = reconcile(&mut rollout, |who| who.is_running(), resuming);
     record::write_pool(root, &rollout)?;
@@ -206,7 +206,7 @@ pub(crate) async fn adopt(
         }
         process::stop_group(stray, grace).await;
     }
-    state::save(root, &rollout).map_err(DeployError::Failed)?;
+    state::save(root, &rollout).map_err(Error::Failed)?;
     fault::point();
     let context = Context::of_saved(root, &rollout);
     Ok((Executor::new(context, rollout), redo))
@@ -218,7 +218,7 @@ pub(crate) async fn adopt(
 /// replica that had left the pool serving its previous version again, for a person to
 /// resume or abort. A paused one gets the same: the reverts its pause began are finished,
 /// and a new replica that died meanwhile is judged.
-pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), DeployError> {
+pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), Error> {
     let event = match saved.phase {
         Phase::Paused => Event::Tick,
         Phase::Completed | Phase::Aborted if !saved.unsettled => return Ok(()),
@@ -229,7 +229,7 @@ pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), DeployErro
     };
     let (executor, redo) = adopt(root, saved, false).await?;
     let mut executor = executor.redo(redo).await?;
-    let mut signals = Signals::install().map_err(DeployError::Refused)?;
+    let mut signals = Signals::install().map_err(Error::Refused)?;
     executor.run(event, &mut signals).await?;
     Ok(())
 }

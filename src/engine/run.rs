@@ -25,7 +25,7 @@ use super::tasks::{
     gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judged, Message,
 };
 use super::view as render;
-use crate::error::DeployError;
+use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::notify::{self, Notifier};
 use crate::host::probe::{Probe, Subject};
@@ -107,8 +107,8 @@ pub struct Executor {
     statuses: HashMap<usize, String>,
 }
 
-fn failed(message: impl Into<String>) -> DeployError {
-    DeployError::Failed(message.into())
+fn failed(message: impl Into<String>) -> Error {
+    Error::Failed(message.into())
 }
 
 impl Executor {
@@ -167,7 +167,7 @@ impl Executor {
     }
 
     /// Restarts what recovery found half-done: previous versions to bring back, restores.
-    pub async fn redo(mut self, redo: super::recover::Redo) -> Result<Executor, DeployError> {
+    pub async fn redo(mut self, redo: super::recover::Redo) -> Result<Executor, Error> {
         for slot in redo.swap {
             self.swap_in(slot, false).await?;
         }
@@ -194,7 +194,7 @@ impl Executor {
 
     /// Runs until the rollout completes, pauses or aborts and every revert and restore is
     /// done. Returns the phase it ended in.
-    pub async fn run(&mut self, first: Event, signals: &mut Signals) -> Result<Phase, DeployError> {
+    pub async fn run(&mut self, first: Event, signals: &mut Signals) -> Result<Phase, Error> {
         self.handle(first).await?;
         let mut control = tokio::time::interval(CONTROL_POLL);
         let deadline = instant_after(self.rollout.settings.release_deadline);
@@ -225,7 +225,7 @@ impl Executor {
     /// each safe to repeat after a crash (the outcome line is written once per rollout id, the
     /// floor is raised to the same value, the post hook is marked started before it runs, so
     /// it runs at most once); then the state says nothing is owed.
-    pub(crate) async fn settle(&mut self) -> Result<(), DeployError> {
+    pub(crate) async fn settle(&mut self) -> Result<(), Error> {
         if self.rollout.single.is_some() {
             // A single deploy settles with its outcome line (`finish_outcome`).
             self.run_post_hook().await;
@@ -249,7 +249,7 @@ impl Executor {
 
     /// A rollout pauses on a signal. A single deploy's gate ends on it (and rolls back, as a
     /// deploy always has); once the gate is over, the deploy finishes what it began.
-    async fn on_signal(&mut self, name: &'static str) -> Result<(), DeployError> {
+    async fn on_signal(&mut self, name: &'static str) -> Result<(), Error> {
         if self.rollout.single.is_some() {
             for task in self.tasks.values_mut() {
                 if let Some(interrupt) = task.interrupt.take() {
@@ -323,7 +323,7 @@ impl Executor {
     }
 
     /// One event and everything it leads to: decide, save, act.
-    pub(crate) async fn handle(&mut self, event: Event) -> Result<(), DeployError> {
+    pub(crate) async fn handle(&mut self, event: Event) -> Result<(), Error> {
         self.queued.push_back(event);
         while let Some(event) = self.queued.pop_front() {
             self.decided_at = journal::now();
@@ -338,13 +338,13 @@ impl Executor {
         Ok(())
     }
 
-    pub(crate) fn save(&self) -> Result<(), DeployError> {
+    pub(crate) fn save(&self) -> Result<(), Error> {
         state::save(&self.context.root, &self.rollout).map_err(failed)?;
         fault::point();
         Ok(())
     }
 
-    pub(crate) async fn perform(&mut self, action: Action) -> Result<(), DeployError> {
+    pub(crate) async fn perform(&mut self, action: Action) -> Result<(), Error> {
         match action {
             Action::StartBeside { slot } => {
                 let version = self.rollout.to.clone();
@@ -389,12 +389,7 @@ impl Executor {
     }
 
     /// Records a process for the slot, then spawns and gates it.
-    async fn start(
-        &mut self,
-        slot: usize,
-        purpose: Purpose,
-        version: String,
-    ) -> Result<(), DeployError> {
+    async fn start(&mut self, slot: usize, purpose: Purpose, version: String) -> Result<(), Error> {
         let Some(port) = self.free_port() else {
             let (first, last) = self.rollout.settings.ports;
             return self.gate_failed(
@@ -462,7 +457,7 @@ impl Executor {
                 let reason = format!("cannot start {}: {e}", executable.display());
                 // A single deploy that could not start its candidate has started nothing.
                 if self.rollout.single.is_some() {
-                    return Err(DeployError::Refused(reason));
+                    return Err(Error::Refused(reason));
                 }
                 return self.gate_failed(slot, purpose, reason);
             }
@@ -528,12 +523,7 @@ impl Executor {
     }
 
     /// A gate that could not even start: the same paths as one that failed.
-    fn gate_failed(
-        &mut self,
-        slot: usize,
-        purpose: Purpose,
-        reason: String,
-    ) -> Result<(), DeployError> {
+    fn gate_failed(&mut self, slot: usize, purpose: Purpose, reason: String) -> Result<(), Error> {
         match purpose {
             Purpose::Upgrade | Purpose::Restore => {
                 self.queued.push_back(Event::Failed { slot, reason });
@@ -543,7 +533,7 @@ impl Executor {
         }
     }
 
-    async fn on_message(&mut self, message: Message) -> Result<(), DeployError> {
+    async fn on_message(&mut self, message: Message) -> Result<(), Error> {
         match message {
             Message::Soak(event) => self.handle(event).await,
             Message::Gate { slot, token, gated } => {
@@ -611,7 +601,7 @@ impl Executor {
         }
     }
 
-    fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), DeployError> {
+    fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), Error> {
         let s = self.rollout.slot_mut(slot);
         let message = format!("its previous version did not come back: {reason}");
         s.error = Some(match s.error.take() {
@@ -624,7 +614,7 @@ impl Executor {
         self.log_plain(LogEvent::ReplicaFailed, &to, Some(slot), wave, message)
     }
 
-    fn log_restored(&mut self, slot: usize) -> Result<(), DeployError> {
+    fn log_restored(&mut self, slot: usize) -> Result<(), Error> {
         let s = self.rollout.slot(slot);
         let Some(live) = s.live.clone() else {
             return Ok(());
@@ -644,7 +634,7 @@ impl Executor {
 
     /// The slot's gated process joins the pool; the one it replaces is drained and stopped, or
     /// drained and kept running as the pool's fallback through the watch.
-    async fn swap_in(&mut self, slot: usize, keep_previous: bool) -> Result<(), DeployError> {
+    async fn swap_in(&mut self, slot: usize, keep_previous: bool) -> Result<(), Error> {
         let s = self.rollout.slot_mut(slot);
         // The planner's `Ready` made the swap in the state it saved; outside it (a bring-back,
         // a restore, a swap redone after a crash) it is made and saved here first.
@@ -691,7 +681,7 @@ impl Executor {
 
     /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
     /// the fallback finish) and stopped.
-    async fn drop_fallback(&mut self, slot: usize) -> Result<(), DeployError> {
+    async fn drop_fallback(&mut self, slot: usize) -> Result<(), Error> {
         let s = self.rollout.slot_mut(slot);
         let Some(kept) = s.fallback.take() else {
             return Ok(());
@@ -705,7 +695,7 @@ impl Executor {
     }
 
     /// Takes the slot's live process out of the pool, then drains and stops it.
-    async fn retire_live(&mut self, slot: usize) -> Result<(), DeployError> {
+    async fn retire_live(&mut self, slot: usize) -> Result<(), Error> {
         let s = self.rollout.slot_mut(slot);
         let Some(live) = s.live.take() else {
             return Ok(());
@@ -718,10 +708,7 @@ impl Executor {
 
     /// Drains and stops the slot's retiring process; says how ("drained ...; old release v1
     /// stopped (SIGTERM)"), None when there was none.
-    pub(crate) async fn stop_retiring(
-        &mut self,
-        slot: usize,
-    ) -> Result<Option<String>, DeployError> {
+    pub(crate) async fn stop_retiring(&mut self, slot: usize) -> Result<Option<String>, Error> {
         let Some(old) = self.rollout.slot(slot).retiring.clone() else {
             return Ok(None);
         };
@@ -739,7 +726,7 @@ impl Executor {
 
     /// Stops the slot's process being gated (found by its token if its pid was never
     /// recorded); says how.
-    async fn stop_candidate(&mut self, slot: usize) -> Result<String, DeployError> {
+    async fn stop_candidate(&mut self, slot: usize) -> Result<String, Error> {
         if let Some(task) = self.tasks.remove(&slot) {
             task.handle.abort();
         }
@@ -769,7 +756,7 @@ impl Executor {
 
     /// After the switch, in the watch: the kept previous release serves again at once (it was
     /// only drained), and the new one is stopped.
-    async fn switch_back(&mut self, slot: usize, kept: Process) -> Result<(), DeployError> {
+    async fn switch_back(&mut self, slot: usize, kept: Process) -> Result<(), Error> {
         let s = self.rollout.slot_mut(slot);
         s.fallback = None;
         let previous = if kept.identity().is_running() {
@@ -835,7 +822,7 @@ impl Executor {
 
     /// The slot's new process failed or is no longer wanted: stop it; the previous version
     /// serves the slot again (its kept fallback, or started anew if it had left the pool).
-    async fn revert(&mut self, slot: usize) -> Result<(), DeployError> {
+    async fn revert(&mut self, slot: usize) -> Result<(), Error> {
         let stopped = self.stop_candidate(slot).await?;
         if let Some(kept) = self.rollout.slot(slot).fallback.clone() {
             return self.switch_back(slot, kept).await;
@@ -866,7 +853,7 @@ impl Executor {
     }
 
     /// Restores run within the surge budget (or, with none, the unavailable one).
-    async fn start_restores(&mut self) -> Result<(), DeployError> {
+    async fn start_restores(&mut self) -> Result<(), Error> {
         let settings = &self.rollout.settings;
         let beside = settings.surge > 0;
         let at_once = if beside {
@@ -1001,18 +988,18 @@ impl Executor {
     }
 
     /// The pool as the state names it, written (for whoever finishes a deploy after a crash).
-    pub(crate) fn perform_write_pool(&self) -> Result<(), DeployError> {
+    pub(crate) fn perform_write_pool(&self) -> Result<(), Error> {
         self.write_pool().map(drop)
     }
 
     /// `replicas.json` for the proxy, and `current` naming the first live replica for readers
     /// that know one release (status, the lab). Some(words) when `current` was renamed but
     /// its folder's fsync failed: readers see it, so the change goes on.
-    fn write_pool(&self) -> Result<Option<String>, DeployError> {
+    fn write_pool(&self) -> Result<Option<String>, Error> {
         write_pool(&self.context.root, &self.rollout)
     }
 
-    fn log_note(&mut self, note: &Note) -> Result<(), DeployError> {
+    fn log_note(&mut self, note: &Note) -> Result<(), Error> {
         if self.rollout.single.is_some() {
             let tail = match note.event {
                 LogEvent::RolledBack => process::tail(
@@ -1048,7 +1035,7 @@ impl Executor {
     }
 
     /// `promoted` or `rolled_back`, once per rollout (its id is the token).
-    fn log_outcome(&self, event: LogEvent, detail: String) -> Result<(), DeployError> {
+    fn log_outcome(&self, event: LogEvent, detail: String) -> Result<(), Error> {
         log_outcome(&self.context.root, &self.rollout, event, detail)
     }
 
@@ -1059,7 +1046,7 @@ impl Executor {
         detail: String,
         elapsed_ms: Option<u64>,
         phase: Option<&'static str>,
-    ) -> Result<(), DeployError> {
+    ) -> Result<(), Error> {
         log_single(
             &self.context.root,
             &self.rollout,
@@ -1074,7 +1061,7 @@ impl Executor {
 
     /// `deploy --no-wait`: a detached `rollgate watch` takes the watch over once this rollgate
     /// lets go of the lock; its pid goes into the state, so `status` shows it.
-    fn leave_watcher(&mut self) -> Result<(), DeployError> {
+    fn leave_watcher(&mut self) -> Result<(), Error> {
         use std::os::unix::process::CommandExt;
         let root = &self.context.root;
         let exe = std::env::current_exe()
@@ -1111,7 +1098,7 @@ impl Executor {
     /// A single deploy ends with its outcome line just written: the floor is raised, and its
     /// record (its in-flight state) goes, so `current` alone says what is live, as after every
     /// deploy. A rollout settles once its restores are done ([`Executor::settle`]).
-    fn finish_outcome(&mut self) -> Result<(), DeployError> {
+    fn finish_outcome(&mut self) -> Result<(), Error> {
         if !self.rollout.is_over() {
             return Ok(());
         }
@@ -1126,7 +1113,7 @@ impl Executor {
 
     /// The floor of a signed release is raised once it is live everywhere (the same value
     /// again when a crash made this run twice).
-    fn raise_floor(&self) -> Result<(), DeployError> {
+    fn raise_floor(&self) -> Result<(), Error> {
         if self.rollout.phase != Phase::Completed {
             return Ok(());
         }
@@ -1149,7 +1136,7 @@ impl Executor {
         slot: Option<usize>,
         wave: Option<usize>,
         detail: String,
-    ) -> Result<(), DeployError> {
+    ) -> Result<(), Error> {
         append(
             &self.context.root,
             &journal::Entry {
@@ -1174,7 +1161,7 @@ impl Executor {
         slot: Option<usize>,
         wave: Option<usize>,
         detail: String,
-    ) -> Result<(), DeployError> {
+    ) -> Result<(), Error> {
         append(
             &self.context.root,
             &journal::Entry {

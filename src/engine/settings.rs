@@ -1,22 +1,15 @@
 //! A rollout's numbers and plan, decided before anything starts: the command line first, then
 //! the policy, then the previous rollout (ports), then the defaults, all in one block below.
 
+use crate::defaults;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::budgets::{assign_waves, Budgets, DEFAULT_WAVES};
+use super::budgets::{assign_waves, Budgets};
 use super::state::{Phase, Process, Rollout, Settings, Slot, SlotState};
 use crate::engine::judge as deploy_plan;
 use crate::host::state::{ReplicaClass, Root};
 use crate::policy::RolloutSettings;
-
-/// Defaults when neither the command line nor the policy says otherwise.
-const DEFAULT_SURGE_PCT: u64 = 25;
-const DEFAULT_UNAVAILABLE_PCT: u64 = 0;
-const DEFAULT_MAX_FAILURE_RATIO: f64 = 0.05;
-/// The release deadline when none is given: three progress deadlines plus two minutes.
-const DEFAULT_RELEASE_SLACK_MS: u64 = 120_000;
-const MAX_REPLICAS: usize = 1000;
 
 /// What the command line may say.
 #[derive(Debug, Clone, Default)]
@@ -166,16 +159,17 @@ pub fn resolve(
         (None, Some(n)) => n as usize,
         (None, None) => baseline.iter().map(|(slot, _)| slot + 1).max().unwrap_or(1),
     };
-    if !(1..=MAX_REPLICAS).contains(&replicas) {
+    if !(1..=defaults::MAX_REPLICAS).contains(&replicas) {
         return Err(format!(
-            "replicas is {replicas}; a rollout moves 1 to {MAX_REPLICAS} replicas"
+            "replicas is {replicas}; a rollout moves 1 to {} replicas",
+            defaults::MAX_REPLICAS
         ));
     }
     let waves = args
         .waves
         .clone()
         .or_else(|| policy.and_then(|p| p.waves.clone()))
-        .unwrap_or_else(|| DEFAULT_WAVES.to_vec());
+        .unwrap_or_else(|| defaults::WAVES.to_vec());
     if waves.is_empty() || waves.iter().any(|p| !(1..=100).contains(p)) {
         return Err(format!(
             "waves {waves:?}: each wave is a percentage from 1 to 100"
@@ -183,13 +177,13 @@ pub fn resolve(
     }
     let budgets = Budgets::of(
         replicas,
-        policy.map_or(DEFAULT_SURGE_PCT, |p| p.max_surge_pct),
-        policy.map_or(DEFAULT_UNAVAILABLE_PCT, |p| p.max_unavailable_pct),
+        policy.map_or(defaults::SURGE_PCT, |p| p.max_surge_pct),
+        policy.map_or(defaults::UNAVAILABLE_PCT, |p| p.max_unavailable_pct),
     );
     let deadline_ms = gate.deadline.as_millis() as u64;
     let release_deadline_ms = policy
         .and_then(|p| p.release_deadline_ms)
-        .unwrap_or(3 * deadline_ms + DEFAULT_RELEASE_SLACK_MS);
+        .unwrap_or(3 * deadline_ms + defaults::RELEASE_SLACK_MS);
     if release_deadline_ms <= deadline_ms {
         return Err(format!(
             "release_deadline_ms is {release_deadline_ms}; it must be above the progress deadline ({deadline_ms} ms)"
@@ -197,7 +191,7 @@ pub fn resolve(
     }
     let max_failure_ratio = policy
         .and_then(|p| p.max_failure_ratio)
-        .unwrap_or(DEFAULT_MAX_FAILURE_RATIO);
+        .unwrap_or(defaults::MAX_FAILURE_RATIO);
     if !(0.0..=1.0).contains(&max_failure_ratio) {
         return Err(format!(
             "max_failure_ratio is {max_failure_ratio}; allowed is 0 to 1"
@@ -444,7 +438,7 @@ mod tests {
         let r = resolve(&args("9001-9020"), None, None, &[]).unwrap();
         let s = &r.settings;
         assert_eq!((s.replicas, s.surge, s.unavailable), (1, 1, 0));
-        assert_eq!(s.wave_percents, DEFAULT_WAVES.to_vec());
+        assert_eq!(s.wave_percents, defaults::WAVES.to_vec());
         // Three 1500 ms progress deadlines plus two minutes.
         assert_eq!(s.release_deadline, 124.5);
         let err = resolve(&Args::default(), None, None, &[]).unwrap_err();

@@ -7,7 +7,7 @@ use super::run::{Context, Executor};
 use super::state::{self, Phase, Process, Rollout, Settings, Single, Slot, SlotState};
 use super::step::{Action, Event, Note};
 use crate::engine::judge::Settings as DeploySettings;
-use crate::error::DeployError;
+use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::process::{self, Identity};
 use crate::host::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
@@ -265,13 +265,13 @@ pub(crate) fn executor(root: &Root, rollout: Rollout) -> Executor {
     Executor::new(Context::of_saved(root, &rollout), rollout)
 }
 
-fn refused(message: String) -> DeployError {
-    DeployError::Refused(message)
+fn refused(message: String) -> Error {
+    Error::Refused(message)
 }
 
 /// A `candidate` record an older rollgate left: the same deploy in the engine's terms, saved
 /// as the state file, so one recovery finishes both.
-pub(crate) fn adopt_legacy(root: &Root) -> Result<(), DeployError> {
+pub(crate) fn adopt_legacy(root: &Root) -> Result<(), Error> {
     let Some(left) = root.read_candidate().map_err(refused)? else {
         return Ok(());
     };
@@ -342,9 +342,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             surge: 1,
             unavailable: 0,
             progress_deadline_ms: 0,
-            poll_ms: watch.map_or(crate::engine::judge::DEFAULT_POLL.as_millis() as u64, |w| {
-                w.poll_ms
-            }),
+            poll_ms: watch.map_or(crate::defaults::POLL.as_millis() as u64, |w| w.poll_ms),
             min_ready_ms: 0,
             soak_ms: 0,
             max_failure_ratio: 0.0,
@@ -439,7 +437,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
 
 /// Whether `current` names the deploy's new process: the switch happened, whatever else the
 /// state says.
-pub(crate) fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, DeployError> {
+pub(crate) fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, Error> {
     let pointer = root.read_pointer().map_err(refused)?;
     let new = rollout.new_process().filter(|p| p.pid > 0);
     Ok(match (pointer, new) {
@@ -451,7 +449,7 @@ pub(crate) fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, Deploy
 /// A single deploy whose rollgate died before its outcome (we hold the lock, so it is dead):
 /// a switch that happened is finished (a watch cut short decided by one final probe), one
 /// that did not is undone; an escalated one waits for a person.
-pub(crate) async fn finish(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
+pub(crate) async fn finish(root: &Root, rollout: Rollout) -> Result<(), Error> {
     let Some(single) = rollout.single.clone() else {
         return Ok(());
     };
@@ -521,7 +519,7 @@ pub(crate) async fn complete_switch(
     mut executor: Executor,
     detail: String,
     elapsed_ms: Option<u64>,
-) -> Result<(), DeployError> {
+) -> Result<(), Error> {
     let r = executor.rollout_mut();
     if let Some(single) = r.single.as_mut() {
         single.gate_detail = Some(detail);
@@ -560,7 +558,7 @@ pub(crate) async fn complete_switch(
 /// A deploy the planner had already rolled back when its rollgate died: the kept previous
 /// release serves again (the switch back it was making), everything the deploy started is
 /// stopped, `current` names what serves, and the rollback is logged once.
-async fn finish_rollback(root: &Root, rollout: Rollout, gone: String) -> Result<(), DeployError> {
+async fn finish_rollback(root: &Root, rollout: Rollout, gone: String) -> Result<(), Error> {
     let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
     let mut executor = executor(root, rollout);
     let r = executor.rollout_mut();
@@ -669,7 +667,7 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
 
 /// The switch did not happen: whatever the dead deployer started is stopped (found by its
 /// token if its pid was never recorded), the live release stays, and the rollback is logged.
-async fn abandon(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
+async fn abandon(root: &Root, rollout: Rollout) -> Result<(), Error> {
     let Some(single) = rollout.single.clone() else {
         return Ok(());
     };
@@ -712,7 +710,7 @@ async fn abandon(root: &Root, rollout: Rollout) -> Result<(), DeployError> {
         ),
     )?;
     // Its outcome is on record; `current` (never switched) says what is live.
-    state::clear(root).map_err(DeployError::Failed)
+    state::clear(root).map_err(Error::Failed)
 }
 
 #[cfg(test)]

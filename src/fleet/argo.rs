@@ -13,11 +13,12 @@
 //! rounding of percentages never enters, and a stall becomes `progressDeadlineAbort` ('rollback)
 //! or a degraded rollout that waits for a person ('escalate).
 
+use crate::defaults;
 use serde_json::{json, Value};
 
 use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
-use crate::engine::budgets::{wave_sizes, Budgets, DEFAULT_WAVES};
+use crate::engine::budgets::{wave_sizes, Budgets};
 use crate::policy::{OnStall, RolloutSettings};
 
 /// Argo's weights are out of this without a traffic router (`MaxTrafficWeight`).
@@ -152,7 +153,7 @@ pub fn rollout(
              progressDeadlineSeconds > minReadySeconds"
         ));
     }
-    let percents = settings.waves.clone().unwrap_or(DEFAULT_WAVES.to_vec());
+    let percents = settings.waves.clone().unwrap_or(defaults::WAVES.to_vec());
     let (steps, mut lost) = steps(
         count,
         &percents,
@@ -274,7 +275,7 @@ mod tests {
 
     #[test]
     fn ten_replicas_in_the_default_waves() {
-        let (steps, lost) = steps(10, &DEFAULT_WAVES, 3, 2500);
+        let (steps, lost) = steps(10, &defaults::WAVES, 3, 2500);
         assert!(lost.is_empty(), "{lost:?}");
         let weights: Vec<u64> = steps
             .iter()

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::FleetError;
+use crate::error::Error;
 use crate::policy::{self, EvalOptions, ExportAs, RolloutSettings};
 
 /// The engines a policy can be handed to.
@@ -54,9 +54,6 @@ pub struct Workload {
     pub strict: bool,
 }
 
-/// The port a release listens on when `--port` is not given.
-pub const DEFAULT_PORT: u16 = 8080;
-
 /// One engine's documents for every entry, and what they could not express (each line
 /// prefixed with its entry's name).
 #[derive(Debug)]
@@ -78,9 +75,9 @@ pub fn export(
     engine: Engine,
     workload: &Workload,
     opts: &EvalOptions,
-) -> Result<Exported, FleetError> {
+) -> Result<Exported, Error> {
     let source = path.display().to_string();
-    let refused = |why: String| FleetError::Refused(format!("{source}: {why}"));
+    let refused = |why: String| Error::Invalid(format!("{source}: {why}"));
     let mut exported = Exported {
         text: String::new(),
         lost: Vec::new(),
@@ -112,12 +109,9 @@ pub fn export(
 
 /// The policy's service entries, in name order: each top-level record holding
 /// `progress_deadline_ms`, or the whole document when it is one policy (named after the file).
-pub fn entries(
-    path: &Path,
-    opts: &EvalOptions,
-) -> Result<Vec<(String, RolloutSettings)>, FleetError> {
+pub fn entries(path: &Path, opts: &EvalOptions) -> Result<Vec<(String, RolloutSettings)>, Error> {
     let text = policy::export(path, ExportAs::Json, opts)?;
-    let refused = |why: String| FleetError::Refused(format!("{}: {why}", path.display()));
+    let refused = |why: String| Error::Invalid(format!("{}: {why}", path.display()));
     let value: Value = serde_json::from_str(&text).map_err(|e| refused(e.to_string()))?;
     let stem = path
         .file_stem()

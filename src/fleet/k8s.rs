@@ -6,11 +6,12 @@
 //! than left for `kubectl apply` to refuse: not both budgets 0, and `progressDeadlineSeconds`
 //! above `minReadySeconds`.
 
+use crate::defaults;
 use serde_json::{json, Value};
 
 use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
-use crate::engine::budgets::{wave_sizes, DEFAULT_WAVES};
+use crate::engine::budgets::wave_sizes;
 use crate::policy::{OnStall, RolloutSettings};
 
 /// The Deployment for entry `name` read from `source`, or why Kubernetes would refuse it.
@@ -89,7 +90,7 @@ pub fn deployment(
 fn unexpressed(settings: &RolloutSettings) -> Vec<String> {
     let mut lost = Vec::new();
     let replicas = settings.replicas.unwrap_or(1) as usize;
-    let percents = settings.waves.clone().unwrap_or(DEFAULT_WAVES.to_vec());
+    let percents = settings.waves.clone().unwrap_or(defaults::WAVES.to_vec());
     if wave_sizes(replicas, &percents).len() > 1 {
         lost.push(format!(
             "waves {percents:?}: a Deployment moves by maxSurge and maxUnavailable, not in waves"
@@ -126,7 +127,7 @@ fn unexpressed(settings: &RolloutSettings) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::export::DEFAULT_PORT;
+    use crate::defaults;
 
     fn edge() -> RolloutSettings {
         serde_json::from_value(json!({"progress_deadline_ms": 1500, "poll_ms": 100,
@@ -137,7 +138,7 @@ mod tests {
     fn workload() -> Workload {
         Workload {
             image: None,
-            port: DEFAULT_PORT,
+            port: defaults::EXPORT_PORT,
             strict: false,
         }
     }

@@ -23,10 +23,12 @@ pub mod nomad;
 mod pod;
 mod yaml;
 
+use crate::defaults;
 use std::path::Path;
 
-use crate::engine::budgets::{wave_sizes, DEFAULT_WAVES};
-use crate::policy::{self, EvalOptions, PolicyError, RolloutSettings};
+use crate::engine::budgets::wave_sizes;
+use crate::error::Error;
+use crate::policy::{self, EvalOptions, RolloutSettings};
 
 /// What a playbook is written for.
 #[derive(Debug, Clone)]
@@ -50,26 +52,6 @@ pub const MAX_HOSTS: usize = 10_000;
 /// Where each host keeps the policy the play copies to it, inside its root.
 const POLICY_FILE: &str = ".rollgate-fleet-policy.json";
 
-#[derive(Debug, thiserror::Error)]
-pub enum FleetError {
-    #[error(transparent)]
-    Policy(#[from] PolicyError),
-    #[error("{0}")]
-    Usage(String),
-    /// The policy is valid, but the engine it is handed to would refuse it.
-    #[error("{0}")]
-    Refused(String),
-}
-
-impl FleetError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            FleetError::Policy(_) | FleetError::Refused(_) => 1,
-            FleetError::Usage(_) => 2,
-        }
-    }
-}
-
 /// The batch sizes (`serial`) that move `hosts` hosts in the policy's waves.
 pub fn batches(hosts: usize, percents: &[u64]) -> Vec<usize> {
     let mut previous = 0;
@@ -84,22 +66,22 @@ pub fn batches(hosts: usize, percents: &[u64]) -> Vec<usize> {
 }
 
 /// `rollgate fleet playbook`: the playbook's text.
-pub fn playbook(request: &PlaybookRequest, opts: &EvalOptions) -> Result<String, FleetError> {
+pub fn playbook(request: &PlaybookRequest, opts: &EvalOptions) -> Result<String, Error> {
     if request.hosts == 0 || request.hosts > MAX_HOSTS {
-        return Err(FleetError::Usage(format!(
+        return Err(Error::Refused(format!(
             "--hosts is {}; it must be from 1 to {MAX_HOSTS} (the group's hosts that move)",
             request.hosts
         )));
     }
-    crate::host::names::check_name("service", request.service).map_err(FleetError::Usage)?;
-    crate::host::names::check_name("version", request.version).map_err(FleetError::Usage)?;
+    crate::host::names::check_name("service", request.service).map_err(Error::Refused)?;
+    crate::host::names::check_name("version", request.version).map_err(Error::Refused)?;
     if request.group.is_empty()
         || !request
             .group
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_')
     {
-        return Err(FleetError::Usage(format!(
+        return Err(Error::Refused(format!(
             "--group {:?} must be an Ansible group name (letters, digits, '_')",
             request.group
         )));
@@ -122,7 +104,7 @@ fn render(
     value: &serde_json::Value,
     settings: &RolloutSettings,
 ) -> String {
-    let percents = settings.waves.clone().unwrap_or(DEFAULT_WAVES.to_vec());
+    let percents = settings.waves.clone().unwrap_or(defaults::WAVES.to_vec());
     let serial = batches(request.hosts, &percents);
     let ratio = settings.max_failure_ratio.unwrap_or(0.05);
     let fail_percentage = ratio * 100.0;
@@ -280,7 +262,7 @@ mod tests {
 
     #[test]
     fn ten_hosts_in_the_default_waves_move_one_one_three_five() {
-        assert_eq!(batches(10, &DEFAULT_WAVES), [1, 1, 3, 5]);
+        assert_eq!(batches(10, &defaults::WAVES), [1, 1, 3, 5]);
         assert_eq!(ansible_batches(10, &[1, 1, 3, 5]), [1, 1, 3, 5]);
         // Ansible repeats the last entry: a list that stops short would keep going.
         assert_eq!(ansible_batches(10, &[1, 2]), [1, 2, 2, 2, 2, 1]);

@@ -7,9 +7,10 @@
 //! `HealthyDeadline`, `ProgressDeadline` above `HealthyDeadline`. What Nomad cannot say is
 //! named in the job's `Meta` and returned, for the caller to list on stderr.
 
+use crate::defaults;
 use serde_json::{json, Value};
 
-use crate::engine::budgets::{wave_sizes, Budgets, DEFAULT_WAVES};
+use crate::engine::budgets::{wave_sizes, Budgets};
 use crate::host::probe::{Spec, Target};
 use crate::policy::{OnStall, RolloutSettings};
 
@@ -35,7 +36,7 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
         settings.max_surge_pct,
         settings.max_unavailable_pct,
     );
-    let percents = settings.waves.clone().unwrap_or(DEFAULT_WAVES.to_vec());
+    let percents = settings.waves.clone().unwrap_or(defaults::WAVES.to_vec());
     let waves = wave_sizes(replicas, &percents);
     let canary = waves.first().copied().unwrap_or(1);
     let healthy_ms = settings.progress_deadline_ms;
@@ -279,7 +280,7 @@ mod tests {
             if let Ok(job) = job("s", &s) {
                 let update = &job.json["Job"]["TaskGroups"][0]["Update"];
                 prop_assert!(follows_nomads_rules(update).is_ok(), "{update}");
-                prop_assert_eq!(update["Canary"].as_u64(), Some(wave_sizes(replicas as usize, &DEFAULT_WAVES)[0] as u64));
+                prop_assert_eq!(update["Canary"].as_u64(), Some(wave_sizes(replicas as usize, &defaults::WAVES)[0] as u64));
             } else {
                 // Refused only for what Nomad would refuse.
                 prop_assert!(min_ready >= deadline || release.is_some_and(|r| r <= deadline));

@@ -3,6 +3,7 @@
 //! Each runs in the root with what happened in its environment, in its own process group,
 //! killed whole at `timeout_ms`.
 
+use crate::defaults;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -12,7 +13,6 @@ use tokio::io::AsyncReadExt;
 
 use crate::policy::HooksPolicy;
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(30_000);
 /// How much of a hook's output a refusal or a log line quotes (its end).
 const OUTPUT_KEPT: usize = 400;
 /// How long output still in the pipes is read once a hook has exited.
@@ -82,7 +82,7 @@ impl Hooks {
         };
         let timeout_ms = policy
             .timeout_ms
-            .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
+            .unwrap_or(defaults::HOOK_TIMEOUT.as_millis() as u64);
         if !(100..=600_000).contains(&timeout_ms) {
             return Err(format!(
                 "hooks.timeout_ms is {timeout_ms}; it must be an integer from 100 to 600000"

@@ -5,6 +5,7 @@
 //! (`host::notify`), optionally confirmed by an http or tcp probe. A release is ready after
 //! `success_threshold` passes in a row.
 
+use crate::defaults;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -18,16 +19,6 @@ use tokio::net::TcpStream;
 use super::notify::Notices;
 use crate::policy::ProbePolicy;
 use tokio::sync::watch;
-
-/// A notify probe's watchdog bounds, and how far a release may extend its gate.
-pub const WATCHDOG_MIN_MS: u64 = 100;
-pub const WATCHDOG_MAX_MS: u64 = 3_600_000;
-pub const EXTEND_MAX_MS: u64 = 3_600_000;
-
-/// What a probe does when the policy does not say.
-pub const DEFAULT_PATH: &str = "/readyz";
-pub const DEFAULT_STATUS: u16 = 200;
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// How readiness is proven. Persisted in a rollout's settings, so a resumed rollout probes as
 /// the one that started it did.
@@ -77,12 +68,12 @@ impl Default for Spec {
     fn default() -> Spec {
         Spec {
             target: Target::Http {
-                path: DEFAULT_PATH.into(),
+                path: defaults::PROBE_PATH.into(),
                 host: None,
-                status_min: DEFAULT_STATUS,
-                status_max: DEFAULT_STATUS,
+                status_min: defaults::PROBE_STATUS,
+                status_max: defaults::PROBE_STATUS,
             },
-            timeout_ms: DEFAULT_TIMEOUT.as_millis() as u64,
+            timeout_ms: defaults::PROBE_TIMEOUT.as_millis() as u64,
             success_threshold: 1,
         }
     }
@@ -150,17 +141,23 @@ impl Spec {
                     )?;
                 }
                 let watchdog_ms = match policy.watchdog_ms {
-                    Some(ms) if !(WATCHDOG_MIN_MS..=WATCHDOG_MAX_MS).contains(&ms) => {
+                    Some(ms)
+                        if !(defaults::WATCHDOG_MIN_MS..=defaults::WATCHDOG_MAX_MS)
+                            .contains(&ms) =>
+                    {
                         return Err(format!(
-                            "probe.watchdog_ms is {ms}; it must be an integer from {WATCHDOG_MIN_MS} to {WATCHDOG_MAX_MS}"
+                            "probe.watchdog_ms is {ms}; it must be an integer from {} to {}",
+                            defaults::WATCHDOG_MIN_MS,
+                            defaults::WATCHDOG_MAX_MS
                         ))
                     }
                     ms => ms,
                 };
                 let extend_max_ms = policy.extend_max_ms.unwrap_or(0);
-                if extend_max_ms > EXTEND_MAX_MS {
+                if extend_max_ms > defaults::EXTEND_MAX_MS {
                     return Err(format!(
-                        "probe.extend_max_ms is {extend_max_ms}; it must be an integer from 0 to {EXTEND_MAX_MS}"
+                        "probe.extend_max_ms is {extend_max_ms}; it must be an integer from 0 to {}",
+                        defaults::EXTEND_MAX_MS
                     ));
                 }
                 Target::Notify {
@@ -177,7 +174,7 @@ impl Spec {
         };
         let timeout_ms = policy
             .timeout_ms
-            .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
+            .unwrap_or(defaults::PROBE_TIMEOUT.as_millis() as u64);
         if !(10..=60_000).contains(&timeout_ms) {
             return Err(format!(
                 "probe.timeout_ms is {timeout_ms}; it must be an integer from 10 to 60000"
@@ -309,7 +306,10 @@ fn describe(target: &Target) -> String {
 
 /// The `GET` a policy's http fields describe (an http probe, or a notify probe's confirmation).
 fn http_target(policy: &ProbePolicy) -> Result<Target, String> {
-    let path = policy.path.clone().unwrap_or_else(|| DEFAULT_PATH.into());
+    let path = policy
+        .path
+        .clone()
+        .unwrap_or_else(|| defaults::PROBE_PATH.into());
     if !path.starts_with('/') || path.len() > 1024 || path.chars().any(|c| !c.is_ascii_graphic()) {
         return Err(format!(
             "probe.path is {path:?}; it must be a path from / of printable characters without spaces"
@@ -325,7 +325,11 @@ fn http_target(policy: &ProbePolicy) -> Result<Target, String> {
             return Err(format!("probe.host is {host:?}; it must be a host name"));
         }
     }
-    let status_min = status("probe.status_min", policy.status_min, DEFAULT_STATUS)?;
+    let status_min = status(
+        "probe.status_min",
+        policy.status_min,
+        defaults::PROBE_STATUS,
+    )?;
     let status_max = status("probe.status_max", policy.status_max, status_min)?;
     if status_min > status_max {
         return Err(format!(
@@ -464,7 +468,7 @@ async fn bounded(timeout: Duration, probe: impl std::future::Future<Output = Pro
 pub async fn readyz(port: u16, timeout: Duration) -> Probe {
     bounded(
         timeout,
-        http(port, DEFAULT_PATH, &format!("127.0.0.1:{port}")),
+        http(port, defaults::PROBE_PATH, &format!("127.0.0.1:{port}")),
     )
     .await
 }

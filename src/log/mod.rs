@@ -38,6 +38,18 @@ pub enum LogError {
     Nickel(String),
 }
 
+impl From<LogError> for crate::error::Error {
+    fn from(error: LogError) -> crate::error::Error {
+        use crate::error::Error;
+        match error {
+            LogError::Usage(message) => Error::Refused(message),
+            // Printed as Nickel wrote it, and a line after it.
+            LogError::Nickel(diagnostic) => Error::Diagnostic(format!("{diagnostic}\n")),
+            other => Error::Invalid(other.to_string()),
+        }
+    }
+}
+
 impl From<PolarsError> for LogError {
     fn from(e: PolarsError) -> Self {
         LogError::Query(e.to_string())
