@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::preflight::{policy_entry, policy_hooks, release_executable};
+use super::preflight::{self, policy_entry, policy_hooks, release_executable};
 use crate::engine::judge::{self as plan, Settings};
 use crate::engine::run::{Context, Executor};
 use crate::engine::state::{self as rollout_state, Phase, Rollout};
@@ -102,35 +102,17 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
         let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
         recover::recover(&root).await?;
         // Under the lock and after recovery, which may have raised the floor.
-        let admitted =
-            release::admit(&root.0, &request.service, &request.version, chrono::Utc::now())
-                .map_err(refused)?;
-        if let Some(set) = root.read_replicas().map_err(refused)? {
-            return Err(refused(format!(
-                "{} is served by its replica set ({} replicas in {}); move it with `rollgate rollout {} {} --root {}`",
-                root.0.display(),
-                set.replicas.len(),
-                root.replicas_path().display(),
-                request.service,
-                request.version,
-                root.0.display()
-            )));
-        }
+        let admitted = release::admit(
+            &root.0,
+            &request.service,
+            &request.version,
+            chrono::Utc::now(),
+        )
+        .map_err(refused)?;
+        preflight::not_a_replica_set(&root, &request.service, &request.version).map_err(refused)?;
         let live = root.read_pointer().map_err(refused)?;
-        if let Some(live) = &live {
-            if live.port == request.port {
-                return Err(refused(format!(
-                    "port {} is the live release's ({} {}); deploy the candidate beside it on another port",
-                    request.port, live.service, live.version
-                )));
-            }
-        }
-        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", request.port)) {
-            return Err(refused(format!(
-                "port {} is busy on 127.0.0.1 ({e}); pick a free port for the candidate",
-                request.port
-            )));
-        }
+        preflight::beside_the_live(live.as_ref(), request.port).map_err(refused)?;
+        preflight::port_free(request.port).map_err(refused)?;
         let facts = hooks::Facts {
             service: request.service.clone(),
             version: request.version.clone(),
@@ -140,9 +122,20 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
             reason: None,
         };
         if let Some(Err(e)) = hooks.run(hooks::Hook::PreDeploy, &root.0, &facts).await {
-            return Err(refused(format!("{e}; the deploy was refused, nothing was started")));
+            return Err(refused(format!(
+                "{e}; the deploy was refused, nothing was started"
+            )));
         }
-        run_on_engine(&root, &request, &settings, live, admitted, hooks, &mut signals).await
+        run_on_engine(
+            &root,
+            &request,
+            &settings,
+            live,
+            admitted,
+            hooks,
+            &mut signals,
+        )
+        .await
     })
 }
 

@@ -265,36 +265,17 @@ pub fn deploy(
         return report.finish();
     }
     report.check(lock_check(&root));
-    report.check(match root.read_replicas() {
-        Ok(None) => Ok("the root is not served by a replica set".into()),
-        Ok(Some(set)) => Err(format!(
-            "{} is served by its replica set ({} replicas); use `rollgate rollout`",
-            root.0.display(),
-            set.replicas.len()
-        )),
-        Err(e) => Err(e),
-    });
+    report.check(preflight::not_a_replica_set(
+        &root,
+        &request.service,
+        &request.version,
+    ));
     let live = root.read_pointer();
     match &live {
-        Ok(Some(live)) => report.check(if live.port == request.port {
-            Err(format!(
-                "port {} is the live release's ({} {}); deploy beside it on another port",
-                live.port, live.service, live.version
-            ))
-        } else {
-            Ok(format!(
-                "live release {} on port {} stays until the candidate is ready",
-                live.version, live.port
-            ))
-        }),
-        Ok(None) => report.check(Ok("no live release: this would be the first".into())),
+        Ok(live) => report.check(preflight::beside_the_live(live.as_ref(), request.port)),
         Err(e) => report.check(Err(e.clone())),
     }
-    report.check(
-        std::net::TcpListener::bind(("127.0.0.1", request.port))
-            .map(|_| format!("port {} is free on 127.0.0.1", request.port))
-            .map_err(|e| format!("port {} is busy on 127.0.0.1 ({e})", request.port)),
-    );
+    report.check(preflight::port_free(request.port));
     report.check(admission_check(&root, &request.service, &request.version));
     if root.candidate_path().exists() {
         report.would.push(format!(

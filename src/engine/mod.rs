@@ -28,6 +28,7 @@ pub mod state;
 pub mod step;
 mod tasks;
 pub mod view;
+mod voice;
 
 use std::time::{Duration, Instant};
 

@@ -52,7 +52,7 @@ pub(crate) fn log_outcome(
 /// A single deploy's line: every line carries the deploy's token, port, the new process's
 /// pid and a signed release's facts; an outcome already written under the token (by a run
 /// that crashed before its next save) is not written again.
-pub(crate) fn log_single(
+pub(crate) fn log_deploy(
     root: &Root,
     rollout: &Rollout,
     entry: &journal::Entry,

@@ -17,14 +17,12 @@ use tokio::task::JoinHandle;
 use super::control;
 use super::drain_before_stop;
 use super::fault;
-use super::record::{append, log_outcome, log_single, write_pool};
-use super::single::{self, Reverted, Words};
+use super::record::{append, log_deploy, log_outcome, write_pool};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
-use super::tasks::{
-    gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judged, Message,
-};
+use super::tasks::{gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Message};
 use super::view as render;
+use super::voice::{self, Behaviour, Reverted, Said, Voice, Words};
 use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::notify::{self, Notifier};
@@ -38,7 +36,7 @@ const CONTROL_POLL: Duration = Duration::from_millis(100);
 
 /// Why a replica process is being gated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Purpose {
+pub(crate) enum Purpose {
     /// The new version, for the rollout.
     Upgrade,
     /// The slot's previous version, after its new process failed once it had left the pool.
@@ -51,7 +49,7 @@ struct Task {
     purpose: Purpose,
     token: String,
     handle: JoinHandle<()>,
-    /// A single deploy's gate ends on a signal to rollgate, as a deploy's gate always has.
+    /// Where the gate owns the signals: a signal to rollgate ends it.
     interrupt: Option<oneshot::Sender<&'static str>>,
 }
 
@@ -92,7 +90,10 @@ pub struct Executor {
     receiver: UnboundedReceiver<Message>,
     spawned: u64,
     progress: render::Progress,
-    /// A single deploy's words, gathered as it acts, for its outcome line.
+    /// Every word the run says, and how its kind behaves where kinds differ.
+    voice: &'static dyn Voice,
+    behaviour: Behaviour,
+    /// What the run saw as it acted, for its voice's outcome line.
     words: Words,
     /// `deploy --no-wait`: hand the watch to a background watcher once it begins.
     detach_at_watch: bool,
@@ -119,8 +120,9 @@ impl Executor {
             rollout.unsettled = true;
         }
         let (sender, receiver) = unbounded_channel();
-        // A single deploy shows its gate's own line instead.
-        let progress = render::Progress::new(rollout.single.is_none());
+        let voice = voice::of(&rollout);
+        let behaviour = voice.behaviour();
+        let progress = render::Progress::new(behaviour.progress_line);
         Executor {
             context,
             rollout,
@@ -132,6 +134,8 @@ impl Executor {
             receiver,
             spawned: 0,
             progress,
+            voice,
+            behaviour,
             words: Words::default(),
             detach_at_watch: false,
             detached: None,
@@ -152,8 +156,8 @@ impl Executor {
         self.detached
     }
 
-    /// The words a single deploy's outcome line takes (set by whoever finishes it: a person,
-    /// or the next rollgate after a crash).
+    /// The words an outcome line takes (set by whoever finishes the run: a person, or the next
+    /// rollgate after a crash).
     pub(crate) fn words_mut(&mut self) -> &mut Words {
         &mut self.words
     }
@@ -226,8 +230,8 @@ impl Executor {
     /// floor is raised to the same value, the post hook is marked started before it runs, so
     /// it runs at most once); then the state says nothing is owed.
     pub(crate) async fn settle(&mut self) -> Result<(), Error> {
-        if self.rollout.single.is_some() {
-            // A single deploy settles with its outcome line (`finish_outcome`).
+        if self.behaviour.settles_at_stop {
+            // Its ending was settled with its outcome line (`finish_outcome`).
             self.run_post_hook().await;
             return Ok(());
         }
@@ -247,10 +251,10 @@ impl Executor {
         self.save()
     }
 
-    /// A rollout pauses on a signal. A single deploy's gate ends on it (and rolls back, as a
-    /// deploy always has); once the gate is over, the deploy finishes what it began.
+    /// A rollout pauses on a signal. Where the gate owns the signals (a deploy's), it ends the
+    /// gate (which rolls back); once the gate is over, the run finishes what it began.
     async fn on_signal(&mut self, name: &'static str) -> Result<(), Error> {
-        if self.rollout.single.is_some() {
+        if self.behaviour.gate_owns_signals {
             for task in self.tasks.values_mut() {
                 if let Some(interrupt) = task.interrupt.take() {
                     let _ = interrupt.send(name);
@@ -268,53 +272,17 @@ impl Executor {
     /// Once the rollout has ended and every restore is done: post_promote for a completed
     /// rollout, post_rollback for an aborted one. A failure is logged; the outcome stands.
     pub(crate) async fn run_post_hook(&self) {
-        use crate::host::hooks::{Facts, Hook};
+        use crate::host::hooks::Hook;
         let r = &self.rollout;
         let hook = match r.phase {
             Phase::Completed => Hook::PostPromote,
             Phase::Aborted => Hook::PostRollback,
             Phase::Running | Phase::Paused => return,
         };
-        if let Some(single) = &r.single {
-            let facts = Facts {
-                service: r.service.clone(),
-                version: r.to.clone(),
-                previous_version: r.from.clone(),
-                ports: vec![r.settings.ports.0],
-                previous_ports: single.previous.iter().map(|p| p.port).collect(),
-                reason: (hook == Hook::PostRollback)
-                    .then(|| r.slot(0).error.clone())
-                    .flatten(),
-            };
-            if let Some(Err(e)) = r.hooks.run(hook, &self.context.root.0, &facts).await {
-                eprintln!("rollgate: {e}; the outcome stands");
-                let _ = self.log_single(LogEvent::HookFailed, e, None, None);
-            }
-            return;
-        }
-        let facts = Facts {
-            service: r.service.clone(),
-            version: r.to.clone(),
-            previous_version: r.from.clone(),
-            ports: r
-                .slots
-                .iter()
-                .filter_map(|s| s.live.as_ref())
-                .filter(|p| p.version == r.to)
-                .map(|p| p.port)
-                .collect(),
-            previous_ports: r
-                .slots
-                .iter()
-                .filter_map(|s| s.live.as_ref())
-                .filter(|p| p.version != r.to)
-                .map(|p| p.port)
-                .collect(),
-            reason: r.abort_cause.as_ref().map(|c| c.reason.clone()),
-        };
+        let facts = self.voice.hook_facts(r, hook);
         if let Some(Err(e)) = r.hooks.run(hook, &self.context.root.0, &facts).await {
             eprintln!("rollgate: {e}; the outcome stands");
-            let _ = self.log_plain(LogEvent::HookFailed, &r.to, None, None, e);
+            let _ = self.say(self.voice.hook_failed(r, e));
         }
     }
 
@@ -373,7 +341,7 @@ impl Executor {
                 self.rollout.soak_until = Some(until);
                 self.save()?;
                 self.start_soak(until);
-                if self.detach_at_watch && self.rollout.single.is_some() {
+                if self.detach_at_watch {
                     self.leave_watcher()?;
                 }
                 Ok(())
@@ -416,10 +384,10 @@ impl Executor {
         self.save()?;
         let root = &self.context.root;
         let executable = self.executable_for(&version);
-        // A single deploy's output goes beside its release, where it always went.
-        let output = match &self.rollout.single {
-            Some(_) => root.output_path(&version, &self.rollout.service),
-            None => root.replica_output_path(&version, &self.rollout.service, slot),
+        let output = if self.behaviour.numbered_replicas {
+            root.replica_output_path(&version, &self.rollout.service, slot)
+        } else {
+            root.output_path(&version, &self.rollout.service)
         };
         let probe = &self.rollout.settings.probe;
         // The notification socket is bound before the process starts: nothing it says early
@@ -436,8 +404,7 @@ impl Executor {
                     port,
                     version: &version,
                     token: &token,
-                    // A single deploy's candidate is started as a deploy's always was.
-                    slot: self.rollout.single.is_none().then_some(slot),
+                    slot: self.behaviour.numbered_replicas.then_some(slot),
                     notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
                 })?;
                 Ok((child, socket))
@@ -455,8 +422,7 @@ impl Executor {
                 self.rollout.slot_mut(slot).candidate = None;
                 self.save()?;
                 let reason = format!("cannot start {}: {e}", executable.display());
-                // A single deploy that could not start its candidate has started nothing.
-                if self.rollout.single.is_some() {
+                if self.behaviour.start_failure_refuses {
                     return Err(Error::Refused(reason));
                 }
                 return self.gate_failed(slot, purpose, reason);
@@ -467,41 +433,21 @@ impl Executor {
         recorded.start_time = Identity::of(pid).map_or(0, |i| i.start_time);
         self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
         self.save()?;
-        let wave = self.rollout.slot(slot).wave;
-        let single = self.rollout.single.is_some();
-        if single {
-            let detail = single::started(&self.rollout, &recorded);
-            self.log_single(LogEvent::CandidateStarted, detail, None, None)?;
-        } else {
-            self.log(
-                LogEvent::ReplicaStarted,
-                &recorded,
-                Some(slot),
-                wave,
-                format!(
-                    "replica {slot}: {version} on port {port} (pid {pid}){}",
-                    match purpose {
-                        Purpose::Upgrade => "",
-                        Purpose::BringBack => "; its previous version, back after a failure",
-                        Purpose::Restore => "; the baseline, for the rollback",
-                    }
-                ),
-            )?;
-        }
+        self.say(self.voice.started(&self.rollout, &recorded, slot, purpose))?;
         let timing = GateTiming::of(&self.rollout);
         let subject = self.subject(&version, port, &token);
         let sender = self.sender.clone();
         let task_token = token.clone();
-        // A single deploy shows its gate on a terminal and ends it on a signal.
-        let (interrupt, interrupted) = match single {
+        let owns_signals = self.behaviour.gate_owns_signals;
+        let (interrupt, interrupted) = match owns_signals {
             true => {
                 let (sender, receiver) = oneshot::channel();
                 (Some(sender), Some(receiver))
             }
             false => (None, None),
         };
-        let progress =
-            single.then(|| crate::host::progress::Progress::new(&version, timing.gate.deadline));
+        let progress = owns_signals
+            .then(|| crate::host::progress::Progress::new(&version, timing.gate.deadline));
         let handle = tokio::spawn(async move {
             let gated = gate_replica(child, subject, timing, interrupted, progress).await;
             let _ = sender.send(Message::Gate {
@@ -583,22 +529,10 @@ impl Executor {
         }
     }
 
-    /// A single deploy keeps what its gate said for its outcome line (saved with the step the
-    /// gate's end leads to, which follows at once).
+    /// What the run keeps of a gate for its outcome line (saved with the step the gate's end
+    /// leads to, which follows at once).
     fn record_gate(&mut self, gated: &Gated) {
-        let Some(single) = self.rollout.single.as_mut() else {
-            return;
-        };
-        single.gate_elapsed_ms = Some(gated.elapsed.as_millis() as u64);
-        single.last_probes = Some(gated.last_probes.clone());
-        if gated.end == GateEnd::Ready {
-            single.gate_detail = Some(format!(
-                "ready after {} ms ({} probe{})",
-                gated.elapsed.as_millis(),
-                gated.probes,
-                if gated.probes == 1 { "" } else { "s" }
-            ));
-        }
+        self.voice.gate_ended(&mut self.rollout, gated);
     }
 
     fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), Error> {
@@ -655,10 +589,13 @@ impl Executor {
             .filter(|_| keep_previous)
         else {
             let retired = self.stop_retiring(slot).await?;
-            if let Some(single) = self.rollout.single.as_mut() {
-                single.switch_detail =
-                    durability.map_or(String::new(), |d| format!("; current {d}"));
-                self.words.retired = retired;
+            let kept_words = self.voice.swapped(
+                &mut self.rollout,
+                &mut self.words,
+                durability.as_deref(),
+                retired,
+            );
+            if kept_words {
                 self.save()?;
             }
             return Ok(());
@@ -669,12 +606,12 @@ impl Executor {
             self.rollout.settings.drain_ms,
         )
         .await;
-        if let Some(single) = self.rollout.single.as_mut() {
-            let durability = durability.map_or(String::new(), |d| format!("current {d}; "));
-            single.switch_detail = format!("{durability}{drained}");
+        if let Some(said) =
+            self.voice
+                .switched(&mut self.rollout, &kept, durability.as_deref(), &drained)
+        {
             self.save()?;
-            let detail = single::switched(&kept.version, self.rollout.settings.watch_ms, &drained);
-            self.log_single(LogEvent::Switched, detail, None, None)?;
+            self.say(said)?;
         }
         Ok(())
     }
@@ -797,8 +734,8 @@ impl Executor {
         Ok(())
     }
 
-    /// Whether the previous release still answers after a single deploy's candidate was
-    /// stopped, in the words of its rollback line.
+    /// Whether the previous release still answers after a candidate was stopped, in the words
+    /// of a rollback's line.
     async fn previous_answers(&self, slot: usize) -> String {
         let Some(old) = self.rollout.slot(slot).live.clone() else {
             return "no release was live".into();
@@ -827,7 +764,8 @@ impl Executor {
         if let Some(kept) = self.rollout.slot(slot).fallback.clone() {
             return self.switch_back(slot, kept).await;
         }
-        if self.rollout.single.is_some() {
+        if !self.behaviour.revert_brings_back {
+            // The previous release never left: what it is doing is what a rollback says.
             let previous = self.previous_answers(slot).await;
             self.words.reverted = Some(Reverted {
                 in_watch: false,
@@ -911,16 +849,11 @@ impl Executor {
             .collect();
         let poll = Duration::from_millis(self.rollout.settings.poll_ms);
         let sender = self.sender.clone();
-        // A single deploy's watch tolerates `watch_failures - 1` failed probes in a row and
-        // speaks of the watch; a rollout's soak fails a replica at its first failed probe.
-        let judge = match &self.rollout.single {
-            Some(single) => Judged::Watch(single.watch_failures),
-            None => Judged::Soak,
-        };
+        let judge = self.voice.soak_judge(&self.rollout);
         self.soak = Some(tokio::spawn(soak(watched, until, poll, judge, sender)));
     }
 
-    /// How a single deploy's new process (held, or being gated) is probed.
+    /// How a deploy's new process (held, or being gated) is probed (promote, abort, recovery).
     pub(crate) fn subject_for_new(&self) -> Subject {
         let (port, token) = self
             .rollout
@@ -1000,38 +933,37 @@ impl Executor {
     }
 
     fn log_note(&mut self, note: &Note) -> Result<(), Error> {
-        if self.rollout.single.is_some() {
-            let tail = match note.event {
-                LogEvent::RolledBack => process::tail(
-                    &self
-                        .context
-                        .root
-                        .output_path(&self.rollout.to, &self.rollout.service),
-                    3,
-                ),
-                _ => String::new(),
-            };
-            let root = &self.context.root;
-            let Some(line) = single::line(note, &self.rollout, &self.words, root, &tail) else {
-                return Ok(());
-            };
-            return self.log_single(line.event, line.detail, line.elapsed_ms, line.phase);
+        match self
+            .voice
+            .note(note, &self.rollout, &self.words, &self.context.root)
+        {
+            Some(said) => self.say(said),
+            None => Ok(()),
         }
-        if note.event.is_outcome() {
-            return self.log_outcome(note.event, note.detail.clone());
+    }
+
+    /// Writes a line the voice said.
+    fn say(&self, said: Said) -> Result<(), Error> {
+        match said {
+            Said::Process {
+                event,
+                process,
+                slot,
+                wave,
+                detail,
+            } => self.log(event, &process, slot, wave, detail),
+            Said::Run {
+                event,
+                version,
+                slot,
+                wave,
+                detail,
+            } => self.log_plain(event, &version, slot, wave, detail),
+            Said::Outcome { event, detail } => self.log_outcome(event, detail),
+            Said::Deploy(line) => {
+                self.log_deploy(line.event, line.detail, line.elapsed_ms, line.phase)
+            }
         }
-        let detail = match (note.event, note.slot) {
-            (LogEvent::ReplicaReady, Some(slot)) => format!("replica {slot} ready; in the pool"),
-            (LogEvent::ReplicaFailed, Some(slot)) => format!("replica {slot}: {}", note.detail),
-            _ => note.detail.clone(),
-        };
-        // A removed replica's line names the version it ran, not the one rolled out.
-        let version = match (note.event, note.slot) {
-            (LogEvent::ReplicaRemoved, Some(slot)) => self.rollout.slot(slot).from_version.clone(),
-            _ => None,
-        };
-        let version = version.unwrap_or_else(|| self.rollout.to.clone());
-        self.log_plain(note.event, &version, note.slot, note.wave, detail)
     }
 
     /// `promoted` or `rolled_back`, once per rollout (its id is the token).
@@ -1039,15 +971,15 @@ impl Executor {
         log_outcome(&self.context.root, &self.rollout, event, detail)
     }
 
-    /// A single deploy's line.
-    pub(crate) fn log_single(
+    /// A deploy's line (`Said::Deploy`; promote, abort and recovery write them too).
+    pub(crate) fn log_deploy(
         &self,
         event: LogEvent,
         detail: String,
         elapsed_ms: Option<u64>,
         phase: Option<&'static str>,
     ) -> Result<(), Error> {
-        log_single(
+        log_deploy(
             &self.context.root,
             &self.rollout,
             &journal::Entry {
@@ -1084,9 +1016,7 @@ impl Executor {
             .process_group(0)
             .spawn()
             .map_err(|e| failed(format!("cannot start the watcher: {e}")))?;
-        if let Some(single) = self.rollout.single.as_mut() {
-            single.watcher_pid = Some(child.id());
-        }
+        self.voice.watcher_left(&mut self.rollout, child.id());
         self.save()?;
         if let Some(soak) = self.soak.take() {
             soak.abort();
@@ -1095,17 +1025,15 @@ impl Executor {
         Ok(())
     }
 
-    /// A single deploy ends with its outcome line just written: the floor is raised, and its
-    /// record (its in-flight state) goes, so `current` alone says what is live, as after every
-    /// deploy. A rollout settles once its restores are done ([`Executor::settle`]).
+    /// Where a run settles at the planner's stop (a deploy), its outcome line was just written:
+    /// the floor is raised, and its record (its in-flight state) goes, so `current` alone says
+    /// what is live, as after every deploy. A rollout settles once its restores are done
+    /// ([`Executor::settle`]).
     fn finish_outcome(&mut self) -> Result<(), Error> {
-        if !self.rollout.is_over() {
+        if !self.rollout.is_over() || !self.behaviour.settles_at_stop {
             return Ok(());
         }
-        let Some(single) = self.rollout.single.as_mut() else {
-            return Ok(());
-        };
-        single.settled = true;
+        self.voice.settled(&mut self.rollout);
         self.raise_floor()?;
         state::clear(&self.context.root)
             .map_err(|e| failed(format!("{}, but {e}", self.rollout.phase_word())))

@@ -3,11 +3,14 @@
 //! fallback through the watch, and the deploy's own log lines. This module holds what differs:
 //! the plan of a deploy and the words of its lines. The executor does the rest.
 
-use super::run::{Context, Executor};
+use super::run::{Context, Executor, Purpose};
 use super::state::{self, Phase, Process, Rollout, Settings, Single, Slot, SlotState};
 use super::step::{Action, Event, Note};
+use super::tasks::{GateEnd, Gated, Judged};
+use super::voice::{Behaviour, Line, Reverted, Said, Voice, Words};
 use crate::engine::judge::Settings as DeploySettings;
 use crate::error::Error;
+use crate::host::hooks::{Facts, Hook};
 use crate::host::journal::{self, LogEvent};
 use crate::host::process::{self, Identity};
 use crate::host::state::{Candidate, Pointer, ReplicaClass, Root, Stage};
@@ -100,41 +103,6 @@ pub fn plan(asked: &Asked) -> Rollout {
         unsettled: true,
         post_hook_started: false,
     }
-}
-
-/// What the executor saw while it acted, for the outcome's line.
-#[derive(Debug, Default, Clone)]
-pub struct Words {
-    /// The previous release drained and stopped ("drained ...; old release v1 stopped
-    /// (SIGTERM)"); None for a first release.
-    pub retired: Option<String>,
-    /// The watch ran (its fallback was dropped at the end).
-    pub watched: bool,
-    /// How an outcome was reached when it was not by this deployer ("(cut short: ...)").
-    pub how: String,
-    /// How the candidate was undone.
-    pub reverted: Option<Reverted>,
-    /// What stands in a rollback's line for the gate's last probes when a person decided.
-    pub context: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Reverted {
-    /// Undone after the switch (the watch failed): the line says where it went back to.
-    pub in_watch: bool,
-    /// "old release v1 still answering", "switched back to v1", ...
-    pub previous: String,
-    /// "stopped (SIGTERM)", ...
-    pub stopped: String,
-}
-
-/// One line of a single deploy.
-#[derive(Debug, PartialEq)]
-pub struct Line {
-    pub event: LogEvent,
-    pub detail: String,
-    pub elapsed_ms: Option<u64>,
-    pub phase: Option<&'static str>,
 }
 
 /// `candidate_started`, as a deploy has always said it.
@@ -256,6 +224,143 @@ pub fn line(
             })
         }
         _ => None,
+    }
+}
+
+/// A deploy's voice: `candidate_started`, `switched`, `promoted`, `rolled_back` and
+/// `escalated`, as `rollgate deploy` has always said them, and a deploy's ways: its gate owns
+/// the terminal and the signals, its candidate's output goes beside its release, and its
+/// ending is settled (its state cleared) with its outcome line.
+pub(super) struct DeployVoice;
+
+impl Voice for DeployVoice {
+    fn behaviour(&self) -> Behaviour {
+        Behaviour {
+            progress_line: false,
+            gate_owns_signals: true,
+            numbered_replicas: false,
+            start_failure_refuses: true,
+            settles_at_stop: true,
+            revert_brings_back: false,
+        }
+    }
+
+    fn started(
+        &self,
+        rollout: &Rollout,
+        process: &Process,
+        _slot: usize,
+        _purpose: Purpose,
+    ) -> Said {
+        Said::Deploy(Line {
+            event: LogEvent::CandidateStarted,
+            detail: started(rollout, process),
+            elapsed_ms: None,
+            phase: None,
+        })
+    }
+
+    fn note(&self, note: &Note, rollout: &Rollout, words: &Words, root: &Root) -> Option<Said> {
+        let tail = match note.event {
+            LogEvent::RolledBack => {
+                process::tail(&root.output_path(&rollout.to, &rollout.service), 3)
+            }
+            _ => String::new(),
+        };
+        line(note, rollout, words, root, &tail).map(Said::Deploy)
+    }
+
+    fn gate_ended(&self, rollout: &mut Rollout, gated: &Gated) {
+        let Some(single) = rollout.single.as_mut() else {
+            return;
+        };
+        single.gate_elapsed_ms = Some(gated.elapsed.as_millis() as u64);
+        single.last_probes = Some(gated.last_probes.clone());
+        if gated.end == GateEnd::Ready {
+            single.gate_detail = Some(format!(
+                "ready after {} ms ({} probe{})",
+                gated.elapsed.as_millis(),
+                gated.probes,
+                if gated.probes == 1 { "" } else { "s" }
+            ));
+        }
+    }
+
+    fn swapped(
+        &self,
+        rollout: &mut Rollout,
+        words: &mut Words,
+        durability: Option<&str>,
+        retired: Option<String>,
+    ) -> bool {
+        let Some(single) = rollout.single.as_mut() else {
+            return false;
+        };
+        single.switch_detail = durability.map_or(String::new(), |d| format!("; current {d}"));
+        words.retired = retired;
+        true
+    }
+
+    fn switched(
+        &self,
+        rollout: &mut Rollout,
+        kept: &Process,
+        durability: Option<&str>,
+        drained: &str,
+    ) -> Option<Said> {
+        let watch_ms = rollout.settings.watch_ms;
+        let single = rollout.single.as_mut()?;
+        let durability = durability.map_or(String::new(), |d| format!("current {d}; "));
+        single.switch_detail = format!("{durability}{drained}");
+        Some(Said::Deploy(Line {
+            event: LogEvent::Switched,
+            detail: switched(&kept.version, watch_ms, drained),
+            elapsed_ms: None,
+            phase: None,
+        }))
+    }
+
+    fn soak_judge(&self, rollout: &Rollout) -> Judged {
+        // The watch tolerates `watch_failures - 1` failed probes in a row.
+        Judged::Watch(rollout.single.as_ref().map_or(1, |s| s.watch_failures))
+    }
+
+    fn hook_facts(&self, r: &Rollout, hook: Hook) -> Facts {
+        Facts {
+            service: r.service.clone(),
+            version: r.to.clone(),
+            previous_version: r.from.clone(),
+            ports: vec![r.settings.ports.0],
+            previous_ports: r
+                .single
+                .iter()
+                .flat_map(|s| s.previous.iter().map(|p| p.port))
+                .collect(),
+            reason: (hook == Hook::PostRollback)
+                .then(|| r.slot(0).error.clone())
+                .flatten(),
+        }
+    }
+
+    fn hook_failed(&self, _rollout: &Rollout, error: String) -> Said {
+        Said::Deploy(Line {
+            event: LogEvent::HookFailed,
+            detail: error,
+            elapsed_ms: None,
+            phase: None,
+        })
+    }
+
+    fn watcher_left(&self, rollout: &mut Rollout, pid: u32) {
+        if let Some(single) = rollout.single.as_mut() {
+            single.watcher_pid = Some(pid);
+        }
+    }
+
+    fn settled(&self, rollout: &mut Rollout) {
+        if let Some(single) = rollout.single.as_mut() {
+            single.settled = true;
+        }
     }
 }
 
@@ -520,37 +625,13 @@ pub(crate) async fn complete_switch(
     detail: String,
     elapsed_ms: Option<u64>,
 ) -> Result<(), Error> {
-    let r = executor.rollout_mut();
-    if let Some(single) = r.single.as_mut() {
+    // The words its `promoted` line takes in place of the gate's; the planner decides the rest.
+    if let Some(single) = executor.rollout_mut().single.as_mut() {
         single.gate_detail = Some(detail);
         single.gate_elapsed_ms = elapsed_ms;
         single.switch_detail.clear();
     }
-    let slot = r.slot_mut(0);
-    slot.state = SlotState::Succeeded;
-    slot.held = false;
-    if let Some(new) = slot.candidate.take() {
-        if slot
-            .live
-            .as_ref()
-            .is_some_and(|l| l.identity() != new.identity())
-        {
-            slot.retiring = slot.live.take();
-        }
-        slot.live = Some(new);
-    }
-    if slot.retiring.is_none() {
-        slot.retiring = slot.fallback.take();
-    }
-    r.phase = Phase::Completed;
-    r.pause_reason = None;
-    executor.save()?;
-    // `current` names the new process (already, unless the crash came before the switch).
-    executor.perform_write_pool()?;
-    let retired = executor.stop_retiring(0).await?;
-    executor.words_mut().retired = retired;
-    executor.perform(outcome_note(LogEvent::Promoted)).await?;
-    executor.perform(Action::Stop).await?;
+    executor.handle(Event::SwitchSeen { slot: 0 }).await?;
     executor.run_post_hook().await;
     Ok(())
 }
@@ -699,7 +780,7 @@ async fn abandon(root: &Root, rollout: Rollout) -> Result<(), Error> {
         single.deployer_pid,
         outcome.join(", ")
     );
-    super::record::log_single(
+    super::record::log_deploy(
         root,
         &rollout,
         &journal::Entry::new(

@@ -41,6 +41,11 @@ pub enum Event {
     Restored {
         slot: usize,
     },
+    /// `current` already names the slot's new process: a switch an interrupted run made (or
+    /// the planner had decided) stands, and the run completes with it.
+    SwitchSeen {
+        slot: usize,
+    },
     Pause {
         reason: String,
     },
@@ -138,6 +143,7 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
                 ready(rollout, slot, now, &mut actions);
             }
         }
+        Event::SwitchSeen { slot } => switch_seen(rollout, slot, now, &mut actions),
         Event::Restored { slot } => {
             let s = rollout.slot_mut(slot);
             if s.state == SlotState::RollingBack {
@@ -214,6 +220,38 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
         s.wave,
         String::new(),
     ));
+}
+
+/// The switch to the slot's new process happened, whatever the state said: the new process
+/// serves the slot, the one it replaced (or the fallback kept for it) retires, and the run is
+/// complete; the pool is written as it now is and the outcome logged.
+fn switch_seen(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>) {
+    let s = rollout.slot_mut(slot);
+    s.state = SlotState::Succeeded;
+    s.held = false;
+    s.finished.get_or_insert(now);
+    if let Some(new) = s.candidate.take() {
+        if s.live
+            .as_ref()
+            .is_some_and(|l| l.identity() != new.identity())
+        {
+            s.retiring = s.live.take();
+        }
+        s.live = Some(new);
+    }
+    if s.retiring.is_none() {
+        s.retiring = s.fallback.take();
+    }
+    rollout.phase = Phase::Completed;
+    rollout.pause_reason = None;
+    rollout.soak_until = None;
+    actions.push(Action::Swap {
+        slot,
+        keep_previous: false,
+    });
+    let (event, detail) = outcome(rollout);
+    actions.push(note(event, None, None, detail));
+    actions.push(Action::Stop);
 }
 
 /// A stalled process left running for a person: the rollout pauses with it held (its gate is
@@ -876,6 +914,65 @@ mod tests {
                 keep_previous: false
             })
         );
+    }
+
+    #[test]
+    fn a_switch_seen_in_current_completes_the_run_with_the_new_process_live() {
+        // Mid-watch: the new process live, the previous one kept as the fallback.
+        let process = |version: &str, port: u16, pid: i32| Process {
+            version: version.into(),
+            port,
+            pid,
+            start_time: pid as u64,
+            token: format!("t{pid}"),
+        };
+        let mut r = single(2000, OnStall::Rollback);
+        r.slot_mut(0).live = Some(process("v1", 9000, 10));
+        step(&mut r, Event::Tick, 0.0);
+        r.slot_mut(0).candidate = Some(process("v2", 9001, 11));
+        step(&mut r, Event::Ready { slot: 0 }, 1.0);
+        let new = r.slot(0).live.clone();
+        let previous = r.slot(0).fallback.clone();
+        assert!(previous.is_some());
+        let actions = step(&mut r, Event::SwitchSeen { slot: 0 }, 1.5);
+        assert_eq!(
+            without_logs(actions.clone()),
+            [
+                Action::Swap {
+                    slot: 0,
+                    keep_previous: false
+                },
+                Action::Stop
+            ]
+        );
+        assert_eq!(logged(&actions), [LogEvent::Promoted]);
+        assert_eq!(r.phase, Phase::Completed);
+        assert_eq!(r.slot(0).live, new);
+        assert_eq!(r.slot(0).retiring, previous);
+        assert_eq!(r.slot(0).fallback, None);
+        assert_eq!(r.soak_until, None);
+
+        // Escalated, and switched by a promote that was cut short: the held process is live.
+        let mut held = single(0, OnStall::Escalate);
+        held.slot_mut(0).live = Some(process("v1", 9000, 10));
+        step(&mut held, Event::Tick, 0.0);
+        held.slot_mut(0).candidate = Some(process("v2", 9001, 12));
+        step(
+            &mut held,
+            Event::Stalled {
+                slot: 0,
+                reason: "not ready".into(),
+            },
+            1.0,
+        );
+        let candidate = held.slot(0).candidate.clone();
+        assert!(held.slot(0).held && candidate.is_some());
+        step(&mut held, Event::SwitchSeen { slot: 0 }, 2.0);
+        assert_eq!(held.phase, Phase::Completed);
+        assert!(!held.slot(0).held);
+        assert_eq!(held.slot(0).state, SlotState::Succeeded);
+        assert_eq!(held.slot(0).live, candidate);
+        assert_eq!(held.pause_reason, None);
     }
 
     #[test]

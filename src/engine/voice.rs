@@ -1,0 +1,250 @@
+//! The voice of a run: every word its log lines say, and the few places where a kind of run
+//! behaves its own way, asked by the executor, which never asks what kind of run it drives.
+//!
+//! Two voices: a rollout's ([`RolloutVoice`], here) and a deploy's (`single::DeployVoice`, the
+//! one-replica rollout that speaks as `rollgate deploy` always has). [`of`] picks one, once, when
+//! an executor is made.
+
+use super::run::Purpose;
+use super::single;
+use super::state::{Process, Rollout};
+use super::step::Note;
+use super::tasks::{Gated, Judged};
+use crate::host::hooks::{Facts, Hook};
+use crate::host::journal::LogEvent;
+use crate::host::state::Root;
+
+/// What the executor saw while it acted, for the outcome's line.
+#[derive(Debug, Default, Clone)]
+pub struct Words {
+    /// The previous release drained and stopped ("drained ...; old release v1 stopped
+    /// (SIGTERM)"); None for a first release.
+    pub retired: Option<String>,
+    /// The watch ran (its fallback was dropped at the end).
+    pub watched: bool,
+    /// How an outcome was reached when it was not by this deployer ("(cut short: ...)").
+    pub how: String,
+    /// How the candidate was undone.
+    pub reverted: Option<Reverted>,
+    /// What stands in a rollback's line for the gate's last probes when a person decided.
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Reverted {
+    /// Undone after the switch (the watch failed): the line says where it went back to.
+    pub in_watch: bool,
+    /// "old release v1 still answering", "switched back to v1", ...
+    pub previous: String,
+    /// "stopped (SIGTERM)", ...
+    pub stopped: String,
+}
+
+/// One line of a deploy.
+#[derive(Debug, PartialEq)]
+pub struct Line {
+    pub event: LogEvent,
+    pub detail: String,
+    pub elapsed_ms: Option<u64>,
+    pub phase: Option<&'static str>,
+}
+
+/// How a kind of run behaves where kinds differ. Read once, when the executor is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Behaviour {
+    /// The rollout's progress line on a terminal (a deploy shows its gate's line instead).
+    pub progress_line: bool,
+    /// A gate shows its own line on a terminal, and a signal to rollgate ends the gate (which
+    /// rolls back) instead of pausing the run.
+    pub gate_owns_signals: bool,
+    /// Each process is a numbered replica: its output goes to the replica's file and it is
+    /// told its slot (`ROLLGATE_SLOT`).
+    pub numbered_replicas: bool,
+    /// A process that cannot be started refuses the whole run (nothing else was started)
+    /// instead of failing its slot.
+    pub start_failure_refuses: bool,
+    /// The run's ending is settled when the planner stops it, its state cleared with its
+    /// outcome line (a deploy); otherwise once its restores are done (a rollout).
+    pub settles_at_stop: bool,
+    /// A revert with no fallback kept brings the slot's previous version back (a rollout's
+    /// replica may have left the pool); otherwise the previous release never left, and the
+    /// revert only says what it is doing.
+    pub revert_brings_back: bool,
+}
+
+/// One line, said by a voice and written by the executor.
+#[derive(Debug)]
+pub(super) enum Said {
+    /// About one process: its port, pid and token, and the last status it said.
+    Process {
+        event: LogEvent,
+        process: Process,
+        slot: Option<usize>,
+        wave: Option<usize>,
+        detail: String,
+    },
+    /// About the run (under its id).
+    Run {
+        event: LogEvent,
+        version: String,
+        slot: Option<usize>,
+        wave: Option<usize>,
+        detail: String,
+    },
+    /// A rollout's outcome, written once per rollout id.
+    Outcome { event: LogEvent, detail: String },
+    /// A deploy's line: its token, port and pid, a signed release's facts; an outcome once.
+    Deploy(Line),
+}
+
+pub(super) trait Voice: Send + Sync {
+    fn behaviour(&self) -> Behaviour;
+
+    /// A process was started for `slot`.
+    fn started(&self, rollout: &Rollout, process: &Process, slot: usize, purpose: Purpose) -> Said;
+
+    /// The line for one of the planner's notes, or None for a note this kind does not log.
+    fn note(&self, note: &Note, rollout: &Rollout, words: &Words, root: &Root) -> Option<Said>;
+
+    /// A gate ended: what the run keeps of it for its outcome line (saved with the step it
+    /// leads to).
+    fn gate_ended(&self, _rollout: &mut Rollout, _gated: &Gated) {}
+
+    /// A process joined the pool and the one it replaced was stopped (`retired` says how);
+    /// true when the run kept words of it to save.
+    fn swapped(
+        &self,
+        _rollout: &mut Rollout,
+        _words: &mut Words,
+        _durability: Option<&str>,
+        _retired: Option<String>,
+    ) -> bool {
+        false
+    }
+
+    /// A process joined the pool with the one it replaced kept as the fallback, drained:
+    /// the line for it, after the run's words of it are saved.
+    fn switched(
+        &self,
+        _rollout: &mut Rollout,
+        _kept: &Process,
+        _durability: Option<&str>,
+        _drained: &str,
+    ) -> Option<Said> {
+        None
+    }
+
+    /// How a soak judges the new processes it watches.
+    fn soak_judge(&self, _rollout: &Rollout) -> Judged {
+        Judged::Soak
+    }
+
+    /// The facts a post hook is given.
+    fn hook_facts(&self, rollout: &Rollout, hook: Hook) -> Facts;
+
+    /// A post hook failed (`error` says how).
+    fn hook_failed(&self, rollout: &Rollout, error: String) -> Said;
+
+    /// A background watcher took the run over (`deploy --no-wait`).
+    fn watcher_left(&self, _rollout: &mut Rollout, _pid: u32) {}
+
+    /// The run's ending was settled at the planner's stop.
+    fn settled(&self, _rollout: &mut Rollout) {}
+}
+
+/// The voice of a run: a deploy's when it is one, else a rollout's.
+pub(super) fn of(rollout: &Rollout) -> &'static dyn Voice {
+    match rollout.single {
+        Some(_) => &single::DeployVoice,
+        None => &RolloutVoice,
+    }
+}
+
+/// A rollout of N replicas: a line per replica's step, a wave's end, and the outcome.
+pub(super) struct RolloutVoice;
+
+impl Voice for RolloutVoice {
+    fn behaviour(&self) -> Behaviour {
+        Behaviour {
+            progress_line: true,
+            gate_owns_signals: false,
+            numbered_replicas: true,
+            start_failure_refuses: false,
+            settles_at_stop: false,
+            revert_brings_back: true,
+        }
+    }
+
+    fn started(&self, rollout: &Rollout, process: &Process, slot: usize, purpose: Purpose) -> Said {
+        let why = match purpose {
+            Purpose::Upgrade => "",
+            Purpose::BringBack => "; its previous version, back after a failure",
+            Purpose::Restore => "; the baseline, for the rollback",
+        };
+        Said::Process {
+            event: LogEvent::ReplicaStarted,
+            process: process.clone(),
+            slot: Some(slot),
+            wave: rollout.slot(slot).wave,
+            detail: format!(
+                "replica {slot}: {} on port {} (pid {}){why}",
+                process.version, process.port, process.pid
+            ),
+        }
+    }
+
+    fn note(&self, note: &Note, rollout: &Rollout, _words: &Words, _root: &Root) -> Option<Said> {
+        if note.event.is_outcome() {
+            return Some(Said::Outcome {
+                event: note.event,
+                detail: note.detail.clone(),
+            });
+        }
+        let detail = match (note.event, note.slot) {
+            (LogEvent::ReplicaReady, Some(slot)) => format!("replica {slot} ready; in the pool"),
+            (LogEvent::ReplicaFailed, Some(slot)) => format!("replica {slot}: {}", note.detail),
+            _ => note.detail.clone(),
+        };
+        // A removed replica's line names the version it ran, not the one rolled out.
+        let version = match (note.event, note.slot) {
+            (LogEvent::ReplicaRemoved, Some(slot)) => rollout.slot(slot).from_version.clone(),
+            _ => None,
+        };
+        Some(Said::Run {
+            event: note.event,
+            version: version.unwrap_or_else(|| rollout.to.clone()),
+            slot: note.slot,
+            wave: note.wave,
+            detail,
+        })
+    }
+
+    fn hook_facts(&self, r: &Rollout, _hook: Hook) -> Facts {
+        let ports = |new: bool| -> Vec<u16> {
+            r.slots
+                .iter()
+                .filter_map(|s| s.live.as_ref())
+                .filter(|p| (p.version == r.to) == new)
+                .map(|p| p.port)
+                .collect()
+        };
+        Facts {
+            service: r.service.clone(),
+            version: r.to.clone(),
+            previous_version: r.from.clone(),
+            ports: ports(true),
+            previous_ports: ports(false),
+            reason: r.abort_cause.as_ref().map(|c| c.reason.clone()),
+        }
+    }
+
+    fn hook_failed(&self, rollout: &Rollout, error: String) -> Said {
+        Said::Run {
+            event: LogEvent::HookFailed,
+            version: rollout.to.clone(),
+            slot: None,
+            wave: None,
+            detail: error,
+        }
+    }
+}
