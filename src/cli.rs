@@ -477,6 +477,23 @@ version of the last promoted record, never a rolled-back one.")]
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// Print each record as it is appended, like `tail -F`: whole records only, through
+    /// rotation (`deploy.log` renamed to `deploy.log.1`) and truncation; Ctrl-C stops it.
+    #[command(after_help = "Examples:
+  rollgate log follow /srv/edge/deploy.log
+  rollgate log follow deploy.log --format json | jq -c 'select(.event == \"rolled_back\")'
+  rollgate log follow deploy.log --from-start --version v2 --format csv")]
+    Follow {
+        #[arg(value_name = "LOG")]
+        log: PathBuf,
+        /// Start at the log's first record instead of its end.
+        #[arg(long)]
+        from_start: bool,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
     /// Attempts, promotion frequency, candidate rejection rate, rollbacks by reason and version,
     /// time to ready and to rollback, exposure to releases rolled back after promotion.
     #[command(after_help = "Examples:

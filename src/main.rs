@@ -528,6 +528,22 @@ fn run_log(command: LogCommand) -> Result<u8, Error> {
                 .map(log::Answer::Text),
             None => log::history(&logs, format, &r),
         }),
+        LogCommand::Follow {
+            log,
+            from_start,
+            format,
+            read,
+        } => {
+            let start = if from_start {
+                log::follow::Start::Beginning
+            } else {
+                log::follow::Start::End
+            };
+            let reading = reading(read)?;
+            let mut out = std::io::stdout().lock();
+            log::follow::print_records(&log, start, format, &reading, &mut out, || true)?;
+            return Ok(error::SUCCESS);
+        }
         LogCommand::Stats { logs, format, read } => reading(read)
             .and_then(|r| log::stats(&logs, format, &r))
             .map(log::Answer::Text),

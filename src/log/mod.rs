@@ -2,6 +2,7 @@
 //! rates, and SQL — over JSON-lines logs whose bad lines cost only themselves.
 
 mod fast;
+pub mod follow;
 mod frame;
 pub mod history;
 mod ordered;
