@@ -298,6 +298,32 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
         threads: Option<u16>,
     },
+    /// A page and a JSON API over one or more roots: live releases, rollouts, escalations,
+    /// history, an event stream, and pause/resume/abort/promote behind a token.
+    #[command(after_help = "Examples:
+  rollgate console --root /srv/edge
+  rollgate console --root /srv/edge --root /srv/api --listen 127.0.0.1:8700
+  rollgate console --root /srv/edge --read-only
+  curl -N http://127.0.0.1:8700/api/v1/events
+
+At its first start the console makes ROOT/console.token (0600, in the first root) and prints a
+link that sets it as a cookie; scripts send it as `Authorization: Bearer TOKEN`. A state change
+without it, or from another site, gets 403. --read-only shows no buttons and refuses every
+state-changing request. Binding beyond loopback needs the token file to exist.
+
+Exit codes: 0 stopped by Ctrl-C; 2 refused (no root, a busy address, beyond loopback without a
+token file).")]
+    Console {
+        /// A root to show (repeatable: one section per service).
+        #[arg(long = "root", value_name = "DIR", required = true)]
+        roots: Vec<PathBuf>,
+        /// Where to listen.
+        #[arg(long, value_name = "ADDR", default_value = rollgate::defaults::CONSOLE_LISTEN)]
+        listen: std::net::SocketAddr,
+        /// No buttons, and no endpoint that changes anything.
+        #[arg(long)]
+        read_only: bool,
+    },
     /// Deploy four sample releases through the real deployer and show what the log says.
     #[command(after_help = "Examples:
   rollgate demo

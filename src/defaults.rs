@@ -91,6 +91,11 @@ pub const PROXY_TUNNEL_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// An idle pooled connection to a release is dropped after this.
 pub const PROXY_UPSTREAM_IDLE: Duration = Duration::from_secs(30);
 
+// `rollgate console`.
+
+/// Where the console listens (`--listen`).
+pub const CONSOLE_LISTEN: &str = "127.0.0.1:8700";
+
 // Policy evaluation.
 
 /// An evaluation is given up after this (`--timeout-ms`).

@@ -2,7 +2,7 @@
 
 mod cli;
 
-use rollgate::commands::{demo, deploy, escalation, rollback, rollout, status, up, watch};
+use rollgate::commands::{console, demo, deploy, escalation, rollback, rollout, status, up, watch};
 use rollgate::engine::{control, settings};
 use rollgate::error::{self, Error};
 use rollgate::{fleet, log, policy, proxy, release, sample};
@@ -219,6 +219,18 @@ fn run(command: Command) -> Result<u8, Error> {
             .map_err(Error::Failed)?;
             Ok(error::SUCCESS)
         }
+        Command::Console {
+            roots,
+            listen,
+            read_only,
+        } => {
+            console::run(console::Options {
+                roots,
+                listen,
+                read_only,
+            })?;
+            Ok(error::SUCCESS)
+        }
         Command::Demo { root } => {
             demo::run(root).map_err(Error::Failed)?;
             Ok(error::SUCCESS)
@@ -336,14 +348,7 @@ fn report_dry_run((report, refused): (String, bool)) -> u8 {
 
 /// How a deploy (or its watch, promote, abort or rollback) ended, said on stderr.
 fn deploy_ended(outcome: deploy::DeployOutcome) -> u8 {
-    let line = match outcome {
-        deploy::DeployOutcome::Promoted => "promoted".to_string(),
-        deploy::DeployOutcome::RolledBack => "rolled back (see deploy.log for why)".to_string(),
-        deploy::DeployOutcome::Escalated => "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`".to_string(),
-        deploy::DeployOutcome::Aborted => "aborted: candidate stopped, logged as rolled_back".to_string(),
-        deploy::DeployOutcome::Watching(pid) => format!("switched; watcher pid {pid} finishes the watch (promoted or switched back); see `rollgate status`"),
-    };
-    eprintln!("rollgate: {line}");
+    eprintln!("rollgate: {}", deploy::said(outcome));
     outcome.exit_code()
 }
 

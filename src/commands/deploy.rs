@@ -68,6 +68,22 @@ pub enum DeployOutcome {
     Watching(u32),
 }
 
+/// How a deploy ended, in the words `rollgate deploy` says it on stderr.
+pub fn said(outcome: DeployOutcome) -> String {
+    match outcome {
+        DeployOutcome::Promoted => "promoted".to_string(),
+        DeployOutcome::RolledBack => "rolled back (see deploy.log for why)".to_string(),
+        DeployOutcome::Escalated => {
+            "escalated: left running, not promoted; run `rollgate promote` or `rollgate abort`"
+                .to_string()
+        }
+        DeployOutcome::Aborted => "aborted: candidate stopped, logged as rolled_back".to_string(),
+        DeployOutcome::Watching(pid) => format!(
+            "switched; watcher pid {pid} finishes the watch (promoted or switched back); see `rollgate status`"
+        ),
+    }
+}
+
 impl DeployOutcome {
     pub fn exit_code(self) -> u8 {
         match self {

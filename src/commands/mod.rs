@@ -1,8 +1,10 @@
-//! The commands that drive the engine, one file each: `deploy`, `rollout` (and its pause,
+//! The commands that drive the engine, one file each: `console` (the page, API and event
+//! stream over roots), `deploy`, `rollout` (and its pause,
 //! resume, abort and status), `rollback`, `escalation` (promote/abort of an escalated deploy),
 //! `watch` (the background watcher of `deploy --no-wait`), `status`, `up`, the `demo`, and the
 //! checks the real runs and their dry runs share (`preflight`, `dry_run`).
 
+pub mod console;
 pub mod demo;
 pub mod deploy;
 pub(crate) mod dry_run;

@@ -2,6 +2,7 @@
 //! rollgate's style, CSV fields, and times and durations for a person. Knows nothing of deploys,
 //! rollouts or logs.
 
+pub mod page;
 pub mod time;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};

@@ -1,0 +1,442 @@
+//! The console's page, rendered on the server from the same JSON its API answers, so it reads
+//! without JavaScript (a `<noscript>` refresh keeps it current); with JavaScript it follows the
+//! event stream and counts the deadlines down between updates. Names nothing of rollgate: it
+//! renders values.
+
+use serde_json::Value;
+
+/// What the page shows of one root: its state (as `GET /api/v1/roots/{service}` answers) and
+/// its recent outcomes (as `.../history` answers).
+pub struct Section<'a> {
+    pub state: &'a Value,
+    pub history: &'a [Value],
+}
+
+/// Text made safe inside HTML (element content and quoted attributes).
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn field<'v>(value: &'v Value, path: &[&str]) -> &'v Value {
+    path.iter().fold(value, |v, key| v.get(*key).unwrap_or(&Value::Null))
+}
+
+fn seconds(value: &Value) -> String {
+    value
+        .as_f64()
+        .map_or("-".into(), |s| format!("{:.0} s", s.max(0.0)))
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;background:#f5f6f8;color:#1d2330}\
+header{background:#1d2330;color:#fff;padding:10px 20px}header h1{font-size:18px;margin:0}\
+main{padding:12px 20px}section{background:#fff;border:1px solid #d8dce3;border-radius:6px;margin:0 0 16px;padding:12px 16px}\
+h2{font-size:16px;margin:0 0 8px}h3{font-size:14px;margin:12px 0 6px}table{border-collapse:collapse;width:100%}\
+td,th{border-bottom:1px solid #eceef2;padding:3px 6px;text-align:left;font-variant-numeric:tabular-nums}\
+.bar{background:#e6e9ef;border-radius:3px;height:12px;width:240px;display:inline-block;vertical-align:middle;overflow:hidden}\
+.bar span{display:block;height:100%;background:#2f7d4f}.bad{color:#b3261e}.good{color:#2f7d4f}.warn{color:#9a6700}\
+.required{font-weight:600}.banner{background:#fff4e5;border:1px solid #f0c36d;padding:6px 10px;border-radius:4px;margin:6px 0}\
+form{display:inline-block;margin:4px 8px 4px 0}button{padding:4px 12px;border-radius:4px;border:1px solid #8b93a1;background:#fff;cursor:pointer}\
+button.danger{border-color:#b3261e;color:#b3261e}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}";
+
+/// The whole page: a section per root, buttons only when `actions` is true.
+pub fn page(sections: &[Section], actions: bool, now: f64, said: Option<&str>) -> String {
+    let mut html = String::new();
+    html.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
+    html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
+    html.push_str("<title>rollgate console</title>");
+    html.push_str("<noscript><meta http-equiv=\"refresh\" content=\"5\"></noscript>");
+    html.push_str(&format!("<style>{STYLE}</style></head><body>"));
+    html.push_str(&format!(
+        "<header><h1>rollgate console</h1><small>{} root{}{}</small></header><main id=\"main\" data-now=\"{now}\">",
+        sections.len(),
+        if sections.len() == 1 { "" } else { "s" },
+        if actions { "" } else { " · read-only" }
+    ));
+    if let Some(said) = said {
+        html.push_str(&format!("<p class=\"said\" id=\"said\">{}</p>", escape(said)));
+    }
+    for section in sections {
+        html.push_str(&root_section(section, actions));
+    }
+    html.push_str("</main>");
+    html.push_str(SCRIPT);
+    html.push_str("</body></html>");
+    html
+}
+
+fn root_section(section: &Section, actions: bool) -> String {
+    let state = section.state;
+    let service = text(field(state, &["service"]));
+    let id = escape(&service);
+    let mut html = format!("<section id=\"root-{id}\" data-service=\"{id}\"><h2>{id}</h2>");
+    html.push_str(&format!(
+        "<p class=\"root\">root <code>{}</code></p>",
+        escape(&text(field(state, &["root"])))
+    ));
+    html.push_str(&live(state));
+    if let Some(candidate) = state.get("candidate").filter(|c| !c.is_null()) {
+        html.push_str(&escalated(&service, candidate, actions));
+    }
+    if let Some(rollout) = state.get("rollout").filter(|r| !r.is_null()) {
+        html.push_str(&rollout_block(&service, rollout, actions));
+    }
+    html.push_str(&history(section.history));
+    html.push_str("</section>");
+    html
+}
+
+fn live(state: &Value) -> String {
+    let live = field(state, &["live"]);
+    let mut html = String::from("<h3>Live release</h3>");
+    if live.is_null() {
+        html.push_str("<p class=\"live\">nothing promoted yet</p>");
+    } else {
+        let answering = live.get("answering").and_then(Value::as_bool) == Some(true);
+        html.push_str(&format!(
+            "<p class=\"live\"><b class=\"version\">{}</b> on port {} (pid {}), live for {} · <span class=\"{}\">{}</span></p>",
+            escape(&text(field(live, &["version"]))),
+            escape(&text(field(live, &["port"]))),
+            escape(&text(field(live, &["pid"]))),
+            seconds(field(live, &["live_for_s"])),
+            if answering { "good" } else { "bad" },
+            if answering { "answering" } else { "not answering" }
+        ));
+    }
+    if let Some(replicas) = state.get("replicas").and_then(Value::as_array) {
+        html.push_str("<table class=\"replicas\"><tr><th>slot</th><th>version</th><th>port</th><th>pid</th><th>up for</th><th>answering</th><th>class</th></tr>");
+        for replica in replicas {
+            let answering = replica.get("answering").and_then(Value::as_bool);
+            html.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
+                escape(&text(field(replica, &["slot"]))),
+                escape(&text(field(replica, &["version"]))),
+                escape(&text(field(replica, &["port"]))),
+                escape(&text(field(replica, &["pid"]))),
+                seconds(field(replica, &["up_for_s"])),
+                if answering == Some(true) { "good" } else { "bad" },
+                match answering {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "-",
+                },
+                escape(&text(field(replica, &["class"]))),
+            ));
+        }
+        html.push_str("</table>");
+    }
+    html
+}
+
+fn button(service: &str, path: &str, label: &str, danger: bool, extra: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"/api/v1/roots/{}/{path}\">{extra}<button type=\"submit\"{} data-action=\"{path}\">{label}</button></form>",
+        escape(service),
+        if danger { " class=\"danger\"" } else { "" },
+    )
+}
+
+fn escalated(service: &str, candidate: &Value, actions: bool) -> String {
+    let stage = text(field(candidate, &["stage"]));
+    let mut html = format!(
+        "<h3>Deploy in flight</h3><p class=\"candidate\">candidate <b>{}</b> on port {} (pid {}): {}, waiting <span class=\"elapsed\" data-since=\"{}\">{}</span></p>",
+        escape(&text(field(candidate, &["version"]))),
+        escape(&text(field(candidate, &["port"]))),
+        escape(&text(field(candidate, &["pid"]))),
+        escape(&stage),
+        escape(&text(field(candidate, &["started_at"]))),
+        seconds(field(candidate, &["waiting_s"])),
+    );
+    if stage == "escalated" && actions {
+        html.push_str(&button(service, "promote", "Promote", false, ""));
+        html.push_str(&button(service, "abort", "Abort", true, ""));
+    }
+    html
+}
+
+fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
+    let state = text(field(rollout, &["state"]));
+    let mut html = format!(
+        "<h3>Rollout {} → {} <span class=\"state\">{}</span></h3>",
+        escape(&text(field(rollout, &["from"]))),
+        escape(&text(field(rollout, &["version"]))),
+        escape(&state)
+    );
+    if let Some(left) = field(rollout, &["release_deadline_left_ms"]).as_f64() {
+        html.push_str(&format!(
+            "<p>release deadline in <span class=\"countdown\" data-left-ms=\"{left}\">{:.0} s</span></p>",
+            left / 1000.0
+        ));
+    }
+    if let Some(left) = field(rollout, &["soak_left_ms"]).as_f64() {
+        html.push_str(&format!(
+            "<p>soak ends in <span class=\"countdown soak\" data-left-ms=\"{left}\">{:.0} s</span></p>",
+            left / 1000.0
+        ));
+    }
+    if let Some(reason) = field(rollout, &["pause_reason"]).as_str() {
+        html.push_str(&format!(
+            "<p class=\"banner pause\">paused: {}</p>",
+            escape(reason)
+        ));
+    }
+    let cause = field(rollout, &["abort_cause"]);
+    if !cause.is_null() {
+        html.push_str(&format!(
+            "<p class=\"banner abort\">aborted: {} (slot {}, {})</p>",
+            escape(&text(field(cause, &["reason"]))),
+            escape(&text(field(cause, &["slot"]))),
+            escape(&text(field(cause, &["phase"]))),
+        ));
+    }
+    let slots = field(rollout, &["slots"]).as_array().cloned().unwrap_or_default();
+    let waiting: Vec<&Value> = field(rollout, &["required_waiting"])
+        .as_array()
+        .map(|w| w.iter().collect())
+        .unwrap_or_default();
+    if !waiting.is_empty() {
+        let names: Vec<String> = waiting.iter().map(|s| escape(&text(s))).collect();
+        html.push_str(&format!(
+            "<p class=\"required-waiting required\">required replicas still to confirm: {}</p>",
+            names.join(", ")
+        ));
+    }
+    let waves = field(rollout, &["waves"]).as_array().cloned().unwrap_or_default();
+    html.push_str("<table class=\"waves\"><tr><th>wave</th><th>progress</th><th>replicas</th></tr>");
+    for (index, wave) in waves.iter().enumerate() {
+        let members: Vec<u64> = wave
+            .as_array()
+            .map(|m| m.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        let done = members
+            .iter()
+            .filter(|slot| {
+                slots.iter().any(|s| {
+                    s.get("slot").and_then(Value::as_u64) == Some(**slot)
+                        && matches!(
+                            s.get("state").and_then(Value::as_str),
+                            Some("succeeded" | "failed" | "left_behind" | "removed" | "rolled_back")
+                        )
+                })
+            })
+            .count();
+        let share = if members.is_empty() { 0.0 } else { done as f64 * 100.0 / members.len() as f64 };
+        html.push_str(&format!(
+            "<tr class=\"wave\"><td>{index}</td><td><span class=\"bar\"><span style=\"width:{share:.0}%\"></span></span> {done}/{}</td><td>{}</td></tr>",
+            members.len(),
+            members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+    }
+    html.push_str("</table>");
+    // Required replicas first, then the rest; failures say why.
+    let mut ordered: Vec<&Value> = slots.iter().collect();
+    ordered.sort_by_key(|s| s.get("class").and_then(Value::as_str) != Some("required"));
+    html.push_str("<table class=\"slots\"><tr><th>slot</th><th>class</th><th>wave</th><th>state</th><th>version</th><th>why</th></tr>");
+    for slot in ordered {
+        let class = text(field(slot, &["class"]));
+        let failed = field(slot, &["state"]).as_str() == Some("failed");
+        html.push_str(&format!(
+            "<tr class=\"{}{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            if class == "required" { "required" } else { "" },
+            if failed { " bad failure" } else { "" },
+            escape(&text(field(slot, &["slot"]))),
+            escape(&class),
+            escape(&text(field(slot, &["wave"]))),
+            escape(&text(field(slot, &["state"]))),
+            escape(&text(field(slot, &["version"]))),
+            escape(field(slot, &["error"]).as_str().unwrap_or("")),
+        ));
+    }
+    html.push_str("</table>");
+    if actions {
+        match state.as_str() {
+            "running" => html.push_str(&button(
+                service,
+                "rollout/pause",
+                "Pause",
+                false,
+                "<input name=\"reason\" placeholder=\"reason\" maxlength=\"500\">",
+            )),
+            "paused" => html.push_str(&button(service, "rollout/resume", "Resume", false, "")),
+            _ => {}
+        }
+        if matches!(state.as_str(), "running" | "paused") {
+            html.push_str(&button(
+                service,
+                "rollout/abort",
+                "Abort with rollback",
+                true,
+                "<input type=\"hidden\" name=\"rollback\" value=\"true\"><input name=\"reason\" placeholder=\"reason\" maxlength=\"500\">",
+            ));
+        }
+    }
+    html
+}
+
+fn history(outcomes: &[Value]) -> String {
+    let mut html = String::from("<h3>History</h3>");
+    html.push_str(&timeline(outcomes));
+    html.push_str("<table class=\"history\"><tr><th>when</th><th>outcome</th><th>version</th><th>time to outcome</th><th>reason</th></tr>");
+    for outcome in outcomes.iter().rev() {
+        let event = text(field(outcome, &["event"]));
+        html.push_str(&format!(
+            "<tr class=\"outcome\"><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&text(field(outcome, &["when"]))),
+            match event.as_str() {
+                "promoted" => "good",
+                "rolled_back" => "bad",
+                _ => "warn",
+            },
+            escape(&event),
+            escape(&text(field(outcome, &["version"]))),
+            field(outcome, &["elapsed_ms"]).as_u64().map_or("-".into(), |ms| format!("{ms} ms")),
+            escape(field(outcome, &["reason"]).as_str().unwrap_or("")),
+        ));
+    }
+    html.push_str("</table>");
+    html
+}
+
+/// Deploys and rollbacks along a time line, drawn here (readable without JavaScript).
+pub fn timeline(outcomes: &[Value]) -> String {
+    const WIDTH: f64 = 720.0;
+    let times: Vec<f64> = outcomes
+        .iter()
+        .filter_map(|o| o.get("ts").and_then(Value::as_f64))
+        .collect();
+    let (Some(first), Some(last)) = (
+        times.iter().cloned().reduce(f64::min),
+        times.iter().cloned().reduce(f64::max),
+    ) else {
+        return "<p class=\"empty\">no deploys yet</p>".into();
+    };
+    let span = (last - first).max(1.0);
+    let mut svg = format!(
+        "<svg class=\"timeline\" role=\"img\" aria-label=\"deploys and rollbacks over time\" width=\"{}\" height=\"48\" viewBox=\"0 0 {} 48\" xmlns=\"http://www.w3.org/2000/svg\"><line x1=\"10\" y1=\"24\" x2=\"{}\" y2=\"24\" stroke=\"#8b93a1\"/>",
+        WIDTH + 20.0,
+        WIDTH + 20.0,
+        WIDTH + 10.0
+    );
+    for outcome in outcomes {
+        let Some(ts) = outcome.get("ts").and_then(Value::as_f64) else {
+            continue;
+        };
+        let x = 10.0 + (ts - first) / span * WIDTH;
+        let event = text(field(outcome, &["event"]));
+        let (colour, y) = match event.as_str() {
+            "promoted" => ("#2f7d4f", 14.0),
+            "rolled_back" => ("#b3261e", 34.0),
+            _ => ("#9a6700", 24.0),
+        };
+        svg.push_str(&format!(
+            "<circle class=\"{}\" cx=\"{x:.1}\" cy=\"{y}\" r=\"5\" fill=\"{colour}\"><title>{} {} at {}</title></circle>",
+            escape(&event),
+            escape(&event),
+            escape(&text(field(outcome, &["version"]))),
+            escape(&text(field(outcome, &["when"]))),
+        ));
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Follows the event stream: each record reloads the sections; countdowns tick in between;
+/// buttons post with fetch and show the answer in the CLI's words.
+const SCRIPT: &str = r#"<script>
+(function () {
+  function tick() {
+    document.querySelectorAll('.countdown').forEach(function (el) {
+      var left = Math.max(0, Number(el.dataset.leftMs) - 1000);
+      el.dataset.leftMs = left;
+      el.textContent = Math.round(left / 1000) + ' s';
+    });
+  }
+  setInterval(tick, 1000);
+  var pending = false;
+  function refresh() {
+    if (pending) return;
+    pending = true;
+    fetch('/', {headers: {'Accept': 'text/html'}}).then(function (r) { return r.text(); }).then(function (text) {
+      var doc = new DOMParser().parseFromString(text, 'text/html');
+      var fresh = doc.getElementById('main');
+      var said = document.getElementById('said');
+      if (fresh) document.getElementById('main').replaceWith(fresh);
+      if (said && !document.getElementById('said')) fresh.prepend(said);
+      bind();
+    }).finally(function () { pending = false; });
+  }
+  function bind() {
+    document.querySelectorAll('form[method=post]').forEach(function (form) {
+      form.onsubmit = function (event) {
+        event.preventDefault();
+        var body = {};
+        new FormData(form).forEach(function (v, k) { body[k] = k === 'rollback' ? v === 'true' : v; });
+        fetch(form.action, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)})
+          .then(function (r) { return r.json(); }).then(function (answer) {
+            var p = document.getElementById('said') || document.createElement('p');
+            p.id = 'said'; p.className = 'said';
+            p.textContent = answer.said || answer.error || JSON.stringify(answer);
+            document.getElementById('main').prepend(p);
+            refresh();
+          });
+      };
+    });
+  }
+  bind();
+  if (window.EventSource) {
+    var stream = new EventSource('/api/v1/events');
+    stream.addEventListener('record', refresh);
+  }
+})();
+</script>"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn text_is_escaped_and_buttons_follow_the_state() {
+        let state = json!({"service": "edge<svc>", "root": "/srv/x", "live": null,
+            "rollout": {"state": "running", "from": "v1", "version": "v2", "waves": [[0], [1, 2]],
+                "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"},
+                          {"slot": 1, "class": "required", "state": "failed", "error": "exit <1>"}],
+                "required_waiting": [2], "release_deadline_left_ms": 5000}});
+        let page = page(&[Section { state: &state, history: &[] }], true, 0.0, None);
+        assert!(page.contains("edge&lt;svc&gt;") && !page.contains("edge<svc>"));
+        assert!(page.contains("exit &lt;1&gt;"));
+        assert!(page.contains(">Pause</button>") && !page.contains(">Resume</button>"));
+        assert!(page.contains("required replicas still to confirm: 2"));
+        assert!(page.contains("1/1") && page.contains("0/2"), "{page}");
+        let read_only = super::page(&[Section { state: &state, history: &[] }], false, 0.0, None);
+        assert!(!read_only.contains("<button"));
+    }
+
+    #[test]
+    fn the_timeline_places_outcomes_in_time() {
+        let svg = timeline(&[
+            json!({"ts": 100.0, "event": "promoted", "version": "v1", "when": "a"}),
+            json!({"ts": 200.0, "event": "rolled_back", "version": "v2", "when": "b"}),
+        ]);
+        assert!(svg.contains("cx=\"10.0\"") && svg.contains("cx=\"730.0\""), "{svg}");
+        assert!(svg.contains("class=\"rolled_back\""));
+    }
+}
