@@ -65,7 +65,9 @@ struct Answer {
 
 fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let mut text = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -122,7 +124,14 @@ fn four_of_v1(block: u16) -> Site {
     let out = rollgate()
         .args(["rollout", "edge-svc", "v1", "--root"])
         .arg(site.root())
-        .args(["--replicas", "4", "--ports", &ten_ports(block), "--deadline-ms", "20000"])
+        .args([
+            "--replicas",
+            "4",
+            "--ports",
+            &ten_ports(block),
+            "--deadline-ms",
+            "20000",
+        ])
         .timeout(Duration::from_secs(120))
         .output()
         .unwrap();
@@ -142,14 +151,21 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
         .spawn()
         .unwrap();
     let console = console(&[site.root()], &[]);
-    let token = console.token.clone().expect("the first start prints the token's link");
+    let token = console
+        .token
+        .clone()
+        .expect("the first start prints the token's link");
     let token_file = site.root().join("console.token");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    assert!(wait_for(30, || get_json(console.port, "/api/v1/roots/edge-svc")["rollout"]["state"] == "running"));
+    assert!(wait_for(30, || get_json(
+        console.port,
+        "/api/v1/roots/edge-svc"
+    )["rollout"]["state"]
+        == "running"));
     let state = get_json(console.port, "/api/v1/roots");
     assert_eq!(state[0]["service"], "edge-svc");
     assert_eq!(state[0]["rollout"]["version"], "v2");
@@ -186,7 +202,10 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
         &console,
         "/api/v1/roots/edge-svc/rollout/pause",
         "{}",
-        &[("Origin", "http://evil.example"), ("Sec-Fetch-Site", "cross-site")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
     );
     assert_eq!(cross_site.status, 403);
     assert_eq!(rollout_state(&site), "running");
@@ -217,7 +236,11 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     assert!(wait_for(30, || rollout_state(&site) == "paused"));
     let status = get_json(console.port, "/api/v1/roots/edge-svc");
     assert_eq!(status["rollout"]["pause_reason"], "checking dashboards");
-    assert_eq!(running.wait().unwrap().code(), Some(3), "its rollgate exits paused");
+    assert_eq!(
+        running.wait().unwrap().code(),
+        Some(3),
+        "its rollgate exits paused"
+    );
 
     // Resumed (by the console's own rollgate), then aborted with rollback.
     let resumed = std::thread::spawn({
@@ -250,7 +273,13 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     }));
     let history = get_json(console.port, "/api/v1/roots/edge-svc/history?limit=5");
     assert_eq!(history.as_array().unwrap().len(), 2, "{history}");
-    assert!(history[1]["reason"].as_str().unwrap().contains("bad numbers"), "{history}");
+    assert!(
+        history[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("bad numbers"),
+        "{history}"
+    );
     let page = request(console.port, "GET", "/", &[], "");
     assert!(page.body.contains("<svg class=\"timeline\""));
     assert!(page.body.contains("class=\"rolled_back\""));
@@ -261,11 +290,24 @@ fn read_only_has_no_button_and_no_endpoint_and_beyond_loopback_needs_a_token_fil
     let site = Site::new();
     std::fs::write(site.root().join("deploy.log"), "").unwrap();
     let console = console(&[site.root()], &["--read-only"]);
-    assert_eq!(console.token, None, "a read-only console prints no token link");
+    assert_eq!(
+        console.token, None,
+        "a read-only console prints no token link"
+    );
+    assert!(
+        !site.root().join("console.token").exists(),
+        "nor makes a token"
+    );
     let page = request(console.port, "GET", "/", &[], "");
     assert_eq!(page.status, 200);
     assert!(!page.body.contains("<button"));
-    for action in ["rollout/pause", "rollout/resume", "rollout/abort", "promote", "abort"] {
+    for action in [
+        "rollout/pause",
+        "rollout/resume",
+        "rollout/abort",
+        "promote",
+        "abort",
+    ] {
         let answer = request(
             console.port,
             "POST",
@@ -285,7 +327,11 @@ fn read_only_has_no_button_and_no_endpoint_and_beyond_loopback_needs_a_token_fil
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("not a loopback address"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a loopback address"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!other.root().join("console.token").exists());
 }
 
@@ -312,8 +358,11 @@ fn read_events(reader: &mut BufReader<TcpStream>, count: usize) -> Vec<(String, 
 
 fn open_stream(port: u16, path: &str, last_id: Option<&str>) -> BufReader<TcpStream> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut text = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut text =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n");
     if let Some(id) = last_id {
         text.push_str(&format!("Last-Event-ID: {id}\r\n"));
     }
@@ -327,7 +376,11 @@ fn open_stream(port: u16, path: &str, last_id: Option<&str>) -> BufReader<TcpStr
 }
 
 fn records(log: &std::path::Path, range: std::ops::Range<u64>) {
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     let mut text = String::new();
     for n in range {
         text.push_str(&format!(

@@ -86,7 +86,11 @@ pub fn run(options: Options) -> Result<(), Error> {
             token_path.display()
         )));
     }
-    let (token, made) = token(&token_path)?;
+    // A read-only console changes nothing and needs no token (nor makes one).
+    let (token, made) = match options.read_only {
+        true => (String::new(), false),
+        false => token(&token_path)?,
+    };
     let listener = std::net::TcpListener::bind(options.listen)
         .map_err(|e| error::refused(format!("cannot listen on {}: {e}", options.listen)))?;
     listener
@@ -322,6 +326,7 @@ async fn state_of(console: &Console, index: usize) -> Value {
                     start_time: replica["start_time"].as_u64().unwrap_or(0),
                 };
                 replica["answering"] = json!(identity.is_running());
+                replica["up_for_s"] = json!(identity.running_for().map(|d| d.as_secs_f64()));
             }
         }
         state
@@ -409,13 +414,21 @@ async fn page_response(
     full(
         StatusCode::OK,
         "text/html; charset=utf-8",
-        page::page(&sections, actions, journal::now(), said.as_deref()),
+        page::page(
+            &sections,
+            console.read_only,
+            actions,
+            journal::now(),
+            said.as_deref(),
+        ),
     )
 }
 
 fn same_token(given: &str, token: &str) -> bool {
     use subtle::ConstantTimeEq;
-    given.len() == token.len() && bool::from(given.as_bytes().ct_eq(token.as_bytes()))
+    !token.is_empty()
+        && given.len() == token.len()
+        && bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 
 /// The request carries the console's token (its cookie, or `Authorization: Bearer`).

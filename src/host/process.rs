@@ -61,6 +61,25 @@ impl Identity {
             .map(|s| s.session)
     }
 
+    /// How long the process has run, while it is the same process (from its start time in
+    /// clock ticks since boot and the system's uptime).
+    pub fn running_for(&self) -> Option<std::time::Duration> {
+        if !self.is_running() {
+            return None;
+        }
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let started = self.start_time as f64 / ticks.max(1) as f64;
+        Some(std::time::Duration::from_secs_f64(
+            (uptime - started).max(0.0),
+        ))
+    }
+
     /// The same process is still there and not a zombie.
     pub fn is_running(&self) -> bool {
         matches!(stat(self.pid), Some(s) if s.start_time == self.start_time && s.state != 'Z' && s.state != 'X')

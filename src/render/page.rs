@@ -37,7 +37,8 @@ fn text(value: &Value) -> String {
 }
 
 fn field<'v>(value: &'v Value, path: &[&str]) -> &'v Value {
-    path.iter().fold(value, |v, key| v.get(*key).unwrap_or(&Value::Null))
+    path.iter()
+        .fold(value, |v, key| v.get(*key).unwrap_or(&Value::Null))
 }
 
 fn seconds(value: &Value) -> String {
@@ -58,7 +59,13 @@ form{display:inline-block;margin:4px 8px 4px 0}button{padding:4px 12px;border-ra
 button.danger{border-color:#b3261e;color:#b3261e}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}";
 
 /// The whole page: a section per root, buttons only when `actions` is true.
-pub fn page(sections: &[Section], actions: bool, now: f64, said: Option<&str>) -> String {
+pub fn page(
+    sections: &[Section],
+    read_only: bool,
+    actions: bool,
+    now: f64,
+    said: Option<&str>,
+) -> String {
     let mut html = String::new();
     html.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">");
     html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
@@ -69,10 +76,17 @@ pub fn page(sections: &[Section], actions: bool, now: f64, said: Option<&str>) -
         "<header><h1>rollgate console</h1><small>{} root{}{}</small></header><main id=\"main\" data-now=\"{now}\">",
         sections.len(),
         if sections.len() == 1 { "" } else { "s" },
-        if actions { "" } else { " · read-only" }
+        match (read_only, actions) {
+            (true, _) => " · read-only",
+            (false, true) => "",
+            (false, false) => " · open the link the console printed to act",
+        }
     ));
     if let Some(said) = said {
-        html.push_str(&format!("<p class=\"said\" id=\"said\">{}</p>", escape(said)));
+        html.push_str(&format!(
+            "<p class=\"said\" id=\"said\">{}</p>",
+            escape(said)
+        ));
     }
     for section in sections {
         html.push_str(&root_section(section, actions));
@@ -207,7 +221,10 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
             escape(&text(field(cause, &["phase"]))),
         ));
     }
-    let slots = field(rollout, &["slots"]).as_array().cloned().unwrap_or_default();
+    let slots = field(rollout, &["slots"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let waiting: Vec<&Value> = field(rollout, &["required_waiting"])
         .as_array()
         .map(|w| w.iter().collect())
@@ -219,8 +236,13 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
             names.join(", ")
         ));
     }
-    let waves = field(rollout, &["waves"]).as_array().cloned().unwrap_or_default();
-    html.push_str("<table class=\"waves\"><tr><th>wave</th><th>progress</th><th>replicas</th></tr>");
+    let waves = field(rollout, &["waves"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    html.push_str(
+        "<table class=\"waves\"><tr><th>wave</th><th>progress</th><th>replicas</th></tr>",
+    );
     for (index, wave) in waves.iter().enumerate() {
         let members: Vec<u64> = wave
             .as_array()
@@ -233,12 +255,18 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
                     s.get("slot").and_then(Value::as_u64) == Some(**slot)
                         && matches!(
                             s.get("state").and_then(Value::as_str),
-                            Some("succeeded" | "failed" | "left_behind" | "removed" | "rolled_back")
+                            Some(
+                                "succeeded" | "failed" | "left_behind" | "removed" | "rolled_back"
+                            )
                         )
                 })
             })
             .count();
-        let share = if members.is_empty() { 0.0 } else { done as f64 * 100.0 / members.len() as f64 };
+        let share = if members.is_empty() {
+            0.0
+        } else {
+            done as f64 * 100.0 / members.len() as f64
+        };
         html.push_str(&format!(
             "<tr class=\"wave\"><td>{index}</td><td><span class=\"bar\"><span style=\"width:{share:.0}%\"></span></span> {done}/{}</td><td>{}</td></tr>",
             members.len(),
@@ -420,13 +448,31 @@ mod tests {
                 "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"},
                           {"slot": 1, "class": "required", "state": "failed", "error": "exit <1>"}],
                 "required_waiting": [2], "release_deadline_left_ms": 5000}});
-        let page = page(&[Section { state: &state, history: &[] }], true, 0.0, None);
+        let page = page(
+            &[Section {
+                state: &state,
+                history: &[],
+            }],
+            false,
+            true,
+            0.0,
+            None,
+        );
         assert!(page.contains("edge&lt;svc&gt;") && !page.contains("edge<svc>"));
         assert!(page.contains("exit &lt;1&gt;"));
         assert!(page.contains(">Pause</button>") && !page.contains(">Resume</button>"));
         assert!(page.contains("required replicas still to confirm: 2"));
         assert!(page.contains("1/1") && page.contains("0/2"), "{page}");
-        let read_only = super::page(&[Section { state: &state, history: &[] }], false, 0.0, None);
+        let read_only = super::page(
+            &[Section {
+                state: &state,
+                history: &[],
+            }],
+            true,
+            false,
+            0.0,
+            None,
+        );
         assert!(!read_only.contains("<button"));
     }
 
@@ -436,7 +482,10 @@ mod tests {
             json!({"ts": 100.0, "event": "promoted", "version": "v1", "when": "a"}),
             json!({"ts": 200.0, "event": "rolled_back", "version": "v2", "when": "b"}),
         ]);
-        assert!(svg.contains("cx=\"10.0\"") && svg.contains("cx=\"730.0\""), "{svg}");
+        assert!(
+            svg.contains("cx=\"10.0\"") && svg.contains("cx=\"730.0\""),
+            "{svg}"
+        );
         assert!(svg.contains("class=\"rolled_back\""));
     }
 }

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: the real binary, run on files the test writes.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod http;
 
 use std::path::{Path, PathBuf};
