@@ -60,6 +60,19 @@ pub enum Command {
   ansible-playbook -i inventory.ini roll.yml"
     )]
     Fleet(FleetCommand),
+    /// Signed webhooks from the log: send what is due, list attempts, send one again.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rollgate webhooks send --root /srv/edge          # one pass (cron); the console sends too
+  rollgate webhooks deliveries --root /srv/edge
+  rollgate webhooks redeliver msg_2049_1311769_48211 --root /srv/edge
+
+ROOT/webhooks.json lists the endpoints:
+  {\"endpoints\": [{\"name\": \"chat\", \"url\": \"http://127.0.0.1:9000/hook\",
+                  \"secret\": \"whsec_...\", \"events\": [\"promoted\", \"rolled_back\"]}]}"
+    )]
+    Webhooks(WebhooksCommand),
     /// Answer questions from deploy logs (JSON lines: ts, event, version, detail).
     #[command(
         subcommand,
@@ -629,6 +642,29 @@ in the manifest so that they can add their signatures with `rollgate release cos
         /// Check as of this time (RFC 3339 or Unix seconds) instead of now.
         #[arg(long, value_name = "TIME")]
         at: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// One pass: every record due to each endpoint, in order, until one fails.
+    Send {
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// Every delivery attempt: when, to which endpoint, which message, what it answered.
+    Deliveries {
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Send one message again (by its id, as `deliveries` lists it) to every endpoint that
+    /// asks for its event.
+    Redeliver {
+        id: String,
+        #[command(flatten)]
+        target: RootArgs,
     },
 }
 

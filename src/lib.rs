@@ -17,3 +17,4 @@ pub mod proxy;
 pub mod release;
 pub mod render;
 pub mod sample;
+pub mod webhooks;

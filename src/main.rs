@@ -5,7 +5,7 @@ mod cli;
 use rollgate::commands::{console, demo, deploy, escalation, rollback, rollout, status, up, watch};
 use rollgate::engine::{control, settings};
 use rollgate::error::{self, Error};
-use rollgate::{fleet, log, policy, proxy, release, sample};
+use rollgate::{fleet, log, policy, proxy, release, sample, webhooks};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -15,9 +15,86 @@ use clap::Parser;
 
 use cli::{
     Cli, Command, EvalArgs, FleetCommand, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand,
-    RolloutArgs, RolloutCommand,
+    RolloutArgs, RolloutCommand, WebhooksCommand,
 };
 use policy::EvalOptions;
+
+/// `rollgate webhooks ...`.
+fn run_webhooks(command: WebhooksCommand) -> Result<u8, Error> {
+    let root = |target: cli::RootArgs| {
+        rollgate::host::state::Root::existing(target.root).map_err(Error::Refused)
+    };
+    match command {
+        WebhooksCommand::Send { target } => {
+            let pass = webhooks::send_pass(&root(target)?)?;
+            if pass.skipped {
+                eprintln!("rollgate: another sender holds the webhooks' lock; nothing sent");
+            }
+            printed(format!(
+                "{} delivered, {} failed\n",
+                pass.delivered, pass.failed
+            ))
+        }
+        WebhooksCommand::Deliveries { target, format } => {
+            let attempts = webhooks::deliveries(&root(target)?);
+            printed(match format {
+                rollgate::render::Format::Json => attempts
+                    .iter()
+                    .map(|a| format!("{}\n", serde_json::json!(a)))
+                    .collect(),
+                _ => {
+                    let mut table = rollgate::render::fitted_table([
+                        "when",
+                        "endpoint",
+                        "id",
+                        "event",
+                        "attempt",
+                        "answer",
+                        "next attempt",
+                    ]);
+                    for a in &attempts {
+                        table.add_row(vec![
+                            rollgate::render::time::format_time(a.ts),
+                            a.endpoint.clone(),
+                            a.id.clone(),
+                            a.event.clone(),
+                            a.attempt.to_string(),
+                            match (a.status, &a.error) {
+                                (Some(s), _) if a.ok => s.to_string(),
+                                (_, Some(e)) => e.clone(),
+                                (Some(s), None) => s.to_string(),
+                                (None, None) => "-".into(),
+                            },
+                            a.next_attempt_at
+                                .map_or(String::new(), rollgate::render::time::format_time),
+                        ]);
+                    }
+                    format!("{table}\n")
+                }
+            })
+        }
+        WebhooksCommand::Redeliver { id, target } => {
+            let attempts = webhooks::redeliver(&root(target)?, &id)?;
+            let lines: String = attempts
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} {}: {}\n",
+                        a.endpoint,
+                        a.id,
+                        a.error.clone().unwrap_or_else(|| "delivered".into())
+                    )
+                })
+                .collect();
+            print(&lines);
+            Ok(if attempts.iter().all(|a| a.ok) {
+                error::SUCCESS
+            } else {
+                error::FAILED
+            })
+        }
+    }
+}
 
 fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
     match command {
@@ -68,6 +145,7 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Log(command) => run_log(command),
         Command::Release(command) => run_release(command),
         Command::Fleet(command) => run_fleet(command),
+        Command::Webhooks(command) => run_webhooks(command),
         Command::Deploy {
             service,
             new_port,

@@ -103,6 +103,18 @@ fn the_engine_names_nothing_above_it() {
 }
 
 #[test]
+fn webhooks_read_the_log_and_never_name_the_commands() {
+    // They run an engine runtime, nothing of the engine's state.
+    assert_eq!(
+        breaks(
+            "webhooks",
+            &["host", "log", "render", "error", "defaults", "engine"]
+        ),
+        Vec::<(String, String)>::new()
+    );
+}
+
+#[test]
 fn the_defaults_name_nothing() {
     assert_eq!(breaks("defaults", &[]), Vec::<(String, String)>::new());
 }

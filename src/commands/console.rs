@@ -8,6 +8,8 @@
 //! `Authorization: Bearer`) and a same-origin request (`Origin` / `Sec-Fetch-Site`); without
 //! both, 403 and nothing changes. `--read-only` has no buttons and no state-changing
 //! endpoints. Binding beyond loopback needs the token file to exist already.
+//!
+//! While it runs (and is not read-only) it also sends the roots' webhooks (`crate::webhooks`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -108,6 +110,12 @@ pub fn run(options: Options) -> Result<(), Error> {
             "rollgate console: http://{address}/ (its token is in {})",
             token_path.display()
         );
+    }
+    if !options.read_only {
+        // The roots' webhooks are sent from here while the console runs (one sender at a
+        // time per root: `up --supervise` or a cron pass may hold the lock instead).
+        let roots = roots.clone();
+        std::thread::spawn(move || crate::webhooks::keep_sending(roots, || true));
     }
     let console = Arc::new(Console {
         roots,

@@ -299,6 +299,9 @@ pub fn up(options: Options) -> Result<String, Error> {
             };
         }
         eprint!("{}", lines(&report));
+        // The root's webhooks are sent while it is supervised (one sender at a time).
+        let sending = root.clone();
+        std::thread::spawn(move || crate::webhooks::keep_sending(vec![sending], || true));
         supervise(&root, &options, failed, &mut signals).await
     })
 }

@@ -462,7 +462,7 @@ mod tests {
         assert!(page.contains("exit &lt;1&gt;"));
         assert!(page.contains(">Pause</button>") && !page.contains(">Resume</button>"));
         assert!(page.contains("required replicas still to confirm: 2"));
-        assert!(page.contains("1/1") && page.contains("0/2"), "{page}");
+        assert!(page.contains("1/1") && page.contains("1/2"), "{page}");
         let read_only = super::page(
             &[Section {
                 state: &state,
