@@ -8,54 +8,10 @@ use common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-
-/// A console process, stopped on drop.
-struct Console {
-    child: Child,
-    port: u16,
-    /// The token from the link it printed (None when it printed none).
-    token: Option<String>,
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn console(roots: &[&std::path::Path], extra: &[&str]) -> Console {
-    let port = free_port();
-    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
-    command.arg("console");
-    for root in roots {
-        command.arg("--root").arg(root);
-    }
-    let mut child = command
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let token = first
-        .split("?token=")
-        .nth(1)
-        .map(|rest| rest.split_whitespace().next().unwrap_or("").to_string());
-    assert!(
-        wait_for(10, || TcpStream::connect(("127.0.0.1", port)).is_ok()),
-        "the console did not listen: {first}"
-    );
-    Console { child, port, token }
-}
 
 struct Answer {
     status: u16,
@@ -116,26 +72,9 @@ fn rollout_state(site: &Site) -> String {
     state["phase"].as_str().unwrap_or("").to_string()
 }
 
-/// Four replicas of v1, and v2 installed.
 fn four_of_v1(block: u16) -> Site {
     let site = Site::new();
-    site.release("v1", "");
-    site.release("v2", "");
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v1", "--root"])
-        .arg(site.root())
-        .args([
-            "--replicas",
-            "4",
-            "--ports",
-            &ten_ports(block),
-            "--deadline-ms",
-            "20000",
-        ])
-        .timeout(Duration::from_secs(120))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    four_replicas_of_v1(&site, block);
     site
 }
 
@@ -150,7 +89,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let console = console(&[site.root()], &[]);
+    let console = Console::start(&[site.root()], &[]);
     let token = console
         .token
         .clone()
@@ -289,7 +228,12 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
 fn read_only_has_no_button_and_no_endpoint_and_beyond_loopback_needs_a_token_file() {
     let site = Site::new();
     std::fs::write(site.root().join("deploy.log"), "").unwrap();
-    let console = console(&[site.root()], &["--read-only"]);
+    // Two roots: one page, a section each.
+    let second = Site::new();
+    let console = Console::start(&[site.root(), second.root()], &["--read-only"]);
+    let roots = get_json(console.port, "/api/v1/roots");
+    assert_eq!(roots.as_array().map(Vec::len), Some(2), "{roots}");
+    assert_ne!(roots[0]["service"], roots[1]["service"]);
     assert_eq!(
         console.token, None,
         "a read-only console prints no token link"
@@ -300,6 +244,7 @@ fn read_only_has_no_button_and_no_endpoint_and_beyond_loopback_needs_a_token_fil
     );
     let page = request(console.port, "GET", "/", &[], "");
     assert_eq!(page.status, 200);
+    assert_eq!(page.body.matches("<section id=\"root-").count(), 2);
     assert!(!page.body.contains("<button"));
     for action in [
         "rollout/pause",
@@ -396,7 +341,7 @@ fn the_event_stream_delivers_ten_thousand_records_in_order_and_resumes_through_r
     let site = Site::new();
     let log = site.root().join("deploy.log");
     records(&log, 0..10_000);
-    let console = console(&[site.root()], &["--read-only"]);
+    let console = Console::start(&[site.root()], &["--read-only"]);
     let mut stream = open_stream(console.port, "/api/v1/events?from=start", None);
     let first = read_events(&mut stream, 6_000);
     assert_eq!(

@@ -7,51 +7,9 @@ mod common;
 use common::browser::Browser;
 use common::*;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 use serde_json::Value;
-
-struct Console {
-    child: Child,
-    port: u16,
-    link: String,
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn console(root: &std::path::Path, extra: &[&str]) -> Console {
-    let port = free_port();
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-        .args([
-            "console",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--root",
-        ])
-        .arg(root)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let link = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or("")
-        .to_string();
-    Console { child, port, link }
-}
 
 fn phase(site: &Site) -> String {
     std::fs::read_to_string(site.root().join("rollout.json"))
@@ -77,22 +35,7 @@ fn cli_state(site: &Site) -> String {
 #[test]
 fn the_page_shows_waves_failures_and_the_deadline_and_its_buttons_pause_resume_and_abort() {
     let site = Site::new();
-    site.release("v1", "");
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v1", "--root"])
-        .arg(site.root())
-        .args([
-            "--replicas",
-            "4",
-            "--ports",
-            &ten_ports(102),
-            "--deadline-ms",
-            "20000",
-        ])
-        .timeout(Duration::from_secs(120))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    four_replicas_of_v1(&site, 102);
     // v2 fails on replica 1; the policy tolerates it, so the rollout goes on and shows it.
     fails_on_slot(&site, "v2", 1);
     let policy = write(
@@ -109,7 +52,7 @@ fn the_page_shows_waves_failures_and_the_deadline_and_its_buttons_pause_resume_a
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let console = console(site.root(), &[]);
+    let console = Console::start(&[site.root()], &[]);
     let browser = Browser::start();
     // The printed link sets the token's cookie and lands on the page.
     browser.open(&console.link);
@@ -197,7 +140,7 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
     assert_eq!(out.status.code(), Some(3), "escalated: {}", stderr(&out));
 
     // Read-only first: the escalation shows, no button does, and the endpoint refuses.
-    let read_only = console(site.root(), &["--read-only"]);
+    let read_only = Console::start(&[site.root()], &["--read-only"]);
     let browser = Browser::start();
     browser.open(&format!("http://127.0.0.1:{}/", read_only.port));
     assert!(
@@ -215,7 +158,7 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
     assert_eq!(site.pointer().unwrap()["version"], "v1");
     drop(read_only);
 
-    let console = console(site.root(), &[]);
+    let console = Console::start(&[site.root()], &[]);
     // Without the token: no buttons, and a request changes nothing (403).
     browser.open(&format!("http://127.0.0.1:{}/", console.port));
     assert!(wait_for(20, || browser.text().contains("escalated")));

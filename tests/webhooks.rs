@@ -164,26 +164,6 @@ fn send(site: &Site) -> String {
     stdout(&out)
 }
 
-fn install(site: &Site, block: u16) {
-    site.release("v1", "");
-    site.release("v2", "");
-    let out = rollgate()
-        .args(["rollout", "edge-svc", "v1", "--root"])
-        .arg(site.root())
-        .args([
-            "--replicas",
-            "4",
-            "--ports",
-            &ten_ports(block),
-            "--deadline-ms",
-            "20000",
-        ])
-        .timeout(Duration::from_secs(120))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-}
-
 fn roll(site: &Site, version: &str) {
     let out = rollgate()
         .args(["rollout", "edge-svc", version, "--root"])
@@ -202,7 +182,7 @@ fn records_after(site: &Site, skip: usize) -> Vec<Value> {
 #[test]
 fn every_event_of_a_rollout_arrives_once_by_id_signed_and_a_redelivery_keeps_its_id() {
     let site = Site::new();
-    install(&site, 110);
+    four_replicas_of_v1(&site, 110);
     let receiver = Receiver::start(0, Answer::Ok);
     configure(&site, &receiver.url(), None);
     // First seen now: the endpoint starts at the log's end, not with its history.
@@ -260,7 +240,7 @@ fn every_event_of_a_rollout_arrives_once_by_id_signed_and_a_redelivery_keeps_its
 #[test]
 fn a_receiver_down_for_ten_seconds_gets_everything_once_it_is_back() {
     let site = Site::new();
-    install(&site, 111);
+    four_replicas_of_v1(&site, 111);
     // A port nobody listens on yet.
     let port = free_port();
     configure(
@@ -327,7 +307,7 @@ fn a_receiver_down_for_ten_seconds_gets_everything_once_it_is_back() {
 #[test]
 fn a_sender_killed_mid_delivery_loses_nothing() {
     let site = Site::new();
-    install(&site, 112);
+    four_replicas_of_v1(&site, 112);
     let receiver = Receiver::start(0, Answer::Slowly(Duration::from_millis(400)));
     configure(&site, &receiver.url(), None);
     send(&site);
@@ -361,7 +341,7 @@ fn a_sender_killed_mid_delivery_loses_nothing() {
 #[test]
 fn retry_after_is_honoured_and_gone_disables_the_endpoint() {
     let site = Site::new();
-    install(&site, 113);
+    four_replicas_of_v1(&site, 113);
     let receiver = Receiver::start(0, Answer::Status(503, Some(30)));
     configure(&site, &receiver.url(), None);
     send(&site);

@@ -550,3 +550,82 @@ pub fn fails_on_slot(site: &Site, version: &str, slot: usize) {
         ),
     );
 }
+
+/// Four replicas of v1 live on the site's root (their ports from `ten_ports(block)`), and v2
+/// installed beside them.
+pub fn four_replicas_of_v1(site: &Site, block: u16) {
+    site.release("v1", "");
+    site.release("v2", "");
+    let out = rollgate()
+        .args(["rollout", "edge-svc", "v1", "--root"])
+        .arg(site.root())
+        .args([
+            "--replicas",
+            "4",
+            "--ports",
+            &ten_ports(block),
+            "--deadline-ms",
+            "20000",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `rollgate console` on a free loopback port, stopped on drop.
+pub struct Console {
+    pub child: std::process::Child,
+    pub port: u16,
+    /// The address it printed first (with `?token=` when it made its token).
+    pub link: String,
+    /// The token in that link, if there was one.
+    pub token: Option<String>,
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Console {
+    pub fn start(roots: &[&Path], extra: &[&str]) -> Console {
+        use std::io::BufRead;
+        let port = free_port();
+        let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+        command.arg("console");
+        for root in roots {
+            command.arg("--root").arg(root);
+        }
+        let mut child = command
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let link = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or("")
+            .to_string();
+        let token = link.split("?token=").nth(1).map(str::to_string);
+        assert!(
+            wait_for(10, || std::net::TcpStream::connect(("127.0.0.1", port))
+                .is_ok()),
+            "the console did not listen: {first}"
+        );
+        Console {
+            child,
+            port,
+            link,
+            token,
+        }
+    }
+}
