@@ -348,7 +348,13 @@ async fn state_of(console: &Console, index: usize) -> Value {
 fn history(root: &Root, limit: usize) -> Vec<Value> {
     let mut follower = Follower::new(&root.log_path(), Start::Beginning);
     let mut outcomes = std::collections::VecDeque::new();
-    for line in follower.poll().unwrap_or_default() {
+    // A poll reads at most 64 MiB: the whole log is as many polls as it takes.
+    let lines = std::iter::from_fn(|| {
+        let lines = follower.poll().ok()?;
+        (!lines.is_empty()).then_some(lines)
+    })
+    .flatten();
+    for line in lines {
         let Ok(record) = serde_json::from_str::<Value>(&line.text) else {
             continue;
         };

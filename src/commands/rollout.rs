@@ -360,8 +360,13 @@ async fn ask_the_executor(
     let asked = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = state::load(root).map_err(refused)?;
+        // Looked at in this order: once the lock is seen free, no rollgate holds the rollout
+        // that could still take the request, so whether it was taken, and the state, are final.
+        // (Looked at the other way round, a rollgate could take the request, act on it and exit
+        // in between, and its request would read as never taken: a done abort refused.)
+        let free = lock::is_free(&root.lock_path());
         let taken = !control::waiting(root);
+        let now = state::load(root).map_err(refused)?;
         if now.as_ref().is_some_and(|now| now.id != saved.id) {
             return Err(refused(format!(
                 "rollout {} ended before it took the {} request; {} under {} is another",
@@ -385,7 +390,7 @@ async fn ask_the_executor(
                 ))));
             }
         }
-        if !taken && lock::is_free(&root.lock_path()) {
+        if !taken && free {
             let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
             return Ok(Asked::Left);
         }
