@@ -35,44 +35,10 @@ fn run_webhooks(command: WebhooksCommand) -> Result<u8, Error> {
                 pass.delivered, pass.failed
             ))
         }
-        WebhooksCommand::Deliveries { target, format } => {
-            let attempts = webhooks::deliveries(&root(target)?);
-            printed(match format {
-                rollgate::render::Format::Json => attempts
-                    .iter()
-                    .map(|a| format!("{}\n", serde_json::json!(a)))
-                    .collect(),
-                _ => {
-                    let mut table = rollgate::render::fitted_table([
-                        "when",
-                        "endpoint",
-                        "id",
-                        "event",
-                        "attempt",
-                        "answer",
-                        "next attempt",
-                    ]);
-                    for a in &attempts {
-                        table.add_row(vec![
-                            rollgate::render::time::format_time(a.ts),
-                            a.endpoint.clone(),
-                            a.id.clone(),
-                            a.event.clone(),
-                            a.attempt.to_string(),
-                            match (a.status, &a.error) {
-                                (Some(s), _) if a.ok => s.to_string(),
-                                (_, Some(e)) => e.clone(),
-                                (Some(s), None) => s.to_string(),
-                                (None, None) => "-".into(),
-                            },
-                            a.next_attempt_at
-                                .map_or(String::new(), rollgate::render::time::format_time),
-                        ]);
-                    }
-                    format!("{table}\n")
-                }
-            })
-        }
+        WebhooksCommand::Deliveries { target, format } => printed(webhooks::render_deliveries(
+            &webhooks::deliveries(&root(target)?),
+            format,
+        )),
         WebhooksCommand::Redeliver { id, target } => {
             let attempts = webhooks::redeliver(&root(target)?, &id)?;
             let lines: String = attempts

@@ -266,7 +266,7 @@ impl Follower {
                 }
             }
         }
-        numbered.sort_by(|a, b| b.0.cmp(&a.0));
+        numbered.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
         numbered.into_iter().map(|(_, path)| path).collect()
     }
 

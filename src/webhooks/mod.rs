@@ -155,6 +155,61 @@ pub fn deliveries(root: &Root) -> Vec<Attempt> {
         .collect()
 }
 
+/// `rollgate webhooks deliveries`: a table of the attempts, or a JSON line each.
+pub fn render_deliveries(attempts: &[Attempt], format: crate::render::Format) -> String {
+    use crate::render::{csv_field, fitted_table, time::format_time, Format};
+    match format {
+        Format::Json => return attempts.iter().map(|a| format!("{}\n", json!(a))).collect(),
+        Format::Csv => {
+            let mut out =
+                String::from("ts,endpoint,id,event,attempt,status,ok,error,next_attempt_at\n");
+            for a in attempts {
+                out.push_str(&format!(
+                    "{},{},{},{},{},{},{},{},{}\n",
+                    a.ts,
+                    csv_field(&a.endpoint),
+                    a.id,
+                    csv_field(&a.event),
+                    a.attempt,
+                    a.status.map_or(String::new(), |s| s.to_string()),
+                    a.ok,
+                    csv_field(a.error.as_deref().unwrap_or("")),
+                    a.next_attempt_at.map_or(String::new(), |t| t.to_string()),
+                ));
+            }
+            return out;
+        }
+        Format::Table => {}
+    }
+    let mut table = fitted_table([
+        "when",
+        "endpoint",
+        "id",
+        "event",
+        "attempt",
+        "answer",
+        "next attempt",
+    ]);
+    for a in attempts {
+        let answer = match (a.status, &a.error) {
+            (Some(status), _) if a.ok => status.to_string(),
+            (_, Some(error)) => error.clone(),
+            (Some(status), None) => status.to_string(),
+            (None, None) => "-".into(),
+        };
+        table.add_row(vec![
+            format_time(a.ts),
+            a.endpoint.clone(),
+            a.id.clone(),
+            a.event.clone(),
+            a.attempt.to_string(),
+            answer,
+            a.next_attempt_at.map_or(String::new(), format_time),
+        ]);
+    }
+    format!("{table}\n")
+}
+
 /// A message's id: its record's place in the log (stable across attempts).
 pub fn message_id(after: &Cursor) -> String {
     format!("msg_{}_{}_{}", after.dev, after.inode, after.offset)
@@ -239,7 +294,7 @@ pub fn send_pass(root: &Root) -> Result<Pass, Error> {
             let wanted = endpoint
                 .events
                 .as_ref()
-                .is_none_or(|events| events.iter().any(|e| *e == event));
+                .is_none_or(|events| events.contains(&event));
             let Some(record) = record.filter(|_| wanted) else {
                 // Not a record, or not one this endpoint asked for: passed over.
                 progress.cursor = Some(line.after.to_string());
@@ -411,7 +466,7 @@ pub fn redeliver(root: &Root, id: &str) -> Result<Vec<Attempt>, Error> {
         if !endpoint
             .events
             .as_ref()
-            .is_none_or(|events| events.iter().any(|e| *e == event))
+            .is_none_or(|events| events.contains(&event))
         {
             continue;
         }
