@@ -280,29 +280,34 @@ fn query_value(query: &str, name: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-/// The service a root serves: its live release's, its rollout's or deploy's, else its folder.
-fn service_of(root: &Root, state: &Value) -> String {
-    [
-        &state["live"]["service"],
-        &state["rollout"]["service"],
-        &state["candidate"]["service"],
-    ]
-    .iter()
-    .find_map(|v| v.as_str().map(str::to_string))
-    .unwrap_or_else(|| {
-        root.0
-            .file_name()
-            .map_or("service".into(), |n| n.to_string_lossy().into_owned())
-    })
+/// The service a root serves, read from its small files (no probe, no log): its live
+/// release's, its rollout's or deploy's, else its folder's name.
+fn service_of(root: &Root) -> String {
+    let live = root.read_pointer().ok().flatten().map(|p| p.service);
+    let in_flight = || {
+        crate::engine::state::load(root)
+            .ok()
+            .flatten()
+            .map(|r| r.service)
+    };
+    let candidate = || root.read_candidate().ok().flatten().map(|c| c.service);
+    live.or_else(in_flight)
+        .or_else(candidate)
+        .unwrap_or_else(|| {
+            root.0
+                .file_name()
+                .map_or("service".into(), |n| n.to_string_lossy().into_owned())
+        })
 }
 
+/// The root serving `service`, found without reading any root's whole state.
 async fn find(console: &Console, service: &str) -> Option<usize> {
-    for index in 0..console.roots.len() {
-        if state_of(console, index).await["service"] == service {
-            return Some(index);
-        }
-    }
-    None
+    let roots = console.roots.clone();
+    let service = service.to_string();
+    tokio::task::spawn_blocking(move || roots.iter().position(|r| service_of(r) == service))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// One root as `rollgate status --format json` sees it, with its service, root and what a
@@ -316,8 +321,7 @@ async fn state_of(console: &Console, index: usize) -> Value {
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_else(|| json!({}));
-        let service = service_of(&root, &state);
-        state["service"] = json!(service);
+        state["service"] = json!(service_of(&root));
         state["root"] = json!(root.0.display().to_string());
         if let Some(started) = state["candidate"]["started_at"].as_f64() {
             state["candidate"]["waiting_s"] = json!((now - started).max(0.0));
