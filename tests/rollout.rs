@@ -699,3 +699,69 @@ fn a_smaller_replica_count_scales_the_pool_down_first_with_no_failed_request() {
     assert_eq!(replica_processes(&site).len(), 1);
     drop(proxy);
 }
+
+/// Issue 36: two replicas rolled to v2 in waves of 50 and 100 %, paused in the canary's soak;
+/// meanwhile the canary's v2 process is killed. The resume used to print "completed … 1
+/// succeeded, 1 failed" and exit 0 with slot 0 back on v1. A failure found while paused counts:
+/// the resume starts slot 0 again, and "completed" means both replicas run v2.
+#[test]
+fn a_replica_that_dies_while_paused_is_not_waved_through_by_the_resume() {
+    let site = Site::new();
+    site.release("v2", "");
+    install(&site, 2, 10);
+    let mut running = rollout_in_background(&site, "v2", &["--waves", "50,100", "--soak", "5s"]);
+    assert!(
+        wait_for(30, || count_events(&site, "wave_completed", "v2") >= 1),
+        "the canary's wave"
+    );
+    let out = control(&site, &["pause", "--reason", "looking"]);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(running.wait().unwrap().code(), Some(3));
+    let (_, (version, _, canary)) = pool(&site)
+        .into_iter()
+        .find(|(_, (v, _, _))| v == "v2")
+        .expect("the canary on v2");
+    assert_eq!(version, "v2");
+    send_signal(canary, 9);
+    assert!(wait_for(10, || !alive(canary) || is_zombie(canary)));
+
+    let out = control(&site, &["resume"]);
+    let text = said(&out);
+    assert!(
+        !text.contains("1 failed"),
+        "a failed replica waved through: {text}"
+    );
+    match out.status.code() {
+        // Started again and ready: every replica on v2, the dead canary replaced.
+        Some(0) => {
+            assert_eq!(versions(&site), ["v2", "v2"], "{text}");
+            assert!(pool(&site).values().all(|(_, _, pid)| *pid != canary));
+            assert_eq!(count_events(&site, "promoted", "v2"), 1);
+        }
+        // Or paused again for a person, with the failure counted.
+        Some(3) => assert_eq!(status(&site)["state"], "paused", "{text}"),
+        other => panic!("resume exited {other:?}: {text}"),
+    }
+    let mut running_now = replica_processes(&site);
+    running_now.retain(|pid| !is_zombie(*pid));
+    let described: Vec<String> = running_now
+        .iter()
+        .map(|pid| {
+            format!(
+                "{pid}: {:?}",
+                std::fs::read_link(format!("/proc/{pid}/cwd"))
+            )
+        })
+        .collect();
+    assert_eq!(
+        running_now.len(),
+        2,
+        "exactly the pool runs: {described:?} {:?}\n{}",
+        pool(&site),
+        site.log_lines()
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

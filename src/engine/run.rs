@@ -475,7 +475,12 @@ impl Executor {
                 self.queued.push_back(Event::Failed { slot, reason });
                 Ok(())
             }
-            Purpose::BringBack => self.brought_back_failed(slot, reason),
+            Purpose::BringBack => {
+                self.brought_back_failed(slot, reason)?;
+                // The slot's candidate place is free again: a resumed rollout may start it.
+                self.queued.push_back(Event::Tick);
+                Ok(())
+            }
         }
     }
 
@@ -509,11 +514,15 @@ impl Executor {
                     }
                     (Purpose::BringBack, Ok(())) => {
                         self.swap_in(slot, false).await?;
-                        self.log_restored(slot)
+                        self.log_restored(slot)?;
+                        // A resumed rollout may be waiting for this slot to serve before it
+                        // starts the slot's new version again.
+                        self.handle(Event::Tick).await
                     }
                     (Purpose::BringBack, Err(reason)) => {
                         self.stop_candidate(slot).await?;
-                        self.brought_back_failed(slot, reason)
+                        self.brought_back_failed(slot, reason)?;
+                        self.handle(Event::Tick).await
                     }
                     (Purpose::Restore, Ok(())) => {
                         self.swap_in(slot, false).await?;

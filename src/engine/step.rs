@@ -161,11 +161,16 @@ pub fn step(rollout: &mut Rollout, event: Event, now: f64) -> Vec<Action> {
             if rollout.phase == Phase::Paused && !rollout.slots.iter().any(|s| s.held) {
                 rollout.phase = Phase::Running;
                 rollout.pause_reason = None;
+                let retried = retry_failed(rollout);
+                let detail = match retried.as_slice() {
+                    [] => String::new(),
+                    slots => format!("retrying failed replica(s) {}", list(slots)),
+                };
                 actions.push(note(
                     LogEvent::RolloutResumed,
                     None,
                     Some(rollout.wave),
-                    String::new(),
+                    detail,
                 ));
             }
         }
@@ -313,10 +318,15 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
         abort(rollout, cause, false, actions);
         return;
     }
+    // A paused rollout stays paused: the failure is on record (the slot is `Failed`, its
+    // previous version serving it again), and a resume starts it again (`retry_failed`).
     if rollout.phase != Phase::Running {
         return;
     }
-    let wave_slots = rollout.wave_slots().to_vec();
+    // The failure counts against the wave the replica belongs to, whichever wave is current:
+    // a replica of an earlier wave that dies in a later soak is no free failure.
+    let wave = wave.unwrap_or(rollout.wave);
+    let wave_slots = rollout.waves.get(wave).cloned().unwrap_or_default();
     let failed = wave_slots
         .iter()
         .filter(|s| rollout.slot(**s).state == SlotState::Failed)
@@ -325,11 +335,38 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
     if too_many_failures(failed, wave_slots.len(), ratio) {
         let reason = format!(
             "wave {} paused itself: {failed} of {} replicas failed, more than the {ratio} allowed; last: replica {slot}: {reason}",
-            rollout.wave,
+            wave,
             wave_slots.len()
         );
         pause(rollout, reason, actions);
     }
+}
+
+/// A person resumed: every best-effort replica that failed in a wave already due goes back to
+/// pending and is started again in its wave's place, so a resumed rollout completes only with
+/// those replicas on the new version (or pauses again when they fail again). A failure found
+/// while the rollout was paused, or by a recovery, is thereby never waved through. Returns the
+/// slots retried.
+fn retry_failed(rollout: &mut Rollout) -> Vec<usize> {
+    let due = due_slots(rollout);
+    let mut retried = Vec::new();
+    for slot in due {
+        let s = rollout.slot_mut(slot);
+        if s.state == SlotState::Failed && s.class == ReplicaClass::BestEffort {
+            s.state = SlotState::Pending;
+            s.finished = None;
+            retried.push(slot);
+        }
+    }
+    retried
+}
+
+fn list(slots: &[usize]) -> String {
+    slots
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Stops where it is: slots still being upgraded go back to their previous version and wait.
@@ -527,7 +564,11 @@ fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
                 .filter(|s| s.state == SlotState::Upgrading && s.left_pool == in_place)
                 .count()
         };
-        if rollout.slot(slot).state != SlotState::Pending {
+        // A slot whose previous version is still being brought back (a failure's revert, its
+        // process named as the candidate until it is in the pool) moves again only once that
+        // process serves: the executor ticks when it does.
+        if rollout.slot(slot).state != SlotState::Pending || rollout.slot(slot).candidate.is_some()
+        {
             continue;
         }
         let beside =
@@ -745,6 +786,93 @@ mod tests {
         assert_eq!(starts(&step(&mut r, Event::Tick, 3.0)), [1]);
     }
 
+    /// Issue 36: two replicas, waves 50 and 100 %. Paused in the canary's soak, the canary's
+    /// new process dies; a resume must not go on to "completed, 1 failed" with slot 0 on the
+    /// old version: it starts slot 0 again, and completes only once both are on v2.
+    #[test]
+    fn a_failure_found_while_paused_is_retried_on_resume_not_waved_through() {
+        let mut r = rollout(2, 100, 0, 5000);
+        r.waves = vec![vec![0], vec![1]];
+        r.settings.wave_percents = vec![50, 100];
+        for s in &mut r.slots {
+            s.wave = Some(s.slot);
+        }
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        assert!(r.soak_until.is_some(), "the canary soaks");
+        step(
+            &mut r,
+            Event::Pause {
+                reason: "by hand".into(),
+            },
+            1.0,
+        );
+        assert_eq!(r.phase, Phase::Paused);
+        let actions = step(
+            &mut r,
+            Event::Failed {
+                slot: 0,
+                reason: "exited (signal 9)".into(),
+            },
+            2.0,
+        );
+        assert!(actions.contains(&Action::Revert { slot: 0 }));
+        assert_eq!(r.phase, Phase::Paused, "still paused, for a person");
+        let actions = step(&mut r, Event::Resume, 3.0);
+        assert_eq!(starts(&actions), [0], "the failed canary is started again");
+        assert!(actions.iter().any(|a| matches!(a, Action::Log(n)
+            if n.event == LogEvent::RolloutResumed && n.detail.contains("retrying failed replica(s) 0"))));
+        // Failing again is 1 of 1 in the canary: paused again, never completed.
+        step(
+            &mut r,
+            Event::Failed {
+                slot: 0,
+                reason: "exit 1".into(),
+            },
+            3.5,
+        );
+        assert_eq!(r.phase, Phase::Paused);
+        assert!(r
+            .pause_reason
+            .as_deref()
+            .unwrap()
+            .contains("wave 0 paused itself"));
+        // Resumed and ready this time: the canary soaks, then slot 1 moves, then completed.
+        step(&mut r, Event::Resume, 4.0);
+        step(&mut r, Event::Ready { slot: 0 }, 4.1);
+        step(&mut r, Event::Tick, 10.0);
+        step(&mut r, Event::Ready { slot: 1 }, 10.1);
+        assert_eq!(r.phase, Phase::Completed);
+        assert_eq!(r.count(SlotState::Succeeded), 2);
+        assert_eq!(r.count(SlotState::Failed), 0);
+    }
+
+    /// A replica of an earlier wave that fails in a later wave's soak counts against its own
+    /// wave (here the canary, 1 of 1), not the current one (1 of 8 would pass at 0.2).
+    #[test]
+    fn an_earlier_waves_failure_counts_against_its_own_wave() {
+        let mut r = rollout(10, 100, 0, 5000);
+        r.settings.max_failure_ratio = 0.2;
+        step(&mut r, Event::Tick, 0.0);
+        step(&mut r, Event::Ready { slot: 0 }, 0.1);
+        step(&mut r, Event::Tick, 6.0);
+        assert_eq!(r.wave, 1);
+        let actions = step(
+            &mut r,
+            Event::Failed {
+                slot: 0,
+                reason: "stopped answering".into(),
+            },
+            6.5,
+        );
+        assert_eq!(r.phase, Phase::Paused, "{actions:?}");
+        assert!(r
+            .pause_reason
+            .as_deref()
+            .unwrap()
+            .contains("wave 0 paused itself: 1 of 1"));
+    }
+
     #[test]
     fn too_many_failures_in_a_wave_pause_it_and_the_rest_go_back() {
         let mut r = rollout(20, 100, 0, 0);
@@ -782,9 +910,9 @@ mod tests {
         assert_eq!(reverts, 8, "{actions:?}");
         assert_eq!(actions.last(), Some(&Action::Stop));
         assert_eq!(r.slot(3).state, SlotState::Pending);
-        // Resumed, it carries on with the wave's pending slots.
+        // Resumed, it carries on with the wave's pending slots, the failed one first again.
         let actions = step(&mut r, Event::Resume, 1.0);
-        assert_eq!(starts(&actions), [3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(starts(&actions), [2, 3, 4, 5, 6, 7, 8, 9]);
     }
 
     #[test]
@@ -1309,6 +1437,14 @@ mod tests {
                         proptest::prop_assert!(
                             !(s.class == ReplicaClass::Required && s.state == SlotState::Failed),
                             "completed with a required replica failed: {s:?}"
+                        );
+                    }
+                    // Failures only within each wave's ratio, whenever they were found.
+                    for wave in &r.waves {
+                        let failed = wave.iter().filter(|s| r.slot(**s).state == SlotState::Failed).count();
+                        proptest::prop_assert!(
+                            !too_many_failures(failed, wave.len(), r.settings.max_failure_ratio),
+                            "completed with {failed} of {} failed in one wave", wave.len()
                         );
                     }
                 }
