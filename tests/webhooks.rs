@@ -378,3 +378,37 @@ fn retry_after_is_honoured_and_gone_disables_the_endpoint() {
     assert_eq!(state["hook"]["disabled"], true);
     assert!(receiver.received().is_empty());
 }
+
+/// Issue 36: an endpoint first seen on a new root (no `deploy.log` yet) used to keep no
+/// position, then take the log's end at the first pass that found a log: the first deploy's
+/// records, written between the two passes, were never sent. The end "when first seen" of a log
+/// that did not exist is its beginning.
+#[test]
+fn an_endpoint_first_seen_before_the_root_has_a_log_gets_the_first_deploy() {
+    let site = Site::new();
+    site.release("v1", "");
+    let receiver = Receiver::start(0, Answer::Ok);
+    configure(&site, &receiver.url(), None);
+    assert!(!site.root().join("deploy.log").exists());
+    assert_eq!(send(&site), "0 delivered, 0 failed\n");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let logged = site.log_lines();
+    assert!(logged.len() >= 2, "{logged:?}");
+    assert_eq!(
+        send(&site),
+        format!("{} delivered, 0 failed\n", logged.len())
+    );
+    let data: Vec<Value> = receiver
+        .received()
+        .into_iter()
+        .map(|r| r.body["data"].clone())
+        .collect();
+    assert_eq!(data, logged, "the first deploy's records, in order");
+    assert_eq!(
+        receiver.received().last().unwrap().body["type"],
+        "rollgate.promoted"
+    );
+    // And nothing twice.
+    assert_eq!(send(&site), "0 delivered, 0 failed\n");
+}

@@ -40,6 +40,19 @@ const FOLDER: &str = "webhooks";
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_BACKOFF_S: f64 = 1.0;
 const MAX_BACKOFF_S: f64 = 3600.0;
+/// Where an endpoint's pass starts reading. A new endpoint starts at the log's end *as it was
+/// when the endpoint was first seen*: an endpoint first seen on a root with no log yet is saved
+/// with no cursor, and then everything the log came to hold since is for it (from the
+/// beginning), not only what is appended after some later pass found the log. A cursor that
+/// cannot be read (edited by hand) starts at the end, sending no history twice.
+fn start_of(cursor: Option<&str>, seen_before: bool) -> Start {
+    match cursor {
+        Some(text) => text.parse::<Cursor>().map_or(Start::End, Start::After),
+        None if seen_before => Start::Beginning,
+        None => Start::End,
+    }
+}
+
 /// Records sent to one endpoint in one pass at most (the rest in the next pass).
 const PER_PASS: usize = 1000;
 
@@ -62,8 +75,8 @@ pub struct Endpoint {
 /// What the sender knows of one endpoint, saved after every change.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Progress {
-    /// Just past the last record delivered or skipped (None: not started; it starts at the
-    /// log's end when first seen, so a new endpoint does not get the whole history).
+    /// Just past the last record delivered or skipped (None: first seen when the root had no
+    /// log yet, so it starts at the beginning of the log that appears; see [`start_of`]).
     pub cursor: Option<String>,
     /// When the next attempt at the record after the cursor is due (Unix seconds).
     pub next_attempt_at: f64,
@@ -266,19 +279,13 @@ pub fn send_pass(root: &Root) -> Result<Pass, Error> {
     let mut state = load_state(root)?;
     let mut pass = Pass::default();
     for endpoint in &config.endpoints {
+        let seen_before = state.contains_key(&endpoint.name);
         let mut progress = state.get(&endpoint.name).cloned().unwrap_or_default();
         if progress.disabled || progress.next_attempt_at > journal::now() {
             continue;
         }
         let secret = Secret::parse(&endpoint.secret).map_err(Error::Invalid)?;
-        let start = match progress
-            .cursor
-            .as_deref()
-            .and_then(|c| c.parse::<Cursor>().ok())
-        {
-            Some(cursor) => Start::After(cursor),
-            None => Start::End,
-        };
+        let start = start_of(progress.cursor.as_deref(), seen_before);
         let mut follower = Follower::new(&root.log_path(), start);
         let lines = follower.poll().unwrap_or_default();
         if progress.cursor.is_none() {
