@@ -7,7 +7,8 @@ set -eu
 rollgate=$1
 root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
-trap 'pkill -f "sample-service" 2>/dev/null; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
+. "$here/lib.sh"
+trap 'stop_releases "$root"; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 release() { mkdir -p "$root/releases/$1"; printf '#!/bin/sh\nexec %s sample-service\n' "$rollgate" >"$root/releases/$1/svc"; chmod +x "$root/releases/$1/svc"; }
 release a; release b
