@@ -256,6 +256,9 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
         target: RootArgs,
         #[arg(long, short, value_enum, default_value = "table")]
         format: Format,
+        /// On a terminal, every column of the tables (printed to a pipe they always have).
+        #[arg(long)]
+        wide: bool,
     },
     /// Reverse proxy in front of the live release: follows each switch, drains the old release.
     #[command(after_help = "Examples:
@@ -439,6 +442,10 @@ pub enum RolloutCommand {
         target: RootArgs,
         #[arg(long, short, value_enum, default_value = "table")]
         format: Format,
+        /// On a terminal, every column of the replicas' table (without it: slot, wave, state,
+        /// serving, finished, error). Printed to a pipe it always has every column.
+        #[arg(long)]
+        wide: bool,
     },
     /// Stop starting replicas; those mid-upgrade go back to their previous version (exit 0).
     Pause {
@@ -513,6 +520,10 @@ version of the last promoted record, never a rolled-back one.")]
         at: Option<String>,
         #[arg(long, short, value_enum, default_value = "table")]
         format: Format,
+        /// On a terminal, every column (without it: version, finished, outcome, time to
+        /// outcome and reason). Printed to a pipe or a file the table always has every column.
+        #[arg(long)]
+        wide: bool,
         #[command(flatten)]
         read: ReadArgs,
     },

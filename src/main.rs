@@ -5,6 +5,7 @@ mod cli;
 use rollgate::commands::{console, demo, deploy, escalation, rollback, rollout, status, up, watch};
 use rollgate::engine::{control, settings};
 use rollgate::error::{self, Error};
+use rollgate::render::table::Layout;
 use rollgate::{fleet, log, policy, proxy, release, sample, webhooks};
 
 use std::io::{IsTerminal, Write};
@@ -233,7 +234,15 @@ fn run(command: Command) -> Result<u8, Error> {
             target.root,
             false,
         )?)),
-        Command::Status { target, format } => printed(status::status(target.root, format)?),
+        Command::Status {
+            target,
+            format,
+            wide,
+        } => printed(status::status(
+            target.root,
+            format,
+            Layout::of_stdout(wide),
+        )?),
         Command::SampleService(_) => unreachable!("run by main before the commands"),
         Command::Proxy {
             listen,
@@ -404,7 +413,15 @@ fn run_rollout(args: RolloutArgs) -> Result<u8, Error> {
             service,
             target,
             format,
-        }) => return printed(rollout::status(&service, target.root, format)?),
+            wide,
+        }) => {
+            return printed(rollout::status(
+                &service,
+                target.root,
+                format,
+                Layout::of_stdout(wide),
+            )?)
+        }
         Some(RolloutCommand::Pause {
             service,
             target,
@@ -569,13 +586,14 @@ fn run_log(command: LogCommand) -> Result<u8, Error> {
             logs,
             at,
             format,
+            wide,
             read,
         } => reading(read).and_then(|r| match at {
             Some(at) => rollgate::render::time::parse_time(&at)
                 .map_err(log::LogError::Usage)
                 .and_then(|at| log::live_at(&logs, at, format, &r))
                 .map(log::Answer::Text),
-            None => log::history(&logs, format, &r),
+            None => log::history(&logs, format, Layout::of_stdout(wide), &r),
         }),
         LogCommand::Follow {
             log,

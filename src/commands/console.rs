@@ -317,7 +317,7 @@ async fn state_of(console: &Console, index: usize) -> Value {
     let root = console.roots[index].clone();
     tokio::task::spawn_blocking(move || {
         let now = journal::now();
-        let mut state: Value = status::status(root.0.clone(), Format::Json)
+        let mut state: Value = status::status(root.0.clone(), Format::Json, Default::default())
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_else(|| json!({}));

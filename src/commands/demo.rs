@@ -101,9 +101,14 @@ pub fn run(root: Option<PathBuf>) -> Result<(), String> {
         None,
     )
     .map_err(|e| e.to_string())?;
-    let history = crate::log::history(std::slice::from_ref(&log), Format::Table, &reading)
-        .map_err(|e| e.to_string())?
-        .into_text();
+    let history = crate::log::history(
+        std::slice::from_ref(&log),
+        Format::Table,
+        crate::render::table::Layout::of_stdout(false),
+        &reading,
+    )
+    .map_err(|e| e.to_string())?
+    .into_text();
     println!("\nWhat the log says (rollgate log summary deploy.log):\n{summary}");
     println!("Each attempt (rollgate log history deploy.log):\n{history}");
 

@@ -13,7 +13,7 @@ use crate::host::state::Root;
 use crate::host::{journal, lock};
 use crate::policy::{self, EvalOptions};
 use crate::release;
-use crate::render::Format;
+use crate::render::{table::Layout, Format};
 use control::{Ask, Request as ControlRequest};
 use run::{Context, Executor};
 use state::{Phase, Rollout};
@@ -406,11 +406,16 @@ async fn ask_the_executor(
 }
 
 /// `rollgate rollout status`.
-pub fn status(service: &str, root: PathBuf, format: Format) -> Result<String, Error> {
+pub fn status(
+    service: &str,
+    root: PathBuf,
+    format: Format,
+    layout: Layout,
+) -> Result<String, Error> {
     let root = Root::existing(root).map_err(refused)?;
     match state::load(&root).map_err(refused)? {
         Some(rollout) if rollout.service == service => {
-            Ok(render::status(&rollout, format, journal::now()))
+            Ok(render::status(&rollout, format, layout, journal::now()))
         }
         Some(rollout) => Err(refused(format!(
             "the rollout under {} is of {}, not {service}",

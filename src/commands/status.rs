@@ -1,6 +1,7 @@
 //! `rollgate status`: what is live under a root, whether it answers, and the last outcomes.
 
 use crate::log::read::{read_with, ReadOptions, Record, Sink};
+use crate::render::table::{Cell, Grid, Layout};
 use crate::render::time::{format_duration, format_time};
 use crate::render::{figures_table, Format};
 
@@ -67,7 +68,7 @@ impl Sink for Recent {
     }
 }
 
-pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Error> {
+pub fn status(root: std::path::PathBuf, format: Format, layout: Layout) -> Result<String, Error> {
     let root = Root::existing(root).map_err(Error::Refused)?;
     let pointer = root.read_pointer().map_err(Error::Refused)?;
     let candidate = root.read_candidate().map_err(Error::Refused)?;
@@ -223,17 +224,17 @@ pub fn status(root: std::path::PathBuf, format: Format) -> Result<String, Error>
     }
     let mut out = figures_table(&rows);
     if !recent.is_empty() {
-        let mut t = crate::render::fitted_table(["when", "outcome", "version", "detail"]);
+        let mut t = Grid::new(["when", "outcome", "version", "detail"], &[]);
         for outcome in &recent {
-            t.add_row([
-                format_time(outcome.ts),
-                outcome.event.clone(),
-                outcome.version.clone(),
-                outcome.detail.clone(),
+            t.push(vec![
+                Cell::Time(Some(outcome.ts)),
+                outcome.event.as_str().into(),
+                outcome.version.as_str().into(),
+                outcome.detail.as_str().into(),
             ]);
         }
         out.push_str("\nLast outcomes\n");
-        out.push_str(&format!("{t}\n"));
+        out.push_str(&t.render(layout));
     }
     Ok(out)
 }

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::state::{Phase, Rollout, SlotState};
 use crate::host::state::ReplicaClass;
+use crate::render::table::{Cell, Grid, Layout};
 use crate::render::time::{format_duration, format_time};
 use crate::render::Format;
 
@@ -172,7 +173,10 @@ pub fn status_json(rollout: &Rollout, now: f64) -> Value {
     })
 }
 
-pub fn status(rollout: &Rollout, format: Format, now: f64) -> String {
+/// What `rollout status` shows a person on a terminal without `--wide`.
+const SLOTS_FIRST: &[&str] = &["slot", "wave", "state", "serving", "finished", "error"];
+
+pub fn status(rollout: &Rollout, format: Format, layout: Layout, now: f64) -> String {
     if format == Format::Json {
         let mut text =
             serde_json::to_string_pretty(&status_json(rollout, now)).expect("json serializes");
@@ -232,13 +236,33 @@ pub fn status(rollout: &Rollout, format: Format, now: f64) -> String {
             format_duration(left)
         ));
     }
+    let header = [
+        "slot", "class", "wave", "state", "from", "serving", "started", "finished", "error",
+    ];
+    if layout != Layout::Pipe {
+        let mut out = crate::render::table::wrap(&out, layout);
+        let mut grid = Grid::new(header, SLOTS_FIRST);
+        for s in &rollout.slots {
+            grid.push(vec![
+                s.slot.to_string().into(),
+                class_name(s.class).into(),
+                s.wave.map_or("-".into(), |w| w.to_string()).into(),
+                state_name(s.state).into(),
+                s.from_version.clone().unwrap_or_else(|| "-".into()).into(),
+                serving(s).into(),
+                Cell::Time(s.started),
+                Cell::Time(s.finished),
+                s.error.clone().unwrap_or_default().into(),
+            ]);
+        }
+        out.push_str(&grid.render(layout));
+        return out;
+    }
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL)
         .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header([
-            "slot", "class", "wave", "state", "from", "serving", "started", "finished", "error",
-        ]);
+        .set_header(header);
     for s in &rollout.slots {
         table.add_row([
             s.slot.to_string(),
@@ -246,9 +270,7 @@ pub fn status(rollout: &Rollout, format: Format, now: f64) -> String {
             s.wave.map_or("-".into(), |w| w.to_string()),
             state_name(s.state).to_string(),
             s.from_version.clone().unwrap_or_else(|| "-".into()),
-            s.live
-                .as_ref()
-                .map_or("-".into(), |l| format!("{} :{}", l.version, l.port)),
+            serving(s),
             s.started.map_or("-".into(), format_time),
             s.finished.map_or("-".into(), format_time),
             s.error.clone().unwrap_or_default(),
@@ -257,4 +279,11 @@ pub fn status(rollout: &Rollout, format: Format, now: f64) -> String {
     out.push_str(&table.to_string());
     out.push('\n');
     out
+}
+
+/// The version and port serving a slot, or `-`.
+fn serving(s: &super::state::Slot) -> String {
+    s.live
+        .as_ref()
+        .map_or("-".into(), |l| format!("{} :{}", l.version, l.port))
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use polars::prelude::*;
 
 pub use output::Answer;
-use output::{csv_field, figures_table, Display, Format};
+use output::{csv_field, figures_table, Display, Format, Layout};
 use read::{read_with, Log, ReadOptions, Sink};
 use time::{format_duration, format_time};
 
@@ -365,10 +365,21 @@ pub fn summary(
 const TIME_COLUMNS: &[&str] = &["started", "finished", "rolled_back_at", "ts"];
 const DURATION_COLUMNS: &[&str] = &["time_to_outcome_s", "live_for_s", "exposure_s"];
 
-fn display() -> Display<'static> {
+/// What `log history` shows a person on a terminal without `--wide`.
+const HISTORY_FIRST: &[&str] = &[
+    "version",
+    "finished",
+    "outcome",
+    "time_to_outcome_s",
+    "reason",
+];
+
+fn display(layout: Layout) -> Display<'static> {
     Display {
         times: TIME_COLUMNS,
         durations: DURATION_COLUMNS,
+        layout,
+        first: HISTORY_FIRST,
     }
 }
 
@@ -390,7 +401,12 @@ fn paired(paths: &[PathBuf], reading: &Reading) -> Result<Paired, LogError> {
 }
 
 /// `log history`: one row per attempt.
-pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Answer, LogError> {
+pub fn history(
+    paths: &[PathBuf],
+    format: Format,
+    layout: Layout,
+    reading: &Reading,
+) -> Result<Answer, LogError> {
     let reading = Reading {
         release_fields: true,
         rollout_fields: true,
@@ -399,7 +415,7 @@ pub fn history(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<A
     let (attempts, _, _) = paired(paths, &reading)?;
     let df = frame::attempts(&attempts)?;
     drop(attempts);
-    Ok(Answer::of(df, format, display()))
+    Ok(Answer::of(df, format, display(layout)))
 }
 
 /// `log history --at T`: which release was live then.

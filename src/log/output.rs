@@ -2,6 +2,7 @@
 
 use polars::prelude::*;
 
+pub use crate::render::table::Layout;
 use crate::render::time::{format_duration, format_time};
 pub use crate::render::{csv_field, figures_table, fitted_table, Format};
 
@@ -11,6 +12,10 @@ pub use crate::render::{csv_field, figures_table, fitted_table, Format};
 pub struct Display<'a> {
     pub times: &'a [&'a str],
     pub durations: &'a [&'a str],
+    /// Where the table goes (a terminal gets the first columns, a pipe every one).
+    pub layout: Layout,
+    /// The columns a person reads first, shown on a terminal without `--wide`.
+    pub first: &'a [&'static str],
 }
 
 fn cell_text(value: &AnyValue, name: &str, display: Display) -> String {
@@ -116,6 +121,9 @@ pub fn render(df: &DataFrame, format: Format, display: Display) -> String {
     let value = |c: usize, row: usize| columns[c].get(row).unwrap_or(AnyValue::Null);
     let mut out = String::new();
     match format {
+        Format::Table if display.layout != Layout::Pipe => {
+            out.push_str(&terminal_table(df, display));
+        }
         Format::Table => {
             let mut table = fitted_table(&names);
             let height = df.height();
@@ -145,6 +153,49 @@ pub fn render(df: &DataFrame, format: Format, display: Display) -> String {
             out.push_str(piece);
             true
         }),
+    }
+    out
+}
+
+/// A frame as a table for a person on a terminal (`render::table`): the first columns unless
+/// `--wide`, times of one day as clock times, at most [`TABLE_ROWS`] rows drawn.
+fn terminal_table(df: &DataFrame, display: Display) -> String {
+    use crate::render::table::{Cell, Grid};
+    let columns = df.columns();
+    let names: Vec<&str> = columns.iter().map(|c| c.name().as_str()).collect();
+    let mut grid = Grid::new(&names, display.first);
+    let height = df.height();
+    let shown = TableRows::of(height);
+    for row in shown.head.clone().chain(shown.tail.clone()) {
+        if row == shown.tail.start && shown.hidden > 0 {
+            grid.push(vec![Cell::from("…"); columns.len()]);
+        }
+        let cells = columns
+            .iter()
+            .zip(&names)
+            .map(|(column, name)| {
+                let value = column.get(row).unwrap_or(AnyValue::Null);
+                if display.times.contains(name) {
+                    let seconds = match value {
+                        AnyValue::Float64(f) => Some(f),
+                        AnyValue::Float32(f) => Some(f64::from(f)),
+                        _ => None,
+                    };
+                    return Cell::Time(seconds);
+                }
+                Cell::Text(cell_text(&value, name, display))
+            })
+            .collect();
+        grid.push(cells);
+    }
+    let mut out = grid.render(display.layout);
+    if shown.hidden > 0 {
+        out.push_str(&format!(
+            "{} of {height} rows shown (the first {} and the last {}); --format csv or json prints every row\n",
+            height - shown.hidden,
+            shown.head.len(),
+            shown.tail.len()
+        ));
     }
     out
 }

@@ -3,6 +3,7 @@
 //! rollouts or logs.
 
 pub mod page;
+pub mod table;
 pub mod time;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
