@@ -183,3 +183,100 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
     assert!(wait_for(20, || browser.text().contains("promoted")));
     browser.screenshot("console-promoted");
 }
+
+/// Issue 36: a rollout whose canary failed and was aborted. The canary's wave once showed
+/// `1/2` in green (a failure counted as progress), the failed slot showed `v1` beside v3's
+/// reason, the abort said `slot -`, and the timeline was dots with no axis. Now: failures red
+/// and apart from progress, waves named as the CLI names them, the version that failed said,
+/// and a timeline with a time axis and a label per outcome.
+#[test]
+fn a_failed_canary_is_red_not_progress_and_the_timeline_has_an_axis() {
+    let site = Site::new();
+    four_replicas_of_v1(&site, 104);
+    let rollout = |version: &str| {
+        rollgate()
+            .args(["rollout", "edge-svc", version, "--root"])
+            .arg(site.root())
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .unwrap()
+    };
+    assert_eq!(rollout("v2").status.code(), Some(0));
+    site.release("v3", "--ready-after-ms 60000");
+    let out = rollout("v3");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("wave 0 paused itself"),
+        "{}",
+        stdout(&out)
+    );
+    let out = rollgate()
+        .args([
+            "rollout",
+            "abort",
+            "edge-svc",
+            "--rollback",
+            "--reason",
+            "bad canary",
+            "--root",
+        ])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let console = Console::start(&[site.root()], &[]);
+    let browser = Browser::start();
+    browser.open(&console.link);
+    assert!(
+        wait_for(30, || browser.text().contains("aborted: bad canary")),
+        "{}",
+        browser.text()
+    );
+    let text = browser.text();
+    assert!(text.contains("aborted: bad canary (canary)"), "{text}");
+    assert!(!text.contains("slot -"), "{text}");
+    // The canary's row: named as the CLI names it, nothing on v3, its failure in red.
+    let inner = |css: &str| {
+        browser
+            .script(&format!(
+                "return document.querySelector(\"{css}\").innerText;"
+            ))
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let canary = inner("tr.wave");
+    assert!(canary.contains("wave 0 of 4 (canary)"), "{canary}");
+    assert!(
+        canary.contains("0 of 1 on v3") && canary.contains("1 failed"),
+        "{canary}"
+    );
+    let width = |part: &str| {
+        browser.script(&format!(
+            "return document.querySelector('tr.wave .bar .{part}').style.width;"
+        ))
+    };
+    assert_eq!(width("moved"), "0%");
+    assert_eq!(width("failed"), "100%");
+    let red = browser.script(
+        "return getComputedStyle(document.querySelector('tr.wave .bar .failed')).backgroundColor;",
+    );
+    assert_eq!(red, "rgb(179, 38, 30)");
+    // The failed slot says which version failed; the version it serves is v1 again.
+    let failed = inner("tr.failure");
+    assert!(failed.contains("v3 failed: not ready after"), "{failed}");
+    assert!(failed.contains("wave 0 of 4"), "{failed}");
+    // The timeline: an axis of five clock times, and a label per outcome with its version.
+    let ticks =
+        browser.script("return document.querySelectorAll('svg.timeline text.tick').length;");
+    assert_eq!(ticks, 5);
+    let labels = browser.script(
+        "return Array.from(document.querySelectorAll('svg.timeline text.label')).map(t => t.textContent).join(' | ');",
+    );
+    let labels = labels.as_str().unwrap_or_default().to_string();
+    for label in ["v1 ✓", "v2 ✓", "v3 ✗"] {
+        assert!(labels.contains(label), "{label} in {labels}");
+    }
+    browser.screenshot("console-canary-failed-and-aborted");
+}

@@ -53,7 +53,9 @@ main{padding:12px 20px}section{background:#fff;border:1px solid #d8dce3;border-r
 h2{font-size:16px;margin:0 0 8px}h3{font-size:14px;margin:12px 0 6px}table{border-collapse:collapse;width:100%}\
 td,th{border-bottom:1px solid #eceef2;padding:3px 6px;text-align:left;font-variant-numeric:tabular-nums}\
 .bar{background:#e6e9ef;border-radius:3px;height:12px;width:240px;display:inline-block;vertical-align:middle;overflow:hidden}\
-.bar span{display:block;height:100%;background:#2f7d4f}.bad{color:#b3261e}.good{color:#2f7d4f}.warn{color:#9a6700}\
+.bar span{display:inline-block;height:100%;vertical-align:top}.bar .moved{background:#2f7d4f}.bar .failed{background:#b3261e}\
+tr.current td:first-child{font-weight:600}tr.current td:first-child::after{content:\" ◀\";color:#8b93a1}\
+.timeline text{font:11px system-ui,sans-serif;fill:#1d2330}.timeline .axis text{fill:#5b6472}.bad{color:#b3261e}.good{color:#2f7d4f}.warn{color:#9a6700}\
 .required{font-weight:600}.banner{background:#fff4e5;border:1px solid #f0c36d;padding:6px 10px;border-radius:4px;margin:6px 0}\
 form{display:inline-block;margin:4px 8px 4px 0}button{padding:4px 12px;border-radius:4px;border:1px solid #8b93a1;background:#fff;cursor:pointer}\
 button.danger{border-color:#b3261e;color:#b3261e}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}";
@@ -214,10 +216,14 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
     }
     let cause = field(rollout, &["abort_cause"]);
     if !cause.is_null() {
+        // The slot only when the cause names one (an abort asked by a person names none).
+        let slot = field(cause, &["slot"])
+            .as_u64()
+            .map_or(String::new(), |slot| format!("slot {slot}, "));
         html.push_str(&format!(
-            "<p class=\"banner abort\">aborted: {} (slot {}, {})</p>",
+            "<p class=\"banner abort\">aborted: {} ({}{})</p>",
             escape(&text(field(cause, &["reason"]))),
-            escape(&text(field(cause, &["slot"]))),
+            slot,
             escape(&text(field(cause, &["phase"]))),
         ));
     }
@@ -236,61 +242,37 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
             names.join(", ")
         ));
     }
-    let waves = field(rollout, &["waves"])
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    html.push_str(
-        "<table class=\"waves\"><tr><th>wave</th><th>progress</th><th>replicas</th></tr>",
-    );
-    for (index, wave) in waves.iter().enumerate() {
-        let members: Vec<u64> = wave
-            .as_array()
-            .map(|m| m.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default();
-        let done = members
-            .iter()
-            .filter(|slot| {
-                slots.iter().any(|s| {
-                    s.get("slot").and_then(Value::as_u64) == Some(**slot)
-                        && matches!(
-                            s.get("state").and_then(Value::as_str),
-                            Some(
-                                "succeeded" | "failed" | "left_behind" | "removed" | "rolled_back"
-                            )
-                        )
-                })
-            })
-            .count();
-        let share = if members.is_empty() {
-            0.0
-        } else {
-            done as f64 * 100.0 / members.len() as f64
-        };
-        html.push_str(&format!(
-            "<tr class=\"wave\"><td>{index}</td><td><span class=\"bar\"><span style=\"width:{share:.0}%\"></span></span> {done}/{}</td><td>{}</td></tr>",
-            members.len(),
-            members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(" ")
-        ));
-    }
-    html.push_str("</table>");
-    // Required replicas first, then the rest; failures say why.
+    let target = text(field(rollout, &["version"]));
+    html.push_str(&waves_table(rollout, &slots, &target));
+    // Required replicas first, then the rest; failures say which version failed and why.
     let mut ordered: Vec<&Value> = slots.iter().collect();
     ordered.sort_by_key(|s| s.get("class").and_then(Value::as_str) != Some("required"));
-    html.push_str("<table class=\"slots\"><tr><th>slot</th><th>class</th><th>wave</th><th>state</th><th>version</th><th>why</th></tr>");
+    html.push_str("<table class=\"slots\"><tr><th>slot</th><th>class</th><th>wave</th><th>state</th><th>serving</th><th>why</th></tr>");
+    let wave_count = field(rollout, &["waves"]).as_array().map_or(0, Vec::len);
     for slot in ordered {
         let class = text(field(slot, &["class"]));
-        let failed = field(slot, &["state"]).as_str() == Some("failed");
+        let state = text(field(slot, &["state"]));
+        let failed = state == "failed";
+        let why = field(slot, &["error"]).as_str().unwrap_or("");
+        // The error is the new version's (the slot serves its old one again after a failure).
+        let why = match (why.is_empty(), failed) {
+            (true, _) => String::new(),
+            (false, true) => format!("{target} failed: {why}"),
+            (false, false) => why.to_string(),
+        };
         html.push_str(&format!(
-            "<tr class=\"{}{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"{}{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
             if class == "required" { "required" } else { "" },
             if failed { " bad failure" } else { "" },
             escape(&text(field(slot, &["slot"]))),
             escape(&class),
-            escape(&text(field(slot, &["wave"]))),
-            escape(&text(field(slot, &["state"]))),
+            field(slot, &["wave"])
+                .as_u64()
+                .map_or("-".into(), |w| wave_name(w, wave_count)),
+            state_class(&state),
+            escape(&state),
             escape(&text(field(slot, &["version"]))),
-            escape(field(slot, &["error"]).as_str().unwrap_or("")),
+            escape(&why),
         ));
     }
     html.push_str("</table>");
@@ -319,6 +301,87 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
     html
 }
 
+/// A wave as the CLI names it (`wave 1 of 4`: the log's index, as `rollout status` and the
+/// pause reason say it).
+fn wave_name(index: u64, count: usize) -> String {
+    format!("wave {index} of {count}")
+}
+
+/// The colour a slot's state is read in: failures red, progress green, the rest plain.
+fn state_class(state: &str) -> &'static str {
+    match state {
+        "failed" => "bad",
+        "succeeded" => "good",
+        "rolling_back" | "rolled_back" => "warn",
+        _ => "",
+    }
+}
+
+/// One row per wave: a bar whose green part is the replicas on the new version and whose red
+/// part is the replicas that failed (never counted as progress), the counts in words, and the
+/// current wave marked.
+fn waves_table(rollout: &Value, slots: &[Value], target: &str) -> String {
+    let waves = field(rollout, &["waves"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let current = field(rollout, &["current_wave"]).as_u64();
+    let state_of = |slot: u64| {
+        slots
+            .iter()
+            .find(|s| s.get("slot").and_then(Value::as_u64) == Some(slot))
+            .and_then(|s| s.get("state").and_then(Value::as_str))
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut html = String::from(
+        "<table class=\"waves\"><tr><th>wave</th><th>progress</th><th>replicas</th></tr>",
+    );
+    for (index, wave) in waves.iter().enumerate() {
+        let members: Vec<u64> = wave
+            .as_array()
+            .map(|m| m.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        let count = |wanted: &[&str]| {
+            members
+                .iter()
+                .filter(|slot| wanted.contains(&state_of(**slot).as_str()))
+                .count()
+        };
+        let moved = count(&["succeeded"]);
+        let failed = count(&["failed"]);
+        let other = count(&["left_behind", "removed", "rolled_back"]);
+        let share = |n: usize| match members.len() {
+            0 => 0.0,
+            len => n as f64 * 100.0 / len as f64,
+        };
+        let mut words = vec![format!(
+            "{moved} of {} on {}",
+            members.len(),
+            escape(target)
+        )];
+        if failed > 0 {
+            words.push(format!("<span class=\"bad\">{failed} failed</span>"));
+        }
+        if other > 0 {
+            words.push(format!("{other} not moved"));
+        }
+        let is_current = current == Some(index as u64);
+        html.push_str(&format!(
+            "<tr class=\"wave{}\"><td>{}{}</td><td><span class=\"bar\"><span class=\"moved\" style=\"width:{:.0}%\"></span><span class=\"failed\" style=\"width:{:.0}%\"></span></span> {}</td><td>{}</td></tr>",
+            if is_current { " current" } else { "" },
+            wave_name(index as u64, waves.len()),
+            if index == 0 { " (canary)" } else { "" },
+            share(moved),
+            share(failed),
+            words.join(" · "),
+            members.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+    }
+    html.push_str("</table>");
+    html
+}
+
 fn history(outcomes: &[Value]) -> String {
     let mut html = String::from("<h3>History</h3>");
     html.push_str(&timeline(outcomes));
@@ -343,47 +406,94 @@ fn history(outcomes: &[Value]) -> String {
     html
 }
 
-/// Deploys and rollbacks along a time line, drawn here (readable without JavaScript).
+/// Deploys and rollbacks along a time line with its axis, drawn here (readable without
+/// JavaScript): each outcome a dot above the axis (promoted, green) or below it (rolled back,
+/// red) labelled with its version and mark, five ticks with their clock times, the day (or the
+/// days) under the axis, and a legend.
 pub fn timeline(outcomes: &[Value]) -> String {
-    const WIDTH: f64 = 720.0;
-    let times: Vec<f64> = outcomes
+    const LEFT: f64 = 40.0;
+    const WIDTH: f64 = 680.0;
+    const AXIS: f64 = 62.0;
+    let dated: Vec<(f64, &Value)> = outcomes
         .iter()
-        .filter_map(|o| o.get("ts").and_then(Value::as_f64))
+        .filter_map(|o| Some((o.get("ts").and_then(Value::as_f64)?, o)))
         .collect();
     let (Some(first), Some(last)) = (
-        times.iter().cloned().reduce(f64::min),
-        times.iter().cloned().reduce(f64::max),
+        dated.iter().map(|d| d.0).reduce(f64::min),
+        dated.iter().map(|d| d.0).reduce(f64::max),
     ) else {
         return "<p class=\"empty\">no deploys yet</p>".into();
     };
-    let span = (last - first).max(1.0);
+    // One outcome (or all at one moment): the axis spans a minute around it.
+    let (first, span) = match last - first {
+        span if span < 1.0 => (first - 30.0, 60.0),
+        span => (first, span),
+    };
+    let x_of = |ts: f64| LEFT + (ts - first) / span * WIDTH;
     let mut svg = format!(
-        "<svg class=\"timeline\" role=\"img\" aria-label=\"deploys and rollbacks over time\" width=\"{}\" height=\"48\" viewBox=\"0 0 {} 48\" xmlns=\"http://www.w3.org/2000/svg\"><line x1=\"10\" y1=\"24\" x2=\"{}\" y2=\"24\" stroke=\"#8b93a1\"/>",
-        WIDTH + 20.0,
-        WIDTH + 20.0,
-        WIDTH + 10.0
+        "<svg class=\"timeline\" role=\"img\" aria-label=\"deploys and rollbacks over time\" width=\"{w}\" height=\"112\" viewBox=\"0 0 {w} 112\" xmlns=\"http://www.w3.org/2000/svg\"><g class=\"axis\"><line x1=\"{LEFT}\" y1=\"{AXIS}\" x2=\"{}\" y2=\"{AXIS}\" stroke=\"#8b93a1\"/>",
+        LEFT + WIDTH,
+        w = LEFT * 2.0 + WIDTH,
     );
-    for outcome in outcomes {
-        let Some(ts) = outcome.get("ts").and_then(Value::as_f64) else {
-            continue;
-        };
-        let x = 10.0 + (ts - first) / span * WIDTH;
-        let event = text(field(outcome, &["event"]));
-        let (colour, y) = match event.as_str() {
-            "promoted" => ("#2f7d4f", 14.0),
-            "rolled_back" => ("#b3261e", 34.0),
-            _ => ("#9a6700", 24.0),
+    let one_day = day(first) == day(first + span);
+    for tick in 0..5 {
+        let ts = first + span * f64::from(tick) / 4.0;
+        let x = x_of(ts);
+        let label = if one_day {
+            clock(ts)
+        } else {
+            format!("{} {}", day(ts), clock(ts))
         };
         svg.push_str(&format!(
-            "<circle class=\"{}\" cx=\"{x:.1}\" cy=\"{y}\" r=\"5\" fill=\"{colour}\"><title>{} {} at {}</title></circle>",
-            escape(&event),
-            escape(&event),
-            escape(&text(field(outcome, &["version"]))),
-            escape(&text(field(outcome, &["when"]))),
+            "<line x1=\"{x:.1}\" y1=\"{AXIS}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#8b93a1\"/><text class=\"tick\" x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            AXIS + 4.0,
+            AXIS + 16.0,
+            escape(&label)
+        ));
+    }
+    let days = if one_day {
+        format!("{} (UTC)", day(first))
+    } else {
+        format!("{} to {} (UTC)", day(first), day(first + span))
+    };
+    svg.push_str(&format!(
+        "<text class=\"day\" x=\"{LEFT}\" y=\"{}\">{}</text><text class=\"legend\" x=\"{}\" y=\"{}\" text-anchor=\"end\"><tspan fill=\"#2f7d4f\">●</tspan> promoted ✓   <tspan fill=\"#b3261e\">●</tspan> rolled back ✗</text></g>",
+        AXIS + 32.0,
+        escape(&days),
+        LEFT + WIDTH,
+        AXIS + 32.0,
+    ));
+    for (index, (ts, outcome)) in dated.iter().enumerate() {
+        let x = x_of(*ts);
+        let event = text(field(outcome, &["event"]));
+        let (colour, mark, dot) = match event.as_str() {
+            "promoted" => ("#2f7d4f", "✓", AXIS - 14.0),
+            "rolled_back" => ("#b3261e", "✗", AXIS + 0.0),
+            _ => ("#9a6700", "?", AXIS - 7.0),
+        };
+        // Labels on three rows in turn, so neighbours rarely overlap.
+        let label_y = 12.0 + 11.0 * (index % 3) as f64;
+        let version = text(field(outcome, &["version"]));
+        svg.push_str(&format!(
+            "<g class=\"outcome {ev}\"><line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{dot}\" stroke=\"#d8dce3\"/><circle class=\"{ev}\" cx=\"{x:.1}\" cy=\"{dot}\" r=\"5\" fill=\"{colour}\"><title>{ev} {ver} at {when}</title></circle><text class=\"label\" x=\"{x:.1}\" y=\"{label_y}\" text-anchor=\"middle\" fill=\"{colour}\">{ver} {mark}</text></g>",
+            label_y + 3.0,
+            ev = escape(&event),
+            ver = escape(&version),
+            when = escape(&text(field(outcome, &["when"]))),
         ));
     }
     svg.push_str("</svg>");
     svg
+}
+
+fn day(ts: f64) -> String {
+    chrono::DateTime::from_timestamp(ts.floor() as i64, 0)
+        .map_or(String::new(), |t| t.format("%Y-%m-%d").to_string())
+}
+
+fn clock(ts: f64) -> String {
+    chrono::DateTime::from_timestamp(ts.floor() as i64, 0)
+        .map_or(String::new(), |t| t.format("%H:%M:%S").to_string())
 }
 
 /// Follows the event stream: each record reloads the sections; countdowns tick in between;
@@ -462,7 +572,25 @@ mod tests {
         assert!(page.contains("exit &lt;1&gt;"));
         assert!(page.contains(">Pause</button>") && !page.contains(">Resume</button>"));
         assert!(page.contains("required replicas still to confirm: 2"));
-        assert!(page.contains("1/1") && page.contains("1/2"), "{page}");
+        // Slot 1 failed: wave 1 has no replica on v2 and one failure, in red, not progress.
+        assert!(page.contains("1 of 1 on v2"), "{page}");
+        assert!(
+            page.contains("0 of 2 on v2 · <span class=\"bad\">1 failed</span>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("class=\"failed\" style=\"width:50%\""),
+            "{page}"
+        );
+        assert!(
+            page.contains("class=\"moved\" style=\"width:0%\""),
+            "{page}"
+        );
+        assert!(page.contains("wave 0 of 2 (canary)") && page.contains("wave 1 of 2"));
+        assert!(
+            page.contains("v2 failed: exit &lt;1&gt;"),
+            "the version that failed: {page}"
+        );
         let read_only = super::page(
             &[Section {
                 state: &state,
@@ -483,9 +611,40 @@ mod tests {
             json!({"ts": 200.0, "event": "rolled_back", "version": "v2", "when": "b"}),
         ]);
         assert!(
-            svg.contains("cx=\"10.0\"") && svg.contains("cx=\"730.0\""),
+            svg.contains("cx=\"40.0\"") && svg.contains("cx=\"720.0\""),
             "{svg}"
         );
         assert!(svg.contains("class=\"rolled_back\""));
+        // A time axis with clock labels (1970-01-01 00:01:40 to 00:03:20), and a label each.
+        assert!(
+            svg.contains(">00:01:40</text>") && svg.contains(">00:03:20</text>"),
+            "{svg}"
+        );
+        assert!(svg.contains(">00:02:30</text>"), "{svg}");
+        assert!(svg.contains("1970-01-01 (UTC)"), "{svg}");
+        assert!(
+            svg.contains(">v1 ✓</text>") && svg.contains(">v2 ✗</text>"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn an_abort_asked_by_a_person_names_no_slot() {
+        let state = json!({"service": "svc", "root": "/srv/x", "live": null,
+            "rollout": {"state": "aborted", "from": "v1", "version": "v2", "waves": [[0]],
+                "abort_cause": {"slot": null, "reason": "bad numbers", "phase": "canary"},
+                "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"}]}});
+        let page = page(
+            &[Section {
+                state: &state,
+                history: &[],
+            }],
+            false,
+            true,
+            0.0,
+            None,
+        );
+        assert!(page.contains("aborted: bad numbers (canary)"), "{page}");
+        assert!(!page.contains("slot -"), "{page}");
     }
 }
