@@ -598,6 +598,37 @@ pub struct ReadArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ReleaseCommand {
+    /// Install a release whole: SOURCE is an executable (it becomes releases/VERSION/SERVICE),
+    /// a folder holding an executable SERVICE, or a .tar.gz/.tgz archive of such a folder.
+    #[command(after_help = "Examples:
+  rollgate release add edge-svc v2 ./target/release/edge-svc --root /srv/edge
+  rollgate release add edge-svc v3 dist/edge-svc-v3.tgz --root /srv/edge
+  rollgate release add edge-svc v4 dist/v4/ --root /srv/edge --manifest dist/v4/manifest.json
+
+Staged inside releases/ under a hidden name, synced, then renamed in at once: a release is
+either absent or whole. releases/VERSION/release.json records when, from where, the size and
+the SHA-256 of the executable and of the whole tree. Refused (exit 2, nothing installed): a bad
+name, a VERSION already installed with other bytes (the same bytes: exit 0, already
+installed), an archive entry that is absolute, has `..`, is a link leading outside, a device,
+fifo or socket, or replaces release.json; a truncated or corrupt archive; more than 2 GiB of
+content or 100000 entries; a --manifest that does not verify against ROOT/trust.json.")]
+    Add {
+        service: String,
+        version: String,
+        source: PathBuf,
+        #[command(flatten)]
+        target: RootArgs,
+        /// A signed release's manifest, verified (against ROOT/trust.json, with the staged
+        /// files) before anything is installed, and kept with the release.
+        #[arg(long, value_name = "MANIFEST")]
+        manifest: Option<PathBuf>,
+        /// The most bytes of content (uncompressed) the release may hold.
+        #[arg(long, value_name = "BYTES", default_value_t = rollgate::release::install::MAX_BYTES)]
+        max_bytes: u64,
+        /// The most entries (files, folders, links) the release may hold.
+        #[arg(long, value_name = "N", default_value_t = rollgate::release::install::MAX_ENTRIES)]
+        max_entries: usize,
+    },
     /// Make a new P-256 signing key (PKCS#8 PEM, mode 0600) and its public key beside it
     /// (KEY.pub.pem); print its pin. Never overwrites a file.
     Keygen {

@@ -320,6 +320,39 @@ fn stderr_color() -> bool {
 fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
     let now = chrono::Utc::now();
     let result = match command {
+        ReleaseCommand::Add {
+            service,
+            version,
+            source,
+            target,
+            manifest,
+            max_bytes,
+            max_entries,
+        } => {
+            let request = release::install::Request {
+                root: &target.root,
+                service: &service,
+                version: &version,
+                source: &source,
+                manifest: manifest.as_deref(),
+                now: now.timestamp_millis() as f64 / 1000.0,
+                max_bytes,
+                max_entries,
+            };
+            return printed(match release::install::add(&request)? {
+                release::install::Installed::New(record) => format!(
+                    "installed: {service} {version} ({} file{}, {} bytes, sha256 {})\n",
+                    record.files,
+                    if record.files == 1 { "" } else { "s" },
+                    record.size,
+                    record.sha256
+                ),
+                release::install::Installed::Already(record) => format!(
+                    "already installed: {service} {version} (sha256 {})\n",
+                    record.sha256
+                ),
+            });
+        }
         ReleaseCommand::Keygen { out } => release::keys::generate(&out).map(|(pin, public)| {
             format!(
                 "{pin}\nkey: {} (keep it offline)\npublic key: {}\n",

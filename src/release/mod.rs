@@ -6,6 +6,7 @@
 //! release is promoted). Undo a bad release by rolling forward: sign a fix with a higher
 //! sequence.
 
+pub mod install;
 pub mod keys;
 pub mod manifest;
 

@@ -1,0 +1,737 @@
+//! `rollgate release add`: a release installed whole or not at all.
+//!
+//! The source (an executable file, a folder, or a `.tar.gz`/`.tgz` archive of a folder) is
+//! copied into a staging folder inside `releases/` whose name starts with a dot, so no version
+//! can name it and no deploy or listing ever sees it; every file and folder is synced, the
+//! release's record (`release.json`) written, and then one `rename(2)` (with
+//! `RENAME_NOREPLACE`, so two installs of one version cannot both win) makes the version appear
+//! whole. A crash at any moment leaves either nothing or a whole release; a staging folder left
+//! by a dead installer is removed by the next `release add`.
+//!
+//! An archive is read entry by entry and refused, with nothing installed, for any entry that is
+//! absolute, climbs out with `..`, is a symlink or hard link leading outside the release, is a
+//! device, fifo or socket, or would replace `release.json`; for a truncated or corrupt archive;
+//! and beyond [`MAX_BYTES`] of content or [`MAX_ENTRIES`] entries.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+use crate::host::names::check_name;
+
+/// The most content an installed release may hold (uncompressed): 2 GiB.
+pub const MAX_BYTES: u64 = 2 << 30;
+/// The most entries (files, folders, links) an archive may hold.
+pub const MAX_ENTRIES: usize = 100_000;
+/// Each release's record of itself.
+pub const RECORD_FILE: &str = "release.json";
+/// Staging folders' names begin with this (a dot: never a version).
+const STAGING_PREFIX: &str = ".staging-";
+
+/// `releases/VERSION/release.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub service: String,
+    pub version: String,
+    /// Unix seconds.
+    pub installed_at: f64,
+    /// Where it was installed from, as given (made absolute).
+    pub source: String,
+    /// `file`, `folder` or `archive`.
+    pub kind: String,
+    /// Bytes of content (regular files), and how many files.
+    pub size: u64,
+    pub files: u64,
+    /// SHA-256 of the executable, hex.
+    pub sha256: String,
+    /// SHA-256 over every entry of the tree (path, kind, mode, content digest) but this
+    /// record: two installs of the same bytes have the same tree digest.
+    pub tree_sha256: String,
+    /// Installed with `--manifest` and verified against the root's trust file.
+    #[serde(default)]
+    pub signed: bool,
+}
+
+/// What `release add` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Installed {
+    New(Record),
+    /// The version was there already with exactly these bytes: nothing changed.
+    Already(Record),
+}
+
+/// What to install.
+pub struct Request<'a> {
+    pub root: &'a Path,
+    pub service: &'a str,
+    pub version: &'a str,
+    pub source: &'a Path,
+    pub manifest: Option<&'a Path>,
+    pub now: f64,
+    /// The most content bytes and entries the release may hold ([`MAX_BYTES`],
+    /// [`MAX_ENTRIES`] unless asked otherwise).
+    pub max_bytes: u64,
+    pub max_entries: usize,
+}
+
+fn refused(text: impl Into<String>) -> Error {
+    Error::Refused(text.into())
+}
+
+fn failed(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::Failed(format!("cannot {what} {}: {e}", path.display()))
+}
+
+/// Installs a release (see the module's comment). Refusals change nothing (exit 2).
+pub fn add(request: &Request) -> Result<Installed, Error> {
+    check_name("service", request.service).map_err(refused)?;
+    check_name("version", request.version).map_err(refused)?;
+    let releases = request.root.join("releases");
+    fs::create_dir_all(&releases).map_err(|e| failed("create", &releases, e))?;
+    remove_dead_stagings(&releases);
+    let staging = releases.join(format!(
+        "{STAGING_PREFIX}{}-{}",
+        request.version,
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&staging);
+    fs::create_dir(&staging).map_err(|e| failed("create", &staging, e))?;
+    let result = stage_and_rename(request, &releases, &staging);
+    // Whatever happened, the staging folder goes (after a rename it holds only leftovers).
+    let _ = fs::remove_dir_all(&staging);
+    result
+}
+
+fn stage_and_rename(
+    request: &Request,
+    releases: &Path,
+    staging: &Path,
+) -> Result<Installed, Error> {
+    let source = std::path::absolute(request.source).unwrap_or(request.source.to_path_buf());
+    let content = staging.join("content");
+    let kind = fill(&source, &content, request.service, &mut Budget::of(request))?;
+    // An archive of a folder may hold the folder itself: its one top entry is the release.
+    let tree = release_root(&content, request.service);
+    let executable = tree.join(request.service);
+    let meta = fs::symlink_metadata(&executable).map_err(|_| {
+        refused(format!(
+            "{}: the release has no executable `{}` at its top",
+            source.display(),
+            request.service
+        ))
+    })?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(refused(format!(
+            "{}: `{}` in the release is not an executable file (chmod +x it)",
+            source.display(),
+            request.service
+        )));
+    }
+    let signed = match request.manifest {
+        Some(manifest) => {
+            verify_manifest(request, manifest, &tree)?;
+            true
+        }
+        None => false,
+    };
+    let (size, files, tree_sha256) = digest_tree(&tree)?;
+    let record = Record {
+        service: request.service.into(),
+        version: request.version.into(),
+        installed_at: request.now,
+        source: source.display().to_string(),
+        kind: kind.into(),
+        size,
+        files,
+        sha256: file_sha256(&executable)?,
+        tree_sha256,
+        signed,
+    };
+    let target = releases.join(request.version);
+    if target.exists() {
+        return already(&target, &record);
+    }
+    let text = serde_json::to_string_pretty(&record).expect("a record serializes") + "\n";
+    write_synced(&tree.join(RECORD_FILE), text.as_bytes())?;
+    sync_tree(&tree)?;
+    match nix::fcntl::renameat2(
+        None,
+        &tree,
+        None,
+        &target,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EEXIST) => return already(&target, &record),
+        Err(e) => return Err(failed("rename into", &target, e.into())),
+    }
+    sync_dir(releases)?;
+    Ok(Installed::New(record))
+}
+
+/// An existing version: the same bytes are "already installed", other bytes are refused.
+fn already(target: &Path, record: &Record) -> Result<Installed, Error> {
+    let (_, _, existing) = digest_tree(target)?;
+    if existing == record.tree_sha256 {
+        let installed = read_record(target)?.unwrap_or_else(|| record.clone());
+        return Ok(Installed::Already(installed));
+    }
+    Err(refused(format!(
+        "release {} is already installed at {} with other content (tree sha256 {} against {}); pick another version name",
+        record.version,
+        target.display(),
+        short(&existing),
+        short(&record.tree_sha256)
+    )))
+}
+
+fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(12)]
+}
+
+/// A release's record, if it has one (a release put in by hand has none).
+pub fn read_record(dir: &Path) -> Result<Option<Record>, Error> {
+    crate::host::state::read_json(&dir.join(RECORD_FILE)).map_err(Error::Invalid)
+}
+
+/// Copies the source into `content`; says what kind of source it was.
+fn fill(
+    source: &Path,
+    content: &Path,
+    service: &str,
+    budget: &mut Budget,
+) -> Result<&'static str, Error> {
+    let meta = fs::metadata(source)
+        .map_err(|e| refused(format!("{}: cannot read it: {e}", source.display())))?;
+    let name = source.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if meta.is_dir() {
+        copy_folder(source, source, content, budget)?;
+        return Ok("folder");
+    }
+    if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+        unpack(source, content, budget)?;
+        return Ok("archive");
+    }
+    if !meta.is_file() {
+        return Err(refused(format!(
+            "{}: not a file, a folder or a .tar.gz/.tgz archive",
+            source.display()
+        )));
+    }
+    fs::create_dir(content).map_err(|e| failed("create", content, e))?;
+    copy_file(source, &content.join(service), 0o755, budget)?;
+    Ok("file")
+}
+
+/// The folder to rename in: `content` itself, or its one top folder when the executable is
+/// inside that folder and not at the top (`tar czf app.tgz app/`).
+fn release_root(content: &Path, service: &str) -> PathBuf {
+    if content.join(service).exists() {
+        return content.to_path_buf();
+    }
+    let entries: Vec<PathBuf> = fs::read_dir(content)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    match entries.as_slice() {
+        [only] if only.is_dir() && only.join(service).exists() => only.clone(),
+        _ => content.to_path_buf(),
+    }
+}
+
+/// Counts what a source holds against the limits.
+struct Budget {
+    bytes: u64,
+    entries: usize,
+    max_bytes: u64,
+    max_entries: usize,
+}
+
+impl Budget {
+    /// A budget with the same limits and nothing counted yet.
+    fn of_limits(other: &Budget) -> Budget {
+        Budget {
+            bytes: 0,
+            entries: 0,
+            max_bytes: other.max_bytes,
+            max_entries: other.max_entries,
+        }
+    }
+
+    fn of(request: &Request) -> Budget {
+        Budget {
+            bytes: 0,
+            entries: 0,
+            max_bytes: request.max_bytes,
+            max_entries: request.max_entries,
+        }
+    }
+
+    fn entry(&mut self, what: &Path) -> Result<(), Error> {
+        self.entries += 1;
+        if self.entries > self.max_entries {
+            return Err(refused(format!(
+                "{}: more than {} entries (--max-entries); nothing was installed",
+                what.display(),
+                self.max_entries
+            )));
+        }
+        Ok(())
+    }
+
+    fn bytes(&mut self, n: u64, what: &Path) -> Result<(), Error> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > self.max_bytes {
+            return Err(refused(format!(
+                "{}: more than {} bytes of content (--max-bytes); nothing was installed",
+                what.display(),
+                self.max_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Copies `from` to `to` (created with `mode`), counting its bytes; synced.
+fn copy_file(from: &Path, to: &Path, mode: u32, budget: &mut Budget) -> Result<(), Error> {
+    let mut input = File::open(from).map_err(|e| refused(format!("{}: {e}", from.display())))?;
+    let mut output = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(to)
+        .map_err(|e| failed("create", to, e))?;
+    copy_counted(&mut input, &mut output, from, budget)?;
+    output.sync_all().map_err(|e| failed("sync", to, e))?;
+    // The umask may have taken bits the source had.
+    fs::set_permissions(to, fs::Permissions::from_mode(mode)).map_err(|e| failed("chmod", to, e))
+}
+
+fn copy_counted(
+    input: &mut impl Read,
+    output: &mut impl Write,
+    what: &Path,
+    budget: &mut Budget,
+) -> Result<(), Error> {
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let n = input
+            .read(&mut buffer)
+            .map_err(|e| refused(format!("{}: cannot read: {e}", what.display())))?;
+        if n == 0 {
+            return Ok(());
+        }
+        budget.bytes(n as u64, what)?;
+        output.write_all(&buffer[..n]).map_err(|e| {
+            Error::Failed(format!("cannot write a copy of {}: {e}", what.display()))
+        })?;
+    }
+}
+
+/// Copies a folder whole: files with their modes (set-id bits dropped), folders, and symlinks
+/// that stay inside it.
+fn copy_folder(top: &Path, from: &Path, to: &Path, budget: &mut Budget) -> Result<(), Error> {
+    fs::create_dir(to).map_err(|e| failed("create", to, e))?;
+    let read = |e: std::io::Error| refused(format!("{}: {e}", from.display()));
+    let mut entries: Vec<fs::DirEntry> = fs::read_dir(from)
+        .map_err(read)?
+        .collect::<Result<_, _>>()
+        .map_err(read)?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        budget.entry(&path)?;
+        let target = to.join(entry.file_name());
+        let meta =
+            fs::symlink_metadata(&path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            copy_folder(top, &path, &target, budget)?;
+        } else if kind.is_file() {
+            copy_file(&path, &target, meta.permissions().mode() & 0o777, budget)?;
+        } else if kind.is_symlink() {
+            let link =
+                fs::read_link(&path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
+            let inside = path.strip_prefix(top).unwrap_or(&path);
+            if !stays_inside(inside, &link) {
+                return Err(refused(format!(
+                    "{}: a symlink to {} leads outside the release",
+                    path.display(),
+                    link.display()
+                )));
+            }
+            std::os::unix::fs::symlink(&link, &target).map_err(|e| failed("link", &target, e))?;
+        } else {
+            return Err(refused(format!(
+                "{}: a device, fifo or socket cannot be part of a release",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where an archive entry's path lands inside the release, or why it may not.
+fn entry_path(path: &Path) -> Result<PathBuf, String> {
+    let mut clean = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::Normal(name) => clean.push(name),
+            Component::CurDir => {}
+            Component::ParentDir => return Err("climbs out with `..`".into()),
+            Component::RootDir | Component::Prefix(_) => return Err("is absolute".into()),
+        }
+    }
+    Ok(clean)
+}
+
+/// Whether a link at `at` (inside the release) to `target` stays inside the release.
+fn stays_inside(at: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        return false;
+    }
+    let mut depth: i64 = at.parent().map_or(0, |p| p.components().count() as i64);
+    for part in target.components() {
+        match part {
+            Component::Normal(_) => depth += 1,
+            Component::ParentDir => depth -= 1,
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+        if depth < 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Unpacks a gzip-compressed tar archive into `content`, refusing any hostile entry.
+fn unpack(archive: &Path, content: &Path, budget: &mut Budget) -> Result<(), Error> {
+    let file = File::open(archive).map_err(|e| refused(format!("{}: {e}", archive.display())))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    fs::create_dir(content).map_err(|e| failed("create", content, e))?;
+    let bad = |what: String| {
+        refused(format!(
+            "{}: {what}; nothing was installed",
+            archive.display()
+        ))
+    };
+    let entries = tar
+        .entries()
+        .map_err(|e| bad(format!("not a readable .tar.gz archive ({e})")))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| bad(format!("a truncated or corrupt archive ({e})")))?;
+        let raw = entry
+            .path()
+            .map_err(|e| bad(format!("an entry's name cannot be read ({e})")))?
+            .into_owned();
+        budget.entry(archive)?;
+        let name =
+            entry_path(&raw).map_err(|why| bad(format!("entry `{}` {why}", raw.display())))?;
+        if name.as_os_str().is_empty() {
+            continue;
+        }
+        if name.file_name().is_some_and(|n| n == RECORD_FILE) && name.components().count() <= 2 {
+            return Err(bad(format!(
+                "entry `{}` would replace the release's own {RECORD_FILE}",
+                raw.display()
+            )));
+        }
+        let target = content.join(&name);
+        let kind = entry.header().entry_type();
+        if matches!(
+            kind,
+            tar::EntryType::XGlobalHeader
+                | tar::EntryType::XHeader
+                | tar::EntryType::GNULongName
+                | tar::EntryType::GNULongLink
+        ) {
+            continue;
+        }
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).map_err(|e| failed("create", parent, e))?;
+            refuse_link_in_path(content, parent, archive)?;
+        }
+        match kind {
+            tar::EntryType::Directory => {
+                fs::create_dir_all(&target).map_err(|e| failed("create", &target, e))?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                // Set-id and sticky bits are dropped: a release runs as whoever deploys it.
+                let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+                let mut output = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&target)
+                    .map_err(|_| {
+                        bad(format!(
+                            "entry `{}` appears twice or replaces a folder",
+                            raw.display()
+                        ))
+                    })?;
+                // The header's size is counted before a byte is read: an entry that claims
+                // more than the limit is refused at once.
+                budget.bytes(entry.header().size().unwrap_or(u64::MAX), archive)?;
+                let mut unlimited = Budget {
+                    max_bytes: u64::MAX,
+                    ..Budget::of_limits(budget)
+                };
+                copy_counted(&mut entry, &mut output, archive, &mut unlimited)
+                    .map_err(|e| bad(format!("a truncated or corrupt archive ({e})")))?;
+                output.sync_all().map_err(|e| failed("sync", &target, e))?;
+                fs::set_permissions(&target, fs::Permissions::from_mode(mode))
+                    .map_err(|e| failed("chmod", &target, e))?;
+            }
+            tar::EntryType::Symlink => {
+                let link = entry
+                    .link_name()
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| bad(format!("symlink `{}` has no target", raw.display())))?
+                    .into_owned();
+                if !stays_inside(&name, &link) {
+                    return Err(bad(format!(
+                        "symlink `{}` -> `{}` leads outside the release",
+                        raw.display(),
+                        link.display()
+                    )));
+                }
+                std::os::unix::fs::symlink(&link, &target)
+                    .map_err(|_| bad(format!("entry `{}` appears twice", raw.display())))?;
+            }
+            tar::EntryType::Link => {
+                let link = entry
+                    .link_name()
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| bad(format!("hard link `{}` has no target", raw.display())))?
+                    .into_owned();
+                let source = entry_path(&link).map_err(|why| {
+                    bad(format!(
+                        "hard link `{}` -> `{}` {why}",
+                        raw.display(),
+                        link.display()
+                    ))
+                })?;
+                let source = content.join(source);
+                let meta = fs::symlink_metadata(&source).ok().filter(|m| m.is_file());
+                if meta.is_none() {
+                    return Err(bad(format!(
+                        "hard link `{}` -> `{}` names no file of the release",
+                        raw.display(),
+                        link.display()
+                    )));
+                }
+                refuse_link_in_path(content, source.parent().unwrap_or(content), archive)?;
+                fs::hard_link(&source, &target)
+                    .map_err(|_| bad(format!("entry `{}` appears twice", raw.display())))?;
+            }
+            other => {
+                return Err(bad(format!(
+                    "entry `{}` is a {} (a device, fifo or socket cannot be part of a release)",
+                    raw.display(),
+                    kind_name(other)
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses to write through a symlinked folder: an entry `a/x` after a symlink `a -> ..`
+/// would land outside the release.
+fn refuse_link_in_path(content: &Path, folder: &Path, archive: &Path) -> Result<(), Error> {
+    let mut at = folder.to_path_buf();
+    while at.starts_with(content) && at != content {
+        if fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(refused(format!(
+                "{}: an entry is written through the symlink `{}`; nothing was installed",
+                archive.display(),
+                at.strip_prefix(content).unwrap_or(&at).display()
+            )));
+        }
+        if !at.pop() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn kind_name(kind: tar::EntryType) -> &'static str {
+    match kind {
+        tar::EntryType::Char => "character device",
+        tar::EntryType::Block => "block device",
+        tar::EntryType::Fifo => "fifo",
+        _ => "special entry",
+    }
+}
+
+/// Verifies a signed release's manifest against the root's trust file and the staged files,
+/// then keeps the manifest with the release (as a deploy's admission reads it).
+fn verify_manifest(request: &Request, manifest: &Path, tree: &Path) -> Result<(), Error> {
+    let trust_path = request.root.join(super::TRUST_FILE);
+    let trust: super::Trust = crate::host::state::read_json(&trust_path)
+        .map_err(Error::Invalid)?
+        .ok_or_else(|| {
+            refused(format!(
+                "--manifest is verified against {}, which does not exist",
+                trust_path.display()
+            ))
+        })?;
+    trust
+        .check()
+        .map_err(|e| refused(format!("{}: {e}", trust_path.display())))?;
+    let now = chrono::DateTime::from_timestamp(request.now as i64, 0).unwrap_or_default();
+    let verified = super::verify(manifest, &trust, now, Some(request.service), Some(tree))
+        .map_err(|r| {
+            refused(format!(
+                "{}: refused ({r}); nothing was installed",
+                manifest.display()
+            ))
+        })?;
+    if verified.body.version != request.version {
+        return Err(refused(format!(
+            "{}: the manifest is for version {}, not {}",
+            manifest.display(),
+            verified.body.version,
+            request.version
+        )));
+    }
+    let copy = tree.join(super::MANIFEST_FILE);
+    if copy.exists() {
+        let _ = fs::remove_file(&copy);
+    }
+    let bytes = fs::read(manifest).map_err(|e| refused(format!("{}: {e}", manifest.display())))?;
+    write_synced(&copy, &bytes)
+}
+
+/// Content bytes, regular files, and the tree digest of a release folder (its record aside).
+pub fn digest_tree(dir: &Path) -> Result<(u64, u64, String), Error> {
+    let mut lines = Vec::new();
+    let (mut size, mut files) = (0u64, 0u64);
+    walk(dir, dir, &mut lines, &mut size, &mut files)?;
+    lines.sort();
+    let mut hasher = Sha256::new();
+    for line in &lines {
+        hasher.update(line.as_bytes());
+        hasher.update(b"\n");
+    }
+    Ok((size, files, hex(&hasher.finalize())))
+}
+
+fn walk(
+    top: &Path,
+    dir: &Path,
+    lines: &mut Vec<String>,
+    size: &mut u64,
+    files: &mut u64,
+) -> Result<(), Error> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| Error::Invalid(format!("{}: {e}", dir.display())))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let relative = path
+            .strip_prefix(top)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        if dir == top && (relative == RECORD_FILE || relative.ends_with(".output")) {
+            continue;
+        }
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.is_dir() {
+            lines.push(format!("d {relative} {mode:o}"));
+            walk(top, &path, lines, size, files)?;
+        } else if meta.file_type().is_symlink() {
+            let target = fs::read_link(&path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            lines.push(format!("l {relative} {target}"));
+        } else if meta.is_file() {
+            *size += meta.len();
+            *files += 1;
+            lines.push(format!("f {relative} {mode:o} {}", file_sha256(&path)?));
+        }
+    }
+    Ok(())
+}
+
+pub fn file_sha256(path: &Path) -> Result<String, Error> {
+    let mut file =
+        File::open(path).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buffer)
+            .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| failed("create", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| failed("write", path, e))?;
+    file.sync_all().map_err(|e| failed("sync", path, e))
+}
+
+/// Syncs every folder of a tree (the files were synced as they were written).
+fn sync_tree(dir: &Path) -> Result<(), Error> {
+    for entry in fs::read_dir(dir)
+        .map_err(|e| failed("read", dir, e))?
+        .flatten()
+    {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            sync_tree(&entry.path())?;
+        }
+    }
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| failed("sync", dir, e))
+}
+
+/// Removes staging folders whose installer is gone (a `kill -9` mid-install).
+fn remove_dead_stagings(releases: &Path) {
+    let Ok(entries) = fs::read_dir(releases) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(rest) = name.strip_prefix(STAGING_PREFIX) else {
+            continue;
+        };
+        let pid = rest.rsplit('-').next().and_then(|p| p.parse::<i32>().ok());
+        let alive = pid.is_some_and(|pid| {
+            pid == std::process::id() as i32 || Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if !alive {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
