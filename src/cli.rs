@@ -103,12 +103,16 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
     Deploy {
         /// Service name: the executable's file name under releases/<version>/.
         service: String,
-        /// Port the candidate listens on (127.0.0.1), beside the live release's.
-        new_port: u16,
-        /// Version to deploy: a folder under releases/.
-        new_version: String,
-        /// Readiness deadline in milliseconds (overrides the policy).
-        deadline_ms: Option<u64>,
+        /// `VERSION` (the port taken from --ports), or `PORT VERSION [DEADLINE_MS]`: the port
+        /// the candidate listens on (127.0.0.1) beside the live release's, the version (a
+        /// folder under releases/), and a readiness deadline in milliseconds (over the
+        /// policy's).
+        #[arg(required = true, num_args = 1..=3, value_name = "[PORT] VERSION [DEADLINE_MS]")]
+        positional: Vec<String>,
+        /// Ports to pick the candidate's from when none is given (`8081-8082`: at least two):
+        /// the lowest that is neither the live release's nor its fallback's and is free.
+        #[arg(long, value_name = "A-B")]
+        ports: Option<String>,
         #[command(flatten)]
         target: RootArgs,
         /// Rollout policy (Nickel, or its exported JSON), checked by the contracts first.

@@ -115,9 +115,8 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Webhooks(command) => run_webhooks(command),
         Command::Deploy {
             service,
-            new_port,
-            new_version,
-            deadline_ms,
+            positional,
+            ports,
             target,
             policy,
             policy_entry,
@@ -128,11 +127,22 @@ fn run(command: Command) -> Result<u8, Error> {
             dry_run,
             eval,
         } => {
+            let asked = deploy::Positional::parse(&positional).map_err(Error::Refused)?;
+            let port = match (asked.port, ports) {
+                (Some(port), _) => port,
+                (None, Some(range)) => deploy::choose_port(&target.root, &range)?,
+                (None, None) => {
+                    return Err(Error::Refused(format!(
+                        "no port for {}: give `rollgate deploy {service} PORT {}` or --ports A-B (rollgate picks the one that is not live)",
+                        asked.version, asked.version
+                    )))
+                }
+            };
             let request = deploy::Request {
                 service,
-                port: new_port,
-                version: new_version,
-                deadline_ms,
+                port,
+                version: asked.version,
+                deadline_ms: asked.deadline_ms,
                 root: target.root,
                 policy,
                 policy_entry,

@@ -56,6 +56,84 @@ impl Request {
     }
 }
 
+/// `rollgate deploy SERVICE ...`'s positional words: `VERSION`, or `PORT VERSION
+/// [DEADLINE_MS]` (the form every script written before `--ports` uses).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Positional {
+    pub port: Option<u16>,
+    pub version: String,
+    pub deadline_ms: Option<u64>,
+}
+
+impl Positional {
+    pub fn parse(words: &[String]) -> Result<Positional, String> {
+        let port = |word: &str| {
+            word.parse::<u16>()
+                .map_err(|_| format!("`{word}` is not a port (1 to 65535)"))
+        };
+        match words {
+            [version] => Ok(Positional {
+                port: None,
+                version: version.clone(),
+                deadline_ms: None,
+            }),
+            [p, version] => Ok(Positional {
+                port: Some(port(p)?),
+                version: version.clone(),
+                deadline_ms: None,
+            }),
+            [p, version, deadline] => Ok(Positional {
+                port: Some(port(p)?),
+                version: version.clone(),
+                deadline_ms: Some(
+                    deadline
+                        .parse()
+                        .map_err(|_| format!("`{deadline}` is not a deadline in milliseconds"))?,
+                ),
+            }),
+            _ => Err("give VERSION, or PORT VERSION [DEADLINE_MS]".into()),
+        }
+    }
+}
+
+/// The candidate's port from a range (`A-B`, at least two ports): the lowest that is neither
+/// the live release's nor its fallback's and is free on 127.0.0.1 now, so the same command
+/// deploys release after release, alternating. The deploy checks it again under the lock.
+pub fn choose_port(root: &std::path::Path, range: &str) -> Result<u16, Error> {
+    let (first, last) = crate::engine::settings::parse_ports(range)
+        .map_err(|e| refused(format!("--ports: {e}")))?;
+    if first == last {
+        return Err(refused(format!(
+            "--ports {range} holds one port; give at least two, so the candidate can start beside the live release"
+        )));
+    }
+    let live = Root::new(root.to_path_buf())
+        .read_pointer()
+        .map_err(refused)?;
+    let taken: Vec<u16> = live
+        .iter()
+        .flat_map(|p| std::iter::once(p.port).chain(p.fallback.as_ref().map(|f| f.port)))
+        .collect();
+    (first..=last)
+        .find(|port| !taken.contains(port) && preflight::port_free(*port).is_ok())
+        .ok_or_else(|| {
+            let taken = match taken.as_slice() {
+                [] => String::new(),
+                ports => format!(
+                    " ({} live or kept as the fallback)",
+                    ports
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            refused(format!(
+                "no port of --ports {range} is free{taken}: the others are busy on 127.0.0.1"
+            ))
+        })
+}
+
 /// How a deploy ended; the exit code follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeployOutcome {
