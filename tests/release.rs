@@ -670,3 +670,62 @@ fn a_signed_rollout_raises_the_floor_even_when_a_resume_finishes_it() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(s.floor().unwrap()["sequence"], 15);
 }
+
+/// `release add --manifest` (issue 37): a signed release is verified against the root's trust
+/// file and the staged files before it is renamed in, and deploys; a manifest for another
+/// version, files changed after signing, or a root without a trust file refuse the install.
+#[test]
+fn release_add_with_a_manifest_installs_only_what_verifies() {
+    let signed = SignedSite::new();
+    let root = signed.site.root();
+    let work = tempfile::tempdir().unwrap();
+    let dist = release_dir(work.path());
+    sign(&dist, "v1", 1, &signed.key, &[]);
+    let manifest = dist.join("manifest.json");
+    let add = |version: &str, root: &Path| {
+        rollgate()
+            .args(["release", "add", "edge-svc", version])
+            .arg(&dist)
+            .arg("--root")
+            .arg(root)
+            .arg("--manifest")
+            .arg(&manifest)
+            .output()
+            .unwrap()
+    };
+    let out = add("v1", root);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("releases/v1/release.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["signed"], true);
+    assert_eq!(
+        std::fs::read(root.join("releases/v1/manifest.json")).unwrap(),
+        std::fs::read(&manifest).unwrap()
+    );
+    let out = signed.site.deploy(free_port(), "v1", &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "admitted and promoted: {}",
+        stderr(&out)
+    );
+
+    // The manifest names v1: not good for v2.
+    let out = add("v2", root);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("for version v1"), "{}", stderr(&out));
+    // A file changed after signing: the digest refuses it, and nothing is installed.
+    write(&dist, "edge.conf", "workers = 64\n");
+    let out = add("v1b", root);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("digest"), "{}", stderr(&out));
+    assert!(!root.join("releases/v1b").exists());
+    // A root with no trust file has nothing to verify against.
+    let bare = Site::new();
+    let out = add("v1", bare.root());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("trust.json"), "{}", stderr(&out));
+    assert!(!bare.root().join("releases/v1").exists());
+}
