@@ -633,6 +633,17 @@ content or 100000 entries; a --manifest that does not verify against ROOT/trust.
         #[arg(long, value_name = "N", default_value_t = rollgate::release::install::MAX_ENTRIES)]
         max_entries: usize,
     },
+    /// Every installed release: when, size, digest, signed, config, its last outcome, and
+    /// what it is now (live, fallback, in_flight, last_good, floor, replica).
+    List {
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        /// On a terminal, every column (printed to a pipe the table always has every one).
+        #[arg(long)]
+        wide: bool,
+    },
     /// Make a new P-256 signing key (PKCS#8 PEM, mode 0600) and its public key beside it
     /// (KEY.pub.pem); print its pin. Never overwrites a file.
     Keygen {

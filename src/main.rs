@@ -330,6 +330,17 @@ fn stderr_color() -> bool {
 fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
     let now = chrono::Utc::now();
     let result = match command {
+        ReleaseCommand::List {
+            target,
+            format,
+            wide,
+        } => {
+            return printed(rollgate::commands::releases::list(
+                &target.root,
+                format,
+                Layout::of_stdout(wide),
+            )?)
+        }
         ReleaseCommand::Add {
             service,
             version,

@@ -1,7 +1,8 @@
 //! The commands that drive the engine, one file each: `console` (the page, API and event
 //! stream over roots), `deploy`, `rollout` (and its pause,
 //! resume, abort and status), `rollback`, `escalation` (promote/abort of an escalated deploy),
-//! `watch` (the background watcher of `deploy --no-wait`), `status`, `up`, the `demo`, and the
+//! `watch` (the background watcher of `deploy --no-wait`), `status`, `releases` (`release
+//! list`), `up`, the `demo`, and the
 //! checks the real runs and their dry runs share (`preflight`, `dry_run`).
 
 pub mod console;
@@ -10,6 +11,7 @@ pub mod deploy;
 pub(crate) mod dry_run;
 pub mod escalation;
 pub(crate) mod preflight;
+pub mod releases;
 pub mod rollback;
 pub mod rollout;
 pub mod status;

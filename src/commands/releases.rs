@@ -1,0 +1,289 @@
+//! `rollgate release list`: every installed release of a root, what it is (its record: when,
+//! size, digests, signed, config) and what it is to the root now (live, the watch's fallback, in
+//! flight, the last good one a rollback would go to, the signed floor, running in a replica),
+//! with the last outcome the log has for it.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{refused, Error};
+use crate::host::journal::LogEvent;
+use crate::host::state::Root;
+use crate::release::install::{file_sha256, read_record};
+use crate::render::table::{Cell, Grid, Layout};
+use crate::render::Format;
+
+/// One installed release, as `release list` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Listed {
+    pub version: String,
+    /// Unix seconds: from its record, else the folder's modification time (put in by hand).
+    pub installed_at: Option<f64>,
+    pub size: Option<u64>,
+    pub sha256: Option<String>,
+    pub signed: bool,
+    /// SHA-256 of the release's `env` file, when it has one.
+    pub config: Option<String>,
+    /// The last `promoted` or `rolled_back` the log has for it.
+    pub last_outcome: Option<String>,
+    /// `live`, `fallback`, `in_flight`, `last_good`, `floor`, `replica`.
+    pub marks: Vec<&'static str>,
+}
+
+/// The releases of the root, oldest install first.
+pub fn releases(root: &Path) -> Result<Vec<Listed>, Error> {
+    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
+    let folder = root.0.join("releases");
+    let entries = match std::fs::read_dir(&folder) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(Error::Failed(format!(
+                "cannot read {}: {e}",
+                folder.display()
+            )))
+        }
+    };
+    let pointer = root.read_pointer().map_err(refused)?;
+    let replicas = root.read_replicas().map_err(refused)?;
+    let service = pointer
+        .as_ref()
+        .map(|p| p.service.clone())
+        .or_else(|| replicas.as_ref().map(|set| set.service.clone()));
+    let marks = Marks::of(
+        &root,
+        pointer.as_ref(),
+        replicas.as_ref(),
+        service.as_deref(),
+    )?;
+    let outcomes = last_outcomes(&root)?;
+    let mut listed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        // Staging folders and anything else that is no version are not releases.
+        if crate::host::names::check_name("version", &name).is_err() || !entry.path().is_dir() {
+            continue;
+        }
+        listed.push(describe(
+            &entry.path(),
+            &name,
+            service.as_deref(),
+            &marks,
+            &outcomes,
+        )?);
+    }
+    listed.sort_by(|a, b| {
+        a.installed_at
+            .partial_cmp(&b.installed_at)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.version.cmp(&b.version))
+    });
+    Ok(listed)
+}
+
+fn describe(
+    dir: &Path,
+    version: &str,
+    service: Option<&str>,
+    marks: &Marks,
+    outcomes: &BTreeMap<String, String>,
+) -> Result<Listed, Error> {
+    let record = read_record(dir)?;
+    let executable = record
+        .as_ref()
+        .map(|r| r.service.clone())
+        .or_else(|| service.map(str::to_string))
+        .map(|name| dir.join(name));
+    let sha256 = match (&record, &executable) {
+        (Some(record), _) => Some(record.sha256.clone()),
+        (None, Some(path)) if path.is_file() => file_sha256(path).ok(),
+        _ => None,
+    };
+    let installed_at = record.as_ref().map(|r| r.installed_at).or_else(|| {
+        let modified = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
+        Some(
+            modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64(),
+        )
+    });
+    let env = dir.join("env");
+    Ok(Listed {
+        version: version.to_string(),
+        installed_at,
+        size: record.as_ref().map(|r| r.size),
+        sha256,
+        signed: dir.join(crate::release::MANIFEST_FILE).is_file(),
+        config: env.is_file().then(|| file_sha256(&env).ok()).flatten(),
+        last_outcome: outcomes.get(version).cloned(),
+        marks: marks.of_version(version),
+    })
+}
+
+/// What each version is to the root now.
+struct Marks {
+    live: Option<String>,
+    fallback: Option<String>,
+    in_flight: Option<String>,
+    last_good: Option<String>,
+    floor: Option<String>,
+    replicas: Vec<String>,
+}
+
+impl Marks {
+    fn of(
+        root: &Root,
+        pointer: Option<&crate::host::state::Pointer>,
+        replicas: Option<&crate::host::state::ReplicaSet>,
+        service: Option<&str>,
+    ) -> Result<Marks, Error> {
+        let in_flight = match crate::engine::state::load(root).map_err(refused)? {
+            Some(rollout) if !rollout.is_over() => Some(rollout.to),
+            _ => root.read_candidate().map_err(refused)?.map(|c| c.version),
+        };
+        let live = pointer.map(|p| p.version.clone());
+        let last_good = match (service, &live) {
+            (Some(service), Some(live)) => super::rollback::previous_release(root, service, live)
+                .ok()
+                .map(|e| e.version),
+            _ => None,
+        };
+        Ok(Marks {
+            fallback: pointer
+                .and_then(|p| p.fallback.as_ref())
+                .map(|f| f.version.clone()),
+            live,
+            in_flight,
+            last_good,
+            floor: crate::release::read_floor(&root.0)
+                .map_err(refused)?
+                .map(|f| f.version),
+            replicas: replicas
+                .map(|set| set.replicas.iter().map(|r| r.version.clone()).collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    fn of_version(&self, version: &str) -> Vec<&'static str> {
+        let is = |v: &Option<String>| v.as_deref() == Some(version);
+        let mut marks = Vec::new();
+        for (mark, yes) in [
+            ("live", is(&self.live)),
+            ("fallback", is(&self.fallback)),
+            ("in_flight", is(&self.in_flight)),
+            ("last_good", is(&self.last_good)),
+            ("floor", is(&self.floor)),
+            ("replica", self.replicas.iter().any(|v| v == version)),
+        ] {
+            if yes {
+                marks.push(mark);
+            }
+        }
+        marks
+    }
+}
+
+/// The last outcome (`promoted` or `rolled_back`) of each version in the root's log.
+fn last_outcomes(root: &Root) -> Result<BTreeMap<String, String>, Error> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        event: Option<String>,
+        version: Option<String>,
+    }
+    let path: PathBuf = root.log_path();
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => {
+            return Err(Error::Failed(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let mut last = BTreeMap::new();
+    for line in std::io::BufReader::new(file)
+        .split(b'\n')
+        .map_while(Result::ok)
+    {
+        let Ok(Line {
+            event: Some(event),
+            version: Some(version),
+        }) = serde_json::from_slice::<Line>(&line)
+        else {
+            continue;
+        };
+        if event == LogEvent::Promoted.as_str() || event == LogEvent::RolledBack.as_str() {
+            last.insert(version, event);
+        }
+    }
+    Ok(last)
+}
+
+/// `rollgate release list`, rendered: a table (every column in a pipe) or JSON lines.
+pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error> {
+    let listed = releases(root)?;
+    match format {
+        Format::Json => Ok(listed
+            .iter()
+            .map(|l| serde_json::to_string(l).expect("a listing serializes") + "\n")
+            .collect()),
+        Format::Csv => {
+            let mut out =
+                String::from("version,installed_at,size,sha256,signed,config,last_outcome,marks\n");
+            for l in &listed {
+                out.push_str(&format!(
+                    "{},{},{},{},{},{},{},{}\n",
+                    l.version,
+                    l.installed_at.map_or(String::new(), |t| format!("{t:.3}")),
+                    l.size.map_or(String::new(), |s| s.to_string()),
+                    l.sha256.as_deref().unwrap_or(""),
+                    l.signed,
+                    l.config.as_deref().unwrap_or(""),
+                    l.last_outcome.as_deref().unwrap_or(""),
+                    l.marks.join(" "),
+                ));
+            }
+            Ok(out)
+        }
+        Format::Table => {
+            if listed.is_empty() {
+                return Ok("no releases installed\n".into());
+            }
+            let short = |d: &Option<String>| {
+                d.as_deref()
+                    .map_or("-".into(), |d| d[..d.len().min(12)].to_string())
+            };
+            let mut grid = Grid::new(
+                [
+                    "version",
+                    "installed",
+                    "size",
+                    "sha256",
+                    "signed",
+                    "config",
+                    "last_outcome",
+                    "marks",
+                ],
+                &["version", "installed", "sha256", "last_outcome", "marks"],
+            );
+            for l in &listed {
+                grid.push(vec![
+                    l.version.as_str().into(),
+                    Cell::Time(l.installed_at),
+                    l.size.map_or("-".into(), |s| s.to_string()).into(),
+                    short(&l.sha256).into(),
+                    if l.signed { "yes" } else { "no" }.into(),
+                    short(&l.config).into(),
+                    l.last_outcome.clone().unwrap_or_else(|| "-".into()).into(),
+                    l.marks.join(", ").into(),
+                ]);
+            }
+            Ok(grid.render(layout))
+        }
+    }
+}
