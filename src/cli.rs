@@ -633,6 +633,22 @@ content or 100000 entries; a --manifest that does not verify against ROOT/trust.
         #[arg(long, value_name = "N", default_value_t = rollgate::release::install::MAX_ENTRIES)]
         max_entries: usize,
     },
+    /// Remove the oldest releases beyond the newest N, never one that is live, a fallback, in
+    /// flight, running in a replica, the last good one or the signed floor.
+    #[command(
+        after_help = "Each is renamed out of releases/ first (a hidden name), then deleted: a
+release is never seen half-removed, and what a killed prune left is deleted by the next one."
+    )]
+    Prune {
+        #[command(flatten)]
+        target: RootArgs,
+        /// How many of the newest releases to keep (whatever they are).
+        #[arg(long, value_name = "N", default_value_t = rollgate::defaults::KEEP_RELEASES)]
+        keep: usize,
+        /// Say what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Every installed release: when, size, digest, signed, config, its last outcome, and
     /// what it is now (live, fallback, in_flight, last_good, floor, replica).
     List {

@@ -108,6 +108,14 @@ pub const EVAL_MAX_FILE_BYTES: u64 = 10 << 20;
 /// The port a release listens on in a Kubernetes or Argo export (`--port`).
 pub const EXPORT_PORT: u16 = 8080;
 
+/// `release prune`: how many of the newest releases are kept whatever they are (Capistrano and
+/// Kamal keep 5 too); older ones go unless live, a fallback, in flight, in a replica, the last
+/// good one or the floor.
+pub const KEEP_RELEASES: usize = 5;
+/// `release add`: the most content (uncompressed) a release may hold, and the most entries.
+pub const RELEASE_MAX_BYTES: u64 = 2 << 30;
+pub const RELEASE_MAX_ENTRIES: usize = 100_000;
+
 /// The contract's range of each bounded policy field, as `contracts/rollout-policy.ncl` has it.
 pub const POLICY_RANGES: [(&str, u64, u64); 11] = [
     ("progress_deadline_ms", 100, 600_000),

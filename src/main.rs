@@ -341,6 +341,14 @@ fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
                 Layout::of_stdout(wide),
             )?)
         }
+        ReleaseCommand::Prune {
+            target,
+            keep,
+            dry_run,
+        } => {
+            let pruned = rollgate::commands::releases::prune(&target.root, keep, dry_run)?;
+            return printed(rollgate::commands::releases::said(&pruned, dry_run));
+        }
         ReleaseCommand::Add {
             service,
             version,

@@ -135,3 +135,153 @@ fn a_replica_roots_releases_are_marked_as_running_in_a_replica() {
         "{listed:?}"
     );
 }
+
+/// Installs `version` of the sample service with `release add` (extra arguments to it).
+fn install(site: &Site, dir: &std::path::Path, version: &str, args: &str) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let exe = write(
+        dir,
+        version,
+        &format!("#!/bin/sh\nexec '{}' sample-service{args}\n", bin.display()),
+    );
+    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = rollgate()
+        .args(["release", "add", "edge-svc", version])
+        .arg(&exe)
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn installed(site: &Site) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(site.root().join("releases"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 37.5: thirty deploys, then `release prune --keep 3`: the three newest stay, and of the
+/// older ones only those the root still needs (the live one, the last good one); never one
+/// that runs. `--dry-run` removes nothing.
+#[test]
+fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
+    let site = Site::new();
+    let work = tempfile::tempdir().unwrap();
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    for n in 1..=30 {
+        let version = format!("v{n:02}");
+        install(&site, work.path(), &version, "");
+        let out = rollgate()
+            .args(["deploy", "edge-svc", &version, "--ports", &ports, "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
+    }
+    // Two more installed after the live one, never deployed: the newest three are v31, v32
+    // and the live v30; v29 is the last good one.
+    install(&site, work.path(), "v31", "");
+    install(&site, work.path(), "v32", "");
+    let prune = |extra: &[&str]| {
+        rollgate()
+            .args(["release", "prune", "--keep", "3", "--root"])
+            .arg(site.root())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = prune(&["--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("would remove: v01 v02"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("kept v29: last_good"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(installed(&site).len(), 32, "a dry run removes nothing");
+    let out = prune(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(installed(&site), ["v29", "v30", "v31", "v32"]);
+    assert_eq!(site.pointer().unwrap()["version"], "v30");
+    let live = site.live_pid().unwrap();
+    assert!(alive(live), "the live release runs on");
+    // And a rollback still has somewhere to go.
+    let out = rollgate()
+        .args(["rollback", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v29");
+}
+
+/// A prune killed at any moment leaves every version it did not finish removing whole (its
+/// tree digest is its record's), and the next prune finishes the job.
+#[test]
+fn a_prune_killed_at_any_moment_leaves_nothing_half_removed() {
+    let site = Site::new();
+    let work = tempfile::tempdir().unwrap();
+    let folder = work.path().join("big");
+    std::fs::create_dir_all(folder.join("data")).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    write(
+        &folder,
+        "edge-svc",
+        &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
+    );
+    std::fs::set_permissions(
+        folder.join("edge-svc"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for i in 0..150 {
+        write(&folder, &format!("data/f{i}"), "x");
+    }
+    for round in 0..6u64 {
+        for n in 0..4 {
+            let out = rollgate()
+                .args(["release", "add", "edge-svc", &format!("r{round}-{n}")])
+                .arg(&folder)
+                .arg("--root")
+                .arg(site.root())
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        let mut child = std::process::Command::new(&bin)
+            .args(["release", "prune", "--keep", "0", "--root"])
+            .arg(site.root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(round * 15));
+        send_signal(child.id() as i32, 9);
+        let _ = child.wait();
+        for name in installed(&site).iter().filter(|n| !n.starts_with('.')) {
+            // Whole: its record and every one of its files are there.
+            let dir = site.root().join("releases").join(name);
+            assert!(dir.join("release.json").is_file(), "{name} lost its record");
+            assert!(dir.join("edge-svc").is_file(), "{name} lost its executable");
+            let files = std::fs::read_dir(dir.join("data")).map_or(0, |d| d.count());
+            assert_eq!(files, 150, "{name} is half-removed");
+        }
+    }
+    let out = rollgate()
+        .args(["release", "prune", "--keep", "0", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(installed(&site).is_empty(), "{:?}", installed(&site));
+}

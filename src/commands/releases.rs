@@ -287,3 +287,54 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
         }
     }
 }
+
+/// What `release prune` removed (or, dry, would remove), and what it kept for a reason.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Pruned {
+    pub removed: Vec<String>,
+    /// Older than the newest `keep`, kept all the same: (version, why).
+    pub protected: Vec<(String, String)>,
+}
+
+/// `rollgate release prune --keep N [--dry-run]`: keeps the newest `keep` releases and every
+/// older one that is live, a fallback, in flight, running in a replica, the last good one or
+/// the floor; removes the rest, oldest first, each crash-safely (renamed out of `releases/`
+/// first). Under the root's lock, so no deploy picks a release while it goes.
+pub fn prune(root: &Path, keep: usize, dry_run: bool) -> Result<Pruned, Error> {
+    let state = Root::existing(root.to_path_buf()).map_err(refused)?;
+    let _lock = crate::host::lock::acquire(&state.lock_path()).map_err(refused)?;
+    let folder = state.0.join("releases");
+    if !dry_run {
+        crate::release::install::remove_dead_stagings(&folder);
+    }
+    let listed = releases(root)?;
+    let older = listed.len().saturating_sub(keep);
+    let mut pruned = Pruned::default();
+    for release in &listed[..older] {
+        if release.marks.is_empty() {
+            if !dry_run {
+                crate::release::install::remove(&folder, &release.version)?;
+            }
+            pruned.removed.push(release.version.clone());
+        } else {
+            pruned
+                .protected
+                .push((release.version.clone(), release.marks.join(", ")));
+        }
+    }
+    Ok(pruned)
+}
+
+/// What `release prune` says.
+pub fn said(pruned: &Pruned, dry_run: bool) -> String {
+    let mut out = String::new();
+    let verb = if dry_run { "would remove" } else { "removed" };
+    match pruned.removed.as_slice() {
+        [] => out.push_str("nothing to remove\n"),
+        versions => out.push_str(&format!("{verb}: {}\n", versions.join(" "))),
+    }
+    for (version, why) in &pruned.protected {
+        out.push_str(&format!("kept {version}: {why}\n"));
+    }
+    out
+}

@@ -25,9 +25,9 @@ use crate::error::Error;
 use crate::host::names::check_name;
 
 /// The most content an installed release may hold (uncompressed): 2 GiB.
-pub const MAX_BYTES: u64 = 2 << 30;
+pub const MAX_BYTES: u64 = crate::defaults::RELEASE_MAX_BYTES;
 /// The most entries (files, folders, links) an archive may hold.
-pub const MAX_ENTRIES: usize = 100_000;
+pub const MAX_ENTRIES: usize = crate::defaults::RELEASE_MAX_ENTRIES;
 /// Each release's record of itself.
 pub const RECORD_FILE: &str = "release.json";
 /// Staging folders' names begin with this (a dot: never a version).
@@ -716,14 +716,33 @@ fn sync_dir(dir: &Path) -> Result<(), Error> {
         .map_err(|e| failed("sync", dir, e))
 }
 
-/// Removes staging folders whose installer is gone (a `kill -9` mid-install).
-fn remove_dead_stagings(releases: &Path) {
+/// Folders being removed begin with this (a dot: no longer a version the moment they are named so).
+const REMOVING_PREFIX: &str = ".removing-";
+
+/// Removes an installed release crash-safely: it is first renamed to a hidden name (from that
+/// moment no deploy or listing sees it, and no one sees it half-removed), then deleted. A
+/// removal cut short leaves only the hidden folder, which the next `release add` or `prune`
+/// deletes.
+pub fn remove(releases: &Path, version: &str) -> Result<(), Error> {
+    check_name("version", version).map_err(refused)?;
+    let from = releases.join(version);
+    let hidden = releases.join(format!("{REMOVING_PREFIX}{version}-{}", std::process::id()));
+    fs::rename(&from, &hidden).map_err(|e| failed("rename out", &from, e))?;
+    sync_dir(releases)?;
+    fs::remove_dir_all(&hidden).map_err(|e| failed("remove", &hidden, e))
+}
+
+/// Removes what a dead installer staged or a dead removal left (a `kill -9` mid-way).
+pub fn remove_dead_stagings(releases: &Path) {
     let Ok(entries) = fs::read_dir(releases) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        let Some(rest) = name.strip_prefix(STAGING_PREFIX) else {
+        let Some(rest) = name
+            .strip_prefix(STAGING_PREFIX)
+            .or_else(|| name.strip_prefix(REMOVING_PREFIX))
+        else {
             continue;
         };
         let pid = rest.rsplit('-').next().and_then(|p| p.parse::<i32>().ok());
