@@ -73,6 +73,12 @@ ROOT/webhooks.json lists the endpoints:
                   \"secret\": \"whsec_...\", \"events\": [\"promoted\", \"rolled_back\"]}]}"
     )]
     Webhooks(WebhooksCommand),
+    /// A release's configuration: show it, compare two, or change it (a new release, gated).
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// The root's secrets (ROOT/secrets/, 0600): set from standard input, list, remove.
+    #[command(subcommand)]
+    Secret(SecretCommand),
     /// Answer questions from deploy logs (JSON lines: ts, event, version, detail).
     #[command(
         subcommand,
@@ -859,4 +865,78 @@ pub struct EvalArgs {
     /// file the CI job can (`import "/proc/self/environ" as 'Text`) and print it.
     #[arg(long)]
     pub allow_import_anywhere: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// The live (or named) release's env, secrets by name only.
+    Show {
+        service: String,
+        version: Option<String>,
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// What changed from release A's config to B's.
+    Diff {
+        service: String,
+        a: String,
+        b: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// Make a new release from the live one with this config change (named e.g. v2+c1,
+    /// printed), then deploy it through the gate (a rollout on a replica root).
+    #[command(after_help = "Examples:
+  rollgate config set edge-svc LOG_LEVEL=debug --root /srv/edge --ports 8081-8082
+  rollgate config set edge-svc --secret API_TOKEN=api-token --root /srv/edge --ports 8081-8082
+  rollgate config set edge-svc --unset LOG_LEVEL --no-deploy --root /srv/edge
+
+The executable and every other file are shared with the live release by hard links; the new
+release has its own env and secrets files. A config that makes the release fail its gate rolls
+back on its own, the old config still serving; `rollgate rollback` brings the old config back
+exactly, because it is the old release.")]
+    Set {
+        service: String,
+        /// KEY=VALUE pairs to set.
+        #[arg(value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Remove a variable (repeatable).
+        #[arg(long, value_name = "KEY")]
+        unset: Vec<String>,
+        /// KEY gets the value of the root's secret NAME (repeatable).
+        #[arg(long, value_name = "KEY=NAME")]
+        secret: Vec<String>,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Ports to pick the candidate's from (as for `deploy`; a replica root keeps its own).
+        #[arg(long, value_name = "A-B")]
+        ports: Option<String>,
+        /// The root's policy, as for `deploy` and `rollout`.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Only make the release; deploy nothing.
+        #[arg(long)]
+        no_deploy: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Set NAME to the value read from standard input (never from the command line).
+    Set {
+        name: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// The secrets' names and when each was set.
+    List {
+        #[command(flatten)]
+        target: RootArgs,
+    },
+    /// Remove a secret.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use cli::{
-    Cli, Command, EvalArgs, FleetCommand, LogCommand, PolicyCommand, ReadArgs, ReleaseCommand,
-    RolloutArgs, RolloutCommand, WebhooksCommand,
+    Cli, Command, ConfigCommand, EvalArgs, FleetCommand, LogCommand, PolicyCommand, ReadArgs,
+    ReleaseCommand, RolloutArgs, RolloutCommand, SecretCommand, WebhooksCommand,
 };
 use policy::EvalOptions;
 
@@ -113,6 +113,8 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Release(command) => run_release(command),
         Command::Fleet(command) => run_fleet(command),
         Command::Webhooks(command) => run_webhooks(command),
+        Command::Config(command) => run_config(command),
+        Command::Secret(command) => run_secret(command),
         Command::Deploy {
             service,
             positional,
@@ -505,6 +507,85 @@ fn run_rollout(args: RolloutArgs) -> Result<u8, Error> {
         None => rollout_request(args).and_then(rollout::rollout),
     };
     Ok(rollout_ended(result?))
+}
+
+fn run_secret(command: SecretCommand) -> Result<u8, Error> {
+    use rollgate::commands::secret;
+    printed(match command {
+        SecretCommand::Set { name, target } => {
+            secret::set(&target.root, &name, &mut std::io::stdin().lock())?
+        }
+        SecretCommand::List { target } => secret::list(&target.root)?,
+        SecretCommand::Rm { name, target } => secret::remove(&target.root, &name)?,
+    })
+}
+
+/// `rollgate config ...`. `set` prints the new release's version on stdout, then deploys it
+/// (its outcome as `deploy` or `rollout` says it).
+fn run_config(command: ConfigCommand) -> Result<u8, Error> {
+    use rollgate::commands::config;
+    match command {
+        ConfigCommand::Show {
+            version, target, ..
+        } => printed(config::show(&target.root, version.as_deref())?),
+        ConfigCommand::Diff { a, b, target, .. } => printed(config::diff(&target.root, &a, &b)?),
+        ConfigCommand::Set {
+            service,
+            sets,
+            unset,
+            secret,
+            target,
+            ports,
+            policy,
+            no_deploy,
+        } => {
+            let change = config::Change::parse(&sets, &unset, &secret)?;
+            let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+            let (from, version) = config::make_release(&target.root, &service, &change, now)?;
+            print(&format!("{version}\n"));
+            eprintln!("rollgate: {version} made from {from} with the config change");
+            if no_deploy {
+                return Ok(error::SUCCESS);
+            }
+            let replicas = rollgate::host::state::Root::new(target.root.clone())
+                .read_replicas()
+                .map_err(Error::Refused)?
+                .is_some();
+            if replicas {
+                let request = rollout::Request {
+                    service,
+                    version,
+                    root: target.root,
+                    policy,
+                    policy_entry: None,
+                    eval: policy::EvalOptions::default(),
+                    args: settings::Args::default(),
+                };
+                return Ok(rollout_ended(rollout::rollout(request)?));
+            }
+            let range = ports.ok_or_else(|| {
+                Error::Refused(format!(
+                    "{version} is made; to deploy it give --ports A-B (or `rollgate deploy {service} PORT {version}`)"
+                ))
+            })?;
+            let port = deploy::choose_port(&target.root, &range)?;
+            let request = deploy::Request {
+                service,
+                port,
+                version,
+                deadline_ms: None,
+                root: target.root,
+                policy,
+                policy_entry: None,
+                grace_ms: None,
+                drain_ms: None,
+                watch_ms: None,
+                no_wait: false,
+                eval: policy::EvalOptions::default(),
+            };
+            Ok(deploy_ended(deploy::deploy(request)?))
+        }
+    }
 }
 
 /// A rollout command's outcome on stdout, exit 0/1/3 as it says.

@@ -5,6 +5,7 @@
 //! list`), `up`, the `demo`, and the
 //! checks the real runs and their dry runs share (`preflight`, `dry_run`).
 
+pub mod config;
 pub mod console;
 pub mod demo;
 pub mod deploy;
@@ -14,6 +15,7 @@ pub(crate) mod preflight;
 pub mod releases;
 pub mod rollback;
 pub mod rollout;
+pub mod secret;
 pub mod status;
 pub mod up;
 pub mod watch;

@@ -150,6 +150,7 @@ async fn start(
         notify: socket
             .as_ref()
             .map(|s| (s.address(), live.probe.watchdog())),
+        secrets: &crate::host::config::secrets_dir(&root.0),
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);
@@ -170,7 +171,9 @@ async fn start(
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
-                let tail = process::tail(&output, 2);
+                // The release's words, with no secret value of the root in them.
+                let secrets = crate::host::config::known_values(&crate::host::config::secrets_dir(&root.0));
+                let tail = crate::host::config::redact(&process::tail(&output, 2), &secrets);
                 return Err(format!("exited with {status} before it was ready{}",
                     if tail.is_empty() { String::new() } else { format!("; output: {tail}") }));
             }

@@ -406,6 +406,7 @@ impl Executor {
                     token: &token,
                     slot: self.behaviour.numbered_replicas.then_some(slot),
                     notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
+                    secrets: &crate::host::config::secrets_dir(&root.0),
                 })?;
                 Ok((child, socket))
             });

@@ -151,8 +151,24 @@ pub fn now() -> f64 {
 
 /// Appends one line. `O_APPEND` keeps concurrent writers' lines whole; the fsync makes the line
 /// survive a crash that follows.
+///
+/// No secret value of the root is ever written: a detail that quotes a release's output (one
+/// that printed its environment as it failed) has every known value replaced by `[secret]`.
 pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(entry).expect("entries serialize");
+    let line = serde_json::to_string(entry).expect("entries serialize");
+    let secrets = path
+        .parent()
+        .map(|root| crate::host::config::known_values(&crate::host::config::secrets_dir(root)))
+        .unwrap_or_default();
+    // Each value as it stands in the text and as JSON escapes it.
+    let forms: Vec<String> = secrets
+        .iter()
+        .flat_map(|v| {
+            let escaped = serde_json::to_string(v).expect("a string serializes");
+            [v.clone(), escaped[1..escaped.len() - 1].to_string()]
+        })
+        .collect();
+    let mut line = crate::host::config::redact(&line, &forms).into_bytes();
     line.push(b'\n');
     let mut file = crate::host::state::open_append(path)?;
     file.write_all(&line)?;

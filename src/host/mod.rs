@@ -1,8 +1,10 @@
 //! The host: what rollgate touches on one machine, below the engine and the commands. A root's
 //! files and their formats (`state`), the deploy log (`journal`), the lock, signals, processes,
-//! probes (and readiness by notification), hooks, names. Nothing here knows about rollouts, deploys or commands; a test reads
+//! probes (and readiness by notification), hooks, names, a release's own configuration
+//! (`config`: its env file and secrets). Nothing here knows about rollouts, deploys or commands; a test reads
 //! the `use crate::...` lines of every layer to keep it that way.
 
+pub mod config;
 pub mod hooks;
 pub mod journal;
 pub mod lock;

@@ -212,6 +212,8 @@ pub struct Launch<'a> {
     pub slot: Option<usize>,
     /// Readiness by notification: the socket's address and the watchdog interval, if any.
     pub notify: Option<(&'a str, Option<Duration>)>,
+    /// The root's secrets folder, where the release's `secrets` map finds its values.
+    pub secrets: &'a Path,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -224,7 +226,13 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .create(true)
         .append(true)
         .open(launch.output)?;
+    // The release's own configuration first (its env file, then its secrets' values): a
+    // release that cannot be configured does not start, and the reason names file and line.
+    let config = super::config::Config::of_release(launch.workdir)
+        .and_then(|config| config.resolve(launch.secrets))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
     let mut command = tokio::process::Command::new(launch.executable);
+    command.envs(config);
     command
         .current_dir(launch.workdir)
         .env("PORT", launch.port.to_string())

@@ -174,6 +174,102 @@ fn stage_and_rename(
     Ok(Installed::New(record))
 }
 
+/// A new release made from an installed one (`config set`): every file of `from` hard-linked
+/// (the executable is shared, not copied), its folders made anew, `replace`d files written in
+/// their place (an empty text: the file left out), its own record; staged and renamed in as
+/// `add` does, so it too is absent or whole.
+pub fn derive(
+    root: &Path,
+    service: &str,
+    from: &str,
+    version: &str,
+    replace: &[(&str, String)],
+    now: f64,
+) -> Result<Record, Error> {
+    check_name("version", version).map_err(refused)?;
+    let releases = root.join("releases");
+    let source = releases.join(from);
+    remove_dead_stagings(&releases);
+    let staging = releases.join(format!("{STAGING_PREFIX}{version}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&staging);
+    let tree = staging.join("content");
+    let result = (|| {
+        fs::create_dir_all(&tree).map_err(|e| failed("create", &tree, e))?;
+        let skipped: Vec<&str> = replace
+            .iter()
+            .map(|(name, _)| *name)
+            .chain([RECORD_FILE])
+            .collect();
+        link_tree(&source, &source, &tree, &skipped)?;
+        for (name, text) in replace.iter().filter(|(_, text)| !text.is_empty()) {
+            write_synced(&tree.join(name), text.as_bytes())?;
+        }
+        let executable = tree.join(service);
+        let (size, files, tree_sha256) = digest_tree(&tree)?;
+        let record = Record {
+            service: service.into(),
+            version: version.into(),
+            installed_at: now,
+            source: format!("config set from {from}"),
+            kind: "config".into(),
+            size,
+            files,
+            sha256: file_sha256(&executable)?,
+            tree_sha256,
+            signed: tree.join(super::MANIFEST_FILE).is_file(),
+        };
+        let text = serde_json::to_string_pretty(&record).expect("a record serializes") + "\n";
+        write_synced(&tree.join(RECORD_FILE), text.as_bytes())?;
+        sync_tree(&tree)?;
+        let target = releases.join(version);
+        nix::fcntl::renameat2(
+            None,
+            &tree,
+            None,
+            &target,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| failed("rename into", &target, e.into()))?;
+        sync_dir(&releases)?;
+        Ok(record)
+    })();
+    let _ = fs::remove_dir_all(&staging);
+    result
+}
+
+/// Hard-links every file of `from` into `to` (folders made, symlinks copied), leaving out the
+/// top-level names in `skipped` and the release's `*.output` files.
+fn link_tree(top: &Path, from: &Path, to: &Path, skipped: &[&str]) -> Result<(), Error> {
+    for entry in fs::read_dir(from)
+        .map_err(|e| failed("read", from, e))?
+        .flatten()
+    {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().to_string();
+        if from == top
+            && (skipped.contains(&name.as_str())
+                || name.ends_with(".output")
+                || name.contains(".output."))
+        {
+            continue;
+        }
+        let target = to.join(&name);
+        let meta = fs::symlink_metadata(&path).map_err(|e| failed("read", &path, e))?;
+        if meta.is_dir() {
+            fs::create_dir(&target).map_err(|e| failed("create", &target, e))?;
+            fs::set_permissions(&target, meta.permissions())
+                .map_err(|e| failed("chmod", &target, e))?;
+            link_tree(top, &path, &target, skipped)?;
+        } else if meta.file_type().is_symlink() {
+            let link = fs::read_link(&path).map_err(|e| failed("read", &path, e))?;
+            std::os::unix::fs::symlink(&link, &target).map_err(|e| failed("link", &target, e))?;
+        } else if meta.is_file() {
+            fs::hard_link(&path, &target).map_err(|e| failed("link", &target, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// An existing version: the same bytes are "already installed", other bytes are refused.
 fn already(target: &Path, record: &Record) -> Result<Installed, Error> {
     let (_, _, existing) = digest_tree(target)?;

@@ -1,0 +1,328 @@
+//! A release's own configuration: `releases/VERSION/env` (its variables) and
+//! `releases/VERSION/secrets` (`KEY=NAME`: the variable KEY gets the value of the root's secret
+//! NAME, `ROOT/secrets/NAME`). Both belong to the release, so every start of it gets exactly
+//! them, and a rollback brings the old configuration back because it *is* the old release.
+//!
+//! The env file has systemd's `EnvironmentFile=` syntax: one `KEY=VALUE` a line; blank lines and
+//! lines starting with `#` or `;` are comments; a value may be in double quotes (with `\"`,
+//! `\\`, `\n`, `\t` escapes) or single quotes (taken as written); an unquoted value is trimmed; a
+//! line ending in `\` goes on on the next line. Nothing is expanded (`$HOME` stays `$HOME`).
+//! Anything else is refused, naming the file and the line.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The file of a release's variables, and the file mapping its variables to secrets.
+pub const ENV_FILE: &str = "env";
+pub const SECRETS_FILE: &str = "secrets";
+/// The root's folder of secret values, one file each, mode 0600 in a 0700 folder.
+pub const SECRETS_DIR: &str = "secrets";
+
+/// Variables rollgate sets itself: a release's env may not set them.
+const RESERVED: &[&str] = &[
+    "PORT",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+];
+
+/// Why a release's configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// A release's configuration as a process gets it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// From the env file, by name (a later line for the same name wins).
+    pub variables: BTreeMap<String, String>,
+    /// KEY -> secret NAME, from the secrets file.
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl Config {
+    /// The release folder's configuration (empty when it has neither file).
+    pub fn of_release(dir: &Path) -> Result<Config, ConfigError> {
+        let variables = match read_optional(&dir.join(ENV_FILE))? {
+            Some(text) => parse_env(&dir.join(ENV_FILE), &text)?,
+            None => BTreeMap::new(),
+        };
+        let secrets = match read_optional(&dir.join(SECRETS_FILE))? {
+            Some(text) => parse_secret_map(&dir.join(SECRETS_FILE), &text)?,
+            None => BTreeMap::new(),
+        };
+        Ok(Config { variables, secrets })
+    }
+
+    /// Every variable with its value, the secrets' read from `secrets_dir` (refused when one is
+    /// missing or the folder or file is readable by group or others).
+    pub fn resolve(&self, secrets_dir: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+        let mut all: Vec<(String, String)> = self
+            .variables
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !self.secrets.is_empty() {
+            check_private(secrets_dir, 0o077, "folder")?;
+        }
+        for (key, name) in &self.secrets {
+            all.push((key.clone(), read_secret(secrets_dir, name)?));
+        }
+        Ok(all)
+    }
+
+    /// A digest of the configuration: the env file's variables and the secrets' *names*, never
+    /// their values (what `log history` shows, so two releases' configs can be told apart).
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for (key, value) in &self.variables {
+            hasher.update(format!("{key}={value}\n").as_bytes());
+        }
+        for (key, name) in &self.secrets {
+            hasher.update(format!("{key}=secret:{name}\n").as_bytes());
+        }
+        hasher
+            .finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| ConfigError(format!("{}: not UTF-8 text", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError(format!("cannot read {}: {e}", path.display()))),
+    }
+}
+
+/// A variable's name as a shell and systemd accept it.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let mut chars = key.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "`{}` is not a variable name (a letter or `_`, then letters, digits, `_`)",
+            key.escape_debug()
+        ));
+    }
+    if RESERVED.contains(&key) || key.starts_with("ROLLGATE_") {
+        return Err(format!("{key} is set by rollgate itself"));
+    }
+    Ok(())
+}
+
+/// Parses an env file's text (see the module's comment).
+pub fn parse_env(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut variables = BTreeMap::new();
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((index, line)) = lines.next() {
+        let number = index + 1;
+        let at = |why: String| ConfigError(format!("{}:{number}: {why}", path.display()));
+        let mut line = line.to_string();
+        // A trailing backslash joins the next line (outside quotes, as systemd does).
+        while line.ends_with('\\') && !line.trim_start().starts_with(['#', ';']) {
+            line.pop();
+            match lines.next() {
+                Some((_, next)) => line.push_str(next),
+                None => break,
+            }
+        }
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with(';') {
+            continue;
+        }
+        let (key, value) = trimmed
+            .split_once('=')
+            .ok_or_else(|| at("not KEY=VALUE".into()))?;
+        let key = key.trim();
+        check_key(key).map_err(at)?;
+        variables.insert(
+            key.to_string(),
+            parse_value(value.trim_start()).map_err(at)?,
+        );
+    }
+    Ok(variables)
+}
+
+fn parse_value(value: &str) -> Result<String, String> {
+    let Some(quote) = value.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+        if value.contains('\0') {
+            return Err("a value may not hold a NUL byte".into());
+        }
+        return Ok(value.trim_end().to_string());
+    };
+    let mut out = String::new();
+    let mut chars = value[1..].chars();
+    loop {
+        match chars.next() {
+            None => return Err(format!("the value's {quote} is never closed")),
+            Some(c) if c == quote => break,
+            Some('\\') if quote == '"' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some(c @ ('"' | '\\' | '$' | '`')) => out.push(c),
+                Some(c) => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                None => return Err("the value ends inside an escape".into()),
+            },
+            Some(c) => out.push(c),
+        }
+    }
+    let rest = chars.as_str().trim();
+    if !rest.is_empty() && !rest.starts_with('#') {
+        return Err(format!("`{rest}` after the closing quote"));
+    }
+    Ok(out)
+}
+
+/// Parses a release's secrets file: `KEY=NAME` lines (comments as in the env file).
+pub fn parse_secret_map(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut map = BTreeMap::new();
+    for (index, line) in text.lines().enumerate() {
+        let at = |why: String| ConfigError(format!("{}:{}: {why}", path.display(), index + 1));
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with(';') {
+            continue;
+        }
+        let (key, name) = trimmed
+            .split_once('=')
+            .ok_or_else(|| at("not KEY=SECRET_NAME".into()))?;
+        check_key(key.trim()).map_err(at)?;
+        check_secret_name(name.trim()).map_err(at)?;
+        map.insert(key.trim().to_string(), name.trim().to_string());
+    }
+    Ok(map)
+}
+
+/// A secret's name becomes a file name under `ROOT/secrets/`.
+pub fn check_secret_name(name: &str) -> Result<(), String> {
+    crate::host::names::check_name("secret", name)
+}
+
+/// Refuses a secrets folder or file that group or others can read or write.
+fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), ConfigError> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        ConfigError(format!(
+            "the secrets {what} {} cannot be read: {e} (set one with `rollgate secret set`)",
+            path.display()
+        ))
+    })?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & forbidden != 0 {
+        return Err(ConfigError(format!(
+            "the secrets {what} {} is mode {mode:o}: readable beyond its owner; chmod go-rwx it",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A secret's value (refused when missing or not private).
+pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {
+    check_secret_name(name).map_err(ConfigError)?;
+    let path = secrets_dir.join(name);
+    if !path.is_file() {
+        return Err(ConfigError(format!(
+            "the secret {name} is not set ({} is missing; `rollgate secret set {name}`)",
+            path.display()
+        )));
+    }
+    check_private(&path, 0o077, "file")?;
+    let bytes = std::fs::read(&path)
+        .map_err(|e| ConfigError(format!("cannot read the secret {name}: {e}")))?;
+    String::from_utf8(bytes)
+        .map_err(|_| ConfigError(format!("the secret {name} is not UTF-8 text")))
+}
+
+/// Every secret value of the root (for redacting them from quoted output), longest first.
+pub fn known_values(secrets_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(secrets_dir) else {
+        return Vec::new();
+    };
+    let mut values: Vec<String> = entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|v| v.len() >= 4)
+        .collect();
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values
+}
+
+/// `text` with every known secret value replaced by `[secret]`.
+pub fn redact(text: &str, values: &[String]) -> String {
+    let mut out = text.to_string();
+    for value in values {
+        if out.contains(value.as_str()) {
+            out = out.replace(value.as_str(), "[secret]");
+        }
+    }
+    out
+}
+
+/// Where a root's secrets are.
+pub fn secrets_dir(root: &Path) -> PathBuf {
+    root.join(SECRETS_DIR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+        parse_env(Path::new("env"), text)
+    }
+
+    #[test]
+    fn systemd_environment_file_syntax() {
+        let got = parse(
+            "# a comment\n; another\n\nA=1\n  B = two words  \nC=\"quoted \\\"x\\\" \\n$HOME\"\nD='single $HOME'\nE=long\\\nline\nF=\n",
+        )
+        .unwrap();
+        assert_eq!(got["A"], "1");
+        assert_eq!(got["B"], "two words");
+        assert_eq!(got["C"], "quoted \"x\" \n$HOME");
+        assert_eq!(got["D"], "single $HOME");
+        assert_eq!(got["E"], "longline");
+        assert_eq!(got["F"], "");
+    }
+
+    #[test]
+    fn what_cannot_be_parsed_is_refused_naming_file_and_line() {
+        for (text, line, why) in [
+            ("A=1\njust words\n", 2, "not KEY=VALUE"),
+            ("1A=x\n", 1, "not a variable name"),
+            ("A=\"open\n", 1, "never closed"),
+            ("A=\"x\" y\n", 1, "after the closing quote"),
+            ("PORT=80\n", 1, "set by rollgate"),
+            ("ROLLGATE_VERSION=x\n", 1, "set by rollgate"),
+        ] {
+            let e = parse(text).unwrap_err().0;
+            assert!(e.starts_with(&format!("env:{line}: ")), "{text:?}: {e}");
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn redaction_replaces_every_known_value() {
+        let values = vec!["s3cr3t-value".to_string()];
+        assert_eq!(
+            redact("env: TOKEN=s3cr3t-value; again s3cr3t-value", &values),
+            "env: TOKEN=[secret]; again [secret]"
+        );
+    }
+}
