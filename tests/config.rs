@@ -16,24 +16,13 @@ use std::time::Duration;
 /// fails would.
 fn install_configurable(site: &Site, version: &str) {
     let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let work = tempfile::tempdir().unwrap();
-    let exe = write(
-        work.path(),
-        "edge-svc",
+    site.add_release(
+        version,
         &format!(
-            "#!/bin/sh\n[ -n \"$PRINT_ENV\" ] && {{ env | grep TOKEN_; exit 1; }}\nexec '{}' sample-service ${{READY_AFTER_MS:+--ready-after-ms $READY_AFTER_MS}}\n",
+            "[ -n \"$PRINT_ENV\" ] && {{ env | grep TOKEN_; exit 1; }}\nexec '{}' sample-service ${{READY_AFTER_MS:+--ready-after-ms $READY_AFTER_MS}}\n",
             bin.display()
         ),
     );
-    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = rollgate()
-        .args(["release", "add", "edge-svc", version])
-        .arg(&exe)
-        .arg("--root")
-        .arg(site.root())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 fn environ(pid: i32) -> Vec<String> {
@@ -119,6 +108,34 @@ fn a_config_change_is_a_gated_release_and_a_rollback_brings_the_old_env_back_exa
     );
     let diff = stdout(&config(&site, &["diff", "edge-svc", "v1", "v1+c1"]));
     assert_eq!(diff, "+ GREETING=\"hello world\"\n+ LOG_LEVEL=debug\n");
+    // The log's records of v1+c1 carry its config's digest; `log history` shows it.
+    let digest = shown
+        .lines()
+        .next()
+        .unwrap()
+        .split("config ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    let started = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "candidate_started" && l["version"] == "v1+c1")
+        .unwrap();
+    assert_eq!(started["config"], digest.as_str());
+    let out = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = |v: &str| rows.iter().find(|r| r["version"] == v).unwrap().clone();
+    assert_eq!(row("v1+c1")["config"], digest.as_str(), "{rows:?}");
+    assert_eq!(row("v1")["config"], serde_json::Value::Null);
 
     // A config that breaks readiness: rolled back on its own, the previous config serving.
     let out = config(
@@ -309,6 +326,10 @@ fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words()
     assert!(
         history.contains("[secret]"),
         "the printed env is quoted, redacted: {history}"
+    );
+    assert!(
+        history.contains("\"secrets\":[\"TOKEN_0=token-0\""),
+        "the secrets' names are logged: {history}"
     );
 
     let secrets = site.root().join("secrets");

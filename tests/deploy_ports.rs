@@ -20,27 +20,11 @@ fn the_same_deploy_command_ten_times_alternates_ports_and_promotes_each() {
     let site = Site::new();
     let first = port_block(2);
     let ports = format!("{first}-{}", first + 1);
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let work = tempfile::tempdir().unwrap();
     let mut used = Vec::new();
     for n in 1..=10 {
         let version = format!("v{n}");
         // Each release installed with `release add`, none by hand.
-        let exe = write(
-            work.path(),
-            &version,
-            &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
-        );
-        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let out = rollgate()
-            .args(["release", "add", "edge-svc", &version])
-            .arg(&exe)
-            .arg("--root")
-            .arg(site.root())
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        site.add_sample(&version, "");
         let out = deploy(&site, &version, &ports);
         assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
         let pointer = site.pointer().unwrap();

@@ -35,24 +35,8 @@ fn marks(listed: &[Value], version: &str) -> Vec<String> {
 #[test]
 fn installed_releases_are_listed_with_their_outcome_and_what_they_are_now() {
     let site = Site::new();
-    let work = tempfile::tempdir().unwrap();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    for (version, args) in [("v1", ""), ("v2", ""), ("v3", " --ready-after-ms 60000")] {
-        let exe = write(
-            work.path(),
-            version,
-            &format!("#!/bin/sh\nexec '{}' sample-service{args}\n", bin.display()),
-        );
-        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let out = rollgate()
-            .args(["release", "add", "edge-svc", version])
-            .arg(&exe)
-            .arg("--root")
-            .arg(site.root())
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (version, args) in [("v1", ""), ("v2", ""), ("v3", "--ready-after-ms 60000")] {
+        site.add_sample(version, args);
     }
     // One put in by hand (no record), and a staging folder a dead installer left.
     site.release("v0", "");
@@ -136,25 +120,6 @@ fn a_replica_roots_releases_are_marked_as_running_in_a_replica() {
     );
 }
 
-/// Installs `version` of the sample service with `release add` (extra arguments to it).
-fn install(site: &Site, dir: &std::path::Path, version: &str, args: &str) {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let exe = write(
-        dir,
-        version,
-        &format!("#!/bin/sh\nexec '{}' sample-service{args}\n", bin.display()),
-    );
-    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = rollgate()
-        .args(["release", "add", "edge-svc", version])
-        .arg(&exe)
-        .arg("--root")
-        .arg(site.root())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-}
-
 fn installed(site: &Site) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(site.root().join("releases"))
         .unwrap()
@@ -171,12 +136,11 @@ fn installed(site: &Site) -> Vec<String> {
 #[test]
 fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
     let site = Site::new();
-    let work = tempfile::tempdir().unwrap();
     let first = port_block(2);
     let ports = format!("{first}-{}", first + 1);
     for n in 1..=30 {
         let version = format!("v{n:02}");
-        install(&site, work.path(), &version, "");
+        site.add_sample(&version, "");
         let out = rollgate()
             .args(["deploy", "edge-svc", &version, "--ports", &ports, "--root"])
             .arg(site.root())
@@ -186,8 +150,8 @@ fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
     }
     // Two more installed after the live one, never deployed: the newest three are v31, v32
     // and the live v30; v29 is the last good one.
-    install(&site, work.path(), "v31", "");
-    install(&site, work.path(), "v32", "");
+    site.add_sample("v31", "");
+    site.add_sample("v32", "");
     let prune = |extra: &[&str]| {
         rollgate()
             .args(["release", "prune", "--keep", "3", "--root"])

@@ -155,7 +155,7 @@ pub fn now() -> f64 {
 /// No secret value of the root is ever written: a detail that quotes a release's output (one
 /// that printed its environment as it failed) has every known value replaced by `[secret]`.
 pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
-    let line = serde_json::to_string(entry).expect("entries serialize");
+    let line = with_config(path, entry);
     let secrets = path
         .parent()
         .map(|root| crate::host::config::known_values(&crate::host::config::secrets_dir(root)))
@@ -173,6 +173,48 @@ pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
     let mut file = crate::host::state::open_append(path)?;
     file.write_all(&line)?;
     file.sync_data()
+}
+
+/// The entry as a JSON line, with the release's `config` (the digest of its env and its
+/// secrets' names) and those names (`secrets`) on the records that start or end a release's
+/// attempt, when the release has a config: "what changed between the good and the bad
+/// release" then has an answer in the log. Never a secret's value.
+fn with_config(path: &Path, entry: &Entry) -> String {
+    let starts_or_ends = matches!(
+        entry.event,
+        LogEvent::CandidateStarted
+            | LogEvent::RolloutStarted
+            | LogEvent::ReplicaStarted
+            | LogEvent::Promoted
+            | LogEvent::RolledBack
+    );
+    let release = path
+        .parent()
+        .filter(|_| starts_or_ends)
+        .filter(|_| crate::host::names::check_name("version", entry.version).is_ok())
+        .map(|root| root.join("releases").join(entry.version));
+    let config = release
+        .filter(|dir| {
+            dir.join(crate::host::config::ENV_FILE).is_file()
+                || dir.join(crate::host::config::SECRETS_FILE).is_file()
+        })
+        .and_then(|dir| crate::host::config::Config::of_release(&dir).ok());
+    let Some(config) = config else {
+        return serde_json::to_string(entry).expect("entries serialize");
+    };
+    let mut value = serde_json::to_value(entry).expect("entries serialize");
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("config".into(), config.digest().into());
+        if !config.secrets.is_empty() {
+            let names: Vec<String> = config
+                .secrets
+                .iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect();
+            map.insert("secrets".into(), names.into());
+        }
+    }
+    value.to_string()
 }
 
 /// The outcome (`promoted` or `rolled_back`) already written for deploy `token`, looking back

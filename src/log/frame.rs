@@ -290,6 +290,11 @@ pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResul
         columns.push(Series::new("sequence".into(), sequences).into_column());
         columns.push(Series::new("manifest_sha256".into(), digests).into_column());
     }
+    // The releases' config digests likewise only where a release had a config.
+    if attempts.iter().any(|a| a.config().is_some()) {
+        let configs: Vec<Option<&str>> = attempts.iter().map(Attempt::config).collect();
+        columns.push(Series::new("config".into(), configs).into_column());
+    }
     // Rollouts' columns likewise only where the log has a rollout.
     if attempts.iter().any(|a| a.rollout.is_some()) {
         let facts = |f: fn(&super::history::RolloutFacts) -> String| {

@@ -54,11 +54,13 @@ pub struct Attempt {
     pub rollout: Option<Box<RolloutFacts>>,
 }
 
-/// A signed release's facts, as its deploy's log lines carry them.
+/// A release's facts, as its deploy's log lines carry them: a signed release's sequence and
+/// manifest digest, and the digest of the release's config (its env and its secrets' names).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SignedFacts {
     pub sequence: Option<u64>,
     pub manifest_sha256: Option<Box<str>>,
+    pub config: Option<Box<str>>,
 }
 
 impl SignedFacts {
@@ -68,6 +70,10 @@ impl SignedFacts {
             sequence: log.extra_value("sequence", i).and_then(|v| v.as_u64()),
             manifest_sha256: log
                 .extra_value("manifest_sha256", i)
+                .and_then(|v| v.as_str())
+                .map(Box::from),
+            config: log
+                .extra_value("config", i)
                 .and_then(|v| v.as_str())
                 .map(Box::from),
         };
@@ -107,6 +113,11 @@ fn rollout_id(token: &str) -> &str {
 impl Attempt {
     pub fn sequence(&self) -> Option<u64> {
         self.signed.as_ref().and_then(|s| s.sequence)
+    }
+
+    /// The digest of the release's config, when it has one (`releases/VERSION/env`, `secrets`).
+    pub fn config(&self) -> Option<&str> {
+        self.signed.as_ref().and_then(|s| s.config.as_deref())
     }
 
     pub fn manifest_sha256(&self) -> Option<&str> {
@@ -276,7 +287,7 @@ impl Pairing {
                 });
                 let attempt = &mut attempts[index];
                 attempt.finished = ts;
-                if attempt.sequence().is_none() {
+                if attempt.signed.is_none() {
                     attempt.signed = SignedFacts::of(log, i);
                 }
                 if event == PROMOTED {

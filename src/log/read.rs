@@ -128,6 +128,7 @@ impl Needle {
 }
 
 static MANIFEST_KEY: Needle = Needle::new(b"\"manifest_sha256\"");
+static CONFIG_KEY: Needle = Needle::new(b"\"config\"");
 static WAVE_KEY: Needle = Needle::new(b"\"wave\"");
 static ESCAPED_UNICODE: Needle = Needle::new(b"\\u");
 
@@ -224,7 +225,8 @@ impl Sink for Log {
         let keep_detail = !self.options.skip_details
             && (self.options.all_details
                 || !matches!(event.as_deref(), Some("candidate_started" | "promoted")));
-        let release_fields = self.options.release_fields && MANIFEST_KEY.is_in(record.raw);
+        let release_fields = self.options.release_fields
+            && (MANIFEST_KEY.is_in(record.raw) || CONFIG_KEY.is_in(record.raw));
         let rollout_fields = self.options.rollout_fields
             && (WAVE_KEY.is_in(record.raw)
                 || event.as_deref() == Some(LogEvent::RolloutStarted.as_str()));
@@ -622,7 +624,7 @@ impl PartialEq for ExtraNames {
 }
 
 /// The fields a signed deploy adds to its lines.
-pub const RELEASE_FIELDS: [&str; 2] = ["sequence", "manifest_sha256"];
+pub const RELEASE_FIELDS: [&str; 3] = ["sequence", "manifest_sha256", "config"];
 /// The fields a rollout adds to its lines.
 pub const ROLLOUT_FIELDS: [&str; 3] = ["token", "slot", "wave"];
 

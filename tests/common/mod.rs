@@ -81,6 +81,32 @@ impl Site {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
+    /// Installs `version` with `rollgate release add` from an executable with this shell body
+    /// (made in a folder of its own, outside the root), as a user would.
+    pub fn add_release(&self, version: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let build = tempfile::tempdir().unwrap();
+        let exe = write(build.path(), "edge-svc", &format!("#!/bin/sh\n{body}"));
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = rollgate()
+            .args(["release", "add", "edge-svc", version])
+            .arg(&exe)
+            .arg("--root")
+            .arg(self.root())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
+    /// [`Site::add_release`] of `rollgate sample-service <args>`.
+    pub fn add_sample(&self, version: &str, args: &str) {
+        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        self.add_release(
+            version,
+            &format!("exec '{}' sample-service {args}\n", bin.display()),
+        );
+    }
+
     pub fn deploy(&self, port: u16, version: &str, extra: &[&str]) -> Output {
         rollgate()
             .args(["deploy", "edge-svc", &port.to_string(), version, "--root"])
