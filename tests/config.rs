@@ -185,22 +185,7 @@ fn an_env_file_that_cannot_be_parsed_refuses_the_deploy_naming_file_and_line() {
 fn config_set_on_four_replicas_behind_the_proxy_reaches_every_replica_with_no_failed_request() {
     let site = Site::new();
     install_configurable(&site, "v1");
-    let first = port_block(20);
-    let out = rollgate()
-        .args([
-            "rollout",
-            "edge-svc",
-            "v1",
-            "--replicas",
-            "4",
-            "--ports",
-            &format!("{first}-{}", first + 19),
-            "--root",
-        ])
-        .arg(site.root())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site.replicas_of("v1", 4);
     let proxy = Proxy::start(&site, &[]);
     let load = Load::start(proxy.port, 4, Duration::from_millis(2));
     let out = config(&site, &["set", "edge-svc", "FEATURE=on"]);

@@ -97,22 +97,7 @@ fn installed_releases_are_listed_with_their_outcome_and_what_they_are_now() {
 fn a_replica_roots_releases_are_marked_as_running_in_a_replica() {
     let site = Site::new();
     site.release("v1", "");
-    let first = port_block(10);
-    let out = rollgate()
-        .args([
-            "rollout",
-            "edge-svc",
-            "v1",
-            "--replicas",
-            "2",
-            "--ports",
-            &format!("{first}-{}", first + 9),
-            "--root",
-        ])
-        .arg(site.root())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site.replicas_of("v1", 2);
     let listed = list(&site);
     assert!(
         marks(&listed, "v1").contains(&"replica".to_string()),
@@ -142,7 +127,7 @@ fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
         let version = format!("v{n:02}");
         site.add_sample(&version, "");
         let out = rollgate()
-            .args(["deploy", "edge-svc", &version, "--ports", &ports, "--root"])
+            .args(["deploy", "edge-svc", &version, "--ports", &ports, "--watch-ms", "0", "--root"])
             .arg(site.root())
             .output()
             .unwrap();

@@ -151,23 +151,7 @@ fn status_and_rollout_status_fit_the_terminal_too() {
 
     let replicas = Site::new();
     replicas.release("v1", "");
-    let first = port_block(10);
-    let ports = format!("{first}-{}", first + 9);
-    let out = rollgate()
-        .args([
-            "rollout",
-            "edge-svc",
-            "v1",
-            "--replicas",
-            "3",
-            "--ports",
-            &ports,
-            "--root",
-        ])
-        .arg(replicas.root())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    replicas.replicas_of("v1", 3);
     let root = replicas.root().to_str().unwrap();
     let args = ["rollout", "status", "edge-svc", "--root", root];
     let pipe = piped(&args);

@@ -140,14 +140,7 @@ pub fn render(df: &DataFrame, format: Format, display: Display) -> String {
             }
             out.push_str(&table.to_string());
             out.push('\n');
-            if shown.hidden > 0 {
-                out.push_str(&format!(
-                    "{} of {height} rows shown (the first {} and the last {}); --format csv or json prints every row\n",
-                    height - shown.hidden,
-                    shown.head.len(),
-                    shown.tail.len()
-                ));
-            }
+            out.push_str(&shown.note(height));
         }
         rows => write_rows(df, rows, &mut |piece| {
             out.push_str(piece);
@@ -189,14 +182,7 @@ fn terminal_table(df: &DataFrame, display: Display) -> String {
         grid.push(cells);
     }
     let mut out = grid.render(display.layout);
-    if shown.hidden > 0 {
-        out.push_str(&format!(
-            "{} of {height} rows shown (the first {} and the last {}); --format csv or json prints every row\n",
-            height - shown.hidden,
-            shown.head.len(),
-            shown.tail.len()
-        ));
-    }
+    out.push_str(&shown.note(height));
     out
 }
 
@@ -288,6 +274,19 @@ struct TableRows {
 }
 
 impl TableRows {
+    /// The line under a table that left rows out (nothing when it drew them all).
+    fn note(&self, height: usize) -> String {
+        if self.hidden == 0 {
+            return String::new();
+        }
+        format!(
+            "{} of {height} rows shown (the first {} and the last {}); --format csv or json prints every row\n",
+            height - self.hidden,
+            self.head.len(),
+            self.tail.len()
+        )
+    }
+
     fn of(height: usize) -> TableRows {
         if height <= TABLE_ROWS {
             return TableRows {

@@ -107,6 +107,25 @@ impl Site {
         );
     }
 
+    /// `replicas` replicas of `version` (installed already) live, on a free block of ports.
+    pub fn replicas_of(&self, version: &str, replicas: usize) {
+        let first = port_block(20);
+        let out = rollgate()
+            .args([
+                "rollout",
+                "edge-svc",
+                version,
+                "--replicas",
+                &replicas.to_string(),
+            ])
+            .args(["--ports", &format!("{first}-{}", first + 19), "--root"])
+            .arg(self.root())
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
     pub fn deploy(&self, port: u16, version: &str, extra: &[&str]) -> Output {
         rollgate()
             .args(["deploy", "edge-svc", &port.to_string(), version, "--root"])
