@@ -253,6 +253,12 @@ pub fn policy_table() -> String {
             "failed probes in a row that switch back",
         ),
         (
+            "keep_releases",
+            "0-1000".into(),
+            "0 (keep all)".into(),
+            "after each promotion, the newest releases kept (older ones go unless the root needs them)",
+        ),
+        (
             "hooks",
             "pre_deploy, post_promote, post_rollback, timeout_ms (100-600000)".into(),
             format!("none; timeout_ms {}", ms(HOOK_TIMEOUT)),

@@ -127,7 +127,16 @@ fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
         let version = format!("v{n:02}");
         site.add_sample(&version, "");
         let out = rollgate()
-            .args(["deploy", "edge-svc", &version, "--ports", &ports, "--watch-ms", "0", "--root"])
+            .args([
+                "deploy",
+                "edge-svc",
+                &version,
+                "--ports",
+                &ports,
+                "--watch-ms",
+                "0",
+                "--root",
+            ])
             .arg(site.root())
             .output()
             .unwrap();
@@ -233,4 +242,54 @@ fn a_prune_killed_at_any_moment_leaves_nothing_half_removed() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(installed(&site).is_empty(), "{:?}", installed(&site));
+}
+
+/// Issue 37.5: the policy's `keep_releases` prunes after each promotion: thirty deploys with
+/// `keep_releases: 3` leave the three newest and what the root still needs, never one that runs.
+#[test]
+fn keep_releases_prunes_after_each_promotion_and_never_what_runs() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  keep_releases: 3\n",
+    );
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    for n in 1..=30 {
+        let version = format!("v{n:02}");
+        site.add_sample(&version, "");
+        let out = rollgate()
+            .args([
+                "deploy", "edge-svc", &version, "--ports", &ports, "--policy",
+            ])
+            .arg(&policy)
+            .arg("--root")
+            .arg(site.root())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
+        let kept = installed(&site);
+        assert!(kept.len() <= 4, "after {version}: {kept:?}");
+        assert!(kept.contains(&version), "the live one stays: {kept:?}");
+        assert!(alive(site.live_pid().unwrap()));
+    }
+    assert_eq!(installed(&site), ["v28", "v29", "v30"]);
+    // A bound outside the contract is refused before anything starts.
+    let bad = write(
+        site.root(),
+        "bad.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  keep_releases: 5000\n",
+    );
+    let out = rollgate()
+        .args(["policy", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains("keep_releases must be an integer from 0 to 1000"),
+        "{}",
+        stdout(&out)
+    );
 }

@@ -191,46 +191,53 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
     // The release must be there before anything starts (it runs from a verified copy if signed).
     let (root, _) = release_executable(&request.root, &request.version, &request.service)?;
 
-    runtime()?.block_on(async {
-        let mut signals = Signals::install().map_err(refused)?;
-        let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
-        recover::recover(&root).await?;
-        // Under the lock and after recovery, which may have raised the floor.
-        let admitted = release::admit(
-            &root.0,
-            &request.service,
-            &request.version,
-            chrono::Utc::now(),
-        )
-        .map_err(refused)?;
-        preflight::not_a_replica_set(&root, &request.service, &request.version).map_err(refused)?;
-        let live = root.read_pointer().map_err(refused)?;
-        preflight::beside_the_live(live.as_ref(), request.port).map_err(refused)?;
-        preflight::port_free(request.port).map_err(refused)?;
-        let facts = hooks::Facts {
-            service: request.service.clone(),
-            version: request.version.clone(),
-            previous_version: live.as_ref().map(|l| l.version.clone()),
-            ports: vec![request.port],
-            previous_ports: live.iter().map(|l| l.port).collect(),
-            reason: None,
-        };
-        if let Some(Err(e)) = hooks.run(hooks::Hook::PreDeploy, &root.0, &facts).await {
-            return Err(refused(format!(
-                "{e}; the deploy was refused, nothing was started"
-            )));
-        }
-        run_on_engine(
-            &root,
-            &request,
-            &settings,
-            live,
-            admitted,
-            hooks,
-            &mut signals,
-        )
-        .await
-    })
+    runtime()?
+        .block_on(async {
+            let mut signals = Signals::install().map_err(refused)?;
+            let _lock = lock::acquire(&root.lock_path()).map_err(refused)?;
+            recover::recover(&root).await?;
+            // Under the lock and after recovery, which may have raised the floor.
+            let admitted = release::admit(
+                &root.0,
+                &request.service,
+                &request.version,
+                chrono::Utc::now(),
+            )
+            .map_err(refused)?;
+            preflight::not_a_replica_set(&root, &request.service, &request.version)
+                .map_err(refused)?;
+            let live = root.read_pointer().map_err(refused)?;
+            preflight::beside_the_live(live.as_ref(), request.port).map_err(refused)?;
+            preflight::port_free(request.port).map_err(refused)?;
+            let facts = hooks::Facts {
+                service: request.service.clone(),
+                version: request.version.clone(),
+                previous_version: live.as_ref().map(|l| l.version.clone()),
+                ports: vec![request.port],
+                previous_ports: live.iter().map(|l| l.port).collect(),
+                reason: None,
+            };
+            if let Some(Err(e)) = hooks.run(hooks::Hook::PreDeploy, &root.0, &facts).await {
+                return Err(refused(format!(
+                    "{e}; the deploy was refused, nothing was started"
+                )));
+            }
+            run_on_engine(
+                &root,
+                &request,
+                &settings,
+                live,
+                admitted,
+                hooks,
+                &mut signals,
+            )
+            .await
+        })
+        .inspect(|outcome| {
+            if *outcome == DeployOutcome::Promoted {
+                super::releases::prune_after_promotion(&request.root, policy.as_ref());
+            }
+        })
 }
 
 /// The request's policy entry, checked by the contract (None without `--policy`).

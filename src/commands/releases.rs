@@ -325,6 +325,24 @@ pub fn prune(root: &Path, keep: usize, dry_run: bool) -> Result<Pruned, Error> {
     Ok(pruned)
 }
 
+/// The policy's `keep_releases` applied once a release is promoted (nothing when the policy
+/// does not ask, or asks 0). What is removed is said on stderr; a prune that cannot run (the
+/// lock taken by the next deploy already) is said and left for the next promotion: the
+/// promotion stands either way.
+pub fn prune_after_promotion(root: &Path, policy: Option<&crate::policy::RolloutSettings>) {
+    let Some(keep) = policy.and_then(|p| p.keep_releases).filter(|k| *k > 0) else {
+        return;
+    };
+    match prune(root, keep as usize, false) {
+        Ok(pruned) if !pruned.removed.is_empty() => eprintln!(
+            "rollgate: keep_releases = {keep}: removed {}",
+            pruned.removed.join(" ")
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("rollgate: keep_releases = {keep}: not pruned now: {e}"),
+    }
+}
+
 /// What `release prune` says.
 pub fn said(pruned: &Pruned, dry_run: bool) -> String {
     let mut out = String::new();

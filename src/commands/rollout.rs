@@ -180,6 +180,11 @@ pub fn rollout(request: Request) -> Result<RolloutOutcome, Error> {
         let phase = executor.run(Event::Tick, &mut signals).await?;
         Ok(ending(&root, phase, &request.service))
     })
+    .inspect(|outcome| {
+        if matches!(outcome, RolloutOutcome::Completed(_)) {
+            super::releases::prune_after_promotion(&request.root, policy.as_ref());
+        }
+    })
 }
 
 /// The outcome a finished executor run reports.

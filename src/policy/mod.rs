@@ -129,6 +129,9 @@ pub struct RolloutSettings {
     pub watch_failures: Option<u64>,
     #[serde(default)]
     pub hooks: Option<HooksPolicy>,
+    /// After each promotion, how many releases to keep (0: all; see `release prune`).
+    #[serde(default)]
+    pub keep_releases: Option<u64>,
 }
 
 /// The policy's `hooks` as written; `host::hooks::Hooks::from_policy` checks and resolves them.
