@@ -257,6 +257,7 @@ mod tests {
             watch_ms: None,
             watch_failures: None,
             hooks: None,
+            keep_releases: None,
             replicas: None,
             waves: None,
             soak_ms: None,
