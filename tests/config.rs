@@ -66,7 +66,7 @@ fn set_secret(site: &Site, name: &str, value: &str) -> Output {
 fn a_config_change_is_a_gated_release_and_a_rollback_brings_the_old_env_back_exactly() {
     let site = Site::new();
     install_configurable(&site, "v1");
-    let first = port_block(2);
+    let first = first_of(40);
     let ports = format!("{first}-{}", first + 1);
     let out = rollgate()
         .args(["deploy", "edge-svc", "v1", "--ports", &ports, "--root"])
@@ -185,7 +185,7 @@ fn an_env_file_that_cannot_be_parsed_refuses_the_deploy_naming_file_and_line() {
 fn config_set_on_four_replicas_behind_the_proxy_reaches_every_replica_with_no_failed_request() {
     let site = Site::new();
     install_configurable(&site, "v1");
-    site.replicas_of("v1", 4);
+    site.replicas_of("v1", 4, 41);
     let proxy = Proxy::start(&site, &[]);
     let load = Load::start(proxy.port, 4, Duration::from_millis(2));
     let out = config(&site, &["set", "edge-svc", "FEATURE=on"]);
@@ -235,7 +235,7 @@ fn files_under(dir: &Path, skip: &Path) -> Vec<(String, Vec<u8>)> {
 fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words() {
     let site = Site::new();
     install_configurable(&site, "v1");
-    let first = port_block(2);
+    let first = first_of(42);
     let ports = format!("{first}-{}", first + 1);
     let said = std::cell::RefCell::new(String::new());
     let run = |args: &[&str]| {
@@ -306,7 +306,9 @@ fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words()
         .output()
         .unwrap();
     said.borrow_mut().push_str(&stdout(&out));
-    let said = said.into_inner();
+    let mut said = said.into_inner();
+    // The console's page, API and event stream, and webhook bodies, over the same root.
+    said.push_str(&what_the_console_and_webhooks_say(&site));
     let history = std::fs::read_to_string(site.root().join("deploy.log")).unwrap();
     assert!(
         history.contains("[secret]"),
@@ -399,4 +401,97 @@ fn rand_u64() -> u64 {
         .read_exact(&mut bytes)
         .unwrap();
     u64::from_le_bytes(bytes)
+}
+
+/// One HTTP/1.1 GET on 127.0.0.1 (the whole answer; an event stream is read for a second).
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).to_string()
+}
+
+/// Everything the console shows of the root and every webhook body a sender posts.
+fn what_the_console_and_webhooks_say(site: &Site) -> String {
+    use std::io::{BufRead, Read};
+    let console = Console::start(&[site.root()], &[]);
+    let mut seen = String::new();
+    for path in [
+        "/",
+        "/api/v1/roots",
+        "/api/v1/roots/edge-svc",
+        "/api/v1/roots/edge-svc/history",
+        "/api/v1/events?from=start",
+    ] {
+        let answer = http_get(console.port, path);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        seen.push_str(&answer);
+    }
+    assert!(
+        seen.contains("rolled_back"),
+        "the console shows the failed config"
+    );
+    drop(console);
+    // A receiver that keeps every body, then one sender pass from the log's beginning.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut length = 0;
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line.trim() != "" {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            kept.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&body));
+            let _ = reader
+                .get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    std::fs::write(
+        site.root().join("webhooks.json"),
+        format!("{{\"endpoints\": [{{\"name\": \"hook\", \"url\": \"http://127.0.0.1:{port}/hook\", \"secret\": \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=\"}}]}}"),
+    )
+    .unwrap();
+    // First seen now, the endpoint starts at the log's end: the state says it starts earlier.
+    let run = || {
+        rollgate()
+            .args(["webhooks", "send", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap()
+    };
+    run();
+    std::fs::write(site.root().join("webhooks/state.json"), "{\"hook\": {\"cursor\": null, \"next_attempt_at\": 0, \"attempts\": 0, \"disabled\": false}}").unwrap();
+    let out = run();
+    seen.push_str(&stdout(&out));
+    assert!(
+        !stdout(&out).starts_with("0 delivered"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let delivered = bodies.lock().unwrap().clone();
+    assert!(delivered.contains("rolled_back"), "{delivered}");
+    seen.push_str(&delivered);
+    seen
 }

@@ -18,7 +18,7 @@ fn deploy(site: &Site, version: &str, ports: &str) -> std::process::Output {
 #[test]
 fn the_same_deploy_command_ten_times_alternates_ports_and_promotes_each() {
     let site = Site::new();
-    let first = port_block(2);
+    let first = first_of(20);
     let ports = format!("{first}-{}", first + 1);
     let mut used = Vec::new();
     for n in 1..=10 {
@@ -59,7 +59,7 @@ fn without_a_port_or_a_range_of_two_the_deploy_is_refused_and_says_how() {
     assert!(site.pointer().is_none(), "nothing deployed");
     // A range whose every port is busy: refused, naming the range (ports away from the other
     // test's, which runs beside this one in the same process).
-    let first = port_block(40) + 30;
+    let first = first_of(21);
     let _a = std::net::TcpListener::bind(("127.0.0.1", first)).unwrap();
     let _b = std::net::TcpListener::bind(("127.0.0.1", first + 1)).unwrap();
     let out = deploy(&site, "v1", &format!("{first}-{}", first + 1));

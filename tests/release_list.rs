@@ -41,7 +41,7 @@ fn installed_releases_are_listed_with_their_outcome_and_what_they_are_now() {
     // One put in by hand (no record), and a staging folder a dead installer left.
     site.release("v0", "");
     std::fs::create_dir_all(site.root().join("releases/.staging-v9-999999")).unwrap();
-    let first = port_block(2);
+    let first = first_of(30);
     let ports = format!("{first}-{}", first + 1);
     for version in ["v1", "v2", "v3"] {
         rollgate()
@@ -97,7 +97,7 @@ fn installed_releases_are_listed_with_their_outcome_and_what_they_are_now() {
 fn a_replica_roots_releases_are_marked_as_running_in_a_replica() {
     let site = Site::new();
     site.release("v1", "");
-    site.replicas_of("v1", 2);
+    site.replicas_of("v1", 2, 31);
     let listed = list(&site);
     assert!(
         marks(&listed, "v1").contains(&"replica".to_string()),
@@ -121,7 +121,7 @@ fn installed(site: &Site) -> Vec<String> {
 #[test]
 fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
     let site = Site::new();
-    let first = port_block(2);
+    let first = first_of(32);
     let ports = format!("{first}-{}", first + 1);
     for n in 1..=30 {
         let version = format!("v{n:02}");
@@ -254,7 +254,7 @@ fn keep_releases_prunes_after_each_promotion_and_never_what_runs() {
         "policy.yaml",
         "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  keep_releases: 3\n",
     );
-    let first = port_block(2);
+    let first = first_of(33);
     let ports = format!("{first}-{}", first + 1);
     for n in 1..=30 {
         let version = format!("v{n:02}");

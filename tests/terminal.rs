@@ -151,7 +151,7 @@ fn status_and_rollout_status_fit_the_terminal_too() {
 
     let replicas = Site::new();
     replicas.release("v1", "");
-    replicas.replicas_of("v1", 3);
+    replicas.replicas_of("v1", 3, 50);
     let root = replicas.root().to_str().unwrap();
     let args = ["rollout", "status", "edge-svc", "--root", root];
     let pipe = piped(&args);

@@ -107,9 +107,9 @@ impl Site {
         );
     }
 
-    /// `replicas` replicas of `version` (installed already) live, on a free block of ports.
-    pub fn replicas_of(&self, version: &str, replicas: usize) {
-        let first = port_block(20);
+    /// `replicas` replicas of `version` (installed already) live, on the test's `block` of ten
+    /// ports ([`ten_ports`]).
+    pub fn replicas_of(&self, version: &str, replicas: usize, block: u16) {
         let out = rollgate()
             .args([
                 "rollout",
@@ -118,7 +118,7 @@ impl Site {
                 "--replicas",
                 &replicas.to_string(),
             ])
-            .args(["--ports", &format!("{first}-{}", first + 19), "--root"])
+            .args(["--ports", &ten_ports(block), "--root"])
             .arg(self.root())
             .timeout(std::time::Duration::from_secs(120))
             .output()
@@ -673,4 +673,16 @@ impl Console {
             token,
         }
     }
+}
+
+/// The first port of the test's `block` of ten ([`ten_ports`]): a test that deploys on a port
+/// range (`--ports first-(first+1)`) takes a block no other test of its binary takes, so two
+/// tests running at once never pick each other's ports.
+pub fn first_of(block: u16) -> u16 {
+    let range = ten_ports(block);
+    range
+        .split('-')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port range")
 }
