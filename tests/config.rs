@@ -106,6 +106,18 @@ fn a_config_change_is_a_gated_release_and_a_rollback_brings_the_old_env_back_exa
         shown.contains("LOG_LEVEL=debug\n") && shown.contains("GREETING=\"hello world\"\n"),
         "{shown}"
     );
+    // A dry run says the config by names, never a value.
+    let out = rollgate()
+        .args(["deploy", "edge-svc", "1", "v1+c1", "--dry-run", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let dry = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        dry.contains("variables GREETING, LOG_LEVEL; secrets none"),
+        "{dry}"
+    );
+    assert!(!dry.contains("hello world"), "{dry}");
     let diff = stdout(&config(&site, &["diff", "edge-svc", "v1", "v1+c1"]));
     assert_eq!(diff, "+ GREETING=\"hello world\"\n+ LOG_LEVEL=debug\n");
     // The log's records of v1+c1 carry its config's digest; `log history` shows it.
@@ -300,6 +312,7 @@ fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words()
     run(&["config", "show", "edge-svc"]);
     run(&["config", "diff", "edge-svc", "v1", "v1+c1"]);
     run(&["release", "list", "--format", "json"]);
+    run(&["deploy", "edge-svc", "1", "v1+c1", "--dry-run"]);
     let out = rollgate()
         .args(["log", "history"])
         .arg(site.root().join("deploy.log"))

@@ -201,6 +201,41 @@ pub fn admission_check(root: &Root, service: &str, version: &str) -> Result<Stri
     }
 }
 
+/// The release's config as a start would read it: its variables by name, its secrets by name
+/// (never a value), refused as the start would refuse it (a line it cannot parse, a secret
+/// missing or readable by others).
+fn config_check(root: &Root, version: &str) -> Result<String, String> {
+    use crate::host::config::{secrets_dir, Config};
+    let config = Config::of_release(&root.release_dir(version)).map_err(|e| e.0)?;
+    config.resolve(&secrets_dir(&root.0)).map_err(|e| e.0)?;
+    if config.variables.is_empty() && config.secrets.is_empty() {
+        return Ok("no config of its own (no env or secrets file)".into());
+    }
+    let names = |keys: Vec<&String>| match keys.as_slice() {
+        [] => "none".to_string(),
+        keys => keys
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let secrets: Vec<String> = config
+        .secrets
+        .iter()
+        .map(|(key, name)| format!("{key} from secret {name}"))
+        .collect();
+    Ok(format!(
+        "config {}: variables {}; secrets {}",
+        config.digest(),
+        names(config.variables.keys().collect()),
+        if secrets.is_empty() {
+            "none".into()
+        } else {
+            secrets.join(", ")
+        }
+    ))
+}
+
 /// `rollgate deploy ... --dry-run`.
 pub fn deploy(
     request: &Request,
@@ -277,6 +312,7 @@ pub fn deploy(
     }
     report.check(preflight::port_free(request.port));
     report.check(admission_check(&root, &request.service, &request.version));
+    report.check(config_check(&root, &request.version));
     if root.candidate_path().exists() {
         report.would.push(format!(
             "first finish what an earlier deploy left ({}): recovery",
