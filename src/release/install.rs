@@ -93,18 +93,49 @@ pub fn add(request: &Request) -> Result<Installed, Error> {
     check_name("version", request.version).map_err(refused)?;
     let releases = request.root.join("releases");
     fs::create_dir_all(&releases).map_err(|e| failed("create", &releases, e))?;
-    remove_dead_stagings(&releases);
-    let staging = releases.join(format!(
-        "{STAGING_PREFIX}{}-{}",
-        request.version,
-        std::process::id()
-    ));
+    in_staging(&releases, request.version, |staging| {
+        stage_and_rename(request, &releases, staging)
+    })
+}
+
+/// Runs `build` with a fresh staging folder for `version` inside `releases/` (a dead
+/// installer's leftovers removed first), and removes the staging folder afterwards whatever
+/// happened (after a rename it holds only leftovers).
+fn in_staging<T>(
+    releases: &Path,
+    version: &str,
+    build: impl FnOnce(&Path) -> Result<T, Error>,
+) -> Result<T, Error> {
+    remove_dead_stagings(releases);
+    let staging = releases.join(format!("{STAGING_PREFIX}{version}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&staging);
     fs::create_dir(&staging).map_err(|e| failed("create", &staging, e))?;
-    let result = stage_and_rename(request, &releases, &staging);
-    // Whatever happened, the staging folder goes (after a rename it holds only leftovers).
+    let result = build(&staging);
     let _ = fs::remove_dir_all(&staging);
     result
+}
+
+/// Writes the record into the staged `tree`, syncs the tree, and renames it in as
+/// `releases/VERSION` in one `rename(2)` that never replaces anything. False when the version
+/// appeared meanwhile (another install won).
+fn seal(releases: &Path, tree: &Path, record: &Record) -> Result<bool, Error> {
+    let text = serde_json::to_string_pretty(record).expect("a record serializes") + "\n";
+    write_synced(&tree.join(RECORD_FILE), text.as_bytes())?;
+    sync_tree(tree)?;
+    let target = releases.join(&record.version);
+    match nix::fcntl::renameat2(
+        None,
+        tree,
+        None,
+        &target,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EEXIST) => return Ok(false),
+        Err(e) => return Err(failed("rename into", &target, e.into())),
+    }
+    sync_dir(releases)?;
+    Ok(true)
 }
 
 fn stage_and_rename(
@@ -156,21 +187,9 @@ fn stage_and_rename(
     if target.exists() {
         return already(&target, &record);
     }
-    let text = serde_json::to_string_pretty(&record).expect("a record serializes") + "\n";
-    write_synced(&tree.join(RECORD_FILE), text.as_bytes())?;
-    sync_tree(&tree)?;
-    match nix::fcntl::renameat2(
-        None,
-        &tree,
-        None,
-        &target,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    ) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::EEXIST) => return already(&target, &record),
-        Err(e) => return Err(failed("rename into", &target, e.into())),
+    if !seal(releases, &tree, &record)? {
+        return already(&target, &record);
     }
-    sync_dir(releases)?;
     Ok(Installed::New(record))
 }
 
@@ -189,11 +208,8 @@ pub fn derive(
     check_name("version", version).map_err(refused)?;
     let releases = root.join("releases");
     let source = releases.join(from);
-    remove_dead_stagings(&releases);
-    let staging = releases.join(format!("{STAGING_PREFIX}{version}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
-    let tree = staging.join("content");
-    let result = (|| {
+    in_staging(&releases, version, |staging| {
+        let tree = staging.join("content");
         fs::create_dir_all(&tree).map_err(|e| failed("create", &tree, e))?;
         let skipped: Vec<&str> = replace
             .iter()
@@ -218,23 +234,13 @@ pub fn derive(
             tree_sha256,
             signed: tree.join(super::MANIFEST_FILE).is_file(),
         };
-        let text = serde_json::to_string_pretty(&record).expect("a record serializes") + "\n";
-        write_synced(&tree.join(RECORD_FILE), text.as_bytes())?;
-        sync_tree(&tree)?;
-        let target = releases.join(version);
-        nix::fcntl::renameat2(
-            None,
-            &tree,
-            None,
-            &target,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(|e| failed("rename into", &target, e.into()))?;
-        sync_dir(&releases)?;
+        if !seal(&releases, &tree, &record)? {
+            return Err(refused(format!(
+                "release {version} appeared while it was being made; run config set again"
+            )));
+        }
         Ok(record)
-    })();
-    let _ = fs::remove_dir_all(&staging);
-    result
+    })
 }
 
 /// Hard-links every file of `from` into `to` (folders made, symlinks copied), leaving out the
