@@ -19,6 +19,17 @@ fn list(site: &Site) -> Vec<Value> {
         .collect()
 }
 
+/// `rollgate deploy edge-svc VERSION --ports PORTS EXTRA... --root ROOT`.
+fn deploy(site: &Site, version: &str, ports: &str, extra: &[&str]) -> std::process::Output {
+    rollgate()
+        .args(["deploy", "edge-svc", version, "--ports", ports])
+        .args(extra)
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap()
+}
+
 fn marks(listed: &[Value], version: &str) -> Vec<String> {
     let found = listed
         .iter()
@@ -44,11 +55,7 @@ fn installed_releases_are_listed_with_their_outcome_and_what_they_are_now() {
     let first = first_of(30);
     let ports = format!("{first}-{}", first + 1);
     for version in ["v1", "v2", "v3"] {
-        rollgate()
-            .args(["deploy", "edge-svc", version, "--ports", &ports, "--root"])
-            .arg(site.root())
-            .output()
-            .unwrap();
+        deploy(&site, version, &ports, &[]);
     }
     let listed = list(&site);
     let versions: Vec<&str> = listed
@@ -126,20 +133,7 @@ fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
     for n in 1..=30 {
         let version = format!("v{n:02}");
         site.add_sample(&version, "");
-        let out = rollgate()
-            .args([
-                "deploy",
-                "edge-svc",
-                &version,
-                "--ports",
-                &ports,
-                "--watch-ms",
-                "0",
-                "--root",
-            ])
-            .arg(site.root())
-            .output()
-            .unwrap();
+        let out = deploy(&site, &version, &ports, &["--watch-ms", "0"]);
         assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
     }
     // Two more installed after the live one, never deployed: the newest three are v31, v32
@@ -259,15 +253,12 @@ fn keep_releases_prunes_after_each_promotion_and_never_what_runs() {
     for n in 1..=30 {
         let version = format!("v{n:02}");
         site.add_sample(&version, "");
-        let out = rollgate()
-            .args([
-                "deploy", "edge-svc", &version, "--ports", &ports, "--policy",
-            ])
-            .arg(&policy)
-            .arg("--root")
-            .arg(site.root())
-            .output()
-            .unwrap();
+        let out = deploy(
+            &site,
+            &version,
+            &ports,
+            &["--policy", policy.to_str().unwrap()],
+        );
         assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
         let kept = installed(&site);
         assert!(kept.len() <= 4, "after {version}: {kept:?}");
