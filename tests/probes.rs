@@ -223,11 +223,6 @@ fn a_bad_probe_definition_is_refused_by_the_contract_naming_the_field() {
     }
 }
 
-fn make_executable(path: &std::path::Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 #[test]
 fn up_waits_for_the_probe_the_release_was_deployed_with() {
     let site = Site::new();

@@ -112,11 +112,6 @@ fn release_dir(dir: &Path) -> PathBuf {
     folder
 }
 
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 #[test]
 fn keygen_writes_a_private_key_and_prints_the_pin_verify_computes() {
     use std::os::unix::fs::PermissionsExt;

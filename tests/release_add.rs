@@ -73,11 +73,6 @@ fn release_folder(dir: &Path) -> PathBuf {
     folder
 }
 
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 fn record(root: &Path, version: &str) -> Value {
     let text =
         std::fs::read_to_string(root.join("releases").join(version).join("release.json")).unwrap();

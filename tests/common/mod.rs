@@ -686,3 +686,9 @@ pub fn first_of(block: u16) -> u16 {
         .and_then(|p| p.parse().ok())
         .expect("a port range")
 }
+
+/// Mode 0755: what a release's executable needs.
+pub fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
