@@ -116,7 +116,8 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
         #[arg(required = true, num_args = 1..=3, value_name = "[PORT] VERSION [DEADLINE_MS]")]
         positional: Vec<String>,
         /// Ports to pick the candidate's from when none is given (`8081-8082`: at least two):
-        /// the lowest that is neither the live release's nor its fallback's and is free.
+        /// the lowest that is neither the live release's nor its fallback's and is free. The
+        /// policy's `ports` serves when neither PORT nor this is given.
         #[arg(long, value_name = "A-B")]
         ports: Option<String>,
         #[command(flatten)]
@@ -163,9 +164,13 @@ still installed, or nothing is live.")]
         service: String,
         #[command(flatten)]
         target: RootArgs,
-        /// Port for the earlier release (default: the one it was live on).
+        /// Port for the earlier release (default: chosen from --ports or the policy's `ports`,
+        /// else the one it was live on).
         #[arg(long)]
         port: Option<u16>,
+        /// Ports to pick the earlier release's from, as for `deploy`.
+        #[arg(long, value_name = "A-B", conflicts_with = "port")]
+        ports: Option<String>,
         /// Rollout policy, as for deploy.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
@@ -377,6 +382,16 @@ The demo stops the live release at the end, so nothing is left running; the file
     /// A small HTTP service with knobs, standing in for a release in tests and the demo.
     #[command(hide = true)]
     SampleService(rollgate::sample::SampleArgs),
+    /// Copies a release's output (stdin) into FILE, rotated by size: started by rollgate beside
+    /// each release it starts (see `host::output`), not by hand.
+    #[command(hide = true, name = "output-pump")]
+    OutputPump {
+        #[arg(long)]
+        max_bytes: u64,
+        #[arg(long)]
+        keep: u64,
+        file: PathBuf,
+    },
 }
 
 /// The folder a deploy works in.
@@ -754,7 +769,8 @@ pub enum FleetCommand {
     /// policy's waves.
     #[command(
         after_help = "Inventory variables per host: rollgate_root (its root folder),
-rollgate_port (deploys) or rollgate_ports (a host running replicas: a range), optional
+rollgate_ports (a range: rollgate picks the port that is not live) or rollgate_port; a host
+whose root has replicas.json (or rollgate_replicas=true) is moved by a rollout; optional
 rollgate_class (required | best_effort | left_behind) and rollgate_bin (default: rollgate).
 
 Exit codes: 0 written; 1 the policy was refused; 2 usage."
@@ -908,7 +924,8 @@ exactly, because it is the old release.")]
         secret: Vec<String>,
         #[command(flatten)]
         target: RootArgs,
-        /// Ports to pick the candidate's from (as for `deploy`; a replica root keeps its own).
+        /// Ports to pick the candidate's from (as for `deploy`, the policy's `ports` otherwise;
+        /// a replica root keeps its own).
         #[arg(long, value_name = "A-B")]
         ports: Option<String>,
         /// The root's policy, as for `deploy` and `rollout`.

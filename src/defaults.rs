@@ -116,6 +116,12 @@ pub const KEEP_RELEASES: usize = 5;
 pub const RELEASE_MAX_BYTES: u64 = 2 << 30;
 pub const RELEASE_MAX_ENTRIES: usize = 100_000;
 
+/// A release's output (`<svc>.output`) is rotated at this size, and this many files are kept in
+/// all, the one being written among them: 100 MiB at most per release and slot (Docker's
+/// `local` log driver keeps 5 files of 20 MB too).
+pub const OUTPUT_MAX_BYTES: u64 = 20 << 20;
+pub const OUTPUT_KEEP: u64 = 5;
+
 /// The contract's range of each bounded policy field, as `contracts/rollout-policy.ncl` has it.
 pub const POLICY_RANGES: [(&str, u64, u64); 11] = [
     ("progress_deadline_ms", 100, 600_000),
@@ -257,6 +263,24 @@ pub fn policy_table() -> String {
             "0-1000".into(),
             "0 (keep all)".into(),
             "after each promotion, the newest releases kept (older ones go unless the root needs them)",
+        ),
+        (
+            "ports",
+            "\"A-B\", 1-65535, A below B".into(),
+            "none (give PORT or --ports)".into(),
+            "the ports a candidate may take when the command names none: the lowest neither live nor the fallback, and free",
+        ),
+        (
+            "output_max_bytes",
+            "65536-17179869184".into(),
+            OUTPUT_MAX_BYTES.to_string(),
+            "a release's output file is rotated at this size",
+        ),
+        (
+            "output_keep",
+            "1-100".into(),
+            OUTPUT_KEEP.to_string(),
+            "output files kept per release and slot, the one being written among them",
         ),
         (
             "hooks",

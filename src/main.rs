@@ -91,16 +91,30 @@ fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::SampleService(args) = cli.command {
+    match cli.command {
         // The test releases' own program, with exit statuses of its own.
-        return sample::run(args);
-    }
-    match run(cli.command) {
-        Ok(code) => ExitCode::from(code),
-        Err(error) => {
-            eprint!("{}", error.render());
-            ExitCode::from(error.code())
+        Command::SampleService(args) => sample::run(args),
+        // A release's output pump: no runtime, no thread, nothing on stdout.
+        Command::OutputPump {
+            max_bytes,
+            keep,
+            file,
+        } => {
+            let rotation = rollgate::host::output::Rotation { max_bytes, keep };
+            // Its stdout is FILE, opened and locked by the rollgate that started it.
+            let first = rollgate::host::output::stdout_if_it_is(&file);
+            match rollgate::host::output::pump(&file, rotation, std::io::stdin().lock(), first) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(error::FAILED),
+            }
         }
+        command => match run(command) {
+            Ok(code) => ExitCode::from(code),
+            Err(error) => {
+                eprint!("{}", error.render());
+                ExitCode::from(error.code())
+            }
+        },
     }
 }
 
@@ -130,15 +144,15 @@ fn run(command: Command) -> Result<u8, Error> {
             eval,
         } => {
             let asked = deploy::Positional::parse(&positional).map_err(Error::Refused)?;
-            let port = match (asked.port, ports) {
-                (Some(port), _) => port,
-                (None, Some(range)) => deploy::choose_port(&target.root, &range)?,
-                (None, None) => {
-                    return Err(Error::Refused(format!(
-                        "no port for {}: give `rollgate deploy {service} PORT {}` or --ports A-B (rollgate picks the one that is not live)",
+            let port = match asked.port {
+                Some(port) => deploy::PortAsked::Given(port),
+                None => deploy::PortAsked::from_range(
+                    ports,
+                    format!(
+                        "no port for {}: give `rollgate deploy {service} PORT {}`, --ports A-B or a policy with `ports` (rollgate picks the one that is not live)",
                         asked.version, asked.version
-                    )))
-                }
+                    ),
+                ),
             };
             let request = deploy::Request {
                 service,
@@ -165,6 +179,7 @@ fn run(command: Command) -> Result<u8, Error> {
             service,
             target,
             port,
+            ports,
             policy,
             policy_entry,
             grace_ms,
@@ -196,9 +211,10 @@ fn run(command: Command) -> Result<u8, Error> {
                         service: service.clone(),
                         root: target.root.clone(),
                         port,
+                        ports,
                         deploy: deploy::Request {
                             service,
-                            port: 0,
+                            port: deploy::PortAsked::Given(0),
                             version: String::new(),
                             deadline_ms: None,
                             root: target.root,
@@ -255,7 +271,9 @@ fn run(command: Command) -> Result<u8, Error> {
             format,
             Layout::of_stdout(wide),
         )?),
-        Command::SampleService(_) => unreachable!("run by main before the commands"),
+        Command::SampleService(_) | Command::OutputPump { .. } => {
+            unreachable!("run by main before the commands")
+        }
         Command::Proxy {
             listen,
             target,
@@ -563,12 +581,12 @@ fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                 };
                 return Ok(rollout_ended(rollout::rollout(request)?));
             }
-            let range = ports.ok_or_else(|| {
-                Error::Refused(format!(
-                    "{version} is made; to deploy it give --ports A-B (or `rollgate deploy {service} PORT {version}`)"
-                ))
-            })?;
-            let port = deploy::choose_port(&target.root, &range)?;
+            let port = deploy::PortAsked::from_range(
+                ports,
+                format!(
+                    "{version} is made; to deploy it give --ports A-B, a policy with `ports`, or `rollgate deploy {service} PORT {version}`"
+                ),
+            );
             let request = deploy::Request {
                 service,
                 port,

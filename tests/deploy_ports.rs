@@ -69,3 +69,68 @@ fn without_a_port_or_a_range_of_two_the_deploy_is_refused_and_says_how() {
     let out = site.deploy(free_port(), "v1", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// Issue 37.6: a policy that names its `ports` needs no port anywhere: `deploy`, `rollback`
+/// and `config set` each pick the one that is not live; a bad range is refused by the contract.
+#[test]
+fn the_policy_ports_serve_deploy_rollback_and_config_set() {
+    let site = Site::new();
+    let first = first_of(22);
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        &format!(
+            "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  ports: \"{first}-{}\"\n",
+            first + 1
+        ),
+    );
+    let with_policy = |args: &[&str]| {
+        rollgate()
+            .args(args)
+            .args(["--root", site.root().to_str().unwrap()])
+            .args(["--policy", policy.to_str().unwrap()])
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    let live_port = || site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    for version in ["v1", "v2"] {
+        site.add_sample(version, "");
+        let out = with_policy(&["deploy", "edge-svc", version]);
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
+    }
+    assert_eq!(live_port(), first + 1, "v1 took {first}, v2 the other");
+    let out = with_policy(&["rollback", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    assert_eq!(live_port(), first);
+    let out = with_policy(&["config", "set", "edge-svc", "LOG_LEVEL=debug"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1+c1");
+    assert_eq!(live_port(), first + 1);
+    assert_eq!(version_on(first + 1).as_deref(), Some("v1+c1"));
+
+    for (range, what) in [
+        (format!("{first}-{first}"), "A below B"),
+        ("9000-70000".to_string(), "from 1 to 65535"),
+        ("ports".to_string(), "a range"),
+    ] {
+        let bad = write(
+            site.root(),
+            "bad.yaml",
+            &format!("edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  ports: \"{range}\"\n"),
+        );
+        let out = rollgate()
+            .args(["policy", "check"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{range}");
+        assert!(
+            stdout(&out).contains("ports must be a range"),
+            "{range}: {}",
+            stdout(&out)
+        );
+        assert!(stdout(&out).contains(what), "{range}: {}", stdout(&out));
+    }
+}

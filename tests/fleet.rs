@@ -95,6 +95,11 @@ impl Fleet {
 
     /// Writes the playbook for this policy and runs it.
     fn roll(&self, policy: &str, moving: usize) -> Output {
+        self.roll_version(policy, moving, "v2")
+    }
+
+    /// Writes the playbook that rolls `version` out under this policy and runs it.
+    fn roll_version(&self, policy: &str, moving: usize, version: &str) -> Output {
         let policy_path = write(self.dir.path(), "policy.json", policy);
         let out = rollgate()
             .args(["fleet", "playbook", "--policy"])
@@ -103,7 +108,7 @@ impl Fleet {
                 "--service",
                 "edge-svc",
                 "--version",
-                "v2",
+                version,
                 "--group",
                 "edge",
             ])
@@ -208,6 +213,47 @@ fn replica_hosts(block: u16) -> Fleet {
                 &ports,
                 "--root",
             ])
+            .arg(&root)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        inventory.push_str(&format!(
+            "host{host} rollgate_root={} rollgate_ports={ports} ansible_connection=local\n",
+            root.display()
+        ));
+    }
+    inventory.push_str(&format!(
+        "[all:vars]\nansible_python_interpreter={}\n",
+        ansible_playbook().with_file_name("python").display()
+    ));
+    write(fleet.dir.path(), "inventory.ini", &inventory);
+    fleet
+}
+
+/// Three hosts with edge-svc v1 live and v2, v3 and v4 installed, each given a range of two
+/// ports in the inventory (`rollgate_ports`) and no port of its own.
+fn range_hosts(block: u16) -> Fleet {
+    let fleet = Fleet {
+        dir: tempfile::tempdir().unwrap(),
+        hosts: 3,
+    };
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let first = first_of(block);
+    let mut inventory = String::from("[edge]\n");
+    for host in 0..fleet.hosts {
+        let root = fleet.root(host);
+        for version in ["v1", "v2", "v3", "v4"] {
+            let path = write(
+                &root,
+                &format!("releases/{version}/edge-svc"),
+                &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
+            );
+            make_executable(&path);
+        }
+        let low = first + 2 * host as u16;
+        let ports = format!("{low}-{}", low + 1);
+        let out = rollgate()
+            .args(["deploy", "edge-svc", "v1", "--ports", &ports, "--root"])
             .arg(&root)
             .output()
             .unwrap();
@@ -381,6 +427,45 @@ fn hosts_that_run_replicas_are_moved_by_a_rollout_each_and_rechecked() {
             "host {host} ran a rollout"
         );
         assert_eq!(fleet.summary_live(host), "v2");
+    }
+}
+
+/// Issue 37.6: the same inventory, never edited, deploys release after release: rollgate picks
+/// each host's port that is not live, so the canary of the second play is not refused.
+#[test]
+fn one_inventory_of_port_ranges_moves_every_host_on_each_of_three_plays() {
+    let fleet = range_hosts(90);
+    let inventory = std::fs::read(fleet.dir.path().join("inventory.ini")).unwrap();
+    let port_of = |host: usize| -> u64 {
+        let text = std::fs::read_to_string(fleet.root(host).join("current")).unwrap();
+        let pointer: serde_json::Value = serde_json::from_str(&text).unwrap();
+        pointer["port"].as_u64().unwrap()
+    };
+    let mut ports: Vec<Vec<u64>> = (0..3).map(|host| vec![port_of(host)]).collect();
+    for version in ["v2", "v3", "v4"] {
+        let out = fleet.roll_version(&policy(0.2), 3, version);
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", said(&out));
+        for (host, seen) in ports.iter_mut().enumerate() {
+            assert_eq!(fleet.live(host), version, "host {host}");
+            assert_eq!(fleet.summary_live(host), version, "host {host}");
+            assert!(
+                fleet
+                    .log(host)
+                    .iter()
+                    .any(|l| l["event"] == "promoted" && l["version"] == version),
+                "host {host} promoted {version}"
+            );
+            seen.push(port_of(host));
+        }
+    }
+    assert_eq!(
+        std::fs::read(fleet.dir.path().join("inventory.ini")).unwrap(),
+        inventory
+    );
+    // Each host alternates between the two ports of its range, from the lower one (v1's).
+    for (host, seen) in ports.iter().enumerate() {
+        let low = seen[0];
+        assert_eq!(seen, &[low, low + 1, low, low + 1], "host {host}: {seen:?}");
     }
 }
 

@@ -284,3 +284,85 @@ fn keep_releases_prunes_after_each_promotion_and_never_what_runs() {
         stdout(&out)
     );
 }
+
+/// The sum of the sizes of `releases/VERSION/edge-svc.output*`, and how many files there are.
+fn output_on_disk(site: &Site, version: &str) -> (u64, usize) {
+    let dir = site.root().join("releases").join(version);
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("edge-svc.output")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .fold((0, 0), |(bytes, files), m| (bytes + m.len(), files + 1))
+}
+
+/// Issue 37.5: a release's output is bounded by the policy's `output_max_bytes` ×
+/// `output_keep`, rotated in whole lines, however fast it writes and after rollgate has exited;
+/// a failing release's rollback reason still quotes its last words; nothing of the pump is
+/// left once the release is gone.
+#[test]
+fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  output_max_bytes: 1048576\n  output_keep: 3\n",
+    );
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let line = "a line of output from v1, as fast as a busy release writes it";
+    // About 20 MB/s from a child of the release, for as long as the release runs.
+    site.add_release(
+        "v1",
+        &format!(
+            "( while kill -0 $$ 2>/dev/null; do yes '{line}' | head -n 32000; sleep 0.1; done ) &\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    let first = first_of(34);
+    let ports = format!("{first}-{}", first + 1);
+    let out = deploy(&site, "v1", &ports, &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pid = site.live_pid().unwrap();
+    // rollgate has exited: the bound holds all the same, for seconds of writing.
+    let bound = 3 * 1_048_576;
+    for _ in 0..40 {
+        let (bytes, files) = output_on_disk(&site, "v1");
+        assert!(bytes <= bound, "{bytes} bytes in {files} files");
+        assert!(files <= 3, "{files} files");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let rotated = site.root().join("releases/v1/edge-svc.output.2");
+    let older = std::fs::read_to_string(&rotated).unwrap();
+    assert!(older.len() > 1_000_000, "a full file: {}", older.len());
+    assert!(older.lines().all(|l| l == line), "whole lines only");
+    assert!(alive(pid), "the release runs on");
+
+    // A release that says a lot, then its last words, and exits: the reason quotes them.
+    site.add_release(
+        "v2",
+        "yes 'v2 talks a lot at boot' | head -c 3000000\necho 'v2 last words: the config is wrong'\nexit 3\n",
+    );
+    let out = deploy(&site, "v2", &ports, &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let detail = site.last_detail();
+    assert!(
+        detail.contains("v2 last words: the config is wrong"),
+        "{detail}"
+    );
+    let (bytes, _) = output_on_disk(&site, "v2");
+    assert!(bytes <= bound, "{bytes}");
+
+    // Once the release and its writer are gone, so is its pump.
+    send_signal(-pid, 9);
+    let pump_of = site.root().join("releases/v1/edge-svc.output");
+    let marker = pump_of.to_str().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while a_process_mentions(marker) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!a_process_mentions(marker), "the pump outlived its release");
+}

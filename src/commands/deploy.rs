@@ -28,7 +28,7 @@ pub use crate::host::names::check_name;
 #[derive(Debug, Clone)]
 pub struct Request {
     pub service: String,
-    pub port: u16,
+    pub port: PortAsked,
     pub version: String,
     pub deadline_ms: Option<u64>,
     pub root: PathBuf,
@@ -96,15 +96,58 @@ impl Positional {
     }
 }
 
-/// The candidate's port from a range (`A-B`, at least two ports): the lowest that is neither
-/// the live release's nor its fallback's and is free on 127.0.0.1 now, so the same command
-/// deploys release after release, alternating. The deploy checks it again under the lock.
-pub fn choose_port(root: &std::path::Path, range: &str) -> Result<u16, Error> {
+/// Where a deploy's candidate port comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PortAsked {
+    /// `PORT` on the command line.
+    Given(u16),
+    /// Chosen by [`choose_port`] from `--ports` (`range`), else from the policy's `ports`;
+    /// without either, `otherwise` (a rollback's: the port the earlier release was live on), or
+    /// its refusal.
+    Chosen {
+        range: Option<String>,
+        otherwise: Result<u16, String>,
+    },
+}
+
+impl PortAsked {
+    /// `--ports` if given, else the policy's `ports`, else refused with `refusal`.
+    pub fn from_range(range: Option<String>, refusal: String) -> PortAsked {
+        PortAsked::Chosen {
+            range,
+            otherwise: Err(refusal),
+        }
+    }
+
+    /// The port itself, under the same rule for `deploy`, `rollback` and `config set`.
+    pub fn resolve(
+        &self,
+        root: &std::path::Path,
+        policy: Option<&policy::RolloutSettings>,
+    ) -> Result<u16, Error> {
+        match self {
+            PortAsked::Given(port) => Ok(*port),
+            PortAsked::Chosen { range, otherwise } => {
+                match (range, policy.and_then(|p| p.ports.as_ref())) {
+                    (Some(range), _) => choose_port(root, range, "--ports"),
+                    (None, Some(range)) => choose_port(root, range, "the policy's ports"),
+                    (None, None) => otherwise.clone().map_err(refused),
+                }
+            }
+        }
+    }
+}
+
+/// The candidate's port from a range (`A-B`, at least two ports; `source` says where it was
+/// written): the lowest that is neither the live release's nor its fallback's and is free on
+/// 127.0.0.1 now, so the same command deploys release after release, alternating. The deploy
+/// checks it again under the lock.
+pub fn choose_port(root: &std::path::Path, range: &str, source: &str) -> Result<u16, Error> {
     let (first, last) = crate::engine::settings::parse_ports(range)
-        .map_err(|e| refused(format!("--ports: {e}")))?;
+        .map_err(|e| refused(format!("{source}: {e}")))?;
     if first == last {
         return Err(refused(format!(
-            "--ports {range} holds one port; give at least two, so the candidate can start beside the live release"
+            "{source} {range} holds one port; give at least two, so the candidate can start beside the live release"
         )));
     }
     let live = Root::new(root.to_path_buf())
@@ -129,7 +172,7 @@ pub fn choose_port(root: &std::path::Path, range: &str) -> Result<u16, Error> {
                 ),
             };
             refused(format!(
-                "no port of --ports {range} is free{taken}: the others are busy on 127.0.0.1"
+                "no port of {source} {range} is free{taken}: the others are busy on 127.0.0.1"
             ))
         })
 }
@@ -178,11 +221,12 @@ impl DeployOutcome {
 pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
     crate::host::names::check_name("service", &request.service).map_err(refused)?;
     crate::host::names::check_name("version", &request.version).map_err(refused)?;
-    if request.port == 0 {
-        return Err(refused("port 0 is not a port a release can be probed on"));
-    }
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
     let policy = load_policy(&request)?;
+    let port = request.port.resolve(&request.root, policy.as_ref())?;
+    if port == 0 {
+        return Err(refused("port 0 is not a port a release can be probed on"));
+    }
     let hooks = policy_hooks(policy.as_ref(), request.policy.as_deref()).map_err(refused)?;
     let settings = request
         .resolve(policy.as_ref())
@@ -207,13 +251,13 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
             preflight::not_a_replica_set(&root, &request.service, &request.version)
                 .map_err(refused)?;
             let live = root.read_pointer().map_err(refused)?;
-            preflight::beside_the_live(live.as_ref(), request.port).map_err(refused)?;
-            preflight::port_free(request.port).map_err(refused)?;
+            preflight::beside_the_live(live.as_ref(), port).map_err(refused)?;
+            preflight::port_free(port).map_err(refused)?;
             let facts = hooks::Facts {
                 service: request.service.clone(),
                 version: request.version.clone(),
                 previous_version: live.as_ref().map(|l| l.version.clone()),
-                ports: vec![request.port],
+                ports: vec![port],
                 previous_ports: live.iter().map(|l| l.port).collect(),
                 reason: None,
             };
@@ -225,6 +269,7 @@ pub fn deploy(request: Request) -> Result<DeployOutcome, Error> {
             run_on_engine(
                 &root,
                 &request,
+                port,
                 &settings,
                 live,
                 admitted,
@@ -264,6 +309,7 @@ pub fn dry_run(request: &Request) -> (String, bool) {
 async fn run_on_engine(
     root: &Root,
     request: &Request,
+    port: u16,
     settings: &Settings,
     live: Option<Pointer>,
     admitted: Option<release::Admitted>,
@@ -279,7 +325,7 @@ async fn run_on_engine(
     let mut planned = single::plan(&single::Asked {
         service: &request.service,
         version: &request.version,
-        port: request.port,
+        port,
         settings,
         live: live.as_ref(),
         token: format!("{}-{}", std::process::id(), now),

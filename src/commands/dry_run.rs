@@ -243,10 +243,9 @@ pub fn deploy(
 ) -> Result<String, Error> {
     let mut report = Report {
         title: format!(
-            "deploy {} {} on port {} in {}",
+            "deploy {} {} in {}",
             request.service,
             request.version,
-            request.port,
             request.root.display()
         ),
         ..Report::default()
@@ -257,6 +256,19 @@ pub fn deploy(
         &request.version,
         request.policy.as_deref(),
         policy,
+    );
+    let port = match request.port.resolve(&request.root, policy.as_ref()) {
+        Ok(port) => port,
+        Err(e) => {
+            report.check(Err(e.to_string()));
+            return report.finish();
+        }
+    };
+    report.title = format!(
+        "deploy {} {} on port {port} in {}",
+        request.service,
+        request.version,
+        request.root.display()
     );
     let settings = request
         .resolve(policy.as_ref())
@@ -286,6 +298,19 @@ pub fn deploy(
             policy.as_ref().is_some_and(|p| p.watch_ms.is_some()),
         ),
     );
+    report.value(
+        "output",
+        format!(
+            "rotated at {} bytes, {} files kept",
+            settings.output.max_bytes, settings.output.keep
+        ),
+        source(
+            false,
+            policy
+                .as_ref()
+                .is_some_and(|p| p.output_max_bytes.is_some() || p.output_keep.is_some()),
+        ),
+    );
     match preflight::policy_hooks(policy.as_ref(), request.policy.as_deref()) {
         Ok(hooks) => hook_values(&mut report, &hooks),
         Err(e) => report.check(Err(e)),
@@ -307,10 +332,10 @@ pub fn deploy(
     ));
     let live = root.read_pointer();
     match &live {
-        Ok(live) => report.check(preflight::beside_the_live(live.as_ref(), request.port)),
+        Ok(live) => report.check(preflight::beside_the_live(live.as_ref(), port)),
         Err(e) => report.check(Err(e.clone())),
     }
-    report.check(preflight::port_free(request.port));
+    report.check(preflight::port_free(port));
     report.check(admission_check(&root, &request.service, &request.version));
     report.check(config_check(&root, &request.version));
     if root.candidate_path().exists() {
@@ -331,7 +356,7 @@ pub fn deploy(
         "start {} {} on port {} beside the live release, {how} for at most {} ms",
         request.service,
         request.version,
-        request.port,
+        port,
         settings.deadline.as_millis()
     ));
     let previous = match live {

@@ -121,8 +121,10 @@ pub fn replica_target(
 pub struct RollbackRequest {
     pub service: String,
     pub root: PathBuf,
-    /// The port to start the earlier release on (default: the one it was promoted on).
+    /// The port to start the earlier release on: this one, else chosen from `ports` (`--ports`)
+    /// or the policy's `ports`, else the one it was promoted on.
     pub port: Option<u16>,
+    pub ports: Option<String>,
     /// Everything else a deploy takes (policy, grace, watch...).
     pub deploy: Request,
 }
@@ -147,19 +149,22 @@ pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, Error> {
         )));
     }
     let earlier = previous_release(&root, &request.service, &live.version).map_err(refused)?;
-    let port = match (request.port, earlier.port) {
-        (Some(port), _) => port,
-        (None, Some(port)) if port != live.port => port,
-        _ => {
-            return Err(refused(format!(
-                "{} was last live on port {}; name a free port for it with --port",
-                earlier.version,
-                earlier.port.map_or("(unknown)".into(), |p| p.to_string())
-            )))
-        }
+    let port = match request.port {
+        Some(port) => deploy::PortAsked::Given(port),
+        None => deploy::PortAsked::Chosen {
+            range: request.ports,
+            otherwise: match earlier.port {
+                Some(port) if port != live.port => Ok(port),
+                _ => Err(format!(
+                    "{} was last live on port {}; name a free port for it with --port, or a range with --ports A-B (or the policy's ports)",
+                    earlier.version,
+                    earlier.port.map_or("(unknown)".into(), |p| p.to_string())
+                )),
+            },
+        },
     };
     eprintln!(
-        "rollgate: rolling {} back from {} to {} (the release live before it) on port {port}, through the gate",
+        "rollgate: rolling {} back from {} to {} (the release live before it), through the gate",
         request.service, live.version, earlier.version
     );
     deploy::deploy(Request {

@@ -151,6 +151,8 @@ async fn start(
             .as_ref()
             .map(|s| (s.address(), live.probe.watchdog())),
         secrets: &crate::host::config::secrets_dir(&root.0),
+        // The policy is not at hand here: the defaults bound the restarted release's output.
+        rotation: crate::host::output::Rotation::default(),
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);
@@ -173,7 +175,7 @@ async fn start(
                 let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
                 // The release's words, with no secret value of the root in them.
                 let secrets = crate::host::config::known_values(&crate::host::config::secrets_dir(&root.0));
-                let tail = crate::host::config::redact(&process::tail(&output, 2), &secrets);
+                let tail = crate::host::config::redact(&crate::host::output::tail_settled(&output, 2, crate::host::output::SETTLE), &secrets);
                 return Err(format!("exited with {status} before it was ready{}",
                     if tail.is_empty() { String::new() } else { format!("; output: {tail}") }));
             }

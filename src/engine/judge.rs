@@ -28,6 +28,8 @@ pub struct Settings {
     /// 0: no watch after the switch.
     pub watch: Duration,
     pub watch_failures: u32,
+    /// How the release's output file is bounded.
+    pub output: crate::host::output::Rotation,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -66,7 +68,12 @@ pub fn resolve_with_watch(
         (None, Some(p)) => (Duration::from_millis(p.progress_deadline_ms), "policy"),
         (None, None) => (defaults::DEADLINE, "default"),
     };
+    let output = crate::host::output::Rotation::from_policy(
+        policy.and_then(|p| p.output_max_bytes),
+        policy.and_then(|p| p.output_keep),
+    )?;
     Ok(Settings {
+        output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
         on_stall: policy.map_or(OnStall::Rollback, |p| p.on_stall),
@@ -258,6 +265,9 @@ mod tests {
             watch_failures: None,
             hooks: None,
             keep_releases: None,
+            ports: None,
+            output_max_bytes: None,
+            output_keep: None,
             replicas: None,
             waves: None,
             soak_ms: None,

@@ -295,6 +295,7 @@ mod tests {
                 watch_ms: 0,
                 on_stall: Default::default(),
                 keep_fallback: false,
+                output: Default::default(),
             },
             waves: vec![(0..slots.len()).collect()],
             wave: 0,

@@ -407,6 +407,7 @@ impl Executor {
                     slot: self.behaviour.numbered_replicas.then_some(slot),
                     notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
                     secrets: &crate::host::config::secrets_dir(&root.0),
+                    rotation: self.rollout.settings.output,
                 })?;
                 Ok((child, socket))
             });

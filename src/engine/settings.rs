@@ -201,11 +201,15 @@ pub fn resolve(
     let previous_ports = previous
         .filter(|p| p.single.is_none())
         .map(|p| p.settings.ports);
-    let ports = match (args.ports, previous_ports) {
+    let from_policy = policy
+        .and_then(|p| p.ports.as_deref())
+        .map(|range| parse_ports(range).map_err(|e| format!("the policy's ports: {e}")))
+        .transpose()?;
+    let ports = match (args.ports.or(from_policy), previous_ports) {
         (Some(ports), _) | (None, Some(ports)) => ports,
         (None, None) => {
             return Err(
-                "--ports A-B is needed for the first rollout of a root: the ports replica processes may take"
+                "--ports A-B is needed for the first rollout of a root (or the policy's ports): the ports replica processes may take"
                     .into(),
             )
         }
@@ -274,6 +278,7 @@ pub fn resolve(
             watch_ms: gate.watch.as_millis() as u64,
             on_stall: crate::policy::OnStall::Rollback,
             keep_fallback: false,
+            output: gate.output,
         },
         classes,
     })
@@ -453,6 +458,28 @@ mod tests {
         let pool = [(0, live("v1", 1)), (1, live("v1", 2)), (2, live("v1", 3))];
         let r = resolve(&args("9001-9010"), None, None, &pool).unwrap();
         assert_eq!(r.settings.replicas, 3);
+    }
+
+    #[test]
+    fn the_policy_ports_serve_when_no_range_is_given_and_the_command_line_wins() {
+        let policy: crate::policy::RolloutSettings = serde_json::from_str(
+            r#"{"progress_deadline_ms": 1000, "poll_ms": 50, "max_unavailable_pct": 0,
+                "max_surge_pct": 100, "on_stall": "rollback", "ports": "9101-9110",
+                "output_max_bytes": 1048576, "output_keep": 2}"#,
+        )
+        .unwrap();
+        let r = resolve(&Args::default(), Some(&policy), None, &[]).unwrap();
+        assert_eq!(r.settings.ports, (9101, 9110));
+        assert_eq!(r.settings.output.max_bytes, 1_048_576);
+        assert_eq!(r.settings.output.keep, 2);
+        let r = resolve(&args("9001-9020"), Some(&policy), None, &[]).unwrap();
+        assert_eq!(r.settings.ports, (9001, 9020));
+        let bad = crate::policy::RolloutSettings {
+            ports: Some("9110-9101".into()),
+            ..policy
+        };
+        let err = resolve(&Args::default(), Some(&bad), None, &[]).unwrap_err();
+        assert!(err.contains("the policy's ports"), "{err}");
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub fn plan(asked: &Asked) -> Rollout {
             watch_ms,
             on_stall: s.on_stall,
             keep_fallback: true,
+            output: s.output,
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -262,9 +263,11 @@ impl Voice for DeployVoice {
 
     fn note(&self, note: &Note, rollout: &Rollout, words: &Words, root: &Root) -> Option<Said> {
         let tail = match note.event {
-            LogEvent::RolledBack => {
-                process::tail(&root.output_path(&rollout.to, &rollout.service), 3)
-            }
+            LogEvent::RolledBack => crate::host::output::tail_settled(
+                &root.output_path(&rollout.to, &rollout.service),
+                3,
+                crate::host::output::SETTLE,
+            ),
             _ => String::new(),
         };
         line(note, rollout, words, root, &tail).map(Said::Deploy)
@@ -460,6 +463,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             watch_ms: 0,
             on_stall: crate::policy::OnStall::Rollback,
             keep_fallback: true,
+            output: Default::default(),
         },
         waves: vec![vec![0]],
         wave: 0,

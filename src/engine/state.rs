@@ -133,6 +133,9 @@ pub struct Settings {
     /// deploy: N = 1, so the kept one fits the surge place its new one used).
     #[serde(default)]
     pub keep_fallback: bool,
+    /// How each replica's output file is bounded (the policy's `output_max_bytes`, `output_keep`).
+    #[serde(default)]
+    pub output: crate::host::output::Rotation,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

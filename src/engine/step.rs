@@ -625,6 +625,7 @@ mod tests {
                 watch_ms: 0,
                 on_stall: Default::default(),
                 keep_fallback: false,
+                output: Default::default(),
             },
             slots: slots
                 .iter()

@@ -147,9 +147,11 @@ fn render(
         "# Written by `rollgate fleet playbook` from {policy} (entry {entry}): {service} {version}
 # across the {hosts} moving hosts of group {group}, in batches of {serial_text}
 # (waves {percents:?} %), at most {fail_percentage}% failed per batch.
-# Each host needs rollgate and its root (inventory: rollgate_root, rollgate_port or
-# rollgate_ports, optional rollgate_class = required | best_effort | left_behind,
-# optional rollgate_bin). Run: ansible-playbook -i INVENTORY THIS_FILE
+# Each host needs rollgate and its root (inventory: rollgate_root, and rollgate_ports (a
+# range: rollgate picks the port that is not live, so one inventory serves every release) or
+# rollgate_port; a host whose root has replicas.json, or with rollgate_replicas=true, is moved
+# by `rollgate rollout` over rollgate_ports; optional rollgate_class = required | best_effort
+# | left_behind, optional rollgate_bin). Run: ansible-playbook -i INVENTORY THIS_FILE
 - name: sort the hosts of {group} by their rollgate class
   hosts: {group}
   gather_facts: false
@@ -182,13 +184,31 @@ fn render(
         dest: \"{{{{ rollgate_root }}}}/{policy_file}\"
         mode: \"0644\"
 
-    - name: rollgate deploy {service} {version}
+    - name: does the host run replicas (a pool file in its root)?
+      ansible.builtin.stat:
+        path: \"{{{{ rollgate_root }}}}/replicas.json\"
+      register: rollgate_pool
+
+    - name: how this host is moved
+      ansible.builtin.set_fact:
+        rollgate_moves_replicas: \"{{{{ rollgate_ports is defined and (rollgate_pool.stat.exists or (rollgate_replicas | default(false) | bool)) }}}}\"
+
+    - name: rollgate deploy {service} {version} on rollgate_port
       ansible.builtin.command:
         argv: [\"{{{{ rollgate_bin }}}}\", deploy, {service_q}, \"{{{{ rollgate_port }}}}\", {version_q},
                --root, \"{{{{ rollgate_root }}}}\", --policy, \"{{{{ rollgate_root }}}}/{policy_file}\",
                --policy-entry, {entry_q}]
       when: rollgate_ports is not defined
-      register: deployed_single
+      register: deployed_on_port
+      ignore_errors: true
+
+    - name: rollgate deploy {service} {version} on the port of rollgate_ports that is not live
+      ansible.builtin.command:
+        argv: [\"{{{{ rollgate_bin }}}}\", deploy, {service_q}, {version_q}, --ports, \"{{{{ rollgate_ports }}}}\",
+               --root, \"{{{{ rollgate_root }}}}\", --policy, \"{{{{ rollgate_root }}}}/{policy_file}\",
+               --policy-entry, {entry_q}]
+      when: rollgate_ports is defined and not (rollgate_moves_replicas | bool)
+      register: deployed_in_range
       ignore_errors: true
 
     - name: rollgate rollout {service} {version} (a host running replicas)
@@ -196,13 +216,13 @@ fn render(
         argv: [\"{{{{ rollgate_bin }}}}\", rollout, {service_q}, {version_q}, --ports, \"{{{{ rollgate_ports }}}}\",
                --root, \"{{{{ rollgate_root }}}}\", --policy, \"{{{{ rollgate_root }}}}/{policy_file}\",
                --policy-entry, {entry_q}]
-      when: rollgate_ports is defined
+      when: rollgate_moves_replicas | bool
       register: deployed_replicas
       ignore_errors: true
 
     - name: what rollgate decided
       ansible.builtin.set_fact:
-        deployed: \"{{{{ deployed_replicas if rollgate_ports is defined else deployed_single }}}}\"
+        deployed: \"{{{{ deployed_replicas if (rollgate_moves_replicas | bool) else (deployed_in_range if rollgate_ports is defined else deployed_on_port) }}}}\"
 
     - name: a required host that did not take {version} ends the play on every host
       ansible.builtin.fail:

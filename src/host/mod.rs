@@ -10,6 +10,7 @@ pub mod journal;
 pub mod lock;
 pub mod names;
 pub mod notify;
+pub mod output;
 pub mod probe;
 pub mod process;
 pub mod progress;

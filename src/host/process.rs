@@ -214,23 +214,21 @@ pub struct Launch<'a> {
     pub notify: Option<(&'a str, Option<Duration>)>,
     /// The root's secrets folder, where the release's `secrets` map finds its values.
     pub secrets: &'a Path,
+    /// How `output` is bounded.
+    pub rotation: super::output::Rotation,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
-/// outlives rollgate once promoted), stdout and stderr written to `output`. The previous run's
-/// output of the same release is kept beside it as `output.1` (one generation, replaced each
-/// run), so a release folder holds at most two runs' output and the log quotes this run only.
+/// outlives rollgate once promoted), stdout and stderr written to `output` by the pump
+/// ([`super::output`]: rotated by size; the previous run's output moves to `output.1`, so the
+/// log quotes this run only).
 pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
-    rotate(launch.output)?;
-    let output = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(launch.output)?;
     // The release's own configuration first (its env file, then its secrets' values): a
     // release that cannot be configured does not start, and the reason names file and line.
     let config = super::config::Config::of_release(launch.workdir)
         .and_then(|config| config.resolve(launch.secrets))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
+    let output = std::fs::File::from(super::output::start(launch.output, launch.rotation)?);
     let mut command = tokio::process::Command::new(launch.executable);
     command.envs(config);
     command
@@ -304,22 +302,6 @@ fn find_by_environment(matches: impl Fn(&[u8]) -> bool) -> Vec<Identity> {
         })
         .filter_map(Identity::of)
         .collect()
-}
-
-/// The file a release's previous run wrote to.
-pub fn previous_output(output: &Path) -> std::path::PathBuf {
-    let mut name = output.as_os_str().to_owned();
-    name.push(".1");
-    name.into()
-}
-
-fn rotate(output: &Path) -> std::io::Result<()> {
-    match std::fs::metadata(output) {
-        Ok(m) if m.len() > 0 => std::fs::rename(output, previous_output(output)),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// How much of the end of an output file is read to quote its last lines.

@@ -132,6 +132,14 @@ pub struct RolloutSettings {
     /// After each promotion, how many releases to keep (0: all; see `release prune`).
     #[serde(default)]
     pub keep_releases: Option<u64>,
+    /// The candidate's port range (`A-B`, two ports at least) when no port is given.
+    #[serde(default)]
+    pub ports: Option<String>,
+    /// A release's output file is rotated at this size, this many files kept in all.
+    #[serde(default)]
+    pub output_max_bytes: Option<u64>,
+    #[serde(default)]
+    pub output_keep: Option<u64>,
 }
 
 /// The policy's `hooks` as written; `host::hooks::Hooks::from_policy` checks and resolves them.

@@ -253,9 +253,7 @@ fn link_tree(top: &Path, from: &Path, to: &Path, skipped: &[&str]) -> Result<(),
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().to_string();
         if from == top
-            && (skipped.contains(&name.as_str())
-                || name.ends_with(".output")
-                || name.contains(".output."))
+            && (skipped.contains(&name.as_str()) || crate::host::output::is_output_file(&name))
         {
             continue;
         }
@@ -742,7 +740,8 @@ fn walk(
             .unwrap_or(&path)
             .display()
             .to_string();
-        if dir == top && (relative == RECORD_FILE || relative.ends_with(".output")) {
+        if dir == top && (relative == RECORD_FILE || crate::host::output::is_output_file(&relative))
+        {
             continue;
         }
         let Ok(meta) = fs::symlink_metadata(&path) else {

@@ -148,8 +148,7 @@ fn release_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
         if !is_file
             || name == MANIFEST_FILE
             || name.starts_with('.')
-            || name.ends_with(".output")
-            || name.ends_with(".output.1")
+            || crate::host::output::is_output_file(&name)
         {
             continue;
         }

@@ -1,0 +1,427 @@
+//! A release's output, bounded. A release's stdout and stderr go into a pipe, and a small
+//! process of rollgate's own — the pump, `rollgate output-pump` — copies the pipe into
+//! `<svc>.output`, rotating it by size: when the next write would take the file past
+//! `max_bytes`, it becomes `<svc>.output.1` (`.1` becomes `.2`, and so on), and a new file is
+//! begun; `keep` files are kept in all, the one being written among them. So a release that
+//! writes without end holds at most `keep × max_bytes` of disk (caprover#98 was a 17 GB log).
+//!
+//! The pump is its own process, not a task of rollgate's, because a promoted release outlives
+//! the rollgate that started it. It runs in its own session (a signal to the release's group
+//! does not reach it), ignores SIGTERM, SIGINT and SIGHUP, and ends when the pipe does: when the
+//! release and everything it started have closed their end. So it never outlives the release,
+//! and the release's last words are written before it goes. While it runs it holds an exclusive
+//! `flock` on the file it writes; [`tail_settled`] waits (a bounded time) for that lock, so a
+//! rollback reason quotes the words a release said just before it exited.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The hidden command that runs the pump (`rollgate output-pump --max-bytes N --keep K FILE`).
+pub const PUMP_COMMAND: &str = "output-pump";
+
+/// How a release's output file is bounded (the policy's `output_max_bytes` and `output_keep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rotation {
+    pub max_bytes: u64,
+    /// Files kept in all, the one being written among them (1: the file is begun anew).
+    pub keep: u64,
+}
+
+impl Default for Rotation {
+    fn default() -> Rotation {
+        Rotation {
+            max_bytes: crate::defaults::OUTPUT_MAX_BYTES,
+            keep: crate::defaults::OUTPUT_KEEP,
+        }
+    }
+}
+
+impl Rotation {
+    /// The policy's fields over the defaults; refused outside the contract's ranges (a `.ncl`
+    /// policy need not apply the bundled contract).
+    pub fn from_policy(max_bytes: Option<u64>, keep: Option<u64>) -> Result<Rotation, String> {
+        let rotation = Rotation {
+            max_bytes: max_bytes.unwrap_or(crate::defaults::OUTPUT_MAX_BYTES),
+            keep: keep.unwrap_or(crate::defaults::OUTPUT_KEEP),
+        };
+        if !(MIN_MAX_BYTES..=MAX_MAX_BYTES).contains(&rotation.max_bytes) {
+            return Err(format!(
+                "output_max_bytes is {}; it must be an integer from {MIN_MAX_BYTES} to {MAX_MAX_BYTES}",
+                rotation.max_bytes
+            ));
+        }
+        if !(1..=MAX_KEEP).contains(&rotation.keep) {
+            return Err(format!(
+                "output_keep is {}; it must be an integer from 1 to {MAX_KEEP}",
+                rotation.keep
+            ));
+        }
+        Ok(rotation)
+    }
+}
+
+/// The contract's bounds (`contracts/rollout-policy.ncl`).
+const MIN_MAX_BYTES: u64 = 64 * 1024;
+const MAX_MAX_BYTES: u64 = 16 << 30;
+const MAX_KEEP: u64 = 100;
+
+/// Generation `n` of the output file `path`: `path` itself for 0, else `path.n`.
+pub fn generation(path: &Path, n: u64) -> PathBuf {
+    if n == 0 {
+        return path.to_path_buf();
+    }
+    let mut name: OsString = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    name.into()
+}
+
+/// Whether a file name in a release folder is rollgate's output (`x.output`, `x.output.3`),
+/// which installs, digests and signatures leave out.
+pub fn is_output_file(name: &str) -> bool {
+    if name.ends_with(".output") {
+        return true;
+    }
+    match name.rsplit_once('.') {
+        Some((stem, n)) => {
+            stem.ends_with(".output") && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Moves every generation one up (`path` becomes `path.1`, ...), dropping those at `keep` and
+/// beyond, so that `path` can be begun anew. Each step is one rename: a crash between two
+/// leaves every file whole, under one name or the next.
+pub fn shift(path: &Path, keep: u64) -> std::io::Result<()> {
+    // Generations past `keep` (left by a larger `output_keep` before) go first.
+    let mut beyond = keep.max(1);
+    while generation(path, beyond).exists() {
+        remove_if_there(&generation(path, beyond))?;
+        beyond += 1;
+    }
+    if keep <= 1 {
+        return remove_if_there(path);
+    }
+    for n in (1..keep).rev() {
+        match std::fs::rename(generation(path, n - 1), generation(path, n)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Before a new run of a release: the last run's output moves to `.1` (if it said anything),
+/// so the log quotes this run only. Then the pump starts; the returned end of its pipe is the
+/// release's stdout and stderr.
+pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        shift(path, rotation.keep.max(2))?;
+    }
+    // The file is opened and locked here, before the release can say anything, and handed to
+    // the pump as its stdout: the lock is the open file's, so it passes to the pump, and a
+    // reader waiting for it cannot read before the pump has begun.
+    let first = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    // Not nix's `Flock`: its drop would unlock the file for the pump too. Closing this copy
+    // after the spawn leaves the lock with the pump's.
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; it reads or writes no memory.
+    if unsafe { libc::flock(first.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // `/proc/self/exe` is this very binary even if it was replaced on disk since it started.
+    let mut command = tokio::process::Command::new("/proc/self/exe");
+    command
+        .arg0("rollgate")
+        .arg(PUMP_COMMAND)
+        .arg("--max-bytes")
+        .arg(rotation.max_bytes.to_string())
+        .arg("--keep")
+        .arg(rotation.keep.to_string())
+        .arg(path)
+        .env_clear()
+        .current_dir("/")
+        .stdin(std::process::Stdio::from(read))
+        .stdout(std::process::Stdio::from(first))
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid and sigaction are async-signal-safe and touch nothing of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            use nix::sys::signal::{signal, SigHandler, Signal};
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            for ignored in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+                signal(ignored, SigHandler::SigIgn).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    // Not waited for here: tokio reaps it when it ends, and once rollgate has exited, init
+    // does. It holds the file's lock as soon as it runs; until then, the pipe holds the words.
+    command.spawn()?;
+    Ok(write)
+}
+
+/// The pump: copies `input` into `path` until the input ends, rotating by size. A write that
+/// fails (the disk is full) loses that piece of output, never the release: the pipe is drained
+/// whatever happens, so a release never blocks or dies on its own output.
+///
+/// `first`, if given, is `path` opened (and locked) by the rollgate that started the pump.
+pub fn pump(
+    path: &Path,
+    rotation: Rotation,
+    mut input: impl Read,
+    first: Option<std::fs::File>,
+) -> std::io::Result<()> {
+    let mut sink = Sink {
+        path: path.to_path_buf(),
+        rotation,
+        file: None,
+        written: 0,
+    };
+    match first {
+        Some(file) => sink.adopt(file),
+        None => sink.open(),
+    }
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match input.read(&mut buffer) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        sink.write(&buffer[..n]);
+    }
+}
+
+/// The pump's stdout, when it is `path` (as the rollgate that starts a pump makes it): the
+/// file that rollgate opened and locked before the release could say anything.
+pub fn stdout_if_it_is(path: &Path) -> Option<std::fs::File> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let stdout = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().ok()?);
+    let (ours, named) = (stdout.metadata().ok()?, std::fs::metadata(path).ok()?);
+    (ours.dev() == named.dev() && ours.ino() == named.ino()).then_some(stdout)
+}
+
+/// The file being written, locked, and how much it holds.
+struct Sink {
+    path: PathBuf,
+    rotation: Rotation,
+    file: Option<nix::fcntl::Flock<std::fs::File>>,
+    written: u64,
+}
+
+impl Sink {
+    fn open(&mut self) {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+        {
+            Ok(file) => self.adopt(file),
+            Err(_) => {
+                self.file = None;
+                self.written = 0;
+            }
+        }
+    }
+
+    /// Writes to `file` from now on, locked (a lock it holds already is kept).
+    fn adopt(&mut self, file: std::fs::File) {
+        self.file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok();
+        self.written = self
+            .file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len());
+    }
+
+    /// Writes `chunk`, rotating first whenever it would take the file past its size. A file is
+    /// cut after its last whole line that fits (a line longer than a whole file is split).
+    fn write(&mut self, mut chunk: &[u8]) {
+        if self.file.is_none() {
+            self.open();
+        }
+        while !chunk.is_empty() {
+            let room = self.rotation.max_bytes.saturating_sub(self.written) as usize;
+            if chunk.len() <= room {
+                self.put(chunk);
+                return;
+            }
+            let cut = match chunk[..room].iter().rposition(|b| *b == b'\n') {
+                Some(newline) => newline + 1,
+                None if self.written == 0 => room,
+                None => 0,
+            };
+            self.put(&chunk[..cut]);
+            chunk = &chunk[cut..];
+            self.rotate();
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        match file.write_all(bytes) {
+            Ok(()) => self.written += bytes.len() as u64,
+            // Lost, and the file begun again at the next write.
+            Err(_) => self.file = None,
+        }
+    }
+
+    fn rotate(&mut self) {
+        self.file = None;
+        if shift(&self.path, self.rotation.keep).is_err() {
+            // Older output goes before the bound does.
+            let _ = std::fs::remove_file(&self.path);
+        }
+        self.open();
+        if self.written >= self.rotation.max_bytes {
+            // Still full (the file could be neither moved nor removed): this piece is lost,
+            // and the next write tries again. Counting from nothing keeps `write` moving.
+            self.file = None;
+            self.written = 0;
+        }
+    }
+}
+
+/// How long a reader waits for the pump to have written what a release said before it exited.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// The last `lines` lines of a release's output, once the pump has written them (at most
+/// `wait` for it: a release's child that keeps the pipe open keeps the pump running). For a
+/// release that has exited: its last words, not the ones still in the pipe.
+pub fn tail_settled(path: &Path, lines: usize, wait: Duration) -> String {
+    let deadline = std::time::Instant::now() + wait;
+    while let Ok(file) = std::fs::File::open(path) {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(_unlocked_on_drop) => break,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(_) => break,
+        }
+    }
+    super::process::tail(path, lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rotation(max_bytes: u64, keep: u64) -> Rotation {
+        Rotation { max_bytes, keep }
+    }
+
+    fn sizes(path: &Path, up_to: u64) -> Vec<Option<u64>> {
+        (0..up_to)
+            .map(|n| std::fs::metadata(generation(path, n)).ok().map(|m| m.len()))
+            .collect()
+    }
+
+    #[test]
+    fn output_file_names_are_told_from_a_release_own_files() {
+        for name in [
+            "edge-svc.output",
+            "edge-svc.0.output",
+            "edge-svc.output.1",
+            "x.output.12",
+        ] {
+            assert!(is_output_file(name), "{name}");
+        }
+        for name in [
+            "edge-svc",
+            "output",
+            "edge-svc.output.",
+            "a.output.x",
+            "a.outputs.1",
+        ] {
+            assert!(!is_output_file(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_pump_keeps_keep_files_of_at_most_max_bytes_and_cuts_at_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.output");
+        let line = "0123456789abcdefghi\n"; // 20 bytes
+        let text: String = (0..1000).map(|i| format!("{i:05}{}", &line[5..])).collect();
+        pump(&path, rotation(1000, 3), text.as_bytes(), None).unwrap();
+        let sizes = sizes(&path, 5);
+        assert_eq!(
+            sizes[..3],
+            [Some(1000), Some(1000), Some(1000)],
+            "{sizes:?}"
+        );
+        assert_eq!(sizes[3..], [None, None], "{sizes:?}");
+        // The newest file ends with the last line, and every file holds whole lines.
+        let newest = std::fs::read_to_string(&path).unwrap();
+        assert!(newest.ends_with("0099956789abcdefghi\n"), "{newest}");
+        for n in 0..3 {
+            let text = std::fs::read_to_string(generation(&path, n)).unwrap();
+            assert!(text.lines().all(|l| l.len() == 19), "generation {n}");
+        }
+        let older = std::fs::read_to_string(generation(&path, 1)).unwrap();
+        assert!(older.ends_with("0094956789abcdefghi\n"), "{older}");
+    }
+
+    #[test]
+    fn a_line_longer_than_a_file_is_split_and_nothing_is_lost_below_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.output");
+        let text = "x".repeat(2500);
+        pump(&path, rotation(1000, 5), text.as_bytes(), None).unwrap();
+        assert_eq!(
+            sizes(&path, 4),
+            [Some(500), Some(1000), Some(1000), None],
+            "newest first"
+        );
+    }
+
+    #[test]
+    fn keep_one_begins_the_file_anew_and_a_smaller_keep_drops_older_generations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.output");
+        for n in 0..6 {
+            std::fs::write(generation(&path, n), "old\n").unwrap();
+        }
+        shift(&path, 3).unwrap();
+        assert_eq!(
+            sizes(&path, 7),
+            [None, Some(4), Some(4), None, None, None, None]
+        );
+        std::fs::write(&path, "now\n").unwrap();
+        shift(&path, 1).unwrap();
+        assert_eq!(sizes(&path, 3), [None, None, None]);
+    }
+
+    #[test]
+    fn a_settled_tail_reads_at_once_when_no_pump_holds_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.output");
+        std::fs::write(&path, "one\ntwo\nthree\n").unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(tail_settled(&path, 2, SETTLE), "two | three");
+        assert!(started.elapsed() < SETTLE);
+        assert_eq!(tail_settled(&dir.path().join("none"), 2, SETTLE), "");
+    }
+}
