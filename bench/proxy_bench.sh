@@ -1,14 +1,22 @@
 #!/bin/sh
-# Proxy benchmark: throughput and latency straight to a release and through `rollgate proxy`,
-# side by side in one run, then failed requests under load across 100 deploys.
-# nginx (bench/nginx.conf) runs beside them as the reverse proxy a user would otherwise use.
-# Usage: sh bench/proxy_bench.sh ROLLGATE   (needs wrk, oha and nginx on PATH)
+# Proxy benchmark (issue 40): the release directly, nginx (bench/nginx.conf, the reverse proxy a
+# user would otherwise put there) and `rollgate proxy`, in interleaved rounds (direct, nginx,
+# rollgate; ROUNDS times; medians) for four loads: keep-alive with 32 and 256 connections, and a
+# new connection per request (`Connection: close`) with 32 and 256. For nginx and rollgate, the
+# CPU each request cost the proxy: user + system time of its processes over the run
+# (/proc/PID/stat), divided by the requests wrk counted. Then p99 latency at half of rollgate's
+# saturation rate (oha -q, interleaved too), and failed requests under load across 100 deploys.
+# It starts the release, nginx and the proxy itself and stops those, by pid, and nothing else.
+# Usage: sh bench/proxy_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk, oha and nginx)
 set -eu
 rollgate=$1
+rounds=${2:-3}
+seconds=${3:-8}
 root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-trap 'stop_releases "$root"; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
+proxy=
+trap 'stop_releases "$root"; [ -n "$proxy" ] && kill $proxy 2>/dev/null; [ -f "$root/nginx.pid" ] && kill "$(cat "$root/nginx.pid")" 2>/dev/null; rm -rf "$root"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 release() { mkdir -p "$root/releases/$1"; printf '#!/bin/sh\nexec %s sample-service\n' "$rollgate" >"$root/releases/$1/svc"; chmod +x "$root/releases/$1/svc"; }
 release a; release b
@@ -18,23 +26,99 @@ pport=$(free_port)
 "$rollgate" proxy --listen 127.0.0.1:$pport --root "$root" 2>/dev/null &
 proxy=$!
 nport=$(free_port)
-sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/" "$here/nginx.conf" >"$root/nginx.conf"
+sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/; s|/tmp/rollgate-bench-nginx.pid|$root/nginx.pid|" "$here/nginx.conf" >"$root/nginx.conf"
 nginx -c "$root/nginx.conf"
 sleep 0.5
+nginx_master=$(cat "$root/nginx.pid")
 
-echo "== saturation: wrk -t1 -c32 -d10s (keep-alive)"
-for target in "direct 127.0.0.1:$direct" "nginx 127.0.0.1:$nport" "rollgate 127.0.0.1:$pport"; do
-  set -- $target
-  wrk -t1 -c32 -d10s --latency "http://$2/" >"$root/wrk.$1"
-  printf '%s: ' "$1"; grep -E 'Requests/sec|50%|99%' "$root/wrk.$1" | tr -s ' ' | tr '\n' ' '; echo
+# The processes that serve a target: nginx's master and its workers; rollgate's proxy.
+pids_of() {
+  case $1 in
+    nginx) echo "$nginx_master $(pgrep -P "$nginx_master" | tr '\n' ' ')" ;;
+    rollgate) echo "$proxy" ;;
+    *) echo "" ;;
+  esac
+}
+# Clock ticks of user + system time the processes have used.
+ticks_of() {
+  total=0
+  for pid in $1; do
+    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    total=$((total + t))
+  done
+  echo $total
+}
+url_of() {
+  case $1 in
+    direct) echo "http://127.0.0.1:$direct/" ;;
+    nginx) echo "http://127.0.0.1:$nport/" ;;
+    rollgate) echo "http://127.0.0.1:$pport/" ;;
+  esac
+}
+# wrk's p99 in ms (it prints us, ms or s).
+p99_ms() { awk '$1 == "99%" { v = $2; if (v ~ /us$/) { sub(/us/, "", v); v /= 1000 } else if (v ~ /ms$/) { sub(/ms/, "", v) } else if (v ~ /s$/) { sub(/s/, "", v); v *= 1000 }; printf "%.2f", v }' "$1"; }
+
+clk=$(getconf CLK_TCK)
+results="$root/results"
+: >"$results"
+for load in ka32 ka256 close32 close256; do
+  case $load in
+    ka32) args="-c32" ;;
+    ka256) args="-c256" ;;
+    close32) args="-c32 -H Connection:close" ;;
+    close256) args="-c256 -H Connection:close" ;;
+  esac
+  round=1
+  while [ $round -le "$rounds" ]; do
+    for target in direct nginx rollgate; do
+      pids=$(pids_of $target)
+      before=$(ticks_of "$pids")
+      # shellcheck disable=SC2086
+      wrk -t1 $args -d"${seconds}s" --latency "$(url_of $target)" >"$root/wrk.out" 2>&1
+      after=$(ticks_of "$pids")
+      rps=$(awk '/Requests\/sec/ { printf "%d", $2 }' "$root/wrk.out")
+      requests=$(awk '/requests in/ { print $1 }' "$root/wrk.out")
+      errors=$(awk '/Socket errors/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' "$root/wrk.out")
+      non2xx=$(awk '/Non-2xx/ { print $NF }' "$root/wrk.out")
+      cpu=$(awk -v t=$((after - before)) -v c="$clk" -v n="$requests" 'BEGIN { if (n > 0) printf "%.1f", t / c * 1e6 / n; else print 0 }')
+      echo "$load $target $round $rps $cpu $(p99_ms "$root/wrk.out") ${errors:-0} ${non2xx:-0}" >>"$results"
+      echo "$load round $round $target: $rps req/s, proxy CPU $cpu us/request, p99 $(p99_ms "$root/wrk.out") ms, socket errors ${errors:-0}, non-2xx ${non2xx:-0}" >&2
+    done
+    round=$((round + 1))
+  done
 done
 
-# Half of rollgate's own saturation throughput.
-rate=${RATE:-$(awk '/Requests\/sec/ { printf "%d", $2 / 2 }' "$root/wrk.rollgate")}
-echo "== latency at half of rollgate's saturation: oha -q $rate -c8 -z10s"
-for target in "direct 127.0.0.1:$direct" "nginx 127.0.0.1:$nport" "rollgate 127.0.0.1:$pport"; do
-  set -- $target
-  printf '%s: ' "$1"; oha --no-tui -q "$rate" -c 8 -z 10s "http://$2/" | grep -E 'Requests/sec|50.00%|99.00%|Success rate' | tr -s ' ' | tr '\n' ' '; echo
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+field() { awk -v l="$1" -v t="$2" -v f="$3" '$1 == l && $2 == t { print $f }' "$results" | median; }
+echo "== throughput: wrk -t1 -d${seconds}s, medians of $rounds interleaved rounds"
+echo "| load | direct req/s | nginx req/s | rollgate req/s | rollgate / nginx | nginx CPU us/req | rollgate CPU us/req |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for load in ka32 ka256 close32 close256; do
+  d=$(field $load direct 4); n=$(field $load nginx 4); r=$(field $load rollgate 4)
+  nc=$(field $load nginx 5); rc=$(field $load rollgate 5)
+  ratio=$(awk -v r="$r" -v n="$n" 'BEGIN { printf "%.2f", r / n }')
+  echo "| $load | $d | $n | $r | $ratio | $nc | $rc |"
+done
+
+# p99 at half of rollgate's keep-alive saturation, interleaved rounds, medians.
+rate=${RATE:-$(awk -v r="$(field ka32 rollgate 4)" 'BEGIN { printf "%d", r / 2 }')}
+echo "== latency at half of rollgate's saturation: oha -q $rate -c8 -z10s, medians of $rounds rounds"
+: >"$root/latency"
+round=1
+while [ $round -le "$rounds" ]; do
+  for target in direct nginx rollgate; do
+    oha --no-tui -q "$rate" -c 8 -z 10s "$(url_of $target)" >"$root/oha.out" 2>&1
+    p50=$(awk '/50.00%/ { printf "%.3f", $3 * ($4 == "ms" ? 1 : ($4 == "sec" || $4 == "secs" ? 1000 : 1)) }' "$root/oha.out")
+    p99=$(awk '/99.00%/ { printf "%.3f", $3 * ($4 == "ms" ? 1 : ($4 == "sec" || $4 == "secs" ? 1000 : 1)) }' "$root/oha.out")
+    echo "$target $p50 $p99" >>"$root/latency"
+    echo "latency round $round $target: p50 $p50, p99 $p99 ($(grep -E 'Success rate' "$root/oha.out" | tr -s ' '))" >&2
+  done
+  round=$((round + 1))
+done
+for target in direct nginx rollgate; do
+  p50=$(awk -v t=$target '$1 == t { print $2 }' "$root/latency" | median)
+  p99=$(awk -v t=$target '$1 == t { print $3 }' "$root/latency" | median)
+  echo "$target: p50 $p50 ms, p99 $p99 ms"
 done
 
 echo "== 100 deploys under load through the proxy"

@@ -88,8 +88,6 @@ pub const PROXY_MAX_HEADER_BYTES: u32 = 16_384;
 pub const PROXY_BODY_IDLE_TIMEOUT_MS: u64 = 30_000;
 /// An upgraded connection idle this long is closed (`--tunnel-idle-timeout-ms`).
 pub const PROXY_TUNNEL_IDLE_TIMEOUT_MS: u64 = 300_000;
-/// An idle pooled connection to a release is dropped after this.
-pub const PROXY_UPSTREAM_IDLE: Duration = Duration::from_secs(30);
 
 // `rollgate console`.
 

@@ -293,7 +293,6 @@ fn run(command: Command) -> Result<u8, Error> {
                 max_connections: max_connections as usize,
                 header_read_timeout: Duration::from_millis(header_read_timeout_ms),
                 max_header_bytes: max_header_bytes as usize,
-                upstream_idle: rollgate::defaults::PROXY_UPSTREAM_IDLE,
                 threads: threads.map(usize::from),
                 body_idle: Duration::from_millis(body_idle_timeout_ms),
                 tunnel_idle: Duration::from_millis(tunnel_idle_timeout_ms),

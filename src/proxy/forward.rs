@@ -1,5 +1,11 @@
 //! One request through the proxy: lease the live release, forward with the usual proxy headers,
 //! stream the answer back, and keep the lease until the last byte of the body has gone.
+//!
+//! The hot path allocates nothing it can reuse: the routing decision is made on the client
+//! connection's view of the table (`routes::View`), the request goes over the connection's own
+//! connection to the release (`upstream`), the request's head is moved (its path is not
+//! copied or parsed again), the client's address header is made once per connection, and the
+//! answer's body is not boxed.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,25 +14,24 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body_util::{combinators::BoxBody, BodyExt, Either, Full};
+use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioIo;
 
 use super::idle::{Activity, BoxError, IdleBody, Watched};
-use super::routes::{Lease, Routes};
+use super::routes::{Lease, Routes, View};
+use super::upstream::{self, Upstreams};
 
-pub type Body = BoxBody<Bytes, BoxError>;
 /// A request body on its way to the release, failing if the client stops sending it; or none.
 pub type UpstreamBody = Either<IdleBody<Incoming>, http_body_util::Empty<Bytes>>;
-pub type Upstream = Client<HttpConnector, UpstreamBody>;
 
 /// What every request needs to know.
 pub struct Shared {
     pub routes: Arc<Routes>,
-    pub client: Upstream,
+    /// This serving thread's turn among equally busy replicas.
+    pub turns: std::sync::atomic::AtomicUsize,
     /// Response header naming the release that answered, if enabled.
     pub version_header: Option<HeaderName>,
     pub root: String,
@@ -51,12 +56,78 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
+/// One client connection: where it comes from, its share of `--max-connections`, and what
+/// its requests reuse (its view of the routing table, its connections to releases).
+pub struct Client {
+    peer: SocketAddr,
+    /// `X-Forwarded-For` for a client whose own header is not trusted: its address.
+    address: Option<HeaderValue>,
+    /// An upgraded tunnel keeps it, so tunnels count against the limit while they are open.
+    slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+    reused: std::sync::Mutex<Reused>,
+}
+
+#[derive(Default)]
+struct Reused {
+    view: View,
+    upstreams: Upstreams,
+}
+
+impl Client {
+    pub fn new(peer: SocketAddr, slot: Arc<tokio::sync::OwnedSemaphorePermit>) -> Client {
+        Client {
+            peer,
+            address: HeaderValue::from_str(&peer.ip().to_string()).ok(),
+            slot,
+            reused: Default::default(),
+        }
+    }
+}
+
+/// The answer's body: rollgate's own words, nothing, or a release's answer under its lease.
+pub enum Body {
+    Plain(Full<Bytes>),
+    Empty,
+    Leased(Leased),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        // Every variant is Unpin (the idle timer is boxed).
+        match self.get_mut() {
+            Body::Plain(full) => Pin::new(full)
+                .poll_frame(cx)
+                .map_err(|never| match never {}),
+            Body::Empty => Poll::Ready(None),
+            Body::Leased(leased) => Pin::new(&mut leased.body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Plain(full) => full.is_end_stream(),
+            Body::Empty => true,
+            Body::Leased(leased) => leased.body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            Body::Plain(full) => full.size_hint(),
+            Body::Empty => hyper::body::SizeHint::with_exact(0),
+            Body::Leased(leased) => leased.body.size_hint(),
+        }
+    }
+}
+
 fn plain(status: StatusCode, text: String) -> Response<Body> {
-    let mut response = Response::new(
-        Full::new(Bytes::from(text + "\n"))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
+    let mut response = Response::new(Body::Plain(Full::new(Bytes::from(text + "\n"))));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -82,40 +153,6 @@ fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
     }
 }
 
-/// Whether the upstream refused the connection (nothing was sent).
-fn is_refused(e: &hyper_util::client::legacy::Error) -> bool {
-    e.is_connect()
-        && (std::error::Error::source(e)
-            .and_then(|s| s.downcast_ref::<std::io::Error>())
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-            || format!("{e:?}").contains("ConnectionRefused"))
-}
-
-/// Whether the upstream connection broke before any response came (the replica exited or
-/// closed a pooled connection under the request). Only a safe method may be sent again after
-/// this: the replica may have started on it.
-fn is_lost_connection(e: &hyper_util::client::legacy::Error) -> bool {
-    if e.is_connect() {
-        return true;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        if let Some(h) = cause.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
-                return true;
-            }
-        }
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            if matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe) {
-                return true;
-            }
-        }
-        source = cause.source();
-    }
-    false
-}
-
 fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
     headers.contains_key(UPGRADE)
         && headers
@@ -128,23 +165,29 @@ fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
             })
 }
 
-/// Serves one request. `slot` is the connection's share of `--max-connections`; an upgraded
-/// tunnel keeps it, so tunnels count against the limit for as long as they are open.
+/// Serves one request of `client`'s connection.
 pub async fn handle(
     request: Request<Incoming>,
-    peer: SocketAddr,
     ctx: Arc<Shared>,
-    slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+    client: Arc<Client>,
 ) -> Result<Response<Body>, Infallible> {
     let mut request = request;
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
+    // The release is sent the origin form (`/path?query`); a client's absolute form
+    // (`GET http://host/path`) is cut down to it.
+    if request.uri().scheme().is_some() || request.uri().authority().is_some() {
+        let origin = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse::<hyper::Uri>();
+        match origin {
+            Ok(origin) => *request.uri_mut() = origin,
+            Err(_) => return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
+        }
+    }
     let headers = request.headers_mut();
     strip_hop_by_hop(headers);
     if !headers.contains_key(HOST) {
@@ -155,10 +198,10 @@ pub async fn handle(
         .and_then(|v| v.to_str().ok())
         .filter(|_| ctx.trust_forwarded);
     let forwarded_for = match earlier {
-        Some(earlier) => format!("{earlier}, {}", peer.ip()),
-        None => peer.ip().to_string(),
+        Some(earlier) => HeaderValue::from_str(&format!("{earlier}, {}", client.peer.ip())).ok(),
+        None => client.address.clone(),
     };
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+    if let Some(value) = forwarded_for {
         headers.insert("x-forwarded-for", value);
     }
     headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
@@ -183,7 +226,18 @@ pub async fn handle(
     let mut refused_by: Vec<u16> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     let (lease, mut response) = loop {
-        let Some(lease) = ctx.routes.lease_except(&refused_by) else {
+        let (lease, pool_size, kept) = {
+            let mut reused = client.reused.lock().expect("connection state");
+            let Reused { view, upstreams } = &mut *reused;
+            let seen = view.generation();
+            let lease = ctx.routes.lease_in(view, &refused_by, &ctx.turns);
+            if view.generation() != seen {
+                upstreams.keep_only(|port| view.has_port(port));
+            }
+            let kept = lease.as_ref().and_then(|l| upstreams.take(l.target.port));
+            (lease, view.pool_size(), kept)
+        };
+        let Some(lease) = lease else {
             return Ok(if refusals.is_empty() {
                 plain(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -197,22 +251,19 @@ pub async fn handle(
                         "release {} refused the connection ({} of {} in the pool tried)",
                         refusals.join(", "),
                         refusals.len(),
-                        ctx.routes.pool_size()
+                        pool_size
                     ),
                 )
             });
         };
         let port = lease.target.port;
-        let Ok(uri) = format!("http://127.0.0.1:{port}{path}").parse::<hyper::Uri>() else {
-            return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into()));
-        };
         let attempt_body = match body.take() {
             Some(incoming) if !replayable => {
                 Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
             }
             _ => Either::Right(http_body_util::Empty::new()),
         };
-        let retry_possible = replayable && ctx.routes.pool_size() > refused_by.len() + 1;
+        let retry_possible = replayable && pool_size > refused_by.len() + 1;
         let head = match (retry_possible, parts.as_ref()) {
             (true, Some(kept)) => kept.clone(),
             _ => match parts.take() {
@@ -225,13 +276,19 @@ pub async fn handle(
                 }
             },
         };
-        let mut attempt = Request::from_parts(head, attempt_body);
-        *attempt.uri_mut() = uri;
-        match ctx.client.request(attempt).await {
-            Ok(response) => break (lease, response),
+        let attempt = Request::from_parts(head, attempt_body);
+        match upstream::send(kept, port, attempt).await {
+            Ok((response, sender)) => {
+                // An upgraded connection is the tunnel's now.
+                if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+                    let mut reused = client.reused.lock().expect("connection state");
+                    reused.upstreams.put(port, sender);
+                }
+                break (lease, response);
+            }
             Err(e) => {
-                let refused = is_refused(&e);
-                let lost = safe && is_lost_connection(&e);
+                let refused = e.is_refused();
+                let lost = safe && e.is_lost_connection();
                 if (refused || lost) && replayable && parts.is_some() {
                     refused_by.push(port);
                     refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
@@ -245,9 +302,8 @@ pub async fn handle(
                 return Ok(plain(
                     StatusCode::BAD_GATEWAY,
                     format!(
-                        "release {} on 127.0.0.1:{port} {what} (pool of {})",
+                        "release {} on 127.0.0.1:{port} {what} (pool of {pool_size})",
                         lease.target.version,
-                        ctx.routes.pool_size()
                     ),
                 ));
             }
@@ -258,6 +314,7 @@ pub async fn handle(
         if let Some(client_upgrade) = client_upgrade {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let idle = ctx.tunnel_idle;
+            let slot = client.slot.clone();
             tokio::spawn(async move {
                 // The lease and the connection slot live as long as the tunnel.
                 let _lease = lease;
@@ -273,64 +330,32 @@ pub async fn handle(
                 }
             });
             let (parts, _) = response.into_parts();
-            return Ok(Response::from_parts(
-                parts,
-                http_body_util::Empty::new()
-                    .map_err(|never| match never {})
-                    .boxed(),
-            ));
+            return Ok(Response::from_parts(parts, Body::Empty));
         }
     }
 
-    let version = lease.target.version.clone();
     let keep_upgrade = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let (mut parts, body) = response.into_parts();
     if !keep_upgrade {
         strip_hop_by_hop(&mut parts.headers);
     }
-    if let Some(name) = &ctx.version_header {
-        if let Ok(value) = HeaderValue::from_str(&version) {
-            parts.headers.insert(name.clone(), value);
-        }
+    if let (Some(name), Some(value)) = (&ctx.version_header, &lease.target.header_value) {
+        parts.headers.insert(name.clone(), value.clone());
     }
     Ok(Response::from_parts(
         parts,
-        Leased {
+        Body::Leased(Leased {
             body: IdleBody::new(body, ctx.body_idle, "response body"),
             _lease: lease,
-        }
-        .boxed(),
+        }),
     ))
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that holds its request's lease until it is finished or dropped, so a
-    /// release counts as busy while its answer is still streaming.
-    struct Leased {
-        #[pin]
-        body: IdleBody<Incoming>,
-        _lease: Lease,
-    }
-}
-
-impl hyper::body::Body for Leased {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.project().body.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
+/// A response body that holds its request's lease until it is finished or dropped, so a
+/// release counts as busy while its answer is still streaming.
+pub struct Leased {
+    body: IdleBody<Incoming>,
+    _lease: Lease,
 }
 
 #[cfg(test)]

@@ -33,11 +33,12 @@ impl std::error::Error for IdleTimeout {}
 
 pin_project_lite::pin_project! {
     /// A body that fails once no frame has arrived for `after`. The timer is boxed so the
-    /// body stays `Unpin` (the upstream client needs that).
+    /// body stays `Unpin` (the upstream client needs that), and made only the first time the
+    /// body has nothing to give: a small answer that is there at once costs no timer.
     pub struct IdleBody<B> {
         #[pin]
         inner: B,
-        timer: Pin<Box<Sleep>>,
+        timer: Option<Pin<Box<Sleep>>>,
         after: Duration,
         what: &'static str,
     }
@@ -47,7 +48,7 @@ impl<B> IdleBody<B> {
     pub fn new(inner: B, after: Duration, what: &'static str) -> Self {
         IdleBody {
             inner,
-            timer: Box::pin(tokio::time::sleep(after)),
+            timer: None,
             after,
             what,
         }
@@ -69,10 +70,17 @@ where
         let this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => {
-                this.timer.as_mut().reset(Instant::now() + *this.after);
+                if let Some(timer) = this.timer.as_mut() {
+                    timer.as_mut().reset(Instant::now() + *this.after);
+                }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
+            Poll::Pending => match this
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(*this.after)))
+                .as_mut()
+                .poll(cx)
+            {
                 Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout {
                     what: this.what,
                     after: *this.after,

@@ -7,6 +7,7 @@ pub mod drain;
 mod forward;
 mod idle;
 mod routes;
+mod upstream;
 mod watch;
 
 use std::net::SocketAddr;
@@ -16,8 +17,7 @@ use std::time::Duration;
 use hyper::header::HeaderName;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{Notify, Semaphore};
@@ -40,8 +40,6 @@ pub struct Options {
     pub header_read_timeout: Duration,
     /// Largest request head accepted; larger gets 431.
     pub max_header_bytes: usize,
-    /// Idle pooled connections to releases are closed after this.
-    pub upstream_idle: Duration,
     /// Serving threads; `None`: one per core.
     pub threads: Option<usize>,
     /// A request or response body that sends nothing for this long is cut.
@@ -86,7 +84,7 @@ pub fn run(options: Options) -> Result<(), String> {
         listener,
         shared: Arc::new(Shared {
             routes: routes.clone(),
-            client: upstream_client(&options),
+            turns: Default::default(),
             version_header: version_header.clone(),
             root: root.0.display().to_string(),
             body_idle: options.body_idle,
@@ -158,17 +156,6 @@ fn current_thread() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))
-}
-
-fn upstream_client(options: &Options) -> forward::Upstream {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    // Small requests and answers: do not let Nagle hold them back.
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(options.upstream_idle)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .build(connector)
 }
 
 /// Every client connection is a descriptor: start with the soft limit at the hard one, as
@@ -330,9 +317,9 @@ impl Core {
                 .max_buf_size(self.options.max_header_bytes.max(MIN_HEADER_BYTES))
                 .keep_alive(true);
             connections.spawn(async move {
-                let slot = permit.clone();
+                let client = Arc::new(forward::Client::new(peer, permit));
                 let service = service_fn(move |request| {
-                    forward::handle(request, peer, shared.clone(), slot.clone())
+                    forward::handle(request, shared.clone(), client.clone())
                 });
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service)

@@ -2,8 +2,13 @@
 //! flight. A request takes a [`Lease`] on the current target; the lease ends when the response
 //! body has been sent. A target replaced by a switch is *retired*: it gets no new requests and
 //! is drained once its last lease ends.
+//!
+//! The table changes a few times a deploy and is read on every request. So each client
+//! connection keeps a [`View`] of it, valid while the table's generation has not moved: a
+//! request then chooses its target without the lock and without an `Arc` clone (one atomic
+//! load, one increment of the target's count, one load again).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -14,6 +19,8 @@ pub struct Target {
     pub version: String,
     pub port: u16,
     pub pid: i32,
+    /// The version as a header value (`--version-header`), made once.
+    pub header_value: Option<hyper::header::HeaderValue>,
     in_flight: AtomicUsize,
     idle: Notify,
 }
@@ -24,6 +31,7 @@ impl Target {
             version: version.to_string(),
             port,
             pid,
+            header_value: hyper::header::HeaderValue::from_str(version).ok(),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
         })
@@ -77,8 +85,6 @@ struct Table {
     /// The previous release during a watch after a switch: tried only when every replica of
     /// the pool refused a request (the new release fell over before the switch back).
     fallback: Option<Arc<Target>>,
-    /// Breaks ties between equally busy replicas, so they take turns.
-    turn: usize,
 }
 
 /// What a [`Routes::set_pool`] did.
@@ -94,25 +100,85 @@ pub enum Switched {
 #[derive(Debug, Default)]
 pub struct Routes {
     table: Mutex<Table>,
+    /// Moves on every change of the pool or the fallback (under the table's lock).
+    generation: AtomicU64,
+    /// Breaks ties for callers without a turn of their own.
+    turn: AtomicUsize,
+}
+
+/// One connection's copy of the table: the pool and the fallback as of `generation`.
+#[derive(Debug, Default)]
+pub struct View {
+    /// None until the first request: no generation is ever valid for it.
+    generation: Option<u64>,
+    pool: Vec<Arc<Target>>,
+    fallback: Option<Arc<Target>>,
+}
+
+impl View {
+    /// The table's generation this view was taken at (None: never taken).
+    pub fn generation(&self) -> Option<u64> {
+        self.generation
+    }
+
+    /// Whether a release of the view (the pool or the fallback) is on `port`.
+    pub fn has_port(&self, port: u16) -> bool {
+        self.pool
+            .iter()
+            .chain(&self.fallback)
+            .any(|t| t.port == port)
+    }
+
+    /// How many releases a request may be tried on: the pool, and the fallback if any.
+    pub fn pool_size(&self) -> usize {
+        self.pool.len() + usize::from(self.fallback.is_some())
+    }
 }
 
 impl Routes {
-    /// A lease on the least busy replica not in `skip` (ties taken in turn), or `None` when
-    /// none is left. Taken under the same lock as a change of the pool, so a request counts
-    /// against exactly the target it is sent to.
+    /// [`Routes::lease_except`] through a connection's `view`: the table's lock is taken only
+    /// when the table changed since the view was taken. Invariant (the drain relies on it): a
+    /// lease counts against its target before the generation is checked again, so a switch
+    /// either sees the count (and its drain waits for it) or the request sees the switch and
+    /// chooses again from the new table. Every step is `SeqCst` for that total order.
+    ///
+    /// `turn` breaks ties between equally busy replicas, so they take turns: a serving thread
+    /// keeps its own (no cache line shared between threads).
+    pub fn lease_in(&self, view: &mut View, skip: &[u16], turns: &AtomicUsize) -> Option<Lease> {
+        loop {
+            let generation = self.generation.load(Ordering::SeqCst);
+            if view.generation != Some(generation) {
+                let table = self.table.lock().expect("routes lock");
+                view.pool.clone_from(&table.pool);
+                view.fallback.clone_from(&table.fallback);
+                view.generation = Some(self.generation.load(Ordering::SeqCst));
+                continue;
+            }
+            let count = view.pool.len();
+            let turn = turns.load(Ordering::Relaxed);
+            let target = (0..count)
+                .map(|i| &view.pool[(turn + i) % count])
+                .filter(|t| !skip.contains(&t.port))
+                .min_by_key(|t| t.in_flight())
+                .or_else(|| view.fallback.as_ref().filter(|t| !skip.contains(&t.port)))?;
+            target.in_flight.fetch_add(1, Ordering::SeqCst);
+            let lease = Lease {
+                target: target.clone(),
+            };
+            if self.generation.load(Ordering::SeqCst) == generation {
+                turns.store(turn.wrapping_add(1), Ordering::Relaxed);
+                return Some(lease);
+            }
+            // The table moved meanwhile: this count is undone (a drain it held up is told),
+            // and the request chooses again.
+            drop(lease);
+        }
+    }
+
+    /// A lease on the least busy replica not in `skip`, or `None` when none is left (through
+    /// a view of its own: for a caller that has none to keep).
     pub fn lease_except(&self, skip: &[u16]) -> Option<Lease> {
-        let mut table = self.table.lock().expect("routes lock");
-        let count = table.pool.len();
-        let turn = table.turn;
-        let target = (0..count)
-            .map(|i| &table.pool[(turn + i) % count])
-            .filter(|t| !skip.contains(&t.port))
-            .min_by_key(|t| t.in_flight())
-            .or_else(|| table.fallback.as_ref().filter(|t| !skip.contains(&t.port)))?
-            .clone();
-        table.turn = turn.wrapping_add(1);
-        target.in_flight.fetch_add(1, Ordering::SeqCst);
-        Some(Lease { target })
+        self.lease_in(&mut View::default(), skip, &self.turn)
     }
 
     pub fn lease(&self) -> Option<Lease> {
@@ -151,6 +217,7 @@ impl Routes {
             .retired
             .retain(|t| t.in_flight() > 0 || fallback.as_ref().is_some_and(|f| Arc::ptr_eq(f, t)));
         table.retired.extend(replaced.iter().cloned());
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Switched::Changed { replaced }
     }
 
@@ -180,6 +247,7 @@ impl Routes {
                 table.retired.push(old);
             }
         }
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     /// How many releases a request may be tried on: the pool, and the fallback if any.
@@ -295,6 +363,44 @@ mod tests {
         assert_eq!(routes.pool_size(), 1);
         assert_eq!(routes.retired_on(8001).len(), 1);
         assert!(routes.lease_except(&[8002]).is_none());
+    }
+
+    #[test]
+    fn a_view_follows_every_change_of_the_table_and_counts_against_the_new_target() {
+        let routes = Routes::default();
+        let mut view = View::default();
+        let turns = AtomicUsize::new(0);
+        assert!(routes.lease_in(&mut view, &[], &turns).is_none());
+        routes.set_pool(&[("v1", 8001, 11)]);
+        let first = routes.lease_in(&mut view, &[], &turns).unwrap();
+        assert_eq!(first.target.version, "v1");
+        let taken_at = view.generation();
+        drop(first);
+        // Unchanged table: the same view serves, its generation does not move.
+        let again = routes.lease_in(&mut view, &[], &turns).unwrap();
+        assert_eq!(view.generation(), taken_at);
+        drop(again);
+        // A switch after the view was taken: the stale view is not used, the old target's
+        // count stays at zero (its drain is not held up), the new one gets the request.
+        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12)]) else {
+            panic!("v1 was replaced")
+        };
+        let lease = routes.lease_in(&mut view, &[], &turns).unwrap();
+        assert_eq!(lease.target.version, "v2");
+        assert_eq!(replaced[0].in_flight(), 0);
+        assert_ne!(view.generation(), taken_at);
+        assert!(view.has_port(8002) && !view.has_port(8001));
+        // A fallback set afterwards is seen too.
+        routes.set_fallback(Some(("v1", 8001, 11)));
+        assert_eq!(
+            routes
+                .lease_in(&mut view, &[8002], &turns)
+                .unwrap()
+                .target
+                .port,
+            8001
+        );
+        assert_eq!(view.pool_size(), 2);
     }
 
     #[tokio::test]

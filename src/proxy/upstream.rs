@@ -1,0 +1,144 @@
+//! The connections to the releases, kept per client connection: a client's requests go over
+//! the same connection to the same release for as long as both stay open, with no shared pool
+//! to look up (no lock, no key to build) and no connection task of a pool between the two.
+//! nginx's `keepalive` does the same per worker. A client connection holds at most one
+//! connection per release it has sent to; they close with it, or when the release closes them.
+
+use std::io::ErrorKind;
+
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+use super::forward::UpstreamBody;
+
+/// Why a request did not get an answer from a release.
+#[derive(Debug)]
+pub enum Failure {
+    /// No connection could be made (ConnectionRefused: nothing listens; nothing was sent).
+    Connect(std::io::Error),
+    /// The connection broke or closed before an answer came: the request may have been read.
+    Lost(hyper::Error),
+    /// Anything else the exchange failed on.
+    Other(hyper::Error),
+}
+
+impl Failure {
+    /// The release refused the connection: nothing was sent, any request may go elsewhere.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Failure::Connect(e) if e.kind() == ErrorKind::ConnectionRefused)
+    }
+
+    /// No answer came because the connection could not be made or broke: a safe method may be
+    /// sent again to another release.
+    pub fn is_lost_connection(&self) -> bool {
+        matches!(self, Failure::Connect(_) | Failure::Lost(_))
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Connect(e) => write!(f, "connect: {e}"),
+            Failure::Lost(e) | Failure::Other(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn classify(e: hyper::Error) -> Failure {
+    let lost = e.is_incomplete_message() || e.is_closed() || e.is_canceled() || {
+        let mut source = std::error::Error::source(&e);
+        let mut broken = false;
+        while let Some(cause) = source {
+            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+                broken |= matches!(
+                    io.kind(),
+                    ErrorKind::ConnectionReset
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::BrokenPipe
+                );
+            }
+            source = cause.source();
+        }
+        broken
+    };
+    if lost {
+        Failure::Lost(e)
+    } else {
+        Failure::Other(e)
+    }
+}
+
+/// One client connection's connections to releases, by port (a handful at most: one per
+/// replica it has sent to).
+#[derive(Default)]
+pub struct Upstreams {
+    kept: Vec<(u16, SendRequest<UpstreamBody>)>,
+}
+
+impl Upstreams {
+    /// A kept connection to `port` that is still open, taken out while it is used.
+    pub fn take(&mut self, port: u16) -> Option<SendRequest<UpstreamBody>> {
+        self.kept.retain(|(_, sender)| !sender.is_closed());
+        let at = self.kept.iter().position(|(p, _)| *p == port)?;
+        Some(self.kept.swap_remove(at).1)
+    }
+
+    /// Gives a connection back for the client's next request.
+    pub fn put(&mut self, port: u16, sender: SendRequest<UpstreamBody>) {
+        if !sender.is_closed() {
+            self.kept.push((port, sender));
+        }
+    }
+
+    /// Forgets connections to ports no release of `live` is on.
+    pub fn keep_only(&mut self, live: impl Fn(u16) -> bool) {
+        self.kept.retain(|(port, _)| live(*port));
+    }
+}
+
+/// A new connection to the release on 127.0.0.1:`port`, its driver running on this thread.
+pub async fn connect(port: u16) -> Result<SendRequest<UpstreamBody>, Failure> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(Failure::Connect)?;
+    // Small requests and answers: do not let Nagle hold them back.
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(classify)?;
+    tokio::spawn(async move {
+        // Ends when the release closes it or every sender is gone; an upgrade takes it over.
+        let _ = connection.with_upgrades().await;
+    });
+    Ok(sender)
+}
+
+/// Sends `request` over `kept` (a connection this client used before) when it is still good,
+/// else over a new one; a request a kept connection could not even send (the release closed
+/// it meanwhile) goes over a new connection, whatever its method. Returns the answer and the
+/// connection it came over, for the next request.
+pub async fn send(
+    kept: Option<SendRequest<UpstreamBody>>,
+    port: u16,
+    request: Request<UpstreamBody>,
+) -> Result<(Response<Incoming>, SendRequest<UpstreamBody>), Failure> {
+    let mut request = request;
+    if let Some(mut sender) = kept {
+        if sender.ready().await.is_ok() {
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((response, sender)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(classify(e.into_error())),
+                },
+            }
+        }
+    }
+    let mut sender = connect(port).await?;
+    sender.ready().await.map_err(classify)?;
+    let response = sender.send_request(request).await.map_err(classify)?;
+    Ok((response, sender))
+}
