@@ -847,3 +847,44 @@ fn a_safe_request_whose_replica_drops_the_connection_is_sent_to_another_one() {
     assert!(statuses.contains(&502), "{statuses:?}");
     assert!(statuses.contains(&200), "{statuses:?}");
 }
+
+/// Issue 40: the proxy keeps its connections to a release when a client does not: sixty
+/// requests, each on a client connection of its own, reach the release over a few connections
+/// (a serving thread's idle set), not sixty.
+#[test]
+fn clients_that_connect_per_request_reuse_the_proxys_connections_to_the_release() {
+    let site = Site::new();
+    // A release that answers on keep-alive connections and counts the ones it accepts.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    if read_head(&mut reader).is_empty() {
+                        return;
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ncounts";
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let me = std::process::id() as i32;
+    write_replicas(&site, &[("counter", port, me)]);
+    let proxy = Proxy::start(&site, &["--threads", "2"]);
+    assert_eq!(answers(proxy.port, 60), vec!["counts"; 60]);
+    let made = accepted.load(Ordering::SeqCst);
+    assert!(
+        made <= 4,
+        "{made} connections to the release for 60 requests"
+    );
+}

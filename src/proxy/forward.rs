@@ -32,6 +32,8 @@ pub struct Shared {
     pub routes: Arc<Routes>,
     /// This serving thread's turn among equally busy replicas.
     pub turns: std::sync::atomic::AtomicUsize,
+    /// This serving thread's idle connections to releases.
+    pub idle: Arc<upstream::Idle>,
     /// Response header naming the release that answered, if enabled.
     pub version_header: Option<HeaderName>,
     pub root: String,
@@ -67,19 +69,25 @@ pub struct Client {
     reused: std::sync::Mutex<Reused>,
 }
 
-#[derive(Default)]
 struct Reused {
     view: View,
     upstreams: Upstreams,
 }
 
 impl Client {
-    pub fn new(peer: SocketAddr, slot: Arc<tokio::sync::OwnedSemaphorePermit>) -> Client {
+    pub fn new(
+        peer: SocketAddr,
+        slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+        shared: &Shared,
+    ) -> Client {
         Client {
             peer,
             address: HeaderValue::from_str(&peer.ip().to_string()).ok(),
             slot,
-            reused: Default::default(),
+            reused: std::sync::Mutex::new(Reused {
+                view: View::default(),
+                upstreams: Upstreams::new(shared.idle.clone()),
+            }),
         }
     }
 }

@@ -85,6 +85,7 @@ pub fn run(options: Options) -> Result<(), String> {
         shared: Arc::new(Shared {
             routes: routes.clone(),
             turns: Default::default(),
+            idle: Default::default(),
             version_header: version_header.clone(),
             root: root.0.display().to_string(),
             body_idle: options.body_idle,
@@ -317,7 +318,7 @@ impl Core {
                 .max_buf_size(self.options.max_header_bytes.max(MIN_HEADER_BYTES))
                 .keep_alive(true);
             connections.spawn(async move {
-                let client = Arc::new(forward::Client::new(peer, permit));
+                let client = Arc::new(forward::Client::new(peer, permit, &shared));
                 let service = service_fn(move |request| {
                     forward::handle(request, shared.clone(), client.clone())
                 });

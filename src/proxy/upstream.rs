@@ -1,8 +1,10 @@
 //! The connections to the releases, kept per client connection: a client's requests go over
 //! the same connection to the same release for as long as both stay open, with no shared pool
-//! to look up (no lock, no key to build) and no connection task of a pool between the two.
-//! nginx's `keepalive` does the same per worker. A client connection holds at most one
-//! connection per release it has sent to; they close with it, or when the release closes them.
+//! to look up (no lock, no key to build) and no connection task of a pool between the two. A
+//! client connection holds at most one connection per release it has sent to. When it ends,
+//! they go to its serving thread's idle set ([`Idle`], at most [`IDLE_PER_THREAD`]), where the
+//! next client connection finds them: a client that opens a connection per request still
+//! reuses the connection to the release, as nginx's `keepalive` does per worker.
 
 use std::io::ErrorKind;
 
@@ -70,19 +72,65 @@ fn classify(e: hyper::Error) -> Failure {
     }
 }
 
-/// One client connection's connections to releases, by port (a handful at most: one per
-/// replica it has sent to).
+/// Idle connections to releases kept by one serving thread (nginx's `keepalive 64`).
+pub const IDLE_PER_THREAD: usize = 64;
+
+/// One serving thread's idle connections to releases, by port, newest last. Only its own
+/// thread uses it, so its lock is never contended.
 #[derive(Default)]
+pub struct Idle {
+    kept: std::sync::Mutex<Vec<(u16, SendRequest<UpstreamBody>)>>,
+}
+
+impl Idle {
+    fn take(&self, port: u16) -> Option<SendRequest<UpstreamBody>> {
+        let mut kept = self.kept.lock().ok()?;
+        kept.retain(|(_, sender)| !sender.is_closed());
+        let at = kept.iter().rposition(|(p, _)| *p == port)?;
+        Some(kept.swap_remove(at).1)
+    }
+
+    fn give(&self, connections: Vec<(u16, SendRequest<UpstreamBody>)>) {
+        let Ok(mut kept) = self.kept.lock() else {
+            return;
+        };
+        kept.extend(connections.into_iter().filter(|(_, s)| !s.is_closed()));
+        // The oldest go first (a release closes long-idle ones anyway).
+        let over = kept.len().saturating_sub(IDLE_PER_THREAD);
+        kept.drain(..over);
+    }
+}
+
+/// One client connection's connections to releases, by port (a handful at most: one per
+/// replica it has sent to). Dropped with the client connection: they go to the thread's idle
+/// set.
 pub struct Upstreams {
     kept: Vec<(u16, SendRequest<UpstreamBody>)>,
+    idle: std::sync::Arc<Idle>,
+}
+
+impl Drop for Upstreams {
+    fn drop(&mut self) {
+        self.idle.give(std::mem::take(&mut self.kept));
+    }
 }
 
 impl Upstreams {
-    /// A kept connection to `port` that is still open, taken out while it is used.
+    pub fn new(idle: std::sync::Arc<Idle>) -> Upstreams {
+        Upstreams {
+            kept: Vec::new(),
+            idle,
+        }
+    }
+
+    /// A connection to `port` that is still open (this client's, else an idle one of the
+    /// thread's), taken out while it is used.
     pub fn take(&mut self, port: u16) -> Option<SendRequest<UpstreamBody>> {
         self.kept.retain(|(_, sender)| !sender.is_closed());
-        let at = self.kept.iter().position(|(p, _)| *p == port)?;
-        Some(self.kept.swap_remove(at).1)
+        match self.kept.iter().position(|(p, _)| *p == port) {
+            Some(at) => Some(self.kept.swap_remove(at).1),
+            None => self.idle.take(port),
+        }
     }
 
     /// Gives a connection back for the client's next request.
