@@ -62,19 +62,23 @@ clk=$(getconf CLK_TCK)
 results="$root/results"
 : >"$results"
 for load in ka32 ka256 close32 close256; do
+  # The header as one word: wrk reads `Name: value` (without the space it sends no close).
   case $load in
-    ka32) args="-c32" ;;
-    ka256) args="-c256" ;;
-    close32) args="-c32 -H Connection:close" ;;
-    close256) args="-c256 -H Connection:close" ;;
+    ka32) conns=32 close="" ;;
+    ka256) conns=256 close="" ;;
+    close32) conns=32 close="Connection: close" ;;
+    close256) conns=256 close="Connection: close" ;;
   esac
   round=1
   while [ $round -le "$rounds" ]; do
     for target in direct nginx rollgate; do
       pids=$(pids_of $target)
       before=$(ticks_of "$pids")
-      # shellcheck disable=SC2086
-      wrk -t1 $args -d"${seconds}s" --latency "$(url_of $target)" >"$root/wrk.out" 2>&1
+      if [ -n "$close" ]; then
+        wrk -t1 -c$conns -H "$close" -d"${seconds}s" --latency "$(url_of $target)" >"$root/wrk.out" 2>&1
+      else
+        wrk -t1 -c$conns -d"${seconds}s" --latency "$(url_of $target)" >"$root/wrk.out" 2>&1
+      fi
       after=$(ticks_of "$pids")
       rps=$(awk '/Requests\/sec/ { printf "%d", $2 }' "$root/wrk.out")
       requests=$(awk '/requests in/ { print $1 }' "$root/wrk.out")

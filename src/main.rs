@@ -89,6 +89,10 @@ fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
     }
 }
 
+/// mimalloc for every command (see Cargo.toml): the proxy's hot path allocates per request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

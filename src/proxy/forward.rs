@@ -47,16 +47,19 @@ pub struct Shared {
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Made once, not parsed from text on each request.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    hyper::header::PROXY_AUTHENTICATE,
+    hyper::header::PROXY_AUTHORIZATION,
+    hyper::header::TE,
+    hyper::header::TRAILER,
+    hyper::header::TRANSFER_ENCODING,
+    UPGRADE,
 ];
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// One client connection: where it comes from, its share of `--max-connections`, and what
 /// its requests reuse (its view of the routing table, its connections to releases).
@@ -145,6 +148,11 @@ fn plain(status: StatusCode, text: String) -> Response<Body> {
 }
 
 fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
+    // One pass over the few headers a message has, instead of a lookup per hop-by-hop name:
+    // most messages carry none of them (a keep-alive request or answer of HTTP/1.1).
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     // Headers named in `Connection` are hop-by-hop too.
     let named: Vec<HeaderName> = headers
         .get_all(CONNECTION)
@@ -156,7 +164,7 @@ fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
@@ -202,7 +210,7 @@ pub async fn handle(
         headers.insert(HOST, HeaderValue::from_static("localhost"));
     }
     let earlier = headers
-        .get("x-forwarded-for")
+        .get(&X_FORWARDED_FOR)
         .and_then(|v| v.to_str().ok())
         .filter(|_| ctx.trust_forwarded);
     let forwarded_for = match earlier {
@@ -210,9 +218,9 @@ pub async fn handle(
         None => client.address.clone(),
     };
     if let Some(value) = forwarded_for {
-        headers.insert("x-forwarded-for", value);
+        headers.insert(X_FORWARDED_FOR, value);
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     if let Some(value) = upgrade_value {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(UPGRADE, value);
