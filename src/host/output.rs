@@ -173,7 +173,8 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
         });
     }
     // Not waited for here: tokio reaps it when it ends, and once rollgate has exited, init
-    // does. It holds the file's lock as soon as it runs; until then, the pipe holds the words.
+    // does. The lock is the pump's from here on (its stdout holds the locked file), and what
+    // the release says before the pump runs waits in the pipe.
     command.spawn()?;
     Ok(write)
 }
