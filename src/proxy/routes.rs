@@ -5,8 +5,9 @@
 //!
 //! The table changes a few times a deploy and is read on every request. So each client
 //! connection keeps a [`View`] of it, valid while the table's generation has not moved: a
-//! request then chooses its target without the lock and without an `Arc` clone (one atomic
-//! load, one increment of the target's count, one load again).
+//! request then chooses its target without the lock (one atomic load, one increment of the
+//! target's count, one load again). Its lease holds the target's `Arc`, whose count sits
+//! beside the request count the increment has just brought to this core.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
