@@ -182,8 +182,14 @@ impl Drop for Fleet {
     }
 }
 
-/// Three hosts that each run two replicas of edge-svc v1 (`rollgate_ports`), v2 installed.
-fn replica_hosts(block: u16) -> Fleet {
+/// Three hosts, each with the sample service installed as `versions`, brought up by `start`
+/// (given the host's root and its range of ports) and listed in the inventory with
+/// `rollgate_ports` and no port of its own.
+fn three_hosts(
+    versions: &[&str],
+    range_of: impl Fn(usize) -> String,
+    start: impl Fn(&Path, &str) -> Output,
+) -> Fleet {
     let fleet = Fleet {
         dir: tempfile::tempdir().unwrap(),
         hosts: 3,
@@ -192,30 +198,16 @@ fn replica_hosts(block: u16) -> Fleet {
     let mut inventory = String::from("[edge]\n");
     for host in 0..fleet.hosts {
         let root = fleet.root(host);
-        for version in ["v1", "v2"] {
+        for version in versions {
             let path = write(
                 &root,
                 &format!("releases/{version}/edge-svc"),
                 &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
             );
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            make_executable(&path);
         }
-        let ports = ten_ports(block + host as u16);
-        let out = rollgate()
-            .args([
-                "rollout",
-                "edge-svc",
-                "v1",
-                "--replicas",
-                "2",
-                "--ports",
-                &ports,
-                "--root",
-            ])
-            .arg(&root)
-            .output()
-            .unwrap();
+        let ports = range_of(host);
+        let out = start(&root, &ports);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         inventory.push_str(&format!(
             "host{host} rollgate_root={} rollgate_ports={ports} ansible_connection=local\n",
@@ -230,45 +222,48 @@ fn replica_hosts(block: u16) -> Fleet {
     fleet
 }
 
+/// Three hosts that each run two replicas of edge-svc v1 (`rollgate_ports`), v2 installed.
+fn replica_hosts(block: u16) -> Fleet {
+    three_hosts(
+        &["v1", "v2"],
+        |host| ten_ports(block + host as u16),
+        |root, ports| {
+            rollgate()
+                .args([
+                    "rollout",
+                    "edge-svc",
+                    "v1",
+                    "--replicas",
+                    "2",
+                    "--ports",
+                    ports,
+                ])
+                .arg("--root")
+                .arg(root)
+                .output()
+                .unwrap()
+        },
+    )
+}
+
 /// Three hosts with edge-svc v1 live and v2, v3 and v4 installed, each given a range of two
 /// ports in the inventory (`rollgate_ports`) and no port of its own.
 fn range_hosts(block: u16) -> Fleet {
-    let fleet = Fleet {
-        dir: tempfile::tempdir().unwrap(),
-        hosts: 3,
-    };
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
     let first = first_of(block);
-    let mut inventory = String::from("[edge]\n");
-    for host in 0..fleet.hosts {
-        let root = fleet.root(host);
-        for version in ["v1", "v2", "v3", "v4"] {
-            let path = write(
-                &root,
-                &format!("releases/{version}/edge-svc"),
-                &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
-            );
-            make_executable(&path);
-        }
-        let low = first + 2 * host as u16;
-        let ports = format!("{low}-{}", low + 1);
-        let out = rollgate()
-            .args(["deploy", "edge-svc", "v1", "--ports", &ports, "--root"])
-            .arg(&root)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        inventory.push_str(&format!(
-            "host{host} rollgate_root={} rollgate_ports={ports} ansible_connection=local\n",
-            root.display()
-        ));
-    }
-    inventory.push_str(&format!(
-        "[all:vars]\nansible_python_interpreter={}\n",
-        ansible_playbook().with_file_name("python").display()
-    ));
-    write(fleet.dir.path(), "inventory.ini", &inventory);
-    fleet
+    three_hosts(
+        &["v1", "v2", "v3", "v4"],
+        |host| {
+            let low = first + 2 * host as u16;
+            format!("{low}-{}", low + 1)
+        },
+        |root, ports| {
+            rollgate()
+                .args(["deploy", "edge-svc", "v1", "--ports", ports, "--root"])
+                .arg(root)
+                .output()
+                .unwrap()
+        },
+    )
 }
 
 fn log_of(root: &Path) -> Vec<serde_json::Value> {
