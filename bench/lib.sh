@@ -16,3 +16,30 @@ stop_releases() {
     kill -KILL -- "-$pid" 2>/dev/null || true
   done
 }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# sample_release ROLLGATE ROOT VERSION: releases/VERSION/svc runs ROLLGATE's sample service.
+sample_release() {
+  mkdir -p "$2/releases/$3"
+  printf '#!/bin/sh\nexec %s sample-service\n' "$1" >"$2/releases/$3/svc"
+  chmod +x "$2/releases/$3/svc"
+}
+
+# front_the_release ROLLGATE ROOT: deploys release `a` (made already) in ROOT, then starts
+# `rollgate proxy` and nginx (bench/nginx.conf) in front of it. Sets direct, pport and nport
+# (the release's, the proxy's and nginx's ports) and proxy (the proxy's pid); nginx's master
+# pid is in ROOT/nginx.pid. Stop them with: kill $proxy; kill "$(cat ROOT/nginx.pid)";
+# stop_releases ROOT.
+front_the_release() {
+  "$1" deploy svc "$(free_port)" a --root "$2" 2>/dev/null
+  direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$2/current")
+  pport=$(free_port)
+  "$1" proxy --listen 127.0.0.1:$pport --root "$2" 2>/dev/null &
+  proxy=$!
+  nport=$(free_port)
+  sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/; s|/tmp/rollgate-bench-nginx.pid|$2/nginx.pid|" \
+    "$(dirname "$0")/nginx.conf" >"$2/nginx.conf"
+  nginx -c "$2/nginx.conf"
+  sleep 0.5
+}

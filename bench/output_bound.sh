@@ -14,7 +14,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 plain_pid=
 trap 'stop_releases "$root"; [ -n "$plain_pid" ] && kill -- "-$plain_pid" 2>/dev/null; rm -rf "$root"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Lines of 64 bytes, MBPS MB a second in ten bursts; stops when its parent does.
 lines=$((mbps * 1000000 / 64 / 10))

@@ -13,19 +13,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 proxy=
 trap 'stop_releases "$root"; [ -n "$proxy" ] && kill $proxy 2>/dev/null; [ -f "$root/nginx.pid" ] && kill "$(cat "$root/nginx.pid")" 2>/dev/null; rm -rf "$root"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-mkdir -p "$root/releases/a"
-printf '#!/bin/sh\nexec %s sample-service\n' "$rollgate" >"$root/releases/a/svc"
-chmod +x "$root/releases/a/svc"
-"$rollgate" deploy svc "$(free_port)" a --root "$root" 2>/dev/null
-direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$root/current")
-pport=$(free_port)
-"$rollgate" proxy --listen 127.0.0.1:$pport --root "$root" 2>/dev/null &
-proxy=$!
-nport=$(free_port)
-sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/; s|/tmp/rollgate-bench-nginx.pid|$root/nginx.pid|" "$here/nginx.conf" >"$root/nginx.conf"
-nginx -c "$root/nginx.conf"
-sleep 0.5
+sample_release "$rollgate" "$root" a
+front_the_release "$rollgate" "$root"
 workers=$(pgrep -P "$(cat "$root/nginx.pid")" | tr '\n' ',' | sed 's/,$//')
 for target in "rollgate $pport $proxy" "nginx $nport $workers"; do
   set -- $target

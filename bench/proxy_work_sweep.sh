@@ -17,7 +17,6 @@ root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 trap 'stop_releases "$root"; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rate() { wrk -t1 -c32 -d"${SECONDS_PER_RUN:-10}"s "http://127.0.0.1:$1/" | awk '/Requests\/sec/ { printf "%d", $2 }'; }
 
 pport=$(free_port)
