@@ -157,10 +157,7 @@ async fn start(
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);
     let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
-    let notifier = match socket {
-        Some(socket) => Some(socket.listen(pid, false)),
-        None => None,
-    };
+    let notifier = socket.map(|socket| socket.listen(pid, false));
     let subject = crate::host::probe::Subject {
         spec: live.probe.clone(),
         port: live.port,

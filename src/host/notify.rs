@@ -17,7 +17,7 @@
 //! systemd ignores what it does not know.
 
 use std::io::IoSliceMut;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use nix::sys::socket::{
@@ -178,7 +178,7 @@ impl Socket {
             setsockopt(&fd, sockopt::PassCred, &true)?;
             match bind(fd.as_raw_fd(), &unix) {
                 Ok(()) => {
-                    let socket = std::os::unix::net::UnixDatagram::from(OwnedFd::from(fd));
+                    let socket = std::os::unix::net::UnixDatagram::from(fd);
                     return Ok(Socket {
                         socket: UnixDatagram::from_std(socket)?,
                         address: address.to_string(),
