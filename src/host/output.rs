@@ -124,12 +124,12 @@ fn remove_if_there(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Before a new run of a release: the last run's output moves to `.1` (if it said anything),
-/// so the log quotes this run only. Then the pump starts; the returned end of its pipe is the
-/// release's stdout and stderr.
+/// Before a new run of a release: the last run's output moves to `.1` (if it said anything;
+/// with `keep` 1 it goes, so the bound holds from the first byte), so the log quotes this run
+/// only. Then the pump starts; the returned end of its pipe is the release's stdout and stderr.
 pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
     if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
-        shift(path, rotation.keep.max(2))?;
+        shift(path, rotation.keep)?;
     }
     // The file is opened and locked here, before the release can say anything, and handed to
     // the pump as its stdout: the lock is the open file's, so it passes to the pump, and a
