@@ -29,8 +29,7 @@ sample_release() {
 # front_the_release ROLLGATE ROOT: deploys release `a` (made already) in ROOT, then starts
 # `rollgate proxy` and nginx (bench/nginx.conf) in front of it. Sets direct, pport and nport
 # (the release's, the proxy's and nginx's ports) and proxy (the proxy's pid); nginx's master
-# pid is in ROOT/nginx.pid. Stop them with: kill $proxy; kill "$(cat ROOT/nginx.pid)";
-# stop_releases ROOT.
+# pid is in ROOT/nginx.pid. `stop_the_front ROOT` stops all three.
 front_the_release() {
   "$1" deploy svc "$(free_port)" a --root "$2" 2>/dev/null
   direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$2/current")
@@ -42,4 +41,13 @@ front_the_release() {
     "$(dirname "$0")/nginx.conf" >"$2/nginx.conf"
   nginx -c "$2/nginx.conf"
   sleep 0.5
+}
+
+# stop_the_front ROOT: stops what front_the_release started (if it got that far): the proxy
+# by $proxy, nginx by its master's pid file, and the releases of ROOT.
+stop_the_front() {
+  stop_releases "$1"
+  [ -n "${proxy:-}" ] && kill "$proxy" 2>/dev/null
+  [ -f "$1/nginx.pid" ] && kill "$(cat "$1/nginx.pid")" 2>/dev/null
+  return 0
 }

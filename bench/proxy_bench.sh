@@ -16,7 +16,7 @@ root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 proxy=
-trap 'stop_releases "$root"; [ -n "$proxy" ] && kill $proxy 2>/dev/null; [ -f "$root/nginx.pid" ] && kill "$(cat "$root/nginx.pid")" 2>/dev/null; rm -rf "$root"' EXIT
+trap 'stop_the_front "$root"; rm -rf "$root"' EXIT
 sample_release "$rollgate" "$root" a
 sample_release "$rollgate" "$root" b
 front_the_release "$rollgate" "$root"
