@@ -106,52 +106,7 @@ Deadline and poll interval: the deadline-ms argument, else the policy, else 1500
 
 Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anything started;
 3 escalated (on_stall = 'escalate: the candidate is left running for `promote` or `abort`).")]
-    Deploy {
-        /// Service name: the executable's file name under releases/<version>/.
-        service: String,
-        /// `VERSION` (the port taken from --ports), or `PORT VERSION [DEADLINE_MS]`: the port
-        /// the candidate listens on (127.0.0.1) beside the live release's, the version (a
-        /// folder under releases/), and a readiness deadline in milliseconds (over the
-        /// policy's).
-        #[arg(required = true, num_args = 1..=3, value_name = "[PORT] VERSION [DEADLINE_MS]")]
-        positional: Vec<String>,
-        /// Ports to pick the candidate's from when none is given (`8081-8082`: at least two):
-        /// the lowest that is neither the live release's nor its fallback's and is free. The
-        /// policy's `ports` serves when neither PORT nor this is given.
-        #[arg(long, value_name = "A-B")]
-        ports: Option<String>,
-        #[command(flatten)]
-        target: RootArgs,
-        /// Rollout policy (Nickel, or its exported JSON), checked by the contracts first.
-        #[arg(long, value_name = "FILE")]
-        policy: Option<PathBuf>,
-        /// Policy entry to read (default: the service name with `-` as `_`).
-        #[arg(long, value_name = "NAME")]
-        policy_entry: Option<String>,
-        /// After SIGTERM, how long the old release (or a failed candidate) gets before SIGKILL
-        /// (default: the policy's stop_grace_ms, else 5000).
-        #[arg(long, value_name = "MS")]
-        grace_ms: Option<u64>,
-        /// When `rollgate proxy` serves the root: how long it may take to finish the old
-        /// release's requests before SIGTERM (default: the policy's drain_timeout_ms, else 30000).
-        #[arg(long, value_name = "MS")]
-        drain_timeout_ms: Option<u64>,
-        /// After the switch, watch the new release this long with the previous one kept
-        /// running, and switch back if it exits or keeps failing its probe (default: the
-        /// policy's watch_ms, else 2000; 0 = no watch).
-        #[arg(long, value_name = "MS")]
-        watch_ms: Option<u64>,
-        /// Exit once switched, leaving the watch to a background `rollgate watch` (its pid is
-        /// printed and recorded in the root).
-        #[arg(long)]
-        no_wait: bool,
-        /// Print what would happen (the values and where each came from, the checks that
-        /// would refuse it) and change nothing; exit 2 if a check would refuse it.
-        #[arg(long)]
-        dry_run: bool,
-        #[command(flatten)]
-        eval: EvalArgs,
-    },
+    Deploy(DeployArgs),
     /// Go back to the release that was live before the current one (found in the log, still
     /// installed), through the gate like any deploy; on a replica root, with a rollout.
     #[command(after_help = "Examples:
@@ -160,31 +115,7 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
 
 Exit codes: as `deploy` (or `rollout` on a replica root); 2 when there is no earlier release
 still installed, or nothing is live.")]
-    Rollback {
-        service: String,
-        #[command(flatten)]
-        target: RootArgs,
-        /// Port for the earlier release (default: chosen from --ports or the policy's `ports`,
-        /// else the one it was live on).
-        #[arg(long)]
-        port: Option<u16>,
-        /// Ports to pick the earlier release's from, as for `deploy`.
-        #[arg(long, value_name = "A-B", conflicts_with = "port")]
-        ports: Option<String>,
-        /// Rollout policy, as for deploy.
-        #[arg(long, value_name = "FILE")]
-        policy: Option<PathBuf>,
-        #[arg(long, value_name = "NAME")]
-        policy_entry: Option<String>,
-        #[arg(long, value_name = "MS")]
-        grace_ms: Option<u64>,
-        #[arg(long, value_name = "MS")]
-        drain_timeout_ms: Option<u64>,
-        #[arg(long, value_name = "MS")]
-        watch_ms: Option<u64>,
-        #[command(flatten)]
-        eval: EvalArgs,
-    },
+    Rollback(RollbackArgs),
     /// Start every live release the root names that is not running (what a boot runs); with
     /// --supervise, keep doing so, with backoff, and give up on one that keeps crashing.
     #[command(after_help = "Examples:
@@ -400,6 +331,80 @@ pub struct RootArgs {
     /// Folder holding releases/, current, deploy.log.
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub root: PathBuf,
+}
+
+/// What a deploy (and a rollback, which is one) runs by beyond its release: the policy, and
+/// the numbers the command line sets over it.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Rollout policy (Nickel, or its exported JSON), checked by the contracts first.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Policy entry to read (default: the service name with `-` as `_`).
+    #[arg(long, value_name = "NAME")]
+    pub policy_entry: Option<String>,
+    /// After SIGTERM, how long the old release (or a failed candidate) gets before SIGKILL
+    /// (default: the policy's stop_grace_ms, else 5000).
+    #[arg(long, value_name = "MS")]
+    pub grace_ms: Option<u64>,
+    /// When `rollgate proxy` serves the root: how long it may take to finish the old
+    /// release's requests before SIGTERM (default: the policy's drain_timeout_ms, else 30000).
+    #[arg(long, value_name = "MS")]
+    pub drain_timeout_ms: Option<u64>,
+    /// After the switch, watch the new release this long with the previous one kept
+    /// running, and switch back if it exits or keeps failing its probe (default: the
+    /// policy's watch_ms, else 2000; 0 = no watch).
+    #[arg(long, value_name = "MS")]
+    pub watch_ms: Option<u64>,
+    #[command(flatten)]
+    pub eval: EvalArgs,
+}
+
+/// `rollgate deploy`'s arguments.
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// Service name: the executable's file name under releases/<version>/.
+    pub service: String,
+    /// `VERSION` (the port taken from --ports), or `PORT VERSION [DEADLINE_MS]`: the port
+    /// the candidate listens on (127.0.0.1) beside the live release's, the version (a
+    /// folder under releases/), and a readiness deadline in milliseconds (over the
+    /// policy's).
+    #[arg(required = true, num_args = 1..=3, value_name = "[PORT] VERSION [DEADLINE_MS]")]
+    pub positional: Vec<String>,
+    /// Ports to pick the candidate's from when none is given (`8081-8082`: at least two):
+    /// the lowest that is neither the live release's nor its fallback's and is free. The
+    /// policy's `ports` serves when neither PORT nor this is given.
+    #[arg(long, value_name = "A-B")]
+    pub ports: Option<String>,
+    #[command(flatten)]
+    pub target: RootArgs,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Exit once switched, leaving the watch to a background `rollgate watch` (its pid is
+    /// printed and recorded in the root).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Print what would happen (the values and where each came from, the checks that
+    /// would refuse it) and change nothing; exit 2 if a check would refuse it.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `rollgate rollback`'s arguments.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    pub service: String,
+    #[command(flatten)]
+    pub target: RootArgs,
+    /// Port for the earlier release (default: chosen from --ports or the policy's `ports`,
+    /// else the one it was live on).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Ports to pick the earlier release's from, as for `deploy`.
+    #[arg(long, value_name = "A-B", conflicts_with = "port")]
+    pub ports: Option<String>,
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 #[derive(Debug, Args)]

@@ -148,6 +148,7 @@ fn ms(duration: Duration) -> String {
 }
 
 /// `docs/policy.md`'s table of policy fields: what each is for, its range and its default.
+// Long on purpose: a table, one row per policy field, in the order docs/policy.md shows them.
 pub fn policy_table() -> String {
     let waves = WAVES.map(|w| w.to_string()).join(", ");
     let rows: Vec<(&str, String, String, &str)> = vec![

@@ -60,13 +60,25 @@ pub enum Error {
     /// Nickel's own diagnostic, shown byte for byte as `nickel export` shows it (exit 1).
     #[error("{}", .0.trim_end())]
     Diagnostic(String),
+    /// What the host would not do or refused to take (a name, a busy root, a setting, a
+    /// file), kept typed; whether the command is refused (exit 2) or failed (exit 1) is the
+    /// fault's to say.
+    #[error(transparent)]
+    Host(#[from] crate::host::fault::Fault),
 }
 
 impl Error {
+    /// Refused before anything started: nothing changed.
+    pub fn is_refused(&self) -> bool {
+        self.code() == REFUSED
+    }
+
     pub fn code(&self) -> u8 {
         match self {
             Error::Refused(_) => REFUSED,
             Error::Failed(_) | Error::Invalid(_) | Error::Diagnostic(_) => FAILED,
+            Error::Host(fault) if fault.refuses() => REFUSED,
+            Error::Host(_) => FAILED,
         }
     }
 

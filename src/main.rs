@@ -2,8 +2,9 @@
 
 mod cli;
 
-use rollgate::commands::{console, demo, deploy, escalation, rollback, rollout, status, up, watch};
-use rollgate::engine::{control, settings};
+use rollgate::commands::{console, demo, deploy, rollback, rollout, status, up};
+use rollgate::engine::settings;
+use rollgate::engine::{self, Ask, Outcome};
 use rollgate::error::{self, Error};
 use rollgate::render::table::Layout;
 use rollgate::{fleet, log, policy, proxy, release, sample, webhooks};
@@ -23,7 +24,7 @@ use policy::EvalOptions;
 /// `rollgate webhooks ...`.
 fn run_webhooks(command: WebhooksCommand) -> Result<u8, Error> {
     let root = |target: cli::RootArgs| {
-        rollgate::host::state::Root::existing(target.root).map_err(Error::Refused)
+        rollgate::host::state::Root::existing(target.root).map_err(Error::from)
     };
     match command {
         WebhooksCommand::Send { target } => {
@@ -124,6 +125,8 @@ fn main() -> ExitCode {
 
 /// Runs one command; what it answers is printed as it goes. `Ok` is the exit code of how it
 /// ended (an outcome: promoted, rolled back, paused...), `Err` what went wrong.
+// About 100 lines on purpose: one arm per command, each only unpacking clap's words into one
+// call (the longer ones are functions of their own).
 fn run(command: Command) -> Result<u8, Error> {
     match command {
         Command::Policy(command) => run_policy(command),
@@ -133,107 +136,9 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Webhooks(command) => run_webhooks(command),
         Command::Config(command) => run_config(command),
         Command::Secret(command) => run_secret(command),
-        Command::Deploy {
-            service,
-            positional,
-            ports,
-            target,
-            policy,
-            policy_entry,
-            grace_ms,
-            drain_timeout_ms,
-            watch_ms,
-            no_wait,
-            dry_run,
-            eval,
-        } => {
-            let asked = deploy::Positional::parse(&positional).map_err(Error::Refused)?;
-            let port = match asked.port {
-                Some(port) => deploy::PortAsked::Given(port),
-                None => deploy::PortAsked::from_range(
-                    ports,
-                    format!(
-                        "no port for {}: give `rollgate deploy {service} PORT {}`, --ports A-B or a policy with `ports` (rollgate picks the one that is not live)",
-                        asked.version, asked.version
-                    ),
-                ),
-            };
-            let request = deploy::Request {
-                service,
-                port,
-                version: asked.version,
-                deadline_ms: asked.deadline_ms,
-                root: target.root,
-                policy,
-                policy_entry,
-                grace_ms,
-                drain_ms: drain_timeout_ms,
-                watch_ms,
-                no_wait,
-                eval: eval_options(eval),
-            };
-            if dry_run {
-                Ok(report_dry_run(deploy::dry_run(&request)))
-            } else {
-                Ok(deploy_ended(deploy::deploy(request)?))
-            }
-        }
+        Command::Deploy(args) => run_deploy(args),
         Command::Rollout(args) => run_rollout(args),
-        Command::Rollback {
-            service,
-            target,
-            port,
-            ports,
-            policy,
-            policy_entry,
-            grace_ms,
-            drain_timeout_ms,
-            watch_ms,
-            eval,
-        } => {
-            let eval = eval_options(eval);
-            match rollback::replica_target(&target.root, &service)? {
-                Some((current, earlier)) => {
-                    eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
-                    let request = rollout::Request {
-                        service,
-                        version: earlier,
-                        root: target.root,
-                        policy,
-                        policy_entry,
-                        eval,
-                        args: settings::Args {
-                            grace_ms,
-                            drain_ms: drain_timeout_ms,
-                            ..Default::default()
-                        },
-                    };
-                    Ok(rollout_ended(rollout::rollout(request)?))
-                }
-                None => Ok(deploy_ended(rollback::rollback(
-                    rollback::RollbackRequest {
-                        service: service.clone(),
-                        root: target.root.clone(),
-                        port,
-                        ports,
-                        deploy: deploy::Request {
-                            service,
-                            port: deploy::PortAsked::Given(0),
-                            version: String::new(),
-                            deadline_ms: None,
-                            root: target.root,
-                            policy,
-                            policy_entry,
-                            grace_ms,
-                            drain_ms: drain_timeout_ms,
-                            watch_ms,
-                            no_wait: false,
-                            eval,
-                        },
-                    },
-                )?)),
-            }
-        }
+        Command::Rollback(args) => run_rollback(args),
         Command::Up {
             target,
             supervise,
@@ -251,21 +156,13 @@ fn run(command: Command) -> Result<u8, Error> {
             service,
             token,
             target,
-        } => Ok(deploy_ended(watch::run_watcher(
-            &service,
-            target.root,
-            &token,
-        )?)),
-        Command::Promote { service, target } => Ok(deploy_ended(escalation::finish_escalated(
-            &service,
-            target.root,
-            true,
-        )?)),
-        Command::Abort { service, target } => Ok(deploy_ended(escalation::finish_escalated(
-            &service,
-            target.root,
-            false,
-        )?)),
+        } => Ok(ended(engine::watch(target.root, &service, &token)?)),
+        Command::Promote { service, target } => {
+            Ok(ended(engine::ask(target.root, &service, Ask::Accept)?))
+        }
+        Command::Abort { service, target } => {
+            Ok(ended(engine::ask(target.root, &service, Ask::Reject)?))
+        }
         Command::Status {
             target,
             format,
@@ -301,8 +198,7 @@ fn run(command: Command) -> Result<u8, Error> {
                 body_idle: Duration::from_millis(body_idle_timeout_ms),
                 tunnel_idle: Duration::from_millis(tunnel_idle_timeout_ms),
                 trust_forwarded,
-            })
-            .map_err(Error::Failed)?;
+            })?;
             Ok(error::SUCCESS)
         }
         Command::Console {
@@ -318,7 +214,7 @@ fn run(command: Command) -> Result<u8, Error> {
             Ok(error::SUCCESS)
         }
         Command::Demo { root } => {
-            demo::run(root).map_err(Error::Failed)?;
+            demo::run(root)?;
             Ok(error::SUCCESS)
         }
         Command::Completions { shell } => {
@@ -338,6 +234,108 @@ fn run(command: Command) -> Result<u8, Error> {
     }
 }
 
+/// `rollgate deploy`: the request from its words, then the dry run's report or the deploy.
+fn run_deploy(args: cli::DeployArgs) -> Result<u8, Error> {
+    let cli::DeployArgs {
+        service,
+        positional,
+        ports,
+        target,
+        gate,
+        no_wait,
+        dry_run,
+    } = args;
+    let asked = deploy::Positional::parse(&positional)?;
+    let port = match asked.port {
+        Some(port) => deploy::PortAsked::Given(port),
+        None => deploy::PortAsked::from_range(
+            ports,
+            format!(
+                "no port for {}: give `rollgate deploy {service} PORT {}`, --ports A-B or a policy with `ports` (rollgate picks the one that is not live)",
+                asked.version, asked.version
+            ),
+        ),
+    };
+    let request = deploy::Request {
+        service,
+        port,
+        version: asked.version,
+        deadline_ms: asked.deadline_ms,
+        root: target.root,
+        policy: gate.policy,
+        policy_entry: gate.policy_entry,
+        grace_ms: gate.grace_ms,
+        drain_ms: gate.drain_timeout_ms,
+        watch_ms: gate.watch_ms,
+        no_wait,
+        eval: eval_options(gate.eval),
+    };
+    if dry_run {
+        Ok(report_dry_run(deploy::dry_run(&request)))
+    } else {
+        Ok(ended(deploy::deploy(request)?))
+    }
+}
+
+/// `rollgate rollback`: a replica root rolls back with a rollout, any other with a deploy.
+fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
+    let cli::RollbackArgs {
+        service,
+        target,
+        port,
+        ports,
+        gate,
+    } = args;
+    let cli::GateArgs {
+        policy,
+        policy_entry,
+        grace_ms,
+        drain_timeout_ms,
+        watch_ms,
+        eval,
+    } = gate;
+    let eval = eval_options(eval);
+    match rollback::replica_target(&target.root, &service)? {
+        Some((current, earlier)) => {
+            eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
+            let request = rollout::Request {
+                service,
+                version: earlier,
+                root: target.root,
+                policy,
+                policy_entry,
+                eval,
+                args: settings::Args {
+                    grace_ms,
+                    drain_ms: drain_timeout_ms,
+                    ..Default::default()
+                },
+            };
+            Ok(ended(rollout::rollout(request)?))
+        }
+        None => Ok(ended(rollback::rollback(rollback::RollbackRequest {
+            service: service.clone(),
+            root: target.root.clone(),
+            port,
+            ports,
+            deploy: deploy::Request {
+                service,
+                port: deploy::PortAsked::Given(0),
+                version: String::new(),
+                deadline_ms: None,
+                root: target.root,
+                policy,
+                policy_entry,
+                grace_ms,
+                drain_ms: drain_timeout_ms,
+                watch_ms,
+                no_wait: false,
+                eval,
+            },
+        })?)),
+    }
+}
+
 /// Prints a command's answer: it succeeded.
 fn printed(text: String) -> Result<u8, Error> {
     print(&text);
@@ -350,6 +348,8 @@ fn stderr_color() -> bool {
 }
 
 /// `rollgate release ...`: exit 0, 1 when refused or failed (the reason first), 2 on usage.
+// About 100 lines on purpose: one arm per `release` command, each unpacking its words into
+// one call.
 fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
     let now = chrono::Utc::now();
     let result = match command {
@@ -391,27 +391,21 @@ fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
                 max_bytes,
                 max_entries,
             };
-            return printed(match release::install::add(&request)? {
-                release::install::Installed::New(record) => format!(
-                    "installed: {service} {version} ({} file{}, {} bytes, sha256 {})\n",
-                    record.files,
-                    if record.files == 1 { "" } else { "s" },
-                    record.size,
-                    record.sha256
-                ),
-                release::install::Installed::Already(record) => format!(
-                    "already installed: {service} {version} (sha256 {})\n",
-                    record.sha256
-                ),
-            });
+            return printed(installed_words(
+                &release::install::add(&request)?,
+                &service,
+                &version,
+            ));
         }
-        ReleaseCommand::Keygen { out } => release::keys::generate(&out).map(|(pin, public)| {
-            format!(
-                "{pin}\nkey: {} (keep it offline)\npublic key: {}\n",
-                out.display(),
-                public.display()
-            )
-        }),
+        ReleaseCommand::Keygen { out } => release::keys::generate(&out)
+            .map(|(pin, public)| {
+                format!(
+                    "{pin}\nkey: {} (keep it offline)\npublic key: {}\n",
+                    out.display(),
+                    public.display()
+                )
+            })
+            .map_err(Error::from),
         ReleaseCommand::Sign {
             dir,
             service,
@@ -420,19 +414,21 @@ fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
             expires,
             key,
             cosigners,
-        } => release::parse_duration(&expires).and_then(|expires_in| {
-            release::sign(&release::SignRequest {
-                dir: &dir,
-                service: &service,
-                version: &version,
-                sequence,
-                expires_in,
-                key: &key,
-                cosigners: &cosigners,
-                now,
-            })
-            .map(|path| format!("signed: {}\n", path.display()))
-        }),
+        } => release::parse_duration(&expires)
+            .map_err(|e| Error::Invalid(e.to_string()))
+            .and_then(|expires_in| {
+                release::sign(&release::SignRequest {
+                    dir: &dir,
+                    service: &service,
+                    version: &version,
+                    sequence,
+                    expires_in,
+                    key: &key,
+                    cosigners: &cosigners,
+                    now,
+                })
+                .map(|path| format!("signed: {}\n", path.display()))
+            }),
         ReleaseCommand::Cosign { manifest, key } => release::cosign(&manifest, &key)
             .map(|kid| format!("cosigned by {kid}: {}\n", manifest.display())),
         ReleaseCommand::Verify {
@@ -450,7 +446,7 @@ fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
                 .transpose()
                 .map_err(|e| Error::Refused(format!("--at: {e}")))?
                 .unwrap_or(now);
-            trust.check().map_err(Error::Refused)?;
+            trust.check()?;
             release::verify(&manifest, &trust, at, service.as_deref(), dir.as_deref())
                 .map(|v| {
                     format!(
@@ -458,10 +454,31 @@ fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
                         v.body.service, v.body.version, v.body.sequence, v.manifest_sha256
                     )
                 })
-                .map_err(|refusal| format!("refused: {refusal}"))
+                .map_err(|refusal| Error::Invalid(format!("refused: {refusal}")))
         }
     };
-    printed(result.map_err(Error::Invalid)?)
+    printed(result?)
+}
+
+/// What `release add` says of the release it installed (or found installed).
+fn installed_words(
+    installed: &release::install::Installed,
+    service: &str,
+    version: &str,
+) -> String {
+    match installed {
+        release::install::Installed::New(record) => format!(
+            "installed: {service} {version} ({} file{}, {} bytes, sha256 {})\n",
+            record.files,
+            if record.files == 1 { "" } else { "s" },
+            record.size,
+            record.sha256
+        ),
+        release::install::Installed::Already(record) => format!(
+            "already installed: {service} {version} (sha256 {})\n",
+            record.sha256
+        ),
+    }
 }
 
 fn eval_options(args: EvalArgs) -> EvalOptions {
@@ -484,15 +501,18 @@ fn report_dry_run((report, refused): (String, bool)) -> u8 {
     }
 }
 
-/// How a deploy (or its watch, promote, abort or rollback) ended, said on stderr.
-fn deploy_ended(outcome: deploy::DeployOutcome) -> u8 {
-    eprintln!("rollgate: {}", deploy::said(outcome));
+/// How a run ended, said on the one stream its command says it on (a deploy's family on
+/// stderr, a rollout's commands on stdout); the exit code follows from it.
+fn ended(outcome: Outcome) -> u8 {
+    match outcome.stream {
+        engine::Stream::Stderr => eprintln!("{}", outcome.said()),
+        engine::Stream::Stdout => println!("{}", outcome.said()),
+    }
     outcome.exit_code()
 }
 
 /// `rollgate rollout ...`: the outcome on stdout, exit 0/1/3 as the outcome says, 2 refused.
 fn run_rollout(args: RolloutArgs) -> Result<u8, Error> {
-    use control::Ask;
     let result = match args.command {
         Some(RolloutCommand::Status {
             service,
@@ -511,23 +531,23 @@ fn run_rollout(args: RolloutArgs) -> Result<u8, Error> {
             service,
             target,
             reason,
-        }) => rollout::control(&service, target.root, Ask::Pause, reason, false),
+        }) => engine::ask(target.root, &service, Ask::Pause { reason }),
         Some(RolloutCommand::Resume { service, target }) => {
-            rollout::control(&service, target.root, Ask::Resume, None, false)
+            engine::ask(target.root, &service, Ask::Resume)
         }
         Some(RolloutCommand::Abort {
             service,
             target,
             reason,
             rollback,
-        }) => rollout::control(&service, target.root, Ask::Abort, reason, rollback),
+        }) => engine::ask(target.root, &service, Ask::Abort { reason, rollback }),
         None if args.dry_run => match rollout_request(args) {
             Ok(request) => return Ok(report_dry_run(rollout::dry_run(&request))),
             Err(e) => Err(e),
         },
         None => rollout_request(args).and_then(rollout::rollout),
     };
-    Ok(rollout_ended(result?))
+    Ok(ended(result?))
 }
 
 fn run_secret(command: SecretCommand) -> Result<u8, Error> {
@@ -569,8 +589,7 @@ fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                 return Ok(error::SUCCESS);
             }
             let replicas = rollgate::host::state::Root::new(target.root.clone())
-                .read_replicas()
-                .map_err(Error::Refused)?
+                .read_replicas()?
                 .is_some();
             if replicas {
                 let request = rollout::Request {
@@ -582,7 +601,7 @@ fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                     eval: policy::EvalOptions::default(),
                     args: settings::Args::default(),
                 };
-                return Ok(rollout_ended(rollout::rollout(request)?));
+                return Ok(ended(rollout::rollout(request)?));
             }
             let port = deploy::PortAsked::from_range(
                 ports,
@@ -604,15 +623,9 @@ fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                 no_wait: false,
                 eval: policy::EvalOptions::default(),
             };
-            Ok(deploy_ended(deploy::deploy(request)?))
+            Ok(ended(deploy::deploy(request)?))
         }
     }
-}
-
-/// A rollout command's outcome on stdout, exit 0/1/3 as it says.
-fn rollout_ended(outcome: rollout::RolloutOutcome) -> u8 {
-    println!("{}", outcome.message());
-    outcome.exit_code()
 }
 
 fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
@@ -706,8 +719,10 @@ fn run_policy(command: PolicyCommand) -> Result<u8, Error> {
 
 fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
     let time = |t: Option<String>| {
-        t.map(|t| rollgate::render::time::parse_time(&t).map_err(log::LogError::Usage))
-            .transpose()
+        t.map(|t| {
+            rollgate::render::time::parse_time(&t).map_err(|e| log::LogError::Usage(e.to_string()))
+        })
+        .transpose()
     };
     Ok(log::Reading {
         strict: args.strict,
@@ -754,7 +769,7 @@ fn run_log(command: LogCommand) -> Result<u8, Error> {
             read,
         } => reading(read).and_then(|r| match at {
             Some(at) => rollgate::render::time::parse_time(&at)
-                .map_err(log::LogError::Usage)
+                .map_err(|e| log::LogError::Usage(e.to_string()))
                 .and_then(|at| log::live_at(&logs, at, format, &r))
                 .map(log::Answer::Text),
             None => log::history(&logs, format, Layout::of_stdout(wide), &r),

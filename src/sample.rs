@@ -108,7 +108,7 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
     } else {
         std::net::TcpListener::bind(address)
             .and_then(|l| l.set_nonblocking(true).map(|()| vec![l]))
-            .map_err(|e| format!("cannot listen on {address}: {e}"))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}")))
     };
     let mut listeners = match bound {
         Ok(listeners) => listeners.into_iter(),

@@ -364,3 +364,117 @@ fn the_event_stream_delivers_ten_thousand_records_in_order_and_resumes_through_r
     records(&log, 10_500..10_501);
     assert_eq!(read_events(&mut resumed, 1)[0].1, 10_500);
 }
+
+/// The fields of a status that move with the clock: compared by closeness, not equality.
+const COUNTDOWNS: &[&str] = &[
+    "live_for_s",
+    "waiting_s",
+    "left_s",
+    "up_for_s",
+    "release_deadline_left_ms",
+    "soak_left_ms",
+];
+
+/// Every field of `cli` is in `api` with the same value (countdowns within `slack` of each
+/// other), and `api` has no field `cli` lacks; returns the paths that differ.
+fn differences(cli: &Value, api: &Value, path: &str, slack: f64, out: &mut Vec<String>) {
+    match (cli, api) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let here = format!("{path}.{key}");
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) if COUNTDOWNS.contains(&key.as_str()) => {
+                        let close = match (x.as_f64(), y.as_f64()) {
+                            (Some(x), Some(y)) => (x - y).abs() <= slack,
+                            _ => x == y,
+                        };
+                        if !close {
+                            out.push(format!("{here}: {x} vs {y}"));
+                        }
+                    }
+                    (Some(x), Some(y)) => differences(x, y, &here, slack, out),
+                    (x, y) => out.push(format!("{here}: {x:?} vs {y:?}")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (n, (x, y)) in a.iter().zip(b).enumerate() {
+                differences(x, y, &format!("{path}[{n}]"), slack, out);
+            }
+        }
+        (x, y) if x != y => out.push(format!("{path}: {x} vs {y}")),
+        _ => {}
+    }
+}
+
+/// Issue 35: `rollgate status --format json` and the console's `/api/v1/roots/SVC` are one
+/// model: on a rollout in its soak and on the same rollout paused, every field of one is in
+/// the other with the same value (the countdowns within the seconds between the two reads).
+#[test]
+fn status_json_and_the_console_api_are_the_same_model_field_for_field() {
+    let site = four_of_v1(110);
+    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["rollout", "edge-svc", "v2", "--root"])
+        .arg(site.root())
+        .args(["--soak", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let console = Console::start(&[site.root()], &["--read-only"]);
+    let status = || -> Value {
+        let out = rollgate()
+            .args(["status", "--format", "json", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    // In the canary's soak: a slot moved, the others pending, a soak counting down.
+    assert!(wait_for(60, || get_json(
+        console.port,
+        "/api/v1/roots/edge-svc"
+    )["rollout"]["soak_left_ms"]
+        .is_u64()));
+    for phase in ["soaking", "paused"] {
+        let cli = status();
+        let api = get_json(console.port, "/api/v1/roots/edge-svc");
+        let mut found = Vec::new();
+        differences(&cli, &api, "", 5_000.0, &mut found);
+        assert_eq!(found, Vec::<String>::new(), "{phase}: {cli}\n{api}");
+        // A model with content: a live pool, a rollout with its slots, the service named.
+        assert_eq!(cli["service"], "edge-svc", "{cli}");
+        assert_eq!(cli["replicas"].as_array().map(Vec::len), Some(4), "{cli}");
+        assert_eq!(
+            cli["rollout"]["slots"].as_array().map(Vec::len),
+            Some(4),
+            "{cli}"
+        );
+        assert!(
+            cli["rollout"]["counts"]["succeeded"].as_u64() >= Some(1),
+            "{cli}"
+        );
+        if phase == "soaking" {
+            assert_eq!(cli["rollout"]["state"], "running", "{cli}");
+            let out = rollgate()
+                .args(["rollout", "pause", "edge-svc", "--root"])
+                .arg(site.root())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+            assert_eq!(running.wait().unwrap().code(), Some(3));
+        } else {
+            assert_eq!(cli["rollout"]["state"], "paused", "{cli}");
+            assert!(cli["rollout"]["pause_reason"].is_string(), "{cli}");
+        }
+    }
+    let out = rollgate()
+        .args(["rollout", "abort", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = running.kill();
+}

@@ -48,10 +48,10 @@ impl Change {
             .chain(&change.unsets)
             .chain(change.secrets.iter().map(|(k, _)| k))
         {
-            config::check_key(key).map_err(refused)?;
+            config::check_key(key)?;
         }
         for (_, name) in &change.secrets {
-            config::check_secret_name(name).map_err(refused)?;
+            config::check_secret_name(name)?;
         }
         if change.sets.is_empty() && change.unsets.is_empty() && change.secrets.is_empty() {
             return Err(refused(
@@ -80,24 +80,21 @@ impl Change {
 
 /// The live release's version (the replicas' when the root is served by replicas).
 pub fn live_version(root: &Root) -> Result<String, Error> {
-    if let Some(set) = root.read_replicas().map_err(refused)? {
+    if let Some(set) = root.read_replicas()? {
         if let Some(first) = set.replicas.first() {
             return Ok(first.version.clone());
         }
     }
-    root.read_pointer()
-        .map_err(refused)?
-        .map(|p| p.version)
-        .ok_or_else(|| {
-            refused(format!(
-                "nothing is live under {}: deploy a release first",
-                root.0.display()
-            ))
-        })
+    root.read_pointer()?.map(|p| p.version).ok_or_else(|| {
+        refused(format!(
+            "nothing is live under {}: deploy a release first",
+            root.0.display()
+        ))
+    })
 }
 
 fn release_config(root: &Root, version: &str) -> Result<Config, Error> {
-    crate::host::names::check_name("version", version).map_err(refused)?;
+    crate::host::names::check_name("version", version)?;
     let dir = root.release_dir(version);
     if !dir.is_dir() {
         return Err(refused(format!(
@@ -110,7 +107,7 @@ fn release_config(root: &Root, version: &str) -> Result<Config, Error> {
 
 /// `config show`: the release's variables, secrets by name only.
 pub fn show(root: &Path, version: Option<&str>) -> Result<String, Error> {
-    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
+    let root = Root::existing(root.to_path_buf())?;
     let version = match version {
         Some(v) => v.to_string(),
         None => live_version(&root)?,
@@ -145,7 +142,7 @@ fn quoted(value: &str) -> String {
 
 /// `config diff A B`: what changed from A to B (secrets by name).
 pub fn diff(root: &Path, a: &str, b: &str) -> Result<String, Error> {
-    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
+    let root = Root::existing(root.to_path_buf())?;
     let (from, to) = (release_config(&root, a)?, release_config(&root, b)?);
     let view = |c: &Config| -> BTreeMap<String, String> {
         c.variables
@@ -201,8 +198,8 @@ pub fn make_release(
     change: &Change,
     now: f64,
 ) -> Result<(String, String), Error> {
-    crate::host::names::check_name("service", service).map_err(refused)?;
-    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
+    crate::host::names::check_name("service", service)?;
+    let root = Root::existing(root.to_path_buf())?;
     let live = live_version(&root)?;
     let config = change.apply(release_config(&root, &live)?);
     // Every secret it names must be there (and private) before anything is made.

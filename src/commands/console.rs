@@ -28,13 +28,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::{escalation, rollout, status};
-use crate::engine::control::Ask;
+use crate::engine::{self, Ask};
 use crate::error::{self, Error};
 use crate::host::journal;
 use crate::host::state::Root;
 use crate::log::follow::{Cursor, Follower, Start};
-use crate::render::{page, Format};
+use crate::render::page;
 
 /// `rollgate console` options.
 #[derive(Debug, Clone)]
@@ -77,7 +76,7 @@ pub fn run(options: Options) -> Result<(), Error> {
     let roots = options
         .roots
         .iter()
-        .map(|r| Root::existing(r.clone()).map_err(Error::Refused))
+        .map(|r| Root::existing(r.clone()).map_err(Error::from))
         .collect::<Result<Vec<_>, _>>()?;
     let token_path = roots[0].0.join(TOKEN_FILE);
     let loopback = options.listen.ip().is_loopback();
@@ -214,6 +213,8 @@ fn error_response(error: &Error) -> Response<Body> {
         Error::Refused(_) => (StatusCode::CONFLICT, "refused"),
         Error::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "failed"),
         Error::Invalid(_) | Error::Diagnostic(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+        Error::Host(_) if error.is_refused() => (StatusCode::CONFLICT, "refused"),
+        Error::Host(_) => (StatusCode::INTERNAL_SERVER_ERROR, "failed"),
     };
     json_response(
         status,
@@ -280,68 +281,24 @@ fn query_value(query: &str, name: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-/// The service a root serves, read from its small files (no probe, no log): its live
-/// release's, its rollout's or deploy's, else its folder's name.
-fn service_of(root: &Root) -> String {
-    let live = root.read_pointer().ok().flatten().map(|p| p.service);
-    let in_flight = || {
-        crate::engine::state::load(root)
-            .ok()
-            .flatten()
-            .map(|r| r.service)
-    };
-    let candidate = || root.read_candidate().ok().flatten().map(|c| c.service);
-    live.or_else(in_flight)
-        .or_else(candidate)
-        .unwrap_or_else(|| {
-            root.0
-                .file_name()
-                .map_or("service".into(), |n| n.to_string_lossy().into_owned())
-        })
-}
-
 /// The root serving `service`, found without reading any root's whole state.
 async fn find(console: &Console, service: &str) -> Option<usize> {
     let roots = console.roots.clone();
     let service = service.to_string();
-    tokio::task::spawn_blocking(move || roots.iter().position(|r| service_of(r) == service))
+    tokio::task::spawn_blocking(move || roots.iter().position(|r| engine::service_of(r) == service))
         .await
         .ok()
         .flatten()
 }
 
-/// One root as `rollgate status --format json` sees it, with its service, root and what a
-/// page needs beside (how long an escalated deploy has waited, the soak's end, replicas'
-/// processes).
+/// One root as `rollgate status --format json` shows it: the same model, serialized once.
 async fn state_of(console: &Console, index: usize) -> Value {
     let root = console.roots[index].clone();
     tokio::task::spawn_blocking(move || {
-        let now = journal::now();
-        let mut state: Value = status::status(root.0.clone(), Format::Json, Default::default())
+        engine::RootStatus::of(&root, journal::now())
             .ok()
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_else(|| json!({}));
-        state["service"] = json!(service_of(&root));
-        state["root"] = json!(root.0.display().to_string());
-        if let Some(started) = state["candidate"]["started_at"].as_f64() {
-            state["candidate"]["waiting_s"] = json!((now - started).max(0.0));
-        }
-        if let Ok(Some(rollout)) = crate::engine::state::load(&root) {
-            if let Some(until) = rollout.soak_until.filter(|_| !rollout.is_over()) {
-                state["rollout"]["soak_left_ms"] = json!(((until - now).max(0.0) * 1000.0) as u64);
-            }
-        }
-        if let Some(replicas) = state["replicas"].as_array_mut() {
-            for replica in replicas {
-                let identity = crate::host::process::Identity {
-                    pid: replica["pid"].as_i64().unwrap_or(0) as i32,
-                    start_time: replica["start_time"].as_u64().unwrap_or(0),
-                };
-                replica["answering"] = json!(identity.is_running());
-                replica["up_for_s"] = json!(identity.running_for().map(|d| d.as_secs_f64()));
-            }
-        }
-        state
+            .and_then(|status| serde_json::to_value(status).ok())
+            .unwrap_or_else(|| json!({}))
     })
     .await
     .unwrap_or_else(|_| json!({}))
@@ -350,41 +307,21 @@ async fn state_of(console: &Console, index: usize) -> Value {
 /// The root's outcomes, oldest first, the last `limit` of them: when, what, which version,
 /// how long it took, and why (a reason is the detail up to its first "; ").
 fn history(root: &Root, limit: usize) -> Vec<Value> {
-    let mut follower = Follower::new(&root.log_path(), Start::Beginning);
-    let mut outcomes = std::collections::VecDeque::new();
-    // A poll reads at most 64 MiB: the whole log is as many polls as it takes.
-    let lines = std::iter::from_fn(|| {
-        let lines = follower.poll().ok()?;
-        (!lines.is_empty()).then_some(lines)
-    })
-    .flatten();
-    for line in lines {
-        let Ok(record) = serde_json::from_str::<Value>(&line.text) else {
-            continue;
-        };
-        let event = record["event"].as_str().unwrap_or("");
-        if !matches!(
-            event,
-            "promoted" | "rolled_back" | "escalated" | "abandoned"
-        ) {
-            continue;
-        }
-        let detail = record["detail"].as_str().unwrap_or("");
-        let ts = record["ts"].as_f64();
-        if outcomes.len() == limit {
-            outcomes.pop_front();
-        }
-        outcomes.push_back(json!({
-            "ts": ts,
-            "when": ts.map(crate::render::time::format_time),
-            "event": event,
-            "version": record["version"],
-            "elapsed_ms": record["elapsed_ms"],
-            "reason": (event != "promoted").then(|| detail.split("; ").next().unwrap_or("")),
-            "detail": detail,
-        }));
-    }
-    outcomes.into()
+    journal::last_outcomes(&root.log_path(), limit)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|outcome| {
+            json!({
+                "ts": outcome.ts,
+                "when": crate::render::time::format_time(outcome.ts),
+                "event": outcome.event,
+                "version": outcome.version,
+                "elapsed_ms": outcome.elapsed_ms,
+                "reason": outcome.reason(),
+                "detail": outcome.detail,
+            })
+        })
+        .collect()
 }
 
 async fn page_response(
@@ -550,23 +487,15 @@ async fn act(
     let service = service.to_string();
     let action = action.to_string();
     let result = tokio::task::spawn_blocking(move || -> Result<(String, u8), Error> {
-        let control = |ask| rollout::control(&service, root.clone(), ask, reason.clone(), rollback);
-        match action.as_str() {
-            "rollout/pause" => {
-                control(Ask::Pause).map(|o| (o.message().to_string(), o.exit_code()))
-            }
-            "rollout/resume" => {
-                control(Ask::Resume).map(|o| (o.message().to_string(), o.exit_code()))
-            }
-            "rollout/abort" => {
-                control(Ask::Abort).map(|o| (o.message().to_string(), o.exit_code()))
-            }
-            "promote" | "abort" => {
-                escalation::finish_escalated(&service, root.clone(), action == "promote")
-                    .map(|o| (super::deploy::said(o), o.exit_code()))
-            }
-            other => Err(error::refused(format!("no action {other}"))),
-        }
+        let ask = match action.as_str() {
+            "rollout/pause" => Ask::Pause { reason },
+            "rollout/resume" => Ask::Resume,
+            "rollout/abort" => Ask::Abort { reason, rollback },
+            "promote" => Ask::Accept,
+            "abort" => Ask::Reject,
+            other => return Err(error::refused(format!("no action {other}"))),
+        };
+        engine::ask(root, &service, ask).map(|o| (o.words.clone(), o.exit_code()))
     })
     .await
     .unwrap_or_else(|e| Err(Error::Failed(format!("the action did not finish: {e}"))));

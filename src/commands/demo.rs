@@ -33,7 +33,12 @@ const RELEASES: [(&str, &str, &str); 5] = [
 /// The example policy with readiness by notification, for the release that speaks it.
 const NOTIFY_POLICY: &str = "# The example policy, gated on the release's own READY=1.\nlet reviewed = (import \"policy.ncl\").edge_svc in\n{ edge_svc = reviewed & { probe = { kind = 'notify } } }\n";
 
-pub fn run(root: Option<PathBuf>) -> Result<(), String> {
+/// The demo: both acts, or what kept it from running (exit 1).
+pub fn run(root: Option<PathBuf>) -> Result<(), crate::error::Error> {
+    both_acts(root).map_err(crate::error::Error::Failed)
+}
+
+fn both_acts(root: Option<PathBuf>) -> Result<(), String> {
     let started = Instant::now();
     let root = match root {
         Some(root) => {
@@ -136,20 +141,7 @@ const FLEET: [(&str, &str); 3] = [
 ];
 
 fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    for (version, body) in FLEET {
-        let dir = fleet.join("releases").join(version);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let path = dir.join("edge-svc");
-        let script = format!(
-            "#!/bin/sh\n{}\n",
-            body.replace("{me}", &me.display().to_string())
-        );
-        std::fs::write(&path, script)
-            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
+    write_fleet_releases(fleet, me)?;
     let ports = free_block(8)?;
     let run = |args: &[&str]| {
         Command::new(me)
@@ -188,28 +180,7 @@ fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
         return Err("the second act's install failed".into());
     }
     let proxy_port = free_port()?;
-    let mut proxy = Command::new(me)
-        .args([
-            "proxy",
-            "--listen",
-            &format!("127.0.0.1:{proxy_port}"),
-            "--threads",
-            "1",
-        ])
-        .arg("--root")
-        .arg(fleet)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the proxy: {e}"))?;
-    // The load starts once the proxy listens: refusals before that are not the rollout's.
-    let listening = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", proxy_port)).is_err() {
-        if listening.elapsed() > Duration::from_secs(10) {
-            stop_fleet(fleet, Some(&mut proxy));
-            return Err("the proxy did not listen within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut proxy = start_proxy(me, fleet, proxy_port)?;
     let load = Load::start(proxy_port);
     let steps: [(&str, &[&str]); 3] = [
         (
@@ -255,6 +226,52 @@ fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
     stop_fleet(fleet, Some(&mut proxy));
     println!("The demo stopped the replicas and the proxy so nothing is left running.\n");
     Ok(())
+}
+
+/// The second act's releases: v1 and v2 good, v3 exiting at boot except as the canary.
+fn write_fleet_releases(fleet: &Path, me: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for (version, body) in FLEET {
+        let dir = fleet.join("releases").join(version);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join("edge-svc");
+        let script = format!(
+            "#!/bin/sh\n{}\n",
+            body.replace("{me}", &me.display().to_string())
+        );
+        std::fs::write(&path, script)
+            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `rollgate proxy` over the fleet's root on `port`, once it listens.
+fn start_proxy(me: &Path, fleet: &Path, port: u16) -> Result<std::process::Child, String> {
+    let mut proxy = Command::new(me)
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--threads",
+            "1",
+        ])
+        .arg("--root")
+        .arg(fleet)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the proxy: {e}"))?;
+    // The load starts once the proxy listens: refusals before that are not the rollout's.
+    let listening = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if listening.elapsed() > Duration::from_secs(10) {
+            stop_fleet(fleet, Some(&mut proxy));
+            return Err("the proxy did not listen within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(proxy)
 }
 
 /// A small steady load through the proxy: one request every few milliseconds, each on a new

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use super::deploy::Request;
 use super::preflight;
-use crate::engine::judge::{self as plan, Settings};
+use crate::engine;
+use crate::engine::plan::{self, Settings};
 use crate::error::{refused, Error};
 use crate::host::lock;
 use crate::host::state::Root;
@@ -30,10 +31,10 @@ impl Report {
         self.values.push((name.into(), value.into(), source));
     }
 
-    pub fn check(&mut self, result: Result<String, String>) {
+    pub fn check<E: std::fmt::Display>(&mut self, result: Result<String, E>) {
         match result {
             Ok(what) => self.checks.push((true, what)),
-            Err(why) => self.checks.push((false, why)),
+            Err(why) => self.checks.push((false, why.to_string())),
         }
     }
 
@@ -153,7 +154,10 @@ fn names_and_policy(
     match policy {
         Ok(policy) => {
             if let Some(path) = file {
-                report.check(Ok(format!("policy {} passes its contract", path.display())));
+                report.check(Ok::<_, String>(format!(
+                    "policy {} passes its contract",
+                    path.display()
+                )));
             }
             policy
         }
@@ -179,19 +183,19 @@ pub fn hook_values(report: &mut Report, hooks: &crate::host::hooks::Hooks) {
 }
 
 /// A check that the root is free for a deployer now (nobody holds the lock).
-pub fn lock_check(root: &Root) -> Result<String, String> {
+pub fn lock_check(root: &Root) -> Result<String, Error> {
     if lock::is_free(&root.lock_path()) {
         Ok("no other deploy or rollout holds the root's lock".into())
     } else {
-        Err(format!(
+        Err(refused(format!(
             "another deploy or rollout holds {}",
             root.lock_path().display()
-        ))
+        )))
     }
 }
 
 /// What admission would say of the release (signature, floor) without copying anything.
-pub fn admission_check(root: &Root, service: &str, version: &str) -> Result<String, String> {
+pub fn admission_check(root: &Root, service: &str, version: &str) -> Result<String, Error> {
     match release::would_admit(&root.0, service, version, chrono::Utc::now())? {
         None => Ok("no trust file: releases are not signature-checked".into()),
         Some(signed) => Ok(format!(
@@ -286,31 +290,7 @@ pub fn deploy(
         (request.grace_ms, request.drain_ms),
         policy.as_ref(),
     );
-    report.value(
-        "watch",
-        format!(
-            "{} ms, switching back after {} failed probes in a row",
-            settings.watch.as_millis(),
-            settings.watch_failures
-        ),
-        source(
-            request.watch_ms.is_some(),
-            policy.as_ref().is_some_and(|p| p.watch_ms.is_some()),
-        ),
-    );
-    report.value(
-        "output",
-        format!(
-            "rotated at {} bytes, {} files kept",
-            settings.output.max_bytes, settings.output.keep
-        ),
-        source(
-            false,
-            policy
-                .as_ref()
-                .is_some_and(|p| p.output_max_bytes.is_some() || p.output_keep.is_some()),
-        ),
-    );
+    watch_and_output_values(&mut report, request, &settings, policy.as_ref());
     match preflight::policy_hooks(policy.as_ref(), request.policy.as_deref()) {
         Ok(hooks) => hook_values(&mut report, &hooks),
         Err(e) => report.check(Err(e)),
@@ -325,17 +305,17 @@ pub fn deploy(
         return report.finish();
     }
     report.check(lock_check(&root));
-    report.check(preflight::not_a_replica_set(
+    report.check(engine::not_a_replica_set(
         &root,
         &request.service,
         &request.version,
     ));
     let live = root.read_pointer();
     match &live {
-        Ok(live) => report.check(preflight::beside_the_live(live.as_ref(), port)),
-        Err(e) => report.check(Err(e.clone())),
+        Ok(live) => report.check(engine::beside_the_live(live.as_ref(), port)),
+        Err(e) => report.check(Err(e.to_string())),
     }
-    report.check(preflight::port_free(port));
+    report.check(engine::port_free(port));
     report.check(admission_check(&root, &request.service, &request.version));
     report.check(config_check(&root, &request.version));
     if root.candidate_path().exists() {
@@ -344,6 +324,51 @@ pub fn deploy(
             root.candidate_path().display()
         ));
     }
+    deploy_would(&mut report, request, port, &settings, live, &root);
+    report.finish()
+}
+
+/// The watch and the output bounds a deploy would run by, with where each came from.
+fn watch_and_output_values(
+    report: &mut Report,
+    request: &Request,
+    settings: &Settings,
+    policy: Option<&RolloutSettings>,
+) {
+    report.value(
+        "watch",
+        format!(
+            "{} ms, switching back after {} failed probes in a row",
+            settings.watch.as_millis(),
+            settings.watch_failures
+        ),
+        source(
+            request.watch_ms.is_some(),
+            policy.is_some_and(|p| p.watch_ms.is_some()),
+        ),
+    );
+    report.value(
+        "output",
+        format!(
+            "rotated at {} bytes, {} files kept",
+            settings.output.max_bytes, settings.output.keep
+        ),
+        source(
+            false,
+            policy.is_some_and(|p| p.output_max_bytes.is_some() || p.output_keep.is_some()),
+        ),
+    );
+}
+
+/// What the deploy would do: start the candidate, gate it, then switch or roll back.
+fn deploy_would(
+    report: &mut Report,
+    request: &Request,
+    port: u16,
+    settings: &Settings,
+    live: Result<Option<crate::host::state::Pointer>, crate::host::fault::Fault>,
+    root: &Root,
+) {
     let how = match settings.probe.is_notify() {
         true => format!("wait for {}", settings.probe.describe()),
         false => format!(
@@ -383,7 +408,6 @@ pub fn deploy(
             crate::policy::OnStall::Rollback => "roll back and keep the live release",
         }
     ));
-    report.finish()
 }
 
 /// `rollgate rollout ... --dry-run`.
@@ -391,7 +415,7 @@ pub fn rollout(
     request: &crate::commands::rollout::Request,
     policy: Result<Option<RolloutSettings>, String>,
 ) -> Result<String, Error> {
-    use crate::engine::{settings, state};
+    use crate::engine::settings;
     let mut report = Report {
         title: format!(
             "rollout {} {} in {}",
@@ -418,7 +442,7 @@ pub fn rollout(
         return report.finish();
     }
     report.check(lock_check(&root));
-    let previous = match state::load(&root) {
+    let previous = match engine::saved_run(&root) {
         Ok(previous) => previous,
         Err(e) => {
             report.check(Err(e));
@@ -447,13 +471,61 @@ pub fn rollout(
             }
         };
     let args = &request.args;
-    let has = |f: fn(&RolloutSettings) -> bool| policy.as_ref().is_some_and(f);
+    rollout_values(
+        &mut report,
+        args,
+        policy.as_ref(),
+        &resolved,
+        baseline.is_empty(),
+    );
+    match plan::resolve(
+        args.deadline_ms,
+        args.grace_ms,
+        args.drain_ms,
+        policy.as_ref(),
+    ) {
+        Ok(gate) => gate_values(
+            &mut report,
+            &gate,
+            (args.grace_ms, args.drain_ms),
+            policy.as_ref(),
+        ),
+        Err(e) => report.check(Err(e)),
+    }
+    report.check(ports_free(resolved.settings.ports, resolved.settings.surge));
+    report.check(admission_check(&root, &request.service, &request.version));
+    match settings::plan(
+        &request.service,
+        &request.version,
+        &resolved,
+        &baseline,
+        0.0,
+    ) {
+        None => report.would.push(format!(
+            "nothing: every replica already runs {}",
+            request.version
+        )),
+        Some(planned) => planned_moves(&mut report, &planned),
+    }
+    report.finish()
+}
+
+/// The numbers a rollout would run by, each with where it came from: the same resolved
+/// settings the real run plans from.
+fn rollout_values(
+    report: &mut Report,
+    args: &crate::engine::settings::Args,
+    policy: Option<&RolloutSettings>,
+    resolved: &crate::engine::settings::Resolved,
+    first_install: bool,
+) {
+    let has = |f: fn(&RolloutSettings) -> bool| policy.is_some_and(f);
     let s = &resolved.settings;
     report.value(
         "replicas",
         s.replicas.to_string(),
         match (args.replicas.is_some(), has(|p| p.replicas.is_some())) {
-            (false, false) if !baseline.is_empty() => "the pool as it is",
+            (false, false) if !first_install => "the pool as it is",
             (a, p) => source(a, p),
         },
     );
@@ -483,7 +555,7 @@ pub fn rollout(
     );
     report.value(
         "watch",
-        if s.watch_ms == 0 && baseline.is_empty() {
+        if s.watch_ms == 0 && first_install {
             "none (a first install has nothing to go back to)".to_string()
         } else {
             format!("{} ms after the last wave", s.watch_ms)
@@ -529,92 +601,66 @@ pub fn rollout(
             "policy",
         );
     }
-    match plan::resolve(
-        args.deadline_ms,
-        args.grace_ms,
-        args.drain_ms,
-        policy.as_ref(),
-    ) {
-        Ok(gate) => gate_values(
-            &mut report,
-            &gate,
-            (args.grace_ms, args.drain_ms),
-            policy.as_ref(),
-        ),
-        Err(e) => report.check(Err(e)),
-    }
-    let free = (s.ports.0..=s.ports.1)
+}
+
+/// Enough free ports in the rollout's range for the processes it starts at once.
+fn ports_free(ports: (u16, u16), surge: usize) -> Result<String, String> {
+    let free = (ports.0..=ports.1)
         .filter(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
         .count();
-    let needed = s.surge.max(1);
-    report.check(if free >= needed {
+    let needed = surge.max(1);
+    if free >= needed {
         Ok(format!(
             "{free} free port(s) in {}-{} (at least {needed} needed at once)",
-            s.ports.0, s.ports.1
+            ports.0, ports.1
         ))
     } else {
         Err(format!(
             "only {free} free port(s) in {}-{}; at least {needed} needed at once",
-            s.ports.0, s.ports.1
+            ports.0, ports.1
         ))
-    });
-    report.check(admission_check(&root, &request.service, &request.version));
-    match settings::plan(
-        &request.service,
-        &request.version,
-        &resolved,
-        &baseline,
-        0.0,
-    ) {
-        None => report.would.push(format!(
-            "nothing: every replica already runs {}",
-            request.version
-        )),
-        Some(planned) => {
-            report.would.push(format!(
-                "move {} replica(s) from {} to {}",
-                planned.waves.iter().map(Vec::len).sum::<usize>(),
-                planned.from.as_deref().unwrap_or("nothing"),
-                planned.to
-            ));
-            for (k, wave) in planned.waves.iter().enumerate() {
-                let slots: Vec<String> = wave.iter().map(usize::to_string).collect();
-                report.would.push(format!(
-                    "wave {k}{}: slot(s) {}",
-                    if k == 0 { " (canary)" } else { "" },
-                    slots.join(", ")
-                ));
-            }
-            let kept: Vec<String> = planned
-                .slots
-                .iter()
-                .filter(|slot| {
-                    matches!(
-                        slot.state,
-                        state::SlotState::Skipped | state::SlotState::LeftBehind
-                    )
-                })
-                .map(|slot| format!("{} ({:?})", slot.slot, slot.state).to_lowercase())
-                .collect();
-            if !kept.is_empty() {
-                report
-                    .would
-                    .push(format!("leave as they are: {}", kept.join(", ")));
-            }
-            let surplus: Vec<String> = planned
-                .slots
-                .iter()
-                .filter(|slot| slot.state == state::SlotState::Surplus)
-                .map(|slot| slot.slot.to_string())
-                .collect();
-            if !surplus.is_empty() {
-                report.would.push(format!(
-                    "first scale down to {} replicas: drain and stop slot(s) {}",
-                    planned.settings.replicas,
-                    surplus.join(", ")
-                ));
-            }
-        }
     }
-    report.finish()
+}
+
+/// What the planned rollout would move, wave by wave, and what it leaves or scales down.
+fn planned_moves(report: &mut Report, planned: &crate::engine::Rollout) {
+    use crate::engine::SlotState;
+    report.would.push(format!(
+        "move {} replica(s) from {} to {}",
+        planned.waves.iter().map(Vec::len).sum::<usize>(),
+        planned.from.as_deref().unwrap_or("nothing"),
+        planned.to
+    ));
+    for (k, wave) in planned.waves.iter().enumerate() {
+        let slots: Vec<String> = wave.iter().map(usize::to_string).collect();
+        report.would.push(format!(
+            "wave {k}{}: slot(s) {}",
+            if k == 0 { " (canary)" } else { "" },
+            slots.join(", ")
+        ));
+    }
+    let kept: Vec<String> = planned
+        .slots
+        .iter()
+        .filter(|slot| matches!(slot.state, SlotState::Skipped | SlotState::LeftBehind))
+        .map(|slot| format!("{} ({:?})", slot.slot, slot.state).to_lowercase())
+        .collect();
+    if !kept.is_empty() {
+        report
+            .would
+            .push(format!("leave as they are: {}", kept.join(", ")));
+    }
+    let surplus: Vec<String> = planned
+        .slots
+        .iter()
+        .filter(|slot| slot.state == SlotState::Surplus)
+        .map(|slot| slot.slot.to_string())
+        .collect();
+    if !surplus.is_empty() {
+        report.would.push(format!(
+            "first scale down to {} replicas: drain and stop slot(s) {}",
+            planned.settings.replicas,
+            surplus.join(", ")
+        ));
+    }
 }

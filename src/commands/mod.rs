@@ -1,16 +1,15 @@
 //! The commands that drive the engine, one file each: `console` (the page, API and event
-//! stream over roots), `deploy`, `rollout` (and its pause,
-//! resume, abort and status), `rollback`, `escalation` (promote/abort of an escalated deploy),
-//! `watch` (the background watcher of `deploy --no-wait`), `status`, `releases` (`release
-//! list`), `up`, the `demo`, and the
-//! checks the real runs and their dry runs share (`preflight`, `dry_run`).
+//! stream over roots), `deploy`, `rollout` (and its status), `rollback`, `status`, `releases`
+//! (`release list`), `up`, the `demo`, and the checks the real runs and their dry runs share
+//! (`preflight`, `dry_run`). Each builds a request and goes through the engine's front door
+//! (`engine::start`, `engine::ask`, `engine::watch`): a person's pause, resume, abort,
+//! promote and the background watcher of `deploy --no-wait` need no command module at all.
 
 pub mod config;
 pub mod console;
 pub mod demo;
 pub mod deploy;
 pub(crate) mod dry_run;
-pub mod escalation;
 pub(crate) mod preflight;
 pub mod releases;
 pub mod rollback;
@@ -18,4 +17,3 @@ pub mod rollout;
 pub mod secret;
 pub mod status;
 pub mod up;
-pub mod watch;

@@ -4,13 +4,12 @@
 //! with the last outcome the log has for it.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{refused, Error};
-use crate::host::journal::LogEvent;
+use crate::error::Error;
+use crate::host::journal::{self, LogEvent};
 use crate::host::state::Root;
 use crate::release::install::{file_sha256, read_record};
 use crate::render::table::{Cell, Grid, Layout};
@@ -35,7 +34,7 @@ pub struct Listed {
 
 /// The releases of the root, oldest install first.
 pub fn releases(root: &Path) -> Result<Vec<Listed>, Error> {
-    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
+    let root = Root::existing(root.to_path_buf())?;
     let folder = root.0.join("releases");
     let entries = match std::fs::read_dir(&folder) {
         Ok(entries) => entries,
@@ -47,8 +46,8 @@ pub fn releases(root: &Path) -> Result<Vec<Listed>, Error> {
             )))
         }
     };
-    let pointer = root.read_pointer().map_err(refused)?;
-    let replicas = root.read_replicas().map_err(refused)?;
+    let pointer = root.read_pointer()?;
+    let replicas = root.read_replicas()?;
     let service = pointer
         .as_ref()
         .map(|p| p.service.clone())
@@ -141,9 +140,9 @@ impl Marks {
         replicas: Option<&crate::host::state::ReplicaSet>,
         service: Option<&str>,
     ) -> Result<Marks, Error> {
-        let in_flight = match crate::engine::state::load(root).map_err(refused)? {
+        let in_flight = match crate::engine::saved_run(root)? {
             Some(rollout) if !rollout.is_over() => Some(rollout.to),
-            _ => root.read_candidate().map_err(refused)?.map(|c| c.version),
+            _ => root.read_candidate()?.map(|c| c.version),
         };
         let live = pointer.map(|p| p.version.clone());
         let last_good = match (service, &live) {
@@ -159,9 +158,7 @@ impl Marks {
             live,
             in_flight,
             last_good,
-            floor: crate::release::read_floor(&root.0)
-                .map_err(refused)?
-                .map(|f| f.version),
+            floor: crate::release::read_floor(&root.0)?.map(|f| f.version),
             replicas: replicas
                 .map(|set| set.replicas.iter().map(|r| r.version.clone()).collect())
                 .unwrap_or_default(),
@@ -187,40 +184,18 @@ impl Marks {
     }
 }
 
-/// The last outcome (`promoted` or `rolled_back`) of each version in the root's log.
+/// The last outcome (`promoted` or `rolled_back`) of each version in the root's log, read by
+/// the log's one outcomes reader from the end (the first one seen of a version is its last).
 fn last_outcomes(root: &Root) -> Result<BTreeMap<String, String>, Error> {
-    #[derive(serde::Deserialize)]
-    struct Line {
-        event: Option<String>,
-        version: Option<String>,
-    }
-    let path: PathBuf = root.log_path();
-    let file = match std::fs::File::open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => {
-            return Err(Error::Failed(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        }
-    };
     let mut last = BTreeMap::new();
-    for line in std::io::BufReader::new(file)
-        .split(b'\n')
-        .map_while(Result::ok)
-    {
-        let Ok(Line {
-            event: Some(event),
-            version: Some(version),
-        }) = serde_json::from_slice::<Line>(&line)
-        else {
-            continue;
-        };
-        if event == LogEvent::Promoted.as_str() || event == LogEvent::RolledBack.as_str() {
-            last.insert(version, event);
+    journal::outcomes_backwards(&root.log_path(), |outcome| {
+        if outcome.event != LogEvent::Escalated {
+            last.entry(outcome.version)
+                .or_insert_with(|| outcome.event.as_str().to_string());
         }
-    }
+        std::ops::ControlFlow::Continue(())
+    })
+    .map_err(|e| Error::Failed(format!("cannot read {}: {e}", root.log_path().display())))?;
     Ok(last)
 }
 
@@ -301,8 +276,8 @@ pub struct Pruned {
 /// the floor; removes the rest, oldest first, each crash-safely (renamed out of `releases/`
 /// first). Under the root's lock, so no deploy picks a release while it goes.
 pub fn prune(root: &Path, keep: usize, dry_run: bool) -> Result<Pruned, Error> {
-    let state = Root::existing(root.to_path_buf()).map_err(refused)?;
-    let _lock = crate::host::lock::acquire(&state.lock_path()).map_err(refused)?;
+    let state = Root::existing(root.to_path_buf())?;
+    let _lock = crate::host::lock::acquire(&state.lock_path())?;
     let folder = state.0.join("releases");
     if !dry_run {
         crate::release::install::remove_dead_stagings(&folder);
@@ -323,6 +298,20 @@ pub fn prune(root: &Path, keep: usize, dry_run: bool) -> Result<Pruned, Error> {
         }
     }
     Ok(pruned)
+}
+
+/// Starts a run through the engine's front door and, once its release went live, applies the
+/// policy's `keep_releases` (a deploy and a rollout alike).
+pub(crate) fn start_then_prune(
+    start: crate::engine::Start,
+    policy: Option<&crate::policy::RolloutSettings>,
+) -> Result<crate::engine::Outcome, Error> {
+    let root = start.root.0.clone();
+    let outcome = crate::engine::start(start)?;
+    if outcome.went_live() {
+        prune_after_promotion(&root, policy);
+    }
+    Ok(outcome)
 }
 
 /// The policy's `keep_releases` applied once a release is promoted (nothing when the policy

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::deploy::{self, DeployOutcome, Request};
+use super::deploy::{self, Request};
+use crate::engine::Outcome;
 use crate::error::{refused, Error};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
@@ -62,8 +63,8 @@ fn promotions(root: &Root, service: &str) -> Result<Vec<Earlier>, String> {
 
 /// The last release promoted before `current` took over, other than `current`, whose
 /// executable is still installed. The refusal names what was found and why none fits.
-pub fn previous_release(root: &Root, service: &str, current: &str) -> Result<Earlier, String> {
-    let promoted = promotions(root, service)?;
+pub fn previous_release(root: &Root, service: &str, current: &str) -> Result<Earlier, Error> {
+    let promoted = promotions(root, service).map_err(refused)?;
     // Only what was promoted before the current release's last promotion counts.
     let before = match promoted.iter().rposition(|p| p.version == current) {
         Some(at) => &promoted[..at],
@@ -79,7 +80,7 @@ pub fn previous_release(root: &Root, service: &str, current: &str) -> Result<Ear
         }
         gone.push(earlier.version.clone());
     }
-    Err(if gone.is_empty() {
+    Err(refused(if gone.is_empty() {
         format!(
             "no release of {service} was live before {current} (per {}); nothing to roll back to",
             root.log_path().display()
@@ -89,7 +90,7 @@ pub fn previous_release(root: &Root, service: &str, current: &str) -> Result<Ear
             "the releases live before {current} are no longer installed ({}); deploy a version by name",
             gone.join(", ")
         )
-    })
+    }))
 }
 
 /// For a root served by a replica set: the version most replicas run and the release live
@@ -98,8 +99,8 @@ pub fn replica_target(
     root: &std::path::Path,
     service: &str,
 ) -> Result<Option<(String, String)>, Error> {
-    let root = Root::existing(root.to_path_buf()).map_err(refused)?;
-    let Some(set) = root.read_replicas().map_err(refused)? else {
+    let root = Root::existing(root.to_path_buf())?;
+    let Some(set) = root.read_replicas()? else {
         return Ok(None);
     };
     let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -112,7 +113,7 @@ pub fn replica_target(
             root.replicas_path().display()
         )));
     };
-    let earlier = previous_release(&root, service, current).map_err(refused)?;
+    let earlier = previous_release(&root, service, current)?;
     Ok(Some((current.to_string(), earlier.version)))
 }
 
@@ -130,10 +131,10 @@ pub struct RollbackRequest {
 }
 
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
-pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, Error> {
-    crate::host::names::check_name("service", &request.service).map_err(refused)?;
-    let root = Root::existing(request.root.clone()).map_err(refused)?;
-    let live = root.read_pointer().map_err(refused)?.ok_or_else(|| {
+pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
+    crate::host::names::check_name("service", &request.service)?;
+    let root = Root::existing(request.root.clone())?;
+    let live = root.read_pointer()?.ok_or_else(|| {
         refused(format!(
             "nothing of {} is live under {}; nothing to roll back from",
             request.service,
@@ -148,7 +149,7 @@ pub fn rollback(request: RollbackRequest) -> Result<DeployOutcome, Error> {
             request.service
         )));
     }
-    let earlier = previous_release(&root, &request.service, &live.version).map_err(refused)?;
+    let earlier = previous_release(&root, &request.service, &live.version)?;
     let port = match request.port {
         Some(port) => deploy::PortAsked::Given(port),
         None => deploy::PortAsked::Chosen {
@@ -228,14 +229,18 @@ mod tests {
     fn none_before_or_none_installed_is_refused_with_the_reason() {
         let one = promoted("v1", 8001);
         let (_dir, root) = root_with(&[&one], &["v1"]);
-        let err = previous_release(&root, "edge-svc", "v1").unwrap_err();
+        let err = previous_release(&root, "edge-svc", "v1")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("no release of edge-svc was live before v1"),
             "{err}"
         );
         let two = [promoted("v1", 8001), promoted("v2", 8002)];
         let (_dir, root) = root_with(&[&two[0], &two[1]], &["v2"]);
-        let err = previous_release(&root, "edge-svc", "v2").unwrap_err();
+        let err = previous_release(&root, "edge-svc", "v2")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no longer installed (v1)"), "{err}");
     }
 }

@@ -37,7 +37,7 @@ fn folder(root: &Path) -> Result<std::path::PathBuf, Error> {
 
 /// `secret set NAME`: the value from `input` (one trailing newline dropped, so `echo` works).
 pub fn set(root: &Path, name: &str, input: &mut impl Read) -> Result<String, Error> {
-    check_secret_name(name).map_err(refused)?;
+    check_secret_name(name)?;
     let mut value = Vec::new();
     input
         .take(MAX_SECRET_BYTES as u64 + 1)
@@ -117,7 +117,7 @@ pub fn list(root: &Path) -> Result<String, Error> {
 
 /// `secret rm NAME`.
 pub fn remove(root: &Path, name: &str) -> Result<String, Error> {
-    check_secret_name(name).map_err(refused)?;
+    check_secret_name(name)?;
     let path = secrets_dir(root).join(name);
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(format!("secret {name} removed\n")),

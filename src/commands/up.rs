@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::engine;
 use crate::error::Error;
 use crate::host::journal::{self, LogEvent};
 use crate::host::lock;
@@ -71,9 +72,9 @@ impl Live {
 
 /// What the state names as live: the replica set, else `current`.
 fn live_set(root: &Root) -> Result<Vec<Live>, String> {
-    if let Some(set) = root.read_replicas()? {
+    if let Some(set) = root.read_replicas().map_err(|e| e.to_string())? {
         // Replicas are probed as the rollout that placed them probed them.
-        let probe = crate::engine::state::load(root)
+        let probe = engine::saved_run(root)
             .ok()
             .flatten()
             .filter(|r| r.service == set.service)
@@ -96,7 +97,8 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             .collect());
     }
     Ok(root
-        .read_pointer()?
+        .read_pointer()
+        .map_err(|e| e.to_string())?
         .map(|p| Live {
             identity: p.identity(),
             probe: p.probe.unwrap_or_default(),
@@ -193,49 +195,6 @@ async fn start(
     }
 }
 
-/// Puts the new process where the state named the old one: `current`, the replica set and a
-/// rollout's slot. Under the lock; refused if the state moved on meanwhile.
-fn record(root: &Root, live: &Live, new: Identity) -> Result<(), String> {
-    let old = live.identity;
-    if let Some(mut set) = root.read_replicas()? {
-        let Some(replica) = set.replicas.iter_mut().find(|r| {
-            Some(r.slot) == live.slot && r.pid == old.pid && r.start_time == old.start_time
-        }) else {
-            return Err("the replica set changed meanwhile".into());
-        };
-        replica.pid = new.pid;
-        replica.start_time = new.start_time;
-        root.write_replicas(&set).map_err(|e| e.to_string())?;
-        if let Ok(Some(mut rollout)) = crate::engine::state::load(root) {
-            let mut changed = false;
-            for slot in &mut rollout.slots {
-                if let Some(p) = slot
-                    .live
-                    .as_mut()
-                    .filter(|p| p.pid == old.pid && p.start_time == old.start_time)
-                {
-                    p.pid = new.pid;
-                    p.start_time = new.start_time;
-                    changed = true;
-                }
-            }
-            if changed {
-                crate::engine::state::save(root, &rollout)?;
-            }
-        }
-    }
-    if let Some(mut pointer) = root.read_pointer()? {
-        if pointer.names(old) {
-            pointer.pid = new.pid;
-            pointer.start_time = new.start_time;
-            root.write_pointer(&pointer).map_err(|e| e.to_string())?;
-        } else if live.slot.is_none() {
-            return Err("current changed meanwhile".into());
-        }
-    }
-    Ok(())
-}
-
 fn log(root: &Root, live: &Live, event: LogEvent, pid: Option<i32>, detail: String) {
     let entry = journal::Entry {
         port: Some(live.port),
@@ -272,7 +231,7 @@ async fn restart(
             return Err(e);
         }
     };
-    if let Err(e) = record(root, live, new) {
+    if let Err(e) = engine::record_restart(root, live.slot, live.identity, new) {
         // Not ours to keep: the state names something else now.
         let stopped = process::stop_group(new, Duration::from_secs(5)).await;
         return Err(format!("{e}; the process started for it {stopped}"));
@@ -289,9 +248,9 @@ async fn restart(
 
 /// `rollgate up`: once, or for ever with `--supervise`. The text says what each release is.
 pub fn up(options: Options) -> Result<String, Error> {
-    let root = Root::existing(options.root.clone()).map_err(Error::Refused)?;
+    let root = Root::existing(options.root.clone())?;
     crate::engine::runtime()?.block_on(async {
-        let mut signals = Signals::install().map_err(Error::Refused)?;
+        let mut signals = Signals::install()?;
         let (report, failed) = once(&root, &options).await?;
         if !options.supervise {
             return if report.iter().all(|(ok, _)| *ok) {
@@ -321,8 +280,8 @@ type Key = (Option<usize>, String, u16);
 /// One pass under the lock: finish what a dead deployer left, then start what is not running.
 /// Returns a line per release, and the releases that could not be started.
 async fn once(root: &Root, options: &Options) -> Result<(Vec<(bool, String)>, Vec<Key>), Error> {
-    let _lock = lock::acquire(&root.lock_path()).map_err(Error::Refused)?;
-    crate::engine::recover::recover_leaving_escalated(root).await?;
+    let _lock = lock::acquire(&root.lock_path())?;
+    engine::recover_leaving_escalated(root).await?;
     let mut report = Vec::new();
     let mut failed = Vec::new();
     for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {
@@ -420,26 +379,7 @@ async fn supervise(
             // A deploy or rollout holds the root: its own executor reads the sockets now.
             notifiers.clear();
         }
-        for live in set.iter().filter(|l| l.identity.is_running()) {
-            let Some(why) = notifiers
-                .get(&live.identity)
-                .and_then(|n| hang(n, &live.probe))
-            else {
-                continue;
-            };
-            let Ok(_lock) = lock::acquire(&root.lock_path()) else {
-                continue;
-            };
-            if !live_set(root).is_ok_and(|now| now.contains(live)) {
-                continue;
-            }
-            eprintln!(
-                "rollgate up: {}: {why}; stopping it to start it again",
-                live.name()
-            );
-            process::stop_group(live.identity, HUNG_GRACE).await;
-            hung.insert(live.identity, why);
-        }
+        stop_the_hung(root, &set, &notifiers, &mut hung).await;
         let dead: Vec<&Live> = set.iter().filter(|l| !l.identity.is_running()).collect();
         if dead.iter().any(|l| notifiers.contains_key(&l.identity)) {
             // What a release said just before it exited (STOPPING=1) may still be queued on
@@ -447,76 +387,130 @@ async fn supervise(
             tokio::time::sleep(NOTICES_SETTLE).await;
         }
         for live in dead {
-            let entry = crashes.entry(live.key()).or_default();
-            // A release that said STOPPING=1 before it exited stopped in order: not a crash.
-            let orderly = !hung.contains_key(&live.identity)
-                && notifiers
-                    .get(&live.identity)
-                    .is_some_and(|n| n.notices().borrow().stopping);
-            let waits = entry.next_allowed.is_some_and(|t| Instant::now() < t);
-            if entry.given_up || (waits && !orderly) {
-                continue;
-            }
-            // A deploy holds the lock: it owns the state now; look again next round.
-            let Ok(_lock) = lock::acquire(&root.lock_path()) else {
-                continue;
-            };
-            // What a deployer that died left is finished first (a watch it cut short decides
-            // whether its release stays): never restart a release it had not promoted yet.
-            if let Err(e) = crate::engine::recover::recover_leaving_escalated(root).await {
-                eprintln!("rollgate up: {e}");
-                continue;
-            }
-            // Read again under the lock: the deploy that just let go may have replaced it.
-            if !live_set(root).is_ok_and(|now| now.contains(live)) {
-                continue;
-            }
-            if orderly {
-                attempt += 1;
-                let why = format!(
-                    "pid {} stopped in order (it sent STOPPING=1); not counted as a crash",
-                    live.identity.pid
-                );
-                entry.last_start = Some(Instant::now());
-                match restart(root, live, options.ready, attempt, &why).await {
-                    Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),
-                    Err(e) => eprintln!("rollgate up: {}: restart failed: {e}", live.name()),
-                }
-                continue;
-            }
-            // This exit, counted with those before it unless the release had stayed up.
-            let stayed_up = entry.last_start.is_some_and(|t| t.elapsed() >= STABLE);
-            entry.in_a_row = if stayed_up { 1 } else { entry.in_a_row + 1 };
-            if entry.in_a_row >= options.max_restarts {
-                entry.given_up = true;
-                let detail = format!(
-                    "exited {} times in a row, each within {} s of its start; not restarted again (left stopped) until the next deploy or `rollgate up`",
-                    entry.in_a_row,
-                    STABLE.as_secs()
-                );
-                eprintln!("rollgate up: {}: {detail}", live.name());
-                log(root, live, LogEvent::RestartGivenUp, None, detail);
-                continue;
-            }
-            attempt += 1;
-            let how_it_ended = match hung.remove(&live.identity) {
-                Some(why) => format!("hung ({why}) and was stopped"),
-                None => "exited".to_string(),
-            };
-            let why = format!(
-                "pid {} {how_it_ended} ({} in a row; given up at {})",
-                live.identity.pid, entry.in_a_row, options.max_restarts
-            );
-            entry.last_start = Some(Instant::now());
-            let backoff = options
-                .backoff
-                .saturating_mul(1 << (entry.in_a_row - 1).min(16))
-                .min(defaults::UP_MAX_BACKOFF);
-            entry.next_allowed = Some(Instant::now() + backoff);
-            match restart(root, live, options.ready, attempt, &why).await {
-                Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),
-                Err(e) => eprintln!("rollgate up: {}: restart failed: {e}", live.name()),
-            }
+            revive(
+                root,
+                options,
+                live,
+                &mut crashes,
+                &notifiers,
+                &mut hung,
+                &mut attempt,
+            )
+            .await;
         }
+    }
+}
+
+/// Stops each running release whose notifications say it hangs (a missed watchdog, an
+/// ERRNO=), under the lock and only if the state still names it, so the next round restarts it.
+async fn stop_the_hung(
+    root: &Root,
+    set: &[Live],
+    notifiers: &HashMap<Identity, Notifier>,
+    hung: &mut HashMap<Identity, String>,
+) {
+    for live in set.iter().filter(|l| l.identity.is_running()) {
+        let Some(why) = notifiers
+            .get(&live.identity)
+            .and_then(|n| hang(n, &live.probe))
+        else {
+            continue;
+        };
+        let Ok(_lock) = lock::acquire(&root.lock_path()) else {
+            continue;
+        };
+        if !live_set(root).is_ok_and(|now| now.contains(live)) {
+            continue;
+        }
+        eprintln!(
+            "rollgate up: {}: {why}; stopping it to start it again",
+            live.name()
+        );
+        process::stop_group(live.identity, HUNG_GRACE).await;
+        hung.insert(live.identity, why);
+    }
+}
+
+/// One release found not running: restarted now (an orderly stop, or a crash once its backoff
+/// allows), or given up after `max_restarts` crashes in a row; left alone while a deploy holds
+/// the root.
+async fn revive(
+    root: &Root,
+    options: &Options,
+    live: &Live,
+    crashes: &mut HashMap<Key, Crashes>,
+    notifiers: &HashMap<Identity, Notifier>,
+    hung: &mut HashMap<Identity, String>,
+    attempt: &mut u64,
+) {
+    let entry = crashes.entry(live.key()).or_default();
+    // A release that said STOPPING=1 before it exited stopped in order: not a crash.
+    let orderly = !hung.contains_key(&live.identity)
+        && notifiers
+            .get(&live.identity)
+            .is_some_and(|n| n.notices().borrow().stopping);
+    let waits = entry.next_allowed.is_some_and(|t| Instant::now() < t);
+    if entry.given_up || (waits && !orderly) {
+        return;
+    }
+    // A deploy holds the lock: it owns the state now; look again next round.
+    let Ok(_lock) = lock::acquire(&root.lock_path()) else {
+        return;
+    };
+    // What a deployer that died left is finished first (a watch it cut short decides
+    // whether its release stays): never restart a release it had not promoted yet.
+    if let Err(e) = engine::recover_leaving_escalated(root).await {
+        eprintln!("rollgate up: {e}");
+        return;
+    }
+    // Read again under the lock: the deploy that just let go may have replaced it.
+    if !live_set(root).is_ok_and(|now| now.contains(live)) {
+        return;
+    }
+    if orderly {
+        *attempt += 1;
+        let why = format!(
+            "pid {} stopped in order (it sent STOPPING=1); not counted as a crash",
+            live.identity.pid
+        );
+        entry.last_start = Some(Instant::now());
+        match restart(root, live, options.ready, *attempt, &why).await {
+            Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),
+            Err(e) => eprintln!("rollgate up: {}: restart failed: {e}", live.name()),
+        }
+        return;
+    }
+    // This exit, counted with those before it unless the release had stayed up.
+    let stayed_up = entry.last_start.is_some_and(|t| t.elapsed() >= STABLE);
+    entry.in_a_row = if stayed_up { 1 } else { entry.in_a_row + 1 };
+    if entry.in_a_row >= options.max_restarts {
+        entry.given_up = true;
+        let detail = format!(
+                "exited {} times in a row, each within {} s of its start; not restarted again (left stopped) until the next deploy or `rollgate up`",
+                entry.in_a_row,
+                STABLE.as_secs()
+            );
+        eprintln!("rollgate up: {}: {detail}", live.name());
+        log(root, live, LogEvent::RestartGivenUp, None, detail);
+        return;
+    }
+    *attempt += 1;
+    let how_it_ended = match hung.remove(&live.identity) {
+        Some(why) => format!("hung ({why}) and was stopped"),
+        None => "exited".to_string(),
+    };
+    let why = format!(
+        "pid {} {how_it_ended} ({} in a row; given up at {})",
+        live.identity.pid, entry.in_a_row, options.max_restarts
+    );
+    entry.last_start = Some(Instant::now());
+    let backoff = options
+        .backoff
+        .saturating_mul(1 << (entry.in_a_row - 1).min(16))
+        .min(defaults::UP_MAX_BACKOFF);
+    entry.next_allowed = Some(Instant::now() + backoff);
+    match restart(root, live, options.ready, *attempt, &why).await {
+        Ok(how) => eprintln!("rollgate up: {}: restarted ({how})", live.name()),
+        Err(e) => eprintln!("rollgate up: {}: restart failed: {e}", live.name()),
     }
 }

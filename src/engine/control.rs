@@ -8,6 +8,7 @@ use crate::defaults;
 use serde::{Deserialize, Serialize};
 
 use super::step::Event;
+use crate::host::fault::Fault;
 use crate::host::state::{read_json, write_atomically, Root};
 
 pub const REQUEST_FILE: &str = "rollout.request";
@@ -58,25 +59,32 @@ impl Request {
 
 /// Refuses a reason longer than [`defaults::MAX_REASON_CHARS`] or with control characters (it would
 /// break the status table and the log's one-line details).
-pub fn check_reason(reason: &str) -> Result<(), String> {
+pub fn check_reason(reason: &str) -> Result<(), Fault> {
     let chars = reason.chars().count();
     if chars > defaults::MAX_REASON_CHARS {
-        return Err(format!(
-            "--reason is {chars} characters; at most {} are allowed",
-            defaults::MAX_REASON_CHARS
+        return Err(Fault::setting(
+            "--reason",
+            format!(
+                "--reason is {chars} characters; at most {} are allowed",
+                defaults::MAX_REASON_CHARS
+            ),
         ));
     }
     if reason.chars().any(char::is_control) {
-        return Err("--reason contains a control character (a newline?); give one line".into());
+        return Err(Fault::setting(
+            "--reason",
+            "--reason contains a control character (a newline?); give one line",
+        ));
     }
     Ok(())
 }
 
 /// Leaves a request for the running executor.
-pub fn send(root: &Root, request: &Request) -> Result<(), String> {
+pub fn send(root: &Root, request: &Request) -> Result<(), Fault> {
     let path = root.0.join(REQUEST_FILE);
     let bytes = serde_json::to_vec(request).expect("a request serializes");
-    write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    write_atomically(&path, &bytes)
+        .map_err(|e| Fault::unwritable(&path, format!("cannot write {}: {e}", path.display())))
 }
 
 /// Whether a request is still waiting to be taken.
@@ -122,7 +130,7 @@ mod tests {
     fn reasons_are_bounded_and_one_line() {
         assert!(check_reason(&"x".repeat(500)).is_ok());
         assert!(check_reason(&"é".repeat(500)).is_ok());
-        let long = check_reason(&"x".repeat(501)).unwrap_err();
+        let long = check_reason(&"x".repeat(501)).unwrap_err().to_string();
         assert!(long.contains("501 characters; at most 500"), "{long}");
         assert!(check_reason("two\nlines").is_err());
     }

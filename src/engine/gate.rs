@@ -159,6 +159,16 @@ pub(crate) async fn run(
     }
 }
 
+/// How a process that passed its gate failed to hold ready, and how long after it was first
+/// ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Lapse {
+    #[error("candidate exited with {status} {after_ms} ms after it was first ready")]
+    Exited { status: String, after_ms: u128 },
+    #[error("stopped being ready ({probe}) {after_ms} ms after it was first ready")]
+    Unready { probe: String, after_ms: u128 },
+}
+
 /// After a gate passed: the process must pass its probe at every poll for `min_ready`, and not
 /// exit. The error says what happened and how long after it was first ready.
 pub(crate) async fn hold_ready(
@@ -166,7 +176,7 @@ pub(crate) async fn hold_ready(
     subject: &Subject,
     min_ready: Duration,
     poll: Duration,
-) -> Result<(), String> {
+) -> Result<(), Lapse> {
     let ready_at = tokio::time::Instant::now();
     let held = ready_at + min_ready;
     let since = || ready_at.elapsed().as_millis();
@@ -176,20 +186,19 @@ pub(crate) async fn hold_ready(
         tokio::select! {
             biased;
             status = child.wait() => {
-                return Err(format!(
-                    "candidate exited with {} {} ms after it was first ready",
-                    exit_words(status),
-                    since()
-                ));
+                return Err(Lapse::Exited {
+                    status: exit_words(status),
+                    after_ms: since(),
+                });
             }
             _ = tokio::time::sleep_until(held) => return Ok(()),
             _ = ticker.tick() => {
                 let (passed, probe) = subject.check().await;
                 if !passed {
-                    return Err(format!(
-                        "stopped being ready ({probe}) {} ms after it was first ready",
-                        since()
-                    ));
+                    return Err(Lapse::Unready {
+                        probe: probe.to_string(),
+                        after_ms: since(),
+                    });
                 }
             }
         }

@@ -1,36 +1,61 @@
 //! The engine: one planner and one executor for every kind of run. A deploy is the one-replica
-//! rollout (`single` plans it and words its lines); a rollout of N replicas moves in waves.
+//! rollout; a rollout of N replicas moves in waves.
 //!
+//! This file is its front door, and the only part of it a command names: [`start`] a run
+//! ([`Start`] with its [`Plan`]), [`ask`] something of one in flight ([`Ask`]), [`watch`] a
+//! deploy's watch in the background, read what a root holds ([`RootStatus`], [`saved_run`]),
+//! and the two writes `up` needs ([`record_restart`], `recover_leaving_escalated`). Every run
+//! ends in one [`Outcome`]. Behind it, private:
+//!
+//! - `start`: the one start sequence; `ask`: a person's word; `outcome`: how a run ended;
 //! - `budgets`: the surge and unavailable budgets and the wave sizes, as Kubernetes rounds them;
+//! - `plan` and `settings`: a deploy's and a rollout's numbers and plans, from the command
+//!   line, the policy and the defaults;
 //! - `state`: the persisted truth of a run in flight (`rollout.json`), saved before each effect;
 //! - `step`: the pure planner (state + event -> state + actions), property-tested;
 //! - `run`: the executor that performs the planner's actions and feeds it events, with `tasks`
 //!   (the gates, soaks and watches it runs) and `record` (the log lines and the pool it writes);
 //! - `gate` and `judge`: the readiness gate every replica passes and the verdicts it reaches;
-//! - `recover`: after a crash, the state matched against what runs, so a restart is one more pass;
-//! - `control`: pause/resume/abort requests from another process; `settings`: a rollout's
-//!   numbers from its arguments, the policy and the defaults; `view`: how a run is shown.
+//! - `voice` and `deploy_voice`: the words of a rollout's and a deploy's lines;
+//! - `recover`: after a crash, the state matched against what runs, so a restart is one more
+//!   pass (a deploy's included; `legacy` reads the `candidate` record older rollgates wrote);
+//! - `control`: pause/resume/abort requests from another process; `view` and `status`: how a
+//!   run and a root are shown.
 //!
 //! The engine names the host layer below it (and policy, release, proxy, render), never the
 //! commands above it.
 
+mod ask;
 pub mod budgets;
-pub mod control;
-pub(crate) mod fault;
-pub(crate) mod gate;
-pub mod judge;
-pub(crate) mod record;
-pub mod recover;
-pub(crate) mod run;
+mod control;
+mod deploy_voice;
+mod fault;
+mod gate;
+mod judge;
+mod legacy;
+mod outcome;
+pub mod plan;
+mod record;
+mod recover;
+mod run;
 pub mod settings;
-pub mod single;
-pub mod state;
-pub mod step;
+mod start;
+mod state;
+pub mod status;
+mod step;
 mod tasks;
 pub mod view;
 mod voice;
 
 use std::time::{Duration, Instant};
+
+pub use ask::{ask, watch, Ask};
+pub use outcome::{Ending, Outcome, Stream};
+pub use recover::record_restart;
+pub(crate) use recover::recover_leaving_escalated;
+pub use start::{beside_the_live, not_a_replica_set, port_free, start, Plan, Start};
+pub use state::{Phase, Rollout, SlotState};
+pub use status::{service_of, ReplicaStatus, RootStatus};
 
 use crate::error::{refused, Error};
 use crate::host::state::Root;
@@ -38,6 +63,12 @@ use crate::proxy::drain;
 
 /// Where a background watcher (`deploy --no-wait`) writes its output, in the root.
 pub const WATCHER_OUTPUT: &str = "watcher.output";
+
+/// The run in flight under a root (or the last one, ended), as the engine saved it: what
+/// `status`, `rollout status`, `release list` and the console read. Only the engine writes it.
+pub fn saved_run(root: &Root) -> Result<Option<Rollout>, Error> {
+    Ok(state::load(root)?)
+}
 
 /// The single-threaded runtime every command that drives the engine runs on.
 pub fn runtime() -> Result<tokio::runtime::Runtime, Error> {

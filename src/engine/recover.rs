@@ -13,12 +13,14 @@
 use std::time::Duration;
 
 use super::drain_before_stop;
-use super::run::{Context, Executor};
-use super::single;
-use super::state::{self, Phase, Rollout, SlotState};
-use super::step::Event;
+use super::legacy;
+use super::run::{Context, Executor, Redo};
+use super::state::{self, Phase, Process, Rollout, SlotState};
+use super::step::{Action, Event, Note};
+use super::voice::Reverted;
 use super::{fault, record};
 use crate::error::{refused, Error};
+use crate::host::journal::{self, LogEvent};
 use crate::host::process::{self, Identity};
 use crate::host::signals::Signals;
 use crate::host::state::Root;
@@ -29,9 +31,9 @@ use crate::host::state::Root;
 /// (refused with what to run). A rollout: an ended one is settled, a running one is paused
 /// with every replica serving (see [`finish`]).
 pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
-    single::adopt_legacy(root)?;
-    match state::load(root).map_err(refused)? {
-        Some(left) if left.unsettled_deploy() => single::finish(root, left).await,
+    adopt_legacy(root)?;
+    match state::load(root)? {
+        Some(left) if left.unsettled_deploy() => finish_deploy(root, left).await,
         Some(left) if left.single.is_none() => finish(root, left).await,
         _ => Ok(()),
     }
@@ -41,29 +43,13 @@ pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
 /// an escalated deploy is left waiting for its person. The release it would replace is live and
 /// is started meanwhile: after a reboot, nothing waits on a decision to serve.
 pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), Error> {
-    single::adopt_legacy(root)?;
-    if let Some(left) = state::load(root).map_err(refused)? {
-        if left.unsettled_deploy() && left.slot(0).held && !single::is_switched(root, &left)? {
+    adopt_legacy(root)?;
+    if let Some(left) = state::load(root)? {
+        if left.unsettled_deploy() && left.slot(0).held && !is_switched(root, &left)? {
             return Ok(());
         }
     }
     recover(root).await
-}
-
-/// What the executor must restart once recovery is done.
-#[derive(Debug, Default, PartialEq)]
-pub struct Redo {
-    /// Slots whose previous version must serve again (their new process failed or the
-    /// rollout stopped while they were out of the pool).
-    pub bring_back: Vec<usize>,
-    /// Slots an abort with rollback had not returned yet.
-    pub restore: Vec<usize>,
-    /// Slots whose new process had joined the pool and died while no rollgate watched it:
-    /// failures for the planner to judge (it reverts them, and may pause or abort).
-    pub died: Vec<usize>,
-    /// Slots whose new process was judged ready but not yet put in the pool: the swap is
-    /// performed now (the planner's decision stands; only its effect was cut short).
-    pub swap: Vec<usize>,
 }
 
 /// Decides, from the saved rollout and which recorded processes still run, what the state
@@ -206,7 +192,7 @@ pub(crate) async fn adopt(
         }
         process::stop_group(stray, grace).await;
     }
-    state::save(root, &rollout).map_err(Error::Failed)?;
+    state::save(root, &rollout)?;
     fault::point();
     let context = Context::of_saved(root, &rollout);
     Ok((Executor::new(context, rollout), redo))
@@ -229,9 +215,285 @@ pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), Error> {
     };
     let (executor, redo) = adopt(root, saved, false).await?;
     let mut executor = executor.redo(redo).await?;
-    let mut signals = Signals::install().map_err(Error::Refused)?;
+    let mut signals = Signals::install()?;
     executor.run(event, &mut signals).await?;
     Ok(())
+}
+
+/// A `candidate` record an older rollgate left: the same deploy in the engine's terms, saved
+/// as the state file, so one recovery finishes both.
+pub(crate) fn adopt_legacy(root: &Root) -> Result<(), Error> {
+    let Some(left) = root.read_candidate()? else {
+        return Ok(());
+    };
+    let saved = state::load(root)?;
+    if saved.is_some_and(|r| r.unsettled_deploy() && r.id == left.token) {
+        // The view of the deploy the state file holds.
+        return Ok(());
+    }
+    // Saved as the state file, the record is rewritten as that state's view.
+    let pointer = root.read_pointer()?;
+    state::save(root, &legacy::from_candidate(&left, pointer.as_ref()))
+        .map_err(|e| refused(e.to_string()))
+}
+
+/// Whether `current` names the deploy's new process: the switch happened, whatever else the
+/// state says.
+pub(crate) fn is_switched(root: &Root, rollout: &Rollout) -> Result<bool, Error> {
+    let pointer = root.read_pointer()?;
+    let new = rollout.new_process().filter(|p| p.pid > 0);
+    Ok(match (pointer, new) {
+        (Some(pointer), Some(new)) => pointer.names(new.identity()),
+        _ => false,
+    })
+}
+
+/// A single deploy whose rollgate died before its outcome (we hold the lock, so it is dead):
+/// a switch that happened is finished (a watch cut short decided by one final probe), one
+/// that did not is undone; an escalated one waits for a person.
+pub(crate) async fn finish_deploy(root: &Root, rollout: Rollout) -> Result<(), Error> {
+    let Some(single) = rollout.single.clone() else {
+        return Ok(());
+    };
+    let s = rollout.slot(0).clone();
+    let switched = is_switched(root, &rollout)?;
+    if s.held && !switched {
+        return Err(refused(format!(
+            "candidate {} of {} is escalated and waiting for a person: run `rollgate promote {svc} --root {root}` or `rollgate abort {svc} --root {root}` first",
+            rollout.to,
+            rollout.service,
+            svc = rollout.service,
+            root = root.0.display()
+        )));
+    }
+    let gone = match single.watcher_pid {
+        Some(pid) => format!("watcher pid {pid}"),
+        None => format!("deployer pid {}", single.deployer_pid),
+    };
+    // The planner had rolled it back (in the gate or the watch): only its effects were cut
+    // short, and the state says which.
+    if rollout.phase == Phase::Aborted {
+        return finish_rollback(root, rollout, gone).await;
+    }
+    // The planner had completed it (a person's promote, a watch that passed): the swap it
+    // decided is made if the crash came first, and the deploy finished.
+    if rollout.phase == Phase::Completed {
+        let detail = format!("promoted before {gone} died; finished by the next command");
+        let detail = single
+            .gate_detail
+            .clone()
+            .filter(|_| !switched)
+            .unwrap_or(detail);
+        return complete_switch(
+            Executor::of_saved(root, rollout),
+            detail,
+            single.gate_elapsed_ms,
+        )
+        .await;
+    }
+    if !switched {
+        return abandon(root, rollout).await;
+    }
+    let mut executor = Executor::of_saved(root, rollout);
+    match s.fallback {
+        Some(_) if executor.rollout().phase == Phase::Running => {
+            executor.words_mut().how =
+                format!(" (cut short: {gone} was gone; decided by one final probe)");
+            match final_probe(root, executor.rollout()).await {
+                Ok(()) => {
+                    executor.rollout_mut().soak_until = Some(journal::now());
+                    executor.handle(Event::Tick).await?;
+                }
+                Err(reason) => executor.handle(Event::Failed { slot: 0, reason }).await?,
+            }
+        }
+        _ => {
+            let detail = format!(
+                "switched before deployer pid {} died; recorded by the next deploy",
+                single.deployer_pid
+            );
+            return complete_switch(executor, detail, None).await;
+        }
+    }
+    executor.run_post_hook().await;
+    Ok(())
+}
+
+/// A switch that happened (`current` names the new process) finished: the previous release
+/// (retiring, or kept as the fallback) drained and stopped, `promoted` logged with `detail` in
+/// place of the gate's words, the floor raised, the post hook run.
+pub(crate) async fn complete_switch(
+    mut executor: Executor,
+    detail: String,
+    elapsed_ms: Option<u64>,
+) -> Result<(), Error> {
+    // The words its `promoted` line takes in place of the gate's; the planner decides the rest.
+    if let Some(single) = executor.rollout_mut().single.as_mut() {
+        single.gate_detail = Some(detail);
+        single.gate_elapsed_ms = elapsed_ms;
+        single.switch_detail.clear();
+    }
+    executor.handle(Event::SwitchSeen { slot: 0 }).await?;
+    executor.run_post_hook().await;
+    Ok(())
+}
+
+/// A deploy the planner had already rolled back when its rollgate died: the kept previous
+/// release serves again (the switch back it was making), everything the deploy started is
+/// stopped, `current` names what serves, and the rollback is logged once.
+async fn finish_rollback(root: &Root, rollout: Rollout, gone: String) -> Result<(), Error> {
+    let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
+    let mut executor = Executor::of_saved(root, rollout);
+    let r = executor.rollout_mut();
+    let started = |p: &Option<Process>| p.as_ref().is_some_and(|p| r.started(p));
+    let s = r.slot(0);
+    let in_watch = s.fallback.is_some() || started(&s.live) || started(&s.retiring);
+    let mut stop: Vec<Process> = Vec::new();
+    let s = r.slot(0).clone();
+    let mut live = s.live.clone();
+    if let Some(kept) = s.fallback.clone() {
+        stop.extend(live.take());
+        live = kept.identity().is_running().then_some(kept);
+    }
+    if started(&live) {
+        stop.extend(live.take());
+    }
+    stop.extend(s.candidate.clone());
+    stop.extend(s.retiring.clone());
+    let slot = r.slot_mut(0);
+    slot.live = live.clone();
+    slot.fallback = None;
+    slot.candidate = None;
+    slot.retiring = None;
+    // Named as retiring until stopped, so a second crash finds them again.
+    slot.retiring = stop.first().cloned();
+    executor.save()?;
+    if live.is_some() {
+        executor.perform_write_pool()?;
+    }
+    let mut stopped = Vec::new();
+    for process in &stop {
+        let how = match process.pid > 0 {
+            true => process::stop_group(process.identity(), grace)
+                .await
+                .to_string(),
+            false => {
+                for who in process::find_by_token(&process.token) {
+                    process::stop_group(who, grace).await;
+                }
+                "stopped".to_string()
+            }
+        };
+        stopped.push(format!("pid {} {how}", process.pid));
+    }
+    executor.rollout_mut().slot_mut(0).retiring = None;
+    executor.save()?;
+    let previous = match &live {
+        Some(p) => format!("old release {} serves again", p.version),
+        None => "WARNING no previous release is running".to_string(),
+    };
+    let words = executor.words_mut();
+    words.how = format!(" (finished after {gone} died)");
+    words.context = Some(format!("finished after {gone} died"));
+    words.reverted = Some(Reverted {
+        in_watch,
+        previous,
+        stopped: match stopped.is_empty() {
+            true => process::Stopped::AlreadyGone.to_string(),
+            false => stopped.join(", "),
+        },
+    });
+    executor.perform(outcome_note(LogEvent::RolledBack)).await?;
+    executor.perform(Action::Stop).await
+}
+
+/// The planner's outcome note, worded by the deploy's voice.
+fn outcome_note(event: LogEvent) -> Action {
+    Action::Log(Note {
+        event,
+        slot: None,
+        wave: None,
+        detail: String::new(),
+    })
+}
+
+/// One probe decides a watch that was cut short.
+async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
+    let Some(new) = rollout.slot(0).live.clone() else {
+        return Err("exited during the watch".into());
+    };
+    if !new.identity().is_running() {
+        return Err("exited during the watch".into());
+    }
+    // A release that is notified ready is asked on its socket: bound again here, it has said
+    // nothing yet, so only an ERRNO= or a missed watchdog from now on (or its confirmation)
+    // fails it.
+    let notifier = rollout
+        .settings
+        .probe
+        .is_notify()
+        .then(|| {
+            crate::host::notify::Notifier::watch_live(new.pid, crate::host::notify::BIND_PATIENCE)
+        })
+        .flatten();
+    let subject = crate::host::probe::Subject {
+        spec: rollout.settings.probe.clone(),
+        port: new.port,
+        workdir: root.release_dir(&new.version),
+        notices: notifier.as_ref().map(|n| n.notices()),
+    };
+    match subject.check().await {
+        (true, _) => Ok(()),
+        (false, probe) => Err(format!("failed a final probe ({probe})")),
+    }
+}
+
+/// The switch did not happen: whatever the dead deployer started is stopped (found by its
+/// token if its pid was never recorded), the live release stays, and the rollback is logged.
+async fn abandon(root: &Root, rollout: Rollout) -> Result<(), Error> {
+    let Some(single) = rollout.single.clone() else {
+        return Ok(());
+    };
+    let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
+    let slot = rollout.slot(0).clone();
+    let mut found: Vec<Identity> = Vec::new();
+    for p in slot.candidate.iter().chain(slot.live.iter()) {
+        if !rollout.started(p) {
+            continue;
+        }
+        match p.pid > 0 {
+            true => found.push(p.identity()),
+            false => found.extend(process::find_by_token(&p.token)),
+        }
+    }
+    let mut outcome = Vec::new();
+    for who in &found {
+        outcome.push(format!(
+            "pid {} {}",
+            who.pid,
+            process::stop_group(*who, grace).await
+        ));
+    }
+    if outcome.is_empty() {
+        outcome.push(process::Stopped::AlreadyGone.to_string());
+    }
+    let detail = format!(
+        "abandoned: deployer pid {} died before an outcome; candidate {}; stopped by the next deploy",
+        single.deployer_pid,
+        outcome.join(", ")
+    );
+    record::log_deploy(
+        root,
+        &rollout,
+        &journal::Entry::new(
+            LogEvent::RolledBack,
+            &rollout.to,
+            &rollout.service,
+            detail.clone(),
+        ),
+    )?;
+    // Its outcome is on record; `current` (never switched) says what is live.
+    state::clear(root).map_err(Error::from)
 }
 
 #[cfg(test)]
@@ -462,4 +724,57 @@ mod tests {
         let stopped: Vec<i32> = strays(&saved, &r).iter().map(|who| who.pid).collect();
         assert_eq!(stopped, vec![1]);
     }
+}
+
+/// `up` started a live release again: the new process is put where the state named the old
+/// one (`current`, the replica set and a rollout's slot), so every file still names what runs.
+/// Under the lock; refused if the state moved on meanwhile.
+pub fn record_restart(
+    root: &Root,
+    slot: Option<usize>,
+    old: Identity,
+    new: Identity,
+) -> Result<(), Error> {
+    let failed = |e: String| Error::Failed(e);
+    if let Some(mut set) = root.read_replicas()? {
+        let Some(replica) = set
+            .replicas
+            .iter_mut()
+            .find(|r| Some(r.slot) == slot && r.pid == old.pid && r.start_time == old.start_time)
+        else {
+            return Err(failed("the replica set changed meanwhile".into()));
+        };
+        replica.pid = new.pid;
+        replica.start_time = new.start_time;
+        root.write_replicas(&set)
+            .map_err(|e| failed(e.to_string()))?;
+        if let Ok(Some(mut rollout)) = state::load(root) {
+            let mut changed = false;
+            for each in &mut rollout.slots {
+                if let Some(p) = each
+                    .live
+                    .as_mut()
+                    .filter(|p| p.pid == old.pid && p.start_time == old.start_time)
+                {
+                    p.pid = new.pid;
+                    p.start_time = new.start_time;
+                    changed = true;
+                }
+            }
+            if changed {
+                state::save(root, &rollout)?;
+            }
+        }
+    }
+    if let Some(mut pointer) = root.read_pointer()? {
+        if pointer.names(old) {
+            pointer.pid = new.pid;
+            pointer.start_time = new.start_time;
+            root.write_pointer(&pointer)
+                .map_err(|e| failed(e.to_string()))?;
+        } else if slot.is_none() {
+            return Err(failed("current changed meanwhile".into()));
+        }
+    }
+    Ok(())
 }

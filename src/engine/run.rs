@@ -20,7 +20,9 @@ use super::fault;
 use super::record::{append, log_deploy, log_outcome, write_pool};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
-use super::tasks::{gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Message};
+use super::tasks::{
+    gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Message, Purpose,
+};
 use super::view as render;
 use super::voice::{self, Behaviour, Reverted, Said, Voice, Words};
 use crate::error::Error;
@@ -34,23 +36,28 @@ use crate::host::state::Root;
 /// How often the executor looks for a pause, resume or abort asked from another shell.
 const CONTROL_POLL: Duration = Duration::from_millis(100);
 
-/// Why a replica process is being gated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Purpose {
-    /// The new version, for the rollout.
-    Upgrade,
-    /// The slot's previous version, after its new process failed once it had left the pool.
-    BringBack,
-    /// The slot's previous version, for an abort with rollback.
-    Restore,
-}
-
 struct Task {
     purpose: Purpose,
     token: String,
     handle: JoinHandle<()>,
     /// Where the gate owns the signals: a signal to rollgate ends it.
     interrupt: Option<oneshot::Sender<&'static str>>,
+}
+
+/// What the executor must restart once recovery is done.
+#[derive(Debug, Default, PartialEq)]
+pub struct Redo {
+    /// Slots whose previous version must serve again (their new process failed or the
+    /// rollout stopped while they were out of the pool).
+    pub bring_back: Vec<usize>,
+    /// Slots an abort with rollback had not returned yet.
+    pub restore: Vec<usize>,
+    /// Slots whose new process had joined the pool and died while no rollgate watched it:
+    /// failures for the planner to judge (it reverts them, and may pause or abort).
+    pub died: Vec<usize>,
+    /// Slots whose new process was judged ready but not yet put in the pool: the swap is
+    /// performed now (the planner's decision stands; only its effect was cut short).
+    pub swap: Vec<usize>,
 }
 
 /// What the executor needs beyond the persisted rollout.
@@ -113,6 +120,12 @@ fn failed(message: impl Into<String>) -> Error {
 }
 
 impl Executor {
+    /// The executor for a run found on disk (recovery, a person's word, the background
+    /// watcher): its new version runs from the copy verified when it was admitted.
+    pub fn of_saved(root: &Root, rollout: Rollout) -> Executor {
+        Executor::new(Context::of_saved(root, &rollout), rollout)
+    }
+
     pub fn new(context: Context, mut rollout: Rollout) -> Executor {
         // Whatever runs it owes its ending's effects until they are done (a rollout an older
         // rollgate saved mid-run did not say so).
@@ -171,7 +184,7 @@ impl Executor {
     }
 
     /// Restarts what recovery found half-done: previous versions to bring back, restores.
-    pub async fn redo(mut self, redo: super::recover::Redo) -> Result<Executor, Error> {
+    pub async fn redo(mut self, redo: Redo) -> Result<Executor, Error> {
         for slot in redo.swap {
             self.swap_in(slot, false).await?;
         }
@@ -282,7 +295,7 @@ impl Executor {
         let facts = self.voice.hook_facts(r, hook);
         if let Some(Err(e)) = r.hooks.run(hook, &self.context.root.0, &facts).await {
             eprintln!("rollgate: {e}; the outcome stands");
-            let _ = self.say(self.voice.hook_failed(r, e));
+            let _ = self.say(self.voice.hook_failed(r, e.to_string()));
         }
     }
 
@@ -307,7 +320,7 @@ impl Executor {
     }
 
     pub(crate) fn save(&self) -> Result<(), Error> {
-        state::save(&self.context.root, &self.rollout).map_err(failed)?;
+        state::save(&self.context.root, &self.rollout)?;
         fault::point();
         Ok(())
     }
@@ -436,8 +449,23 @@ impl Executor {
         self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
         self.save()?;
         self.say(self.voice.started(&self.rollout, &recorded, slot, purpose))?;
+        self.gate(slot, purpose, child, &version, port, token);
+        Ok(())
+    }
+
+    /// Gates a started process in a task of its own, which reports back as a message; the
+    /// task is kept by slot (with, where the gate owns the signals, the way to interrupt it).
+    fn gate(
+        &mut self,
+        slot: usize,
+        purpose: Purpose,
+        child: tokio::process::Child,
+        version: &str,
+        port: u16,
+        token: String,
+    ) {
         let timing = GateTiming::of(&self.rollout);
-        let subject = self.subject(&version, port, &token);
+        let subject = self.subject(version, port, &token);
         let sender = self.sender.clone();
         let task_token = token.clone();
         let owns_signals = self.behaviour.gate_owns_signals;
@@ -449,7 +477,7 @@ impl Executor {
             false => (None, None),
         };
         let progress = owns_signals
-            .then(|| crate::host::progress::Progress::new(&version, timing.gate.deadline));
+            .then(|| crate::host::progress::Progress::new(version, timing.gate.deadline));
         let handle = tokio::spawn(async move {
             let gated = gate_replica(child, subject, timing, interrupted, progress).await;
             let _ = sender.send(Message::Gate {
@@ -467,7 +495,6 @@ impl Executor {
                 interrupt,
             },
         );
-        Ok(())
     }
 
     /// A gate that could not even start: the same paths as one that failed.

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::budgets::{assign_waves, Budgets};
 use super::state::{Phase, Process, Rollout, Settings, Slot, SlotState};
-use crate::engine::judge as deploy_plan;
+use crate::engine::plan as deploy_plan;
+use crate::host::fault::Fault;
 use crate::host::state::{ReplicaClass, Root};
 use crate::policy::RolloutSettings;
 
@@ -25,7 +26,11 @@ pub struct Args {
 }
 
 /// `A-B` (inclusive), both ports non-zero and A <= B.
-pub fn parse_ports(text: &str) -> Result<(u16, u16), String> {
+pub fn parse_ports(text: &str) -> Result<(u16, u16), Fault> {
+    ports_in(text).map_err(|why| Fault::setting("ports", why))
+}
+
+fn ports_in(text: &str) -> Result<(u16, u16), String> {
     let (a, b) = text
         .split_once('-')
         .ok_or_else(|| format!("`{text}` is not a port range; write it as 9001-9020"))?;
@@ -46,7 +51,11 @@ pub fn parse_ports(text: &str) -> Result<(u16, u16), String> {
 }
 
 /// A wait such as `500ms`, `30s`, `2m` or `1h`, in milliseconds (at most 24 h).
-pub fn parse_wait(text: &str) -> Result<u64, String> {
+pub fn parse_wait(text: &str) -> Result<u64, Fault> {
+    wait_in(text).map_err(|why| Fault::setting("wait", why))
+}
+
+fn wait_in(text: &str) -> Result<u64, String> {
     let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = &text[digits.len()..];
     let per_unit: u64 = match unit {
@@ -74,7 +83,11 @@ pub fn parse_wait(text: &str) -> Result<u64, String> {
 }
 
 /// Comma-separated cumulative percentages, each 1 to 100.
-pub fn parse_waves(text: &str) -> Result<Vec<u64>, String> {
+pub fn parse_waves(text: &str) -> Result<Vec<u64>, Fault> {
+    waves_in(text).map_err(|why| Fault::setting("waves", why))
+}
+
+fn waves_in(text: &str) -> Result<Vec<u64>, String> {
     text.split(',')
         .map(|p| {
             p.trim()
@@ -88,13 +101,16 @@ pub fn parse_waves(text: &str) -> Result<Vec<u64>, String> {
 
 /// The pool the rollout starts from: `replicas.json`, else the single release `current`
 /// names (slot 0), else nothing.
-pub fn baseline(root: &Root, service: &str) -> Result<Vec<(usize, Process)>, String> {
+pub fn baseline(root: &Root, service: &str) -> Result<Vec<(usize, Process)>, Fault> {
     if let Some(set) = root.read_replicas()? {
         if set.service != service {
-            return Err(format!(
-                "{} serves {}, not {service}",
-                root.replicas_path().display(),
-                set.service
+            return Err(Fault::unreadable(
+                &root.replicas_path(),
+                format!(
+                    "{} serves {}, not {service}",
+                    root.replicas_path().display(),
+                    set.service
+                ),
             ));
         }
         return Ok(set
@@ -145,6 +161,15 @@ pub fn resolve(
     policy: Option<&RolloutSettings>,
     previous: Option<&Rollout>,
     baseline: &[(usize, Process)],
+) -> Result<Resolved, Fault> {
+    resolved(args, policy, previous, baseline).map_err(|why| Fault::setting("rollout", why))
+}
+
+fn resolved(
+    args: &Args,
+    policy: Option<&RolloutSettings>,
+    previous: Option<&Rollout>,
+    baseline: &[(usize, Process)],
 ) -> Result<Resolved, String> {
     let gate = deploy_plan::resolve_with_watch(
         args.deadline_ms,
@@ -152,8 +177,10 @@ pub fn resolve(
         args.drain_ms,
         args.watch_ms,
         policy,
-    )?;
-    deploy_plan::check_bounds(&gate).map_err(|e| e.replace("; nothing was started", ""))?;
+    )
+    .map_err(|e| e.to_string())?;
+    deploy_plan::check_bounds(&gate)
+        .map_err(|e| e.to_string().replace("; nothing was started", ""))?;
     let replicas = match (args.replicas, policy.and_then(|p| p.replicas)) {
         (Some(n), _) => n,
         (None, Some(n)) => n as usize,
@@ -197,59 +224,8 @@ pub fn resolve(
             "max_failure_ratio is {max_failure_ratio}; allowed is 0 to 1"
         ));
     }
-    // A single deploy's "range" is its one port: not a range a rollout can take over.
-    let previous_ports = previous
-        .filter(|p| p.single.is_none())
-        .map(|p| p.settings.ports);
-    let from_policy = policy
-        .and_then(|p| p.ports.as_deref())
-        .map(|range| parse_ports(range).map_err(|e| format!("the policy's ports: {e}")))
-        .transpose()?;
-    let ports = match (args.ports.or(from_policy), previous_ports) {
-        (Some(ports), _) | (None, Some(ports)) => ports,
-        (None, None) => {
-            return Err(
-                "--ports A-B is needed for the first rollout of a root (or the policy's ports): the ports replica processes may take"
-                    .into(),
-            )
-        }
-    };
-    let needed = replicas + budgets.surge;
-    let available = usize::from(ports.1 - ports.0) + 1;
-    if available < needed {
-        return Err(format!(
-            "the port range {}-{} holds {available} ports; {replicas} replicas with a surge of {} need {needed}",
-            ports.0, ports.1, budgets.surge
-        ));
-    }
-    let mut classes = BTreeMap::new();
-    for (key, class) in policy
-        .and_then(|p| p.classes.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        let slot = key
-            .parse::<usize>()
-            .ok()
-            .filter(|s| *s < replicas)
-            .ok_or_else(|| {
-                format!(
-                    "classes: `{key}` is not a slot; slots are 0 to {}",
-                    replicas - 1
-                )
-            })?;
-        let class = match class.as_str() {
-            "required" => ReplicaClass::Required,
-            "best_effort" => ReplicaClass::BestEffort,
-            "left_behind" => ReplicaClass::LeftBehind,
-            other => {
-                return Err(format!(
-                    "classes.{key} is `{other}`; allowed are required, best_effort, left_behind"
-                ))
-            }
-        };
-        classes.insert(slot, class);
-    }
+    let ports = ports_of(args, policy, previous, replicas + budgets.surge, replicas)?;
+    let classes = classes_of(policy, replicas)?;
     let soak_ms = args
         .soak_ms
         .or_else(|| policy.and_then(|p| p.soak_ms))
@@ -282,6 +258,80 @@ pub fn resolve(
         },
         classes,
     })
+}
+
+/// The ports replica processes may take: the command line's, else the policy's, else the
+/// previous rollout's; enough for the replicas and the surge beside them.
+fn ports_of(
+    args: &Args,
+    policy: Option<&RolloutSettings>,
+    previous: Option<&Rollout>,
+    needed: usize,
+    replicas: usize,
+) -> Result<(u16, u16), String> {
+    // A single deploy's "range" is its one port: not a range a rollout can take over.
+    let previous_ports = previous
+        .filter(|p| p.single.is_none())
+        .map(|p| p.settings.ports);
+    let from_policy = policy
+        .and_then(|p| p.ports.as_deref())
+        .map(|range| parse_ports(range).map_err(|e| format!("the policy's ports: {e}")))
+        .transpose()?;
+    let ports = match (args.ports.or(from_policy), previous_ports) {
+        (Some(ports), _) | (None, Some(ports)) => ports,
+        (None, None) => {
+            return Err(
+                "--ports A-B is needed for the first rollout of a root (or the policy's ports): the ports replica processes may take"
+                    .into(),
+            )
+        }
+    };
+    let available = usize::from(ports.1 - ports.0) + 1;
+    if available < needed {
+        return Err(format!(
+            "the port range {}-{} holds {available} ports; {replicas} replicas with a surge of {} need {needed}",
+            ports.0,
+            ports.1,
+            needed - replicas
+        ));
+    }
+    Ok(ports)
+}
+
+/// The policy's replica classes, by slot (a slot the rollout does not have is refused).
+fn classes_of(
+    policy: Option<&RolloutSettings>,
+    replicas: usize,
+) -> Result<BTreeMap<usize, ReplicaClass>, String> {
+    let mut classes = BTreeMap::new();
+    for (key, class) in policy
+        .and_then(|p| p.classes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let slot = key
+            .parse::<usize>()
+            .ok()
+            .filter(|s| *s < replicas)
+            .ok_or_else(|| {
+                format!(
+                    "classes: `{key}` is not a slot; slots are 0 to {}",
+                    replicas - 1
+                )
+            })?;
+        let class = match class.as_str() {
+            "required" => ReplicaClass::Required,
+            "best_effort" => ReplicaClass::BestEffort,
+            "left_behind" => ReplicaClass::LeftBehind,
+            other => {
+                return Err(format!(
+                    "classes.{key} is `{other}`; allowed are required, best_effort, left_behind"
+                ))
+            }
+        };
+        classes.insert(slot, class);
+    }
+    Ok(classes)
 }
 
 /// The rollout as it starts, or None when every replica that moves already runs `to`.
@@ -425,17 +475,29 @@ mod tests {
     #[test]
     fn ranges_and_waves_are_parsed_or_named() {
         assert_eq!(parse_ports("9001-9020").unwrap(), (9001, 9020));
-        assert!(parse_ports("9020-9001").unwrap_err().contains("empty"));
-        assert!(parse_ports("0-5").unwrap_err().contains("not a port"));
-        assert!(parse_ports("9001").unwrap_err().contains("9001-9020"));
+        assert!(parse_ports("9020-9001")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        assert!(parse_ports("0-5")
+            .unwrap_err()
+            .to_string()
+            .contains("not a port"));
+        assert!(parse_ports("9001")
+            .unwrap_err()
+            .to_string()
+            .contains("9001-9020"));
         assert_eq!(parse_wait("500ms").unwrap(), 500);
         assert_eq!(parse_wait("30s").unwrap(), 30_000);
         assert_eq!(parse_wait("2m").unwrap(), 120_000);
-        assert!(parse_wait("25h").unwrap_err().contains("24 h"));
+        assert!(parse_wait("25h").unwrap_err().to_string().contains("24 h"));
         assert!(parse_wait("1.5s").is_err());
         assert!(parse_wait("10").is_err());
         assert_eq!(parse_waves("1, 10,50,100").unwrap(), vec![1, 10, 50, 100]);
-        assert!(parse_waves("0,100").unwrap_err().contains("wave `0`"));
+        assert!(parse_waves("0,100")
+            .unwrap_err()
+            .to_string()
+            .contains("wave `0`"));
     }
 
     #[test]
@@ -446,13 +508,15 @@ mod tests {
         assert_eq!(s.wave_percents, defaults::WAVES.to_vec());
         // Three 1500 ms progress deadlines plus two minutes.
         assert_eq!(s.release_deadline, 124.5);
-        let err = resolve(&Args::default(), None, None, &[]).unwrap_err();
+        let err = resolve(&Args::default(), None, None, &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--ports"), "{err}");
         let small = Args {
             replicas: Some(10),
             ..args("9001-9010")
         };
-        let err = resolve(&small, None, None, &[]).unwrap_err();
+        let err = resolve(&small, None, None, &[]).unwrap_err().to_string();
         assert!(err.contains("need 13"), "{err}");
         // With no --replicas, the pool's size.
         let pool = [(0, live("v1", 1)), (1, live("v1", 2)), (2, live("v1", 3))];
@@ -478,7 +542,9 @@ mod tests {
             ports: Some("9110-9101".into()),
             ..policy
         };
-        let err = resolve(&Args::default(), Some(&bad), None, &[]).unwrap_err();
+        let err = resolve(&Args::default(), Some(&bad), None, &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("the policy's ports"), "{err}");
     }
 

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::fault::Fault;
 use crate::host::names::check_name;
 use crate::host::process::Identity;
 use crate::host::state::{
@@ -11,6 +12,9 @@ use crate::host::state::{
 };
 
 pub const ROLLOUT_FILE: &str = "rollout.json";
+
+/// A deploy's release deadline: none that a person waiting on an escalation could miss.
+pub(super) const NO_RELEASE_DEADLINE_S: f64 = 100.0 * 365.0 * 86_400.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -21,7 +25,7 @@ pub enum Phase {
     Aborted,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SlotState {
     /// Waiting for its wave.
@@ -272,12 +276,12 @@ impl Rollout {
 }
 
 /// `ROOT/rollout.json`: the service's last rollout (one at a time per root).
-pub fn load(root: &Root) -> Result<Option<Rollout>, String> {
+pub fn load(root: &Root) -> Result<Option<Rollout>, Fault> {
     let path = root.0.join(ROLLOUT_FILE);
     let rollout: Option<Rollout> = read_json(&path)?;
     if let Some(r) = &rollout {
         r.check()
-            .map_err(|(field, e)| checked::<()>(&path, &field, Err(e)).unwrap_err())?;
+            .map_err(|(field, e)| checked::<(), String>(&path, &field, Err(e)).unwrap_err())?;
     }
     Ok(rollout)
 }
@@ -287,7 +291,7 @@ impl Rollout {
     /// paths, counts that reach allocations, ranges that reach arithmetic.
     fn check(&self) -> Result<(), (String, String)> {
         let name = |field: &str, kind: &str, value: &str| {
-            check_name(kind, value).map_err(|e| (field.to_string(), e))
+            check_name(kind, value).map_err(|e| (field.to_string(), e.to_string()))
         };
         name("service", "service", &self.service)?;
         name("to", "version", &self.to)?;
@@ -346,17 +350,20 @@ impl Rollout {
 /// folder fsync that fails counts as a failure.
 /// A single deploy also keeps its `candidate` record, the view of it that `status` and older
 /// tools read (as `current` is the view of the pool).
-pub fn save(root: &Root, rollout: &Rollout) -> Result<(), String> {
+pub fn save(root: &Root, rollout: &Rollout) -> Result<(), Fault> {
     let path = root.0.join(ROLLOUT_FILE);
     let mut bytes = serde_json::to_vec_pretty(rollout).expect("a rollout serializes");
     bytes.push(b'\n');
-    write_atomically(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    write_atomically(&path, &bytes)
+        .map_err(|e| Fault::unwritable(&path, format!("cannot write {}: {e}", path.display())))?;
     if rollout.single.is_some() {
         // Most saves leave the view as it was: it is rewritten only when it changes.
-        let view = super::single::candidate_view(rollout);
+        let view = super::legacy::candidate_view(rollout);
         if root.read_candidate().ok().flatten().as_ref() != Some(&view) {
-            root.write_candidate(&view)
-                .map_err(|e| format!("cannot write {}: {e}", root.candidate_path().display()))?;
+            let path = root.candidate_path();
+            root.write_candidate(&view).map_err(|e| {
+                Fault::unwritable(&path, format!("cannot write {}: {e}", path.display()))
+            })?;
         }
     }
     Ok(())
@@ -364,15 +371,16 @@ pub fn save(root: &Root, rollout: &Rollout) -> Result<(), String> {
 
 /// Removes `rollout.json` and its `candidate` view (a single deploy whose outcome is on
 /// record).
-pub fn clear(root: &Root) -> Result<(), String> {
+pub fn clear(root: &Root) -> Result<(), Fault> {
     let path = root.0.join(ROLLOUT_FILE);
+    let removing = |path: &std::path::Path, e: &dyn std::fmt::Display| {
+        Fault::unwritable(path, format!("cannot remove {}: {e}", path.display()))
+    };
     match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", path.display()))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(removing(&path, &e)),
         _ => root
             .clear_candidate()
-            .map_err(|e| format!("cannot remove {}: {e}", root.candidate_path().display())),
+            .map_err(|e| removing(&root.candidate_path(), &e)),
     }
 }
 

@@ -15,6 +15,17 @@ use crate::engine::judge::{self, Verdict};
 use crate::host::journal;
 use crate::host::probe::{Probe, Subject};
 
+/// Why a replica process is being gated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// The new version, for the rollout.
+    Upgrade,
+    /// The slot's previous version, after its new process failed once it had left the pool.
+    BringBack,
+    /// The slot's previous version, for an abort with rollback.
+    Restore,
+}
+
 /// What a task reports.
 pub(super) enum Message {
     Gate {
@@ -102,7 +113,7 @@ pub(super) async fn gate_replica(
         Verdict::Ready => {
             match gate::hold_ready(&mut child, &subject, timing.min_ready, timing.gate.poll).await {
                 Ok(()) => GateEnd::Ready,
-                Err(reason) => GateEnd::Failed(reason),
+                Err(lapse) => GateEnd::Failed(lapse.to_string()),
             }
         }
         Verdict::Stalled => GateEnd::Stalled(reason),

@@ -4,9 +4,11 @@
 use std::io::IsTerminal;
 
 use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
-use super::state::{Phase, Rollout, SlotState};
+use serde::Serialize;
+
+use super::state::{AbortCause, Phase, Rollout, SlotState};
 use crate::host::state::ReplicaClass;
 use crate::render::table::{Cell, Grid, Layout};
 use crate::render::time::{format_duration, format_time};
@@ -130,47 +132,98 @@ fn required_waiting(rollout: &Rollout) -> Vec<usize> {
         .collect()
 }
 
-pub fn status_json(rollout: &Rollout, now: f64) -> Value {
-    let counts: serde_json::Map<String, Value> = STATES
-        .iter()
-        .map(|s| (state_name(*s).to_string(), json!(rollout.count(*s))))
-        .collect();
-    let deadline_left = (!rollout.is_over())
-        .then(|| ((rollout.settings.release_deadline - now).max(0.0) * 1000.0) as u64);
-    json!({
-        "id": rollout.id,
-        "service": rollout.service,
-        "from": rollout.from,
-        "version": rollout.to,
-        "state": phase_name(rollout.phase),
-        "started_at": rollout.started_at,
-        "replicas": rollout.settings.replicas,
-        "surge": rollout.settings.surge,
-        "unavailable": rollout.settings.unavailable,
-        "wave_percents": rollout.settings.wave_percents,
-        "waves": rollout.waves,
-        "current_wave": rollout.wave.min(rollout.waves.len().saturating_sub(1)),
-        "max_failure_ratio": rollout.settings.max_failure_ratio,
-        "soak_ms": rollout.settings.soak_ms,
-        "counts": counts,
-        "pause_reason": rollout.pause_reason,
-        "abort_cause": rollout.abort_cause,
-        "required_waiting": required_waiting(rollout),
-        "release_deadline_left_ms": deadline_left,
-        "slots": rollout.slots.iter().map(|s| json!({
-            "slot": s.slot,
-            "class": class_name(s.class),
-            "wave": s.wave,
-            "state": state_name(s.state),
-            "from_version": s.from_version,
-            "version": s.live.as_ref().map(|l| &l.version),
-            "port": s.live.as_ref().map(|l| l.port),
-            "pid": s.live.as_ref().map(|l| l.pid),
-            "started": s.started,
-            "finished": s.finished,
-            "error": s.error,
-        })).collect::<Vec<_>>(),
-    })
+/// A rollout as `rollout status --format json`, `status --format json`, the console's API and
+/// its page show it: one typed view of the persisted run, with the countdowns at `now`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutStatus {
+    /// The one line a person reads (`r17… to v2 · running · wave 2 of 4 · …`).
+    pub line: String,
+    pub id: String,
+    pub service: String,
+    pub from: Option<String>,
+    pub version: String,
+    pub state: Phase,
+    pub started_at: f64,
+    pub replicas: usize,
+    pub surge: usize,
+    pub unavailable: usize,
+    pub wave_percents: Vec<u64>,
+    pub waves: Vec<Vec<usize>>,
+    pub current_wave: usize,
+    pub max_failure_ratio: f64,
+    pub soak_ms: u64,
+    /// How many slots are in each state, every state named.
+    pub counts: BTreeMap<SlotState, usize>,
+    pub pause_reason: Option<String>,
+    pub abort_cause: Option<AbortCause>,
+    pub required_waiting: Vec<usize>,
+    pub release_deadline_left_ms: Option<u64>,
+    /// What is left of the soak in hand (a running rollout only).
+    pub soak_left_ms: Option<u64>,
+    pub slots: Vec<SlotStatus>,
+}
+
+/// One slot of a [`RolloutStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlotStatus {
+    pub slot: usize,
+    pub class: ReplicaClass,
+    pub wave: Option<usize>,
+    pub state: SlotState,
+    pub from_version: Option<String>,
+    pub version: Option<String>,
+    pub port: Option<u16>,
+    pub pid: Option<i32>,
+    pub started: Option<f64>,
+    pub finished: Option<f64>,
+    pub error: Option<String>,
+}
+
+impl RolloutStatus {
+    pub fn of(rollout: &Rollout, now: f64) -> RolloutStatus {
+        let left_ms = |until: f64| ((until - now).max(0.0) * 1000.0) as u64;
+        let running = !rollout.is_over();
+        RolloutStatus {
+            line: line(rollout),
+            id: rollout.id.clone(),
+            service: rollout.service.clone(),
+            from: rollout.from.clone(),
+            version: rollout.to.clone(),
+            state: rollout.phase,
+            started_at: rollout.started_at,
+            replicas: rollout.settings.replicas,
+            surge: rollout.settings.surge,
+            unavailable: rollout.settings.unavailable,
+            wave_percents: rollout.settings.wave_percents.clone(),
+            waves: rollout.waves.clone(),
+            current_wave: rollout.wave.min(rollout.waves.len().saturating_sub(1)),
+            max_failure_ratio: rollout.settings.max_failure_ratio,
+            soak_ms: rollout.settings.soak_ms,
+            counts: STATES.iter().map(|s| (*s, rollout.count(*s))).collect(),
+            pause_reason: rollout.pause_reason.clone(),
+            abort_cause: rollout.abort_cause.clone(),
+            required_waiting: required_waiting(rollout),
+            release_deadline_left_ms: running.then(|| left_ms(rollout.settings.release_deadline)),
+            soak_left_ms: rollout.soak_until.filter(|_| running).map(left_ms),
+            slots: rollout
+                .slots
+                .iter()
+                .map(|s| SlotStatus {
+                    slot: s.slot,
+                    class: s.class,
+                    wave: s.wave,
+                    state: s.state,
+                    from_version: s.from_version.clone(),
+                    version: s.live.as_ref().map(|l| l.version.clone()),
+                    port: s.live.as_ref().map(|l| l.port),
+                    pid: s.live.as_ref().map(|l| l.pid),
+                    started: s.started,
+                    finished: s.finished,
+                    error: s.error.clone(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// What `rollout status` shows a person on a terminal without `--wide`.
@@ -178,8 +231,8 @@ const SLOTS_FIRST: &[&str] = &["slot", "wave", "state", "serving", "finished", "
 
 pub fn status(rollout: &Rollout, format: Format, layout: Layout, now: f64) -> String {
     if format == Format::Json {
-        let mut text =
-            serde_json::to_string_pretty(&status_json(rollout, now)).expect("json serializes");
+        let mut text = serde_json::to_string_pretty(&RolloutStatus::of(rollout, now))
+            .expect("a status serializes");
         text.push('\n');
         return text;
     }

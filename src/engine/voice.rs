@@ -1,15 +1,14 @@
 //! The voice of a run: every word its log lines say, and the few places where a kind of run
 //! behaves its own way, asked by the executor, which never asks what kind of run it drives.
 //!
-//! Two voices: a rollout's ([`RolloutVoice`], here) and a deploy's (`single::DeployVoice`, the
+//! Two voices: a rollout's ([`RolloutVoice`], here) and a deploy's (`deploy_voice::DeployVoice`, the
 //! one-replica rollout that speaks as `rollgate deploy` always has). [`of`] picks one, once, when
 //! an executor is made.
 
-use super::run::Purpose;
-use super::single;
+use super::deploy_voice;
 use super::state::{Process, Rollout};
 use super::step::Note;
-use super::tasks::{Gated, Judged};
+use super::tasks::{Gated, Judged, Purpose};
 use crate::host::hooks::{Facts, Hook};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
@@ -155,7 +154,7 @@ pub(super) trait Voice: Send + Sync {
 /// The voice of a run: a deploy's when it is one, else a rollout's.
 pub(super) fn of(rollout: &Rollout) -> &'static dyn Voice {
     match rollout.single {
-        Some(_) => &single::DeployVoice,
+        Some(_) => &deploy_voice::DeployVoice,
         None => &RolloutVoice,
     }
 }

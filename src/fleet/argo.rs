@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
+use super::Inexpressible;
 use crate::engine::budgets::{wave_sizes, Budgets};
 use crate::policy::{OnStall, RolloutSettings};
 
@@ -135,10 +136,10 @@ pub fn rollout(
     settings: &RolloutSettings,
     workload: &Workload,
     source: &str,
-) -> Result<Document, String> {
+) -> Result<Document, Inexpressible> {
     let replicas = settings.replicas.unwrap_or(1).max(1);
     let count = u32::try_from(replicas)
-        .map_err(|_| format!("`{name}`: replicas {replicas} is too many"))?;
+        .map_err(|_| Inexpressible::new(name, format!("replicas {replicas} is too many")))?;
     let budgets = Budgets::of(
         replicas as usize,
         settings.max_surge_pct,
@@ -147,10 +148,13 @@ pub fn rollout(
     let deadline_s = seconds_up(settings.progress_deadline_ms);
     let min_ready_s = settings.min_ready_ms.map_or(0, |ms| ms.div_ceil(1000));
     if min_ready_s >= deadline_s {
-        return Err(format!(
-            "`{name}`: min_ready_ms rounds up to {min_ready_s} s, not below \
-             progressDeadlineSeconds ({deadline_s} s); Argo Rollouts requires \
-             progressDeadlineSeconds > minReadySeconds"
+        return Err(Inexpressible::new(
+            name,
+            format!(
+                "min_ready_ms rounds up to {min_ready_s} s, not below \
+                 progressDeadlineSeconds ({deadline_s} s); Argo Rollouts requires \
+                 progressDeadlineSeconds > minReadySeconds"
+            ),
         ));
     }
     let percents = settings.waves.clone().unwrap_or(defaults::WAVES.to_vec());

@@ -77,7 +77,7 @@ pub fn export(
     opts: &EvalOptions,
 ) -> Result<Exported, Error> {
     let source = path.display().to_string();
-    let refused = |why: String| Error::Invalid(format!("{source}: {why}"));
+    let refused = |why: &dyn std::fmt::Display| Error::Invalid(format!("{source}: {why}"));
     let mut exported = Exported {
         text: String::new(),
         lost: Vec::new(),
@@ -91,14 +91,14 @@ pub fn export(
                 lost: job.lost,
             }),
         }
-        .map_err(refused)?;
+        .map_err(|e| refused(&e))?;
         exported.text.push_str(&document.text);
         exported
             .lost
             .extend(document.lost.into_iter().map(|l| format!("{name}: {l}")));
     }
     if workload.strict && !exported.lost.is_empty() {
-        return Err(refused(format!(
+        return Err(refused(&format!(
             "--strict: {} cannot express all of this policy:\n  {}",
             engine.name(),
             exported.lost.join("\n  ")

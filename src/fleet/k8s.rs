@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
+use super::Inexpressible;
 use crate::engine::budgets::wave_sizes;
 use crate::policy::{OnStall, RolloutSettings};
 
@@ -20,20 +21,24 @@ pub fn deployment(
     settings: &RolloutSettings,
     workload: &Workload,
     source: &str,
-) -> Result<Document, String> {
+) -> Result<Document, Inexpressible> {
     if settings.max_unavailable_pct == 0 && settings.max_surge_pct == 0 {
-        return Err(format!(
-            "`{name}`: max_unavailable_pct and max_surge_pct are both 0; Kubernetes refuses a \
-             rolling update that may neither add nor remove a Pod (set one of them above 0)"
+        return Err(Inexpressible::new(
+            name,
+            "max_unavailable_pct and max_surge_pct are both 0; Kubernetes refuses a \
+             rolling update that may neither add nor remove a Pod (set one of them above 0)",
         ));
     }
     let deadline_s = seconds_up(settings.progress_deadline_ms);
     let min_ready_s = settings.min_ready_ms.map_or(0, |ms| ms.div_ceil(1000));
     if min_ready_s >= deadline_s {
-        return Err(format!(
-            "`{name}`: min_ready_ms rounds up to {min_ready_s} s, not below \
-             progressDeadlineSeconds ({deadline_s} s); Kubernetes requires \
-             progressDeadlineSeconds > minReadySeconds"
+        return Err(Inexpressible::new(
+            name,
+            format!(
+                "min_ready_ms rounds up to {min_ready_s} s, not below \
+                 progressDeadlineSeconds ({deadline_s} s); Kubernetes requires \
+                 progressDeadlineSeconds > minReadySeconds"
+            ),
         ));
     }
     let (template, mut lost) = pod::template(name, settings, workload)?;
@@ -161,7 +166,9 @@ mod tests {
     fn refuses_a_policy_with_no_room_to_roll() {
         let mut settings = edge();
         settings.max_surge_pct = 0;
-        let err = deployment("edge_svc", &settings, &workload(), "p").unwrap_err();
+        let err = deployment("edge_svc", &settings, &workload(), "p")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("both 0"), "{err}");
     }
 }

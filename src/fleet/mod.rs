@@ -30,6 +30,23 @@ use crate::engine::budgets::wave_sizes;
 use crate::error::Error;
 use crate::policy::{self, EvalOptions, RolloutSettings};
 
+/// A policy entry an engine would refuse, and why (exported as nothing: the export fails).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{entry}`: {why}")]
+pub struct Inexpressible {
+    pub entry: String,
+    pub why: String,
+}
+
+impl Inexpressible {
+    pub fn new(entry: &str, why: impl Into<String>) -> Inexpressible {
+        Inexpressible {
+            entry: entry.to_string(),
+            why: why.into(),
+        }
+    }
+}
+
 /// What a playbook is written for.
 #[derive(Debug, Clone)]
 pub struct PlaybookRequest<'a> {
@@ -73,8 +90,8 @@ pub fn playbook(request: &PlaybookRequest, opts: &EvalOptions) -> Result<String,
             request.hosts
         )));
     }
-    crate::host::names::check_name("service", request.service).map_err(Error::Refused)?;
-    crate::host::names::check_name("version", request.version).map_err(Error::Refused)?;
+    crate::host::names::check_name("service", request.service)?;
+    crate::host::names::check_name("version", request.version)?;
     if request.group.is_empty()
         || !request
             .group
@@ -89,7 +106,7 @@ pub fn playbook(request: &PlaybookRequest, opts: &EvalOptions) -> Result<String,
     let entry = request
         .entry
         .map(str::to_string)
-        .unwrap_or_else(|| crate::engine::judge::policy_entry_for(request.service));
+        .unwrap_or_else(|| crate::engine::plan::policy_entry_for(request.service));
     let (value, settings) = policy::load_entry_value(request.policy, &entry, opts)?;
     Ok(render(request, &entry, &value, &settings))
 }
@@ -98,6 +115,8 @@ fn quoted(text: &str) -> String {
     serde_json::to_string(text).expect("a string serializes")
 }
 
+// Long on purpose: one playbook, written in the order Ansible reads it; split, its YAML would
+// be spread over functions that each write half a task.
 fn render(
     request: &PlaybookRequest,
     entry: &str,

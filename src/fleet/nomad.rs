@@ -10,6 +10,7 @@
 use crate::defaults;
 use serde_json::{json, Value};
 
+use super::Inexpressible;
 use crate::engine::budgets::{wave_sizes, Budgets};
 use crate::host::probe::{Spec, Target};
 use crate::policy::{OnStall, RolloutSettings};
@@ -29,7 +30,8 @@ pub struct Job {
 }
 
 /// The job fragment for entry `name`, or why Nomad would refuse it.
-pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
+pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, Inexpressible> {
+    let refused = |why: String| Inexpressible::new(name, why);
     let replicas = settings.replicas.unwrap_or(1).max(1) as usize;
     let budgets = Budgets::of(
         replicas,
@@ -42,21 +44,21 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
     let healthy_ms = settings.progress_deadline_ms;
     let min_healthy_ms = settings.min_ready_ms.unwrap_or(0);
     if healthy_ms == 0 {
-        return Err(format!(
-            "`{name}`: progress_deadline_ms must be above 0 for Nomad's HealthyDeadline"
+        return Err(refused(
+            "progress_deadline_ms must be above 0 for Nomad's HealthyDeadline".to_string(),
         ));
     }
     if min_healthy_ms >= healthy_ms {
-        return Err(format!(
-            "`{name}`: min_ready_ms ({min_healthy_ms}) must be below progress_deadline_ms ({healthy_ms}): Nomad requires MinHealthyTime < HealthyDeadline"
-        ));
+        return Err(refused(format!(
+            "min_ready_ms ({min_healthy_ms}) must be below progress_deadline_ms ({healthy_ms}): Nomad requires MinHealthyTime < HealthyDeadline"
+        )));
     }
     let progress_ms = match settings.release_deadline_ms {
         Some(ms) if ms > healthy_ms => ms,
         Some(ms) => {
-            return Err(format!(
-                "`{name}`: release_deadline_ms ({ms}) must be above progress_deadline_ms ({healthy_ms}): Nomad requires ProgressDeadline > HealthyDeadline"
-            ))
+            return Err(refused(format!(
+                "release_deadline_ms ({ms}) must be above progress_deadline_ms ({healthy_ms}): Nomad requires ProgressDeadline > HealthyDeadline"
+            )))
         }
         None => DEFAULT_PROGRESS_DEADLINE_MS.max(healthy_ms * 2),
     };
@@ -84,7 +86,9 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, String> {
     }
     lost.extend(super::export::lost_everywhere(settings, "Nomad"));
     let probe = match &settings.probe {
-        Some(policy) => Spec::from_policy(policy).map_err(|e| format!("`{name}`: {e}"))?,
+        Some(policy) => {
+            Spec::from_policy(policy).map_err(|e| Inexpressible::new(name, e.to_string()))?
+        }
         None => Spec::default(),
     };
     let (check, probe_lost) = check(&probe, settings.poll_ms);
@@ -256,11 +260,13 @@ mod tests {
         slow.min_ready_ms = Some(1000);
         assert!(job("s", &slow)
             .unwrap_err()
+            .to_string()
             .contains("MinHealthyTime < HealthyDeadline"));
         let mut short = settings(3, 25, 0, 5000);
         short.release_deadline_ms = Some(4000);
         assert!(job("s", &short)
             .unwrap_err()
+            .to_string()
             .contains("ProgressDeadline > HealthyDeadline"));
     }
 

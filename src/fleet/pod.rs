@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::export::Workload;
+use super::Inexpressible;
 use crate::host::probe::{Spec, Target};
 use crate::policy::RolloutSettings;
 
@@ -31,9 +32,11 @@ pub fn template(
     entry: &str,
     settings: &RolloutSettings,
     workload: &Workload,
-) -> Result<(Value, Vec<String>), String> {
+) -> Result<(Value, Vec<String>), Inexpressible> {
     let spec = match &settings.probe {
-        Some(policy) => Spec::from_policy(policy).map_err(|e| format!("`{entry}`: {e}"))?,
+        Some(policy) => {
+            Spec::from_policy(policy).map_err(|e| Inexpressible::new(entry, e.to_string()))?
+        }
         None => Spec::default(),
     };
     let mut lost = Vec::new();

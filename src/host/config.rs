@@ -13,6 +13,14 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use super::fault::Fault;
+
+/// An env file's variables: name to value.
+pub type Variables = BTreeMap<String, String>;
+
+/// A secrets file's map: variable name to the secret's name under `ROOT/secrets/`.
+pub type SecretMap = BTreeMap<String, String>;
+
 /// The file of a release's variables, and the file mapping its variables to secrets.
 pub const ENV_FILE: &str = "env";
 pub const SECRETS_FILE: &str = "secrets";
@@ -106,25 +114,32 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
 }
 
 /// A variable's name as a shell and systemd accept it.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), Fault> {
+    let refused = |why: String| {
+        Err(Fault::Name {
+            kind: "variable".into(),
+            name: key.to_string(),
+            why,
+        })
+    };
     let mut chars = key.chars();
     let first_ok = chars
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!(
+        return refused(format!(
             "`{}` is not a variable name (a letter or `_`, then letters, digits, `_`)",
             key.escape_debug()
         ));
     }
     if RESERVED.contains(&key) || key.starts_with("ROLLGATE_") {
-        return Err(format!("{key} is set by rollgate itself"));
+        return refused(format!("{key} is set by rollgate itself"));
     }
     Ok(())
 }
 
 /// Parses an env file's text (see the module's comment).
-pub fn parse_env(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+pub fn parse_env(path: &Path, text: &str) -> Result<Variables, ConfigError> {
     let mut variables = BTreeMap::new();
     let mut lines = text.lines().enumerate().peekable();
     while let Some((index, line)) = lines.next() {
@@ -147,7 +162,7 @@ pub fn parse_env(path: &Path, text: &str) -> Result<BTreeMap<String, String>, Co
             .split_once('=')
             .ok_or_else(|| at("not KEY=VALUE".into()))?;
         let key = key.trim();
-        check_key(key).map_err(at)?;
+        check_key(key).map_err(|e| at(e.to_string()))?;
         variables.insert(
             key.to_string(),
             parse_value(value.trim_start()).map_err(at)?,
@@ -190,7 +205,7 @@ fn parse_value(value: &str) -> Result<String, String> {
 }
 
 /// Parses a release's secrets file: `KEY=NAME` lines (comments as in the env file).
-pub fn parse_secret_map(path: &Path, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+pub fn parse_secret_map(path: &Path, text: &str) -> Result<SecretMap, ConfigError> {
     let mut map = BTreeMap::new();
     for (index, line) in text.lines().enumerate() {
         let at = |why: String| ConfigError(format!("{}:{}: {why}", path.display(), index + 1));
@@ -201,15 +216,15 @@ pub fn parse_secret_map(path: &Path, text: &str) -> Result<BTreeMap<String, Stri
         let (key, name) = trimmed
             .split_once('=')
             .ok_or_else(|| at("not KEY=SECRET_NAME".into()))?;
-        check_key(key.trim()).map_err(at)?;
-        check_secret_name(name.trim()).map_err(at)?;
+        check_key(key.trim()).map_err(|e| at(e.to_string()))?;
+        check_secret_name(name.trim()).map_err(|e| at(e.to_string()))?;
         map.insert(key.trim().to_string(), name.trim().to_string());
     }
     Ok(map)
 }
 
 /// A secret's name becomes a file name under `ROOT/secrets/`.
-pub fn check_secret_name(name: &str) -> Result<(), String> {
+pub fn check_secret_name(name: &str) -> Result<(), Fault> {
     crate::host::names::check_name("secret", name)
 }
 
@@ -233,7 +248,7 @@ fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), ConfigEr
 
 /// A secret's value (refused when missing or not private).
 pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {
-    check_secret_name(name).map_err(ConfigError)?;
+    check_secret_name(name).map_err(|e| ConfigError(e.to_string()))?;
     let path = secrets_dir.join(name);
     if !path.is_file() {
         return Err(ConfigError(format!(

@@ -13,6 +13,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::policy::HooksPolicy;
 
+use super::fault::Fault;
+
 /// How much of a hook's output a refusal or a log line quotes (its end).
 const OUTPUT_KEPT: usize = 400;
 /// How long output still in the pipes is read once a hook has exited.
@@ -60,7 +62,11 @@ pub struct Facts {
 
 impl Hooks {
     /// The policy's hooks; relative programs (`./notify.sh`) are found beside the policy file.
-    pub fn from_policy(policy: &HooksPolicy, policy_file: &Path) -> Result<Hooks, String> {
+    pub fn from_policy(policy: &HooksPolicy, policy_file: &Path) -> Result<Hooks, Fault> {
+        Hooks::resolved(policy, policy_file).map_err(|why| Fault::setting("hooks", why))
+    }
+
+    fn resolved(policy: &HooksPolicy, policy_file: &Path) -> Result<Hooks, String> {
         let base = policy_file
             .parent()
             .map(Path::to_path_buf)
@@ -106,7 +112,7 @@ impl Hooks {
 
     /// Runs `hook` if the policy has it: None when it has not; Err with what went wrong (exit
     /// status or the time limit, and the end of its output).
-    pub async fn run(&self, hook: Hook, root: &Path, facts: &Facts) -> Option<Result<(), String>> {
+    pub async fn run(&self, hook: Hook, root: &Path, facts: &Facts) -> Option<Result<(), Fault>> {
         let command = self.command(hook)?;
         Some(
             run_command(
@@ -116,7 +122,11 @@ impl Hooks {
                 facts,
                 Duration::from_millis(self.timeout_ms),
             )
-            .await,
+            .await
+            .map_err(|why| Fault::Hook {
+                hook: hook.name(),
+                why,
+            }),
         )
     }
 }

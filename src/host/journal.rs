@@ -1,6 +1,7 @@
 //! The deploy log: one JSON line per action, appended and fsynced before rollgate moves on.
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -220,7 +221,7 @@ fn with_config(path: &Path, entry: &Entry) -> String {
 /// The outcome (`promoted` or `rolled_back`) already written for deploy `token`, looking back
 /// from the end of the log no further than records older than `since` (the deploy's start, in
 /// Unix seconds): a crash between the outcome's line and clearing the candidate record must not
-/// make recovery write it twice. Reads backwards in blocks, so a long log costs nothing extra.
+/// make recovery write it twice. Reads backwards, so a long log costs nothing extra.
 pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Option<LogEvent>> {
     #[derive(serde::Deserialize)]
     struct Line<'a> {
@@ -231,10 +232,115 @@ pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Opti
         #[serde(default)]
         token: Option<&'a str>,
     }
+    let mut found = None;
+    lines_backwards(path, |line| {
+        let Ok(record) = serde_json::from_slice::<Line>(line) else {
+            return ControlFlow::Continue(());
+        };
+        if record.token == Some(token) {
+            found = [LogEvent::Promoted, LogEvent::RolledBack]
+                .into_iter()
+                .find(|e| e.as_str() == record.event);
+            if found.is_some() {
+                return ControlFlow::Break(());
+            }
+        }
+        if record.ts > 0.0 && record.ts < since - 1.0 {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(found)
+}
+
+/// One outcome of the log: a release promoted, rolled back or escalated. The one reader of
+/// outcomes that `status`, the console and `release list` share.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub ts: f64,
+    pub event: LogEvent,
+    pub version: String,
+    /// How long its gate took, where the line says.
+    pub elapsed_ms: Option<u64>,
+    pub detail: String,
+}
+
+impl Outcome {
+    /// Why it did not go live: the detail up to its first `; ` (none for a promotion).
+    pub fn reason(&self) -> Option<&str> {
+        (self.event != LogEvent::Promoted).then(|| self.detail.split("; ").next().unwrap_or(""))
+    }
+}
+
+/// The events that end a release's attempt, as [`Outcome`]s.
+pub const OUTCOMES: [LogEvent; 3] = [
+    LogEvent::Promoted,
+    LogEvent::RolledBack,
+    LogEvent::Escalated,
+];
+
+/// The log's outcomes, newest first, handed to `each` until it breaks. A log that is not there
+/// has none; a line that is not a whole record (torn by a crash) is passed over.
+pub fn outcomes_backwards(
+    path: &Path,
+    mut each: impl FnMut(Outcome) -> ControlFlow<()>,
+) -> std::io::Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        #[serde(default)]
+        ts: f64,
+        #[serde(default)]
+        event: String,
+        #[serde(default)]
+        version: String,
+        #[serde(default)]
+        elapsed_ms: Option<u64>,
+        #[serde(default)]
+        detail: String,
+    }
+    lines_backwards(path, |line| {
+        let Ok(record) = serde_json::from_slice::<Line>(line) else {
+            return ControlFlow::Continue(());
+        };
+        match LogEvent::from_name(&record.event).filter(|e| OUTCOMES.contains(e)) {
+            Some(event) => each(Outcome {
+                ts: record.ts,
+                event,
+                version: record.version,
+                elapsed_ms: record.elapsed_ms,
+                detail: record.detail,
+            }),
+            None => ControlFlow::Continue(()),
+        }
+    })
+}
+
+/// The last `limit` outcomes of the log, oldest first.
+pub fn last_outcomes(path: &Path, limit: usize) -> std::io::Result<Vec<Outcome>> {
+    let mut found = Vec::with_capacity(limit.min(1024));
+    if limit > 0 {
+        outcomes_backwards(path, |outcome| {
+            found.push(outcome);
+            match found.len() < limit {
+                true => ControlFlow::Continue(()),
+                false => ControlFlow::Break(()),
+            }
+        })?;
+    }
+    found.reverse();
+    Ok(found)
+}
+
+/// The log's lines from the last to the first, handed to `each` until it breaks. Reads in
+/// blocks from the end, so looking at the recent past of a long log costs only that past.
+fn lines_backwards(
+    path: &Path,
+    mut each: impl FnMut(&[u8]) -> ControlFlow<()>,
+) -> std::io::Result<()> {
     const BLOCK: u64 = 64 * 1024;
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
     let mut end = file.seek(SeekFrom::End(0))?;
@@ -253,24 +359,13 @@ pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Opti
         } else {
             Vec::new()
         };
-        for line in lines.iter().rev() {
-            let Ok(record) = serde_json::from_slice::<Line>(line) else {
-                continue;
-            };
-            if record.token == Some(token) {
-                let event = [LogEvent::Promoted, LogEvent::RolledBack]
-                    .into_iter()
-                    .find(|e| e.as_str() == record.event);
-                if event.is_some() {
-                    return Ok(event);
-                }
-            }
-            if record.ts > 0.0 && record.ts < since - 1.0 {
-                return Ok(None);
+        for line in lines.iter().rev().filter(|l| !l.is_empty()) {
+            if each(line).is_break() {
+                return Ok(());
             }
         }
         if start == 0 {
-            return Ok(None);
+            return Ok(());
         }
         carry = first;
         end = start;
@@ -348,5 +443,37 @@ mod tests {
             outcome_for(&dir.path().join("none"), "t", 0.0).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn the_last_outcomes_are_read_from_the_end_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deploy.log");
+        let mut text = String::new();
+        for n in 0..200 {
+            text.push_str(&entry(f64::from(n), LogEvent::Promoted, &format!("t{n}")));
+            text.push_str(&entry(f64::from(n) + 0.5, LogEvent::CandidateStarted, "x"));
+        }
+        text.push_str(&entry(300.0, LogEvent::RolledBack, "t300"));
+        // A torn last line, as a crash mid-write leaves it.
+        text.push_str("{\"ts\":301,\"event\":\"promo");
+        std::fs::write(&path, text).unwrap();
+        let last = last_outcomes(&path, 3).unwrap();
+        let seen: Vec<(f64, LogEvent)> = last.iter().map(|o| (o.ts, o.event)).collect();
+        assert_eq!(
+            seen,
+            [
+                (198.0, LogEvent::Promoted),
+                (199.0, LogEvent::Promoted),
+                (300.0, LogEvent::RolledBack)
+            ]
+        );
+        assert_eq!(last[2].reason(), Some("d"));
+        assert_eq!(last[0].reason(), None);
+        assert_eq!(last_outcomes(&path, 0).unwrap(), Vec::new());
+        assert_eq!(last_outcomes(&path, 1000).unwrap().len(), 201);
+        assert!(last_outcomes(&dir.path().join("none"), 5)
+            .unwrap()
+            .is_empty());
     }
 }

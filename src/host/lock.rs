@@ -8,19 +8,21 @@ use std::path::Path;
 
 use nix::fcntl::{Flock, FlockArg};
 
+use super::fault::Fault;
+
 pub struct Lock {
     _file: Flock<File>,
 }
 
 /// Takes the lock or says who holds it.
-pub fn acquire(path: &Path) -> Result<Lock, String> {
+pub fn acquire(path: &Path) -> Result<Lock, Fault> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        .map_err(|e| Fault::unwritable(path, format!("cannot open {}: {e}", path.display())))?;
     // Like every state file, readable whatever the umask: its content names the holder.
     if let Ok(meta) = file.metadata() {
         if meta.permissions().mode() & 0o777 != crate::host::state::STATE_FILE_MODE {
@@ -41,13 +43,18 @@ pub fn acquire(path: &Path) -> Result<Lock, String> {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = holder.trim();
-            Err(format!(
-                "another deploy is running on this root (pid {}, holding {}); wait for it to finish",
-                if holder.is_empty() { "unknown" } else { holder },
-                path.display()
-            ))
+            Err(Fault::Busy {
+                path: path.to_path_buf(),
+                holder: match holder {
+                    "" => "unknown".into(),
+                    holder => holder.into(),
+                },
+            })
         }
-        Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display())),
+        Err((_, e)) => Err(Fault::unwritable(
+            path,
+            format!("cannot lock {}: {e}", path.display()),
+        )),
     }
 }
 

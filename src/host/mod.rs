@@ -5,6 +5,7 @@
 //! the `use crate::...` lines of every layer to keep it that way.
 
 pub mod config;
+pub mod fault;
 pub mod hooks;
 pub mod journal;
 pub mod lock;

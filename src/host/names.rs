@@ -1,23 +1,32 @@
 //! Names that become paths (services, versions): one check, for the command line and for every
 //! value read back from a state file.
 
+use super::fault::Fault;
+
 /// Versions and service names become path components under the root: refuse anything that
 /// could climb out of it or hide (`..`, `/`, leading dot, control characters).
-pub fn check_name(kind: &str, name: &str) -> Result<(), String> {
+pub fn check_name(kind: &str, name: &str) -> Result<(), Fault> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+');
+    let refused = |why: String| {
+        Err(Fault::Name {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            why,
+        })
+    };
     if name.is_empty() {
-        return Err(format!("the {kind} name is empty"));
+        return refused(format!("the {kind} name is empty"));
     }
     if name.len() > 128 {
-        return Err(format!("the {kind} name is longer than 128 characters"));
+        return refused(format!("the {kind} name is longer than 128 characters"));
     }
     if name.starts_with('.') {
-        return Err(format!(
+        return refused(format!(
             "{kind} `{name}` starts with a dot (`..` and hidden names are refused)"
         ));
     }
     if let Some(bad) = name.chars().find(|c| !allowed(*c)) {
-        return Err(format!(
+        return refused(format!(
             "{kind} `{}` contains {bad:?}; allowed are letters, digits, `.`, `_`, `-` and `+`",
             name.escape_debug()
         ));
@@ -35,6 +44,9 @@ mod tests {
         for bad in ["", "..", ".", ".hidden", "a/b", "../v1", "v 1", "v\n1"] {
             assert!(check_name("version", bad).is_err(), "{bad:?}");
         }
-        assert!(check_name("version", "").unwrap_err().contains("empty"));
+        assert!(check_name("version", "")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
     }
 }

@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::fault::Fault;
+
 /// The hidden command that runs the pump (`rollgate output-pump --max-bytes N --keep K FILE`).
 pub const PUMP_COMMAND: &str = "output-pump";
 
@@ -44,21 +46,27 @@ impl Default for Rotation {
 impl Rotation {
     /// The policy's fields over the defaults; refused outside the contract's ranges (a `.ncl`
     /// policy need not apply the bundled contract).
-    pub fn from_policy(max_bytes: Option<u64>, keep: Option<u64>) -> Result<Rotation, String> {
+    pub fn from_policy(max_bytes: Option<u64>, keep: Option<u64>) -> Result<Rotation, Fault> {
         let rotation = Rotation {
             max_bytes: max_bytes.unwrap_or(crate::defaults::OUTPUT_MAX_BYTES),
             keep: keep.unwrap_or(crate::defaults::OUTPUT_KEEP),
         };
         if !(MIN_MAX_BYTES..=MAX_MAX_BYTES).contains(&rotation.max_bytes) {
-            return Err(format!(
-                "output_max_bytes is {}; it must be an integer from {MIN_MAX_BYTES} to {MAX_MAX_BYTES}",
-                rotation.max_bytes
+            return Err(Fault::setting(
+                "output_max_bytes",
+                format!(
+                    "output_max_bytes is {}; it must be an integer from {MIN_MAX_BYTES} to {MAX_MAX_BYTES}",
+                    rotation.max_bytes
+                ),
             ));
         }
         if !(1..=MAX_KEEP).contains(&rotation.keep) {
-            return Err(format!(
-                "output_keep is {}; it must be an integer from 1 to {MAX_KEEP}",
-                rotation.keep
+            return Err(Fault::setting(
+                "output_keep",
+                format!(
+                    "output_keep is {}; it must be an integer from 1 to {MAX_KEEP}",
+                    rotation.keep
+                ),
             ));
         }
         Ok(rotation)

@@ -20,6 +20,8 @@ use super::notify::Notices;
 use crate::policy::ProbePolicy;
 use tokio::sync::watch;
 
+use super::fault::Fault;
+
 /// How readiness is proven. Persisted in a rollout's settings, so a resumed rollout probes as
 /// the one that started it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,7 +84,13 @@ impl Default for Spec {
 impl Spec {
     /// The policy's probe, checked again here: a `.ncl` policy need not apply the bundled
     /// contract, so the deployer keeps the contract's bounds itself. Errors name the field.
-    pub fn from_policy(policy: &ProbePolicy) -> Result<Spec, String> {
+    pub fn from_policy(policy: &ProbePolicy) -> Result<Spec, Fault> {
+        Spec::resolved(policy).map_err(|why| Fault::setting("probe", why))
+    }
+
+    // Long on purpose: one match over the probe kinds, each kind with the fields it takes and
+    // the bounds the contract gives them, so a field is checked where its kind is.
+    fn resolved(policy: &ProbePolicy) -> Result<Spec, String> {
         let kind = policy.kind.as_deref().unwrap_or("http");
         let stray = |field: &str, present: bool| {
             if present {
@@ -753,7 +761,7 @@ mod tests {
             ),
         ];
         for (bad, field) in cases {
-            let err = Spec::from_policy(&bad).unwrap_err();
+            let err = Spec::from_policy(&bad).unwrap_err().to_string();
             assert!(err.starts_with(field), "{bad:?}: {err}");
         }
     }

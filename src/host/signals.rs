@@ -4,6 +4,8 @@
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use super::fault::Fault;
+
 pub(crate) struct Signals {
     interrupt: Signal,
     terminate: Signal,
@@ -13,9 +15,12 @@ pub(crate) struct Signals {
 impl Signals {
     /// Installs the handlers; done before anything is recorded or spawned, so a failure here
     /// leaves nothing behind.
-    pub(crate) fn install() -> Result<Signals, String> {
-        let install = |kind: SignalKind, name: &str| {
-            signal(kind).map_err(|e| format!("cannot handle {name}: {e}; nothing was started"))
+    pub(crate) fn install() -> Result<Signals, Fault> {
+        let install = |kind: SignalKind, name: &'static str| {
+            signal(kind).map_err(|source| Fault::Signals {
+                signal: name,
+                source,
+            })
         };
         Ok(Signals {
             interrupt: install(SignalKind::interrupt(), "SIGINT")?,

@@ -7,7 +7,7 @@
 //!   the candidate is spawned (with a token the candidate carries in its environment). A deploy
 //!   runs on the rollout engine, whose state (`rollout.json`) is the truth; this record is its
 //!   view, rewritten with it and removed with it. One left by an older rollgate is read into
-//!   that state by the next command (`engine::single::adopt_legacy`).
+//!   that state by the next command (`engine::recover`'s `adopt_legacy`).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::fault::Fault;
 use crate::host::names::check_name;
 use crate::host::process::Identity;
 
@@ -285,11 +286,18 @@ pub const MAX_SLOTS: usize = 1000;
 
 /// A value read from a state file passes the checks the same value typed on the command line
 /// does: the error names the file and the field.
-pub fn checked<T>(path: &Path, field: &str, result: Result<T, String>) -> Result<T, String> {
+pub fn checked<T, E: std::fmt::Display>(
+    path: &Path,
+    field: &str,
+    result: Result<T, E>,
+) -> Result<T, Fault> {
     result.map_err(|e| {
-        format!(
-            "{}: field `{field}`: {e}; the file was not written by this rollgate (edited, or damaged)",
-            path.display()
+        Fault::unreadable(
+            path,
+            format!(
+                "{}: field `{field}`: {e}; the file was not written by this rollgate (edited, or damaged)",
+                path.display()
+            ),
         )
     })
 }
@@ -298,16 +306,22 @@ pub fn too_many(count: usize) -> String {
     format!("{count} replicas named; at most {MAX_SLOTS} are allowed")
 }
 
-pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Fault> {
     match fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            format!(
-                "{} is not a rollgate state file ({e}); move it aside if it is not rollgate's",
-                path.display()
+            Fault::unreadable(
+                path,
+                format!(
+                    "{} is not a rollgate state file ({e}); move it aside if it is not rollgate's",
+                    path.display()
+                ),
             )
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => Err(Fault::unreadable(
+            path,
+            format!("cannot read {}: {e}", path.display()),
+        )),
     }
 }
 
@@ -324,11 +338,11 @@ impl Root {
 
     /// A root a command reads or changes: refused, in the same words by every command, unless
     /// it is a folder (a typo must not read as "nothing promoted yet").
-    pub fn existing(path: PathBuf) -> Result<Root, String> {
+    pub fn existing(path: PathBuf) -> Result<Root, Fault> {
         let root = Root::new(path);
         match root.0.is_dir() {
             true => Ok(root),
-            false => Err(format!("root {} is not a folder", root.0.display())),
+            false => Err(Fault::NotARoot { path: root.0 }),
         }
     }
 
@@ -361,7 +375,7 @@ impl Root {
             .join(format!("{service}.{slot}.output"))
     }
 
-    pub fn read_pointer(&self) -> Result<Option<Pointer>, String> {
+    pub fn read_pointer(&self) -> Result<Option<Pointer>, Fault> {
         let path = self.pointer_path();
         let pointer: Option<Pointer> = read_json(&path)?;
         if let Some(p) = &pointer {
@@ -385,7 +399,7 @@ impl Root {
     pub fn replicas_path(&self) -> PathBuf {
         self.0.join(REPLICAS_FILE)
     }
-    pub fn read_replicas(&self) -> Result<Option<ReplicaSet>, String> {
+    pub fn read_replicas(&self) -> Result<Option<ReplicaSet>, Fault> {
         let path = self.replicas_path();
         let set: Option<ReplicaSet> = read_json(&path)?;
         if let Some(set) = &set {
@@ -416,7 +430,7 @@ impl Root {
         bytes.push(b'\n');
         write_atomically(&self.replicas_path(), &bytes)
     }
-    pub fn read_candidate(&self) -> Result<Option<Candidate>, String> {
+    pub fn read_candidate(&self) -> Result<Option<Candidate>, Fault> {
         read_json(&self.candidate_path())
     }
     /// The candidate record must be durable before the spawn it announces, so a folder fsync
@@ -475,7 +489,10 @@ mod tests {
     fn a_foreign_pointer_file_is_refused_with_advice() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("current"), "v1\n").unwrap();
-        let err = Root::new(dir.path().into()).read_pointer().unwrap_err();
+        let err = Root::new(dir.path().into())
+            .read_pointer()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("is not a rollgate state file"), "{err}");
     }
 }

@@ -472,6 +472,8 @@ pub fn live_at(
 }
 
 /// `log stats`.
+// Long on purpose: one polars query per figure of `log stats`, in the order the report prints
+// them; each is a few lines and none is used elsewhere.
 pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
     let reading = Reading {
         rollout_fields: true,

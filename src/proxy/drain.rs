@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 
 use super::routes::Routes;
 use super::watch::refresh;
+use crate::host::fault::Fault;
 use crate::host::state::Root;
 
 pub const SOCKET_FILE: &str = "proxy.sock";
@@ -99,21 +100,29 @@ pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
 }
 
 /// Proxy side: binds the socket (mode 0600), refusing if another proxy already answers on it.
-pub async fn listen(root: &Path) -> Result<UnixListener, String> {
+pub async fn listen(root: &Path) -> Result<UnixListener, Fault> {
     use std::os::unix::fs::PermissionsExt;
     let path = socket_path(root);
     if UnixStream::connect(&path).await.is_ok() {
-        return Err(format!(
-            "another proxy already serves this root ({} answers)",
-            path.display()
+        return Err(Fault::unwritable(
+            &path,
+            format!(
+                "another proxy already serves this root ({} answers)",
+                path.display()
+            ),
         ));
     }
     let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let listener = UnixListener::bind(&path).map_err(|e| {
+        Fault::unwritable(&path, format!("cannot listen on {}: {e}", path.display()))
+    })?;
     // Someone connecting between bind and chmod is still checked by uid in `serve`.
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+        Fault::unwritable(
+            &path,
+            format!("cannot restrict {} to its owner: {e}", path.display()),
+        )
+    })?;
     Ok(listener)
 }
 
@@ -173,7 +182,10 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<u16, &'st
 /// Confirms a drain only once the pointer was re-read and new requests go elsewhere.
 async fn answer(port: u16, root: &Root, routes: &Routes, switched: &Notify) -> String {
     if let Err(e) = refresh(root, routes) {
-        return format!("error cannot re-read the pointer: {}\n", one_line(&e));
+        return format!(
+            "error cannot re-read the pointer: {}\n",
+            one_line(&e.to_string())
+        );
     }
     switched.notify_one();
     if routes.pool().iter().any(|t| t.port == port) {

@@ -182,6 +182,9 @@ fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
 }
 
 /// Serves one request of `client`'s connection.
+// Long on purpose: the one request path every user request takes, read top to bottom in the
+// order it happens (origin form, limits, route, headers, forward, fallback, answer); the
+// profile (BENCHMARKS, issue 40) is read against it, and each step is a few lines.
 pub async fn handle(
     request: Request<Incoming>,
     ctx: Arc<Shared>,

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::error::Error;
 use crate::host::state::Root;
 use forward::Shared;
 use routes::Routes;
@@ -53,7 +54,13 @@ pub struct Options {
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
 pub const MIN_HEADER_BYTES: usize = 8192;
 
-pub fn run(options: Options) -> Result<(), String> {
+/// Serves until SIGTERM or SIGINT; anything that keeps it from starting fails the command
+/// (exit 1), with what went wrong.
+pub fn run(options: Options) -> Result<(), Error> {
+    serve(options).map_err(Error::Failed)
+}
+
+fn serve(options: Options) -> Result<(), String> {
     let version_header = options
         .version_header
         .as_deref()
@@ -62,7 +69,7 @@ pub fn run(options: Options) -> Result<(), String> {
                 .map_err(|_| format!("`{name}` is not a valid header name"))
         })
         .transpose()?;
-    let root = Root::existing(options.root.clone())?;
+    let root = Root::existing(options.root.clone()).map_err(|e| e.to_string())?;
     // One single-threaded runtime per serving thread (one per core unless --threads), each with
     // its own listener on the same port (SO_REUSEPORT: the kernel spreads connections) and its
     // own upstream pool: a request never crosses threads. Only the routing table is shared.
@@ -74,7 +81,7 @@ pub fn run(options: Options) -> Result<(), String> {
     raise_open_file_limit();
     // Held for the proxy's life: a second rollgate proxy on this address fails here.
     let _claim = claim_address(options.listen)?;
-    let listeners = reuseport_listeners(options.listen, threads)?;
+    let listeners = reuseport_listeners(options.listen, threads).map_err(|e| e.to_string())?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
     let routes = Arc::new(Routes::default());
     let _ = watch::refresh(&root, &routes);
@@ -109,7 +116,7 @@ pub fn run(options: Options) -> Result<(), String> {
         }
         let runtime = current_thread()?;
         runtime.block_on(async {
-            let drain_socket = drain::listen(&root.0).await?;
+            let drain_socket = drain::listen(&root.0).await.map_err(|e| e.to_string())?;
             let reread = Arc::new(Notify::new());
             tokio::spawn(watch::follow(root.clone(), routes.clone(), reread.clone()));
             tokio::spawn(drain::serve(
@@ -218,7 +225,7 @@ fn claim_address(listen: SocketAddr) -> Result<Option<std::os::unix::net::UnixLi
 pub(crate) fn reuseport_listeners(
     listen: SocketAddr,
     count: usize,
-) -> Result<Vec<std::net::TcpListener>, String> {
+) -> std::io::Result<Vec<std::net::TcpListener>> {
     use nix::sys::socket::{
         bind, listen as listen_on, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag,
         SockType, SockaddrStorage,
@@ -231,7 +238,12 @@ pub(crate) fn reuseport_listeners(
         } else {
             AddressFamily::Inet6
         };
-        let fail = |what: &str, e: nix::Error| format!("cannot listen on {address}: {what}: {e}");
+        let fail = |what: &str, e: nix::Error| {
+            std::io::Error::new(
+                std::io::Error::from(e).kind(),
+                format!("cannot listen on {address}: {what}: {e}"),
+            )
+        };
         let fd = socket(
             family,
             SockType::Stream,
@@ -246,7 +258,7 @@ pub(crate) fn reuseport_listeners(
         listen_on(&fd, Backlog::new(1024).unwrap_or(Backlog::MAXCONN))
             .map_err(|e| fail("listen", e))?;
         let listener = std::net::TcpListener::from(fd);
-        address = listener.local_addr().map_err(|e| e.to_string())?;
+        address = listener.local_addr()?;
         listeners.push(listener);
     }
     Ok(listeners)

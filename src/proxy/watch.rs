@@ -11,6 +11,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
 use super::routes::{Member, Routes, Switched};
+use crate::host::fault::Fault;
 use crate::host::state::{Root, POINTER_FILE, REPLICAS_FILE};
 
 /// Re-read period when no file event arrives.
@@ -28,7 +29,7 @@ impl AsRawFd for Watch {
 /// root has one, else the release `current` names. A missing state means nothing is live; an
 /// unreadable one keeps the current targets (a bad file must not take traffic down) and is the
 /// error returned, so a drain is never confirmed on a state the proxy could not read.
-pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
+pub fn refresh(root: &Root, routes: &Routes) -> Result<(), Fault> {
     let mut fallback = None;
     let members: Vec<(String, u16, i32)> = match root.read_replicas() {
         Ok(Some(set)) => set
@@ -92,7 +93,7 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), String> {
     Ok(())
 }
 
-fn keep(e: String) -> Result<(), String> {
+fn keep(e: Fault) -> Result<(), Fault> {
     eprintln!("rollgate proxy: keeping the current targets: {e}");
     Err(e)
 }

@@ -89,8 +89,8 @@ fn failed(what: &str, path: &Path, e: std::io::Error) -> Error {
 
 /// Installs a release (see the module's comment). Refusals change nothing (exit 2).
 pub fn add(request: &Request) -> Result<Installed, Error> {
-    check_name("service", request.service).map_err(refused)?;
-    check_name("version", request.version).map_err(refused)?;
+    check_name("service", request.service)?;
+    check_name("version", request.version)?;
     let releases = request.root.join("releases");
     fs::create_dir_all(&releases).map_err(|e| failed("create", &releases, e))?;
     in_staging(&releases, request.version, |staging| {
@@ -205,7 +205,7 @@ pub fn derive(
     replace: &[(&str, String)],
     now: f64,
 ) -> Result<Record, Error> {
-    check_name("version", version).map_err(refused)?;
+    check_name("version", version)?;
     let releases = root.join("releases");
     let source = releases.join(from);
     in_staging(&releases, version, |staging| {
@@ -296,7 +296,7 @@ fn short(digest: &str) -> &str {
 
 /// A release's record, if it has one (a release put in by hand has none).
 pub fn read_record(dir: &Path) -> Result<Option<Record>, Error> {
-    crate::host::state::read_json(&dir.join(RECORD_FILE)).map_err(Error::Invalid)
+    crate::host::state::read_json(&dir.join(RECORD_FILE)).map_err(|e| Error::Invalid(e.to_string()))
 }
 
 /// Copies the source into `content`; says what kind of source it was.
@@ -510,6 +510,8 @@ fn stays_inside(at: &Path, target: &Path) -> bool {
 }
 
 /// Unpacks a gzip-compressed tar archive into `content`, refusing any hostile entry.
+// Long on purpose: one pass over a hostile archive, each entry checked (kind, path, size,
+// count) before a byte of it is written; the checks stay beside the loop that streams it.
 fn unpack(archive: &Path, content: &Path, budget: &mut Budget) -> Result<(), Error> {
     let file = File::open(archive).map_err(|e| refused(format!("{}: {e}", archive.display())))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
@@ -676,7 +678,7 @@ fn kind_name(kind: tar::EntryType) -> &'static str {
 fn verify_manifest(request: &Request, manifest: &Path, tree: &Path) -> Result<(), Error> {
     let trust_path = request.root.join(super::TRUST_FILE);
     let trust: super::Trust = crate::host::state::read_json(&trust_path)
-        .map_err(Error::Invalid)?
+        .map_err(|e| Error::Invalid(e.to_string()))?
         .ok_or_else(|| {
             refused(format!(
                 "--manifest is verified against {}, which does not exist",
@@ -825,7 +827,7 @@ const REMOVING_PREFIX: &str = ".removing-";
 /// removal cut short leaves only the hidden folder, which the next `release add` or `prune`
 /// deletes.
 pub fn remove(releases: &Path, version: &str) -> Result<(), Error> {
-    check_name("version", version).map_err(refused)?;
+    check_name("version", version)?;
     let from = releases.join(version);
     let hidden = releases.join(format!("{REMOVING_PREFIX}{version}-{}", std::process::id()));
     fs::rename(&from, &hidden).map_err(|e| failed("rename out", &from, e))?;

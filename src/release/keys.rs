@@ -17,6 +17,48 @@ use super::manifest::{base64, Key};
 
 pub const ALG: &str = "ES256";
 
+/// A key file that cannot be used, said by what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create {}: {source}", path.display())]
+    Uncreatable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Unwritable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} exists; not overwriting it", path.display())]
+    Exists { path: std::path::PathBuf },
+    #[error(
+        "{} is readable by others (mode {mode:o}); a private key must be 0600: chmod 600 {}",
+        path.display(),
+        path.display()
+    )]
+    Exposed { path: std::path::PathBuf, mode: u32 },
+    #[error("{} is not a P-256 {what}", path.display())]
+    NotAKey {
+        path: std::path::PathBuf,
+        what: &'static str,
+    },
+    #[error("cannot encode the {what}: {why}")]
+    Encoding { what: &'static str, why: String },
+}
+
+/// A key that cannot be used is input rollgate cannot use (exit 1).
+impl From<KeyError> for crate::error::Error {
+    fn from(error: KeyError) -> crate::error::Error {
+        crate::error::Error::Invalid(error.to_string())
+    }
+}
+
 /// The pin of a public key.
 pub fn pin(spki_der: &[u8]) -> String {
     format!("sha256/{}", base64().encode(Sha256::digest(spki_der)))
@@ -42,7 +84,7 @@ pub fn listing(public: &PublicKey) -> Key {
 
 /// Writes a new key pair: `out` (PKCS#8 PEM, 0600) and `out` with `.pub.pem` (SPKI PEM).
 /// Returns the pin. Never overwrites a file.
-pub fn generate(out: &Path) -> Result<(String, std::path::PathBuf), String> {
+pub fn generate(out: &Path) -> Result<(String, std::path::PathBuf), KeyError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let secret = SecretKey::random(&mut rand_core::OsRng);
@@ -54,24 +96,33 @@ pub fn generate(out: &Path) -> Result<(String, std::path::PathBuf), String> {
             .create_new(true)
             .mode(mode)
             .open(path)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            .map_err(|source| KeyError::Uncreatable {
+                path: path.to_path_buf(),
+                source,
+            })?;
         // The mode given to open(2) passes through the umask; set it outright.
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
             .and_then(|()| file.write_all(text.as_bytes()))
             .and_then(|()| file.sync_all())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            .map_err(|source| KeyError::Unwritable {
+                path: path.to_path_buf(),
+                source,
+            })
     };
     let private_pem = secret
         .to_pkcs8_pem(LineEnding::LF)
-        .map_err(|e| format!("cannot encode the key: {e}"))?;
+        .map_err(|e| KeyError::Encoding {
+            what: "key",
+            why: e.to_string(),
+        })?;
     let public_pem = public
         .to_public_key_pem(LineEnding::LF)
-        .map_err(|e| format!("cannot encode the public key: {e}"))?;
+        .map_err(|e| KeyError::Encoding {
+            what: "public key",
+            why: e.to_string(),
+        })?;
     if public_path.exists() {
-        return Err(format!(
-            "{} exists; not overwriting it",
-            public_path.display()
-        ));
+        return Err(KeyError::Exists { path: public_path });
     }
     write_new(out, 0o600, &private_pem)?;
     write_new(&public_path, 0o644, &public_pem)?;
@@ -89,35 +140,38 @@ pub fn public_path_for(private: &Path) -> std::path::PathBuf {
 }
 
 /// Loads a private key, refusing one that group or others can read (as ssh does).
-pub fn load_private(path: &Path) -> Result<SecretKey, String> {
+pub fn load_private(path: &Path) -> Result<SecretKey, KeyError> {
     use std::os::unix::fs::PermissionsExt;
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let unreadable = |source| KeyError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
-        return Err(format!(
-            "{} is readable by others (mode {mode:o}); a private key must be 0600: chmod 600 {}",
-            path.display(),
-            path.display()
-        ));
+        return Err(KeyError::Exposed {
+            path: path.to_path_buf(),
+            mode,
+        });
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(unreadable)?;
     SecretKey::from_pkcs8_pem(&text)
         .or_else(|_| SecretKey::from_sec1_pem(&text))
-        .map_err(|_| {
-            format!(
-                "{} is not a P-256 private key in PEM (PKCS#8 or SEC1)",
-                path.display()
-            )
+        .map_err(|_| KeyError::NotAKey {
+            path: path.to_path_buf(),
+            what: "private key in PEM (PKCS#8 or SEC1)",
         })
 }
 
-pub fn load_public(path: &Path) -> Result<PublicKey, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    PublicKey::from_public_key_pem(&text)
-        .map_err(|_| format!("{} is not a P-256 public key in SPKI PEM", path.display()))
+pub fn load_public(path: &Path) -> Result<PublicKey, KeyError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KeyError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    PublicKey::from_public_key_pem(&text).map_err(|_| KeyError::NotAKey {
+        path: path.to_path_buf(),
+        what: "public key in SPKI PEM",
+    })
 }
 
 /// ES256 over `message`: the 64-byte r‖s, base64.

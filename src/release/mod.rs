@@ -18,6 +18,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::error::Error;
+use crate::host::fault::Fault;
 use crate::host::state::read_json;
 use manifest::{Artifact, Body, Published};
 
@@ -84,7 +86,11 @@ fn timestamp(at: DateTime<Utc>) -> String {
 }
 
 /// `30d`, `12h`, `90m`, `45s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, Fault> {
+    duration_in(text).map_err(|why| Fault::setting("--expires", why))
+}
+
+fn duration_in(text: &str) -> Result<Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
@@ -107,10 +113,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `TIME` as `log` reads times: RFC 3339, a date, or Unix seconds.
-pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
-    let seconds = crate::render::time::parse_time(text)?;
+pub fn parse_time(text: &str) -> Result<DateTime<Utc>, Fault> {
+    let seconds =
+        crate::render::time::parse_time(text).map_err(|e| Fault::setting("time", e.to_string()))?;
     DateTime::from_timestamp(seconds.floor() as i64, 0)
-        .ok_or_else(|| format!("`{text}` is out of range"))
+        .ok_or_else(|| Fault::setting("time", format!("`{text}` is out of range")))
 }
 
 /// SHA-256 and size of everything `reader` yields, written on to `copy` as it is read.
@@ -182,16 +189,20 @@ pub struct SignRequest<'a> {
 
 /// Writes `DIR/manifest.json` listing the folder's files, signed by `key`; the cosigners'
 /// public keys are listed too, so that they can add their signatures with `cosign`.
-pub fn sign(request: &SignRequest) -> Result<PathBuf, String> {
-    crate::host::names::check_name("service", request.service)?;
-    crate::host::names::check_name("version", request.version)?;
+pub fn sign(request: &SignRequest) -> Result<PathBuf, Error> {
+    signed(request).map_err(Error::Invalid)
+}
+
+fn signed(request: &SignRequest) -> Result<PathBuf, String> {
+    crate::host::names::check_name("service", request.service).map_err(|e| e.to_string())?;
+    crate::host::names::check_name("version", request.version).map_err(|e| e.to_string())?;
     if request.sequence == 0 || request.sequence >= 1 << 53 {
         return Err("--sequence must be from 1 to 2^53 - 1".into());
     }
-    let secret = keys::load_private(request.key)?;
+    let secret = keys::load_private(request.key).map_err(|e| e.to_string())?;
     let mut listed = vec![keys::listing(&secret.public_key())];
     for path in request.cosigners {
-        let key = keys::listing(&keys::load_public(path)?);
+        let key = keys::listing(&keys::load_public(path).map_err(|e| e.to_string())?);
         if !listed.contains(&key) {
             listed.push(key);
         }
@@ -254,8 +265,12 @@ fn read_published(path: &Path) -> Result<Published, Refusal> {
 }
 
 /// Adds `key`'s signature to a manifest whose body lists it.
-pub fn cosign(path: &Path, key: &Path) -> Result<String, String> {
-    let secret = keys::load_private(key)?;
+pub fn cosign(path: &Path, key: &Path) -> Result<String, Error> {
+    cosigned(path, key).map_err(Error::Invalid)
+}
+
+fn cosigned(path: &Path, key: &Path) -> Result<String, String> {
+    let secret = keys::load_private(key).map_err(|e| e.to_string())?;
     let mut published = read_published(path).map_err(|r| format!("{}: {r}", path.display()))?;
     let (body, canonical) =
         manifest::decode(&published).map_err(|r| format!("{}: {r}", path.display()))?;
@@ -291,7 +306,11 @@ pub struct Trust {
 }
 
 impl Trust {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Fault> {
+        self.checked().map_err(|why| Fault::setting("trust", why))
+    }
+
+    fn checked(&self) -> Result<(), String> {
         if self.threshold == 0 || self.threshold > self.pins.len() {
             return Err(format!(
                 "threshold {} must be from 1 to the number of pins ({})",
@@ -433,17 +452,17 @@ pub fn above_floor(verified: &Verified, floor: Option<&Floor>) -> Result<(), Ref
     ))
 }
 
-pub fn read_floor(root: &Path) -> Result<Option<Floor>, String> {
+pub fn read_floor(root: &Path) -> Result<Option<Floor>, Fault> {
     read_json(&root.join(FLOOR_FILE))
 }
 
 /// Raises the floor (atomically: a crash leaves the old floor or the new one).
-pub fn write_floor(root: &Path, floor: &Floor) -> Result<(), String> {
+pub fn write_floor(root: &Path, floor: &Floor) -> Result<(), Fault> {
     let mut bytes = serde_json::to_vec_pretty(floor).expect("a floor serializes");
     bytes.push(b'\n');
     let path = root.join(FLOOR_FILE);
     crate::host::state::write_atomically(&path, &bytes)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| Fault::unwritable(&path, format!("cannot write {}: {e}", path.display())))
 }
 
 /// A signed release the deployer may start, and the private copy of its executable to start:
@@ -462,12 +481,15 @@ pub fn admit(
     service: &str,
     version: &str,
     now: DateTime<Utc>,
-) -> Result<Option<Admitted>, String> {
-    let Some(checked) = check_admission(root, service, version, now, false)? else {
+) -> Result<Option<Admitted>, Error> {
+    let Some(checked) =
+        check_admission(root, service, version, now, false).map_err(Error::Refused)?
+    else {
         return Ok(None);
     };
     let dir = root.join("releases").join(version);
-    let refused = |r: Refusal| format!("release {version} of {service} refused ({r})");
+    let refused =
+        |r: Refusal| Error::Refused(format!("release {version} of {service} refused ({r})"));
     let copy = verified_copy(root, &dir, version, &checked.executable).map_err(refused)?;
     Ok(Some(Admitted {
         signed: checked.signed,
@@ -482,8 +504,10 @@ pub fn would_admit(
     service: &str,
     version: &str,
     now: DateTime<Utc>,
-) -> Result<Option<Signed>, String> {
-    Ok(check_admission(root, service, version, now, true)?.map(|c| c.signed))
+) -> Result<Option<Signed>, Error> {
+    Ok(check_admission(root, service, version, now, true)
+        .map_err(Error::Refused)?
+        .map(|c| c.signed))
 }
 
 struct Checked {
@@ -499,7 +523,7 @@ fn check_admission(
     hash_executable: bool,
 ) -> Result<Option<Checked>, String> {
     let trust_path = root.join(TRUST_FILE);
-    let Some(trust) = read_json::<Trust>(&trust_path)? else {
+    let Some(trust) = read_json::<Trust>(&trust_path).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
     trust
@@ -515,7 +539,11 @@ fn check_admission(
             format!("the manifest is for version {}", verified.body.version),
         )));
     }
-    above_floor(&verified, read_floor(root)?.as_ref()).map_err(refused)?;
+    above_floor(
+        &verified,
+        read_floor(root).map_err(|e| e.to_string())?.as_ref(),
+    )
+    .map_err(refused)?;
     let Some(executable) = verified.body.artifacts.iter().find(|a| a.name == service) else {
         return Err(refused(Refusal::new(
             Reason::Digest,

@@ -188,6 +188,8 @@ fn escalated(service: &str, candidate: &Value, actions: bool) -> String {
     html
 }
 
+// Long on purpose: one block of HTML, in the order the page shows it (heading, reasons,
+// countdowns, buttons, waves).
 fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
     let state = text(field(rollout, &["state"]));
     let mut html = format!(

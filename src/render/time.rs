@@ -2,9 +2,18 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+/// A time that is none of the forms [`parse_time`] reads; it quotes what was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{given}` is not a time: give Unix seconds (1730540400) or RFC 3339 (2026-11-02T10:00:00Z)"
+)]
+pub struct NotATime {
+    pub given: String,
+}
+
 /// `--at`, `--since`, `--until`: Unix seconds or RFC 3339 (`2026-11-02T10:00:00Z`,
 /// `2026-11-02T11:00:00+01:00`, or a bare date `2026-11-02` for its midnight UTC).
-pub fn parse_time(text: &str) -> Result<f64, String> {
+pub fn parse_time(text: &str) -> Result<f64, NotATime> {
     let text = text.trim();
     if let Ok(seconds) = text.parse::<f64>() {
         if seconds.is_finite() {
@@ -18,9 +27,9 @@ pub fn parse_time(text: &str) -> Result<f64, String> {
         let midnight = date.and_hms_opt(0, 0, 0).expect("midnight exists");
         return Ok(midnight.and_utc().timestamp() as f64);
     }
-    Err(format!(
-        "`{text}` is not a time: give Unix seconds (1730540400) or RFC 3339 (2026-11-02T10:00:00Z)"
-    ))
+    Err(NotATime {
+        given: text.to_string(),
+    })
 }
 
 /// RFC 3339 in UTC, to the second unless the time has a fraction.
@@ -63,7 +72,10 @@ mod tests {
         assert_eq!(parse_time("2024-11-02T09:40:00Z"), Ok(1_730_540_400.0));
         assert_eq!(parse_time("2024-11-02T10:40:00+01:00"), Ok(1_730_540_400.0));
         assert_eq!(parse_time("2024-11-02"), Ok(1_730_505_600.0));
-        assert!(parse_time("yesterday").unwrap_err().contains("not a time"));
+        assert!(parse_time("yesterday")
+            .unwrap_err()
+            .to_string()
+            .contains("not a time"));
     }
 
     #[test]

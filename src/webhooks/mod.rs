@@ -95,7 +95,7 @@ fn folder(root: &Root) -> PathBuf {
 /// The endpoints of a root, or None without a `webhooks.json`.
 pub fn config(root: &Root) -> Result<Option<Config>, Error> {
     let path = root.0.join(CONFIG_FILE);
-    let config: Option<Config> = read_json(&path).map_err(Error::Invalid)?;
+    let config: Option<Config> = read_json(&path).map_err(|e| Error::Invalid(e.to_string()))?;
     if let Some(config) = &config {
         for endpoint in &config.endpoints {
             crate::host::names::check_name("endpoint name", &endpoint.name)
@@ -122,7 +122,7 @@ pub fn config(root: &Root) -> Result<Option<Config>, Error> {
 
 fn load_state(root: &Root) -> Result<State, Error> {
     Ok(read_json(&folder(root).join("state.json"))
-        .map_err(Error::Invalid)?
+        .map_err(|e| Error::Invalid(e.to_string()))?
         .unwrap_or_default())
 }
 
@@ -284,7 +284,7 @@ pub fn send_pass(root: &Root) -> Result<Pass, Error> {
         if progress.disabled || progress.next_attempt_at > journal::now() {
             continue;
         }
-        let secret = Secret::parse(&endpoint.secret).map_err(Error::Invalid)?;
+        let secret = Secret::parse(&endpoint.secret).map_err(|e| Error::Invalid(e.to_string()))?;
         let start = start_of(progress.cursor.as_deref(), seen_before);
         let mut follower = Follower::new(&root.log_path(), start);
         let lines = follower.poll().unwrap_or_default();
@@ -477,7 +477,7 @@ pub fn redeliver(root: &Root, id: &str) -> Result<Vec<Attempt>, Error> {
         {
             continue;
         }
-        let secret = Secret::parse(&endpoint.secret).map_err(Error::Invalid)?;
+        let secret = Secret::parse(&endpoint.secret).map_err(|e| Error::Invalid(e.to_string()))?;
         let answer = runtime.block_on(post(&endpoint.url, &secret, id, &body));
         let attempt = Attempt {
             ts: journal::now(),

@@ -15,20 +15,26 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// A webhook secret that is not one, by what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotASecret {
+    #[error("secret must be whsec_ and a base64 key (as Standard Webhooks writes it)")]
+    Form,
+    #[error("secret's key is not base64 ({0})")]
+    Base64(String),
+    #[error("secret's key is {0} bytes; use at least 24 (openssl rand -base64 32)")]
+    Short(usize),
+}
+
 impl Secret {
     /// `whsec_` and base64, as the spec writes a secret (at least 24 bytes of key).
-    pub fn parse(text: &str) -> Result<Secret, String> {
-        let encoded = text
-            .strip_prefix("whsec_")
-            .ok_or("secret must be whsec_ and a base64 key (as Standard Webhooks writes it)")?;
+    pub fn parse(text: &str) -> Result<Secret, NotASecret> {
+        let encoded = text.strip_prefix("whsec_").ok_or(NotASecret::Form)?;
         let key = base64::engine::general_purpose::STANDARD
             .decode(encoded)
-            .map_err(|e| format!("secret's key is not base64 ({e})"))?;
+            .map_err(|e| NotASecret::Base64(e.to_string()))?;
         if key.len() < 24 {
-            return Err(format!(
-                "secret's key is {} bytes; use at least 24 (openssl rand -base64 32)",
-                key.len()
-            ));
+            return Err(NotASecret::Short(key.len()));
         }
         Ok(Secret(key))
     }

@@ -1,0 +1,402 @@
+//! The one start sequence every run takes, a deploy's and a rollout's alike: under the root's
+//! lock, after recovering what a dead rollgate left, the run is planned from what the root
+//! holds now, admitted (a signed release must pass), announced to the `pre_deploy` hook,
+//! recorded before anything is spawned, and driven by the executor to its ending. A failure
+//! after the first save is cleaned up here ([`abandon`]), so a candidate never outlives its
+//! deploy without an outcome.
+//!
+//! Commands build a [`Start`] (names checked, policy loaded and resolved: the policy is
+//! evaluated in a forked sandbox, before the runtime starts any thread) and call [`start`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::outcome::{DeployEnding, Ending, Outcome};
+use super::plan::Settings as DeploySettings;
+use super::run::{Context, Executor};
+use super::state::{self, Phase, Rollout};
+use super::step::Event;
+use super::{control, plan, record, recover, runtime, settings, view};
+use crate::error::{refused, Error};
+use crate::host::hooks::{Facts, Hook, Hooks};
+use crate::host::signals::Signals;
+use crate::host::state::{Pointer, Root};
+use crate::host::{journal, lock, process};
+use crate::{policy, release};
+
+/// A run to start: what every kind shares, and its [`Plan`].
+pub struct Start {
+    /// The root, known to exist.
+    pub root: Root,
+    pub service: String,
+    pub version: String,
+    /// The release's executable under the root (a signed release runs from its verified copy).
+    pub executable: PathBuf,
+    pub hooks: Hooks,
+    pub plan: Plan,
+}
+
+/// What kind of run, with the numbers only it has.
+pub enum Plan {
+    /// `rollgate deploy`: one candidate beside the live release, on `port`.
+    Deploy {
+        port: u16,
+        settings: DeploySettings,
+        /// `--no-wait`: leave the watch to a background watcher and end at the switch.
+        no_wait: bool,
+    },
+    /// `rollgate rollout`: the replica set in waves, planned from the pool as it is under the
+    /// lock (the command line, then the policy, then the previous rollout, then the defaults).
+    Rollout {
+        args: settings::Args,
+        policy: Option<policy::RolloutSettings>,
+    },
+}
+
+/// A planned run, ready for its first save.
+struct Prepared {
+    rollout: Rollout,
+    executable: PathBuf,
+    facts: Facts,
+    /// A signed release's admission, for the rollout's `rollout_started` record.
+    signed: Option<release::Signed>,
+}
+
+/// Starts the run and drives it to its ending.
+pub fn start(start: Start) -> Result<Outcome, Error> {
+    runtime()?.block_on(async {
+        let mut signals = Signals::install()?;
+        let _lock = lock::acquire(&start.root.lock_path())?;
+        recover::recover(&start.root).await?;
+        let prepared = match &start.plan {
+            Plan::Deploy { port, settings, .. } => prepare_deploy(&start, *port, settings)?,
+            Plan::Rollout { args, policy } => match prepare_rollout(&start, args, policy.as_ref())?
+            {
+                Some(prepared) => prepared,
+                None => {
+                    return Ok(Outcome::rollout(
+                        Ending::Completed,
+                        format!(
+                            "every replica of {} already runs {}; nothing to do",
+                            start.service, start.version
+                        ),
+                    ))
+                }
+            },
+        };
+        let kind = match start.plan {
+            Plan::Deploy { .. } => "deploy",
+            Plan::Rollout { .. } => "rollout",
+        };
+        if let Some(Err(e)) = start
+            .hooks
+            .run(Hook::PreDeploy, &start.root.0, &prepared.facts)
+            .await
+        {
+            return Err(refused(format!(
+                "{e}; the {kind} was refused, nothing was started"
+            )));
+        }
+        match start.plan {
+            Plan::Deploy { no_wait, .. } => {
+                run_deploy(&start.root, prepared, no_wait, &mut signals).await
+            }
+            Plan::Rollout { .. } => run_rollout(&start.root, prepared, &mut signals).await,
+        }
+    })
+}
+
+/// The deploy's checks under the lock, and its one-replica plan.
+fn prepare_deploy(start: &Start, port: u16, settings: &DeploySettings) -> Result<Prepared, Error> {
+    let root = &start.root;
+    // After recovery, which may have raised the floor.
+    let admitted = release::admit(&root.0, &start.service, &start.version, chrono::Utc::now())?;
+    not_a_replica_set(root, &start.service, &start.version)?;
+    let live = root.read_pointer()?;
+    beside_the_live(live.as_ref(), port)?;
+    port_free(port)?;
+    let now = journal::now();
+    let mut rollout = plan::deploy(&plan::DeployAsked {
+        service: &start.service,
+        version: &start.version,
+        port,
+        settings,
+        live: live.as_ref(),
+        token: format!("{}-{}", std::process::id(), now),
+        now,
+    });
+    let (executable, signed) = executable_of(start, admitted);
+    rollout.signed = signed.clone();
+    rollout.hooks = start.hooks.clone();
+    Ok(Prepared {
+        facts: Facts {
+            service: start.service.clone(),
+            version: start.version.clone(),
+            previous_version: live.as_ref().map(|l| l.version.clone()),
+            ports: vec![port],
+            previous_ports: live.iter().map(|l| l.port).collect(),
+            reason: None,
+        },
+        rollout,
+        executable,
+        signed,
+    })
+}
+
+/// The rollout's plan from the pool as it is (None: every replica already runs the version).
+fn prepare_rollout(
+    start: &Start,
+    args: &settings::Args,
+    policy: Option<&policy::RolloutSettings>,
+) -> Result<Option<Prepared>, Error> {
+    let root = &start.root;
+    let previous = state::load(root)?;
+    if let Some(previous) = previous.as_ref().filter(|p| !p.is_over()) {
+        return Err(refused(format!(
+            "rollout {} of {} to {} is {}; one rollout at a time: `rollgate rollout resume {svc} --root {root}` or `rollgate rollout abort {svc} --root {root}` first",
+            previous.id,
+            previous.service,
+            previous.to,
+            if previous.phase == Phase::Paused { "paused" } else { "unfinished (its rollgate died)" },
+            svc = previous.service,
+            root = root.0.display(),
+        )));
+    }
+    let baseline = settings::baseline(root, &start.service)?;
+    let resolved = settings::resolve(args, policy, previous.as_ref(), &baseline)?;
+    let Some(mut rollout) = settings::plan(
+        &start.service,
+        &start.version,
+        &resolved,
+        &baseline,
+        journal::now(),
+    ) else {
+        return Ok(None);
+    };
+    // Under the lock, like a single deploy: a signed release must pass before anything starts.
+    let admitted = release::admit(&root.0, &start.service, &start.version, chrono::Utc::now())?;
+    let (executable, signed) = executable_of(start, admitted);
+    rollout.signed = signed.clone();
+    rollout.hooks = start.hooks.clone();
+    Ok(Some(Prepared {
+        facts: Facts {
+            service: rollout.service.clone(),
+            version: rollout.to.clone(),
+            previous_version: rollout.from.clone(),
+            ports: Vec::new(),
+            previous_ports: rollout
+                .slots
+                .iter()
+                .filter_map(|s| Some(s.live.as_ref()?.port))
+                .collect(),
+            reason: None,
+        },
+        rollout,
+        executable,
+        signed,
+    }))
+}
+
+/// The executable a run starts (a signed release's verified copy) and its admission.
+fn executable_of(
+    start: &Start,
+    admitted: Option<release::Admitted>,
+) -> (PathBuf, Option<release::Signed>) {
+    match admitted {
+        Some(admitted) => (admitted.executable, Some(admitted.signed)),
+        None => (start.executable.clone(), None),
+    }
+}
+
+/// The deploy on the engine: the one-replica rollout, recorded in the same state file.
+async fn run_deploy(
+    root: &Root,
+    prepared: Prepared,
+    no_wait: bool,
+    signals: &mut Signals,
+) -> Result<Outcome, Error> {
+    // Recorded before the spawn, so a deployer killed right after it still leaves a trace.
+    if let Err(e) = state::save(root, &prepared.rollout) {
+        // Half a record (the state without its view) must not read as a deploy that died.
+        let _ = state::clear(root);
+        return Err(refused(e.to_string()));
+    }
+    let context = Context {
+        root: root.clone(),
+        executable: prepared.executable,
+    };
+    let mut executor = Executor::new(context, prepared.rollout);
+    if no_wait {
+        executor = executor.detach_at_watch();
+    }
+    let phase = match executor.run(Event::Tick, signals).await {
+        Ok(phase) => phase,
+        Err(error) => return Err(abandon(root, executor.rollout(), error).await),
+    };
+    Ok(Outcome::deploy(match (executor.detached(), phase) {
+        (Some(watcher), _) => DeployEnding::Watching(watcher),
+        (None, Phase::Completed) => DeployEnding::Promoted,
+        (None, Phase::Aborted) => DeployEnding::RolledBack,
+        (None, Phase::Paused | Phase::Running) => DeployEnding::Escalated,
+    }))
+}
+
+/// The rollout on the engine: recorded, announced, and the pool handed to the replica set.
+async fn run_rollout(
+    root: &Root,
+    prepared: Prepared,
+    signals: &mut Signals,
+) -> Result<Outcome, Error> {
+    let Prepared {
+        rollout,
+        executable,
+        signed,
+        ..
+    } = prepared;
+    state::save(root, &rollout)?;
+    // A request left for an earlier rollout is void for this one.
+    let _ = std::fs::remove_file(root.0.join(control::REQUEST_FILE));
+    record::append(
+        root,
+        &journal::Entry {
+            ts: rollout.started_at,
+            token: Some(&rollout.id),
+            sequence: signed.as_ref().map(|s| s.sequence),
+            manifest_sha256: signed.as_ref().map(|s| s.manifest_sha256.as_str()),
+            ..journal::Entry::new(
+                journal::LogEvent::RolloutStarted,
+                &rollout.to,
+                &rollout.service,
+                settings::describe(&rollout),
+            )
+        },
+    )?;
+    // A root that had only `current` is now served by the replica set.
+    record::write_pool(root, &rollout)?;
+    let service = rollout.service.clone();
+    let context = Context {
+        root: root.clone(),
+        executable,
+    };
+    let mut executor = Executor::new(context, rollout);
+    let phase = executor.run(Event::Tick, signals).await?;
+    Ok(rollout_ending(root, phase, &service))
+}
+
+/// The outcome a rollout's finished executor run reports, read back from its state.
+pub(super) fn rollout_ending(root: &Root, phase: Phase, service: &str) -> Outcome {
+    let rollout = match state::load(root) {
+        Ok(Some(rollout)) => rollout,
+        _ => {
+            return Outcome::rollout(
+                Ending::Failed,
+                "the rollout's state could not be read back".into(),
+            )
+        }
+    };
+    let line = view::line(&rollout);
+    match phase {
+        Phase::Completed => Outcome::rollout(Ending::Completed, format!("completed: {line}")),
+        Phase::Aborted => Outcome::rollout(
+            Ending::Failed,
+            format!(
+                "aborted: {}; {line}",
+                rollout
+                    .abort_cause
+                    .as_ref()
+                    .map_or("no cause recorded".into(), |c| c.reason.clone())
+            ),
+        ),
+        Phase::Paused | Phase::Running => Outcome::rollout(
+            Ending::Waiting,
+            format!(
+                "paused: {}; {line}\nresume with `rollgate rollout resume {service} --root {root}` or stop with `rollgate rollout abort {service} --root {root} [--rollback]`",
+                rollout.pause_reason.as_deref().unwrap_or("no reason recorded"),
+                root = root.0.display()
+            ),
+        ),
+    }
+}
+
+/// A failure after the deploy was recorded (a log or state file that cannot be written, a
+/// candidate that cannot be started): the candidate must not outlive this deploy without an
+/// outcome, unless the switch already made it the live release. Returns the error completed
+/// with the state that is left.
+async fn abandon(root: &Root, rollout: &Rollout, error: Error) -> Error {
+    let version = &rollout.to;
+    let new = rollout.new_process().filter(|p| p.pid > 0).cloned();
+    let state_path = root.0.join(state::ROLLOUT_FILE);
+    let left = match (root.read_pointer(), &new) {
+        (Ok(Some(pointer)), Some(new)) if pointer.names(new.identity()) => format!(
+            "{version} is live (current names it); its record stays in {} so the next deploy or `rollgate promote` finishes the switch",
+            state_path.display()
+        ),
+        (Err(e), Some(new)) => format!(
+            "cannot tell whether the switch happened ({e}); candidate {version} (pid {}) is left running and recorded for the next deploy",
+            new.pid
+        ),
+        _ => {
+            let stopped = match &new {
+                Some(new) => process::stop_group(
+                    new.identity(),
+                    Duration::from_millis(rollout.settings.grace_ms),
+                )
+                .await
+                .to_string(),
+                None => process::Stopped::AlreadyGone.to_string(),
+            };
+            // Nothing of it runs and `current` never named it: its record goes.
+            let cleared = state::clear(root);
+            if error.is_refused() {
+                return error;
+            }
+            match cleared {
+                Ok(()) => format!("candidate {version} {stopped}; current unchanged"),
+                Err(e) => format!(
+                    "candidate {version} {stopped}; current unchanged; {e}, the next deploy will"
+                ),
+            }
+        }
+    };
+    Error::Failed(format!("{error}; {left}"))
+}
+
+/// A deploy moves one release: a root its replica set serves moves by `rollgate rollout`.
+pub fn not_a_replica_set(root: &Root, service: &str, version: &str) -> Result<String, Error> {
+    match root.read_replicas()? {
+        None => Ok("the root is not served by a replica set".into()),
+        Some(set) => Err(refused(format!(
+            "{} is served by its replica set ({} replicas in {}); move it with `rollgate rollout {service} {version} --root {}`",
+            root.0.display(),
+            set.replicas.len(),
+            root.replicas_path().display(),
+            root.0.display()
+        ))),
+    }
+}
+
+/// The candidate starts beside the live release, so never on its port.
+pub fn beside_the_live(live: Option<&Pointer>, port: u16) -> Result<String, Error> {
+    match live {
+        Some(live) if live.port == port => Err(refused(format!(
+            "port {port} is the live release's ({} {}); deploy the candidate beside it on another port",
+            live.service, live.version
+        ))),
+        Some(live) => Ok(format!(
+            "live release {} on port {} stays until the candidate is ready",
+            live.version, live.port
+        )),
+        None => Ok("no live release: this would be the first".into()),
+    }
+}
+
+/// The candidate's port is free on 127.0.0.1 now.
+pub fn port_free(port: u16) -> Result<String, Error> {
+    std::net::TcpListener::bind(("127.0.0.1", port))
+        .map(|_| format!("port {port} is free on 127.0.0.1"))
+        .map_err(|e| {
+            refused(format!(
+                "port {port} is busy on 127.0.0.1 ({e}); pick a free port for the candidate"
+            ))
+        })
+}

@@ -1,0 +1,200 @@
+//! The read model: what a root holds now, built once ([`RootStatus::of`]) and shown by
+//! `rollgate status` (its table and its JSON), the console's API and its page alike. Typed all
+//! the way: a slot's state is the planner's enum, serialized by its one name.
+
+use serde::Serialize;
+
+use super::state;
+use super::view::RolloutStatus;
+use crate::error::Error;
+use crate::host::journal::{self, Outcome};
+use crate::host::probe::{self, Probe};
+use crate::host::process::Identity;
+use crate::host::state::{Replica, Root, Stage};
+
+/// How many outcomes a status shows.
+pub const RECENT: usize = 5;
+
+/// One root, as everything that shows a root shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RootStatus {
+    /// The service the root serves: its live release's, else its run's, else the folder's name.
+    pub service: String,
+    pub root: String,
+    pub live: Option<LiveStatus>,
+    /// A single deploy in flight (its `candidate` view).
+    pub candidate: Option<CandidateStatus>,
+    pub replicas: Option<Vec<ReplicaStatus>>,
+    /// The root's rollout of replicas, running or the last one (a single deploy is shown as
+    /// its candidate, not here).
+    pub rollout: Option<RolloutStatus>,
+    /// The last outcomes of the log, newest first.
+    pub recent: Vec<Outcome>,
+}
+
+/// The release `current` names, and whether it answers its probe now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveStatus {
+    pub service: String,
+    pub version: String,
+    pub port: u16,
+    pub pid: i32,
+    pub promoted_at: f64,
+    pub live_for_s: f64,
+    pub running: bool,
+    pub answering: bool,
+    /// What its probe said (`HTTP 200`, `refused`, ...).
+    pub readyz: Option<String>,
+    /// How it is probed (`readyz`, or the policy's probe, described).
+    pub probe: String,
+}
+
+/// A single deploy in flight.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateStatus {
+    pub version: String,
+    pub port: u16,
+    pub pid: Option<i32>,
+    pub stage: Stage,
+    pub started_at: f64,
+    /// How long it has been in flight (an escalated one: waiting for a person).
+    pub waiting_s: f64,
+    pub deployer_pid: u32,
+    pub watch: Option<WatchStatus>,
+}
+
+/// The watch after a deploy's switch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WatchStatus {
+    pub until: f64,
+    pub left_s: f64,
+    pub watcher_pid: Option<u32>,
+    pub watcher_running: bool,
+}
+
+/// One replica of the set, with whether its process runs and for how long.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicaStatus {
+    #[serde(flatten)]
+    pub replica: Replica,
+    /// Its process runs (the page's word for it).
+    pub answering: bool,
+    pub up_for_s: Option<f64>,
+}
+
+impl RootStatus {
+    /// What `root` holds at `now`; the live release is probed the way its gate probed it.
+    pub fn of(root: &Root, now: f64) -> Result<RootStatus, Error> {
+        let pointer = root.read_pointer()?;
+        let candidate = root.read_candidate()?;
+        let replicas = root.read_replicas()?;
+        let run = state::load(root).ok().flatten();
+        let live = match &pointer {
+            Some(p) => Some(live_status(root, p, now)?),
+            None => None,
+        };
+        Ok(RootStatus {
+            service: service_of(root),
+            root: root.0.display().to_string(),
+            live,
+            candidate: candidate.map(|c| CandidateStatus {
+                waiting_s: (now - c.started_at).max(0.0),
+                watch: c.watch.as_ref().map(|w| WatchStatus {
+                    until: w.until,
+                    left_s: (w.until - now).max(0.0),
+                    watcher_pid: w.watcher_pid,
+                    watcher_running: w.watcher_pid.is_some_and(pid_alive),
+                }),
+                version: c.version,
+                port: c.port,
+                pid: c.pid,
+                stage: c.stage,
+                started_at: c.started_at,
+                deployer_pid: c.deployer_pid,
+            }),
+            replicas: replicas.map(|set| {
+                set.replicas
+                    .into_iter()
+                    .map(|replica| {
+                        let identity = Identity {
+                            pid: replica.pid,
+                            start_time: replica.start_time,
+                        };
+                        ReplicaStatus {
+                            answering: identity.is_running(),
+                            up_for_s: identity.running_for().map(|d| d.as_secs_f64()),
+                            replica,
+                        }
+                    })
+                    .collect()
+            }),
+            rollout: run
+                .filter(|r| r.single.is_none())
+                .map(|r| RolloutStatus::of(&r, now)),
+            // A log that cannot be read leaves the rest of the status standing.
+            recent: journal::last_outcomes(&root.log_path(), RECENT)
+                .map(|mut recent| {
+                    recent.reverse();
+                    recent
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// The service a root serves, read from its small files (no probe, no log): its live
+/// release's, its run's, its deploy's or its replica set's, else its folder's name.
+pub fn service_of(root: &Root) -> String {
+    let live = || root.read_pointer().ok().flatten().map(|p| p.service);
+    let run = || state::load(root).ok().flatten().map(|r| r.service);
+    let candidate = || root.read_candidate().ok().flatten().map(|c| c.service);
+    let set = || root.read_replicas().ok().flatten().map(|s| s.service);
+    live()
+        .or_else(run)
+        .or_else(candidate)
+        .or_else(set)
+        .unwrap_or_else(|| {
+            root.0
+                .file_name()
+                .map_or("service".into(), |n| n.to_string_lossy().into_owned())
+        })
+}
+
+/// The live release, probed as its gate probed it (its policy's probe, not always `/readyz`).
+fn live_status(
+    root: &Root,
+    p: &crate::host::state::Pointer,
+    now: f64,
+) -> Result<LiveStatus, Error> {
+    let rt = super::runtime()?;
+    let subject = probe::Subject {
+        spec: p.probe.clone().unwrap_or_default(),
+        port: p.port,
+        workdir: root.release_dir(&p.version),
+        notices: None,
+    };
+    let (passed, said) = rt.block_on(subject.check());
+    let running = p.identity().is_running();
+    Ok(LiveStatus {
+        service: p.service.clone(),
+        version: p.version.clone(),
+        port: p.port,
+        pid: p.pid,
+        promoted_at: p.promoted_at,
+        live_for_s: now - p.promoted_at,
+        running,
+        // Its notifications go to whoever watches it: here, running is all one can see.
+        answering: passed || (said == Probe::Unwatched && running),
+        readyz: Some(said.to_string()),
+        probe: p.probe.as_ref().map_or("readyz".into(), |s| s.describe()),
+    })
+}
+
+/// Whether a process with this pid exists and is not a zombie (a watcher is not ours to reap).
+pub fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
