@@ -313,6 +313,28 @@ The demo stops the live release at the end, so nothing is left running; the file
     /// A small HTTP service with knobs, standing in for a release in tests and the demo.
     #[command(hide = true)]
     SampleService(rollgate::sample::SampleArgs),
+    /// Starts a release with the service's held socket: sets LISTEN_FDS=1, LISTEN_PID (this
+    /// process's pid, which the release keeps) and LISTEN_FDNAMES, then execs PROGRAM. Used by
+    /// rollgate itself (see `host::listen`), not by hand.
+    #[command(hide = true, name = "listen-exec")]
+    ListenExec {
+        #[arg(long)]
+        name: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        program: Vec<std::ffi::OsString>,
+    },
+    /// Holds a service's listening socket for its root and hands a copy to each release
+    /// rollgate starts (SCM_RIGHTS on ROOT/listen.sock). Started by rollgate when a policy
+    /// has `listen`, not by hand.
+    #[command(hide = true)]
+    Hold {
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        backlog: u32,
+    },
     /// Copies a release's output (stdin) into FILE, rotated by size: started by rollgate beside
     /// each release it starts (see `host::output`), not by hand.
     #[command(hide = true, name = "output-pump")]

@@ -119,6 +119,9 @@ pub const RELEASE_MAX_ENTRIES: usize = 100_000;
 /// `local` log driver keeps 5 files of 20 MB too).
 pub const OUTPUT_MAX_BYTES: u64 = 20 << 20;
 pub const OUTPUT_KEEP: u64 = 5;
+/// A held socket's listen backlog: Linux's default `somaxconn`, as systemd's `Backlog=`
+/// defaults to it. Connections wait there while no release accepts (between two of them).
+pub const LISTEN_BACKLOG: u32 = 4096;
 
 /// The contract's range of each bounded policy field, as `contracts/rollout-policy.ncl` has it.
 pub const POLICY_RANGES: [(&str, u64, u64); 11] = [
@@ -280,6 +283,12 @@ pub fn policy_table() -> String {
             "1-100".into(),
             OUTPUT_KEEP.to_string(),
             "output files kept per release and slot, the one being written among them",
+        ),
+        (
+            "listen",
+            "address (an IP and a port), backlog (1-65535)".into(),
+            format!("none (releases bind their own port); backlog {LISTEN_BACKLOG}"),
+            "a socket rollgate holds and hands to each release as fd 3 (`LISTEN_FDS`): the live release and the candidate accept on it, so none is refused",
         ),
         (
             "hooks",

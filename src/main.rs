@@ -90,6 +90,26 @@ fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
     }
 }
 
+/// `rollgate listen-exec`: the release's environment says that fd 3 is its socket and that it
+/// is meant for this very process, then the release replaces it (same pid).
+fn listen_exec(name: &str, program: &[std::ffi::OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let Some((executable, args)) = program.split_first() else {
+        return ExitCode::from(error::REFUSED);
+    };
+    let error = std::process::Command::new(executable)
+        .args(args)
+        .env("LISTEN_FDS", "1")
+        .env("LISTEN_PID", std::process::id().to_string())
+        .env("LISTEN_FDNAMES", name)
+        .exec();
+    eprintln!(
+        "rollgate listen-exec: cannot start {}: {error}",
+        executable.to_string_lossy()
+    );
+    ExitCode::from(127)
+}
+
 /// mimalloc for every command (see Cargo.toml): the proxy's hot path allocates per request.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -113,6 +133,8 @@ fn main() -> ExitCode {
                 Err(_) => ExitCode::from(error::FAILED),
             }
         }
+        // A release's start with its held socket: no runtime, only the exec.
+        Command::ListenExec { name, program } => listen_exec(&name, &program),
         command => match run(command) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {
@@ -172,7 +194,12 @@ fn run(command: Command) -> Result<u8, Error> {
             format,
             Layout::of_stdout(wide),
         )?),
-        Command::SampleService(_) | Command::OutputPump { .. } => {
+        Command::Hold {
+            target,
+            listen,
+            backlog,
+        } => rollgate::commands::hold::run(&target.root, listen, backlog),
+        Command::SampleService(_) | Command::OutputPump { .. } | Command::ListenExec { .. } => {
             unreachable!("run by main before the commands")
         }
         Command::Proxy {

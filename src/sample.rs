@@ -75,6 +75,12 @@ pub struct SampleArgs {
     /// With --notify: send STOPPING=1 before exiting (on SIGTERM or at --exit-after-ms).
     #[arg(long)]
     pub notify_stopping: bool,
+    /// Serve users on the socket handed over as fd 3 (LISTEN_FDS=1 and LISTEN_PID naming this
+    /// process, as systemd's socket activation sets them), accepting on it only once ready;
+    /// /readyz stays on PORT if given. On SIGTERM it stops accepting, lets the requests in
+    /// hand finish (closing kept-alive connections after their answer), then exits.
+    #[arg(long)]
+    pub listen_fds: bool,
 }
 
 pub fn run(args: SampleArgs) -> std::process::ExitCode {
@@ -94,6 +100,16 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
         );
         return std::process::ExitCode::from(args.exit_code as u8);
     }
+    let held = match args.listen_fds {
+        true => match held_socket() {
+            Ok(held) => Some(held),
+            Err(e) => {
+                eprintln!("sample-service: --listen-fds: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+        false => None,
+    };
     let port = args
         .port
         .or_else(|| std::env::var("PORT").ok().and_then(|p| p.parse().ok()));
@@ -164,15 +180,51 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
     let exit_at = args
         .exit_after_ms
         .map(|ms| tokio::time::Instant::from_std(started + Duration::from_millis(ms)));
+    // Users reach it on the held socket once it is ready (a real server accepts once it can
+    // serve); the connections its answers are owed to, counted, for an orderly stop.
+    let ready_at =
+        tokio::time::Instant::from_std(started + Duration::from_millis(args.ready_after_ms));
+    let mut held = held;
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (shutdown, shutting_down) = tokio::sync::watch::channel(false);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 serve_connection(stream, &args, &version, started);
             }
+            accepted = async {
+                match &held {
+                    Some(held) => {
+                        tokio::time::sleep_until(ready_at).await;
+                        held.accept().await
+                    }
+                    None => std::future::pending().await,
+                }
+            } => {
+                let Ok((stream, _)) = accepted else { continue };
+                serve_held(stream, &args, &version, started, &open, shutting_down.clone());
+            }
             _ = sigterm.recv() => {
                 if args.ignore_sigterm {
                     eprintln!("sample-service: ignoring SIGTERM");
+                } else if held.is_some() {
+                    // Accepting stops (this process's copy of the socket closes; the socket
+                    // lives on in its holder and the next release), the answers owed are given.
+                    drop(held.take());
+                    let _ = shutdown.send(true);
+                    let waited = Instant::now();
+                    while open.load(std::sync::atomic::Ordering::SeqCst) > 0
+                        && waited.elapsed() < Duration::from_secs(30)
+                    {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    eprintln!(
+                        "sample-service: SIGTERM, stopped accepting; exiting with {} connection(s) still open",
+                        open.load(std::sync::atomic::Ordering::SeqCst)
+                    );
+                    stopping();
+                    return std::process::ExitCode::SUCCESS;
                 } else {
                     eprintln!("sample-service: SIGTERM, exiting");
                     stopping();
@@ -180,6 +232,13 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                 }
             }
             _ = async { match exit_at { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                if held.is_some() {
+                    // A crash: what it had accepted and not answered is dropped.
+                    eprintln!(
+                        "sample-service: dropping {} accepted connection(s) unanswered",
+                        open.load(std::sync::atomic::Ordering::SeqCst)
+                    );
+                }
                 eprintln!("sample-service: exiting with status {} at {:.6}", args.exit_code, unix_now());
                 stopping();
                 return std::process::ExitCode::from(args.exit_code as u8);
@@ -254,6 +313,60 @@ fn serve_connection(
         let _ = http1::Builder::new()
             .serve_connection(TokioIo::new(stream), service)
             .await;
+    });
+}
+
+/// The socket handed over as fd 3, if the environment says it is meant for this process.
+fn held_socket() -> Result<TcpListener, String> {
+    let fds = std::env::var("LISTEN_FDS").unwrap_or_default();
+    let pid = std::env::var("LISTEN_PID").unwrap_or_default();
+    if fds != "1" {
+        return Err(format!("LISTEN_FDS is {fds:?}, not 1"));
+    }
+    if pid != std::process::id().to_string() {
+        return Err(format!(
+            "LISTEN_PID is {pid:?}, not this process ({})",
+            std::process::id()
+        ));
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: LISTEN_FDS and LISTEN_PID say fd 3 was handed to this process for it to own.
+    let listener = unsafe { std::net::TcpListener::from_raw_fd(3) };
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("fd 3: {e}"))?;
+    TcpListener::from_std(listener).map_err(|e| format!("fd 3: {e}"))
+}
+
+/// A connection from the held socket: counted while open, and closed after its answer once
+/// the service stops (hyper's graceful shutdown), so no answer owed is lost.
+fn serve_held(
+    stream: tokio::net::TcpStream,
+    args: &SampleArgs,
+    version: &str,
+    started: Instant,
+    open: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    use std::sync::atomic::Ordering;
+    let (args, version) = (args.clone(), version.to_string());
+    let open = open.clone();
+    open.fetch_add(1, Ordering::SeqCst);
+    tokio::spawn(async move {
+        let service = service_fn(move |req| answer(req, args.clone(), version.clone(), started));
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        loop {
+            tokio::select! {
+                _ = connection.as_mut() => break,
+                changed = stopping.changed(), if !*stopping.borrow() => {
+                    if changed.is_err() || *stopping.borrow() {
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+        open.fetch_sub(1, Ordering::SeqCst);
     });
 }
 

@@ -130,11 +130,23 @@ impl PortAsked {
                 match (range, policy.and_then(|p| p.ports.as_ref())) {
                     (Some(range), _) => choose_port(root, range, "--ports"),
                     (None, Some(range)) => choose_port(root, range, "the policy's ports"),
+                    // With a held socket the release is reached on it; PORT is only where its
+                    // probe asks, so any free port serves.
+                    (None, None) if policy.is_some_and(|p| p.listen.is_some()) => probe_port(),
                     (None, None) => otherwise.clone().map_err(refused),
                 }
             }
         }
     }
+}
+
+/// A free port on 127.0.0.1 for a release that is reached on its held socket: where its
+/// probe asks (`PORT`), nothing more.
+fn probe_port() -> Result<u16, Error> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| refused(format!("no free port on 127.0.0.1 for the probe: {e}")))
 }
 
 /// The candidate's port from a range (`A-B`, at least two ports; `source` says where it was

@@ -318,6 +318,9 @@ pub fn deploy(
     report.check(engine::port_free(port));
     report.check(admission_check(&root, &request.service, &request.version));
     report.check(config_check(&root, &request.version));
+    if let Some(spec) = &settings.listen {
+        report.would.push(holder_check(&root, spec));
+    }
     if root.candidate_path().exists() {
         report.would.push(format!(
             "first finish what an earlier deploy left ({}): recovery",
@@ -358,6 +361,39 @@ fn watch_and_output_values(
             policy.is_some_and(|p| p.output_max_bytes.is_some() || p.output_keep.is_some()),
         ),
     );
+    if let Some(spec) = &settings.listen {
+        report.value(
+            "listen",
+            format!(
+                "{} (backlog {}), handed to the release as fd 3",
+                spec.address, spec.backlog
+            ),
+            "policy",
+        );
+    }
+}
+
+/// Who holds the root's socket, or that a holder would be started (binding the address).
+fn holder_check(root: &Root, spec: &crate::host::listen::Spec) -> String {
+    use crate::host::listen;
+    match listen::holder_record(&root.0) {
+        Some(holder)
+            if crate::host::process::Identity {
+                pid: holder.pid,
+                start_time: holder.start_time,
+            }
+            .is_running() =>
+        {
+            format!(
+                "the socket on {} is held by pid {} ({})",
+                holder.address, holder.pid, holder.origin
+            )
+        }
+        _ => format!(
+            "no holder runs: one would be started, binding {} (or taking a live release's copy)",
+            spec.address
+        ),
+    }
 }
 
 /// What the deploy would do: start the candidate, gate it, then switch or roll back.

@@ -10,6 +10,7 @@ pub mod console;
 pub mod demo;
 pub mod deploy;
 pub(crate) mod dry_run;
+pub mod hold;
 pub(crate) mod preflight;
 pub mod releases;
 pub mod rollback;

@@ -60,6 +60,22 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
     if let Some(replicas) = &status.replicas {
         rows.push(("pool".into(), pool_line(replicas)));
     }
+    if let Some(socket) = &status.socket {
+        rows.push((
+            "socket".into(),
+            format!(
+                "{} held by pid {} ({}{})",
+                socket.holder.address,
+                socket.holder.pid,
+                socket.holder.origin,
+                if socket.holder_running {
+                    ""
+                } else {
+                    "; NOT running: the next deploy starts another"
+                }
+            ),
+        ));
+    }
     if let Some(rollout) = &status.rollout {
         rows.push(("last rollout".into(), rollout.line.clone()));
     }

@@ -51,6 +51,8 @@ struct Live {
     identity: Identity,
     /// How it proved readiness when it was deployed (the policy's probe, else `/readyz`).
     probe: crate::host::probe::Spec,
+    /// The service's held socket, when it was deployed with one.
+    listen: Option<crate::host::listen::Spec>,
 }
 
 impl Live {
@@ -74,12 +76,13 @@ impl Live {
 fn live_set(root: &Root) -> Result<Vec<Live>, String> {
     if let Some(set) = root.read_replicas().map_err(|e| e.to_string())? {
         // Replicas are probed as the rollout that placed them probed them.
-        let probe = engine::saved_run(root)
+        let settings = engine::saved_run(root)
             .ok()
             .flatten()
             .filter(|r| r.service == set.service)
-            .map(|r| r.settings.probe)
-            .unwrap_or_default();
+            .map(|r| r.settings);
+        let listen = settings.as_ref().and_then(|s| s.listen);
+        let probe = settings.map(|s| s.probe).unwrap_or_default();
         return Ok(set
             .replicas
             .into_iter()
@@ -93,6 +96,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                     start_time: r.start_time,
                 },
                 probe: probe.clone(),
+                listen,
             })
             .collect());
     }
@@ -102,6 +106,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
         .map(|p| Live {
             identity: p.identity(),
             probe: p.probe.unwrap_or_default(),
+            listen: p.listen,
             service: p.service,
             slot: None,
             version: p.version,
@@ -135,6 +140,13 @@ async fn start(
         None => root.output_path(&live.version, &live.service),
     };
     let token = format!("up-{}-{attempt}", std::process::id());
+    // Its socket again from the root's holder (started now after a reboot: it binds it).
+    let held = match &live.listen {
+        Some(spec) => {
+            Some(crate::host::listen::obtain_or_hold(&root.0, spec).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
     let socket = match live.probe.is_notify() {
         true => {
             Some(notify::Socket::bind(&notify::address_for(&token)).map_err(|e| e.to_string())?)
@@ -155,6 +167,7 @@ async fn start(
         secrets: &crate::host::config::secrets_dir(&root.0),
         // The policy is not at hand here: the defaults bound the restarted release's output.
         rotation: crate::host::output::Rotation::default(),
+        listen: held.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);

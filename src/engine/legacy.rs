@@ -78,6 +78,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             on_stall: crate::policy::OnStall::Rollback,
             keep_fallback: true,
             output: Default::default(),
+            listen: None,
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -125,6 +126,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         promoted_at: 0.0,
         fallback: None,
         probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
+        listen: rollout.settings.listen,
     });
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {

@@ -38,6 +38,8 @@ pub struct Settings {
     pub watch_failures: u32,
     /// How the release's output file is bounded.
     pub output: crate::host::output::Rotation,
+    /// The socket held for the service and handed to each release, if the policy asks.
+    pub listen: Option<crate::host::listen::Spec>,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -81,7 +83,17 @@ pub fn resolve_with_watch(
         policy.and_then(|p| p.output_max_bytes),
         policy.and_then(|p| p.output_keep),
     )?;
+    let listen = match policy.and_then(|p| p.listen.as_ref()) {
+        Some(asked) => Some(crate::host::listen::Spec::parse(
+            &asked.address,
+            asked.backlog.map_or(defaults::LISTEN_BACKLOG, |b| {
+                b.min(u64::from(u32::MAX)) as u32
+            }),
+        )?),
+        None => None,
+    };
     Ok(Settings {
+        listen,
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -197,6 +209,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             on_stall: s.on_stall,
             keep_fallback: true,
             output: s.output,
+            listen: s.listen,
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -252,6 +265,7 @@ pub(super) mod tests {
             ports: None,
             output_max_bytes: None,
             output_keep: None,
+            listen: None,
             replicas: None,
             waves: None,
             soak_ms: None,
@@ -348,6 +362,7 @@ pub(super) mod tests {
             promoted_at: 1.0,
             fallback: None,
             probe: None,
+            listen: None,
         }
     }
 

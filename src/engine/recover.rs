@@ -558,6 +558,7 @@ mod tests {
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
+                listen: None,
             },
             waves: vec![(0..slots.len()).collect()],
             wave: 0,

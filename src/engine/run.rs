@@ -65,6 +65,8 @@ pub struct Context {
     pub root: Root,
     /// The new version's executable (the verified copy of a signed release).
     pub executable: PathBuf,
+    /// The service's held socket, when the run's settings hand one to each process.
+    pub listen: Option<std::os::fd::OwnedFd>,
 }
 
 impl Context {
@@ -82,6 +84,13 @@ impl Context {
                 true => verified,
                 false => root.executable(&rollout.to, &rollout.service),
             },
+            // Taken again from the root's holder (started anew if it is gone); without it a
+            // process that needs it fails its start, said in its reason.
+            listen: rollout
+                .settings
+                .listen
+                .as_ref()
+                .and_then(|spec| crate::host::listen::obtain_or_hold(&root.0, spec).ok()),
         }
     }
 }
@@ -403,27 +412,43 @@ impl Executor {
             root.output_path(&version, &self.rollout.service)
         };
         let probe = &self.rollout.settings.probe;
+        let listen_fd = self
+            .context
+            .listen
+            .as_ref()
+            .map(std::os::fd::AsRawFd::as_raw_fd);
+        let started = match (&self.rollout.settings.listen, listen_fd) {
+            (Some(spec), None) => Err(std::io::Error::other(format!(
+                "the socket on {} is held by no holder that answers ({})",
+                spec.address,
+                crate::host::listen::holder_socket(&root.0).display()
+            ))),
+            _ => Ok(()),
+        };
         // The notification socket is bound before the process starts: nothing it says early
         // is lost.
-        let started = probe
-            .is_notify()
-            .then(|| notify::Socket::bind(&notify::address_for(&token)))
-            .transpose()
-            .and_then(|socket| {
-                let child = process::spawn(&process::Launch {
-                    executable: &executable,
-                    workdir: &root.release_dir(&version),
-                    output: &output,
-                    port,
-                    version: &version,
-                    token: &token,
-                    slot: self.behaviour.numbered_replicas.then_some(slot),
-                    notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
-                    secrets: &crate::host::config::secrets_dir(&root.0),
-                    rotation: self.rollout.settings.output,
-                })?;
-                Ok((child, socket))
-            });
+        let started = started.and_then(|()| {
+            probe
+                .is_notify()
+                .then(|| notify::Socket::bind(&notify::address_for(&token)))
+                .transpose()
+                .and_then(|socket| {
+                    let child = process::spawn(&process::Launch {
+                        executable: &executable,
+                        workdir: &root.release_dir(&version),
+                        output: &output,
+                        port,
+                        version: &version,
+                        token: &token,
+                        slot: self.behaviour.numbered_replicas.then_some(slot),
+                        notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
+                        secrets: &crate::host::config::secrets_dir(&root.0),
+                        rotation: self.rollout.settings.output,
+                        listen: listen_fd,
+                    })?;
+                    Ok((child, socket))
+                })
+        });
         let child = match started {
             Ok((child, socket)) => {
                 if let Some(socket) = socket {

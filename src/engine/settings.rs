@@ -255,6 +255,7 @@ fn resolved(
             on_stall: crate::policy::OnStall::Rollback,
             keep_fallback: false,
             output: gate.output,
+            listen: gate.listen,
         },
         classes,
     })

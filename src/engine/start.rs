@@ -57,6 +57,8 @@ pub enum Plan {
 struct Prepared {
     rollout: Rollout,
     executable: PathBuf,
+    /// The service's held socket (policy `listen`), taken before anything is recorded.
+    listen: Option<std::os::fd::OwnedFd>,
     facts: Facts,
     /// A signed release's admission, for the rollout's `rollout_started` record.
     signed: Option<release::Signed>,
@@ -137,6 +139,7 @@ fn prepare_deploy(start: &Start, port: u16, settings: &DeploySettings) -> Result
             previous_ports: live.iter().map(|l| l.port).collect(),
             reason: None,
         },
+        listen: held_socket(root, &rollout)?,
         rollout,
         executable,
         signed,
@@ -191,10 +194,22 @@ fn prepare_rollout(
                 .collect(),
             reason: None,
         },
+        listen: held_socket(root, &rollout)?,
         rollout,
         executable,
         signed,
     }))
+}
+
+/// The service's socket from the root's holder (started now if none answers), when the run's
+/// settings ask for one: refused if it cannot be had, before anything is recorded.
+fn held_socket(root: &Root, rollout: &Rollout) -> Result<Option<std::os::fd::OwnedFd>, Error> {
+    match &rollout.settings.listen {
+        Some(spec) => crate::host::listen::obtain_or_hold(&root.0, spec)
+            .map(Some)
+            .map_err(|e| refused(format!("{e}; nothing was started"))),
+        None => Ok(None),
+    }
 }
 
 /// The executable a run starts (a signed release's verified copy) and its admission.
@@ -224,6 +239,7 @@ async fn run_deploy(
     let context = Context {
         root: root.clone(),
         executable: prepared.executable,
+        listen: prepared.listen,
     };
     let mut executor = Executor::new(context, prepared.rollout);
     if no_wait {
@@ -251,6 +267,7 @@ async fn run_rollout(
         rollout,
         executable,
         signed,
+        listen,
         ..
     } = prepared;
     state::save(root, &rollout)?;
@@ -277,6 +294,7 @@ async fn run_rollout(
     let context = Context {
         root: root.clone(),
         executable,
+        listen,
     };
     let mut executor = Executor::new(context, rollout);
     let phase = executor.run(Event::Tick, signals).await?;

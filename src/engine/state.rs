@@ -140,6 +140,9 @@ pub struct Settings {
     /// How each replica's output file is bounded (the policy's `output_max_bytes`, `output_keep`).
     #[serde(default)]
     pub output: crate::host::output::Rotation,
+    /// The socket held for the service and handed to each process as fd 3 (policy `listen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<crate::host::listen::Spec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -30,6 +30,17 @@ pub struct RootStatus {
     pub rollout: Option<RolloutStatus>,
     /// The last outcomes of the log, newest first.
     pub recent: Vec<Outcome>,
+    /// The service's held socket (policy `listen`): who holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<SocketStatus>,
+}
+
+/// The root's socket holder, as it recorded itself, and whether it still runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SocketStatus {
+    #[serde(flatten)]
+    pub holder: crate::host::listen::Holder,
+    pub holder_running: bool,
 }
 
 /// The release `current` names, and whether it answers its probe now.
@@ -131,6 +142,14 @@ impl RootStatus {
             rollout: run
                 .filter(|r| r.single.is_none())
                 .map(|r| RolloutStatus::of(&r, now)),
+            socket: crate::host::listen::holder_record(&root.0).map(|holder| SocketStatus {
+                holder_running: Identity {
+                    pid: holder.pid,
+                    start_time: holder.start_time,
+                }
+                .is_running(),
+                holder,
+            }),
             // A log that cannot be read leaves the rest of the status standing.
             recent: journal::last_outcomes(&root.log_path(), RECENT)
                 .map(|mut recent| {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod fault;
 pub mod hooks;
 pub mod journal;
+pub mod listen;
 pub mod lock;
 pub mod names;
 pub mod notify;

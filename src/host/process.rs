@@ -216,6 +216,9 @@ pub struct Launch<'a> {
     pub secrets: &'a Path,
     /// How `output` is bounded.
     pub rotation: super::output::Rotation,
+    /// The service's held listening socket, handed over as fd 3 with `LISTEN_FDS` (see
+    /// `host::listen`).
+    pub listen: Option<std::os::fd::RawFd>,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -229,7 +232,18 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .and_then(|config| config.resolve(launch.secrets))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
     let output = std::fs::File::from(super::output::start(launch.output, launch.rotation)?);
-    let mut command = tokio::process::Command::new(launch.executable);
+    // With a held socket the release starts through `rollgate listen-exec`, which names its own
+    // pid in LISTEN_PID and execs the release in place (same pid, same start time).
+    let mut command = match launch.listen {
+        Some(_) => {
+            let mut trampoline = tokio::process::Command::new("/proc/self/exe");
+            trampoline
+                .args(["listen-exec", "--name", super::listen::FD_NAME, "--"])
+                .arg(launch.executable);
+            trampoline
+        }
+        None => tokio::process::Command::new(launch.executable),
+    };
     command.envs(config);
     command
         .current_dir(launch.workdir)
@@ -256,10 +270,23 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .stdin(Stdio::null())
         .stdout(output.try_clone()?)
         .stderr(output);
-    // SAFETY: setsid is async-signal-safe and touches nothing of the parent.
+    let listen = launch.listen;
+    // SAFETY: setsid, dup2 and fcntl are async-signal-safe and touch nothing of the parent. In
+    // the child, whatever was at fd 3 was close-on-exec (rollgate opens everything so), so
+    // putting the socket there loses nothing the release would have had.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if let Some(fd) = listen {
+                let first = super::listen::FIRST_FD;
+                if fd == first {
+                    let flags = nix::fcntl::FdFlag::empty();
+                    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
+                        .map_err(std::io::Error::from)?;
+                } else if libc::dup2(fd, first) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }

@@ -47,6 +47,10 @@ pub struct Pointer {
     /// `status` asks it the way its gate did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<crate::host::probe::Spec>,
+    /// The socket held for the service and handed to this release (policy `listen`): `up`
+    /// hands it again to a release it starts anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<crate::host::listen::Spec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -140,6 +140,17 @@ pub struct RolloutSettings {
     pub output_max_bytes: Option<u64>,
     #[serde(default)]
     pub output_keep: Option<u64>,
+    /// The socket rollgate holds for the service and hands to each release (`LISTEN_FDS`).
+    #[serde(default)]
+    pub listen: Option<ListenPolicy>,
+}
+
+/// The policy's `listen` as written; `host::listen::Spec::parse` checks it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenPolicy {
+    pub address: String,
+    pub backlog: Option<u64>,
 }
 
 /// The policy's `hooks` as written; `host::hooks::Hooks::from_policy` checks and resolves them.
