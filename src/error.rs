@@ -144,4 +144,27 @@ mod tests {
         assert_eq!(errors[3].render(), "error: d\n\n");
         assert_eq!(Error::Diagnostic("x".into()).render(), "x\n");
     }
+
+    #[test]
+    fn a_host_fault_decides_refused_or_failed_itself() {
+        use crate::host::fault::Fault;
+        let busy = Error::from(Fault::Busy {
+            path: "/srv/edge/deploy.lock".into(),
+            holder: "41".into(),
+        });
+        assert_eq!((busy.code(), busy.is_refused()), (REFUSED, true));
+        assert!(busy
+            .render()
+            .starts_with("error: another deploy is running on this root (pid 41"));
+        let unwritable = Error::from(Fault::unwritable(
+            std::path::Path::new("/x"),
+            "cannot write /x",
+        ));
+        assert_eq!(
+            (unwritable.code(), unwritable.render()),
+            (FAILED, "error: cannot write /x\n".to_string())
+        );
+        let name = Error::from(crate::host::names::check_name("version", "../v1").unwrap_err());
+        assert_eq!(name.code(), REFUSED);
+    }
 }

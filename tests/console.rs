@@ -477,4 +477,5 @@ fn status_json_and_the_console_api_are_the_same_model_field_for_field() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let _ = running.kill();
+    let _ = running.wait();
 }

@@ -300,10 +300,9 @@ fn up_after_a_reboot_binds_the_socket_again_and_hands_it_to_the_live_release() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(one_request(port).map_err(|e| e.1).as_deref(), Ok("v1"));
-    let holder: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(site.root().join("listen.json")).unwrap(),
-    )
-    .unwrap();
+    let holder: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("listen.json")).unwrap())
+            .unwrap();
     assert_eq!(holder["origin"], "bound");
 }
 
@@ -321,7 +320,15 @@ fn a_rollout_of_replicas_shares_the_one_socket_and_refuses_nothing() {
     let ports = ten_ports(60);
     let rollout = |version: &str| {
         rollgate()
-            .args(["rollout", "edge-svc", version, "--replicas", "3", "--ports", &ports])
+            .args([
+                "rollout",
+                "edge-svc",
+                version,
+                "--replicas",
+                "3",
+                "--ports",
+                &ports,
+            ])
             .args(["--soak", "300ms", "--root"])
             .arg(site.root())
             .arg("--policy")
@@ -335,7 +342,13 @@ fn a_rollout_of_replicas_shares_the_one_socket_and_refuses_nothing() {
     let load = Load::start(port);
     std::thread::sleep(Duration::from_millis(300));
     let out = rollout("v2");
-    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     std::thread::sleep(Duration::from_millis(300));
     let seen = load.finish();
     assert_eq!(seen.refused, 0, "{seen:?}");

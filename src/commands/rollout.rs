@@ -56,7 +56,7 @@ pub fn rollout(request: Request) -> Result<Outcome, Error> {
 
     let plan = Plan::Rollout {
         args: request.args,
-        policy: policy.clone(),
+        policy: policy.clone().map(Box::new),
     };
     super::releases::start_then_prune(
         Start {

@@ -496,6 +496,59 @@ async fn abandon(root: &Root, rollout: Rollout) -> Result<(), Error> {
     state::clear(root).map_err(Error::from)
 }
 
+/// `up` started a live release again: the new process is put where the state named the old
+/// one (`current`, the replica set and a rollout's slot), so every file still names what runs.
+/// Under the lock; refused if the state moved on meanwhile.
+pub fn record_restart(
+    root: &Root,
+    slot: Option<usize>,
+    old: Identity,
+    new: Identity,
+) -> Result<(), Error> {
+    let failed = |e: String| Error::Failed(e);
+    if let Some(mut set) = root.read_replicas()? {
+        let Some(replica) = set
+            .replicas
+            .iter_mut()
+            .find(|r| Some(r.slot) == slot && r.pid == old.pid && r.start_time == old.start_time)
+        else {
+            return Err(failed("the replica set changed meanwhile".into()));
+        };
+        replica.pid = new.pid;
+        replica.start_time = new.start_time;
+        root.write_replicas(&set)
+            .map_err(|e| failed(e.to_string()))?;
+        if let Ok(Some(mut rollout)) = state::load(root) {
+            let mut changed = false;
+            for each in &mut rollout.slots {
+                if let Some(p) = each
+                    .live
+                    .as_mut()
+                    .filter(|p| p.pid == old.pid && p.start_time == old.start_time)
+                {
+                    p.pid = new.pid;
+                    p.start_time = new.start_time;
+                    changed = true;
+                }
+            }
+            if changed {
+                state::save(root, &rollout)?;
+            }
+        }
+    }
+    if let Some(mut pointer) = root.read_pointer()? {
+        if pointer.names(old) {
+            pointer.pid = new.pid;
+            pointer.start_time = new.start_time;
+            root.write_pointer(&pointer)
+                .map_err(|e| failed(e.to_string()))?;
+        } else if slot.is_none() {
+            return Err(failed("current changed meanwhile".into()));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,57 +778,4 @@ mod tests {
         let stopped: Vec<i32> = strays(&saved, &r).iter().map(|who| who.pid).collect();
         assert_eq!(stopped, vec![1]);
     }
-}
-
-/// `up` started a live release again: the new process is put where the state named the old
-/// one (`current`, the replica set and a rollout's slot), so every file still names what runs.
-/// Under the lock; refused if the state moved on meanwhile.
-pub fn record_restart(
-    root: &Root,
-    slot: Option<usize>,
-    old: Identity,
-    new: Identity,
-) -> Result<(), Error> {
-    let failed = |e: String| Error::Failed(e);
-    if let Some(mut set) = root.read_replicas()? {
-        let Some(replica) = set
-            .replicas
-            .iter_mut()
-            .find(|r| Some(r.slot) == slot && r.pid == old.pid && r.start_time == old.start_time)
-        else {
-            return Err(failed("the replica set changed meanwhile".into()));
-        };
-        replica.pid = new.pid;
-        replica.start_time = new.start_time;
-        root.write_replicas(&set)
-            .map_err(|e| failed(e.to_string()))?;
-        if let Ok(Some(mut rollout)) = state::load(root) {
-            let mut changed = false;
-            for each in &mut rollout.slots {
-                if let Some(p) = each
-                    .live
-                    .as_mut()
-                    .filter(|p| p.pid == old.pid && p.start_time == old.start_time)
-                {
-                    p.pid = new.pid;
-                    p.start_time = new.start_time;
-                    changed = true;
-                }
-            }
-            if changed {
-                state::save(root, &rollout)?;
-            }
-        }
-    }
-    if let Some(mut pointer) = root.read_pointer()? {
-        if pointer.names(old) {
-            pointer.pid = new.pid;
-            pointer.start_time = new.start_time;
-            root.write_pointer(&pointer)
-                .map_err(|e| failed(e.to_string()))?;
-        } else if slot.is_none() {
-            return Err(failed("current changed meanwhile".into()));
-        }
-    }
-    Ok(())
 }

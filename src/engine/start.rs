@@ -49,7 +49,8 @@ pub enum Plan {
     /// lock (the command line, then the policy, then the previous rollout, then the defaults).
     Rollout {
         args: settings::Args,
-        policy: Option<policy::RolloutSettings>,
+        /// Boxed: a policy entry is large beside a deploy's numbers.
+        policy: Option<Box<policy::RolloutSettings>>,
     },
 }
 
@@ -72,19 +73,20 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
         recover::recover(&start.root).await?;
         let prepared = match &start.plan {
             Plan::Deploy { port, settings, .. } => prepare_deploy(&start, *port, settings)?,
-            Plan::Rollout { args, policy } => match prepare_rollout(&start, args, policy.as_ref())?
-            {
-                Some(prepared) => prepared,
-                None => {
-                    return Ok(Outcome::rollout(
-                        Ending::Completed,
-                        format!(
-                            "every replica of {} already runs {}; nothing to do",
-                            start.service, start.version
-                        ),
-                    ))
+            Plan::Rollout { args, policy } => {
+                match prepare_rollout(&start, args, policy.as_deref())? {
+                    Some(prepared) => prepared,
+                    None => {
+                        return Ok(Outcome::rollout(
+                            Ending::Completed,
+                            format!(
+                                "every replica of {} already runs {}; nothing to do",
+                                start.service, start.version
+                            ),
+                        ))
+                    }
                 }
-            },
+            }
         };
         let kind = match start.plan {
             Plan::Deploy { .. } => "deploy",

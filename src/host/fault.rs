@@ -21,6 +21,9 @@ pub enum Fault {
         path.display()
     )]
     Busy { path: PathBuf, holder: String },
+    /// The root's lock that cannot be opened or taken (nothing was started).
+    #[error("{why}")]
+    Unlockable { path: PathBuf, why: String },
     /// A root that is not a folder (a typo must not read as "nothing promoted yet").
     #[error("root {} is not a folder", path.display())]
     NotARoot { path: PathBuf },

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
-    bind, listen as listen_on, recvmsg, sendmsg, setsockopt, socket, sockopt, AddressFamily,
-    Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage,
+    bind, recvmsg, sendmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessage,
+    ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage,
 };
 
 use super::fault::Fault;
@@ -90,9 +90,13 @@ pub fn bind_listener(spec: &Spec) -> std::io::Result<OwnedFd> {
     let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
     setsockopt(&fd, sockopt::ReuseAddr, &true)?;
     bind(fd.as_raw_fd(), &SockaddrStorage::from(spec.address))?;
-    let backlog = Backlog::new(spec.backlog.min(i32::MAX as u32) as i32)
-        .map_err(|e| std::io::Error::other(format!("backlog {}: {e}", spec.backlog)))?;
-    listen_on(&fd, backlog)?;
+    // listen(2) itself, not nix's `Backlog` (which refuses Linux's own default, somaxconn):
+    // the kernel caps the backlog at net.core.somaxconn.
+    let backlog = spec.backlog.min(i32::MAX as u32) as i32;
+    // SAFETY: a plain syscall on a socket this function owns.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok(fd)
 }
 
@@ -307,11 +311,9 @@ pub fn hold(root: &Path, spec: &Spec, live_pids: &[i32]) -> Result<(), Fault> {
             format!("cannot write {}: {e}", record_path.display()),
         )
     })?;
-    for stream in listener.incoming() {
-        // A peer that goes away mid-answer costs nothing: the next one is served.
-        if let Ok(stream) = stream {
-            let _ = send_fd(&stream, fd.as_raw_fd());
-        }
+    // A peer that goes away mid-answer costs nothing: the next one is served.
+    for stream in listener.incoming().flatten() {
+        let _ = send_fd(&stream, fd.as_raw_fd());
     }
     Ok(())
 }
@@ -402,7 +404,8 @@ mod tests {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = probe.local_addr().unwrap();
         drop(probe);
-        let spec = Spec::parse(&address.to_string(), 16).unwrap();
+        // The default backlog, Linux's somaxconn (4096), is taken as it is.
+        let spec = Spec::parse(&address.to_string(), crate::defaults::LISTEN_BACKLOG).unwrap();
         let held = bind_listener(&spec).unwrap();
         let (left, right) = UnixStream::pair().unwrap();
         send_fd(&left, held.as_raw_fd()).unwrap();

@@ -22,7 +22,10 @@ pub fn acquire(path: &Path) -> Result<Lock, Fault> {
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|e| Fault::unwritable(path, format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| Fault::Unlockable {
+            path: path.to_path_buf(),
+            why: format!("cannot open {}: {e}", path.display()),
+        })?;
     // Like every state file, readable whatever the umask: its content names the holder.
     if let Ok(meta) = file.metadata() {
         if meta.permissions().mode() & 0o777 != crate::host::state::STATE_FILE_MODE {
@@ -51,10 +54,10 @@ pub fn acquire(path: &Path) -> Result<Lock, Fault> {
                 },
             })
         }
-        Err((_, e)) => Err(Fault::unwritable(
-            path,
-            format!("cannot lock {}: {e}", path.display()),
-        )),
+        Err((_, e)) => Err(Fault::Unlockable {
+            path: path.to_path_buf(),
+            why: format!("cannot lock {}: {e}", path.display()),
+        }),
     }
 }
 
