@@ -66,7 +66,9 @@ fn one_request(port: u16) -> Result<String, (bool, String)> {
     }
 }
 
-/// A steady load on `port` until stopped: a request on a new connection every millisecond.
+/// A steady load on `port` until stopped: a request on a new connection every millisecond
+/// (not `common::http::Load`, whose kept-alive half counts a connection closed by a stopping
+/// release as a failure: a client retries those; a refused or dropped connection it cannot).
 struct Load {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
