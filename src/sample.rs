@@ -339,7 +339,10 @@ fn held_socket() -> Result<TcpListener, String> {
 }
 
 /// A connection from the held socket: counted while open, and closed after its answer once
-/// the service stops (hyper's graceful shutdown), so no answer owed is lost.
+/// the service stops (hyper's graceful shutdown), so no answer owed is lost. A connection that
+/// has not had its first request read yet is not idle: its request may be in its socket
+/// already (Go's `Shutdown` waits for such new connections too), so it is closed only after
+/// its first answer, or once it has sent nothing for 5 s.
 fn serve_held(
     stream: tokio::net::TcpStream,
     args: &SampleArgs,
@@ -348,20 +351,38 @@ fn serve_held(
     open: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let (args, version) = (args.clone(), version.to_string());
     let open = open.clone();
     open.fetch_add(1, Ordering::SeqCst);
+    let answered = std::sync::Arc::new(AtomicBool::new(false));
     tokio::spawn(async move {
-        let service = service_fn(move |req| answer(req, args.clone(), version.clone(), started));
+        let said = answered.clone();
+        let service = service_fn(move |req| {
+            let (args, version, said) = (args.clone(), version.clone(), said.clone());
+            async move {
+                let response = answer(req, args, version, started).await;
+                said.store(true, Ordering::SeqCst);
+                response
+            }
+        });
         let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
         tokio::pin!(connection);
+        let mut asked: Option<Instant> = None;
+        let mut shut = false;
         loop {
             tokio::select! {
                 _ = connection.as_mut() => break,
-                changed = stopping.changed(), if !*stopping.borrow() => {
+                changed = stopping.changed(), if asked.is_none() => {
                     if changed.is_err() || *stopping.borrow() {
+                        asked = Some(Instant::now());
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(5)), if asked.is_some() && !shut => {
+                    let waited = asked.map_or(Duration::ZERO, |t| t.elapsed());
+                    if answered.load(Ordering::SeqCst) || waited > Duration::from_secs(5) {
                         connection.as_mut().graceful_shutdown();
+                        shut = true;
                     }
                 }
             }
