@@ -277,7 +277,7 @@ def processes_in(root):
 def named_pids(root):
     """What the root's state names: the live release, its fallback, the socket's holder."""
     pids = set()
-    for name, keys in (("current", ("pid",)), ("listen.json", ("pid",))):
+    for name in ("current", "listen.json"):
         try:
             with open(os.path.join(root, name)) as f:
                 record = json.load(f)

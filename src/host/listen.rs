@@ -173,7 +173,7 @@ pub fn local_address(fd: &OwnedFd) -> std::io::Result<SocketAddr> {
 /// the command that starts one: `rollgate hold --root ROOT ...`). Refused when the holder
 /// serves another address (the policy changed its `listen`: a new address needs the old
 /// holder stopped first, which this never does behind a person's back).
-pub fn obtain(
+fn obtain(
     root: &Path,
     spec: &Spec,
     hold: &mut dyn FnMut() -> std::io::Result<()>,
