@@ -888,3 +888,112 @@ fn clients_that_connect_per_request_reuse_the_proxys_connections_to_the_release(
         "{made} connections to the release for 60 requests"
     );
 }
+
+/// Issue 40: a request without a body is relayed on the client connection's own task, its
+/// answer framed by the proxy itself. A release answering in every framing RFC 9112 allows is
+/// passed on byte for byte, over as few connections as the framings allow; an answer with two
+/// lengths is refused (502) and its connection never used again.
+#[test]
+fn every_answer_framing_is_relayed_and_a_connection_is_reused_only_when_safe() {
+    let site = Site::new();
+    let listener = stand_in_release(&site, "framings");
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let head = read_head(&mut reader);
+                    let Some(path) = head.split_whitespace().nth(1) else {
+                        return;
+                    };
+                    let pieces: Vec<&str> = match path {
+                        "/length" => vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
+                        "/chunked" => vec![
+                            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                            "5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n",
+                        ],
+                        "/interim" => vec![
+                            "HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n",
+                            "HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nfinally",
+                        ],
+                        "/empty" => vec!["HTTP/1.1 204 No Content\r\nx-seen: yes\r\n\r\n"],
+                        // A head and its body in pieces, with pauses between them.
+                        "/split" => vec![
+                            "HTTP/1.1 200 OK\r\ncont",
+                            "ent-length: 9\r\n\r\nin ",
+                            "thr",
+                            "ee",
+                            "!",
+                        ],
+                        "/two-lengths" => {
+                            vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello"]
+                        }
+                        "/until-close" => vec!["HTTP/1.1 200 OK\r\n\r\nuntil the end"],
+                        _ => vec!["HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"],
+                    };
+                    for piece in pieces {
+                        if writer.write_all(piece.as_bytes()).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    if path == "/until-close" {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let proxy = Proxy::start(&site, &["--threads", "1"]);
+    let mut conn = Conn::open(proxy.port).unwrap();
+    fn got(conn: &mut Conn, path: &str) -> (u16, String, Option<String>) {
+        let answer = conn.get(path, "").unwrap();
+        let seen = answer.header("x-seen").map(str::to_string);
+        (answer.status, answer.body, seen)
+    }
+    assert_eq!(got(&mut conn, "/length"), (200, "hello".into(), None));
+    assert_eq!(
+        got(&mut conn, "/chunked"),
+        (200, "hello world".into(), None)
+    );
+    assert_eq!(got(&mut conn, "/interim"), (200, "finally".into(), None));
+    assert_eq!(
+        got(&mut conn, "/empty"),
+        (204, "".into(), Some("yes".into()))
+    );
+    assert_eq!(got(&mut conn, "/split"), (200, "in three!".into(), None));
+    assert_eq!(got(&mut conn, "/length"), (200, "hello".into(), None));
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connection for six answers"
+    );
+    let refused = conn.get("/two-lengths", "").unwrap();
+    assert_eq!(refused.status, 502, "{}", refused.body);
+    assert!(
+        refused.body.contains("framings on 127.0.0.1:"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(got(&mut conn, "/length"), (200, "hello".into(), None));
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the refused answer's connection was dropped"
+    );
+    assert_eq!(
+        got(&mut conn, "/until-close"),
+        (200, "until the end".into(), None)
+    );
+    assert_eq!(got(&mut conn, "/length"), (200, "hello".into(), None));
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "an answer read to the close ends its connection"
+    );
+}

@@ -21,6 +21,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::idle::{Activity, BoxError, IdleBody, Watched};
+use super::relay::{self, Relayed};
 use super::routes::{Lease, Routes, View};
 use super::upstream::{self, Upstreams};
 
@@ -240,12 +241,13 @@ pub async fn handle(
         hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS | hyper::Method::TRACE
     );
     let mut body = Some(body);
-    // The head is kept (cloned per attempt) only when another replica could take a retry.
+    // A request without a body is relayed (`relay`) with its head borrowed, so it can be sent
+    // to another replica; one with a body goes through hyper's client once, its head moved.
     let mut parts = Some(parts);
     let mut refused_by: Vec<u16> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     let (lease, mut response) = loop {
-        let (lease, pool_size, kept) = {
+        let (lease, pool_size, kept, wire, home) = {
             let mut reused = client.reused.lock().expect("connection state");
             let Reused { view, upstreams } = &mut *reused;
             let seen = view.generation();
@@ -253,8 +255,16 @@ pub async fn handle(
             if view.generation() != seen {
                 upstreams.keep_only(|port| view.has_port(port));
             }
-            let kept = lease.as_ref().and_then(|l| upstreams.take(l.target.port));
-            (lease, view.pool_size(), kept)
+            let (kept, wire, home) = match lease.as_ref() {
+                Some(l) if replayable => (
+                    None,
+                    upstreams.take_wire(l.target.port),
+                    Some(upstreams.home().clone()),
+                ),
+                Some(l) => (upstreams.take(l.target.port), None, None),
+                None => (None, None, None),
+            };
+            (lease, view.pool_size(), kept, wire, home)
         };
         let Some(lease) = lease else {
             return Ok(if refusals.is_empty() {
@@ -276,39 +286,47 @@ pub async fn handle(
             });
         };
         let port = lease.target.port;
-        let attempt_body = match body.take() {
-            Some(incoming) if !replayable => {
-                Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
-            }
-            _ => Either::Right(http_body_util::Empty::new()),
-        };
-        let retry_possible = replayable && pool_size > refused_by.len() + 1;
-        let head = match (retry_possible, parts.as_ref()) {
-            (true, Some(kept)) => kept.clone(),
-            _ => match parts.take() {
-                Some(head) => head,
-                None => {
+        let result = match (home, parts.as_ref()) {
+            // No body to send: relayed on this task, the head borrowed (nothing to copy for a
+            // retry).
+            (Some(home), Some(head)) => relay::exchange(wire, port, head, &home)
+                .await
+                .map(|response| response.map(Either::Right)),
+            _ => {
+                let attempt_body = match body.take() {
+                    Some(incoming) if !replayable => {
+                        Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
+                    }
+                    _ => Either::Right(http_body_util::Empty::new()),
+                };
+                let Some(head) = parts.take() else {
                     return Ok(plain(
                         StatusCode::BAD_GATEWAY,
                         "no replica took the request".into(),
-                    ))
+                    ));
+                };
+                let attempt = Request::from_parts(head, attempt_body);
+                match upstream::send(kept, port, attempt).await {
+                    Ok((response, sender)) => {
+                        // An upgraded connection is the tunnel's now.
+                        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+                            let mut reused = client.reused.lock().expect("connection state");
+                            reused.upstreams.put(port, sender);
+                        }
+                        Ok(response.map(Either::Left))
+                    }
+                    Err(e) => Err(e),
                 }
-            },
-        };
-        let attempt = Request::from_parts(head, attempt_body);
-        match upstream::send(kept, port, attempt).await {
-            Ok((response, sender)) => {
-                // An upgraded connection is the tunnel's now.
-                if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-                    let mut reused = client.reused.lock().expect("connection state");
-                    reused.upstreams.put(port, sender);
-                }
-                break (lease, response);
             }
+        };
+        match result {
+            Ok(response) => break (lease, response),
             Err(e) => {
                 let refused = e.is_refused();
                 let lost = safe && e.is_lost_connection();
-                if (refused || lost) && replayable && parts.is_some() {
+                // Another replica may take it (the last one's failure is told as it is).
+                let retry_possible = pool_size > refused_by.len() + 1;
+                if (refused || lost) && replayable && retry_possible && parts.is_some() {
                     refused_by.push(port);
                     refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
                     continue;
@@ -373,7 +391,7 @@ pub async fn handle(
 /// A response body that holds its request's lease until it is finished or dropped, so a
 /// release counts as busy while its answer is still streaming.
 pub struct Leased {
-    body: IdleBody<Incoming>,
+    body: IdleBody<Either<Incoming, Relayed>>,
     _lease: Lease,
 }
 

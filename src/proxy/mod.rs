@@ -6,6 +6,7 @@
 pub mod drain;
 mod forward;
 mod idle;
+mod relay;
 mod routes;
 mod upstream;
 mod watch;

@@ -13,7 +13,10 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
+use std::sync::Arc;
+
 use super::forward::UpstreamBody;
+use super::relay::Wire;
 
 /// Why a request did not get an answer from a release.
 #[derive(Debug)]
@@ -24,6 +27,10 @@ pub enum Failure {
     Lost(hyper::Error),
     /// Anything else the exchange failed on.
     Other(hyper::Error),
+    /// The connection broke or closed before the answer was whole (`relay`).
+    Broken(std::io::Error),
+    /// The release's answer was not HTTP as RFC 9112 allows it (`relay`).
+    Garbled(String),
 }
 
 impl Failure {
@@ -35,7 +42,10 @@ impl Failure {
     /// No answer came because the connection could not be made or broke: a safe method may be
     /// sent again to another release.
     pub fn is_lost_connection(&self) -> bool {
-        matches!(self, Failure::Connect(_) | Failure::Lost(_))
+        matches!(
+            self,
+            Failure::Connect(_) | Failure::Lost(_) | Failure::Broken(_)
+        )
     }
 }
 
@@ -44,6 +54,8 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Connect(e) => write!(f, "connect: {e}"),
             Failure::Lost(e) | Failure::Other(e) => write!(f, "{e}"),
+            Failure::Broken(e) => write!(f, "{e}"),
+            Failure::Garbled(what) => write!(f, "the release sent {what}"),
         }
     }
 }
@@ -72,77 +84,142 @@ fn classify(e: hyper::Error) -> Failure {
     }
 }
 
-/// Idle connections to releases kept by one serving thread (nginx's `keepalive 64`).
+/// Idle connections to releases kept by one serving thread (nginx's `keepalive 64`), of each
+/// kind (see [`Idle`]).
 pub const IDLE_PER_THREAD: usize = 64;
 
-/// One serving thread's idle connections to releases, by port, newest last. Only its own
-/// thread uses it, so its lock is never contended.
-#[derive(Default)]
-pub struct Idle {
-    kept: std::sync::Mutex<Vec<(u16, SendRequest<UpstreamBody>)>>,
+/// A connection that can tell whether the release has closed it.
+pub trait Reusable {
+    fn still_open(&self) -> bool;
 }
 
-impl Idle {
-    fn take(&self, port: u16) -> Option<SendRequest<UpstreamBody>> {
+impl Reusable for SendRequest<UpstreamBody> {
+    fn still_open(&self) -> bool {
+        !self.is_closed()
+    }
+}
+
+/// Connections to releases by port, newest last. One client connection's (a handful at most:
+/// one per replica it has sent to) or one serving thread's: only its own task or thread uses
+/// it, so its lock is never contended.
+pub struct Shelf<C> {
+    kept: std::sync::Mutex<Vec<(u16, C)>>,
+}
+
+impl<C> Default for Shelf<C> {
+    fn default() -> Self {
+        Shelf {
+            kept: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<C: Reusable> Shelf<C> {
+    /// A connection to `port` still open (the newest), taken out while it is used.
+    pub fn take(&self, port: u16) -> Option<C> {
         let mut kept = self.kept.lock().ok()?;
-        kept.retain(|(_, sender)| !sender.is_closed());
+        kept.retain(|(_, c)| c.still_open());
         let at = kept.iter().rposition(|(p, _)| *p == port)?;
         Some(kept.swap_remove(at).1)
     }
 
-    fn give(&self, connections: Vec<(u16, SendRequest<UpstreamBody>)>) {
+    pub fn put(&self, port: u16, connection: C) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.push((port, connection));
+        }
+    }
+
+    /// Everything on the shelf, taken off it.
+    fn take_all(&self) -> Vec<(u16, C)> {
+        self.kept
+            .lock()
+            .map(|mut kept| std::mem::take(&mut *kept))
+            .unwrap_or_default()
+    }
+
+    /// Takes `connections` in, keeping at most `bound` (the oldest go first: a release closes
+    /// long-idle ones anyway).
+    fn give(&self, connections: Vec<(u16, C)>, bound: usize) {
         let Ok(mut kept) = self.kept.lock() else {
             return;
         };
-        kept.extend(connections.into_iter().filter(|(_, s)| !s.is_closed()));
-        // The oldest go first (a release closes long-idle ones anyway).
-        let over = kept.len().saturating_sub(IDLE_PER_THREAD);
+        kept.extend(connections.into_iter().filter(|(_, c)| c.still_open()));
+        let over = kept.len().saturating_sub(bound);
         kept.drain(..over);
+    }
+
+    /// Forgets connections to ports no release of `live` is on.
+    pub fn keep_only(&self, live: impl Fn(u16) -> bool) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.retain(|(port, _)| live(*port));
+        }
     }
 }
 
-/// One client connection's connections to releases, by port (a handful at most: one per
-/// replica it has sent to). Dropped with the client connection: they go to the thread's idle
-/// set.
+/// One serving thread's idle connections to releases: hyper's (for requests with a body and
+/// upgrades) and `relay`'s (for the rest).
+#[derive(Default)]
+pub struct Idle {
+    senders: Shelf<SendRequest<UpstreamBody>>,
+    wires: Shelf<Wire>,
+}
+
+/// One client connection's connections to releases. Dropped with the client connection: they
+/// go to the thread's idle set.
 pub struct Upstreams {
-    kept: Vec<(u16, SendRequest<UpstreamBody>)>,
-    idle: std::sync::Arc<Idle>,
+    senders: Shelf<SendRequest<UpstreamBody>>,
+    /// Shared with the answer bodies being read: a body read to its end puts its wire back.
+    wires: Arc<Shelf<Wire>>,
+    idle: Arc<Idle>,
 }
 
 impl Drop for Upstreams {
     fn drop(&mut self) {
-        self.idle.give(std::mem::take(&mut self.kept));
+        self.idle
+            .senders
+            .give(self.senders.take_all(), IDLE_PER_THREAD);
+        self.idle.wires.give(self.wires.take_all(), IDLE_PER_THREAD);
     }
 }
 
 impl Upstreams {
-    pub fn new(idle: std::sync::Arc<Idle>) -> Upstreams {
+    pub fn new(idle: Arc<Idle>) -> Upstreams {
         Upstreams {
-            kept: Vec::new(),
+            senders: Shelf::default(),
+            wires: Arc::default(),
             idle,
         }
     }
 
-    /// A connection to `port` that is still open (this client's, else an idle one of the
-    /// thread's), taken out while it is used.
+    /// A hyper connection to `port` that is still open (this client's, else an idle one of
+    /// the thread's), taken out while it is used.
     pub fn take(&mut self, port: u16) -> Option<SendRequest<UpstreamBody>> {
-        self.kept.retain(|(_, sender)| !sender.is_closed());
-        match self.kept.iter().position(|(p, _)| *p == port) {
-            Some(at) => Some(self.kept.swap_remove(at).1),
-            None => self.idle.take(port),
-        }
+        self.senders
+            .take(port)
+            .or_else(|| self.idle.senders.take(port))
+    }
+
+    /// A relay connection to `port`, as [`Upstreams::take`].
+    pub fn take_wire(&mut self, port: u16) -> Option<Wire> {
+        self.wires.take(port).or_else(|| self.idle.wires.take(port))
+    }
+
+    /// Where a relayed answer's body puts its connection back.
+    pub fn home(&self) -> &Arc<Shelf<Wire>> {
+        &self.wires
     }
 
     /// Gives a connection back for the client's next request.
     pub fn put(&mut self, port: u16, sender: SendRequest<UpstreamBody>) {
         if !sender.is_closed() {
-            self.kept.push((port, sender));
+            self.senders.put(port, sender);
         }
     }
 
     /// Forgets connections to ports no release of `live` is on.
     pub fn keep_only(&mut self, live: impl Fn(u16) -> bool) {
-        self.kept.retain(|(port, _)| live(*port));
+        self.senders.keep_only(&live);
+        self.wires.keep_only(&live);
     }
 }
 
