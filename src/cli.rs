@@ -210,11 +210,14 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
     #[command(after_help = "Examples:
   rollgate proxy --listen 127.0.0.1:8080 --root /srv/edge
   rollgate proxy --listen 0.0.0.0:80 --root /srv/edge --version-header x-release
+  rollgate proxy --listen 127.0.0.1:8080 --root /srv/edge --metrics-listen 127.0.0.1:9180
 
 Forwards every request to 127.0.0.1:<port> of the release `current` names (503 when none,
 502 when it refuses). Sets X-Forwarded-For (appends to the client's only with
 --trust-forwarded) and X-Forwarded-Proto, keeps Host. The deployer
-asks it over ROOT/proxy.sock to drain the old release before stopping it.
+asks it over ROOT/proxy.sock to drain the old release before stopping it. It counts what each
+release answers (status class, failures, latency): a rollout's `analysis` judges a canary on
+those counts, and --metrics-listen serves them as Prometheus' /metrics.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
     Proxy {
         /// Address to listen on.
@@ -259,6 +262,13 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// core. Fewer leave more CPU to the releases on a small host.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
         threads: Option<u16>,
+        /// Serve the counts of what each release answered at http://ADDR/metrics, in
+        /// Prometheus' text format (docs/analysis.md lists the series).
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// Count nothing (only to measure what counting costs: bench/proxy_bench.sh).
+        #[arg(long, hide = true)]
+        no_counting: bool,
     },
     /// A page and a JSON API over one or more roots: live releases, rollouts, escalations,
     /// history, an event stream, and pause/resume/abort/promote behind a token.

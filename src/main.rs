@@ -213,6 +213,8 @@ fn run(command: Command) -> Result<u8, Error> {
             body_idle_timeout_ms,
             tunnel_idle_timeout_ms,
             trust_forwarded,
+            metrics_listen,
+            no_counting,
         } => {
             proxy::run(proxy::Options {
                 listen,
@@ -225,6 +227,8 @@ fn run(command: Command) -> Result<u8, Error> {
                 body_idle: Duration::from_millis(body_idle_timeout_ms),
                 tunnel_idle: Duration::from_millis(tunnel_idle_timeout_ms),
                 trust_forwarded,
+                metrics_listen,
+                counting: !no_counting,
             })?;
             Ok(error::SUCCESS)
         }

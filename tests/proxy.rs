@@ -997,3 +997,181 @@ fn every_answer_framing_is_relayed_and_a_connection_is_reused_only_when_safe() {
         "an answer read to the close ends its connection"
     );
 }
+
+/// The samples of a `/metrics` page as Prometheus' own Python client parses it (a page it
+/// cannot parse fails the test): (name, labels, value).
+fn parsed_metrics(page: &str) -> Vec<(String, std::collections::BTreeMap<String, String>, f64)> {
+    let script = [
+        "import sys, json",
+        "from prometheus_client.parser import text_string_to_metric_families",
+        "for family in text_string_to_metric_families(sys.stdin.read()):",
+        "    for s in family.samples:",
+        "        print(json.dumps([s.name, s.labels, s.value]))",
+    ]
+    .join("\n");
+    let mut child = std::process::Command::new(python_tools().join("python"))
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client could not parse the page: {}\n{page}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Issue 38: the proxy counts every answer per release and slot, by status class, and the
+/// refusals of a dead replica; `/metrics` is read by a real parser and its counts equal the
+/// client's own.
+#[test]
+fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
+    let site = Site::new();
+    // A release answering the status its path names (`/s/503`), `/slow` after 40 ms.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let head = read_head(&mut reader);
+                    let Some(path) = head.split_whitespace().nth(1) else {
+                        return;
+                    };
+                    if path == "/slow" {
+                        std::thread::sleep(Duration::from_millis(40));
+                    }
+                    let status = path.strip_prefix("/s/").unwrap_or("200");
+                    let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let gone = free_port();
+    let me = std::process::id() as i32;
+    write_replicas(&site, &[("counted", port, me), ("gone", gone, me)]);
+    let metrics_port = free_port();
+    let metrics_at = format!("127.0.0.1:{metrics_port}");
+    let proxy = Proxy::start(&site, &["--threads", "2", "--metrics-listen", &metrics_at]);
+    let mut sent = std::collections::BTreeMap::new();
+    for (path, class, times) in [
+        ("/", "2xx", 30),
+        ("/slow", "2xx", 5),
+        ("/s/204", "2xx", 2),
+        ("/s/302", "3xx", 4),
+        ("/s/404", "4xx", 6),
+        ("/s/503", "5xx", 9),
+    ] {
+        for i in 0..times {
+            // Half on a connection of their own, half on one kept connection.
+            let mut conn = Conn::open(proxy.port).unwrap();
+            let answer = conn.get(path, "").unwrap();
+            if i % 2 == 0 {
+                let again = conn.get(path, "").unwrap();
+                assert_eq!(again.status, answer.status);
+                *sent.entry(class).or_insert(0) += 1;
+            }
+            *sent.entry(class).or_insert(0) += 1;
+        }
+    }
+    let page = Conn::open(metrics_port)
+        .unwrap()
+        .get("/metrics", "")
+        .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let samples = parsed_metrics(&page.body);
+    let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        samples
+            .iter()
+            .find(|(n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, _, v)| *v)
+    };
+    let total: u64 = sent.values().sum();
+    for class in ["2xx", "3xx", "4xx", "5xx"] {
+        let counted = value(
+            "rollgate_proxy_answers_total",
+            &[("release", "counted"), ("slot", "0"), ("class", class)],
+        );
+        assert_eq!(
+            counted,
+            Some(*sent.get(class).unwrap_or(&0) as f64),
+            "{class}"
+        );
+    }
+    // Ties between the two replicas go in turn: some requests met the dead one first.
+    let refused = value(
+        "rollgate_proxy_upstream_failures_total",
+        &[("release", "gone"), ("slot", "1"), ("reason", "refused")],
+    )
+    .unwrap();
+    assert!(refused >= 1.0, "{refused}");
+    let answered_by_gone: f64 = samples
+        .iter()
+        .filter(|(n, l, _)| n == "rollgate_proxy_answers_total" && l["release"] == "gone")
+        .map(|(_, _, v)| v)
+        .sum();
+    assert_eq!(answered_by_gone, 0.0);
+    let histogram = |le: &str| {
+        value(
+            "rollgate_proxy_answer_seconds_bucket",
+            &[("release", "counted"), ("slot", "0"), ("le", le)],
+        )
+        .unwrap()
+    };
+    assert_eq!(histogram("+Inf"), total as f64);
+    assert_eq!(
+        value(
+            "rollgate_proxy_answer_seconds_count",
+            &[("release", "counted")]
+        ),
+        Some(total as f64)
+    );
+    // The slow answers (40 ms or more) are above the 32.768 ms edge, all of them.
+    let slow = ((5 + 1) / 2 + 5) as f64;
+    assert!(histogram("0.032768") <= total as f64 - slow);
+    assert!(
+        value(
+            "rollgate_proxy_answer_seconds_sum",
+            &[("release", "counted")]
+        )
+        .unwrap()
+            >= slow * 0.04
+    );
+    assert_eq!(
+        value(
+            "rollgate_proxy_in_flight",
+            &[("release", "counted"), ("state", "serving")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(value("rollgate_proxy_draining", &[]), Some(0.0));
+    assert!(value("rollgate_proxy_start_time_seconds", &[]).unwrap() > 1.7e9);
+}

@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 
+use super::metrics::{counts_line, Started};
 use super::routes::Routes;
 use super::watch::refresh;
 use crate::host::fault::Fault;
@@ -134,8 +135,22 @@ fn trusted(stream: &UnixStream) -> bool {
         .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
 }
 
-/// Proxy side: answers drain requests until the listener is dropped.
-pub async fn serve(listener: UnixListener, root: Root, routes: Arc<Routes>, switched: Arc<Notify>) {
+/// What a peer asks for.
+enum Asked {
+    /// `drain <port>`: confirm that the release on that port has finished its requests.
+    Drain(u16),
+    /// `counts`: what each release answered (`metrics::counts_line`).
+    Counts,
+}
+
+/// Proxy side: answers drain and counts requests until the listener is dropped.
+pub async fn serve(
+    listener: UnixListener,
+    root: Root,
+    routes: Arc<Routes>,
+    switched: Arc<Notify>,
+    started: Started,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -152,7 +167,8 @@ pub async fn serve(listener: UnixListener, root: Root, routes: Arc<Routes>, swit
             }
             let (read, mut write) = stream.into_split();
             let answer = match read_request(read).await {
-                Ok(port) => answer(port, &root, &routes, &switched).await,
+                Ok(Asked::Drain(port)) => answer(port, &root, &routes, &switched).await,
+                Ok(Asked::Counts) => counts_line(&routes, started),
                 Err(why) => format!("error {why}\n"),
             };
             let _ = write.write_all(answer.as_bytes()).await;
@@ -160,8 +176,8 @@ pub async fn serve(listener: UnixListener, root: Root, routes: Arc<Routes>, swit
     }
 }
 
-/// Reads `drain <port>\n`, bounded in length and time.
-async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<u16, &'static str> {
+/// Reads `drain <port>\n` or `counts\n`, bounded in length and time.
+async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'static str> {
     use tokio::io::AsyncReadExt;
     let mut line = String::new();
     let mut limited = BufReader::new(read.take(MAX_LINE));
@@ -174,8 +190,12 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<u16, &'st
         Ok(Ok(_)) => {}
     }
     match line.split_whitespace().collect::<Vec<_>>()[..] {
-        ["drain", port] => port.parse::<u16>().map_err(|_| "bad port"),
-        _ => Err("expected `drain <port>`"),
+        ["drain", port] => port
+            .parse::<u16>()
+            .map(Asked::Drain)
+            .map_err(|_| "bad port"),
+        ["counts"] => Ok(Asked::Counts),
+        _ => Err("expected `drain <port>` or `counts`"),
     }
 }
 

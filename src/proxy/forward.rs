@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Frame, Incoming};
@@ -45,6 +45,10 @@ pub struct Shared {
     /// Keep the client's `X-Forwarded-For` and append to it (behind another proxy); otherwise
     /// it is replaced, so a client cannot forge where it comes from.
     pub trust_forwarded: bool,
+    /// This serving thread's number: its shard of every release's counts.
+    pub thread: usize,
+    /// Whether answers are counted (`counts.rs`); off only to measure what counting costs.
+    pub counting: bool,
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only.
@@ -286,6 +290,7 @@ pub async fn handle(
             });
         };
         let port = lease.target.port;
+        let sent = ctx.counting.then(Instant::now);
         let result = match (home, parts.as_ref()) {
             // No body to send: relayed on this task, the head borrowed (nothing to copy for a
             // retry).
@@ -319,6 +324,15 @@ pub async fn handle(
                 }
             }
         };
+        if let Some(sent) = sent {
+            let counts = &lease.target.counts;
+            match &result {
+                Ok(response) => {
+                    counts.answered(ctx.thread, response.status().as_u16(), sent.elapsed())
+                }
+                Err(e) => counts.missed(ctx.thread, e.miss()),
+            }
+        }
         match result {
             Ok(response) => break (lease, response),
             Err(e) => {

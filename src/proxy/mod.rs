@@ -3,9 +3,11 @@
 //! switch at once, lets requests already sent to the old release finish, and tells the deployer
 //! (over `ROOT/proxy.sock`, see `drain.rs`) when the old release has drained.
 
+mod counts;
 pub mod drain;
 mod forward;
 mod idle;
+mod metrics;
 mod relay;
 mod routes;
 mod upstream;
@@ -50,6 +52,10 @@ pub struct Options {
     pub tunnel_idle: Duration,
     /// Append to the client's `X-Forwarded-For` instead of replacing it.
     pub trust_forwarded: bool,
+    /// Where to serve `/metrics` (none: not served; the counts are kept either way).
+    pub metrics_listen: Option<SocketAddr>,
+    /// Count what each release answers (off only to measure what counting costs).
+    pub counting: bool,
 }
 
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
@@ -84,11 +90,20 @@ fn serve(options: Options) -> Result<(), String> {
     let _claim = claim_address(options.listen)?;
     let listeners = reuseport_listeners(options.listen, threads).map_err(|e| e.to_string())?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
-    let routes = Arc::new(Routes::default());
+    let routes = Arc::new(Routes::new(threads));
+    let started = metrics::Started::now();
+    let metrics_listener = options
+        .metrics_listen
+        .map(|address| {
+            std::net::TcpListener::bind(address)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| format!("cannot serve /metrics on {address}: {e}"))
+        })
+        .transpose()?;
     let _ = watch::refresh(&root, &routes);
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let core = |listener: std::net::TcpListener| Core {
+    let core = |(thread, listener): (usize, std::net::TcpListener)| Core {
         listener,
         shared: Arc::new(Shared {
             routes: routes.clone(),
@@ -99,12 +114,14 @@ fn serve(options: Options) -> Result<(), String> {
             body_idle: options.body_idle,
             tunnel_idle: options.tunnel_idle,
             trust_forwarded: options.trust_forwarded,
+            thread,
+            counting: options.counting,
         }),
         slots: slots.clone(),
         stop: stop_rx.clone(),
         options: options.clone(),
     };
-    let mut listeners = listeners.into_iter();
+    let mut listeners = listeners.into_iter().enumerate();
     let first = core(listeners.next().expect("at least one core"));
     let others: Vec<Core> = listeners.map(core).collect();
 
@@ -125,7 +142,15 @@ fn serve(options: Options) -> Result<(), String> {
                 root.clone(),
                 routes.clone(),
                 reread,
+                started,
             ));
+            if let Some(listener) = metrics_listener {
+                let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+                if let Ok(address) = listener.local_addr() {
+                    eprintln!("rollgate proxy: /metrics on http://{address}/metrics");
+                }
+                tokio::spawn(metrics::serve(listener, routes.clone(), started));
+            }
             let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
             eprintln!(

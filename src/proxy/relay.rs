@@ -247,8 +247,7 @@ fn framing_of(
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .next_back();
+            .rfind(|c| !c.is_empty());
         return Ok(match last {
             // A length beside it is ignored, and the connection not trusted again.
             Some(c) if c.eq_ignore_ascii_case("chunked") => (

@@ -14,24 +14,46 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use super::counts::{Counts, Snapshot};
+
 /// One release the proxy forwards to.
-#[derive(Debug)]
 pub struct Target {
     pub version: String,
     pub port: u16,
     pub pid: i32,
+    /// Its replica slot (0 for a single release).
+    pub slot: u16,
+    /// What it answered (shared by every target of the same version and slot).
+    pub counts: Arc<Counts>,
     /// The version as a header value (`--version-header`), made once.
     pub header_value: Option<hyper::header::HeaderValue>,
     in_flight: AtomicUsize,
     idle: Notify,
 }
 
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Target({} on port {}, pid {}, slot {}, {} in flight)",
+            self.version,
+            self.port,
+            self.pid,
+            self.slot,
+            self.in_flight()
+        )
+    }
+}
+
 impl Target {
-    pub fn new(version: &str, port: u16, pid: i32) -> Arc<Target> {
+    fn new(member: Member<'_>, counts: Arc<Counts>) -> Arc<Target> {
+        let (version, port, pid, slot) = member;
         Arc::new(Target {
             version: version.to_string(),
             port,
             pid,
+            slot,
+            counts,
             header_value: hyper::header::HeaderValue::from_str(version).ok(),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -55,8 +77,8 @@ impl Target {
         }
     }
 
-    fn same_release(&self, version: &str, port: u16, pid: i32) -> bool {
-        self.version == version && self.port == port && self.pid == pid
+    fn same_release(&self, (version, port, pid, slot): Member<'_>) -> bool {
+        self.version == version && self.port == port && self.pid == pid && self.slot == slot
     }
 }
 
@@ -74,8 +96,8 @@ impl Drop for Lease {
     }
 }
 
-/// A release the proxy may route to: version, port and pid name it.
-pub type Member<'a> = (&'a str, u16, i32);
+/// A release the proxy may route to: version, port, pid and replica slot name it.
+pub type Member<'a> = (&'a str, u16, i32, u16);
 
 #[derive(Debug, Default)]
 struct Table {
@@ -103,6 +125,24 @@ pub struct Routes {
     table: Mutex<Table>,
     /// Moves on every change of the pool or the fallback (under the table's lock).
     generation: AtomicU64,
+    /// Every release (version and slot) served since the proxy started, and what it answered:
+    /// kept when it leaves the pool, so its counts never go back (Prometheus counters).
+    counted: Mutex<Vec<Counted>>,
+    /// Serving threads: each release's counts have a shard per thread.
+    threads: usize,
+}
+
+/// One release's counts, by version and slot.
+pub struct Counted {
+    pub version: String,
+    pub slot: u16,
+    pub counts: Arc<Counts>,
+}
+
+impl std::fmt::Debug for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Counted({} slot {})", self.version, self.slot)
+    }
 }
 
 /// One connection's copy of the table: the pool and the fallback as of `generation`.
@@ -135,6 +175,69 @@ impl View {
 }
 
 impl Routes {
+    /// A table for `threads` serving threads.
+    pub fn new(threads: usize) -> Routes {
+        Routes {
+            threads,
+            ..Routes::default()
+        }
+    }
+
+    /// The counts of `version` in `slot`, made the first time it is served.
+    fn counts_for(&self, version: &str, slot: u16) -> Arc<Counts> {
+        let Ok(mut counted) = self.counted.lock() else {
+            return Arc::new(Counts::new(self.threads));
+        };
+        if let Some(seen) = counted
+            .iter()
+            .find(|c| c.version == version && c.slot == slot)
+        {
+            return seen.counts.clone();
+        }
+        let counts = Arc::new(Counts::new(self.threads));
+        counted.push(Counted {
+            version: version.to_string(),
+            slot,
+            counts: counts.clone(),
+        });
+        counts
+    }
+
+    /// Each release served since the proxy started, with its counts as of now.
+    pub fn counted(&self) -> Vec<(String, u16, Snapshot)> {
+        self.counted
+            .lock()
+            .map(|counted| {
+                counted
+                    .iter()
+                    .map(|c| (c.version.clone(), c.slot, c.counts.snapshot()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every target still known (pool, fallback, retired), for the in-flight gauges.
+    pub fn targets(&self) -> Vec<(Arc<Target>, bool)> {
+        let table = self.table.lock().expect("routes lock");
+        let serving = table
+            .pool
+            .iter()
+            .chain(&table.fallback)
+            .map(|t| (t.clone(), false));
+        let retired = table
+            .retired
+            .iter()
+            .filter(|t| {
+                !table
+                    .pool
+                    .iter()
+                    .chain(&table.fallback)
+                    .any(|k| Arc::ptr_eq(k, t))
+            })
+            .map(|t| (t.clone(), true));
+        serving.chain(retired).collect()
+    }
+
     /// [`Routes::lease_except`] through a connection's `view`: the table's lock is taken only
     /// when the table changed since the view was taken. Invariant (the drain relies on it): a
     /// lease counts against its target before the generation is checked again, so a switch
@@ -194,18 +297,17 @@ impl Routes {
                 .pool
                 .iter()
                 .zip(members)
-                .all(|(t, (version, port, pid))| t.same_release(version, *port, *pid));
+                .all(|(t, member)| t.same_release(*member));
         if same {
             return Switched::Unchanged;
         }
         let mut kept = Vec::with_capacity(members.len());
-        for (version, port, pid) in members {
-            let existing = table
-                .pool
-                .iter()
-                .find(|t| t.same_release(version, *port, *pid))
-                .cloned();
-            kept.push(existing.unwrap_or_else(|| Target::new(version, *port, *pid)));
+        for member in members {
+            let existing = table.pool.iter().find(|t| t.same_release(*member)).cloned();
+            kept.push(
+                existing
+                    .unwrap_or_else(|| Target::new(*member, self.counts_for(member.0, member.3))),
+            );
         }
         let old = std::mem::replace(&mut table.pool, kept);
         let replaced: Vec<Arc<Target>> = old
@@ -226,21 +328,21 @@ impl Routes {
     pub fn set_fallback(&self, member: Option<Member<'_>>) {
         let mut table = self.table.lock().expect("routes lock");
         let unchanged = match (&table.fallback, member) {
-            (Some(t), Some((version, port, pid))) => t.same_release(version, port, pid),
+            (Some(t), Some(member)) => t.same_release(member),
             (None, None) => true,
             _ => false,
         };
         if unchanged {
             return;
         }
-        let target = member.map(|(version, port, pid)| {
+        let target = member.map(|member| {
             table
                 .retired
                 .iter()
                 .chain(table.pool.iter())
-                .find(|t| t.same_release(version, port, pid))
+                .find(|t| t.same_release(member))
                 .cloned()
-                .unwrap_or_else(|| Target::new(version, port, pid))
+                .unwrap_or_else(|| Target::new(member, self.counts_for(member.0, member.3)))
         });
         if let Some(old) = std::mem::replace(&mut table.fallback, target) {
             if !table.retired.iter().any(|t| Arc::ptr_eq(t, &old)) {
@@ -287,12 +389,12 @@ mod tests {
     fn a_switch_sends_new_requests_to_the_new_release() {
         let routes = Routes::default();
         assert!(matches!(
-            routes.set_pool(&[("v1", 8001, 11)]),
+            routes.set_pool(&[("v1", 8001, 11, 0)]),
             Switched::Changed { replaced } if replaced.is_empty()
         ));
         let first = routes.lease().unwrap();
         assert_eq!(first.target.version, "v1");
-        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12)]) else {
+        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12, 0)]) else {
             panic!("v1 was replaced")
         };
         let old = replaced[0].clone();
@@ -300,7 +402,7 @@ mod tests {
         assert_eq!(routes.lease().unwrap().target.version, "v2");
         // The same pointer read again is no switch.
         assert!(matches!(
-            routes.set_pool(&[("v2", 8002, 12)]),
+            routes.set_pool(&[("v2", 8002, 12, 0)]),
             Switched::Unchanged
         ));
         assert_eq!(routes.retired_on(8001).len(), 1);
@@ -310,7 +412,11 @@ mod tests {
     #[test]
     fn the_least_busy_replica_gets_the_next_request_and_a_kept_one_keeps_its_count() {
         let routes = Routes::default();
-        routes.set_pool(&[("v1", 8001, 11), ("v1", 8002, 12), ("v1", 8003, 13)]);
+        routes.set_pool(&[
+            ("v1", 8001, 11, 0),
+            ("v1", 8002, 12, 1),
+            ("v1", 8003, 13, 2),
+        ]);
         let a = routes.lease().unwrap();
         let b = routes.lease().unwrap();
         let c = routes.lease().unwrap();
@@ -322,9 +428,11 @@ mod tests {
         assert_eq!(freed.target.port, ports_of(&[&a, &c], &[8001, 8002, 8003]));
         assert!(routes.lease_except(&[8001, 8002, 8003]).is_none());
         // Replacing one replica retires it alone; the others keep their leases' counts.
-        let Switched::Changed { replaced } =
-            routes.set_pool(&[("v1", 8001, 11), ("v2", 8004, 14), ("v1", 8003, 13)])
-        else {
+        let Switched::Changed { replaced } = routes.set_pool(&[
+            ("v1", 8001, 11, 0),
+            ("v2", 8004, 14, 1),
+            ("v1", 8003, 13, 2),
+        ]) else {
             panic!("changed")
         };
         assert_eq!(replaced.len(), 1);
@@ -346,10 +454,10 @@ mod tests {
     #[test]
     fn the_fallback_takes_a_request_only_after_the_pool_refused_it() {
         let routes = Routes::default();
-        routes.set_pool(&[("v1", 8001, 11)]);
+        routes.set_pool(&[("v1", 8001, 11, 0)]);
         let held = routes.lease().unwrap();
-        routes.set_pool(&[("v2", 8002, 12)]);
-        routes.set_fallback(Some(("v1", 8001, 11)));
+        routes.set_pool(&[("v2", 8002, 12, 0)]);
+        routes.set_fallback(Some(("v1", 8001, 11, 0)));
         assert_eq!(routes.pool_size(), 2);
         assert_eq!(routes.lease().unwrap().target.version, "v2");
         let retried = routes.lease_except(&[8002]).unwrap();
@@ -371,7 +479,7 @@ mod tests {
         let mut view = View::default();
         let turns = AtomicUsize::new(0);
         assert!(routes.lease_in(&mut view, &[], &turns).is_none());
-        routes.set_pool(&[("v1", 8001, 11)]);
+        routes.set_pool(&[("v1", 8001, 11, 0)]);
         let first = routes.lease_in(&mut view, &[], &turns).unwrap();
         assert_eq!(first.target.version, "v1");
         let taken_at = view.generation();
@@ -382,7 +490,7 @@ mod tests {
         drop(again);
         // A switch after the view was taken: the stale view is not used, the old target's
         // count stays at zero (its drain is not held up), the new one gets the request.
-        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12)]) else {
+        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12, 0)]) else {
             panic!("v1 was replaced")
         };
         let lease = routes.lease_in(&mut view, &[], &turns).unwrap();
@@ -391,7 +499,7 @@ mod tests {
         assert_ne!(view.generation(), taken_at);
         assert!(view.has_port(8002) && !view.has_port(8001));
         // A fallback set afterwards is seen too.
-        routes.set_fallback(Some(("v1", 8001, 11)));
+        routes.set_fallback(Some(("v1", 8001, 11, 0)));
         assert_eq!(
             routes
                 .lease_in(&mut view, &[8002], &turns)
@@ -406,9 +514,9 @@ mod tests {
     #[tokio::test]
     async fn a_retired_target_drains_when_its_last_lease_ends() {
         let routes = Routes::default();
-        routes.set_pool(&[("v1", 8001, 11)]);
+        routes.set_pool(&[("v1", 8001, 11, 0)]);
         let lease = routes.lease().unwrap();
-        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12)]) else {
+        let Switched::Changed { replaced } = routes.set_pool(&[("v2", 8002, 12, 0)]) else {
             panic!("v1 was replaced")
         };
         let old = replaced[0].clone();

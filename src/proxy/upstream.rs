@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 
 use std::sync::Arc;
 
+use super::counts::Miss;
 use super::forward::UpstreamBody;
 use super::relay::Wire;
 
@@ -37,6 +38,15 @@ impl Failure {
     /// The release refused the connection: nothing was sent, any request may go elsewhere.
     pub fn is_refused(&self) -> bool {
         matches!(self, Failure::Connect(e) if e.kind() == ErrorKind::ConnectionRefused)
+    }
+
+    /// How the counts file it (`counts.rs`).
+    pub fn miss(&self) -> Miss {
+        match self {
+            _ if self.is_refused() => Miss::Refused,
+            Failure::Connect(_) | Failure::Lost(_) | Failure::Broken(_) => Miss::Reset,
+            Failure::Other(_) | Failure::Garbled(_) => Miss::Other,
+        }
     }
 
     /// No answer came because the connection could not be made or broke: a safe method may be

@@ -31,17 +31,24 @@ impl AsRawFd for Watch {
 /// error returned, so a drain is never confirmed on a state the proxy could not read.
 pub fn refresh(root: &Root, routes: &Routes) -> Result<(), Fault> {
     let mut fallback = None;
-    let members: Vec<(String, u16, i32)> = match root.read_replicas() {
+    let members: Vec<(String, u16, i32, u16)> = match root.read_replicas() {
         Ok(Some(set)) => set
             .replicas
             .into_iter()
-            .map(|r| (r.version, r.port, r.pid))
+            .map(|r| {
+                (
+                    r.version,
+                    r.port,
+                    r.pid,
+                    u16::try_from(r.slot).unwrap_or(u16::MAX),
+                )
+            })
             .collect(),
         Ok(None) => match root.read_pointer() {
             Ok(pointer) => {
                 fallback = pointer.as_ref().and_then(|p| p.fallback.clone());
                 pointer
-                    .map(|p| (p.version, p.port, p.pid))
+                    .map(|p| (p.version, p.port, p.pid, 0))
                     .into_iter()
                     .collect()
             }
@@ -51,7 +58,7 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), Fault> {
     };
     let borrowed: Vec<Member> = members
         .iter()
-        .map(|(v, p, pid)| (v.as_str(), *p, *pid))
+        .map(|(v, p, pid, slot)| (v.as_str(), *p, *pid, *slot))
         .collect();
     let changed = routes.set_pool(&borrowed);
     // After the pool: a previous release that leaves the pool and becomes the fallback keeps
@@ -59,7 +66,7 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), Fault> {
     routes.set_fallback(
         fallback
             .as_ref()
-            .map(|f| (f.version.as_str(), f.port, f.pid)),
+            .map(|f| (f.version.as_str(), f.port, f.pid, 0)),
     );
     if let Switched::Changed { replaced } = changed {
         let list = |targets: Vec<String>| {
@@ -72,7 +79,7 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), Fault> {
         let now = list(
             members
                 .iter()
-                .map(|(v, p, _)| format!("{v} on port {p}"))
+                .map(|(v, p, _, _)| format!("{v} on port {p}"))
                 .collect(),
         );
         let was = list(

@@ -408,6 +408,10 @@ pub const PYTHON_TOOLS: &[(&str, &str)] = &[
     ("kubernetes-validate==1.37.0", "kubernetes-validate"),
 ];
 
+/// Python libraries the tests import, each from PyPI, with the module that tells it is there:
+/// `prometheus-client`'s parser is the real reader of `/metrics` (issue 38).
+pub const PYTHON_MODULES: &[(&str, &str)] = &[("prometheus-client==0.26.0", "prometheus_client")];
+
 /// The `bin` folder of the tools' virtual environment, created and filled now if `.ci/run`
 /// has not done it.
 pub fn python_tools() -> PathBuf {
@@ -424,9 +428,20 @@ pub fn python_tools() -> PathBuf {
                     .expect("python3 runs (the tests need Python tools; .ci/run installs them)");
                 assert!(made.success(), "python3 -m venv failed");
             }
+            let importable = |module: &str| {
+                std::process::Command::new(bin.join("python"))
+                    .args(["-c", &format!("import {module}")])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
             let missing: Vec<&str> = PYTHON_TOOLS
                 .iter()
                 .filter(|(_, binary)| !bin.join(binary).is_file())
+                .chain(
+                    PYTHON_MODULES
+                        .iter()
+                        .filter(|(_, module)| !importable(module)),
+                )
                 .map(|(package, _)| *package)
                 .collect();
             if !missing.is_empty() {

@@ -1,0 +1,260 @@
+//! What the proxy tells about its counts (issue 38): `/metrics` in Prometheus' text format
+//! (version 0.0.4) on `--metrics-listen`, for someone who already runs a Prometheus; and one
+//! JSON line on `ROOT/proxy.sock` (`counts`), for the engine judging a canary.
+//!
+//! Series (labels `release` and `slot` on each but the last two):
+//! - `rollgate_proxy_answers_total{class}`: answers by status class (1xx is an upgrade's 101);
+//! - `rollgate_proxy_upstream_failures_total{reason}`: requests no release answered
+//!   (`refused`, `reset`: the connection broke or closed first, `other`: an unreadable answer);
+//! - `rollgate_proxy_answer_seconds`: time from sending the request to the answer's head, a
+//!   histogram whose `le` bounds are powers of two microseconds (16 µs to 134 s): the proxy's
+//!   finer buckets (`counts.rs`) summed at those edges;
+//! - `rollgate_proxy_in_flight{port, state}`: requests a release is serving now (`serving`, or
+//!   `draining` once retired by a switch);
+//! - `rollgate_proxy_draining`: retired releases with requests still in flight;
+//! - `rollgate_proxy_start_time_seconds`: when the proxy started (counters start at zero then).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::counts::{bucket_ceiling, bucket_floor, Snapshot, BUCKETS, CLASSES, MISSES};
+use super::routes::Routes;
+
+/// What a proxy knows about itself that a reader of its counts needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// Unix time in milliseconds: counts from another start are not comparable.
+    pub at_ms: u64,
+    pub pid: u32,
+}
+
+impl Started {
+    pub fn now() -> Started {
+        Started {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            pid: std::process::id(),
+        }
+    }
+}
+
+/// A label value as the text format wants it: backslash, double quote and newline escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The `le` edges of the exported histogram: powers of two microseconds, each a bucket floor.
+fn exported_edges() -> impl Iterator<Item = u64> {
+    (4..=27).map(|power| 1u64 << power)
+}
+
+/// `/metrics`, as of now.
+pub fn render(routes: &Routes, started: Started) -> String {
+    let counted = routes.counted();
+    let mut out = String::with_capacity(4096);
+    let series = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+    };
+    series(
+        &mut out,
+        "rollgate_proxy_answers_total",
+        "counter",
+        "Answers releases gave through the proxy, by status class.",
+    );
+    for (version, slot, seen) in &counted {
+        for (class, count) in CLASSES.iter().zip(seen.answers) {
+            let _ = writeln!(
+                out,
+                "rollgate_proxy_answers_total{{release=\"{}\",slot=\"{slot}\",class=\"{class}\"}} {count}",
+                label(version)
+            );
+        }
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_upstream_failures_total",
+        "counter",
+        "Requests a release gave no answer to, by reason.",
+    );
+    for (version, slot, seen) in &counted {
+        for (reason, count) in MISSES.iter().zip(seen.misses) {
+            let _ = writeln!(
+                out,
+                "rollgate_proxy_upstream_failures_total{{release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
+                label(version)
+            );
+        }
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_answer_seconds",
+        "histogram",
+        "Time from sending a request to a release to its answer's head.",
+    );
+    for (version, slot, seen) in &counted {
+        let labels = format!("release=\"{}\",slot=\"{slot}\"", label(version));
+        let mut below = 0u64;
+        let mut index = 0;
+        for edge in exported_edges() {
+            while index < BUCKETS - 1 && bucket_ceiling(index) <= edge {
+                below += seen.latency[index];
+                index += 1;
+            }
+            let _ = writeln!(
+                out,
+                "rollgate_proxy_answer_seconds_bucket{{{labels},le=\"{}\"}} {below}",
+                edge as f64 / 1e6
+            );
+        }
+        let total: u64 = seen.latency.iter().sum();
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_answer_seconds_bucket{{{labels},le=\"+Inf\"}} {total}"
+        );
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_answer_seconds_sum{{{labels}}} {}",
+            seen.latency_sum_us as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_answer_seconds_count{{{labels}}} {total}"
+        );
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_in_flight",
+        "gauge",
+        "Requests a release is serving now, its answer still streaming included.",
+    );
+    let targets = routes.targets();
+    for (target, retired) in &targets {
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_in_flight{{release=\"{}\",slot=\"{}\",port=\"{}\",state=\"{}\"}} {}",
+            label(&target.version),
+            target.slot,
+            target.port,
+            if *retired { "draining" } else { "serving" },
+            target.in_flight()
+        );
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_draining",
+        "gauge",
+        "Releases retired by a switch that still have requests in flight.",
+    );
+    let draining = targets
+        .iter()
+        .filter(|(t, retired)| *retired && t.in_flight() > 0)
+        .count();
+    let _ = writeln!(out, "rollgate_proxy_draining {draining}");
+    series(
+        &mut out,
+        "rollgate_proxy_start_time_seconds",
+        "gauge",
+        "When the proxy started: its counters started at zero then.",
+    );
+    let _ = writeln!(
+        out,
+        "rollgate_proxy_start_time_seconds {}",
+        started.at_ms as f64 / 1e3
+    );
+    out
+}
+
+/// The counts as one JSON line, for the engine (`counts` on `ROOT/proxy.sock`). The histogram
+/// is sparse: `[bucket floor in µs, bucket ceiling in µs, count]` for each bucket counted in.
+pub fn counts_line(routes: &Routes, started: Started) -> String {
+    let releases: Vec<serde_json::Value> = routes
+        .counted()
+        .into_iter()
+        .map(|(version, slot, seen)| release_json(&version, slot, &seen))
+        .collect();
+    let line = serde_json::json!({
+        "started_ms": started.at_ms,
+        "pid": started.pid,
+        "releases": releases,
+    });
+    format!("{line}\n")
+}
+
+fn release_json(version: &str, slot: u16, seen: &Snapshot) -> serde_json::Value {
+    let answers: serde_json::Map<String, serde_json::Value> = CLASSES
+        .iter()
+        .zip(seen.answers)
+        .map(|(class, count)| (class.to_string(), count.into()))
+        .collect();
+    let misses: serde_json::Map<String, serde_json::Value> = MISSES
+        .iter()
+        .zip(seen.misses)
+        .map(|(reason, count)| (reason.to_string(), count.into()))
+        .collect();
+    let latency: Vec<[u64; 3]> = seen
+        .latency
+        .iter()
+        .enumerate()
+        .filter(|(_, count)| **count > 0)
+        .map(|(index, count)| [bucket_floor(index), bucket_ceiling(index), *count])
+        .collect();
+    serde_json::json!({
+        "release": version,
+        "slot": slot,
+        "answers": answers,
+        "misses": misses,
+        "latency_sum_us": seen.latency_sum_us,
+        "latency_us": latency,
+    })
+}
+
+/// Serves `/metrics` on `listener` until the runtime stops.
+pub async fn serve(listener: TcpListener, routes: Arc<Routes>, started: Started) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, most likely: do not spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let routes = routes.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: Request<_>| {
+                let routes = routes.clone();
+                async move {
+                    let (status, body) = match (request.method(), request.uri().path()) {
+                        (&Method::GET, "/metrics") => (StatusCode::OK, render(&routes, started)),
+                        _ => (
+                            StatusCode::NOT_FOUND,
+                            "rollgate proxy: only GET /metrics here\n".to_string(),
+                        ),
+                    };
+                    let mut response = Response::new(Full::new(Bytes::from(body)));
+                    *response.status_mut() = status;
+                    response.headers_mut().insert(
+                        CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    );
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
