@@ -6,6 +6,8 @@
 # CPU each request cost the proxy: user + system time of its processes over the run
 # (/proc/PID/stat), divided by the requests wrk counted. Then p99 latency at half of rollgate's
 # saturation rate (oha -q, interleaved too), and failed requests under load across 100 deploys.
+# Issue 38: a second rollgate proxy with counting off (`--no-counting`, on a second root naming
+# the same release) runs in the same rounds, so counting's cost is measured side by side.
 # It starts the release, nginx and the proxy itself and stops those, by pid, and nothing else.
 # Usage: sh bench/proxy_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk, oha and nginx)
 set -eu
@@ -21,12 +23,23 @@ sample_release "$rollgate" "$root" a
 sample_release "$rollgate" "$root" b
 front_the_release "$rollgate" "$root"
 nginx_master=$(cat "$root/nginx.pid")
+# The counting-off proxy: a root of its own (one proxy per root) whose pointer names the same
+# release process.
+uncounted_root="$root/uncounted"
+mkdir -p "$uncounted_root"
+cp "$root/current" "$uncounted_root/current"
+uport=$(free_port)
+"$rollgate" proxy --listen 127.0.0.1:$uport --root "$uncounted_root" --no-counting 2>/dev/null &
+uncounted=$!
+trap 'kill "$uncounted" 2>/dev/null; stop_the_front "$root"; rm -rf "$root"' EXIT
+sleep 0.3
 
 # The processes that serve a target: nginx's master and its workers; rollgate's proxy.
 pids_of() {
   case $1 in
     nginx) echo "$nginx_master $(pgrep -P "$nginx_master" | tr '\n' ' ')" ;;
     rollgate) echo "$proxy" ;;
+    uncounted) echo "$uncounted" ;;
     *) echo "" ;;
   esac
 }
@@ -44,6 +57,7 @@ url_of() {
     direct) echo "http://127.0.0.1:$direct/" ;;
     nginx) echo "http://127.0.0.1:$nport/" ;;
     rollgate) echo "http://127.0.0.1:$pport/" ;;
+    uncounted) echo "http://127.0.0.1:$uport/" ;;
   esac
 }
 # wrk's p99 in ms (it prints us, ms or s).
@@ -62,7 +76,7 @@ for load in ka32 ka256 close32 close256; do
   esac
   round=1
   while [ $round -le "$rounds" ]; do
-    for target in direct nginx rollgate; do
+    for target in direct nginx rollgate uncounted; do
       pids=$(pids_of $target)
       before=$(ticks_of "$pids")
       if [ -n "$close" ]; then
@@ -86,13 +100,15 @@ done
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 field() { awk -v l="$1" -v t="$2" -v f="$3" '$1 == l && $2 == t { print $f }' "$results" | median; }
 echo "== throughput: wrk -t1 -d${seconds}s, medians of $rounds interleaved rounds"
-echo "| load | direct req/s | nginx req/s | rollgate req/s | rollgate / nginx | nginx CPU us/req | rollgate CPU us/req |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| load | direct req/s | nginx req/s | rollgate req/s | rollgate / nginx | nginx CPU us/req | rollgate CPU us/req | counting off req/s | counting on / off | p99 ms nginx / on / off |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for load in ka32 ka256 close32 close256; do
   d=$(field $load direct 4); n=$(field $load nginx 4); r=$(field $load rollgate 4)
-  nc=$(field $load nginx 5); rc=$(field $load rollgate 5)
+  nc=$(field $load nginx 5); rc=$(field $load rollgate 5); u=$(field $load uncounted 4)
   ratio=$(awk -v r="$r" -v n="$n" 'BEGIN { printf "%.2f", r / n }')
-  echo "| $load | $d | $n | $r | $ratio | $nc | $rc |"
+  cost=$(awk -v r="$r" -v u="$u" 'BEGIN { printf "%.3f", r / u }')
+  p99s="$(field $load nginx 6) / $(field $load rollgate 6) / $(field $load uncounted 6)"
+  echo "| $load | $d | $n | $r | $ratio | $nc | $rc | $u | $cost | $p99s |"
 done
 
 # p99 at half of rollgate's keep-alive saturation, interleaved rounds, medians.
@@ -101,7 +117,7 @@ echo "== latency at half of rollgate's saturation: oha -q $rate -c8 -z10s, media
 : >"$root/latency"
 round=1
 while [ $round -le "$rounds" ]; do
-  for target in direct nginx rollgate; do
+  for target in direct nginx rollgate uncounted; do
     oha --no-tui -q "$rate" -c 8 -z 10s "$(url_of $target)" >"$root/oha.out" 2>&1
     p50=$(awk '/50.00%/ { printf "%.3f", $3 * ($4 == "ms" ? 1 : ($4 == "sec" || $4 == "secs" ? 1000 : 1)) }' "$root/oha.out")
     p99=$(awk '/99.00%/ { printf "%.3f", $3 * ($4 == "ms" ? 1 : ($4 == "sec" || $4 == "secs" ? 1000 : 1)) }' "$root/oha.out")
@@ -110,7 +126,7 @@ while [ $round -le "$rounds" ]; do
   done
   round=$((round + 1))
 done
-for target in direct nginx rollgate; do
+for target in direct nginx rollgate uncounted; do
   p50=$(awk -v t=$target '$1 == t { print $2 }' "$root/latency" | median)
   p99=$(awk -v t=$target '$1 == t { print $3 }' "$root/latency" | median)
   echo "$target: p50 $p50 ms, p99 $p99 ms"

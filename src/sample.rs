@@ -81,6 +81,29 @@ pub struct SampleArgs {
     /// hand finish (closing kept-alive connections after their answer), then exits.
     #[arg(long)]
     pub listen_fds: bool,
+    /// Answer this share of user requests (not readiness) with 500, spread evenly (0.03: 3
+    /// in every 100), to show a canary stopped by its numbers (tests, the demo, benchmarks).
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
+    pub error_rate: f64,
+    /// Answer every user request (not readiness) this much later.
+    #[arg(long, default_value_t = 0)]
+    pub added_latency_ms: u64,
+}
+
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text} is not a share from 0 to 1")),
+    }
+}
+
+/// User requests answered so far (every thread's): where the --error-rate errors fall.
+static USER_REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether the `n`th user request (from 0) is one of `rate`'s errors: exactly
+/// `floor(n * rate)` of the first `n` are.
+fn is_an_error(n: u64, rate: f64) -> bool {
+    rate > 0.0 && ((n + 1) as f64 * rate).floor() > (n as f64 * rate).floor()
 }
 
 pub fn run(args: SampleArgs) -> std::process::ExitCode {
@@ -449,10 +472,35 @@ async fn answer(
                     std::hint::spin_loop();
                 }
             }
-            if args.response_delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(args.response_delay_ms)).await;
+            let delay = args.response_delay_ms + args.added_latency_ms;
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
             }
-            reply(StatusCode::OK, format!("{version}\n"))
+            let n = USER_REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if is_an_error(n, args.error_rate) {
+                reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("{version} failed (--error-rate)\n"),
+                )
+            } else {
+                reply(StatusCode::OK, format!("{version}\n"))
+            }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_rate_spreads_exactly_that_many_errors() {
+        let errors = |rate: f64, n: u64| (0..n).filter(|i| is_an_error(*i, rate)).count();
+        assert_eq!(errors(0.03, 100), 3);
+        assert_eq!(errors(0.03, 1000), 30);
+        assert_eq!(errors(0.0, 1000), 0);
+        assert_eq!(errors(1.0, 10), 10);
+        // Spread, not bunched: never two in a row at 3 %.
+        assert!(!(0..1000).any(|i| is_an_error(i, 0.03) && is_an_error(i + 1, 0.03)));
+    }
 }

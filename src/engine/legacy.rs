@@ -79,6 +79,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             keep_fallback: true,
             output: Default::default(),
             listen: None,
+            analysis: None,
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -102,6 +103,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
         }),
         unsettled: true,
         post_hook_started: false,
+        last_analysis: None,
     }
 }
 

@@ -25,6 +25,7 @@
 //! The engine names the host layer below it (and policy, release, proxy, render), never the
 //! commands above it.
 
+pub mod analysis;
 mod ask;
 pub mod budgets;
 mod control;

@@ -40,6 +40,8 @@ pub struct Settings {
     pub output: crate::host::output::Rotation,
     /// The socket held for the service and handed to each release, if the policy asks.
     pub listen: Option<crate::host::listen::Spec>,
+    /// Judge the new release by the proxy's counts, if the policy asks (`analysis`).
+    pub analysis: Option<crate::engine::analysis::Analysis>,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -92,8 +94,13 @@ pub fn resolve_with_watch(
         )?),
         None => None,
     };
+    let analysis = policy
+        .and_then(|p| p.analysis.as_ref())
+        .map(crate::engine::analysis::Analysis::from_policy)
+        .transpose()?;
     Ok(Settings {
         listen,
+        analysis,
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -210,6 +217,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             keep_fallback: true,
             output: s.output,
             listen: s.listen,
+            analysis: s.analysis.clone(),
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -241,6 +249,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         }),
         unsettled: true,
         post_hook_started: false,
+        last_analysis: None,
     }
 }
 
@@ -266,6 +275,7 @@ pub(super) mod tests {
             output_max_bytes: None,
             output_keep: None,
             listen: None,
+            analysis: None,
             replicas: None,
             waves: None,
             soak_ms: None,

@@ -22,6 +22,29 @@ pub(crate) fn append(root: &Root, entry: &journal::Entry) -> Result<(), Error> {
     Ok(())
 }
 
+/// An `analysis` line: one look of the traffic judge, its numbers in `analysis`.
+pub(crate) fn log_analysis(
+    root: &Root,
+    rollout: &Rollout,
+    verdict: &crate::engine::analysis::Verdict,
+) -> Result<(), Error> {
+    let entry = journal::Entry::new(
+        LogEvent::Analysis,
+        &rollout.to,
+        &rollout.service,
+        verdict.words.clone(),
+    );
+    append(
+        root,
+        &journal::Entry {
+            token: Some(&rollout.id),
+            wave: Some(rollout.wave.min(rollout.waves.len().saturating_sub(1))),
+            analysis: serde_json::to_value(verdict).ok(),
+            ..entry
+        },
+    )
+}
+
 /// `promoted` or `rolled_back` for a rollout, unless one was already written under its id (by
 /// a run that crashed between the line and the next save).
 pub(crate) fn log_outcome(

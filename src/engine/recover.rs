@@ -612,6 +612,7 @@ mod tests {
                 keep_fallback: false,
                 output: Default::default(),
                 listen: None,
+                analysis: None,
             },
             waves: vec![(0..slots.len()).collect()],
             wave: 0,
@@ -624,6 +625,7 @@ mod tests {
             single: None,
             unsettled: false,
             post_hook_started: false,
+            last_analysis: None,
         }
     }
 

@@ -14,14 +14,16 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::analysis::{Finding, OnFail, OnInconclusive, Verdict};
 use super::control;
 use super::drain_before_stop;
 use super::fault;
-use super::record::{append, log_deploy, log_outcome, write_pool};
+use super::record::{append, log_analysis, log_deploy, log_outcome, write_pool};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use super::tasks::{
-    gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Message, Purpose,
+    analyse, gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judging, Message,
+    Purpose,
 };
 use super::view as render;
 use super::voice::{self, Behaviour, Reverted, Said, Voice, Words};
@@ -541,6 +543,7 @@ impl Executor {
     async fn on_message(&mut self, message: Message) -> Result<(), Error> {
         match message {
             Message::Soak(event) => self.handle(event).await,
+            Message::Analysis { verdict, last } => self.on_verdict(verdict, last).await,
             Message::Gate { slot, token, gated } => {
                 // A gate cancelled by a revert may have answered just before it was aborted.
                 if self.tasks.get(&slot).is_none_or(|t| t.token != token) {
@@ -913,7 +916,71 @@ impl Executor {
         let poll = Duration::from_millis(self.rollout.settings.poll_ms);
         let sender = self.sender.clone();
         let judge = self.voice.soak_judge(&self.rollout);
-        self.soak = Some(tokio::spawn(soak(watched, until, poll, judge, sender)));
+        let judging = self.judging();
+        let watching = soak(
+            watched,
+            until,
+            poll,
+            judge,
+            sender.clone(),
+            judging.is_none(),
+        );
+        self.soak = Some(tokio::spawn(async move {
+            match judging {
+                Some(judging) => {
+                    tokio::join!(watching, analyse(judging, until, sender));
+                }
+                None => watching.await,
+            }
+        }));
+    }
+
+    /// What the traffic judge compares in this soak, if the policy asks for it: the new
+    /// version's replicas against the old one's (a first install has no baseline).
+    fn judging(&self) -> Option<Judging> {
+        let settings = self.rollout.settings.analysis.clone()?;
+        Some(Judging {
+            root: self.context.root.0.clone(),
+            canary: self.rollout.to.clone(),
+            baseline: self.rollout.from.clone()?,
+            settings,
+        })
+    }
+
+    /// A look of the traffic judge: logged and kept for status; a failure pauses or rolls
+    /// back as the policy says; the soak's last look ends it (an inconclusive one pauses if
+    /// the policy says so).
+    async fn on_verdict(&mut self, verdict: Verdict, last: bool) -> Result<(), Error> {
+        if self.rollout.phase != Phase::Running {
+            return Ok(());
+        }
+        let Some(settings) = self.rollout.settings.analysis.clone() else {
+            return Ok(());
+        };
+        log_analysis(&self.context.root, &self.rollout, &verdict)?;
+        let words = verdict.words.clone();
+        let finding = verdict.verdict;
+        self.rollout.last_analysis = Some(verdict);
+        self.save()?;
+        match finding {
+            Finding::Fail => {
+                let reason = format!("analysis failed: {words}");
+                self.handle(match settings.on_fail {
+                    OnFail::Pause => Event::Pause { reason },
+                    OnFail::Rollback => Event::Abort {
+                        reason,
+                        rollback: true,
+                    },
+                })
+                .await
+            }
+            Finding::Inconclusive if last && settings.on_inconclusive == OnInconclusive::Pause => {
+                let reason = format!("analysis inconclusive at the end of the soak: {words}");
+                self.handle(Event::Pause { reason }).await
+            }
+            _ if last => self.handle(Event::Tick).await,
+            _ => Ok(()),
+        }
     }
 
     /// How a deploy's new process (held, or being gated) is probed (promote, abort, recovery).

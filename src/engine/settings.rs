@@ -256,6 +256,7 @@ fn resolved(
             keep_fallback: false,
             output: gate.output,
             listen: gate.listen,
+            analysis: gate.analysis,
         },
         classes,
     })
@@ -413,6 +414,7 @@ pub fn plan(
         single: None,
         unsettled: true,
         post_hook_started: false,
+        last_analysis: None,
     })
 }
 

@@ -143,6 +143,9 @@ pub struct Settings {
     /// The socket held for the service and handed to each process as fd 3 (policy `listen`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<crate::host::listen::Spec>,
+    /// The traffic judge's settings (policy `analysis`), if the policy asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<crate::engine::analysis::Analysis>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +188,9 @@ pub struct Rollout {
     /// The post hook was started: saved before it runs, so it runs at most once, crash or not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub post_hook_started: bool,
+    /// The traffic judge's last verdict in this run (status and the console show it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_analysis: Option<crate::engine::analysis::Verdict>,
 }
 
 /// What a single deploy carries beyond a rollout, for its log lines and whoever finishes it.

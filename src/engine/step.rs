@@ -627,6 +627,7 @@ mod tests {
                 keep_fallback: false,
                 output: Default::default(),
                 listen: None,
+                analysis: None,
             },
             slots: slots
                 .iter()
@@ -656,6 +657,7 @@ mod tests {
             single: None,
             unsettled: false,
             post_hook_started: false,
+            last_analysis: None,
         }
     }
 

@@ -34,6 +34,11 @@ pub(super) enum Message {
         gated: Gated,
     },
     Soak(Event),
+    /// A look of the traffic judge; the last one of a soak ends it (`analyse`).
+    Analysis {
+        verdict: crate::engine::analysis::Verdict,
+        last: bool,
+    },
 }
 
 /// How a replica's gate ended.
@@ -139,13 +144,15 @@ pub(super) enum Judged {
 }
 
 /// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
-/// answering ready has failed. Then a `Tick` ends the soak.
+/// answering ready has failed. Then a `Tick` ends the soak, unless the traffic judge ends it
+/// (`ends_soak` false: its last look does).
 pub(super) async fn soak(
     mut watched: Vec<(usize, Process, Subject)>,
     until: f64,
     poll: Duration,
     judged: Judged,
     sender: UnboundedSender<Message>,
+    ends_soak: bool,
 ) {
     let end = instant_after(until);
     let began = journal::now();
@@ -191,5 +198,98 @@ pub(super) async fn soak(
         }
         watched = still;
     }
-    let _ = sender.send(Message::Soak(Event::Tick));
+    if ends_soak {
+        let _ = sender.send(Message::Soak(Event::Tick));
+    }
+}
+
+/// What the traffic judge compares, for one soak.
+pub(super) struct Judging {
+    pub root: std::path::PathBuf,
+    pub canary: String,
+    pub baseline: String,
+    pub settings: crate::engine::analysis::Analysis,
+}
+
+/// How long a read of the proxy's counts may take.
+const COUNTS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The traffic judge through one soak: every `interval_ms` it reads the proxy's counts and
+/// judges the canary against the baseline over the window since the soak (re)started, then
+/// once more at `until`; each verdict is sent, and the last (or a failure) ends it. Counts read
+/// from another proxy than the first (it restarted) start fresh, and the verdict says so.
+pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSender<Message>) {
+    use crate::engine::analysis::{judge, Finding, Side};
+    use crate::proxy::drain::counts;
+    let began = journal::now();
+    let window_ms = ((until - began).max(0.0) * 1000.0) as u64;
+    let interval = Duration::from_millis(judging.settings.interval_ms);
+    // The window's start: the counts when the soak began (None: from the proxy's start).
+    let mut base = counts(&judging.root, COUNTS_TIMEOUT).await.ok();
+    let mut note = match base {
+        Some(_) => "counts start now (the soak began)".to_string(),
+        None => String::new(),
+    };
+    let end = instant_after(until);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let last = tokio::select! {
+            _ = tokio::time::sleep_until(end) => true,
+            _ = ticker.tick() => false,
+        };
+        let verdict = match counts(&judging.root, COUNTS_TIMEOUT).await {
+            Ok(now) => {
+                match &base {
+                    Some(seen) if !seen.same_proxy(&now) => {
+                        note = format!("the proxy restarted (pid {}): counts start fresh", now.pid);
+                        base = None;
+                    }
+                    None if note.is_empty() => {
+                        note = format!("counts from the proxy's start (pid {})", now.pid);
+                    }
+                    _ => {}
+                }
+                let from = base.as_ref().filter(|b| b.same_proxy(&now));
+                let canary = Side::between(from, &now, &judging.canary);
+                let baseline = Side::between(from, &now, &judging.baseline);
+                if base.is_none() {
+                    base = Some(crate::proxy::drain::CountsLine {
+                        releases: Vec::new(),
+                        ..now.clone()
+                    });
+                }
+                judge(
+                    &judging.settings,
+                    window_ms,
+                    &judging.canary,
+                    &judging.baseline,
+                    &canary,
+                    &baseline,
+                )
+            }
+            Err(why) => {
+                let mut verdict = judge(
+                    &judging.settings,
+                    window_ms,
+                    &judging.canary,
+                    &judging.baseline,
+                    &Side::default(),
+                    &Side::default(),
+                );
+                verdict.words = format!("inconclusive: {why}");
+                verdict
+            }
+        };
+        let mut verdict = verdict;
+        if !note.is_empty() {
+            verdict.words = format!("{} ({note})", verdict.words);
+            note.clear();
+        }
+        let failed = verdict.verdict == Finding::Fail;
+        let _ = sender.send(Message::Analysis { verdict, last });
+        if failed || last {
+            return;
+        }
+    }
 }

@@ -63,6 +63,9 @@ events! {
     RestartFailed => "restart_failed",
     /// `rollgate up --supervise` stopped restarting a release that keeps crashing.
     RestartGivenUp => "restart_given_up",
+    /// The traffic judge looked at the canary against the baseline (its numbers in
+    /// `analysis`); a failed look pauses or rolls back the rollout.
+    Analysis => "analysis",
 }
 
 /// Written as its name, the one `as_str` gives.
@@ -117,6 +120,9 @@ pub struct Entry<'a> {
     /// What a release notified as its `STATUS=` last (readiness by notification).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// An `analysis` line's numbers: counts, rates, quantiles, p-values and the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<serde_json::Value>,
 }
 
 impl<'a> Entry<'a> {
@@ -138,6 +144,7 @@ impl<'a> Entry<'a> {
             wave: None,
             phase: None,
             status: None,
+            analysis: None,
         }
     }
 }
@@ -393,6 +400,7 @@ mod tests {
             wave: None,
             phase: None,
             status: None,
+            analysis: None,
         })
         .unwrap();
         line.push('\n');

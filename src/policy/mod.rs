@@ -143,6 +143,23 @@ pub struct RolloutSettings {
     /// The socket rollgate holds for the service and hands to each release (`LISTEN_FDS`).
     #[serde(default)]
     pub listen: Option<ListenPolicy>,
+    /// Judge a canary by the proxy's counts (`engine::analysis`; defaults there).
+    #[serde(default)]
+    pub analysis: Option<AnalysisPolicy>,
+}
+
+/// The policy's `analysis` as written (every field optional; the contract bounds them).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisPolicy {
+    pub min_requests: Option<u64>,
+    pub max_error_increase_pct: Option<f64>,
+    pub max_latency_ratio: Option<f64>,
+    pub latency_quantile: Option<f64>,
+    pub confidence: Option<f64>,
+    pub interval_ms: Option<u64>,
+    pub on_fail: Option<String>,
+    pub on_inconclusive: Option<String>,
 }
 
 /// The policy's `listen` as written; `host::listen::Spec::parse` checks it.

@@ -64,6 +64,111 @@ impl std::fmt::Display for Drain {
     }
 }
 
+/// The answer to `counts`: what each release (version and slot) answered since the proxy
+/// started. Counts only grow while one proxy lives; another start (`started_ms`, `pid`) starts
+/// them from zero again.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CountsLine {
+    /// Unix time in milliseconds the proxy started at.
+    pub started_ms: u64,
+    pub pid: u32,
+    pub releases: Vec<ReleaseCounts>,
+}
+
+impl CountsLine {
+    /// Whether `other` was read from the same proxy (so its counts can be subtracted).
+    pub fn same_proxy(&self, other: &CountsLine) -> bool {
+        self.started_ms == other.started_ms && self.pid == other.pid
+    }
+}
+
+/// One release's counts: answers by status class, requests it gave no answer to by reason, and
+/// its latency histogram (`[floor µs, ceiling µs, count]` for each bucket counted in).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReleaseCounts {
+    pub release: String,
+    pub slot: u16,
+    pub answers: std::collections::BTreeMap<String, u64>,
+    pub misses: std::collections::BTreeMap<String, u64>,
+    pub latency_sum_us: u64,
+    pub latency_us: Vec<[u64; 3]>,
+}
+
+/// Reads the counts of the proxy serving `root`; Err says why there are none (no proxy, or an
+/// answer that could not be read).
+pub async fn counts(root: &Path, timeout: Duration) -> Result<CountsLine, String> {
+    let path = socket_path(root);
+    let exchange = async {
+        let stream = UnixStream::connect(&path)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                    format!(
+                        "no rollgate proxy serves {} ({} does not answer)",
+                        root.display(),
+                        path.display()
+                    )
+                }
+                _ => format!("cannot reach the proxy at {}: {e}", path.display()),
+            })?;
+        let (read, mut write) = stream.into_split();
+        write
+            .write_all(b"counts\n")
+            .await
+            .map_err(|e| format!("cannot ask the proxy for its counts: {e}"))?;
+        let mut line = String::new();
+        BufReader::new(read)
+            .read_line(&mut line)
+            .await
+            .map_err(|e| format!("cannot read the proxy's counts: {e}"))?;
+        parse_counts(&line)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "the proxy at {} did not give its counts within {} ms",
+            path.display(),
+            timeout.as_millis()
+        )),
+    }
+}
+
+/// [`counts`] from a caller outside the async runtime (a run's admission).
+pub fn counts_now(root: &Path, timeout: Duration) -> Result<CountsLine, String> {
+    use std::io::{BufRead, Write};
+    let path = socket_path(root);
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => format!(
+                "no rollgate proxy serves {} ({} does not answer)",
+                root.display(),
+                path.display()
+            ),
+            _ => format!("cannot reach the proxy at {}: {e}", path.display()),
+        })?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    stream
+        .write_all(b"counts\n")
+        .map_err(|e| format!("cannot ask the proxy for its counts: {e}"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the proxy's counts: {e}"))?;
+    parse_counts(&line)
+}
+
+fn parse_counts(line: &str) -> Result<CountsLine, String> {
+    if let Some(why) = line.strip_prefix("error ") {
+        return Err(format!(
+            "the proxy refused to give its counts: {}",
+            why.trim()
+        ));
+    }
+    serde_json::from_str::<CountsLine>(line)
+        .map_err(|e| format!("the proxy's counts are not readable ({e}); is it an older rollgate?"))
+}
+
 /// Deployer side: asks the proxy (if any) to drain `port`, waiting at most `timeout`.
 pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
     let stream = match UnixStream::connect(socket_path(root)).await {

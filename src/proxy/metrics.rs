@@ -26,6 +26,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::counts::{bucket_ceiling, bucket_floor, Snapshot, BUCKETS, CLASSES, MISSES};
+use super::drain::{CountsLine, ReleaseCounts};
 use super::routes::Routes;
 
 /// What a proxy knows about itself that a reader of its counts needs.
@@ -180,45 +181,43 @@ pub fn render(routes: &Routes, started: Started) -> String {
 /// The counts as one JSON line, for the engine (`counts` on `ROOT/proxy.sock`). The histogram
 /// is sparse: `[bucket floor in µs, bucket ceiling in µs, count]` for each bucket counted in.
 pub fn counts_line(routes: &Routes, started: Started) -> String {
-    let releases: Vec<serde_json::Value> = routes
-        .counted()
-        .into_iter()
-        .map(|(version, slot, seen)| release_json(&version, slot, &seen))
-        .collect();
-    let line = serde_json::json!({
-        "started_ms": started.at_ms,
-        "pid": started.pid,
-        "releases": releases,
-    });
-    format!("{line}\n")
+    let line = CountsLine {
+        started_ms: started.at_ms,
+        pid: started.pid,
+        releases: routes
+            .counted()
+            .into_iter()
+            .map(|(release, slot, seen)| release_counts(release, slot, &seen))
+            .collect(),
+    };
+    match serde_json::to_string(&line) {
+        Ok(text) => text + "\n",
+        Err(e) => format!("error cannot write the counts: {e}\n"),
+    }
 }
 
-fn release_json(version: &str, slot: u16, seen: &Snapshot) -> serde_json::Value {
-    let answers: serde_json::Map<String, serde_json::Value> = CLASSES
-        .iter()
-        .zip(seen.answers)
-        .map(|(class, count)| (class.to_string(), count.into()))
-        .collect();
-    let misses: serde_json::Map<String, serde_json::Value> = MISSES
-        .iter()
-        .zip(seen.misses)
-        .map(|(reason, count)| (reason.to_string(), count.into()))
-        .collect();
-    let latency: Vec<[u64; 3]> = seen
-        .latency
-        .iter()
-        .enumerate()
-        .filter(|(_, count)| **count > 0)
-        .map(|(index, count)| [bucket_floor(index), bucket_ceiling(index), *count])
-        .collect();
-    serde_json::json!({
-        "release": version,
-        "slot": slot,
-        "answers": answers,
-        "misses": misses,
-        "latency_sum_us": seen.latency_sum_us,
-        "latency_us": latency,
-    })
+fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts {
+    let by_name = |names: &[&str], counts: &[u64]| {
+        names
+            .iter()
+            .zip(counts)
+            .map(|(name, count)| (name.to_string(), *count))
+            .collect()
+    };
+    ReleaseCounts {
+        release,
+        slot,
+        answers: by_name(&CLASSES, &seen.answers),
+        misses: by_name(&MISSES, &seen.misses),
+        latency_sum_us: seen.latency_sum_us,
+        latency_us: seen
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, count)| **count > 0)
+            .map(|(index, count)| [bucket_floor(index), bucket_ceiling(index), *count])
+            .collect(),
+    }
 }
 
 /// Serves `/metrics` on `listener` until the runtime stops.

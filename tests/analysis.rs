@@ -1,0 +1,231 @@
+//! The traffic judge (issue 38): four replicas behind the real proxy under a steady load from
+//! the test; a canary is judged by what users got through the proxy, against the old release's
+//! replicas serving at the same moment.
+
+mod common;
+use common::http::*;
+use common::*;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+fn rollout(site: &Site, version: &str, policy: &std::path::Path) -> Output {
+    rollgate()
+        .args(["rollout", "edge-svc", version, "--root"])
+        .arg(site.root())
+        .args(["--policy", policy.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap()
+}
+
+fn said(out: &Output) -> String {
+    format!("{}{}", stdout(out), stderr(out))
+}
+
+/// A policy of four replicas, a canary of one, a soak of `soak_ms`, and `analysis`.
+fn policy(site: &Site, soak_ms: u64, analysis: &str) -> std::path::PathBuf {
+    write(
+        site.root(),
+        "policy.json",
+        &format!(
+            r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+                "max_surge_pct": 100, "on_stall": "rollback", "replicas": 4, "waves": [25, 100],
+                "soak_ms": {soak_ms}, "analysis": {analysis}}}}}"#
+        ),
+    )
+}
+
+/// The `analysis` lines of the log, in order.
+fn verdicts(site: &Site) -> Vec<serde_json::Value> {
+    site.log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "analysis")
+        .collect()
+}
+
+/// Four replicas of v1 behind a proxy, under `clients` clients pausing `pause` between requests.
+fn serving(site: &Site, block: u16, clients: usize, pause: Duration) -> (Proxy, Load) {
+    site.add_sample("v1", "");
+    site.replicas_of("v1", 4, block);
+    let proxy = Proxy::start(site, &[]);
+    let load = Load::start(proxy.port, clients, pause);
+    (proxy, load)
+}
+
+#[test]
+fn a_canary_serving_more_5xx_is_rolled_back_by_its_numbers_before_its_soak_ends() {
+    let site = Site::new();
+    let (proxy, load) = serving(&site, 70, 4, Duration::from_millis(2));
+    site.add_sample("v2", "--error-rate 0.05");
+    let file = policy(
+        &site,
+        30_000,
+        r#"{"min_requests": 100, "interval_ms": 1000, "on_fail": "rollback"}"#,
+    );
+    let started = Instant::now();
+    let out = rollout(&site, "v2", &file);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "rolled back: {}", said(&out));
+    assert!(
+        took < Duration::from_secs(25),
+        "stopped after {took:?}, not by its numbers"
+    );
+    let seen = verdicts(&site);
+    let failed = seen.last().expect("an analysis line");
+    assert_eq!(failed["analysis"]["verdict"], "fail", "{failed}");
+    let words = failed["detail"].as_str().unwrap();
+    assert!(words.starts_with("canary 5xx "), "{words}");
+    assert!(words.contains("vs baseline 0.0 % (0/"), "{words}");
+    assert!(failed["analysis"]["canary_requests"].as_u64().unwrap() >= 100);
+    assert!(
+        failed["analysis"]["error_p"].as_f64().unwrap()
+            < failed["analysis"]["alpha"].as_f64().unwrap()
+    );
+    // Every look before the failure said pass or inconclusive, never fail.
+    assert!(seen[..seen.len() - 1]
+        .iter()
+        .all(|l| l["analysis"]["verdict"] != "fail"));
+    let outcome = site
+        .log_lines()
+        .into_iter()
+        .rev()
+        .find(|l| l["event"] == "rolled_back")
+        .unwrap();
+    assert!(
+        outcome["detail"]
+            .as_str()
+            .unwrap()
+            .contains("analysis failed: canary 5xx"),
+        "{outcome}"
+    );
+    // Users got the canary's 5xx while it was judged, but no request failed at the socket.
+    let answers = load.finish();
+    assert!(
+        answers.iter().all(|(status, _, _)| *status != 0),
+        "a request failed at the socket"
+    );
+    drop(proxy);
+}
+
+#[test]
+fn a_canary_sixty_ms_slower_is_paused_with_its_latency_in_the_reason() {
+    let site = Site::new();
+    let (proxy, load) = serving(&site, 71, 4, Duration::from_millis(2));
+    site.add_sample("v2", "--added-latency-ms 60");
+    let file = policy(
+        &site,
+        30_000,
+        r#"{"min_requests": 100, "interval_ms": 1000}"#,
+    );
+    let out = rollout(&site, "v2", &file);
+    assert_eq!(out.status.code(), Some(3), "paused: {}", said(&out));
+    let last = verdicts(&site).pop().expect("an analysis line");
+    assert_eq!(last["analysis"]["verdict"], "fail", "{last}");
+    let words = last["detail"].as_str().unwrap();
+    assert!(words.starts_with("canary p99 "), "{words}");
+    assert!(last["analysis"]["latency_ratio"].as_f64().unwrap() > 1.2);
+    let status: serde_json::Value = serde_json::from_slice(
+        &rollgate()
+            .args([
+                "rollout", "status", "edge-svc", "--format", "json", "--root",
+            ])
+            .arg(site.root())
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(status["state"], "paused");
+    assert!(
+        status["pause_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("analysis failed: canary p99"),
+        "{status}"
+    );
+    let out = rollgate()
+        .args(["rollout", "abort", "edge-svc", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let answers = load.finish();
+    assert!(answers.iter().all(|(status, _, _)| *status == 200));
+    drop(proxy);
+}
+
+#[test]
+fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure() {
+    let site = Site::new();
+    let (proxy, load) = serving(&site, 72, 4, Duration::from_millis(2));
+    site.add_sample("v2", "");
+    let file = policy(&site, 4000, r#"{"min_requests": 100, "interval_ms": 1000}"#);
+    let out = rollout(&site, "v2", &file);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
+    let seen = verdicts(&site);
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(
+        seen.iter().all(|l| l["analysis"]["verdict"] != "fail"),
+        "{seen:?}"
+    );
+    // The canary's wave is judged against the three replicas still on v1: a pass. (The last
+    // wave has no old replica serving beside it: inconclusive, which passes by default.)
+    assert!(
+        seen.iter()
+            .any(|l| l["wave"] == 0 && l["analysis"]["verdict"] == "pass"),
+        "{seen:?}"
+    );
+    assert!(load.finish().iter().all(|(status, _, _)| *status == 200));
+
+    // Two requests a second: every look is inconclusive, and the rollout goes on.
+    let thin = Load::start(proxy.port, 1, Duration::from_millis(500));
+    site.add_sample("v3", "");
+    let out = rollout(&site, "v3", &file);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
+    let thin_looks: Vec<serde_json::Value> = verdicts(&site)
+        .into_iter()
+        .filter(|l| l["version"] == "v3")
+        .collect();
+    assert!(thin_looks.len() >= 3, "{thin_looks:?}");
+    for look in &thin_looks {
+        assert_eq!(look["analysis"]["verdict"], "inconclusive", "{look}");
+        assert!(
+            look["detail"]
+                .as_str()
+                .unwrap()
+                .contains("100 a side are needed"),
+            "{look}"
+        );
+    }
+    thin.finish();
+    drop(proxy);
+}
+
+#[test]
+fn a_rollout_asking_for_analysis_without_a_proxy_is_refused_before_anything_starts() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    site.replicas_of("v1", 4, 73);
+    site.add_sample("v2", "");
+    let file = policy(&site, 1000, "{}");
+    let before = std::fs::read_to_string(site.root().join("replicas.json")).unwrap();
+    let out = rollout(&site, "v2", &file);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(
+        stderr(&out).contains("the policy asks for analysis"),
+        "{}",
+        said(&out)
+    );
+    assert!(
+        stderr(&out).contains("no rollgate proxy serves"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.root().join("replicas.json")).unwrap(),
+        before
+    );
+}
