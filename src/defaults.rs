@@ -291,6 +291,18 @@ pub fn policy_table() -> String {
             "a socket rollgate holds and hands to each release as fd 3 (`LISTEN_FDS`): the live release and the candidate accept on it, so none is refused",
         ),
         (
+            "analysis",
+            "min_requests (1-10000000), max_error_increase_pct (0-100), max_latency_ratio (1-100), latency_quantile (0.5-0.999), confidence (0.5-0.999999), interval_ms (500-600000), on_fail ('pause, 'rollback), on_inconclusive ('pass, 'pause)".into(),
+            {
+                let d = crate::engine::analysis::Analysis::default();
+                format!(
+                    "none (no traffic judge); min_requests {}, max_error_increase_pct {}, max_latency_ratio {}, latency_quantile {}, confidence {}, interval_ms {}, on_fail 'pause, on_inconclusive 'pass",
+                    d.min_requests, d.max_error_increase_pct, d.max_latency_ratio, d.latency_quantile, d.confidence, d.interval_ms
+                )
+            },
+            "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
+        ),
+        (
             "hooks",
             "pre_deploy, post_promote, post_rollback, timeout_ms (100-600000)".into(),
             format!("none; timeout_ms {}", ms(HOOK_TIMEOUT)),

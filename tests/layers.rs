@@ -441,6 +441,7 @@ const FRONT_DOOR: &[&str] = &[
     "beside_the_live",
     "not_a_replica_set",
     "port_free",
+    "proxy_counts",
     "Phase",
     "Rollout",
     "SlotState",

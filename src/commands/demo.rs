@@ -3,7 +3,9 @@
 //! notification socket) go through the real deployer under the example policy (v5 under the
 //! same numbers with `probe = { kind = 'notify }`); then the log tells what happened. A second act moves
 //! five replicas behind `rollgate proxy` under a small load: a good rollout in waves, then a
-//! bad one that pauses itself and is aborted with rollback, and the failed requests counted.
+//! bad one that pauses itself and is aborted with rollback, then one whose canary answers 10 %
+//! of users with 500 while its probe says ready, rolled back by the traffic judge on its
+//! numbers (policy `analysis`), and the requests counted.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -130,15 +132,23 @@ fn both_acts(root: Option<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-/// The second act's releases: v3 passes as the canary (slot 0) and exits at boot elsewhere.
-const FLEET: [(&str, &str); 3] = [
+/// The second act's releases: v3 passes as the canary (slot 0) and exits at boot elsewhere;
+/// v4 is ready and answers 10 % of users with 500.
+const FLEET: [(&str, &str); 4] = [
     ("v1", "exec '{me}' sample-service --ready-after-ms 100"),
     ("v2", "exec '{me}' sample-service --ready-after-ms 150"),
     (
         "v3",
         "[ \"$ROLLGATE_SLOT\" = 0 ] && exec '{me}' sample-service\nexec '{me}' sample-service --exit-after-ms 0 --exit-code 3",
     ),
+    ("v4", "exec '{me}' sample-service --error-rate 0.1"),
 ];
+
+/// The second act's policy for v4: the default waves, a 20 s soak, and the traffic judge.
+const JUDGED_POLICY: &str = r#"{"edge_svc": {"progress_deadline_ms": 1500, "poll_ms": 100,
+  "max_unavailable_pct": 0, "max_surge_pct": 25, "on_stall": "rollback", "soak_ms": 20000,
+  "analysis": {"min_requests": 50, "interval_ms": 1000, "on_fail": "rollback"}}}
+"#;
 
 fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
     write_fleet_releases(fleet, me)?;
@@ -182,7 +192,11 @@ fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
     let proxy_port = free_port()?;
     let mut proxy = start_proxy(me, fleet, proxy_port)?;
     let load = Load::start(proxy_port);
-    let steps: [(&str, &[&str]); 3] = [
+    let judged = fleet.join("judged-policy.json");
+    std::fs::write(&judged, JUDGED_POLICY)
+        .map_err(|e| format!("cannot write {}: {e}", judged.display()))?;
+    let judged = judged.display().to_string();
+    let steps: [(&str, &[&str]); 4] = [
         (
             "v2  in waves of 1, 2, 3, 5, 500 ms soak  ",
             &["rollout", "edge-svc", "v2", "--soak", "500ms"],
@@ -202,13 +216,17 @@ fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
                 "v3 exits at boot",
             ],
         ),
+        (
+            "v4  ready, but 10 % of answers are 500   ",
+            &["rollout", "edge-svc", "v4", "--policy", &judged],
+        ),
     ];
     for (what, args) in steps {
         let out = run(args)?;
         let code = out.status.code().map_or("killed".into(), |c| c.to_string());
         println!("  {what} -> exit {code}: {}", first_line(&out));
     }
-    let (served, failed) = load.finish();
+    let (served, failed, errors) = load.finish();
     let on = Root::new(fleet.to_path_buf())
         .read_replicas()
         .ok()
@@ -222,7 +240,9 @@ fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
         })
         .unwrap_or_default();
     println!("  replicas now: {on}");
-    println!("  requests through the proxy: {served}, failed: {failed}");
+    println!(
+        "  requests through the proxy: {served}, failed: {failed}, 500 from v4's canary while it was judged: {errors}"
+    );
     stop_fleet(fleet, Some(&mut proxy));
     println!("The demo stopped the replicas and the proxy so nothing is left running.\n");
     Ok(())
@@ -275,11 +295,12 @@ fn start_proxy(me: &Path, fleet: &Path, port: u16) -> Result<std::process::Child
 }
 
 /// A small steady load through the proxy: one request every few milliseconds, each on a new
-/// connection, counting answers other than 200.
+/// connection, counting the requests that got no answer and the 500s.
 struct Load {
     stop: Arc<AtomicBool>,
     served: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -288,12 +309,19 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let served = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
-        let (s, ok, bad) = (stop.clone(), served.clone(), failed.clone());
+        let errors = Arc::new(AtomicU64::new(0));
+        let (s, ok, bad, five) = (stop.clone(), served.clone(), failed.clone(), errors.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 ok.fetch_add(1, Ordering::SeqCst);
-                if !get_ok(port) {
-                    bad.fetch_add(1, Ordering::SeqCst);
+                match status_of_get(port) {
+                    Some(200) => {}
+                    Some(500) => {
+                        five.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -302,34 +330,34 @@ impl Load {
             stop,
             served,
             failed,
+            errors,
             thread,
         }
     }
 
-    fn finish(self) -> (u64, u64) {
+    /// Requests sent, those that got no answer (or another status), and the 500s.
+    fn finish(self) -> (u64, u64, u64) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.thread.join();
         (
             self.served.load(Ordering::SeqCst),
             self.failed.load(Ordering::SeqCst),
+            self.errors.load(Ordering::SeqCst),
         )
     }
 }
 
-fn get_ok(port: u16) -> bool {
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
+/// The status of `GET /` through the proxy on a connection of its own (None: no answer).
+fn status_of_get(port: u16) -> Option<u16> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    if stream
+    stream
         .write_all(b"GET / HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
+        .ok()?;
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
-    answer.starts_with(b"HTTP/1.1 200")
+    let text = String::from_utf8_lossy(answer.get(..12)?);
+    text.strip_prefix("HTTP/1.1 ")?.parse().ok()
 }
 
 /// Stops the proxy (SIGTERM, then waits) and every replica the pool names.

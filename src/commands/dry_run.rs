@@ -530,6 +530,18 @@ pub fn rollout(
     }
     report.check(ports_free(resolved.settings.ports, resolved.settings.surge));
     report.check(admission_check(&root, &request.service, &request.version));
+    if let Some(analysis) = &resolved.settings.analysis {
+        report.value(
+            "analysis",
+            analysis.describe(resolved.settings.soak_ms),
+            "policy",
+        );
+        report.check(engine::proxy_counts(&root).map(|proxy| {
+            format!(
+                "a rollgate proxy (pid {proxy}) serves the root: the analysis can read its counts"
+            )
+        }));
+    }
     match settings::plan(
         &request.service,
         &request.version,

@@ -54,7 +54,7 @@ pub use ask::{ask, watch, Ask};
 pub use outcome::{Ending, Outcome, Stream};
 pub use recover::record_restart;
 pub(crate) use recover::recover_leaving_escalated;
-pub use start::{beside_the_live, not_a_replica_set, port_free, start, Plan, Start};
+pub use start::{beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, Start};
 pub use state::{Phase, Rollout, SlotState};
 pub use status::{service_of, ReplicaStatus, RootStatus};
 

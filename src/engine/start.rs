@@ -206,20 +206,26 @@ fn prepare_rollout(
     }))
 }
 
+/// The pid of the proxy serving `root`, if one gives its counts (the traffic judge reads them);
+/// refused (with why) otherwise.
+pub fn proxy_counts(root: &Root) -> Result<u32, Error> {
+    crate::proxy::drain::counts_now(&root.0, std::time::Duration::from_secs(2))
+        .map(|line| line.pid)
+        .map_err(|why| refused(format!("the policy asks for analysis, but {why}")))
+}
+
 /// A run whose policy asks for `analysis` needs a proxy serving the root to count what users
 /// get: refused (exit 2) before anything is recorded when none answers.
 fn judged_by_a_proxy(root: &Root, rollout: &Rollout) -> Result<(), Error> {
     if rollout.settings.analysis.is_none() {
         return Ok(());
     }
-    crate::proxy::drain::counts_now(&root.0, std::time::Duration::from_secs(2))
-        .map(drop)
-        .map_err(|why| {
-            refused(format!(
-                "the policy asks for analysis, which judges the canary by what users get through `rollgate proxy`, but {why}; start `rollgate proxy --root {}` in front of the service first; nothing was started",
-                root.0.display()
-            ))
-        })
+    proxy_counts(root).map(drop).map_err(|e| {
+        refused(format!(
+            "{e}; the analysis judges the canary by what users get through `rollgate proxy`: start `rollgate proxy --root {}` in front of the service first; nothing was started",
+            root.0.display()
+        ))
+    })
 }
 
 /// The service's socket from the root's holder (started now if none answers), when the run's

@@ -160,6 +160,8 @@ pub struct RolloutStatus {
     pub release_deadline_left_ms: Option<u64>,
     /// What is left of the soak in hand (a running rollout only).
     pub soak_left_ms: Option<u64>,
+    /// The traffic judge's last look (policy `analysis`), its numbers and verdict.
+    pub analysis: Option<crate::engine::analysis::Verdict>,
     pub slots: Vec<SlotStatus>,
 }
 
@@ -205,6 +207,7 @@ impl RolloutStatus {
             required_waiting: required_waiting(rollout),
             release_deadline_left_ms: running.then(|| left_ms(rollout.settings.release_deadline)),
             soak_left_ms: rollout.soak_until.filter(|_| running).map(left_ms),
+            analysis: rollout.last_analysis.clone(),
             slots: rollout
                 .slots
                 .iter()
@@ -268,6 +271,9 @@ pub fn status(rollout: &Rollout, format: Format, layout: Layout, now: f64) -> St
     out.push_str(&format!("replicas: {}\n", counts.join(", ")));
     if let Some(reason) = &rollout.pause_reason {
         out.push_str(&format!("paused: {reason}\n"));
+    }
+    if let Some(look) = &rollout.last_analysis {
+        out.push_str(&format!("analysis: {}\n", look.words));
     }
     if let Some(cause) = &rollout.abort_cause {
         let slot = cause.slot.map_or(String::new(), |s| format!("slot {s}, "));

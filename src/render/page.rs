@@ -58,7 +58,8 @@ tr.current td:first-child{font-weight:600}tr.current td:first-child::after{conte
 .timeline text{font:11px system-ui,sans-serif;fill:#1d2330}.timeline .axis text{fill:#5b6472}.bad{color:#b3261e}.good{color:#2f7d4f}.warn{color:#9a6700}\
 .required{font-weight:600}.banner{background:#fff4e5;border:1px solid #f0c36d;padding:6px 10px;border-radius:4px;margin:6px 0}\
 form{display:inline-block;margin:4px 8px 4px 0}button{padding:4px 12px;border-radius:4px;border:1px solid #8b93a1;background:#fff;cursor:pointer}\
-button.danger{border-color:#b3261e;color:#b3261e}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}";
+button.danger{border-color:#b3261e;color:#b3261e}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}\
+table.analysis caption{text-align:left;font-weight:600}.verdict.fail{color:#b3261e}.verdict.pass{color:#2f7d4f}.verdict.inconclusive{color:#9a6700}";
 
 /// The whole page: a section per root, buttons only when `actions` is true.
 pub fn page(
@@ -188,6 +189,34 @@ fn escalated(service: &str, candidate: &Value, actions: bool) -> String {
     html
 }
 
+/// The traffic judge's last look: canary and baseline side by side, and the verdict.
+fn analysis_table(look: &Value) -> String {
+    let number = |path: &str, digits: usize| {
+        field(look, &[path])
+            .as_f64()
+            .map_or("-".to_string(), |v| format!("{v:.digits$}"))
+    };
+    let verdict = text(field(look, &["verdict"]));
+    let row = |side: &str, requests: &str, errors: &str, rate: &str, latency: &str| {
+        format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} %</td><td>{} ms</td></tr>",
+            escape(&text(field(look, &[side]))),
+            number(requests, 0),
+            number(errors, 0),
+            number(rate, 2),
+            number(latency, 2)
+        )
+    };
+    format!(
+        "<table class=\"analysis\"><caption>analysis: <span class=\"verdict {verdict}\">{}</span></caption><tr><th>release</th><th>requests</th><th>errors</th><th>error rate</th><th>latency (quantile)</th></tr>{}{}</table><p class=\"analysis-words\">{}</p>",
+        escape(&verdict),
+        row("canary", "canary_requests", "canary_errors", "canary_error_pct", "canary_latency_ms"),
+        row("baseline", "baseline_requests", "baseline_errors", "baseline_error_pct", "baseline_latency_ms"),
+        escape(&text(field(look, &["words"]))),
+        verdict = escape(&verdict),
+    )
+}
+
 // Long on purpose: one block of HTML, in the order the page shows it (heading, reasons,
 // countdowns, buttons, waves).
 fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
@@ -215,6 +244,10 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
             "<p class=\"banner pause\">paused: {}</p>",
             escape(reason)
         ));
+    }
+    let look = field(rollout, &["analysis"]);
+    if !look.is_null() {
+        html.push_str(&analysis_table(look));
     }
     let cause = field(rollout, &["abort_cause"]);
     if !cause.is_null() {
@@ -648,5 +681,44 @@ mod tests {
         );
         assert!(page.contains("aborted: bad numbers (canary)"), "{page}");
         assert!(!page.contains("slot -"), "{page}");
+    }
+
+    #[test]
+    fn the_traffic_judges_last_look_is_a_table_of_both_sides_and_its_verdict() {
+        let state = json!({"service": "svc", "root": "/srv/x", "live": null,
+            "rollout": {"state": "paused", "from": "v1", "version": "v2", "waves": [[0]],
+                "pause_reason": "analysis failed: canary 5xx 3.1 % (41/1320)",
+                "analysis": {"verdict": "fail", "canary": "v2", "baseline": "v1<b>",
+                    "canary_requests": 1320, "canary_errors": 41, "canary_error_pct": 3.106,
+                    "baseline_requests": 1511, "baseline_errors": 3, "baseline_error_pct": 0.198,
+                    "canary_latency_ms": 0.61, "baseline_latency_ms": null,
+                    "words": "canary 5xx 3.1 % (41/1320) vs baseline 0.2 % (3/1511)"},
+                "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"}]}});
+        let page = page(
+            &[Section {
+                state: &state,
+                history: &[],
+            }],
+            false,
+            true,
+            0.0,
+            None,
+        );
+        assert!(
+            page.contains("<span class=\"verdict fail\">fail</span>"),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "<tr><td>v2</td><td>1320</td><td>41</td><td>3.11 %</td><td>0.61 ms</td></tr>"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "<tr><td>v1&lt;b&gt;</td><td>1511</td><td>3</td><td>0.20 %</td><td>- ms</td></tr>"
+            ),
+            "{page}"
+        );
     }
 }
