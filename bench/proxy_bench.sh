@@ -10,6 +10,7 @@
 # the same release) runs in the same rounds, so counting's cost is measured side by side.
 # It starts the release, nginx and the proxy itself and stops those, by pid, and nothing else.
 # Usage: sh bench/proxy_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk, oha and nginx)
+# LOADS="ka32 ..." runs only those loads; DEPLOYS=0 skips the deploys under load.
 set -eu
 rollgate=$1
 rounds=${2:-3}
@@ -66,7 +67,8 @@ p99_ms() { awk '$1 == "99%" { v = $2; if (v ~ /us$/) { sub(/us/, "", v); v /= 10
 clk=$(getconf CLK_TCK)
 results="$root/results"
 : >"$results"
-for load in ka32 ka256 close32 close256; do
+loads=${LOADS:-ka32 ka256 close32 close256}
+for load in $loads; do
   # The header as one word: wrk reads `Name: value` (without the space it sends no close).
   case $load in
     ka32) conns=32 close="" ;;
@@ -102,7 +104,7 @@ field() { awk -v l="$1" -v t="$2" -v f="$3" '$1 == l && $2 == t { print $f }' "$
 echo "== throughput: wrk -t1 -d${seconds}s, medians of $rounds interleaved rounds"
 echo "| load | direct req/s | nginx req/s | rollgate req/s | rollgate / nginx | nginx CPU us/req | rollgate CPU us/req | counting off req/s | counting on / off | p99 ms nginx / on / off |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for load in ka32 ka256 close32 close256; do
+for load in $loads; do
   d=$(field $load direct 4); n=$(field $load nginx 4); r=$(field $load rollgate 4)
   nc=$(field $load nginx 5); rc=$(field $load rollgate 5); u=$(field $load uncounted 4)
   ratio=$(awk -v r="$r" -v n="$n" 'BEGIN { printf "%.2f", r / n }')
@@ -132,11 +134,13 @@ for target in direct nginx rollgate uncounted; do
   echo "$target: p50 $p50 ms, p99 $p99 ms"
 done
 
-echo "== 100 deploys under load through the proxy"
+deploys=${DEPLOYS:-100}
+[ "$deploys" -gt 0 ] || exit 0
+echo "== $deploys deploys under load through the proxy"
 wrk -t1 -c16 -d600s "http://127.0.0.1:$pport/" >"$root/wrk.out" 2>&1 &
 load=$!
 i=0; version=b
-while [ $i -lt 100 ]; do
+while [ $i -lt "$deploys" ]; do
   "$rollgate" deploy svc "$(free_port)" $version --root "$root" --grace-ms 1000 2>/dev/null || echo "deploy $i failed"
   if [ $version = b ]; then version=a; else version=b; fi
   i=$((i + 1))

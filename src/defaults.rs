@@ -150,6 +150,17 @@ fn ms(duration: Duration) -> String {
     duration.as_millis().to_string()
 }
 
+/// The traffic judge's defaults (policy `analysis`; docs/analysis.md): requests a side before
+/// anything is concluded, the tolerated rise of the error rate in points, the tolerated
+/// latency ratio at the quantile compared, the confidence a whole soak keeps, and how often it
+/// looks. A failed look pauses; an inconclusive end passes.
+pub const ANALYSIS_MIN_REQUESTS: u64 = 200;
+pub const ANALYSIS_MAX_ERROR_INCREASE_PCT: f64 = 1.0;
+pub const ANALYSIS_MAX_LATENCY_RATIO: f64 = 1.2;
+pub const ANALYSIS_LATENCY_QUANTILE: f64 = 0.99;
+pub const ANALYSIS_CONFIDENCE: f64 = 0.99;
+pub const ANALYSIS_INTERVAL_MS: u64 = 5000;
+
 /// `docs/policy.md`'s table of policy fields: what each is for, its range and its default.
 // Long on purpose: a table, one row per policy field, in the order docs/policy.md shows them.
 pub fn policy_table() -> String {
@@ -293,13 +304,9 @@ pub fn policy_table() -> String {
         (
             "analysis",
             "min_requests (1-10000000), max_error_increase_pct (0-100), max_latency_ratio (1-100), latency_quantile (0.5-0.999), confidence (0.5-0.999999), interval_ms (500-600000), on_fail ('pause, 'rollback), on_inconclusive ('pass, 'pause)".into(),
-            {
-                let d = crate::engine::analysis::Analysis::default();
-                format!(
-                    "none (no traffic judge); min_requests {}, max_error_increase_pct {}, max_latency_ratio {}, latency_quantile {}, confidence {}, interval_ms {}, on_fail 'pause, on_inconclusive 'pass",
-                    d.min_requests, d.max_error_increase_pct, d.max_latency_ratio, d.latency_quantile, d.confidence, d.interval_ms
-                )
-            },
+            format!(
+                "none (no traffic judge); min_requests {ANALYSIS_MIN_REQUESTS}, max_error_increase_pct {ANALYSIS_MAX_ERROR_INCREASE_PCT}, max_latency_ratio {ANALYSIS_MAX_LATENCY_RATIO}, latency_quantile {ANALYSIS_LATENCY_QUANTILE}, confidence {ANALYSIS_CONFIDENCE}, interval_ms {ANALYSIS_INTERVAL_MS}, on_fail 'pause, on_inconclusive 'pass"
+            ),
             "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
         ),
         (

@@ -50,7 +50,7 @@ fn serving(site: &Site, block: u16, clients: usize, pause: Duration) -> (Proxy, 
     site.add_sample("v1", "");
     site.replicas_of("v1", 4, block);
     let proxy = Proxy::start(site, &[]);
-    let load = Load::start(proxy.port, clients, pause);
+    let load = Load::kept(proxy.port, clients, pause);
     (proxy, load)
 }
 
@@ -181,7 +181,7 @@ fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure()
     assert!(load.finish().iter().all(|(status, _, _)| *status == 200));
 
     // Two requests a second: every look is inconclusive, and the rollout goes on.
-    let thin = Load::start(proxy.port, 1, Duration::from_millis(500));
+    let thin = Load::kept(proxy.port, 1, Duration::from_millis(500));
     site.add_sample("v3", "");
     let out = rollout(&site, "v3", &file);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
@@ -228,4 +228,122 @@ fn a_rollout_asking_for_analysis_without_a_proxy_is_refused_before_anything_star
         std::fs::read_to_string(site.root().join("replicas.json")).unwrap(),
         before
     );
+}
+
+#[test]
+fn a_killed_proxy_or_a_killed_rollgate_mid_analysis_resumes_with_fresh_counts_and_no_wrong_verdict()
+{
+    let site = Site::new();
+    let (mut proxy, load) = serving(&site, 74, 4, Duration::from_millis(2));
+    site.add_sample("v2", "");
+    let file = policy(
+        &site,
+        10_000,
+        r#"{"min_requests": 50, "interval_ms": 1000}"#,
+    );
+    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["rollout", "edge-svc", "v2", "--root"])
+        .arg(site.root())
+        .args(["--policy", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(30, || verdicts(&site).len() >= 2),
+        "{:?}",
+        verdicts(&site)
+    );
+    // The proxy dies mid-analysis; another takes its place on the same address.
+    let port = proxy.port;
+    proxy.child.kill().unwrap();
+    let _ = proxy.child.wait();
+    let replacement = Proxy::start_on(&site, port, &[]);
+    let fresh = |site: &Site| {
+        verdicts(site).iter().any(|l| {
+            l["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("counts start fresh")
+        })
+    };
+    assert!(wait_for(20, || fresh(&site)), "{:?}", verdicts(&site));
+    // Then the rollgate running the rollout dies mid-soak; the next command takes the run over.
+    let before_kill = verdicts(&site).len();
+    running.kill().unwrap();
+    let _ = running.wait();
+    let out = rollgate()
+        .args(["rollout", "resume", "edge-svc", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(90))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "completed: {}", said(&out));
+    let seen = verdicts(&site);
+    assert!(
+        seen[before_kill..].iter().any(|l| l["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("counts start now")),
+        "{seen:?}"
+    );
+    // An identical canary: no look ever failed, through both deaths.
+    assert!(
+        seen.iter().all(|l| l["analysis"]["verdict"] != "fail"),
+        "{seen:?}"
+    );
+    load.finish();
+    drop(replacement);
+}
+
+#[test]
+fn a_deploy_is_judged_in_its_watch_against_the_old_release_before_the_switch() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::kept(proxy.port, 4, Duration::from_millis(2));
+    std::thread::sleep(Duration::from_millis(500));
+    site.add_sample("v2", "--error-rate 0.1");
+    let file = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 15000,
+            "analysis": {"min_requests": 50, "interval_ms": 1000, "on_fail": "rollback"}}}"#,
+    );
+    let started = Instant::now();
+    let out = site.deploy(free_port(), "v2", &["--policy", file.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "switched back: {} {:?}",
+        said(&out),
+        verdicts(&site)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(14),
+        "{:?}",
+        started.elapsed()
+    );
+    let last = verdicts(&site).pop().expect("an analysis line");
+    assert_eq!(last["analysis"]["verdict"], "fail", "{last}");
+    assert!(
+        last["analysis"]["baseline_requests"].as_u64().unwrap() >= 50,
+        "{last}"
+    );
+    let seen = verdicts(&site);
+    assert!(
+        seen[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("baseline: v1's "),
+        "{seen:?}"
+    );
+    let live: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("current")).unwrap())
+            .unwrap();
+    assert_eq!(live["version"], "v1");
+    assert!(load.finish().iter().all(|(status, _, _)| *status != 0));
+    drop(proxy);
 }

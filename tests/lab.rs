@@ -382,7 +382,7 @@ fn the_demo_tells_the_story_and_leaves_nothing_running() {
     );
     assert!(text.contains(&root.join("deploy.log").display().to_string()));
     // The second act: a good rollout, a bad one that pauses itself, an abort with rollback,
-    // and not one failed request through the proxy.
+    // one stopped by its numbers, and not one failed request through the proxy.
     assert!(text.contains("exit 0: completed: "), "{text}");
     assert!(
         text.contains("exit 3: paused: wave 1 paused itself"),
@@ -390,7 +390,12 @@ fn the_demo_tells_the_story_and_leaves_nothing_running() {
     );
     assert!(text.contains("exit 0: aborted: "), "{text}");
     assert!(text.contains("  replicas now: v2 v2 v2 v2 v2\n"), "{text}");
-    assert!(text.contains(", failed: 0\n"), "{text}");
+    assert!(text.contains(", failed: 0, 500 from v4's canary"), "{text}");
+    // v4 is ready but answers 10 % of users with 500: the traffic judge rolls it back.
+    assert!(
+        text.contains("exit 1: aborted: analysis failed: canary 5xx "),
+        "{text}"
+    );
     let fleet_log = std::fs::read_to_string(root.join("fleet/deploy.log")).unwrap();
     assert_eq!(
         fleet_log

@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, DiscreteCDF, Hypergeometric, Normal};
 
+use crate::defaults;
 use crate::host::fault::Fault;
 use crate::policy::AnalysisPolicy;
 use crate::proxy::drain::{CountsLine, ReleaseCounts};
@@ -61,12 +62,12 @@ fn pass() -> OnInconclusive {
 impl Default for Analysis {
     fn default() -> Self {
         Analysis {
-            min_requests: 200,
-            max_error_increase_pct: 1.0,
-            max_latency_ratio: 1.2,
-            latency_quantile: 0.99,
-            confidence: 0.99,
-            interval_ms: 5000,
+            min_requests: defaults::ANALYSIS_MIN_REQUESTS,
+            max_error_increase_pct: defaults::ANALYSIS_MAX_ERROR_INCREASE_PCT,
+            max_latency_ratio: defaults::ANALYSIS_MAX_LATENCY_RATIO,
+            latency_quantile: defaults::ANALYSIS_LATENCY_QUANTILE,
+            confidence: defaults::ANALYSIS_CONFIDENCE,
+            interval_ms: defaults::ANALYSIS_INTERVAL_MS,
             on_fail: OnFail::Pause,
             on_inconclusive: OnInconclusive::Pass,
         }

@@ -944,6 +944,7 @@ impl Executor {
             canary: self.rollout.to.clone(),
             baseline: self.rollout.from.clone()?,
             settings,
+            baseline_before_switch: self.rollout.single.is_some(),
         })
     }
 
@@ -966,6 +967,9 @@ impl Executor {
             Finding::Fail => {
                 let reason = format!("analysis failed: {words}");
                 self.handle(match settings.on_fail {
+                    // A deploy has no pause: its watched release failed, as on a failed
+                    // probe, and the previous one takes the traffic back.
+                    _ if self.rollout.single.is_some() => Event::Failed { slot: 0, reason },
                     OnFail::Pause => Event::Pause { reason },
                     OnFail::Rollback => Event::Abort {
                         reason,

@@ -141,7 +141,10 @@ fn prepare_deploy(start: &Start, port: u16, settings: &DeploySettings) -> Result
             previous_ports: live.iter().map(|l| l.port).collect(),
             reason: None,
         },
-        listen: held_socket(root, &rollout)?,
+        listen: {
+            judged_by_a_proxy(root, &rollout)?;
+            held_socket(root, &rollout)?
+        },
         rollout,
         executable,
         signed,

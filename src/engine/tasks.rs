@@ -209,6 +209,9 @@ pub(super) struct Judging {
     pub canary: String,
     pub baseline: String,
     pub settings: crate::engine::analysis::Analysis,
+    /// A deploy: no old release serves beside the new one after the switch, so the baseline
+    /// is what the old release answered through this proxy up to the switch.
+    pub baseline_before_switch: bool,
 }
 
 /// How long a read of the proxy's counts may take.
@@ -229,6 +232,24 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
     let mut note = match base {
         Some(_) => "counts start now (the soak began)".to_string(),
         None => String::new(),
+    };
+    // A deploy's baseline, fixed now: the old release through this proxy up to the switch.
+    let before_switch = match (judging.baseline_before_switch, &base) {
+        (true, Some(switch)) => {
+            let side = Side::between(None, switch, &judging.baseline);
+            note = format!(
+                "baseline: {}'s {} requests through this proxy before the switch, since {}",
+                judging.baseline,
+                side.requests,
+                crate::render::time::format_time(switch.started_ms as f64 / 1000.0)
+            );
+            Some(side)
+        }
+        (true, None) => {
+            note = "no baseline: the proxy's counts at the switch could not be read".into();
+            Some(Side::default())
+        }
+        (false, _) => None,
     };
     let end = instant_after(until);
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
@@ -252,7 +273,10 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
                 }
                 let from = base.as_ref().filter(|b| b.same_proxy(&now));
                 let canary = Side::between(from, &now, &judging.canary);
-                let baseline = Side::between(from, &now, &judging.baseline);
+                let baseline = match &before_switch {
+                    Some(side) => side.clone(),
+                    None => Side::between(from, &now, &judging.baseline),
+                };
                 if base.is_none() {
                     base = Some(crate::proxy::drain::CountsLine {
                         releases: Vec::new(),

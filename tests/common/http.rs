@@ -18,7 +18,11 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(site: &Site, extra: &[&str]) -> Proxy {
-        let port = free_port();
+        Proxy::start_on(site, free_port(), extra)
+    }
+
+    /// A proxy on `port` (one that replaces a proxy killed there).
+    pub fn start_on(site: &Site, port: u16, extra: &[&str]) -> Proxy {
         let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
             .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
             .arg(site.root())
@@ -154,6 +158,16 @@ pub struct Load {
 
 impl Load {
     pub fn start(port: u16, clients: usize, pause: Duration) -> Load {
+        Load::with(port, clients, pause, true)
+    }
+
+    /// Clients that all keep their connection (a long steady load leaves no flood of closed
+    /// connections waiting out TIME_WAIT on the ephemeral ports).
+    pub fn kept(port: u16, clients: usize, pause: Duration) -> Load {
+        Load::with(port, clients, pause, false)
+    }
+
+    fn with(port: u16, clients: usize, pause: Duration, reconnect: bool) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let seen: Arc<Mutex<Vec<(u16, String, Instant)>>> = Arc::default();
         let clients = (0..clients)
@@ -163,7 +177,7 @@ impl Load {
                     let mut conn = Conn::open(port).ok();
                     let mut mine = Vec::new();
                     while !stop.load(Ordering::SeqCst) {
-                        if i % 2 == 0 || conn.is_none() {
+                        if (reconnect && i % 2 == 0) || conn.is_none() {
                             conn = Conn::open(port).ok();
                         }
                         let answer = match conn.as_mut() {
