@@ -1175,3 +1175,50 @@ fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
     assert_eq!(value("rollgate_proxy_draining", &[]), Some(0.0));
     assert!(value("rollgate_proxy_start_time_seconds", &[]).unwrap() > 1.7e9);
 }
+
+/// Issue 40: a kept connection the release closed while it was idle (its keep-alive timeout)
+/// is seen closed before the next request goes out, so even a request that must not be sent
+/// twice (a POST) gets a new connection instead of a 502.
+#[test]
+fn a_kept_connection_the_release_closed_while_idle_is_not_used_again() {
+    let site = Site::new();
+    let listener = stand_in_release(&site, "closer");
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                if read_head(&mut reader).is_empty() {
+                    return;
+                }
+                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nclosed";
+                let _ = writer.write_all(answer.as_bytes());
+                // Idle for 50 ms: closed, as a release's keep-alive timeout does.
+                std::thread::sleep(Duration::from_millis(50));
+            });
+        }
+    });
+    let proxy = Proxy::start(&site, &["--threads", "1"]);
+    let mut conn = Conn::open(proxy.port).unwrap();
+    for round in 0..3 {
+        let get = conn.get("/", "").unwrap();
+        assert_eq!(
+            (get.status, get.body.as_str()),
+            (200, "closed"),
+            "round {round}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let post = conn.post_empty("/").unwrap();
+        assert_eq!(
+            (post.status, post.body.as_str()),
+            (200, "closed"),
+            "round {round}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 6);
+}

@@ -71,17 +71,13 @@ impl Wire {
     }
 
     /// Reads what the release sends next into the buffer; 0 means it closed the connection.
+    /// Through tokio's `poll_read`, which marks the socket drained after a short read, so
+    /// [`Wire::still_open`] then asks the kernel nothing.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         if self.buffer.capacity() - self.buffer.len() < 1024 {
             self.buffer.reserve(READ_CHUNK);
         }
-        loop {
-            ready!(self.stream.poll_read_ready(cx))?;
-            match self.stream.try_read_buf(&mut self.buffer) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
-                done => return Poll::Ready(done),
-            }
-        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buffer)
     }
 
     async fn fill(&mut self) -> std::io::Result<usize> {
