@@ -298,30 +298,19 @@ pub async fn handle(
                 .await
                 .map(|response| response.map(Either::Right)),
             _ => {
-                let attempt_body = match body.take() {
-                    Some(incoming) if !replayable => {
-                        Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
-                    }
-                    _ => Either::Right(http_body_util::Empty::new()),
-                };
                 let Some(head) = parts.take() else {
                     return Ok(plain(
                         StatusCode::BAD_GATEWAY,
                         "no replica took the request".into(),
                     ));
                 };
-                let attempt = Request::from_parts(head, attempt_body);
-                match upstream::send(kept, port, attempt).await {
-                    Ok((response, sender)) => {
-                        // An upgraded connection is the tunnel's now.
-                        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-                            let mut reused = client.reused.lock().expect("connection state");
-                            reused.upstreams.put(port, sender);
-                        }
-                        Ok(response.map(Either::Left))
+                let body = match body.take() {
+                    Some(incoming) if !replayable => {
+                        Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
                     }
-                    Err(e) => Err(e),
-                }
+                    _ => Either::Right(http_body_util::Empty::new()),
+                };
+                through_hyper(&client, kept, port, Request::from_parts(head, body)).await
             }
         };
         if let Some(sent) = sent {
@@ -400,6 +389,22 @@ pub async fn handle(
             _lease: lease,
         }),
     ))
+}
+
+/// Sends a request with a body, or an upgrade, over hyper's client (`upstream`); the
+/// connection goes back to the client's set for its next request unless a tunnel took it.
+async fn through_hyper(
+    client: &Client,
+    kept: Option<hyper::client::conn::http1::SendRequest<UpstreamBody>>,
+    port: u16,
+    request: Request<UpstreamBody>,
+) -> Result<Response<Either<Incoming, Relayed>>, upstream::Failure> {
+    let (response, sender) = upstream::send(kept, port, request).await?;
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let mut reused = client.reused.lock().expect("connection state");
+        reused.upstreams.put(port, sender);
+    }
+    Ok(response.map(Either::Left))
 }
 
 /// A response body that holds its request's lease until it is finished or dropped, so a
