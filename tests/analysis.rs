@@ -180,9 +180,15 @@ fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure()
     );
     assert!(load.finish().iter().all(|(status, _, _)| *status == 200));
 
-    // Two requests a second: every look is inconclusive, and the rollout goes on.
+    // Two requests a second: every look is inconclusive; the judge looks on for 2 s more at
+    // the soak's end, then the rollout goes on.
     let thin = Load::kept(proxy.port, 1, Duration::from_millis(500));
     site.add_sample("v3", "");
+    let file = policy(
+        &site,
+        4000,
+        r#"{"min_requests": 100, "interval_ms": 1000, "inconclusive_wait_ms": 2000}"#,
+    );
     let out = rollout(&site, "v3", &file);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
     let thin_looks: Vec<serde_json::Value> = verdicts(&site)
@@ -200,6 +206,13 @@ fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure()
             "{look}"
         );
     }
+    assert!(
+        thin_looks.iter().any(|l| l["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the soak ended inconclusive: looking 2000 ms more")),
+        "{thin_looks:?}"
+    );
     thin.finish();
     drop(proxy);
 }

@@ -53,10 +53,18 @@ pub struct Analysis {
     pub on_fail: OnFail,
     #[serde(default = "pass")]
     pub on_inconclusive: OnInconclusive,
+    /// How much longer the judge keeps looking when the soak ends inconclusive (too little
+    /// traffic), before `on_inconclusive` applies; a conclusive look ends the wait.
+    #[serde(default = "wait")]
+    pub inconclusive_wait_ms: u64,
 }
 
 fn pass() -> OnInconclusive {
     OnInconclusive::Pass
+}
+
+fn wait() -> u64 {
+    defaults::ANALYSIS_INCONCLUSIVE_WAIT_MS
 }
 
 impl Default for Analysis {
@@ -70,6 +78,7 @@ impl Default for Analysis {
             interval_ms: defaults::ANALYSIS_INTERVAL_MS,
             on_fail: OnFail::Pause,
             on_inconclusive: OnInconclusive::Pass,
+            inconclusive_wait_ms: defaults::ANALYSIS_INCONCLUSIVE_WAIT_MS,
         }
     }
 }
@@ -166,30 +175,40 @@ impl Analysis {
             )?,
             on_fail,
             on_inconclusive,
+            inconclusive_wait_ms: whole(
+                "inconclusive_wait_ms",
+                asked.inconclusive_wait_ms,
+                d.inconclusive_wait_ms,
+                0,
+                3_600_000,
+            )?,
         })
     }
 
-    /// The significance each look's test is held to, for a soak of `window_ms`.
+    /// The significance each look's test is held to, for a soak of `window_ms` (the looks of
+    /// the wait after an inconclusive end count too).
     pub fn alpha_per_test(&self, window_ms: u64) -> f64 {
-        (1.0 - self.confidence) / (2.0 * looks(window_ms, self.interval_ms) as f64)
+        let looks = looks(window_ms + self.inconclusive_wait_ms, self.interval_ms);
+        (1.0 - self.confidence) / (2.0 * looks as f64)
     }
 
     /// One line for `--dry-run` and the rollout's plan.
     pub fn describe(&self, window_ms: u64) -> String {
         format!(
-            "analysis every {} ms against the old release serving at the same time: at least {} requests a side; fails on 5xx + failures up more than {} point(s), or p{} latency over {}x, each significant at {} confidence ({} looks, {:.1e} per test); on failure {}; inconclusive at the end: {}",
+            "analysis every {} ms against the old release serving at the same time: at least {} requests a side; fails on 5xx + failures up more than {} point(s), or p{} latency over {}x, each significant at {} confidence ({} looks, {:.1e} per test); on failure {}; inconclusive at the end: looking {} ms more, then {}",
             self.interval_ms,
             self.min_requests,
             self.max_error_increase_pct,
             (self.latency_quantile * 100.0).round(),
             self.max_latency_ratio,
             self.confidence,
-            looks(window_ms, self.interval_ms),
+            looks(window_ms + self.inconclusive_wait_ms, self.interval_ms),
             self.alpha_per_test(window_ms),
             match self.on_fail {
                 OnFail::Pause => "pause",
                 OnFail::Rollback => "roll back",
             },
+            self.inconclusive_wait_ms,
             match self.on_inconclusive {
                 OnInconclusive::Pass => "pass",
                 OnInconclusive::Pause => "pause",
@@ -593,7 +612,8 @@ mod tests {
     fn each_look_is_held_to_its_share_of_the_error_budget() {
         let settings = Analysis::default();
         assert_eq!(looks(60_000, 5000), 12);
-        assert!((settings.alpha_per_test(60_000) - 0.01 / 24.0).abs() < 1e-12);
+        // 60 s of soak and 10 s of wait: 14 looks, 2 tests each.
+        assert!((settings.alpha_per_test(60_000) - 0.01 / 28.0).abs() < 1e-12);
         assert_eq!(looks(1, 5000), 1);
     }
 }

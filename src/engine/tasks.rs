@@ -251,7 +251,10 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
         }
         (false, _) => None,
     };
-    let end = instant_after(until);
+    let mut end = instant_after(until);
+    // An inconclusive end (too little traffic) looks on for at most this long.
+    let mut wait_left = Some(Duration::from_millis(judging.settings.inconclusive_wait_ms))
+        .filter(|wait| !wait.is_zero());
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -306,6 +309,22 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
             }
         };
         let mut verdict = verdict;
+        let mut last = last;
+        if last && verdict.verdict == Finding::Inconclusive {
+            if let Some(wait) = wait_left.take() {
+                end += wait;
+                last = false;
+                let more = format!(
+                    "the soak ended inconclusive: looking {} ms more",
+                    wait.as_millis()
+                );
+                note = if note.is_empty() {
+                    more
+                } else {
+                    format!("{note}; {more}")
+                };
+            }
+        }
         if !note.is_empty() {
             verdict.words = format!("{} ({note})", verdict.words);
             note.clear();

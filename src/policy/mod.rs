@@ -160,6 +160,7 @@ pub struct AnalysisPolicy {
     pub interval_ms: Option<u64>,
     pub on_fail: Option<String>,
     pub on_inconclusive: Option<String>,
+    pub inconclusive_wait_ms: Option<u64>,
 }
 
 /// The policy's `listen` as written; `host::listen::Spec::parse` checks it.
