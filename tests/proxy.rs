@@ -39,6 +39,38 @@ fn read_head(reader: &mut impl BufRead) -> String {
     }
 }
 
+/// Serves `listener` as a release would: a thread per connection, `answer` called with each
+/// request head (lowercased) and the connection to write to, until the client closes or
+/// `answer` returns false (the release closes it). Counts the connections accepted.
+fn serve_as_a_release(
+    listener: std::net::TcpListener,
+    answer: impl Fn(&str, &mut TcpStream) -> bool + Send + Sync + 'static,
+) -> Arc<std::sync::atomic::AtomicUsize> {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let answer = Arc::new(answer);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let Ok(mut writer) = stream.try_clone() else {
+                    return;
+                };
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let head = read_head(&mut reader);
+                    if head.is_empty() || !answer(&head, &mut writer) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    accepted
+}
+
 #[test]
 fn no_live_release_is_a_503_with_a_reason() {
     let site = Site::new();
@@ -857,26 +889,9 @@ fn clients_that_connect_per_request_reuse_the_proxys_connections_to_the_release(
     // A release that answers on keep-alive connections and counts the ones it accepts.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    if read_head(&mut reader).is_empty() {
-                        return;
-                    }
-                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ncounts";
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+    let accepted = serve_as_a_release(listener, |_, writer| {
+        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\ncounts";
+        writer.write_all(answer.as_bytes()).is_ok()
     });
     let me = std::process::id() as i32;
     write_replicas(&site, &[("counter", port, me)]);
@@ -897,57 +912,40 @@ fn clients_that_connect_per_request_reuse_the_proxys_connections_to_the_release(
 fn every_answer_framing_is_relayed_and_a_connection_is_reused_only_when_safe() {
     let site = Site::new();
     let listener = stand_in_release(&site, "framings");
-    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let head = read_head(&mut reader);
-                    let Some(path) = head.split_whitespace().nth(1) else {
-                        return;
-                    };
-                    let pieces: Vec<&str> = match path {
-                        "/length" => vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
-                        "/chunked" => vec![
-                            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
-                            "5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n",
-                        ],
-                        "/interim" => vec![
-                            "HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n",
-                            "HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nfinally",
-                        ],
-                        "/empty" => vec!["HTTP/1.1 204 No Content\r\nx-seen: yes\r\n\r\n"],
-                        // A head and its body in pieces, with pauses between them.
-                        "/split" => vec![
-                            "HTTP/1.1 200 OK\r\ncont",
-                            "ent-length: 9\r\n\r\nin ",
-                            "thr",
-                            "ee",
-                            "!",
-                        ],
-                        "/two-lengths" => {
-                            vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello"]
-                        }
-                        "/until-close" => vec!["HTTP/1.1 200 OK\r\n\r\nuntil the end"],
-                        _ => vec!["HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"],
-                    };
-                    for piece in pieces {
-                        if writer.write_all(piece.as_bytes()).is_err() {
-                            return;
-                        }
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    if path == "/until-close" {
-                        return;
-                    }
-                }
-            });
+    let accepted = serve_as_a_release(listener, |head, writer| {
+        let path = head.split_whitespace().nth(1).unwrap_or("/");
+        let pieces: Vec<&str> = match path {
+            "/length" => vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
+            "/chunked" => vec![
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                "5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n",
+            ],
+            "/interim" => vec![
+                "HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n",
+                "HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nfinally",
+            ],
+            "/empty" => vec!["HTTP/1.1 204 No Content\r\nx-seen: yes\r\n\r\n"],
+            // A head and its body in pieces, with pauses between them.
+            "/split" => vec![
+                "HTTP/1.1 200 OK\r\ncont",
+                "ent-length: 9\r\n\r\nin ",
+                "thr",
+                "ee",
+                "!",
+            ],
+            "/two-lengths" => {
+                vec!["HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello"]
+            }
+            "/until-close" => vec!["HTTP/1.1 200 OK\r\n\r\nuntil the end"],
+            _ => vec!["HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"],
+        };
+        for piece in pieces {
+            if writer.write_all(piece.as_bytes()).is_err() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        path != "/until-close"
     });
     let proxy = Proxy::start(&site, &["--threads", "1"]);
     let mut conn = Conn::open(proxy.port).unwrap();
@@ -1043,28 +1041,14 @@ fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
     // A release answering the status its path names (`/s/503`), `/slow` after 40 ms.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let head = read_head(&mut reader);
-                    let Some(path) = head.split_whitespace().nth(1) else {
-                        return;
-                    };
-                    if path == "/slow" {
-                        std::thread::sleep(Duration::from_millis(40));
-                    }
-                    let status = path.strip_prefix("/s/").unwrap_or("200");
-                    let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+    serve_as_a_release(listener, |head, writer| {
+        let path = head.split_whitespace().nth(1).unwrap_or("/");
+        if path == "/slow" {
+            std::thread::sleep(Duration::from_millis(40));
         }
+        let status = path.strip_prefix("/s/").unwrap_or("200");
+        let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
+        writer.write_all(answer.as_bytes()).is_ok()
     });
     let gone = free_port();
     let me = std::process::id() as i32;
@@ -1183,24 +1167,12 @@ fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
 fn a_kept_connection_the_release_closed_while_idle_is_not_used_again() {
     let site = Site::new();
     let listener = stand_in_release(&site, "closer");
-    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                if read_head(&mut reader).is_empty() {
-                    return;
-                }
-                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nclosed";
-                let _ = writer.write_all(answer.as_bytes());
-                // Idle for 50 ms: closed, as a release's keep-alive timeout does.
-                std::thread::sleep(Duration::from_millis(50));
-            });
-        }
+    let accepted = serve_as_a_release(listener, |_, writer| {
+        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nclosed";
+        let _ = writer.write_all(answer.as_bytes());
+        // Idle for 50 ms, then closed, as a release's keep-alive timeout does.
+        std::thread::sleep(Duration::from_millis(50));
+        false
     });
     let proxy = Proxy::start(&site, &["--threads", "1"]);
     let mut conn = Conn::open(proxy.port).unwrap();
