@@ -101,16 +101,7 @@ pub async fn counts(root: &Path, timeout: Duration) -> Result<CountsLine, String
     let exchange = async {
         let stream = UnixStream::connect(&path)
             .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                    format!(
-                        "no rollgate proxy serves {} ({} does not answer)",
-                        root.display(),
-                        path.display()
-                    )
-                }
-                _ => format!("cannot reach the proxy at {}: {e}", path.display()),
-            })?;
+            .map_err(|e| unreachable(root, &path, &e))?;
         let (read, mut write) = stream.into_split();
         write
             .write_all(b"counts\n")
@@ -138,14 +129,7 @@ pub fn counts_now(root: &Path, timeout: Duration) -> Result<CountsLine, String> 
     use std::io::{BufRead, Write};
     let path = socket_path(root);
     let mut stream =
-        std::os::unix::net::UnixStream::connect(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => format!(
-                "no rollgate proxy serves {} ({} does not answer)",
-                root.display(),
-                path.display()
-            ),
-            _ => format!("cannot reach the proxy at {}: {e}", path.display()),
-        })?;
+        std::os::unix::net::UnixStream::connect(&path).map_err(|e| unreachable(root, &path, &e))?;
     let _ = stream.set_read_timeout(Some(timeout));
     let _ = stream.set_write_timeout(Some(timeout));
     stream
@@ -156,6 +140,18 @@ pub fn counts_now(root: &Path, timeout: Duration) -> Result<CountsLine, String> 
         .read_line(&mut line)
         .map_err(|e| format!("cannot read the proxy's counts: {e}"))?;
     parse_counts(&line)
+}
+
+/// Why the proxy's socket at `path` gave no counts: nobody serves the root, or another error.
+fn unreachable(root: &Path, path: &Path, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => format!(
+            "no rollgate proxy serves {} ({} does not answer)",
+            root.display(),
+            path.display()
+        ),
+        _ => format!("cannot reach the proxy at {}: {e}", path.display()),
+    }
 }
 
 fn parse_counts(line: &str) -> Result<CountsLine, String> {
