@@ -1,11 +1,8 @@
-//! One request through the proxy: lease the live release, forward with the usual proxy headers,
-//! stream the answer back, and keep the lease until the last byte of the body has gone.
-//!
-//! The hot path allocates nothing it can reuse: the routing decision is made on the client
-//! connection's view of the table (`routes::View`), the request goes over the connection's own
-//! connection to the release (`upstream`), the request's head is moved (its path is not
-//! copied or parsed again), the client's address header is made once per connection, and the
-//! answer's body is not boxed.
+//! One request on a connection hyper serves (one `front.rs` handed over: a request with a body,
+//! an upgrade, HTTP/1.0, a head hyper refuses): lease the live release, forward with the usual
+//! proxy headers through hyper's client, stream the answer back, and keep the lease until the
+//! last byte of the body has gone. The routing, the retry on another replica and the words of
+//! rollgate's own answers are the same as on `front`'s path.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,7 +18,6 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::idle::{Activity, BoxError, IdleBody, Watched};
-use super::relay::{self, Relayed};
 use super::routes::{Lease, Routes, View};
 use super::upstream::{self, Upstreams};
 
@@ -49,6 +45,15 @@ pub struct Shared {
     pub thread: usize,
     /// Whether answers are counted (`counts.rs`); off only to measure what counting costs.
     pub counting: bool,
+    /// This serving thread's view of the routing table, used by every request `front`
+    /// serves (one copy per thread, not per connection: a client that connects per request
+    /// would otherwise copy the table on every request).
+    pub view: std::sync::Mutex<View>,
+    /// A request head must arrive within this (slowloris); also the longest idle time between
+    /// two requests of a connection.
+    pub header_read_timeout: Duration,
+    /// Largest request head accepted; a larger one is hyper's to refuse (431).
+    pub max_header_bytes: usize,
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only.
@@ -245,13 +250,13 @@ pub async fn handle(
         hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS | hyper::Method::TRACE
     );
     let mut body = Some(body);
-    // A request without a body is relayed (`relay`) with its head borrowed, so it can be sent
-    // to another replica; one with a body goes through hyper's client once, its head moved.
+    // A request without a body is sent as a copy of its head, kept for a retry; one with a
+    // body goes once, its head moved.
     let mut parts = Some(parts);
     let mut refused_by: Vec<u16> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     let (lease, mut response) = loop {
-        let (lease, pool_size, kept, wire, home) = {
+        let (lease, pool_size, kept) = {
             let mut reused = client.reused.lock().expect("connection state");
             let Reused { view, upstreams } = &mut *reused;
             let seen = view.generation();
@@ -259,60 +264,40 @@ pub async fn handle(
             if view.generation() != seen {
                 upstreams.keep_only(|port| view.has_port(port));
             }
-            let (kept, wire, home) = match lease.as_ref() {
-                Some(l) if replayable => (
-                    None,
-                    upstreams.take_wire(l.target.port),
-                    Some(upstreams.home().clone()),
-                ),
-                Some(l) => (upstreams.take(l.target.port), None, None),
-                None => (None, None, None),
-            };
-            (lease, view.pool_size(), kept, wire, home)
+            let kept = lease.as_ref().and_then(|l| upstreams.take(l.target.port));
+            (lease, view.pool_size(), kept)
         };
         let Some(lease) = lease else {
-            return Ok(if refusals.is_empty() {
-                plain(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("no live release: nothing under {} is live yet", ctx.root),
-                )
-            } else {
-                plain(
-                    StatusCode::BAD_GATEWAY,
-                    // The pool's size tells a refusal by every replica from a pool of one.
-                    format!(
-                        "release {} refused the connection ({} of {} in the pool tried)",
-                        refusals.join(", "),
-                        refusals.len(),
-                        pool_size
-                    ),
-                )
-            });
+            return Ok(plain(
+                if refusals.is_empty() {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::BAD_GATEWAY
+                },
+                no_release_took_it(&ctx.root, &refusals, pool_size),
+            ));
         };
         let port = lease.target.port;
         let sent = ctx.counting.then(Instant::now);
-        let result = match (home, parts.as_ref()) {
-            // No body to send: relayed on this task, the head borrowed (nothing to copy for a
-            // retry).
-            (Some(home), Some(head)) => relay::exchange(wire, port, head, &home)
-                .await
-                .map(|response| response.map(Either::Right)),
-            _ => {
-                let Some(head) = parts.take() else {
-                    return Ok(plain(
-                        StatusCode::BAD_GATEWAY,
-                        "no replica took the request".into(),
-                    ));
-                };
+        let request = match (replayable, parts.as_ref()) {
+            (true, Some(head)) => Some(copy_without_body(head)),
+            _ => parts.take().map(|head| {
                 let body = match body.take() {
-                    Some(incoming) if !replayable => {
+                    Some(incoming) => {
                         Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
                     }
-                    _ => Either::Right(http_body_util::Empty::new()),
+                    None => Either::Right(http_body_util::Empty::new()),
                 };
-                through_hyper(&client, kept, port, Request::from_parts(head, body)).await
-            }
+                Request::from_parts(head, body)
+            }),
         };
+        let Some(request) = request else {
+            return Ok(plain(
+                StatusCode::BAD_GATEWAY,
+                "no replica took the request".into(),
+            ));
+        };
+        let result = through_hyper(&client, kept, port, request).await;
         if let Some(sent) = sent {
             let counts = &lease.target.counts;
             match &result {
@@ -334,17 +319,9 @@ pub async fn handle(
                     refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
                     continue;
                 }
-                let what = if refused {
-                    "refused the connection"
-                } else {
-                    "failed"
-                };
                 return Ok(plain(
                     StatusCode::BAD_GATEWAY,
-                    format!(
-                        "release {} on 127.0.0.1:{port} {what} (pool of {pool_size})",
-                        lease.target.version,
-                    ),
+                    release_failed(&lease.target.version, port, refused, pool_size),
                 ));
             }
         }
@@ -398,19 +375,54 @@ async fn through_hyper(
     kept: Option<hyper::client::conn::http1::SendRequest<UpstreamBody>>,
     port: u16,
     request: Request<UpstreamBody>,
-) -> Result<Response<Either<Incoming, Relayed>>, upstream::Failure> {
+) -> Result<Response<Incoming>, upstream::Failure> {
     let (response, sender) = upstream::send(kept, port, request).await?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         let mut reused = client.reused.lock().expect("connection state");
         reused.upstreams.put(port, sender);
     }
-    Ok(response.map(Either::Left))
+    Ok(response)
+}
+
+/// A request without a body, made again from its head for one more try.
+fn copy_without_body(head: &hyper::http::request::Parts) -> Request<UpstreamBody> {
+    let mut request = Request::new(Either::Right(http_body_util::Empty::new()));
+    *request.method_mut() = head.method.clone();
+    *request.uri_mut() = head.uri.clone();
+    *request.version_mut() = head.version;
+    *request.headers_mut() = head.headers.clone();
+    request
+}
+
+/// Why no release answered: nothing is live (503), or every replica tried refused (502).
+pub fn no_release_took_it(root: &str, refusals: &[String], pool_size: usize) -> String {
+    if refusals.is_empty() {
+        format!("no live release: nothing under {root} is live yet")
+    } else {
+        // The pool's size tells a refusal by every replica from a pool of one.
+        format!(
+            "release {} refused the connection ({} of {} in the pool tried)",
+            refusals.join(", "),
+            refusals.len(),
+            pool_size
+        )
+    }
+}
+
+/// The 502's words when the release a request went to failed it.
+pub fn release_failed(version: &str, port: u16, refused: bool, pool_size: usize) -> String {
+    let what = if refused {
+        "refused the connection"
+    } else {
+        "failed"
+    };
+    format!("release {version} on 127.0.0.1:{port} {what} (pool of {pool_size})")
 }
 
 /// A response body that holds its request's lease until it is finished or dropped, so a
 /// release counts as busy while its answer is still streaming.
 pub struct Leased {
-    body: IdleBody<Either<Incoming, Relayed>>,
+    body: IdleBody<Incoming>,
     _lease: Lease,
 }
 

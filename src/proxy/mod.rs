@@ -6,6 +6,7 @@
 mod counts;
 pub mod drain;
 mod forward;
+mod front;
 mod idle;
 mod metrics;
 mod relay;
@@ -18,9 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::header::HeaderName;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{Notify, Semaphore};
@@ -116,10 +114,12 @@ fn serve(options: Options) -> Result<(), String> {
             trust_forwarded: options.trust_forwarded,
             thread,
             counting: options.counting,
+            view: Default::default(),
+            header_read_timeout: options.header_read_timeout,
+            max_header_bytes: options.max_header_bytes,
         }),
         slots: slots.clone(),
         stop: stop_rx.clone(),
-        options: options.clone(),
     };
     let mut listeners = listeners.into_iter().enumerate();
     let first = core(listeners.next().expect("at least one core"));
@@ -300,7 +300,6 @@ struct Core {
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
     stop: tokio::sync::watch::Receiver<bool>,
-    options: Options,
 }
 
 impl Core {
@@ -310,6 +309,9 @@ impl Core {
             return;
         };
         let mut stop = self.stop.clone();
+        // This core's connections wait on a channel of its own: waiting on the proxy's one
+        // would take a lock shared by every thread on each request.
+        let (core_stop, core_stop_rx) = tokio::sync::watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
@@ -341,41 +343,23 @@ impl Core {
             // connection waiting for a slot; the rest wait in the kernel's queue.
             let permit = tokio::select! {
                 permit = self.slots.clone().acquire_owned() => match permit {
-                    Ok(permit) => Arc::new(permit),
+                    Ok(permit) => permit,
                     Err(_) => break,
                 },
                 _ = stop.changed() => break,
             };
-            let _ = stream.set_nodelay(true);
-            let shared = self.shared.clone();
-            let mut stop = self.stop.clone();
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(self.options.header_read_timeout)
-                .max_buf_size(self.options.max_header_bytes.max(MIN_HEADER_BYTES))
-                .keep_alive(true);
-            connections.spawn(async move {
-                let client = Arc::new(forward::Client::new(peer, permit, &shared));
-                let service = service_fn(move |request| {
-                    forward::handle(request, shared.clone(), client.clone())
-                });
-                let connection = builder
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades();
-                tokio::pin!(connection);
-                tokio::select! {
-                    _ = connection.as_mut() => {}
-                    _ = stop.changed() => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = connection.await;
-                    }
-                }
-            });
+            connections.spawn(front::serve(
+                stream,
+                peer,
+                permit,
+                self.shared.clone(),
+                core_stop_rx.clone(),
+            ));
             // Reap finished connection tasks as we go.
             while connections.try_join_next().is_some() {}
         }
         drop(listener);
+        let _ = core_stop.send(true);
         while connections.join_next().await.is_some() {}
     }
 }

@@ -125,12 +125,22 @@ impl<C> Default for Shelf<C> {
 }
 
 impl<C: Reusable> Shelf<C> {
-    /// A connection to `port` still open (the newest), taken out while it is used.
+    /// A connection to `port` still open (the newest), taken out while it is used. Looks from
+    /// the newest back, dropping closed ones on the way: the first usually serves.
     pub fn take(&self, port: u16) -> Option<C> {
         let mut kept = self.kept.lock().ok()?;
-        kept.retain(|(_, c)| c.still_open());
-        let at = kept.iter().rposition(|(p, _)| *p == port)?;
-        Some(kept.swap_remove(at).1)
+        let mut at = kept.len();
+        while at > 0 {
+            at -= 1;
+            if kept[at].0 != port {
+                continue;
+            }
+            let (_, connection) = kept.remove(at);
+            if connection.still_open() {
+                return Some(connection);
+            }
+        }
+        None
     }
 
     pub fn put(&self, port: u16, connection: C) {
@@ -167,19 +177,29 @@ impl<C: Reusable> Shelf<C> {
 }
 
 /// One serving thread's idle connections to releases: hyper's (for requests with a body and
-/// upgrades) and `relay`'s (for the rest).
+/// upgrades) and `relay`'s (for the requests `front` serves).
 #[derive(Default)]
 pub struct Idle {
     senders: Shelf<SendRequest<UpstreamBody>>,
     wires: Shelf<Wire>,
 }
 
-/// One client connection's connections to releases. Dropped with the client connection: they
-/// go to the thread's idle set.
+impl Idle {
+    /// An idle relay connection to `port` still open, taken out while it is used.
+    pub fn take_wire(&self, port: u16) -> Option<Wire> {
+        self.wires.take(port)
+    }
+
+    /// Takes back a client connection's relay connections as it ends.
+    pub fn give_wires(&self, wires: Vec<(u16, Wire)>) {
+        self.wires.give(wires, IDLE_PER_THREAD);
+    }
+}
+
+/// One client connection's hyper connections to releases (a connection hyper serves, see
+/// `front.rs`). Dropped with the client connection: they go to the thread's idle set.
 pub struct Upstreams {
     senders: Shelf<SendRequest<UpstreamBody>>,
-    /// Shared with the answer bodies being read: a body read to its end puts its wire back.
-    wires: Arc<Shelf<Wire>>,
     idle: Arc<Idle>,
 }
 
@@ -188,7 +208,6 @@ impl Drop for Upstreams {
         self.idle
             .senders
             .give(self.senders.take_all(), IDLE_PER_THREAD);
-        self.idle.wires.give(self.wires.take_all(), IDLE_PER_THREAD);
     }
 }
 
@@ -196,7 +215,6 @@ impl Upstreams {
     pub fn new(idle: Arc<Idle>) -> Upstreams {
         Upstreams {
             senders: Shelf::default(),
-            wires: Arc::default(),
             idle,
         }
     }
@@ -209,16 +227,6 @@ impl Upstreams {
             .or_else(|| self.idle.senders.take(port))
     }
 
-    /// A relay connection to `port`, as [`Upstreams::take`].
-    pub fn take_wire(&mut self, port: u16) -> Option<Wire> {
-        self.wires.take(port).or_else(|| self.idle.wires.take(port))
-    }
-
-    /// Where a relayed answer's body puts its connection back.
-    pub fn home(&self) -> &Arc<Shelf<Wire>> {
-        &self.wires
-    }
-
     /// Gives a connection back for the client's next request.
     pub fn put(&mut self, port: u16, sender: SendRequest<UpstreamBody>) {
         if !sender.is_closed() {
@@ -229,7 +237,6 @@ impl Upstreams {
     /// Forgets connections to ports no release of `live` is on.
     pub fn keep_only(&mut self, live: impl Fn(u16) -> bool) {
         self.senders.keep_only(&live);
-        self.wires.keep_only(&live);
     }
 }
 

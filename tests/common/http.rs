@@ -131,12 +131,21 @@ impl Conn {
             loop {
                 line.clear();
                 self.reader.read_line(&mut line)?;
-                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| bad("chunk"))?;
-                let mut chunk = vec![0; size + 2];
-                self.reader.read_exact(&mut chunk)?;
+                // A chunk size may carry extensions (`5;name=value`); the last chunk may be
+                // followed by trailer lines, up to an empty one.
+                let digits = line.split(';').next().unwrap_or("").trim();
+                let size = usize::from_str_radix(digits, 16).map_err(|_| bad("chunk"))?;
                 if size == 0 {
+                    loop {
+                        line.clear();
+                        if self.reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+                            break;
+                        }
+                    }
                     break;
                 }
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk)?;
                 body.extend_from_slice(&chunk[..size]);
             }
         }

@@ -1,0 +1,855 @@
+//! One client connection (issue 40). rollgate serves the requests nearly every client sends —
+//! HTTP/1.1, origin form, no body, no upgrade — itself: their head is read and checked with
+//! `httparse` (hyper's own parser, with hyper's limits), rewritten for the release as bytes
+//! (hop-by-hop headers out, `X-Forwarded-*` in), sent over a kept connection (`relay.rs`), and
+//! the answer's head rewritten the same way on its way back while its body passes through
+//! unchanged (chunked stays chunked; a body that runs to the close is chunked for the client).
+//! No `Request`, no header map, no task or channel between the client and the release.
+//!
+//! Anything else — a body, an upgrade, HTTP/1.0, `Expect`, a head hyper would refuse (400,
+//! 414, 431) — hands the connection to hyper's server for the rest of its life, with the bytes
+//! read so far (`forward.rs`). So the hardening hyper gives (smuggling, limits, bodies,
+//! tunnels) still covers every request rollgate does not serve itself, and the ones it does
+//! serve are the ones hyper would have accepted unchanged.
+//!
+//! Limits kept here too: a head must arrive within `--header-read-timeout-ms` (also the
+//! longest idle time between requests: the connection is closed, as hyper does); a head larger
+//! than `--max-header-bytes` goes to hyper, which answers 431; a body from the release that
+//! stops arriving is cut after the body idle time; a stopping proxy closes idle connections
+//! and finishes the request in progress.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::StatusCode;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+use super::forward::{self, Shared};
+use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
+use super::upstream::{Failure, Idle};
+use super::MIN_HEADER_BYTES;
+
+/// The longest request target served here; hyper answers a longer one 414 (its own limit).
+const MAX_TARGET_BYTES: usize = u16::MAX as usize - 1;
+/// The client's bytes are read this much at a time at first.
+const READ_CHUNK: usize = 4096;
+
+/// Headers meaningful for one connection only (RFC 9110 §7.6.1), never passed on. The framing
+/// headers of an answer are written anew (see [`answer_head`]).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Serves `stream` until the client or the proxy ends it.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    ctx: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut front = Front {
+        stream,
+        input: BytesMut::with_capacity(READ_CHUNK),
+        output: Vec::with_capacity(512),
+        upstream_head: Vec::with_capacity(512),
+        peer,
+        kept: Kept {
+            wires: Vec::new(),
+            idle: ctx.idle.clone(),
+        },
+        seen: None,
+        nodelay: false,
+        served: 0,
+        ctx,
+    };
+    loop {
+        match front.next_request(&mut stop).await {
+            Next::Serve(asked) => {
+                if front.served > 0 {
+                    // A connection that carries several requests: as nginx, no Nagle on it.
+                    front.no_delay();
+                }
+                front.served += 1;
+                let going_on = front.answer(&asked).await;
+                if !going_on || asked.close || *stop.borrow() {
+                    return;
+                }
+            }
+            Next::Hyper => return front.hand_to_hyper(slot, stop).await,
+            Next::Close => return,
+        }
+    }
+}
+
+/// What the next bytes of a connection are.
+enum Next {
+    /// A request served here, its head read off the input and rewritten for the release.
+    Serve(Asked),
+    /// Something for hyper: the connection is handed over with what was read of it.
+    Hyper,
+    /// The client closed, timed out, or the proxy is stopping.
+    Close,
+}
+
+/// What the answer to a request depends on.
+struct Asked {
+    /// A HEAD: its answer has no body whatever its headers say.
+    head: bool,
+    /// GET, HEAD, OPTIONS or TRACE: may be sent again if the connection broke unanswered.
+    safe: bool,
+    /// The client asked to close after this answer.
+    close: bool,
+}
+
+/// A client connection's connections to releases, by port (one per release it sent to); they
+/// go to the serving thread's idle set when it ends.
+struct Kept {
+    wires: Vec<(u16, Wire)>,
+    idle: Arc<Idle>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.idle.give_wires(std::mem::take(&mut self.wires));
+    }
+}
+
+struct Front {
+    stream: TcpStream,
+    /// What the client sent that is not served yet.
+    input: BytesMut,
+    /// What goes to the client next: an answer's head, with its body when it came whole.
+    output: Vec<u8>,
+    /// The request's head as the release is sent it (kept for a retry on another replica).
+    upstream_head: Vec<u8>,
+    peer: SocketAddr,
+    kept: Kept,
+    /// The routing table's generation `kept` was last checked against.
+    seen: Option<u64>,
+    nodelay: bool,
+    served: usize,
+    ctx: Arc<Shared>,
+}
+
+impl Front {
+    fn no_delay(&mut self) {
+        if !self.nodelay {
+            self.nodelay = true;
+            let _ = self.stream.set_nodelay(true);
+        }
+    }
+
+    /// Reads until a whole request head is in, within the header read timeout.
+    async fn next_request(&mut self, stop: &mut watch::Receiver<bool>) -> Next {
+        let deadline = Instant::now() + self.ctx.header_read_timeout;
+        loop {
+            if !self.input.is_empty() {
+                match self.examine() {
+                    Examined::Plain(asked, length) => {
+                        self.input.advance(length);
+                        return Next::Serve(asked);
+                    }
+                    Examined::Partial if self.input.len() < self.ctx.max_header_bytes => {}
+                    _ => return Next::Hyper,
+                }
+            }
+            if self.input.capacity() - self.input.len() < 1024 {
+                self.input.reserve(READ_CHUNK);
+            }
+            let idle = self.input.is_empty();
+            let read = tokio::time::timeout_at(
+                deadline,
+                std::future::poll_fn(|cx| {
+                    tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.input)
+                }),
+            );
+            let got = if idle {
+                // Between requests: a stopping proxy closes the connection now.
+                if *stop.borrow() {
+                    return Next::Close;
+                }
+                tokio::select! {
+                    biased;
+                    got = read => got,
+                    _ = stop.changed() => return Next::Close,
+                }
+            } else {
+                read.await
+            };
+            match got {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Next::Close,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Whether the input starts with a request served here; if so, its head for the release
+    /// is written into `upstream_head`.
+    fn examine(&mut self) -> Examined {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut slots);
+        let length = match request.parse(&self.input) {
+            Ok(httparse::Status::Complete(length)) => length,
+            Ok(httparse::Status::Partial) => return Examined::Partial,
+            Err(_) => return Examined::Other,
+        };
+        let (Some(method), Some(target), Some(1)) = (request.method, request.path, request.version)
+        else {
+            return Examined::Other;
+        };
+        if !target.starts_with('/') || target.len() > MAX_TARGET_BYTES {
+            return Examined::Other;
+        }
+        let headers = &*request.headers;
+        let mut close = false;
+        let mut host = false;
+        let mut forwarded_for: Option<&[u8]> = None;
+        // Headers `Connection` names are hop-by-hop too; rare, so only then collected.
+        let mut named: Vec<&[u8]> = Vec::new();
+        for header in headers {
+            let name = header.name;
+            if ["content-length", "transfer-encoding", "upgrade", "expect"]
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n))
+            {
+                return Examined::Other;
+            }
+            if name.eq_ignore_ascii_case("connection") {
+                for token in header.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        return Examined::Other;
+                    } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
+                        named.push(token);
+                    }
+                }
+            } else if name.eq_ignore_ascii_case("host") {
+                host = true;
+            } else if name.eq_ignore_ascii_case("x-forwarded-for") && forwarded_for.is_none() {
+                forwarded_for = Some(header.value);
+            }
+        }
+
+        let out = &mut self.upstream_head;
+        out.clear();
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        for header in headers {
+            let name = header.name;
+            let dropped = HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n))
+                || name.eq_ignore_ascii_case("x-forwarded-for")
+                || name.eq_ignore_ascii_case("x-forwarded-proto")
+                || named
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
+            if !dropped {
+                push_header(out, name.as_bytes(), header.value);
+            }
+        }
+        if !host {
+            out.extend_from_slice(b"host: localhost\r\n");
+        }
+        // The client's own X-Forwarded-For is replaced (anyone could claim any address),
+        // unless it comes through a proxy the operator trusts: then the address is appended.
+        out.extend_from_slice(b"x-forwarded-for: ");
+        if let Some(earlier) = forwarded_for.filter(|_| self.ctx.trust_forwarded) {
+            out.extend_from_slice(earlier);
+            out.extend_from_slice(b", ");
+        }
+        push_ip(out, self.peer.ip());
+        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n\r\n");
+        let asked = Asked {
+            head: method == "HEAD",
+            safe: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE"),
+            close,
+        };
+        Examined::Plain(asked, length)
+    }
+
+    /// Answers one request: routes it, relays it (to another replica if one refuses it), and
+    /// sends the answer back. False: the connection cannot go on.
+    async fn answer(&mut self, asked: &Asked) -> bool {
+        let ctx = self.ctx.clone();
+        let mut refused_by: Vec<u16> = Vec::new();
+        let mut refusals: Vec<String> = Vec::new();
+        loop {
+            let (lease, pool_size) = {
+                let mut view = ctx.view.lock().expect("the thread's view");
+                let lease = ctx.routes.lease_in(&mut view, &refused_by, &ctx.turns);
+                if view.generation() != self.seen {
+                    self.seen = view.generation();
+                    self.kept.wires.retain(|(port, _)| view.has_port(*port));
+                }
+                (lease, view.pool_size())
+            };
+            let Some(lease) = lease else {
+                let status = if refusals.is_empty() {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::BAD_GATEWAY
+                };
+                let text = forward::no_release_took_it(&ctx.root, &refusals, pool_size);
+                return self.say(status, &text, asked.close).await;
+            };
+            let target = &lease.target;
+            let port = target.port;
+            let kept = match self.kept.wires.iter().position(|(p, _)| *p == port) {
+                Some(at) => Some(self.kept.wires.swap_remove(at).1),
+                None => ctx.idle.take_wire(port),
+            };
+            let sent = ctx.counting.then(std::time::Instant::now);
+            let version_header = ctx
+                .version_header
+                .as_ref()
+                .zip(target.header_value.as_ref());
+            let output = &mut self.output;
+            let result = relay::exchange(kept, port, &self.upstream_head, asked.safe, |buffer| {
+                answer_head(buffer, asked, version_header, output)
+            })
+            .await;
+            if let Some(sent) = sent {
+                match &result {
+                    Ok((_, answer)) => {
+                        target
+                            .counts
+                            .answered(ctx.thread, answer.status, sent.elapsed())
+                    }
+                    Err(e) => target.counts.missed(ctx.thread, e.miss()),
+                }
+            }
+            match result {
+                Ok((wire, answer)) => {
+                    let reusable = self.pass_body(wire, port, answer).await;
+                    drop(lease);
+                    return reusable;
+                }
+                Err(e) => {
+                    let refused = e.is_refused();
+                    let lost = asked.safe && e.is_lost_connection();
+                    // Another replica may take it (the last one's failure is told as it is).
+                    if (refused || lost) && pool_size > refused_by.len() + 1 {
+                        refused_by.push(port);
+                        refusals.push(format!("{} on 127.0.0.1:{port}", target.version));
+                        continue;
+                    }
+                    let text = forward::release_failed(&target.version, port, refused, pool_size);
+                    return self.say(StatusCode::BAD_GATEWAY, &text, asked.close).await;
+                }
+            }
+        }
+    }
+
+    /// Sends the answer whose head is in `output` and whose body is behind it on `wire`; the
+    /// wire is kept for the next request if the answer ended cleanly on it. False: the client
+    /// connection cannot go on (the client went away, or the body broke off).
+    async fn pass_body(&mut self, mut wire: Wire, port: u16, answer: Answer) -> bool {
+        let body_idle = self.ctx.body_idle;
+        // What is already buffered goes out with the head, in one write.
+        let mut state = match answer.framing {
+            None => Passing::Done,
+            Some(Framing::Length(length)) => Passing::Length(length),
+            Some(Framing::Chunked) => Passing::Chunked(Chunks::start()),
+            Some(Framing::UntilClose) => Passing::UntilClose,
+        };
+        let mut writes = 0;
+        loop {
+            match state.take(&mut wire.buffer, &mut self.output) {
+                Ok(()) => {}
+                Err(_) => return false,
+            }
+            if !self.output.is_empty() {
+                if writes > 0 {
+                    self.no_delay();
+                }
+                writes += 1;
+                if self.stream.write_all(&self.output).await.is_err() {
+                    return false;
+                }
+                self.output.clear();
+            }
+            if matches!(state, Passing::Done) {
+                break;
+            }
+            match tokio::time::timeout(body_idle, wire.fill()).await {
+                Ok(Ok(0)) if matches!(state, Passing::UntilClose) => {
+                    state = Passing::Closing;
+                }
+                // Cut short, broken, or idle too long: the client cannot be told but by a close.
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return false,
+                Ok(Ok(_)) => {}
+            }
+        }
+        if answer.reusable
+            && wire.buffer.is_empty()
+            && !matches!(answer.framing, Some(Framing::UntilClose))
+        {
+            self.kept.wires.push((port, wire));
+        }
+        true
+    }
+
+    /// Answers with rollgate's own words (no release did).
+    async fn say(&mut self, status: StatusCode, text: &str, close: bool) -> bool {
+        let out = &mut self.output;
+        out.clear();
+        push_status_line(out, status.as_u16(), b"");
+        out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\ncontent-length: ");
+        push_decimal(out, text.len() as u64 + 1);
+        out.extend_from_slice(b"\r\n");
+        push_date(out);
+        if close {
+            out.extend_from_slice(b"connection: close\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'\n');
+        let written = self.stream.write_all(&self.output).await.is_ok();
+        self.output.clear();
+        written
+    }
+
+    /// Lets hyper serve the rest of the connection, starting with the bytes read so far.
+    async fn hand_to_hyper(self, slot: OwnedSemaphorePermit, mut stop: watch::Receiver<bool>) {
+        let Front {
+            stream,
+            input,
+            peer,
+            ctx,
+            ..
+        } = self;
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(ctx.header_read_timeout)
+            .max_buf_size(ctx.max_header_bytes.max(MIN_HEADER_BYTES))
+            .keep_alive(true);
+        let client = Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx));
+        let service =
+            service_fn(move |request| forward::handle(request, ctx.clone(), client.clone()));
+        let io = Prefixed {
+            prefix: input,
+            stream,
+        };
+        let connection = builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
+        tokio::pin!(connection);
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            _ = stop.changed() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            }
+        }
+    }
+}
+
+enum Examined {
+    /// A request served here, `length` bytes of head.
+    Plain(Asked, usize),
+    /// Not all of the head is in yet.
+    Partial,
+    /// For hyper.
+    Other,
+}
+
+/// An answer's head as the client is sent it.
+struct Answer {
+    status: u16,
+    framing: Option<Framing>,
+    /// The connection to the release may carry another request after this answer.
+    reusable: bool,
+}
+
+/// Where passing an answer's body is.
+enum Passing {
+    /// Bytes left of a body with a length.
+    Length(u64),
+    /// A chunked body, passed as it is.
+    Chunked(Chunks),
+    /// A body that runs to the close, chunked for the client.
+    UntilClose,
+    /// The release closed: the last chunk is written.
+    Closing,
+    Done,
+}
+
+impl Passing {
+    /// Moves what belongs to the body from the release's `buffer` to `out`, framed as the
+    /// client is sent it.
+    fn take(&mut self, buffer: &mut BytesMut, out: &mut Vec<u8>) -> Result<(), Failure> {
+        match self {
+            Passing::Length(left) => {
+                let take = (buffer.len() as u64).min(*left) as usize;
+                out.extend_from_slice(&buffer[..take]);
+                buffer.advance(take);
+                *left -= take as u64;
+                if *left == 0 {
+                    *self = Passing::Done;
+                }
+            }
+            Passing::Chunked(chunks) => {
+                let take = chunks.advance(buffer)?;
+                out.extend_from_slice(&buffer[..take]);
+                buffer.advance(take);
+                if *chunks == Chunks::Done {
+                    *self = Passing::Done;
+                }
+            }
+            Passing::UntilClose => {
+                if !buffer.is_empty() {
+                    out.extend_from_slice(format!("{:x}\r\n", buffer.len()).as_bytes());
+                    out.extend_from_slice(buffer);
+                    out.extend_from_slice(b"\r\n");
+                    buffer.clear();
+                }
+            }
+            Passing::Closing => {
+                out.extend_from_slice(b"0\r\n\r\n");
+                *self = Passing::Done;
+            }
+            Passing::Done => {}
+        }
+        Ok(())
+    }
+}
+
+/// Parses the release's final answer head off the front of `buffer` (skipping 1xx answers
+/// before it) and writes it into `out` as the client is sent it: HTTP/1.1, hop-by-hop headers
+/// out, the framing written anew, `Date` if the release sent none (RFC 9110 §6.6.1), the
+/// version header if asked, `connection: close` if the client asked to close. None while the
+/// head is not whole.
+fn answer_head(
+    buffer: &mut BytesMut,
+    asked: &Asked,
+    version_header: Option<(&hyper::header::HeaderName, &hyper::header::HeaderValue)>,
+    out: &mut Vec<u8>,
+) -> Result<Option<Answer>, Failure> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut answer = httparse::Response::new(&mut slots);
+        let length = match answer.parse(buffer) {
+            Ok(httparse::Status::Complete(length)) => length,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => return Err(Failure::Garbled(format!("an unreadable answer ({e})"))),
+        };
+        let status = answer.code.unwrap_or(0);
+        if (100..200).contains(&status) && status != 101 {
+            // An interim answer (100 Continue, 103 Early Hints): the final one follows.
+            buffer.advance(length);
+            continue;
+        }
+        if status == 101 {
+            return Err(relay::garbled(
+                "101 Switching Protocols to a request that asked for none",
+            ));
+        }
+        if status < 100 {
+            return Err(relay::garbled("an invalid status"));
+        }
+        let headers = &*answer.headers;
+        let (framing, reusable) =
+            relay::framing_of(headers, answer.version.unwrap_or(1), status, asked.head)?;
+        let named: Vec<&[u8]> = headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .flat_map(|h| h.value.split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| !t.is_empty())
+            .collect();
+        out.clear();
+        push_status_line(out, status, answer.reason.unwrap_or("").as_bytes());
+        let mut dated = false;
+        for header in headers {
+            let name = header.name;
+            let dropped = HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n))
+                // Ours is written below; a 204 has none (RFC 9110 §8.6).
+                || ((framing.is_some() || status == 204)
+                    && name.eq_ignore_ascii_case("content-length"))
+                || version_header.is_some_and(|(n, _)| name.eq_ignore_ascii_case(n.as_str()))
+                || named
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
+            if !dropped {
+                dated |= name.eq_ignore_ascii_case("date");
+                push_header(out, name.as_bytes(), header.value);
+            }
+        }
+        match framing {
+            Some(Framing::Length(n)) => {
+                out.extend_from_slice(b"content-length: ");
+                push_decimal(out, n);
+                out.extend_from_slice(b"\r\n");
+            }
+            Some(Framing::Chunked | Framing::UntilClose) => {
+                out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+            }
+            None => {}
+        }
+        if !dated {
+            push_date(out);
+        }
+        if let Some((name, value)) = version_header {
+            push_header(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+        if asked.close {
+            out.extend_from_slice(b"connection: close\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        buffer.advance(length);
+        return Ok(Some(Answer {
+            status,
+            framing,
+            reusable,
+        }));
+    }
+}
+
+fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `HTTP/1.1 <status> <reason>`: the release's reason, or the standard one if it sent none.
+fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, u64::from(status));
+    out.push(b' ');
+    if reason.is_empty() {
+        let standard = StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        out.extend_from_slice(standard.as_bytes());
+    } else {
+        out.extend_from_slice(reason);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                push_decimal(out, u64::from(octet));
+            }
+        }
+        IpAddr::V6(v6) => out.extend_from_slice(v6.to_string().as_bytes()),
+    }
+}
+
+/// `date: <now>\r\n`, the text made at most once a second per thread.
+fn push_date(out: &mut Vec<u8>) {
+    thread_local! {
+        static DATE: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((0, String::new())) };
+    }
+    let now = std::time::SystemTime::now();
+    let second = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with(|date| {
+        let mut date = date.borrow_mut();
+        if date.0 != second || date.1.is_empty() {
+            *date = (second, httpdate::fmt_http_date(now));
+        }
+        push_header(out, b"date", date.1.as_bytes());
+    });
+}
+
+/// The client connection as hyper is given it: the bytes already read first, then the socket.
+struct Prefixed {
+    prefix: BytesMut,
+    stream: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.prefix.is_empty() {
+            return Pin::new(&mut this.stream).poll_read(cx, buf);
+        }
+        let take = this.prefix.len().min(buf.remaining());
+        buf.put_slice(&this.prefix[..take]);
+        this.prefix.advance(take);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(text: &str, head: bool, close: bool) -> (String, Option<Framing>, String) {
+        let mut buffer = BytesMut::from(text.as_bytes());
+        let asked = Asked {
+            head,
+            safe: true,
+            close,
+        };
+        let name = hyper::header::HeaderName::from_static("x-release");
+        let value = hyper::header::HeaderValue::from_static("v2");
+        let mut out = Vec::new();
+        let answer = answer_head(&mut buffer, &asked, Some((&name, &value)), &mut out)
+            .ok()
+            .flatten()
+            .unwrap();
+        (
+            String::from_utf8(out).unwrap(),
+            answer.framing,
+            String::from_utf8(buffer.to_vec()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn an_answer_head_is_rewritten_for_the_client() {
+        let (head, framing, rest) = rewritten(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive, x-hop\r\nx-hop: 1\r\nKeep-Alive: timeout=5\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\nx-release: forged\r\nX-Kept: yes\r\n\r\nhello",
+            false,
+            true,
+        );
+        assert_eq!(
+            head,
+            "HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\nX-Kept: yes\r\ncontent-length: 5\r\nx-release: v2\r\nconnection: close\r\n\r\n"
+        );
+        assert_eq!(
+            (framing, rest.as_str()),
+            (Some(Framing::Length(5)), "hello")
+        );
+        // Chunked stays chunked (its length dropped); no Date: one is added; a reason-less
+        // status gets the standard reason.
+        let (head, framing, _) = rewritten(
+            "HTTP/1.1 201 \r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+            false,
+            false,
+        );
+        assert!(
+            head.starts_with("HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\ndate: "),
+            "{head}"
+        );
+        assert!(!head.contains("content-length"), "{head}");
+        assert_eq!(framing, Some(Framing::Chunked));
+        // A HEAD's answer keeps the length of what a GET would get.
+        let (head, framing, _) = rewritten(
+            "HTTP/1.1 200 OK\r\ncontent-length: 7\r\ndate: x\r\n\r\n",
+            true,
+            false,
+        );
+        assert_eq!(
+            head,
+            "HTTP/1.1 200 OK\r\ncontent-length: 7\r\ndate: x\r\nx-release: v2\r\n\r\n"
+        );
+        assert_eq!(framing, None);
+        // An interim answer is skipped.
+        let (head, _, _) = rewritten(
+            "HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\ndate: x\r\n\r\n",
+            false,
+            false,
+        );
+        assert_eq!(
+            head,
+            "HTTP/1.1 204 No Content\r\ndate: x\r\nx-release: v2\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_body_to_the_close_is_chunked_for_the_client() {
+        let mut passing = Passing::UntilClose;
+        let mut buffer = BytesMut::from(&b"until the end"[..]);
+        let mut out = Vec::new();
+        passing.take(&mut buffer, &mut out).ok().unwrap();
+        passing = Passing::Closing;
+        passing.take(&mut buffer, &mut out).ok().unwrap();
+        assert_eq!(out, b"d\r\nuntil the end\r\n0\r\n\r\n");
+        assert!(matches!(passing, Passing::Done));
+    }
+
+    #[test]
+    fn numbers_and_addresses_are_written_as_text() {
+        let mut out = Vec::new();
+        push_decimal(&mut out, 0);
+        out.push(b' ');
+        push_decimal(&mut out, 18446744073709551615);
+        out.push(b' ');
+        push_ip(&mut out, "10.0.255.1".parse().unwrap());
+        out.push(b' ');
+        push_ip(&mut out, "::1".parse().unwrap());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "0 18446744073709551615 10.0.255.1 ::1"
+        );
+    }
+}
