@@ -823,6 +823,17 @@ mod tests {
             head,
             "HTTP/1.1 204 No Content\r\ndate: x\r\nx-release: v2\r\n\r\n"
         );
+        // A 204 carries no length (a release that sends one with a body is not believed).
+        let (head, framing, rest) = rewritten(
+            "HTTP/1.1 204 No Content\r\ncontent-length: 2\r\ndate: x\r\n\r\nok",
+            false,
+            false,
+        );
+        assert_eq!(
+            head,
+            "HTTP/1.1 204 No Content\r\ndate: x\r\nx-release: v2\r\n\r\n"
+        );
+        assert_eq!((framing, rest.as_str()), (None, "ok"));
     }
 
     #[test]

@@ -94,9 +94,11 @@ fn classify(e: hyper::Error) -> Failure {
     }
 }
 
-/// Idle connections to releases kept by one serving thread (nginx's `keepalive 64`), of each
-/// kind (see [`Idle`]).
-pub const IDLE_PER_THREAD: usize = 64;
+/// Idle connections to releases kept by one serving thread, of each kind (see [`Idle`]). Clients
+/// that connect per request keep about as many connections to the release busy as they have
+/// in flight; with nginx's `keepalive 64` a burst of 128 per thread closed and reopened an
+/// eighth of them (strace, issue 40). Idle connections cost a release a descriptor each.
+pub const IDLE_PER_THREAD: usize = 256;
 
 /// A connection that can tell whether the release has closed it.
 pub trait Reusable {
