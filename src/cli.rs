@@ -245,7 +245,8 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
               value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
         max_header_bytes: u32,
         /// A request or response body that sends nothing for this long is cut (the client
-        /// gets 502 or a closed connection), so slow clients cannot hold every slot.
+        /// gets 502 or a closed connection), and so is a client that reads nothing of an
+        /// answer for this long, so slow clients cannot hold every slot.
         #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_BODY_IDLE_TIMEOUT_MS,
               value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
         body_idle_timeout_ms: u64,

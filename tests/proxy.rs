@@ -607,6 +607,56 @@ fn defect_09_slow_body_clients_cannot_hold_every_connection_slot() {
 }
 
 #[test]
+fn defect_09_clients_that_stop_reading_cannot_hold_every_connection_slot() {
+    // A release with a large answer (more than every socket buffer between it and the client).
+    let site = Site::new();
+    let listener = stand_in_release(&site, "big");
+    serve_as_a_release(listener, |head, writer| {
+        if head.split_whitespace().nth(1) != Some("/big") {
+            return writer
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .is_ok();
+        }
+        let blocks = 256;
+        let block = vec![b'x'; 1 << 20];
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+            blocks << 20
+        );
+        writer.write_all(head.as_bytes()).is_ok()
+            && (0..blocks).all(|_| writer.write_all(&block).is_ok())
+    });
+    // A client asks for it and never reads, holding the only slot: one served by rollgate
+    // itself, then one by hyper (HTTP/1.0). The next client gets the slot once the stalled
+    // one has read nothing for the body idle time.
+    for request in [
+        "GET /big HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /big HTTP/1.0\r\n\r\n",
+    ] {
+        let proxy = Proxy::start(
+            &site,
+            &["--max-connections", "1", "--body-idle-timeout-ms", "1000"],
+        );
+        let mut stalled = TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+        stalled.write_all(request.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (200, "ok"),
+            "{request}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "after {request:?} the next client waited {:?}",
+            started.elapsed()
+        );
+        drop(stalled);
+    }
+}
+
+#[test]
 fn defect_09_tunnels_count_against_the_limit_and_close_when_idle() {
     let site = Site::new();
     let upstream = stand_in_release(&site, "ws");

@@ -80,6 +80,9 @@ pub struct Client {
     /// An upgraded tunnel keeps it, so tunnels count against the limit while they are open.
     slot: Arc<tokio::sync::OwnedSemaphorePermit>,
     reused: std::sync::Mutex<Reused>,
+    /// How long a write to the client may take nothing (ms): the body idle time, the tunnel's
+    /// once upgraded (read by the connection's IO, `front::Prefixed`).
+    pub write_idle: Arc<std::sync::atomic::AtomicU64>,
 }
 
 struct Reused {
@@ -101,6 +104,7 @@ impl Client {
                 view: View::default(),
                 upstreams: Upstreams::new(shared.idle.clone()),
             }),
+            write_idle: Arc::new(std::sync::atomic::AtomicU64::new(millis(shared.body_idle))),
         }
     }
 }
@@ -331,6 +335,11 @@ pub async fn handle(
         if let Some(client_upgrade) = client_upgrade {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let idle = ctx.tunnel_idle;
+            // A tunnel is idle only when nothing moves either way (`tunnel_idle`), not when
+            // one write waits for the body idle time.
+            client
+                .write_idle
+                .store(millis(idle), std::sync::atomic::Ordering::Relaxed);
             let slot = client.slot.clone();
             tokio::spawn(async move {
                 // The lease and the connection slot live as long as the tunnel.
@@ -382,6 +391,10 @@ async fn through_hyper(
         reused.upstreams.put(port, sender);
     }
     Ok(response)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A request without a body, made again from its head for one more try.

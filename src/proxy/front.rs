@@ -18,10 +18,13 @@
 //! stops arriving is cut after the body idle time; a stopping proxy closes idle connections
 //! and finishes the request in progress.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use hyper::server::conn::http1;
@@ -382,10 +385,9 @@ impl Front {
                     self.no_delay();
                 }
                 writes += 1;
-                if self.stream.write_all(&self.output).await.is_err() {
+                if !self.flush().await {
                     return false;
                 }
-                self.output.clear();
             }
             if matches!(state, Passing::Done) {
                 break;
@@ -408,6 +410,21 @@ impl Front {
         true
     }
 
+    /// Writes `output` to the client; false if the client went away or read nothing of it for
+    /// the body idle time (a client that stops reading must not hold its slot forever).
+    async fn flush(&mut self) -> bool {
+        let idle = self.ctx.body_idle;
+        let mut written = 0;
+        while written < self.output.len() {
+            match tokio::time::timeout(idle, self.stream.write(&self.output[written..])).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return false,
+                Ok(Ok(n)) => written += n,
+            }
+        }
+        self.output.clear();
+        true
+    }
+
     /// Answers with rollgate's own words (no release did).
     async fn say(&mut self, status: StatusCode, text: &str, close: bool) -> bool {
         let out = &mut self.output;
@@ -423,9 +440,7 @@ impl Front {
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(text.as_bytes());
         out.push(b'\n');
-        let written = self.stream.write_all(&self.output).await.is_ok();
-        self.output.clear();
-        written
+        self.flush().await
     }
 
     /// Lets hyper serve the rest of the connection, starting with the bytes read so far.
@@ -444,11 +459,14 @@ impl Front {
             .max_buf_size(ctx.max_header_bytes.max(MIN_HEADER_BYTES))
             .keep_alive(true);
         let client = Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx));
+        let write_idle = client.write_idle.clone();
         let service =
             service_fn(move |request| forward::handle(request, ctx.clone(), client.clone()));
         let io = Prefixed {
             prefix: input,
             stream,
+            write_idle,
+            stalled: None,
         };
         let connection = builder
             .serve_connection(TokioIo::new(io), service)
@@ -697,9 +715,39 @@ fn push_date(out: &mut Vec<u8>) {
 }
 
 /// The client connection as hyper is given it: the bytes already read first, then the socket.
+/// A write the client takes nothing of for `write_idle` fails (a client that stops reading
+/// must not hold its slot forever; an upgrade raises it to the tunnel's idle time).
 struct Prefixed {
     prefix: BytesMut,
     stream: TcpStream,
+    write_idle: Arc<AtomicU64>,
+    /// Armed while a write waits for the client.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Prefixed {
+    /// A pending write arms the idle timer; progress disarms it.
+    fn watch_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<usize>>,
+    ) -> Poll<std::io::Result<usize>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let idle = Duration::from_millis(self.write_idle.load(Ordering::Relaxed));
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {} ms", idle.as_millis()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl AsyncRead for Prefixed {
@@ -725,7 +773,9 @@ impl AsyncWrite for Prefixed {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.watch_write(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -733,7 +783,9 @@ impl AsyncWrite for Prefixed {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.watch_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
