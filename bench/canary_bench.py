@@ -26,33 +26,12 @@ import tempfile
 import threading
 import time
 
+from benchlib import free_port, port_block
+
 RATE = int(os.environ.get("RATE", "400"))
 REPLICAS = 8
 SOAK_MS = int(os.environ.get("SOAK_MS", "30000"))
 MIN_REQUESTS = 200
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_block(count):
-    while True:
-        first = free_port()
-        if first + count >= 65000:
-            continue
-        ok = True
-        for p in range(first, first + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return f"{first}-{first + count - 1}"
 
 
 def counts(root):

@@ -13,7 +13,6 @@ page's size, and the console's peak RSS (VmHWM) afterwards.
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,15 +20,11 @@ import tempfile
 import time
 import urllib.request
 
+from benchlib import free_port
+
 ROLLGATE = sys.argv[1]
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 REPLICAS = 1000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wave_sizes(n, percents=(1, 10, 50, 100)):

@@ -7,14 +7,12 @@ and rollgate's peak RSS during a deploy (from /usr/bin/time).
 
 Usage: python3 bench/deploy_bench.py ROLLGATE RUNS
 """
-import json, os, re, socket, statistics, subprocess, sys, tempfile
+import json, os, re, statistics, subprocess, sys, tempfile
+
+from benchlib import free_port, pct
 
 rollgate, runs = sys.argv[1], int(sys.argv[2])
 POLL_MS, DEADLINE_MS = 100, 1000
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 
 
 def release(root, version, knobs):
@@ -40,11 +38,6 @@ def last_log(root):
 def output_value(root, version, pattern):
     with open(os.path.join(root, "releases", version, "svc.output")) as f:
         return float(re.search(pattern, f.read()).group(1))
-
-
-def pct(xs, p):
-    xs = sorted(xs); k = (len(xs) - 1) * p / 100; lo = int(k); hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 switch, exits, overshoot, rss = [], [], [], []

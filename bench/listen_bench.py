@@ -39,13 +39,9 @@ import tempfile
 import threading
 import time
 
+from benchlib import free_port
+
 BAD = ["boot", "never", "crash"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values, p):

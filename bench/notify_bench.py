@@ -18,7 +18,6 @@ import ctypes
 import ctypes.util
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -26,24 +25,12 @@ import tempfile
 import threading
 import time
 
+from benchlib import free_port, pct
+
 rollgate = sys.argv[1]
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 gate_s = int(sys.argv[3]) if len(sys.argv) > 3 else 30
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 class Renames(threading.Thread):

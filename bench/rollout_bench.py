@@ -24,32 +24,12 @@ import sys
 import tempfile
 import time
 
+from benchlib import free_port, port_block, port_free
+
 RATE = int(os.environ.get("RATE", "2000"))
 SOAK_MS = 500
 # After the last wave the new replicas are watched (as a soak) before the rollout is promoted.
 WATCH_MS = 2000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def port_block(count):
-    while True:
-        first = free_port()
-        if first + count < 65000 and all(port_free(p) for p in range(first, first + count)):
-            return f"{first}-{first + count - 1}"
 
 
 # oha cuts the requests still in flight when its -z time is up: its own ending, not a failure.

@@ -48,11 +48,7 @@ import threading
 import time
 import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from benchlib import free_port, port_free
 
 
 def replica_processes(root):
@@ -319,15 +315,6 @@ def main():
     bad = wrong_ends + sampler.empty + budget_breaks + orphans + duplicates + missing + \
         len(load.failed)
     sys.exit(0 if bad == 0 else 1)
-
-
-def port_free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def port_open(port):

@@ -20,15 +20,11 @@ import tempfile
 import threading
 import time
 
+from benchlib import free_port
+
 ROLLGATE = sys.argv[1]
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo="
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def never_answers():

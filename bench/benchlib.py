@@ -1,0 +1,39 @@
+"""Helpers the Python benchmarks share (import it from a script in bench/: Python puts the
+script's folder on the import path). Ports come from the kernel, so a benchmark never takes a
+port someone else listens on."""
+
+import socket
+
+
+def free_port():
+    """A port nothing listens on now (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_free(port):
+    """Whether 127.0.0.1:PORT can be bound now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def port_block(count):
+    """COUNT free ports in a row, as rollgate's `--ports FIRST-LAST` takes them."""
+    while True:
+        first = free_port()
+        if first + count < 65000 and all(port_free(p) for p in range(first, first + count)):
+            return f"{first}-{first + count - 1}"
+
+
+def pct(xs, p):
+    """The P-th percentile of XS, interpolated between the two nearest ranks."""
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
