@@ -258,10 +258,16 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     // A kept connection with no request in flight does not hold the stop up: it is closed.
     let mut idle = Conn::open(port).unwrap();
     assert_eq!(idle.get("/", "").unwrap().status, 200);
-    let slow = std::thread::spawn(move || Conn::open(port).unwrap().get("/", "").map(|a| a.status));
+    let slow = std::thread::spawn(move || {
+        Conn::open(port)
+            .unwrap()
+            .get("/", "")
+            .map(|a| (a.status, a.header("connection").map(str::to_string)))
+    });
     std::thread::sleep(Duration::from_millis(300));
     send_signal(proxy.child.id() as i32, 15);
-    assert_eq!(slow.join().unwrap().unwrap(), 200);
+    // Its answer says it is the connection's last, so the client sends nothing more on it.
+    assert_eq!(slow.join().unwrap().unwrap(), (200, Some("close".into())));
     assert_eq!(proxy.child.wait().unwrap().code(), Some(0));
     let mut rest = Vec::new();
     idle.reader

@@ -90,8 +90,8 @@ pub async fn serve(
                     front.no_delay();
                 }
                 front.served += 1;
-                let going_on = front.answer(&asked).await;
-                if !going_on || asked.close || *stop.borrow() {
+                let going_on = front.answer(&asked, &stop).await;
+                if !going_on || *stop.borrow() {
                     return;
                 }
             }
@@ -209,9 +209,10 @@ impl Front {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut slots);
         let length = match request.parse(&self.input) {
-            Ok(httparse::Status::Complete(length)) => length,
+            // A head over the limit that came whole in one read is hyper's to refuse too.
+            Ok(httparse::Status::Complete(length)) if length <= self.ctx.max_header_bytes => length,
             Ok(httparse::Status::Partial) => return Examined::Partial,
-            Err(_) => return Examined::Other,
+            Ok(httparse::Status::Complete(_)) | Err(_) => return Examined::Other,
         };
         let (Some(method), Some(target), Some(1)) = (request.method, request.path, request.version)
         else {
@@ -290,8 +291,12 @@ impl Front {
     }
 
     /// Answers one request: routes it, relays it (to another replica if one refuses it), and
-    /// sends the answer back. False: the connection cannot go on.
-    async fn answer(&mut self, asked: &Asked) -> bool {
+    /// sends the answer back. False: the connection cannot go on (or the answer said it was
+    /// the last: the client asked, or the proxy is stopping).
+    async fn answer(&mut self, asked: &Asked, stop: &watch::Receiver<bool>) -> bool {
+        // Decided when the answer's head is written, so a proxy told to stop while the
+        // release works tells the client too.
+        let last = || asked.close || *stop.borrow();
         let ctx = self.ctx.clone();
         let mut refused_by: Vec<u16> = Vec::new();
         let mut refusals: Vec<String> = Vec::new();
@@ -312,7 +317,8 @@ impl Front {
                     StatusCode::BAD_GATEWAY
                 };
                 let text = forward::no_release_took_it(&ctx.root, &refusals, pool_size);
-                return self.say(status, &text, asked.close).await;
+                let last = last();
+                return self.say(status, &text, last).await && !last;
             };
             let target = &lease.target;
             let port = target.port;
@@ -326,8 +332,10 @@ impl Front {
                 .as_ref()
                 .zip(target.header_value.as_ref());
             let output = &mut self.output;
+            let mut said_last = false;
             let result = relay::exchange(kept, port, &self.upstream_head, asked.safe, |buffer| {
-                answer_head(buffer, asked, version_header, output)
+                said_last = last();
+                answer_head(buffer, asked.head, said_last, version_header, output)
             })
             .await;
             if let Some(sent) = sent {
@@ -344,7 +352,7 @@ impl Front {
                 Ok((wire, answer)) => {
                     let reusable = self.pass_body(wire, port, answer).await;
                     drop(lease);
-                    return reusable;
+                    return reusable && !said_last;
                 }
                 Err(e) => {
                     let refused = e.is_refused();
@@ -356,7 +364,8 @@ impl Front {
                         continue;
                     }
                     let text = forward::release_failed(&target.version, port, refused, pool_size);
-                    return self.say(StatusCode::BAD_GATEWAY, &text, asked.close).await;
+                    let last = last();
+                    return self.say(StatusCode::BAD_GATEWAY, &text, last).await && !last;
                 }
             }
         }
@@ -559,7 +568,8 @@ impl Passing {
 /// head is not whole.
 fn answer_head(
     buffer: &mut BytesMut,
-    asked: &Asked,
+    head_request: bool,
+    last: bool,
     version_header: Option<(&hyper::header::HeaderName, &hyper::header::HeaderValue)>,
     out: &mut Vec<u8>,
 ) -> Result<Option<Answer>, Failure> {
@@ -587,7 +597,7 @@ fn answer_head(
         }
         let headers = &*answer.headers;
         let (framing, reusable) =
-            relay::framing_of(headers, answer.version.unwrap_or(1), status, asked.head)?;
+            relay::framing_of(headers, answer.version.unwrap_or(1), status, head_request)?;
         let named: Vec<&[u8]> = headers
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case("connection"))
@@ -630,7 +640,7 @@ fn answer_head(
         if let Some((name, value)) = version_header {
             push_header(out, name.as_str().as_bytes(), value.as_bytes());
         }
-        if asked.close {
+        if last {
             out.extend_from_slice(b"connection: close\r\n");
         }
         out.extend_from_slice(b"\r\n");
@@ -807,15 +817,10 @@ mod tests {
 
     fn rewritten(text: &str, head: bool, close: bool) -> (String, Option<Framing>, String) {
         let mut buffer = BytesMut::from(text.as_bytes());
-        let asked = Asked {
-            head,
-            safe: true,
-            close,
-        };
         let name = hyper::header::HeaderName::from_static("x-release");
         let value = hyper::header::HeaderValue::from_static("v2");
         let mut out = Vec::new();
-        let answer = answer_head(&mut buffer, &asked, Some((&name, &value)), &mut out)
+        let answer = answer_head(&mut buffer, head, close, Some((&name, &value)), &mut out)
             .ok()
             .flatten()
             .unwrap();
