@@ -56,9 +56,10 @@ pub struct Shared {
     pub max_header_bytes: usize,
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only.
-/// Made once, not parsed from text on each request.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never passed on
+/// (on `front`'s path the framing of an answer is written anew). Made once, not parsed from
+/// text on each request.
+pub const HOP_BY_HOP: [HeaderName; 8] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     hyper::header::PROXY_AUTHENTICATE,

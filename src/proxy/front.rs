@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use super::forward::{self, Shared};
+use super::forward::{self, Shared, HOP_BY_HOP};
 use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
 use super::upstream::{Failure, Idle};
 use super::MIN_HEADER_BYTES;
@@ -45,19 +45,6 @@ use super::MIN_HEADER_BYTES;
 const MAX_TARGET_BYTES: usize = u16::MAX as usize - 1;
 /// The client's bytes are read this much at a time at first.
 const READ_CHUNK: usize = 4096;
-
-/// Headers meaningful for one connection only (RFC 9110 §7.6.1), never passed on. The framing
-/// headers of an answer are written anew (see [`answer_head`]).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 /// Serves `stream` until the client or the proxy ends it.
 pub async fn serve(
@@ -260,7 +247,9 @@ impl Front {
         out.extend_from_slice(b" HTTP/1.1\r\n");
         for header in headers {
             let name = header.name;
-            let dropped = HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n))
+            let dropped = HOP_BY_HOP
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n.as_str()))
                 || name.eq_ignore_ascii_case("x-forwarded-for")
                 || name.eq_ignore_ascii_case("x-forwarded-proto")
                 || named
@@ -610,7 +599,7 @@ fn answer_head(
         let mut dated = false;
         for header in headers {
             let name = header.name;
-            let dropped = HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n))
+            let dropped = HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n.as_str()))
                 // Ours is written below; a 204 has none (RFC 9110 §8.6).
                 || ((framing.is_some() || status == 204)
                     && name.eq_ignore_ascii_case("content-length"))
