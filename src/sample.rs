@@ -2,7 +2,8 @@
 //! the lab to stand in for a real release. Hidden from `--help`.
 //!
 //! It listens on `127.0.0.1:$PORT`, answers `GET /` with its version (`$ROLLGATE_VERSION`) and
-//! `GET /readyz` with 200 once ready (503 before), and can be told to misbehave.
+//! `GET /readyz` with 200 once ready (503 before), and can be told to misbehave. A request's
+//! body is read before the answer, whose `x-request-body-bytes` says how long it was.
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -440,11 +441,10 @@ async fn answer(
             .and_then(|h| h.to_str().ok())
             != Some(want.as_str())
     });
-    Ok(match req.uri().path() {
-        path if path == args.ready_path && wrong_host => {
-            reply(StatusCode::NOT_FOUND, "not this host\n".into())
-        }
-        path if path == args.ready_path => {
+    let readiness = req.uri().path() == args.ready_path;
+    Ok(match req {
+        _ if readiness && wrong_host => reply(StatusCode::NOT_FOUND, "not this host\n".into()),
+        _ if readiness => {
             if args.hang_readyz {
                 std::future::pending::<()>().await;
             }
@@ -465,7 +465,19 @@ async fn answer(
             };
             reply(status, format!("{}\n", status.as_u16()))
         }
-        _ => {
+        req => {
+            // A real service reads the request body before it answers: one that answers first
+            // and closes (as hyper does when the body has not arrived yet) makes its client's
+            // body write fail. How many bytes came is said back, for tests of what reached it.
+            let body_bytes = match body_length(req.into_body()).await {
+                Ok(n) => n,
+                Err(e) => {
+                    return Ok(reply(
+                        StatusCode::BAD_REQUEST,
+                        format!("{version} could not read the request body: {e}\n"),
+                    ))
+                }
+            };
             if args.work_us > 0 {
                 let until = Instant::now() + Duration::from_micros(args.work_us);
                 while Instant::now() < until {
@@ -477,16 +489,37 @@ async fn answer(
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
             let n = USER_REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if is_an_error(n, args.error_rate) {
+            let mut response = if is_an_error(n, args.error_rate) {
                 reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("{version} failed (--error-rate)\n"),
                 )
             } else {
                 reply(StatusCode::OK, format!("{version}\n"))
+            };
+            if body_bytes > 0 {
+                response
+                    .headers_mut()
+                    .insert(REQUEST_BODY_BYTES, body_bytes.into());
             }
+            response
         }
     })
+}
+
+/// Said on an answer to a request that had a body: how many bytes of it the service read.
+pub const REQUEST_BODY_BYTES: &str = "x-request-body-bytes";
+
+/// Reads a request body to its end, keeping only its length.
+async fn body_length(mut body: hyper::body::Incoming) -> Result<u64, hyper::Error> {
+    use http_body_util::BodyExt;
+    let mut length = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame?.data_ref() {
+            length += data.len() as u64;
+        }
+    }
+    Ok(length)
 }
 
 #[cfg(test)]
