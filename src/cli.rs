@@ -40,11 +40,14 @@ pub enum Command {
   rollgate policy contract > rollout-policy.ncl"
     )]
     Policy(PolicyCommand),
-    /// Sign releases offline and verify them: keys known by their pins, a threshold of
-    /// signers, an expiry, and a sequence that never goes backwards.
+    /// Installed releases (add one whole, list them, prune old ones) and signed ones (keys known
+    /// by their pins, a threshold of signers, an expiry, a sequence that never goes backwards).
     #[command(
         subcommand,
         after_help = "Examples:
+  rollgate release add edge-svc v2 ./target/release/edge-svc --root /srv/edge
+  rollgate release list --root /srv/edge
+  rollgate release prune --keep 5 --root /srv/edge
   rollgate release keygen --out ~/keys/alice.pem
   rollgate release sign dist --service edge-svc --version v2 --sequence 14 \\
       --key ~/keys/alice.pem --cosigners ~/keys/bob.pub.pem
@@ -676,8 +679,11 @@ installed), an archive entry that is absolute, has `..`, is a link leading outsi
 fifo or socket, or replaces release.json; a truncated or corrupt archive; more than 2 GiB of
 content or 100000 entries; a --manifest that does not verify against ROOT/trust.json.")]
     Add {
+        /// Service name: the executable's file name in the release folder.
         service: String,
+        /// The release's version: its folder's name under releases/.
         version: String,
+        /// An executable, a folder holding SERVICE, or a .tar.gz/.tgz archive of such a folder.
         source: PathBuf,
         #[command(flatten)]
         target: RootArgs,

@@ -507,7 +507,7 @@ fn a_legacy_record_left_in_its_watch_is_finished_by_one_final_probe() {
     assert_eq!(finished["version"], "v2");
     let detail = finished["detail"].as_str().unwrap();
     assert!(
-        detail.starts_with("ready after 120 ms (2 probes); passed the watch (cut short: deployer pid 999999 was gone; decided by one final probe); no proxy"),
+        detail.starts_with("ready after 120 ms (2 probes); passed the watch (cut short: deployer pid 999999 was gone; decided by one final probe); at the switch: no proxy; after the watch: old release v1 stopped"),
         "{detail}"
     );
     assert!(detail.contains("old release v1 stopped"), "{detail}");

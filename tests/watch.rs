@@ -114,8 +114,14 @@ fn a_healthy_release_is_promoted_after_its_watch_and_only_then_the_previous_one_
     let last = site.log_lines().last().cloned().unwrap();
     assert_eq!(last["event"], "promoted");
     let detail = last["detail"].as_str().unwrap();
-    assert!(detail.contains("passed the watch"), "{detail}");
-    assert!(detail.contains("old release v1 stopped"), "{detail}");
+    // Two drains (at the switch, after the watch), each named; no proxy said once.
+    assert!(
+        detail.contains(
+            "; passed the watch; at the switch: no proxy; after the watch: old release v1 stopped"
+        ),
+        "{detail}"
+    );
+    assert_eq!(detail.matches("no proxy").count(), 1, "{detail}");
     assert_eq!(summary_live(&site), "v2");
     assert_eq!(version_on(port).as_deref(), Some("v2"));
 }

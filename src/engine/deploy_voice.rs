@@ -9,6 +9,7 @@ use super::voice::{Behaviour, Line, Reverted, Said, Voice, Words};
 use crate::host::hooks::{Facts, Hook};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
+use crate::proxy::drain::Drain;
 
 /// `candidate_started`, as a deploy has always said it.
 pub fn started(rollout: &Rollout, process: &Process) -> String {
@@ -28,6 +29,24 @@ pub fn switched(previous: &str, watch_ms: u64, drained: &str) -> String {
         "switched from {previous}; watching for {watch_ms} ms with {previous} kept running; {}",
         drained.trim_end_matches("; ")
     )
+}
+
+/// A watched deploy's `promoted` words. Its old release was drained twice: at the switch (then
+/// kept running as the fallback) and after the watch (then stopped); each drain is named by
+/// when it happened, and "no proxy", when both found none, is said once.
+fn watched_promotion(gate: &str, how: &str, switch_detail: &str, retired: &str) -> String {
+    let no_proxy = Drain::NoProxy.to_string();
+    let at_switch = switch_detail.trim_end_matches("; ");
+    let after_watch = match retired.strip_prefix(&format!("{no_proxy}; ")) {
+        Some(rest) if at_switch.ends_with(&no_proxy) => rest,
+        _ => retired,
+    };
+    match at_switch {
+        "" => format!("{gate}; passed the watch{how}; after the watch: {after_watch}"),
+        _ => format!(
+            "{gate}; passed the watch{how}; at the switch: {at_switch}; after the watch: {after_watch}"
+        ),
+    }
 }
 
 /// The deploy's words for a planner's note, or None for the notes a deploy does not log
@@ -55,21 +74,15 @@ pub fn line(
     match note.event {
         LogEvent::Promoted => {
             let gate = single.gate_detail.as_deref().unwrap_or_default();
-            let detail = if words.watched {
-                format!(
-                    "{gate}; passed the watch{}; {}",
-                    words.how,
-                    single.switch_detail.trim_end_matches("; ")
-                )
-                .trim_end_matches("; ")
-                .to_string()
-            } else {
-                format!("{gate}{}", single.switch_detail)
-            };
             let retired = words.retired.as_deref().unwrap_or("first release");
+            let detail = if words.watched {
+                watched_promotion(gate, &words.how, &single.switch_detail, retired)
+            } else {
+                format!("{gate}{}; {retired}", single.switch_detail)
+            };
             Some(Line {
                 event: LogEvent::Promoted,
-                detail: format!("{detail}; {retired}"),
+                detail,
                 elapsed_ms: gate_elapsed,
                 phase: None,
             })
@@ -299,9 +312,24 @@ mod tests {
         let promoted = line(&note(LogEvent::Promoted), &r, &words, &root, "").expect("a line");
         assert_eq!(
             promoted.detail,
-            "ready after 412 ms (5 probes); passed the watch; drained by the proxy; drained by the proxy; old release v1 stopped (SIGTERM)"
+            "ready after 412 ms (5 probes); passed the watch; at the switch: drained by the proxy; after the watch: drained by the proxy; old release v1 stopped (SIGTERM)"
         );
         assert_eq!(promoted.elapsed_ms, Some(412));
+        // No proxy at either drain: said once.
+        assert_eq!(
+            watched_promotion(
+                "ready after 13 ms (1 probe)",
+                "",
+                "no proxy; ",
+                "no proxy; old release v1 stopped (SIGTERM)"
+            ),
+            "ready after 13 ms (1 probe); passed the watch; at the switch: no proxy; after the watch: old release v1 stopped (SIGTERM)"
+        );
+        // A switch finished by recovery has no words of its own.
+        assert_eq!(
+            watched_promotion("g", " (cut short)", "", "no proxy; old release v1 stopped"),
+            "g; passed the watch (cut short); after the watch: no proxy; old release v1 stopped"
+        );
 
         r.slot_mut(0).error = Some("not ready after 600 ms".into());
         r.single.as_mut().expect("a deploy").last_probes = Some("HTTP 503".into());
