@@ -148,6 +148,19 @@ fn a_config_change_is_a_gated_release_and_a_rollback_brings_the_old_env_back_exa
     let row = |v: &str| rows.iter().find(|r| r["version"] == v).unwrap().clone();
     assert_eq!(row("v1+c1")["config"], digest.as_str(), "{rows:?}");
     assert_eq!(row("v1")["config"], serde_json::Value::Null);
+    // `release list` names each release's config by the same digest.
+    let out = rollgate()
+        .args(["release", "list", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let listed: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let listed = |v: &str| listed.iter().find(|r| r["version"] == v).unwrap()["config"].clone();
+    assert_eq!(listed("v1+c1"), digest.as_str());
+    assert_eq!(listed("v1"), serde_json::Value::Null);
 
     // A config that breaks readiness: rolled back on its own, the previous config serving.
     let out = config(

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::host::config::Config;
 use crate::host::journal::{self, LogEvent};
 use crate::host::state::Root;
 use crate::release::install::{file_sha256, read_record};
@@ -24,7 +25,8 @@ pub struct Listed {
     pub size: Option<u64>,
     pub sha256: Option<String>,
     pub signed: bool,
-    /// SHA-256 of the release's `env` file, when it has one.
+    /// Its configuration's digest (variables and secret names), as `config show` and the
+    /// log's records name it; none when it has no config, `invalid` when its files are.
     pub config: Option<String>,
     /// The last `promoted` or `rolled_back` the log has for it.
     pub last_outcome: Option<String>,
@@ -110,14 +112,18 @@ fn describe(
                 .as_secs_f64(),
         )
     });
-    let env = dir.join("env");
+    let config = match Config::of_release(dir) {
+        Ok(config) if config == Config::default() => None,
+        Ok(config) => Some(config.digest()),
+        Err(_) => Some("invalid".to_string()),
+    };
     Ok(Listed {
         version: version.to_string(),
         installed_at,
         size: record.as_ref().map(|r| r.size),
         sha256,
         signed: dir.join(crate::release::MANIFEST_FILE).is_file(),
-        config: env.is_file().then(|| file_sha256(&env).ok()).flatten(),
+        config,
         last_outcome: outcomes.get(version).cloned(),
         marks: marks.of_version(version),
     })
@@ -253,7 +259,7 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     l.size.map_or("-".into(), |s| s.to_string()).into(),
                     short(&l.sha256).into(),
                     if l.signed { "yes" } else { "no" }.into(),
-                    short(&l.config).into(),
+                    l.config.as_deref().unwrap_or("-").into(),
                     l.last_outcome.clone().unwrap_or_else(|| "-".into()).into(),
                     l.marks.join(", ").into(),
                 ]);
