@@ -1,4 +1,4 @@
--- `rollgate log stats` in DuckDB SQL: the candidate rejection rate, time to ready and to
+-- `rollgate log stats` in DuckDB SQL: the candidate rejection rate, time to promotion and to
 -- rollback (median, p90, max), promotions per day, rollbacks by reason.
 CREATE TEMP TABLE r AS
 SELECT row_number() OVER () AS n, ts, event, version, detail

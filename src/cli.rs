@@ -611,7 +611,7 @@ version of the last promoted record, never a rolled-back one.")]
         read: ReadArgs,
     },
     /// Attempts, promotion frequency, candidate rejection rate, rollbacks by reason and version,
-    /// time to ready and to rollback, exposure to releases rolled back after promotion.
+    /// time to promotion and to rollback, exposure to releases rolled back after promotion.
     #[command(after_help = "Examples:
   rollgate log stats deploy.log
   rollgate log stats deploy.log --since 2026-11-01 --format json

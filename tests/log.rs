@@ -200,8 +200,8 @@ fn stats_on_a_known_log() {
     assert_eq!(s["promoted"], 2);
     assert_eq!(s["rolled_back"], 3);
     assert_eq!(s["candidate_rejection_rate"], 0.6);
-    assert_eq!(s["time_to_ready"]["median_s"], 1.75);
-    assert_eq!(s["time_to_ready"]["max_s"], 2.0);
+    assert_eq!(s["time_to_promotion"]["median_s"], 1.75);
+    assert_eq!(s["time_to_promotion"]["max_s"], 2.0);
     assert_eq!(s["time_to_rollback"]["median_s"], 1.0);
     assert_eq!(s["time_to_rollback"]["max_s"], 3.0);
     // p90 of [0.5, 1, 3] with linear interpolation: 1 + 0.8 * 2 = 2.6

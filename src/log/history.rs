@@ -126,8 +126,8 @@ impl Attempt {
             .and_then(|s| s.manifest_sha256.as_deref())
     }
 
-    /// Time from the candidate's start to its outcome: time to ready for a promotion, time to
-    /// rollback for a rollback. Not lead time: the log has no commit times.
+    /// Time from the candidate's start to its outcome: time to promotion (its watch or soaks
+    /// included), time to rollback for a rollback. Not lead time: the log has no commit times.
     pub fn time_to_outcome(&self) -> Option<f64> {
         Some(self.finished? - self.started?)
     }

@@ -521,8 +521,8 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
             s.days_with_a_promotion.to_string(),
         ),
         (
-            "time to ready: median / p90 / max".into(),
-            spread(&s.time_to_ready),
+            "time to promotion: median / p90 / max".into(),
+            spread(&s.time_to_promotion),
         ),
         (
             "time to rollback: median / p90 / max".into(),

@@ -3,8 +3,10 @@
 //! - *candidate rejection rate* = rolled_back / (promoted + rolled_back): candidates the gate
 //!   stopped before users saw them. Not DORA's change failure rate: those failures never
 //!   reached production.
-//! - *time to ready* = candidate_started → promoted; *time to rollback* = candidate_started →
-//!   rolled_back. Not lead time for changes: the log has no commit times.
+//! - *time to promotion* = candidate_started → promoted, the gate and any watch or soaks
+//!   included (a deploy's gate alone is its `promoted` line's `elapsed_ms`); *time to
+//!   rollback* = candidate_started → rolled_back. Not lead time for changes: the log has no
+//!   commit times.
 //! - *exposure* = promoted → rolled_back for a release rolled back after it went live: how long
 //!   users were exposed to a production failure.
 //! - *promotions per day / week* over the log's span (first to last timestamp).
@@ -50,7 +52,7 @@ pub struct Stats {
     pub promotions_per_day: Option<f64>,
     pub promotions_per_week: Option<f64>,
     pub days_with_a_promotion: u64,
-    pub time_to_ready: Spread,
+    pub time_to_promotion: Spread,
     pub time_to_rollback: Spread,
     pub rollbacks_by_reason: Vec<Count>,
     pub rollbacks_by_version: Vec<Count>,
@@ -241,7 +243,7 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
             .get(0)?
             .extract::<u64>()
             .unwrap_or(0),
-        time_to_ready: spread(&df, "promoted")?,
+        time_to_promotion: spread(&df, "promoted")?,
         time_to_rollback: spread(&df, "rolled_back")?,
         rollbacks_by_reason: rollbacks_by(&df, "reason")?,
         rollbacks_by_version: rollbacks_by(&df, "version")?,
