@@ -448,52 +448,48 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
     }
 }
 
-/// The switch did not happen: whatever the dead deployer started is stopped (found by its
-/// token if its pid was never recorded), the live release stays, and the rollback is logged.
-async fn abandon(root: &Root, rollout: Rollout) -> Result<(), Error> {
+/// The switch did not happen (`current` names the previous release): the attempt is put back
+/// to before its swap ([`rewind_unswitched`]) and the planner aborts it like any other, so the
+/// executor stops what the dead deployer started (found by its token if its pid was never
+/// recorded), says what serves, logs the rollback once and clears the state.
+async fn abandon(root: &Root, mut rollout: Rollout) -> Result<(), Error> {
     let Some(single) = rollout.single.clone() else {
         return Ok(());
     };
-    let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
-    let slot = rollout.slot(0).clone();
-    let mut found: Vec<Identity> = Vec::new();
-    for p in slot.candidate.iter().chain(slot.live.iter()) {
-        if !rollout.started(p) {
-            continue;
-        }
-        match p.pid > 0 {
-            true => found.push(p.identity()),
-            false => found.extend(process::find_by_token(&p.token)),
-        }
+    rewind_unswitched(&mut rollout);
+    let mut executor = Executor::of_saved(root, rollout);
+    executor.words_mut().context = Some("stopped by the next deploy".into());
+    executor
+        .handle(Event::Abort {
+            reason: format!(
+                "abandoned: deployer pid {} died before an outcome",
+                single.deployer_pid
+            ),
+            rollback: true,
+        })
+        .await
+}
+
+/// A deploy whose switch did not happen, as it was before its swap: `current` names the
+/// previous release, so whatever the state says joined the pool did not. The new process
+/// (if one was recorded) is the candidate being gated, and the previous release is live.
+/// Pure: what the planner then decides is an abort of a gated candidate.
+pub fn rewind_unswitched(rollout: &mut Rollout) {
+    let new_in_pool = rollout
+        .slot(0)
+        .live
+        .as_ref()
+        .is_some_and(|live| rollout.started(live));
+    rollout.phase = Phase::Running;
+    let s = rollout.slot_mut(0);
+    if new_in_pool {
+        // The swap was saved, its rename not made: the previous release never left the pool.
+        let new = s.live.take();
+        s.candidate = s.candidate.take().or(new);
+        s.live = s.fallback.take().or(s.retiring.take());
     }
-    let mut outcome = Vec::new();
-    for who in &found {
-        outcome.push(format!(
-            "pid {} {}",
-            who.pid,
-            process::stop_group(*who, grace).await
-        ));
-    }
-    if outcome.is_empty() {
-        outcome.push(process::Stopped::AlreadyGone.to_string());
-    }
-    let detail = format!(
-        "abandoned: deployer pid {} died before an outcome; candidate {}; stopped by the next deploy",
-        single.deployer_pid,
-        outcome.join(", ")
-    );
-    record::log_deploy(
-        root,
-        &rollout,
-        &journal::Entry::new(
-            LogEvent::RolledBack,
-            &rollout.to,
-            &rollout.service,
-            detail.clone(),
-        ),
-    )?;
-    // Its outcome is on record; `current` (never switched) says what is live.
-    state::clear(root).map_err(Error::from)
+    s.state = SlotState::Upgrading;
+    s.held = false;
 }
 
 /// `up` started a live release again: the new process is put where the state named the old
@@ -627,6 +623,54 @@ mod tests {
             post_hook_started: false,
             last_analysis: None,
         }
+    }
+
+    #[test]
+    fn an_unswitched_deploy_is_rewound_to_its_gated_candidate_beside_the_previous_release() {
+        let previous = Process {
+            token: "r0-1".into(),
+            ..process("v1", 1)
+        };
+        // The swap saved (the new process live, the previous one kept as the fallback), the
+        // rename of `current` not made.
+        let mut swapped = slot(0, SlotState::Succeeded, Some(process("v2", 11)));
+        swapped.fallback = Some(previous.clone());
+        let mut r = rollout(Phase::Running, vec![swapped]);
+        rewind_unswitched(&mut r);
+        let s = r.slot(0);
+        assert_eq!(r.phase, Phase::Running);
+        assert_eq!(s.state, SlotState::Upgrading);
+        assert_eq!(s.live, Some(previous.clone()));
+        assert_eq!(s.candidate, Some(process("v2", 11)));
+        assert_eq!((s.fallback.clone(), s.retiring.clone()), (None, None));
+        // The planner's answer is the abort of a gated candidate: stopped, then the rollback
+        // logged, then the end.
+        let actions = crate::engine::step::step(
+            &mut r,
+            Event::Abort {
+                reason: "abandoned".into(),
+                rollback: true,
+            },
+            2.0,
+        );
+        assert_eq!(actions.first(), Some(&Action::Revert { slot: 0 }));
+        assert_eq!(actions.last(), Some(&Action::Stop));
+        assert_eq!(r.phase, Phase::Aborted);
+
+        // Still being gated (or not started at all): only the state and phase change.
+        let mut gating = slot(0, SlotState::Upgrading, Some(previous.clone()));
+        gating.candidate = Some(process("v2", 0));
+        let mut r = rollout(Phase::Running, vec![gating.clone()]);
+        rewind_unswitched(&mut r);
+        assert_eq!(r.slot(0).live, gating.live);
+        assert_eq!(r.slot(0).candidate, gating.candidate);
+        let mut r = rollout(
+            Phase::Running,
+            vec![slot(0, SlotState::Pending, Some(previous))],
+        );
+        rewind_unswitched(&mut r);
+        assert_eq!(r.slot(0).state, SlotState::Upgrading);
+        assert_eq!(r.slot(0).candidate, None);
     }
 
     #[test]
