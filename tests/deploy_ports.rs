@@ -70,6 +70,56 @@ fn without_a_port_or_a_range_of_two_the_deploy_is_refused_and_says_how() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+#[test]
+fn a_port_held_by_a_dead_deployers_candidate_is_taken_back_by_the_next_deploy() {
+    // Two ports: the live release's and the one a killed deployer's candidate still holds.
+    // The same command must go on working: the recovery stops that candidate, then the new
+    // one takes its port.
+    let site = Site::new();
+    let first = first_of(23);
+    let ports = format!("{first}-{}", first + 1);
+    site.add_sample("v1", "");
+    site.add_sample("v2", "--ready-after-ms 60000");
+    site.add_sample("v3", "");
+    assert_eq!(deploy(&site, "v1", &ports).status.code(), Some(0));
+    let before = site.log_lines().len();
+    let mut deployer = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["deploy", "edge-svc", "v2", "--ports", &ports, "--root"])
+        .arg(site.root())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(10, || site.log_lines().len() > before));
+    send_signal(deployer.id() as i32, 9);
+    deployer.wait().unwrap();
+    let orphan = site.log_lines()[before]["pid"].as_i64().unwrap() as i32;
+    assert!(alive(orphan));
+    assert_eq!(site.pointer().unwrap()["port"], first);
+
+    let out = deploy(&site, "v3", &ports);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(5, || !alive(orphan)),
+        "the dead deployer's candidate"
+    );
+    let pointer = site.pointer().unwrap();
+    assert_eq!(
+        (pointer["version"].as_str(), pointer["port"].as_u64()),
+        (Some("v3"), Some(u64::from(first) + 1))
+    );
+    let abandoned = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "rolled_back" && l["version"] == "v2")
+        .expect("the killed attempt's outcome");
+    let detail = abandoned["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("abandoned: deployer pid")
+            && detail.contains("old release v1 still answering; candidate stopped (SIGTERM)"),
+        "{detail}"
+    );
+}
+
 /// Issue 37.6: a policy that names its `ports` needs no port anywhere: `deploy`, `rollback`
 /// and `config set` each pick the one that is not live; a bad range is refused by the contract.
 #[test]

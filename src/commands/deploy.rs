@@ -151,8 +151,10 @@ fn probe_port() -> Result<u16, Error> {
 
 /// The candidate's port from a range (`A-B`, at least two ports; `source` says where it was
 /// written): the lowest that is neither the live release's nor its fallback's and is free on
-/// 127.0.0.1 now, so the same command deploys release after release, alternating. The deploy
-/// checks it again under the lock.
+/// 127.0.0.1 now, so the same command deploys release after release, alternating. A port
+/// held by the new process of a deploy whose rollgate died counts as free: the recovery this
+/// deploy runs under its lock stops that process first. The deploy checks it again under the
+/// lock, after that recovery.
 pub fn choose_port(root: &std::path::Path, range: &str, source: &str) -> Result<u16, Error> {
     let (first, last) = crate::engine::settings::parse_ports(range)
         .map_err(|e| refused(format!("{source}: {e}")))?;
@@ -161,13 +163,20 @@ pub fn choose_port(root: &std::path::Path, range: &str, source: &str) -> Result<
             "{source} {range} holds one port; give at least two, so the candidate can start beside the live release"
         )));
     }
-    let live = Root::new(root.to_path_buf()).read_pointer()?;
+    let root = Root::new(root.to_path_buf());
+    let live = root.read_pointer()?;
     let taken: Vec<u16> = live
         .iter()
         .flat_map(|p| std::iter::once(p.port).chain(p.fallback.as_ref().map(|f| f.port)))
         .collect();
+    let left_by_a_dead_deploy = engine::saved_run(&root)?
+        .filter(|left| left.unsettled_deploy())
+        .and_then(|left| left.new_process().map(|p| p.port));
     (first..=last)
-        .find(|port| !taken.contains(port) && engine::port_free(*port).is_ok())
+        .find(|port| {
+            !taken.contains(port)
+                && (engine::port_free(*port).is_ok() || left_by_a_dead_deploy == Some(*port))
+        })
         .ok_or_else(|| {
             let taken = match taken.as_slice() {
                 [] => String::new(),
