@@ -17,7 +17,6 @@ use super::legacy;
 use super::run::{Context, Executor, Redo};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{Action, Event, Note};
-use super::voice::Reverted;
 use super::{fault, record};
 use crate::error::{refused, Error};
 use crate::host::journal::{self, LogEvent};
@@ -338,71 +337,45 @@ pub(crate) async fn complete_switch(
     Ok(())
 }
 
-/// A deploy the planner had already rolled back when its rollgate died: the kept previous
-/// release serves again (the switch back it was making), everything the deploy started is
-/// stopped, `current` names what serves, and the rollback is logged once.
-async fn finish_rollback(root: &Root, rollout: Rollout, gone: String) -> Result<(), Error> {
+/// A deploy the planner had already rolled back when its rollgate died: the effects it
+/// decided (the [`Action::Revert`], the rollback's line, the end) are performed again by the
+/// executor, each safe to repeat. A switch back cut short after its save has its new process
+/// stopped first, and `current` is written again to name what serves.
+async fn finish_rollback(root: &Root, mut rollout: Rollout, gone: String) -> Result<(), Error> {
     let grace = std::time::Duration::from_millis(rollout.settings.grace_ms);
-    let mut executor = Executor::of_saved(root, rollout);
-    let r = executor.rollout_mut();
-    let started = |p: &Option<Process>| p.as_ref().is_some_and(|p| r.started(p));
-    let s = r.slot(0);
+    let started = |p: &Option<Process>| p.as_ref().is_some_and(|p| rollout.started(p));
+    let s = rollout.slot(0);
     let in_watch = s.fallback.is_some() || started(&s.live) || started(&s.retiring);
-    let mut stop: Vec<Process> = Vec::new();
-    let s = r.slot(0).clone();
-    let mut live = s.live.clone();
-    if let Some(kept) = s.fallback.clone() {
-        stop.extend(live.take());
-        live = kept.identity().is_running().then_some(kept);
+    if s.fallback.is_none() && started(&s.live) {
+        // The new release serves with nothing kept to go back to: it is stopped all the same.
+        let s = rollout.slot_mut(0);
+        s.retiring = s.live.take();
     }
-    if started(&live) {
-        stop.extend(live.take());
-    }
-    stop.extend(s.candidate.clone());
-    stop.extend(s.retiring.clone());
-    let slot = r.slot_mut(0);
-    slot.live = live.clone();
-    slot.fallback = None;
-    slot.candidate = None;
-    slot.retiring = None;
-    // Named as retiring until stopped, so a second crash finds them again.
-    slot.retiring = stop.first().cloned();
+    let mut executor = Executor::of_saved(root, rollout);
     executor.save()?;
-    if live.is_some() {
-        executor.perform_write_pool()?;
-    }
-    let mut stopped = Vec::new();
-    for process in &stop {
-        let how = match process.pid > 0 {
-            true => process::stop_group(process.identity(), grace)
+    let mut stopped_first = None;
+    if let Some(failed) = executor.rollout().slot(0).retiring.clone() {
+        stopped_first = Some(
+            process::stop_group(failed.identity(), grace)
                 .await
                 .to_string(),
-            false => {
-                for who in process::find_by_token(&process.token) {
-                    process::stop_group(who, grace).await;
-                }
-                "stopped".to_string()
-            }
-        };
-        stopped.push(format!("pid {} {how}", process.pid));
+        );
+        executor.rollout_mut().slot_mut(0).retiring = None;
+        executor.save()?;
     }
-    executor.rollout_mut().slot_mut(0).retiring = None;
-    executor.save()?;
-    let previous = match &live {
-        Some(p) => format!("old release {} serves again", p.version),
-        None => "WARNING no previous release is running".to_string(),
-    };
+    if executor.rollout().slot(0).live.is_some() {
+        executor.perform_write_pool()?;
+    }
+    executor.perform(Action::Revert { slot: 0 }).await?;
     let words = executor.words_mut();
     words.how = format!(" (finished after {gone} died)");
     words.context = Some(format!("finished after {gone} died"));
-    words.reverted = Some(Reverted {
-        in_watch,
-        previous,
-        stopped: match stopped.is_empty() {
-            true => process::Stopped::AlreadyGone.to_string(),
-            false => stopped.join(", "),
-        },
-    });
+    if let Some(reverted) = words.reverted.as_mut() {
+        reverted.in_watch = in_watch;
+        if let Some(stopped) = stopped_first {
+            reverted.stopped = stopped;
+        }
+    }
     executor.perform(outcome_note(LogEvent::RolledBack)).await?;
     executor.perform(Action::Stop).await
 }
