@@ -379,6 +379,11 @@ pub struct GateArgs {
     /// Policy entry to read (default: the service name with `-` as `_`).
     #[arg(long, value_name = "NAME")]
     pub policy_entry: Option<String>,
+    /// Readiness deadline of the candidate in milliseconds (over the policy's
+    /// progress_deadline_ms, else 1500); the same as the positional DEADLINE_MS, which
+    /// needs a PORT before it.
+    #[arg(long, value_name = "MS")]
+    pub deadline_ms: Option<u64>,
     /// After SIGTERM, how long the old release (or a failed candidate) gets before SIGKILL
     /// (default: the policy's stop_grace_ms, else 5000).
     #[arg(long, value_name = "MS")]

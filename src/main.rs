@@ -277,6 +277,14 @@ fn run_deploy(args: cli::DeployArgs) -> Result<u8, Error> {
         dry_run,
     } = args;
     let asked = deploy::Positional::parse(&positional)?;
+    let deadline_ms = match (asked.deadline_ms, gate.deadline_ms) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Refused(
+                "the deadline is given twice (DEADLINE_MS and --deadline-ms): give it once".into(),
+            ))
+        }
+        (positional, flag) => positional.or(flag),
+    };
     let port = match asked.port {
         Some(port) => deploy::PortAsked::Given(port),
         None => deploy::PortAsked::from_range(
@@ -291,7 +299,7 @@ fn run_deploy(args: cli::DeployArgs) -> Result<u8, Error> {
         service,
         port,
         version: asked.version,
-        deadline_ms: asked.deadline_ms,
+        deadline_ms,
         root: target.root,
         policy: gate.policy,
         policy_entry: gate.policy_entry,
@@ -320,6 +328,7 @@ fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
     let cli::GateArgs {
         policy,
         policy_entry,
+        deadline_ms,
         grace_ms,
         drain_timeout_ms,
         watch_ms,
@@ -337,6 +346,7 @@ fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
                 policy_entry,
                 eval,
                 args: settings::Args {
+                    deadline_ms,
                     grace_ms,
                     drain_ms: drain_timeout_ms,
                     ..Default::default()
@@ -353,7 +363,7 @@ fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
                 service,
                 port: deploy::PortAsked::Given(0),
                 version: String::new(),
-                deadline_ms: None,
+                deadline_ms,
                 root: target.root,
                 policy,
                 policy_entry,

@@ -184,3 +184,39 @@ fn the_policy_ports_serve_deploy_rollback_and_config_set() {
         assert!(stdout(&out).contains(what), "{range}: {}", stdout(&out));
     }
 }
+
+#[test]
+fn with_ports_the_deadline_is_given_by_flag_and_only_once() {
+    let site = Site::new();
+    let first = first_of(24);
+    let ports = format!("{first}-{}", first + 1);
+    site.add_sample("v1", "--ready-after-ms 60000");
+    let deploy_with = |extra: &[&str]| {
+        rollgate()
+            .args(["deploy", "edge-svc"])
+            .args(extra)
+            .args(["--ports", &ports, "--root"])
+            .arg(site.root())
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    // `VERSION DEADLINE_MS` reads as `PORT VERSION`: refused, saying where a deadline goes.
+    let out = deploy_with(&["v1", "300"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--deadline-ms"), "{}", stderr(&out));
+    let out = deploy_with(&["v1", "--deadline-ms", "300"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        site.last_detail().starts_with("not ready after 300 ms"),
+        "{}",
+        site.last_detail()
+    );
+    // Given twice: refused before anything starts.
+    let before = site.log_lines().len();
+    let port = free_port().to_string();
+    let out = deploy_with(&[&port, "v1", "300", "--deadline-ms", "400"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("given twice"), "{}", stderr(&out));
+    assert_eq!(site.log_lines().len(), before);
+}

@@ -67,8 +67,13 @@ impl Positional {
 
     fn parsed(words: &[String]) -> Result<Positional, String> {
         let port = |word: &str| {
-            word.parse::<u16>()
-                .map_err(|_| format!("`{word}` is not a port (1 to 65535)"))
+            word.parse::<u16>().map_err(|_| {
+                format!(
+                    "`{word}` is not a port (1 to 65535): with two or three words the first is \
+                     the PORT (PORT VERSION [DEADLINE_MS]); with --ports or the policy's ports \
+                     give VERSION alone, and a deadline with --deadline-ms"
+                )
+            })
         };
         match words {
             [version] => Ok(Positional {
@@ -265,5 +270,41 @@ pub fn stop_release(pid: i32, start_time: u64) {
             Identity { pid, start_time },
             crate::defaults::GRACE,
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(words: &[&str]) -> Result<Positional, String> {
+        Positional::parsed(&words.iter().map(|w| w.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_positional_forms_are_version_or_port_version_deadline() {
+        let whole = |port, deadline_ms| Positional {
+            port,
+            version: "v2".into(),
+            deadline_ms,
+        };
+        assert_eq!(parsed(&["v2"]), Ok(whole(None, None)));
+        assert_eq!(parsed(&["8081", "v2"]), Ok(whole(Some(8081), None)));
+        assert_eq!(
+            parsed(&["8081", "v2", "3000"]),
+            Ok(whole(Some(8081), Some(3000)))
+        );
+        // A deadline after a version alone reads as a version after a port: the refusal says
+        // which form was read and where a deadline goes with --ports.
+        let refusal = parsed(&["v2", "3000"]).unwrap_err();
+        assert!(
+            refusal.starts_with("`v2` is not a port (1 to 65535): with two or three words")
+                && refusal.contains("--deadline-ms"),
+            "{refusal}"
+        );
+        assert!(parsed(&["8081", "v2", "soon"])
+            .unwrap_err()
+            .contains("not a deadline"));
+        assert!(parsed(&["a", "b", "c", "d"]).is_err());
     }
 }
