@@ -776,6 +776,7 @@ fn reading(args: ReadArgs) -> Result<log::Reading, log::LogError> {
         release_fields: false,
         rollout_fields: false,
         columns: None,
+        reported: false,
     })
 }
 

@@ -475,6 +475,18 @@ fn a_query_that_does_not_name_ts_still_reports_a_bad_one() {
     assert_eq!(err.lines().count(), 2, "{err}");
     let out = run_log(&["query", "--strict", "--sql", sql], &path);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // A column that is not there: the error names every column the log has (not only the
+    // ones the query named), and the bad lines are reported once.
+    let out = run_log(&["query", "--sql", "SELECT nonsense FROM log"], &path);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("unable to find column \"nonsense\"")
+            && err.contains("\"version\"")
+            && err.contains("\"detail\""),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 3, "{err}");
 
     // An empty log has the columns a query names, `detail` among them.
     let empty = write(dir.path(), "empty.log", "");

@@ -94,6 +94,8 @@ pub struct Reading {
     pub rollout_fields: bool,
     /// With `everything`: only the columns a query names (None: all of them).
     pub columns: Option<Arc<Columns>>,
+    /// The files' bad lines were reported by an earlier reading of them: not again.
+    pub reported: bool,
 }
 
 /// The columns a SQL query may read, beyond those every record has.
@@ -189,7 +191,12 @@ fn load_into<S: Sink>(path: &Path, reading: &Reading) -> Result<S, LogError> {
 fn load_with<S: Sink>(path: &Path, reading: &Reading, options: ReadOptions) -> Result<S, LogError> {
     let (sink, problems) = read_with::<S>(path, options)?;
     let label = if reading.strict { "error" } else { "warning" };
-    for problem in problems.iter().take(MAX_WARNINGS_PER_FILE) {
+    let shown = if reading.reported {
+        0
+    } else {
+        MAX_WARNINGS_PER_FILE
+    };
+    for problem in problems.iter().take(shown) {
         eprintln!(
             "{label}: {}:{}: {}",
             path.display(),
@@ -197,7 +204,7 @@ fn load_with<S: Sink>(path: &Path, reading: &Reading, options: ReadOptions) -> R
             problem.what
         );
     }
-    if problems.len() > MAX_WARNINGS_PER_FILE {
+    if problems.len() > MAX_WARNINGS_PER_FILE && !reading.reported {
         eprintln!(
             "{label}: {}: {} more problem lines not shown",
             path.display(),
@@ -608,6 +615,28 @@ pub fn query(
 ) -> Result<Answer, LogError> {
     // Only what the query names is read: a GROUP BY over one column builds one column.
     let columns = Columns::named_by(sql);
+    let pruned = columns.is_some();
+    match run_query(paths, sql, format, reading, columns) {
+        // A query that fails on the columns it named is run once more on all of them, so its
+        // error names every column there is (not only the ones read) — or it succeeds.
+        Err(LogError::Query(_)) if pruned => {
+            let again = Reading {
+                reported: true,
+                ..reading.clone()
+            };
+            run_query(paths, sql, format, &again, None)
+        }
+        answer => answer,
+    }
+}
+
+fn run_query(
+    paths: &[PathBuf],
+    sql: &str,
+    format: Format,
+    reading: &Reading,
+    columns: Option<Columns>,
+) -> Result<Answer, LogError> {
     let attempts = columns.as_ref().is_none_or(|c| c.attempts);
     let reading = Reading {
         everything: true,
