@@ -421,11 +421,38 @@ fn after_kill_9_the_next_deploy_cleans_up_and_succeeds() {
     site.release("v2", "--ready-after-ms 60000");
     site.release("v3", "");
     let mut deployer = site.deploy_in_background("v2", "30000");
+    let in_flight = |site: &Site| {
+        let out = rollgate()
+            .args(["status", "--format", "json", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        status["candidate"].clone()
+    };
+    // While its deployer gates it, the candidate is driven.
+    assert_eq!(in_flight(&site)["orphaned"], false);
     send_signal(deployer.id() as i32, 9);
     deployer.wait().unwrap();
     // The orphaned candidate is still there, and the pointer is whole.
     assert_eq!(site.processes().len(), 2);
     assert_eq!(site.pointer().unwrap()["version"], "v1");
+    // `status` says nobody drives it any more, and who will finish it.
+    let candidate = in_flight(&site);
+    assert_eq!(
+        (&candidate["orphaned"], &candidate["running"]),
+        (&serde_json::json!(true), &serde_json::json!(true))
+    );
+    let out = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("is gone: the next deploy, rollback or `rollgate up` finishes it"),
+        "{}",
+        stdout(&out)
+    );
 
     let out = site.deploy(free_port(), "v3", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

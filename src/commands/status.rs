@@ -83,11 +83,20 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
         rows.push((
             "in flight".into(),
             format!(
-                "{} on port {} ({:?}, pid {})",
+                "{} on port {} ({:?}, pid {}{}){}",
                 c.version,
                 c.port,
                 c.stage,
-                c.pid.map_or("?".into(), |p| p.to_string())
+                c.pid.map_or("?".into(), |p| p.to_string()),
+                if c.running { "" } else { " NOT running" },
+                if c.orphaned {
+                    format!(
+                        "; its deployer pid {} is gone: the next deploy, rollback or `rollgate up` finishes it",
+                        c.deployer_pid
+                    )
+                } else {
+                    String::new()
+                }
             ),
         ));
         if let Some(w) = &c.watch {

@@ -72,6 +72,11 @@ pub struct CandidateStatus {
     pub waiting_s: f64,
     pub deployer_pid: u32,
     pub watch: Option<WatchStatus>,
+    /// Its process runs.
+    pub running: bool,
+    /// Nobody drives it: its deployer (and watcher) died, and it is not escalated (where a
+    /// person drives it). The next command that takes the root finishes it (recovery).
+    pub orphaned: bool,
 }
 
 /// The watch after a deploy's switch.
@@ -109,6 +114,16 @@ impl RootStatus {
             root: root.0.display().to_string(),
             live,
             candidate: candidate.map(|c| CandidateStatus {
+                running: c
+                    .pid
+                    .is_some_and(|pid| u32::try_from(pid).is_ok_and(pid_alive)),
+                orphaned: c.stage != Stage::Escalated
+                    && !pid_alive(c.deployer_pid)
+                    && !c
+                        .watch
+                        .as_ref()
+                        .and_then(|w| w.watcher_pid)
+                        .is_some_and(pid_alive),
                 waiting_s: (now - c.started_at).max(0.0),
                 watch: c.watch.as_ref().map(|w| WatchStatus {
                     until: w.until,

@@ -182,6 +182,12 @@ fn escalated(service: &str, candidate: &Value, actions: bool) -> String {
         escape(&text(field(candidate, &["started_at"]))),
         seconds(field(candidate, &["waiting_s"])),
     );
+    if field(candidate, &["orphaned"]).as_bool() == Some(true) {
+        html.push_str(&format!(
+            "<p class=\"orphaned\">Its deployer (pid {}) is gone: the next deploy, rollback or <code>rollgate up</code> finishes it.</p>",
+            escape(&text(field(candidate, &["deployer_pid"]))),
+        ));
+    }
     if stage == "escalated" && actions {
         html.push_str(&button(service, "promote", "Promote", false, ""));
         html.push_str(&button(service, "abort", "Abort", true, ""));
@@ -637,6 +643,24 @@ mod tests {
             None,
         );
         assert!(!read_only.contains("<button"));
+    }
+
+    #[test]
+    fn a_deploy_nobody_drives_says_who_finishes_it_and_an_escalated_one_has_buttons() {
+        let candidate = |stage: &str, orphaned: bool| {
+            json!({"version": "v7", "port": 9301, "pid": 42, "stage": stage, "started_at": 1.0,
+                "waiting_s": 3.0, "deployer_pid": 41, "running": true, "orphaned": orphaned})
+        };
+        let left = escalated("svc", &candidate("running", true), true);
+        assert!(
+            left.contains("Its deployer (pid 41) is gone: the next deploy, rollback or <code>rollgate up</code> finishes it."),
+            "{left}"
+        );
+        assert!(!left.contains("<button"), "{left}");
+        let gated = escalated("svc", &candidate("running", false), true);
+        assert!(!gated.contains("is gone"), "{gated}");
+        let held = escalated("svc", &candidate("escalated", false), true);
+        assert!(held.contains("data-action=\"promote\"") && !held.contains("is gone"));
     }
 
     #[test]
