@@ -412,3 +412,26 @@ fn an_endpoint_first_seen_before_the_root_has_a_log_gets_the_first_deploy() {
     // And nothing twice.
     assert_eq!(send(&site), "0 delivered, 0 failed\n");
 }
+
+#[test]
+fn a_mistyped_webhooks_json_is_refused_at_its_line_with_what_it_holds() {
+    let site = Site::new();
+    std::fs::write(
+        site.root().join("webhooks.json"),
+        "{\"endpoints\": [\n  {\"name\": \"chat\", \"url\": \"http://127.0.0.1:9/\", \"secret_file\": \"s\"}\n]}\n",
+    )
+    .unwrap();
+    let out = rollgate()
+        .args(["webhooks", "send", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("webhooks.json:2:")
+            && err.contains("unknown field `secret_file`, expected one of `name`, `url`, `secret`, `events`; it holds {\"endpoints\"")
+            && !err.contains("state file"),
+        "{err}"
+    );
+}

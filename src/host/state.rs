@@ -310,6 +310,37 @@ pub fn too_many(count: usize) -> String {
     format!("{count} replicas named; at most {MAX_SLOTS} are allowed")
 }
 
+/// A JSON file a person writes (`webhooks.json`, `trust.json`), or None when there is none.
+/// A file that does not parse is named with the line and column, what is wrong there, and
+/// `shape`: what the file holds.
+pub fn read_config<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    shape: &str,
+) -> Result<Option<T>, Fault> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            let text = e.to_string();
+            let what = text
+                .rsplit_once(" at line ")
+                .map_or(text.as_str(), |(what, _)| what);
+            Fault::unreadable(
+                path,
+                format!(
+                    "{}:{}:{}: {what}; {shape}",
+                    path.display(),
+                    e.line(),
+                    e.column()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Fault::unreadable(
+            path,
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
+}
+
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Fault> {
     match fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
@@ -498,5 +529,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("is not a rollgate state file"), "{err}");
+    }
+
+    #[test]
+    fn a_config_a_person_wrote_is_refused_at_its_line_and_column_with_its_shape() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Pins {
+            pins: Vec<String>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trust.json");
+        assert!(read_config::<Pins>(&path, "").unwrap().is_none());
+        fs::write(&path, "{\n  \"pins\": [],\n  \"pin\": 1\n}\n").unwrap();
+        let err = read_config::<Pins>(&path, "it holds {\"pins\": [...]}")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{}:3:7: unknown field `pin`, expected `pins`; it holds {{\"pins\": [...]}}",
+                path.display()
+            )
+        );
     }
 }

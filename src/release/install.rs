@@ -677,7 +677,7 @@ fn kind_name(kind: tar::EntryType) -> &'static str {
 /// then keeps the manifest with the release (as a deploy's admission reads it).
 fn verify_manifest(request: &Request, manifest: &Path, tree: &Path) -> Result<(), Error> {
     let trust_path = request.root.join(super::TRUST_FILE);
-    let trust: super::Trust = crate::host::state::read_json(&trust_path)
+    let trust: super::Trust = crate::host::state::read_config(&trust_path, super::TRUST_SHAPE)
         .map_err(|e| Error::Invalid(e.to_string()))?
         .ok_or_else(|| {
             refused(format!(

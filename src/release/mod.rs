@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::host::fault::Fault;
-use crate::host::state::read_json;
+use crate::host::state::{read_config, read_json};
 use manifest::{Artifact, Body, Published};
 
 /// Why a release is refused: one word each, as logs and scripts match them.
@@ -74,6 +74,9 @@ impl std::fmt::Display for Refusal {
 
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const TRUST_FILE: &str = "trust.json";
+/// What `trust.json` holds, for the error of a file that does not parse.
+pub const TRUST_SHAPE: &str =
+    r#"it holds {"pins": ["sha256/..."], "threshold": N} (docs/signed-releases.md)"#;
 pub const FLOOR_FILE: &str = "release-floor";
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -523,7 +526,8 @@ fn check_admission(
     hash_executable: bool,
 ) -> Result<Option<Checked>, String> {
     let trust_path = root.join(TRUST_FILE);
-    let Some(trust) = read_json::<Trust>(&trust_path).map_err(|e| e.to_string())? else {
+    let Some(trust) = read_config::<Trust>(&trust_path, TRUST_SHAPE).map_err(|e| e.to_string())?
+    else {
         return Ok(None);
     };
     trust

@@ -29,12 +29,14 @@ use serde_json::{json, Value};
 
 use crate::error::Error;
 use crate::host::journal;
-use crate::host::state::{read_json, write_atomically, Root};
+use crate::host::state::{read_config, read_json, write_atomically, Root};
 use crate::log::follow::{Cursor, Follower, Start};
 
 pub use sign::{sign, Secret};
 
 pub const CONFIG_FILE: &str = "webhooks.json";
+/// What `webhooks.json` holds, for the error of a file that does not parse.
+const SHAPE: &str = r#"it holds {"endpoints": [{"name": ..., "url": "http://...", "secret": "whsec_...", "events": [...]}]} (events optional; docs/webhooks.md)"#;
 const FOLDER: &str = "webhooks";
 /// One attempt may take this long.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,7 +97,8 @@ fn folder(root: &Root) -> PathBuf {
 /// The endpoints of a root, or None without a `webhooks.json`.
 pub fn config(root: &Root) -> Result<Option<Config>, Error> {
     let path = root.0.join(CONFIG_FILE);
-    let config: Option<Config> = read_json(&path).map_err(|e| Error::Invalid(e.to_string()))?;
+    let config: Option<Config> =
+        read_config(&path, SHAPE).map_err(|e| Error::Invalid(e.to_string()))?;
     if let Some(config) = &config {
         for endpoint in &config.endpoints {
             crate::host::names::check_name("endpoint name", &endpoint.name)
