@@ -355,11 +355,7 @@ async fn finish_rollback(root: &Root, mut rollout: Rollout, gone: String) -> Res
     executor.save()?;
     let mut stopped_first = None;
     if let Some(failed) = executor.rollout().slot(0).retiring.clone() {
-        stopped_first = Some(
-            process::stop_group(failed.identity(), grace)
-                .await
-                .to_string(),
-        );
+        stopped_first = Some(super::run::stop_recorded(&failed, grace).await);
         executor.rollout_mut().slot_mut(0).retiring = None;
         executor.save()?;
     }

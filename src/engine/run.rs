@@ -737,21 +737,7 @@ impl Executor {
             return Ok(process::Stopped::AlreadyGone.to_string());
         };
         let grace = Duration::from_millis(self.rollout.settings.grace_ms);
-        let stopped = if candidate.pid > 0 {
-            process::stop_group(candidate.identity(), grace)
-                .await
-                .to_string()
-        } else {
-            let mut said = Vec::new();
-            for who in process::find_by_token(&candidate.token) {
-                let stopped = process::stop_group(who, grace).await;
-                said.push(format!("pid {} {stopped}", who.pid));
-            }
-            match said.is_empty() {
-                true => process::Stopped::AlreadyGone.to_string(),
-                false => said.join(", "),
-            }
-        };
+        let stopped = stop_recorded(&candidate, grace).await;
         self.rollout.slot_mut(slot).candidate = None;
         self.save()?;
         Ok(stopped)
@@ -1246,5 +1232,24 @@ impl Executor {
             .flatten()
             .find_map(|p| self.notifiers.get(&p.token).and_then(Notifier::status))
             .or_else(|| self.statuses.get(&slot).cloned())
+    }
+}
+
+/// Stops a recorded process's group, found by its token when its pid was never recorded (the
+/// start was cut short); says how ("stopped (SIGTERM)", or "pid N stopped (SIGTERM), ...").
+pub(crate) async fn stop_recorded(recorded: &Process, grace: Duration) -> String {
+    if recorded.pid > 0 {
+        return process::stop_group(recorded.identity(), grace)
+            .await
+            .to_string();
+    }
+    let mut said = Vec::new();
+    for who in process::find_by_token(&recorded.token) {
+        let stopped = process::stop_group(who, grace).await;
+        said.push(format!("pid {} {stopped}", who.pid));
+    }
+    match said.is_empty() {
+        true => process::Stopped::AlreadyGone.to_string(),
+        false => said.join(", "),
     }
 }
