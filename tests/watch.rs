@@ -123,6 +123,38 @@ fn a_healthy_release_is_promoted_after_its_watch_and_only_then_the_previous_one_
     );
     assert_eq!(detail.matches("no proxy").count(), 1, "{detail}");
     assert_eq!(summary_live(&site), "v2");
+    // "What was live at T" in the watch: v1, with v2 serving beside it, said as such.
+    let ts_of = |event: &str| {
+        site.log_lines()
+            .iter()
+            .find(|l| l["event"] == event && l["version"] == "v2")
+            .unwrap()["ts"]
+            .as_f64()
+            .unwrap()
+    };
+    let at = |t: f64| {
+        let out = rollgate()
+            .args(["log", "history", "--format", "json", "--at", &t.to_string()])
+            .arg(site.root().join("deploy.log"))
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let in_watch = at(ts_of("switched") + 0.1);
+    assert_eq!(in_watch["live"], "v1", "{in_watch}");
+    assert_eq!(
+        (
+            &in_watch["also_serving"][0]["version"],
+            &in_watch["also_serving"][0]["how"]
+        ),
+        (&serde_json::json!("v2"), &serde_json::json!("watch")),
+        "{in_watch}"
+    );
+    let after = at(ts_of("promoted") + 0.001);
+    assert_eq!(
+        (&after["live"], &after["also_serving"]),
+        (&serde_json::json!("v2"), &serde_json::json!([]))
+    );
     assert_eq!(version_on(port).as_deref(), Some("v2"));
 }
 

@@ -442,12 +442,110 @@ pub fn live_among<'a>(
     found
 }
 
-/// A sink keeping a log's promotions that have a time, in order: all "what was live at T"
-/// needs, so a log of years is read without holding its records.
+/// A release users reached at a moment though it was not promoted then: a deploy's new release
+/// in its watch (`current` named it), or replicas a rollout in progress had moved to it. Said
+/// beside what was live, never as it: such a release may yet be rolled back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AlsoServing {
+    pub version: String,
+    /// `watch` or `rollout`.
+    pub how: &'static str,
+    /// A rollout's: how many replicas served it.
+    pub replicas: Option<usize>,
+    /// When the first of them began to serve.
+    pub since: f64,
+}
+
+/// One record that changes who serves besides the live release, as "what was live at T"
+/// reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Serving {
+    pub ts: f64,
+    pub event: LogEvent,
+    pub version: Option<String>,
+    pub token: Option<String>,
+    pub slot: Option<u64>,
+}
+
+const SERVING_EVENTS: [LogEvent; 7] = [
+    LogEvent::Switched,
+    LogEvent::ReplicaReady,
+    LogEvent::ReplicaFailed,
+    LogEvent::ReplicaRestored,
+    LogEvent::ReplicaRemoved,
+    LogEvent::Promoted,
+    LogEvent::RolledBack,
+];
+
+/// Who served at `at` besides the live release, from the [`Serving`] records in time order:
+/// a `switched` deploy until its outcome, and each replica a rollout made ready until it
+/// failed, went back or left, or the rollout ended.
+pub fn serving_at(records: &[Serving], at: f64) -> Vec<AlsoServing> {
+    let mut watched: HashMap<&str, (&str, f64)> = HashMap::new();
+    let mut moved: HashMap<(&str, u64), (&str, f64)> = HashMap::new();
+    for r in records.iter().take_while(|r| r.ts <= at) {
+        let (Some(token), version) = (r.token.as_deref(), r.version.as_deref()) else {
+            continue;
+        };
+        match r.event {
+            LogEvent::Switched => {
+                if let Some(version) = version {
+                    watched.insert(token, (version, r.ts));
+                }
+            }
+            LogEvent::Promoted | LogEvent::RolledBack => {
+                watched.remove(token);
+                moved.retain(|(rollout, _), _| *rollout != token);
+            }
+            LogEvent::ReplicaReady => {
+                if let (Some(version), Some(slot)) = (version, r.slot) {
+                    moved.insert((rollout_id(token), slot), (version, r.ts));
+                }
+            }
+            _ => {
+                if let Some(slot) = r.slot {
+                    moved.remove(&(rollout_id(token), slot));
+                }
+            }
+        }
+    }
+    let mut also: Vec<AlsoServing> = watched
+        .into_values()
+        .map(|(version, since)| AlsoServing {
+            version: version.to_string(),
+            how: "watch",
+            replicas: None,
+            since,
+        })
+        .collect();
+    let mut by_version: HashMap<&str, (usize, f64)> = HashMap::new();
+    for (version, since) in moved.into_values() {
+        let entry = by_version.entry(version).or_insert((0, since));
+        entry.0 += 1;
+        entry.1 = entry.1.min(since);
+    }
+    also.extend(
+        by_version
+            .into_iter()
+            .map(|(version, (replicas, since))| AlsoServing {
+                version: version.to_string(),
+                how: "rollout",
+                replicas: Some(replicas),
+                since,
+            }),
+    );
+    also.sort_by(|a, b| a.since.total_cmp(&b.since).then(a.version.cmp(&b.version)));
+    also
+}
+
+/// A sink keeping a log's promotions that have a time, in order, and the records that change
+/// who serves beside the live release: all "what was live at T" needs, so a log of years is
+/// read without holding its records.
 #[derive(Debug)]
 pub struct Promotions {
     options: ReadOptions,
     pub list: Vec<(f64, Option<String>)>,
+    pub serving: Vec<Serving>,
 }
 
 impl Sink for Promotions {
@@ -455,6 +553,7 @@ impl Sink for Promotions {
         Promotions {
             options,
             list: Vec::new(),
+            serving: Vec::new(),
         }
     }
 
@@ -464,14 +563,35 @@ impl Sink for Promotions {
             .selection
             .as_ref()
             .is_none_or(|s| s.admits(record.ts, record.version.as_deref()));
-        if let (true, Some(ts), Some(PROMOTED)) = (admitted, record.ts, record.event.as_deref()) {
-            self.list
-                .push((ts, record.version.map(std::borrow::Cow::into_owned)));
+        let (true, Some(ts), Some(event)) = (admitted, record.ts, record.event.as_deref()) else {
+            return;
+        };
+        let Some(kind) = SERVING_EVENTS.into_iter().find(|e| e.as_str() == event) else {
+            return;
+        };
+        let version = record.version.map(std::borrow::Cow::into_owned);
+        if kind == LogEvent::Promoted {
+            self.list.push((ts, version.clone()));
         }
+        // Only these lines are read whole, for the two fields that say whose they are.
+        #[derive(serde::Deserialize)]
+        struct Whose {
+            token: Option<String>,
+            slot: Option<u64>,
+        }
+        let whose: Option<Whose> = serde_json::from_slice(record.raw).ok();
+        self.serving.push(Serving {
+            ts,
+            event: kind,
+            version,
+            token: whose.as_ref().and_then(|w| w.token.clone()),
+            slot: whose.and_then(|w| w.slot),
+        });
     }
 
     fn absorb(&mut self, later: Self, _line_offset: u64) {
         self.list.extend(later.list);
+        self.serving.extend(later.serving);
     }
 }
 
@@ -493,6 +613,42 @@ mod tests {
 {"ts":400,"event":"rolled_back","version":"v4","detail":"error rate; manual"}
 {"ts":500,"event":"candidate_started","version":"v5","detail":""}
 "#;
+
+    #[test]
+    fn who_else_served_is_a_watch_until_its_outcome_and_a_rollouts_ready_replicas() {
+        let text = r#"{"ts":10,"event":"promoted","version":"v1","detail":"","token":"d1"}
+{"ts":20,"event":"switched","version":"v2","detail":"","token":"d2"}
+{"ts":22,"event":"rolled_back","version":"v2","detail":"watch","token":"d2"}
+{"ts":30,"event":"rollout_started","version":"v3","detail":"","token":"r9"}
+{"ts":31,"event":"replica_ready","version":"v3","detail":"","token":"r9-0-1","slot":0}
+{"ts":32,"event":"replica_ready","version":"v3","detail":"","token":"r9-1-2","slot":1}
+{"ts":33,"event":"replica_failed","version":"v3","detail":"","token":"r9-1-2","slot":1}
+{"ts":34,"event":"replica_ready","version":"v3","detail":"","token":"r9-2-3","slot":2}
+{"ts":40,"event":"promoted","version":"v3","detail":"","token":"r9"}
+"#;
+        let kept = parse_bytes::<Promotions>(text.as_bytes(), ReadOptions::default()).0;
+        assert_eq!(kept.list.len(), 2);
+        let at = |t: f64| serving_at(&kept.serving, t);
+        assert_eq!(at(15.0), vec![]);
+        assert_eq!(
+            at(21.0),
+            vec![AlsoServing {
+                version: "v2".into(),
+                how: "watch",
+                replicas: None,
+                since: 20.0
+            }]
+        );
+        // Switched back: the old release alone again.
+        assert_eq!(at(25.0), vec![]);
+        let replicas = |t: f64| at(t).first().and_then(|a| a.replicas);
+        assert_eq!(replicas(32.5), Some(2));
+        assert_eq!(replicas(33.5), Some(1), "the failed replica went back");
+        assert_eq!(replicas(35.0), Some(2));
+        assert_eq!(at(35.0)[0].since, 31.0);
+        // The rollout's outcome: v3 is live, nothing else serves.
+        assert_eq!(at(41.0), vec![]);
+    }
 
     #[test]
     fn pairs_starts_with_outcomes() {

@@ -432,49 +432,76 @@ pub fn live_at(
     format: Format,
     reading: &Reading,
 ) -> Result<String, LogError> {
-    // One file: only its promotions are kept while it is read.
-    let found = match paths {
-        [path] => {
-            let promotions: history::Promotions = load_into(path, reading)?;
-            history::live_among(
-                promotions.list.iter().map(|(ts, v)| (*ts, v.as_deref())),
-                at,
-            )
-        }
-        _ => history::live_at(&load_merged(paths, reading)?, at),
-    };
+    // Only the promotions and the records that change who serves are kept while a file is
+    // read; several files are merged by time.
+    let mut promotions: Vec<(f64, Option<String>)> = Vec::new();
+    let mut serving: Vec<history::Serving> = Vec::new();
+    for path in paths {
+        let file: history::Promotions = load_into(path, reading)?;
+        promotions.extend(file.list);
+        serving.extend(file.serving);
+    }
+    if paths.len() > 1 {
+        promotions.sort_by(|a, b| a.0.total_cmp(&b.0));
+        serving.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    }
+    let found = history::live_among(promotions.iter().map(|(ts, v)| (*ts, v.as_deref())), at);
     let version = found.as_ref().and_then(|f| f.version.clone());
     let since = found.as_ref().map(|f| f.since);
     let until = found.as_ref().and_then(|f| f.until);
+    let also: Vec<history::AlsoServing> = history::serving_at(&serving, at)
+        .into_iter()
+        .filter(|a| Some(&a.version) != version.as_ref())
+        .collect();
+    let also_words = also
+        .iter()
+        .map(|a| match a.replicas {
+            Some(n) => format!(
+                "{} on {n} replica{} (a rollout in progress) since {}",
+                a.version,
+                if n == 1 { "" } else { "s" },
+                format_time(a.since)
+            ),
+            None => format!("{} in its watch since {}", a.version, format_time(a.since)),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     Ok(match format {
         Format::Json => format!(
             "{}\n",
-            serde_json::json!({"at": at, "live": version, "since": since, "until": until})
+            serde_json::json!({"at": at, "live": version, "since": since, "until": until,
+                "also_serving": also})
         ),
         Format::Csv => format!(
-            "at,live,since,until\n{at},{},{},{}\n",
+            "at,live,since,until,also_serving\n{at},{},{},{},{}\n",
             csv_field(version.as_deref().unwrap_or_default()),
             since.map(|s| s.to_string()).unwrap_or_default(),
-            until.map(|u| u.to_string()).unwrap_or_default()
+            until.map(|u| u.to_string()).unwrap_or_default(),
+            csv_field(&also_words)
         ),
-        Format::Table => figures_table(&[
-            ("at".into(), format_time(at)),
-            (
-                "live".into(),
-                match (&found, version) {
-                    (None, _) => "(nothing promoted yet)".into(),
-                    (Some(_), v) => v.unwrap_or_else(|| "(no version)".into()),
-                },
-            ),
-            ("since".into(), since.map(format_time).unwrap_or_default()),
-            (
-                "until".into(),
-                match (found.is_some(), until) {
-                    (true, None) => "(still live at the end of the log)".into(),
-                    (_, u) => u.map(format_time).unwrap_or_default(),
-                },
-            ),
-        ]),
+        Format::Table => figures_table(
+            &[
+                ("at".into(), format_time(at)),
+                (
+                    "live".into(),
+                    match (&found, version) {
+                        (None, _) => "(nothing promoted yet)".into(),
+                        (Some(_), v) => v.unwrap_or_else(|| "(no version)".into()),
+                    },
+                ),
+                ("since".into(), since.map(format_time).unwrap_or_default()),
+                (
+                    "until".into(),
+                    match (found.is_some(), until) {
+                        (true, None) => "(still live at the end of the log)".into(),
+                        (_, u) => u.map(format_time).unwrap_or_default(),
+                    },
+                ),
+            ]
+            .into_iter()
+            .chain((!also.is_empty()).then(|| ("also serving".into(), also_words)))
+            .collect::<Vec<_>>(),
+        ),
     })
 }
 
