@@ -458,12 +458,14 @@ pub struct AlsoServing {
 
 /// One record that changes who serves besides the live release, as "what was live at T"
 /// reads it.
+/// Kept small: a log of a million deploys keeps one or two of these per deploy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Serving {
     pub ts: f64,
     pub event: LogEvent,
-    pub version: Option<String>,
-    pub token: Option<String>,
+    /// Only where it begins to serve (an outcome closes by token alone).
+    pub version: Option<Box<str>>,
+    pub token: Box<str>,
     pub slot: Option<u64>,
 }
 
@@ -484,9 +486,7 @@ pub fn serving_at(records: &[Serving], at: f64) -> Vec<AlsoServing> {
     let mut watched: HashMap<&str, (&str, f64)> = HashMap::new();
     let mut moved: HashMap<(&str, u64), (&str, f64)> = HashMap::new();
     for r in records.iter().take_while(|r| r.ts <= at) {
-        let (Some(token), version) = (r.token.as_deref(), r.version.as_deref()) else {
-            continue;
-        };
+        let (token, version) = (&*r.token, r.version.as_deref());
         match r.event {
             LogEvent::Switched => {
                 if let Some(version) = version {
@@ -570,22 +570,34 @@ impl Sink for Promotions {
             return;
         };
         let version = record.version.map(std::borrow::Cow::into_owned);
+        let opens = matches!(kind, LogEvent::Switched | LogEvent::ReplicaReady);
+        let kept_version = version.as_deref().filter(|_| opens).map(Box::from);
         if kind == LogEvent::Promoted {
-            self.list.push((ts, version.clone()));
+            self.list.push((ts, version));
         }
-        // Only these lines are read whole, for the two fields that say whose they are.
+        // Only these lines are read whole, for the two fields that say whose they are; a line
+        // without a token (an older rollgate's) can neither open nor close anything.
+        if memchr::memmem::find(record.raw, b"\"token\"").is_none() {
+            return;
+        }
         #[derive(serde::Deserialize)]
         struct Whose {
-            token: Option<String>,
+            token: Option<Box<str>>,
             slot: Option<u64>,
         }
-        let whose: Option<Whose> = serde_json::from_slice(record.raw).ok();
+        let Some(Whose {
+            token: Some(token),
+            slot,
+        }) = serde_json::from_slice(record.raw).ok()
+        else {
+            return;
+        };
         self.serving.push(Serving {
             ts,
             event: kind,
-            version,
-            token: whose.as_ref().and_then(|w| w.token.clone()),
-            slot: whose.and_then(|w| w.slot),
+            version: kept_version,
+            token,
+            slot,
         });
     }
 
