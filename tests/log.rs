@@ -625,3 +625,44 @@ fn a_reader_that_goes_away_ends_the_rows_quietly() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "no panic, no error");
 }
+
+/// A watch split by a rotation: begun in the older file, ended in the newer one. Whatever
+/// order the files are named in, the moment after its end has nothing beside the live release.
+#[test]
+fn who_else_served_at_a_moment_is_read_across_rotated_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let older = write(
+        dir.path(),
+        "deploy.log.1",
+        concat!(
+            "{\"ts\":10,\"event\":\"promoted\",\"version\":\"v1\",\"detail\":\"\",\"token\":\"d1\"}\n",
+            "{\"ts\":20,\"event\":\"switched\",\"version\":\"v2\",\"detail\":\"\",\"token\":\"d2\"}\n",
+        ),
+    );
+    let newer = write(
+        dir.path(),
+        "deploy.log",
+        "{\"ts\":22,\"event\":\"rolled_back\",\"version\":\"v2\",\"detail\":\"watch\",\"token\":\"d2\"}\n",
+    );
+    let at = |t: &str, files: [&std::path::Path; 2]| {
+        let out = rollgate()
+            .args(["log", "history", "--format", "json", "--at", t])
+            .args(files)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    for files in [
+        [older.as_path(), newer.as_path()],
+        [newer.as_path(), older.as_path()],
+    ] {
+        let during = at("21", files);
+        assert_eq!(
+            (&during["live"], &during["also_serving"][0]["version"]),
+            (&serde_json::json!("v1"), &serde_json::json!("v2")),
+            "{during}"
+        );
+        assert_eq!(at("23", files)["also_serving"], serde_json::json!([]));
+    }
+}

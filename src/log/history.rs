@@ -538,14 +538,50 @@ pub fn serving_at(records: &[Serving], at: f64) -> Vec<AlsoServing> {
     also
 }
 
-/// A sink keeping a log's promotions that have a time, in order, and the records that change
-/// who serves beside the live release: all "what was live at T" needs, so a log of years is
-/// read without holding its records.
+/// A sink keeping a log's promotions that have a time, in order, and what may change who
+/// serves beside the live release at the moment asked (`ReadOptions::at`; none: the end of
+/// the log): all "what was live
+/// at T" needs, so a log of years is read without holding its records. A watch or a replica
+/// that began and ended before T is dropped once both are read; what is kept is what was
+/// still open, and, when older files are read too, the ends that matched nothing read so far
+/// (they may end something in an older file).
 #[derive(Debug)]
 pub struct Promotions {
     options: ReadOptions,
     pub list: Vec<(f64, Option<String>)>,
-    pub serving: Vec<Serving>,
+    /// Watches and replicas begun by T and not ended in what was read.
+    opens: Vec<Serving>,
+    /// Ends by T, each with whether it ended something in what was read.
+    ends: Vec<(Serving, bool)>,
+}
+
+impl Promotions {
+    /// The records [`serving_at`] needs, in time order.
+    pub fn serving(mut self) -> Vec<Serving> {
+        let mut all = std::mem::take(&mut self.opens);
+        all.extend(self.ends.into_iter().map(|(end, _)| end));
+        all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        all
+    }
+}
+
+/// Removes from `opens` what `end` ends (a deploy's watch and a rollout's replicas at their
+/// outcome; one replica at its failure, return or removal); whether it ended anything.
+fn end_in(opens: &mut Vec<Serving>, end: &Serving) -> bool {
+    let before = opens.len();
+    let token = &*end.token;
+    match end.event {
+        LogEvent::Promoted | LogEvent::RolledBack => opens.retain(|o| {
+            !(o.token.as_ref() == token
+                || (o.event == LogEvent::ReplicaReady && rollout_id(&o.token) == token))
+        }),
+        _ => opens.retain(|o| {
+            !(o.event == LogEvent::ReplicaReady
+                && rollout_id(&o.token) == rollout_id(token)
+                && o.slot == end.slot)
+        }),
+    }
+    opens.len() != before
 }
 
 impl Sink for Promotions {
@@ -553,7 +589,8 @@ impl Sink for Promotions {
         Promotions {
             options,
             list: Vec::new(),
-            serving: Vec::new(),
+            opens: Vec::new(),
+            ends: Vec::new(),
         }
     }
 
@@ -575,9 +612,12 @@ impl Sink for Promotions {
         if kind == LogEvent::Promoted {
             self.list.push((ts, version));
         }
-        // Only these lines are read whole, for the two fields that say whose they are; a line
-        // without a token (an older rollgate's) can neither open nor close anything.
-        if memchr::memmem::find(record.raw, b"\"token\"").is_none() {
+        // Only what happened by T counts; only these lines are read whole, for the two fields
+        // that say whose they are; a line without a token (an older rollgate's) can neither
+        // begin nor end anything.
+        if self.options.at.is_some_and(|at| ts > at)
+            || memchr::memmem::find(record.raw, b"\"token\"").is_none()
+        {
             return;
         }
         #[derive(serde::Deserialize)]
@@ -592,18 +632,32 @@ impl Sink for Promotions {
         else {
             return;
         };
-        self.serving.push(Serving {
+        let serving = Serving {
             ts,
             event: kind,
             version: kept_version,
             token,
             slot,
-        });
+        };
+        if opens {
+            self.opens.push(serving);
+        } else {
+            let ended = end_in(&mut self.opens, &serving);
+            self.ends.push((serving, ended));
+        }
     }
 
     fn absorb(&mut self, later: Self, _line_offset: u64) {
         self.list.extend(later.list);
-        self.serving.extend(later.serving);
+        // The later block's ends may end what this one began; one that ended nothing in the
+        // whole file read so far is kept for an older file, if one is read.
+        for (end, ended_there) in later.ends {
+            let ended_here = end_in(&mut self.opens, &end);
+            if !(ended_there || ended_here) && self.options.at_older_files {
+                self.ends.push((end, false));
+            }
+        }
+        self.opens.extend(later.opens);
     }
 }
 
@@ -638,9 +692,14 @@ mod tests {
 {"ts":34,"event":"replica_ready","version":"v3","detail":"","token":"r9-2-3","slot":2}
 {"ts":40,"event":"promoted","version":"v3","detail":"","token":"r9"}
 "#;
-        let kept = parse_bytes::<Promotions>(text.as_bytes(), ReadOptions::default()).0;
-        assert_eq!(kept.list.len(), 2);
-        let at = |t: f64| serving_at(&kept.serving, t);
+        let for_moment = |t: f64| ReadOptions {
+            at: Some(t),
+            ..ReadOptions::default()
+        };
+        // Read for one moment each: what ended before it is dropped as it is read.
+        let read_for = |t: f64| parse_bytes::<Promotions>(text.as_bytes(), for_moment(t)).0;
+        assert_eq!(read_for(15.0).list.len(), 2);
+        let at = |t: f64| serving_at(&read_for(t).serving(), t);
         assert_eq!(at(15.0), vec![]);
         assert_eq!(
             at(21.0),
@@ -660,6 +719,46 @@ mod tests {
         assert_eq!(at(35.0)[0].since, 31.0);
         // The rollout's outcome: v3 is live, nothing else serves.
         assert_eq!(at(41.0), vec![]);
+
+        // What is kept for a moment is small, and the answer the same split across blocks.
+        let serving = read_for(35.0).serving();
+        // The two replicas still ready; v1's promotion ended nothing, and no older file is
+        // read that it could end something in.
+        assert_eq!(serving.len(), 2, "{serving:?}");
+        let with_older = ReadOptions {
+            at_older_files: true,
+            ..for_moment(35.0)
+        };
+        let kept = parse_bytes::<Promotions>(text.as_bytes(), with_older).0;
+        assert_eq!(
+            kept.serving().len(),
+            3,
+            "v1's promotion kept for an older file"
+        );
+        assert_eq!(serving_at(&serving, 35.0)[0].replicas, Some(2));
+        let (first, second) = text.split_at(text.find(r#"{"ts":22"#).unwrap());
+        // A later block as the reader hands it over: its unmatched ends still in it.
+        let block = |t: f64| {
+            parse_bytes::<Promotions>(
+                second.as_bytes(),
+                ReadOptions {
+                    at_older_files: true,
+                    ..for_moment(t)
+                },
+            )
+            .0
+        };
+        let mut split = parse_bytes::<Promotions>(first.as_bytes(), for_moment(21.0)).0;
+        split.absorb(block(21.0), 0);
+        assert_eq!(serving_at(&split.serving(), 21.0)[0].version, "v2");
+        let mut split = parse_bytes::<Promotions>(first.as_bytes(), for_moment(25.0)).0;
+        split.absorb(block(25.0), 0);
+        let serving = split.serving();
+        assert!(
+            serving.iter().all(|r| r.event != LogEvent::Switched),
+            "the watch ended in the later block: {serving:?}"
+        );
+        assert_eq!(serving_at(&serving, 25.0), vec![]);
     }
 
     #[test]

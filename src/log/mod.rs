@@ -176,6 +176,8 @@ impl Reading {
                     .as_ref()
                     .is_some_and(|c| !c.attempts && !c.detail),
             selection: (!self.selection.is_empty()).then(|| Arc::new(self.selection.clone())),
+            at: None,
+            at_older_files: false,
         }
     }
 }
@@ -436,15 +438,20 @@ pub fn live_at(
     // read; several files are merged by time.
     let mut promotions: Vec<(f64, Option<String>)> = Vec::new();
     let mut serving: Vec<history::Serving> = Vec::new();
+    let options = ReadOptions {
+        at: Some(at),
+        at_older_files: paths.len() > 1,
+        ..reading.options()
+    };
     for path in paths {
-        let file: history::Promotions = load_into(path, reading)?;
-        promotions.extend(file.list);
-        serving.extend(file.serving);
+        let mut file: history::Promotions = load_with(path, reading, options.clone())?;
+        promotions.append(&mut file.list);
+        serving.extend(file.serving());
     }
     if paths.len() > 1 {
         promotions.sort_by(|a, b| a.0.total_cmp(&b.0));
-        serving.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     }
+    serving.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     let found = history::live_among(promotions.iter().map(|(ts, v)| (*ts, v.as_deref())), at);
     let version = found.as_ref().and_then(|f| f.version.clone());
     let since = found.as_ref().map(|f| f.since);

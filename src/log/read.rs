@@ -556,6 +556,11 @@ pub struct ReadOptions {
     /// Keep only the records a question is asked of (`--since`, `--until`, `--version`),
     /// decided on each record as it is read, so the others cost no memory.
     pub selection: Option<Arc<super::Selection>>,
+    /// `history --at`: the moment asked about; what happens after it is not kept.
+    pub at: Option<f64>,
+    /// With `at`: older files are read too, so an end that matches nothing in this one is
+    /// kept for them (one file alone: dropped).
+    pub at_older_files: bool,
 }
 
 /// The extra fields a query may read, and a quick test of whether a line can hold any: most
