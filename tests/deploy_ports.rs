@@ -7,8 +7,15 @@ use common::*;
 use std::time::Duration;
 
 fn deploy(site: &Site, version: &str, ports: &str) -> std::process::Output {
+    deploy_words(site, &[version], ports)
+}
+
+/// `rollgate deploy edge-svc WORDS... --ports PORTS --root ROOT`, with a minute's limit.
+fn deploy_words(site: &Site, words: &[&str], ports: &str) -> std::process::Output {
     rollgate()
-        .args(["deploy", "edge-svc", version, "--ports", ports, "--root"])
+        .args(["deploy", "edge-svc"])
+        .args(words)
+        .args(["--ports", ports, "--root"])
         .arg(site.root())
         .timeout(Duration::from_secs(60))
         .output()
@@ -191,16 +198,7 @@ fn with_ports_the_deadline_is_given_by_flag_and_only_once() {
     let first = first_of(24);
     let ports = format!("{first}-{}", first + 1);
     site.add_sample("v1", "--ready-after-ms 60000");
-    let deploy_with = |extra: &[&str]| {
-        rollgate()
-            .args(["deploy", "edge-svc"])
-            .args(extra)
-            .args(["--ports", &ports, "--root"])
-            .arg(site.root())
-            .timeout(Duration::from_secs(60))
-            .output()
-            .unwrap()
-    };
+    let deploy_with = |words: &[&str]| deploy_words(&site, words, &ports);
     // `VERSION DEADLINE_MS` reads as `PORT VERSION`: refused, saying where a deadline goes.
     let out = deploy_with(&["v1", "300"]);
     assert_eq!(out.status.code(), Some(2));

@@ -422,7 +422,7 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
 /// executor stops what the dead deployer started (found by its token if its pid was never
 /// recorded), says what serves, logs the rollback once and clears the state.
 async fn abandon(root: &Root, mut rollout: Rollout) -> Result<(), Error> {
-    let Some(single) = rollout.single.clone() else {
+    let Some(deployer_pid) = rollout.single.as_ref().map(|s| s.deployer_pid) else {
         return Ok(());
     };
     rewind_unswitched(&mut rollout);
@@ -430,10 +430,7 @@ async fn abandon(root: &Root, mut rollout: Rollout) -> Result<(), Error> {
     executor.words_mut().context = Some("stopped by the next deploy".into());
     executor
         .handle(Event::Abort {
-            reason: format!(
-                "abandoned: deployer pid {} died before an outcome",
-                single.deployer_pid
-            ),
+            reason: format!("abandoned: deployer pid {deployer_pid} died before an outcome"),
             rollback: true,
         })
         .await

@@ -414,7 +414,9 @@ pub struct LiveAt {
 }
 
 /// The last promotion at or before `at` (records without `ts` cannot be placed and are passed
-/// over). `None`: nothing had been promoted yet.
+/// over). `None`: nothing had been promoted yet. Over a whole parsed log: the tests' oracle
+/// for the streamed reading (`log history --at` reads with [`Promotions`]).
+#[cfg(test)]
 pub fn live_at(log: &Log, at: f64) -> Option<LiveAt> {
     let promotions = (0..log.len())
         .filter(|i| log.event[*i].as_deref() == Some(PROMOTED))
