@@ -16,9 +16,9 @@ use rollgate::render::Format;
     long_about = "rollgate checks rollout policies against Nickel contracts, deploys a release \
 beside the live one and switches only once it is ready, and answers questions from the deploy log.",
     after_help = "Examples:
-  rollgate demo                                   deploy four sample releases and show the log
+  rollgate demo                                   deploy five sample releases, roll out three, show the log
   rollgate policy check policies/*.ncl            refuse bad policies in CI
-  rollgate deploy edge-svc 8081 v2 --root /srv/edge --policy policy.ncl
+  rollgate deploy edge-svc v2 --root /srv/edge --ports 8081-8082 --policy policy.ncl
   rollgate log summary /srv/edge/deploy.log
 
 Exit codes: 0 success; 1 refused policy, rolled-back deploy or failed check;
@@ -98,9 +98,10 @@ Exit codes: 0 answered; 1 a log could not be read, or --strict found bad lines; 
     Log(LogCommand),
     /// Start a release beside the live one, gate it on /readyz, then switch or roll back.
     #[command(after_help = "Examples:
-  rollgate deploy edge-svc 8082 v2 --root /srv/edge
-  rollgate deploy edge-svc 8083 v3 2000 --root /srv/edge          (2000 ms deadline)
-  rollgate deploy edge-svc 8083 v3 --root /srv/edge --policy policy.ncl
+  rollgate deploy edge-svc v2 --root /srv/edge --ports 8081-8082
+  rollgate deploy edge-svc v3 --root /srv/edge --ports 8081-8082 --deadline-ms 2000
+  rollgate deploy edge-svc v3 --root /srv/edge --policy policy.ncl   (ports from the policy)
+  rollgate deploy edge-svc 8083 v3 2000 --root /srv/edge             (older form: PORT VERSION [DEADLINE_MS])
 
 The root holds releases/<version>/<svc> (the executable), `current` (the live release, JSON),
 deploy.log (JSON lines) and deploy.lock. The candidate runs in releases/<version>/ with
@@ -300,13 +301,18 @@ token file).")]
         #[arg(long)]
         read_only: bool,
     },
-    /// Deploy four sample releases through the real deployer and show what the log says.
+    /// Deploy five sample releases through the real deployer, roll out three behind the proxy, and show what the log says.
     #[command(after_help = "Examples:
   rollgate demo
   rollgate demo --root /tmp/edge-demo
 
-v1 and v2 become ready and are promoted; v3 is ready only after 60 s and is rolled back at the
-1500 ms deadline; v4 exits 78 at boot and is rolled back at once. The live release is v2.
+First act: v1 and v2 become ready and are promoted; v3 is ready only after 60 s and is rolled
+back at the 1500 ms deadline; v4 exits 78 at boot and is rolled back at once; v5 says READY=1
+on its notification socket and is promoted. The live release is v5.
+Second act: five replicas behind `rollgate proxy` under a small load are rolled out to v2 in
+waves; a v3 that exits at boot pauses itself beyond the canary and is aborted with rollback; a
+v4 that is ready but answers 10 % of users with 500 is rolled back by the traffic judge. The
+failed requests are counted (0).
 The demo stops the live release at the end, so nothing is left running; the files stay.")]
     Demo {
         /// Folder to deploy into (created if needed; must not hold a deploy). Default: a new

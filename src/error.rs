@@ -5,7 +5,7 @@
 //! `main` has one route from any error to both. How a run ended when nothing went wrong (promoted,
 //! rolled back, paused, escalated) is an outcome, not an error; outcomes take their codes from
 //! the same table, [`EXIT_CODES`], from which `docs/exit-codes.md` is generated (and checked by
-//! `tests/docs.rs`).
+//! `tests/it/docs.rs`).
 
 /// Success: exported, every file passed, promoted, answered, aborted as asked.
 pub const SUCCESS: u8 = 0;

@@ -2,7 +2,7 @@
 //! proxy, deploy-log analysis, keeping live releases up, and the pure rollout planner. The
 //! binary (`src/main.rs`) is the command line over it.
 //!
-//! The direction of the code (kept by `tests/layers.rs`): `commands` drive the `engine`, which
+//! The direction of the code (kept by `tests/it/layers.rs`): `commands` drive the `engine`, which
 //! stands on `host`; `policy` and `render` are leaves; `release`, `proxy` and `log` use the host.
 
 pub mod commands;

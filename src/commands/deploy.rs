@@ -12,8 +12,9 @@ use crate::engine::plan::{self, Settings};
 use crate::engine::{self, runtime, Outcome, Plan, Start};
 use crate::error::{refused, Error};
 use crate::host::fault::Fault;
+use crate::host::identity::Identity;
 use crate::host::probe::{self, Probe};
-use crate::host::process::{self, Identity};
+use crate::host::process;
 use crate::host::state::Root;
 use crate::policy::{self, EvalOptions};
 
@@ -244,15 +245,6 @@ fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Err
         &request.service,
         &request.eval,
     )
-}
-
-/// `rollgate deploy ... --dry-run`: the report, and whether the deploy would be refused.
-pub fn dry_run(request: &Request) -> (String, bool) {
-    let policy = load_policy(request).map_err(|e| e.to_string());
-    match super::dry_run::deploy(request, policy) {
-        Ok(report) => (report, false),
-        Err(e) => (e.to_string(), true),
-    }
 }
 
 /// Whether a release on `port` answers `/readyz` with 200 now (for the demo).

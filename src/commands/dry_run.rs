@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::deploy::Request;
 use super::preflight;
+use super::rollout::Request as RolloutRequest;
 use crate::engine;
 use crate::engine::plan::{self, Settings};
 use crate::error::{refused, Error};
@@ -240,8 +241,47 @@ fn config_check(root: &Root, version: &str) -> Result<String, String> {
     ))
 }
 
-/// `rollgate deploy ... --dry-run`.
-pub fn deploy(
+/// `rollgate deploy ... --dry-run`: the report, and whether the deploy would be refused.
+pub fn deploy(request: &Request) -> (String, bool) {
+    let policy = policy_of(
+        request.policy.as_deref(),
+        request.policy_entry.as_deref(),
+        &request.service,
+        &request.eval,
+    );
+    refused_or_not(deploy_report(request, policy))
+}
+
+/// `rollgate rollout ... --dry-run`: the report, and whether the rollout would be refused.
+pub fn rollout(request: &RolloutRequest) -> (String, bool) {
+    let policy = policy_of(
+        request.policy.as_deref(),
+        request.policy_entry.as_deref(),
+        &request.service,
+        &request.eval,
+    );
+    refused_or_not(rollout_report(request, policy))
+}
+
+/// The request's policy entry, checked by the contract (None without `--policy`); a refusal
+/// is reported, not raised: the dry run goes on to say everything else it can.
+fn policy_of(
+    policy: Option<&std::path::Path>,
+    entry: Option<&str>,
+    service: &str,
+    eval: &crate::policy::EvalOptions,
+) -> Result<Option<RolloutSettings>, String> {
+    preflight::policy_entry(policy, entry, service, eval).map_err(|e| e.to_string())
+}
+
+fn refused_or_not(report: Result<String, Error>) -> (String, bool) {
+    match report {
+        Ok(report) => (report, false),
+        Err(e) => (e.to_string(), true),
+    }
+}
+
+fn deploy_report(
     request: &Request,
     policy: Result<Option<RolloutSettings>, String>,
 ) -> Result<String, Error> {
@@ -378,7 +418,7 @@ fn holder_check(root: &Root, spec: &crate::host::listen::Spec) -> String {
     use crate::host::listen;
     match listen::holder_record(&root.0) {
         Some(holder)
-            if crate::host::process::Identity {
+            if crate::host::identity::Identity {
                 pid: holder.pid,
                 start_time: holder.start_time,
             }
@@ -446,9 +486,8 @@ fn deploy_would(
     ));
 }
 
-/// `rollgate rollout ... --dry-run`.
-pub fn rollout(
-    request: &crate::commands::rollout::Request,
+fn rollout_report(
+    request: &RolloutRequest,
     policy: Result<Option<RolloutSettings>, String>,
 ) -> Result<String, Error> {
     use crate::engine::settings;

@@ -152,7 +152,7 @@ impl Marks {
         };
         let live = pointer.map(|p| p.version.clone());
         let last_good = match (service, &live) {
-            (Some(service), Some(live)) => super::rollback::previous_release(root, service, live)
+            (Some(service), Some(live)) => super::earlier::previous_release(root, service, live)
                 .ok()
                 .map(|e| e.version),
             _ => None,

@@ -35,15 +35,6 @@ fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Err
     )
 }
 
-/// `rollgate rollout ... --dry-run`: the report, and whether the rollout would be refused.
-pub fn dry_run(request: &Request) -> (String, bool) {
-    let policy = load_policy(request).map_err(|e| e.to_string());
-    match super::dry_run::rollout(request, policy) {
-        Ok(report) => (report, false),
-        Err(e) => (e.to_string(), true),
-    }
-}
-
 /// The whole rollout.
 pub fn rollout(request: Request) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use crate::engine;
 use crate::error::Error;
+use crate::host::identity::Identity;
 use crate::host::journal::{self, LogEvent};
 use crate::host::lock;
 use crate::host::notify::{self, Notifier};
-use crate::host::process::{self, Identity};
+use crate::host::process;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 

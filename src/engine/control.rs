@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::step::Event;
 use crate::host::fault::Fault;
-use crate::host::state::{read_json, write_atomically, Root};
+use crate::host::files::{read_json, write_atomically};
+use crate::host::state::Root;
 
 pub const REQUEST_FILE: &str = "rollout.request";
 

@@ -3,8 +3,9 @@
 
 use super::state::Rollout;
 use crate::error::Error;
+use crate::host::files::WriteError;
 use crate::host::journal::{self, LogEvent};
-use crate::host::state::{Fallback, Pointer, Root, WriteError};
+use crate::host::state::{Fallback, Pointer, Root};
 
 fn failed(message: impl Into<String>) -> Error {
     Error::Failed(message.into())

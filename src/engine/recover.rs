@@ -19,8 +19,9 @@ use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{Action, Event, Note};
 use super::{fault, record};
 use crate::error::{refused, Error};
+use crate::host::identity::Identity;
 use crate::host::journal::{self, LogEvent};
-use crate::host::process::{self, Identity};
+use crate::host::process;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 

@@ -28,10 +28,11 @@ use super::tasks::{
 use super::view as render;
 use super::voice::{self, Behaviour, Reverted, Said, Voice, Words};
 use crate::error::Error;
+use crate::host::identity::Identity;
 use crate::host::journal::{self, LogEvent};
 use crate::host::notify::{self, Notifier};
 use crate::host::probe::{Probe, Subject};
-use crate::host::process::{self, Identity};
+use crate::host::process;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 

@@ -4,12 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::host::fault::Fault;
+use crate::host::files::{checked, read_json, write_atomically};
+use crate::host::identity::Identity;
 use crate::host::names::check_name;
-use crate::host::process::Identity;
-use crate::host::state::{
-    checked, read_json, too_many, write_atomically, Replica, ReplicaClass, ReplicaSet, Root,
-    MAX_SLOTS,
-};
+use crate::host::state::{too_many, Replica, ReplicaClass, ReplicaSet, Root, MAX_SLOTS};
 
 pub const ROLLOUT_FILE: &str = "rollout.json";
 

@@ -7,9 +7,9 @@ use serde::Serialize;
 use super::state;
 use super::view::RolloutStatus;
 use crate::error::Error;
+use crate::host::identity::Identity;
 use crate::host::journal::{self, Outcome};
 use crate::host::probe::{self, Probe};
-use crate::host::process::Identity;
 use crate::host::state::{Replica, Root, Stage};
 
 /// How many outcomes a status shows.

@@ -178,7 +178,7 @@ pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
         .collect();
     let mut line = crate::host::config::redact(&line, &forms).into_bytes();
     line.push(b'\n');
-    let mut file = crate::host::state::open_append(path)?;
+    let mut file = crate::host::files::open_append(path)?;
     file.write_all(&line)?;
     file.sync_data()
 }

@@ -145,7 +145,7 @@ pub fn holder_socket(root: &Path) -> PathBuf {
 
 /// The holder's record under `root`, if one was written.
 pub fn holder_record(root: &Path) -> Option<Holder> {
-    super::state::read_json(&root.join(HOLDER_FILE))
+    super::files::read_json(&root.join(HOLDER_FILE))
         .ok()
         .flatten()
 }
@@ -297,7 +297,7 @@ pub fn hold(root: &Path, spec: &Spec, live_pids: &[i32]) -> Result<(), Fault> {
     let me = std::process::id() as i32;
     let record = Holder {
         pid: me,
-        start_time: super::process::Identity::of(me).map_or(0, |i| i.start_time),
+        start_time: super::identity::Identity::of(me).map_or(0, |i| i.start_time),
         address: spec.address,
         backlog: spec.backlog,
         origin,
@@ -305,7 +305,7 @@ pub fn hold(root: &Path, spec: &Spec, live_pids: &[i32]) -> Result<(), Fault> {
     let mut bytes = serde_json::to_vec_pretty(&record).expect("a holder record serializes");
     bytes.push(b'\n');
     let record_path = root.join(HOLDER_FILE);
-    super::state::write_atomically(&record_path, &bytes).map_err(|e| {
+    super::files::write_atomically(&record_path, &bytes).map_err(|e| {
         Fault::unwritable(
             &record_path,
             format!("cannot write {}: {e}", record_path.display()),

@@ -28,9 +28,9 @@ pub fn acquire(path: &Path) -> Result<Lock, Fault> {
         })?;
     // Like every state file, readable whatever the umask: its content names the holder.
     if let Ok(meta) = file.metadata() {
-        if meta.permissions().mode() & 0o777 != crate::host::state::STATE_FILE_MODE {
+        if meta.permissions().mode() & 0o777 != crate::host::files::STATE_FILE_MODE {
             let _ = file.set_permissions(std::fs::Permissions::from_mode(
-                crate::host::state::STATE_FILE_MODE,
+                crate::host::files::STATE_FILE_MODE,
             ));
         }
     }

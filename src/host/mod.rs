@@ -6,7 +6,9 @@
 
 pub mod config;
 pub mod fault;
+pub mod files;
 pub mod hooks;
+pub mod identity;
 pub mod journal;
 pub mod listen;
 pub mod lock;

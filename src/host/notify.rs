@@ -29,7 +29,7 @@ use tokio::net::UnixDatagram;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::process;
+use super::identity::group_of;
 
 /// The variable a release finds its socket in, as systemd names it.
 pub const SOCKET_VARIABLE: &str = "NOTIFY_SOCKET";
@@ -298,7 +298,7 @@ fn receive(fd: RawFd, buffer: &mut [u8]) -> nix::Result<(usize, Option<i32>)> {
 /// the group; known by its pid even when it exits right after sending, as a `STOPPING=1`
 /// before an exit does) or a member still there to be asked.
 fn in_group(pid: i32, group: i32) -> bool {
-    group > 1 && (pid == group || (pid > 0 && process::group_of(pid) == Some(group)))
+    group > 1 && (pid == group || (pid > 0 && group_of(pid) == Some(group)))
 }
 
 #[cfg(test)]

@@ -330,7 +330,36 @@ pub fn tail_settled(path: &Path, lines: usize, wait: Duration) -> String {
             Err(_) => break,
         }
     }
-    super::process::tail(path, lines)
+    tail(path, lines)
+}
+
+/// How much of the end of an output file is read to quote its last lines.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// The last lines of a file, for the log's detail (a crashed candidate's own words). Only the
+/// file's last 64 KiB are read, whatever its size.
+pub fn tail(path: &Path, lines: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else {
+        return String::new();
+    };
+    let from = len.saturating_sub(TAIL_BYTES);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err()
+        || file.take(TAIL_BYTES).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let mut kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // A read that starts mid-file starts mid-line: that first piece is not a whole line.
+    if from > 0 && !kept.is_empty() {
+        kept.remove(0);
+    }
+    kept[kept.len().saturating_sub(lines)..].join(" | ")
 }
 
 #[cfg(test)]
@@ -432,5 +461,16 @@ mod tests {
         assert_eq!(tail_settled(&path, 2, SETTLE), "two | three");
         assert!(started.elapsed() < SETTLE);
         assert_eq!(tail_settled(&dir.path().join("none"), 2, SETTLE), "");
+    }
+
+    #[test]
+    fn the_tail_reads_the_end_of_a_long_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut text = "x".repeat(200_000);
+        text.push_str("\nsecond to last\n\nlast words\n");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(tail(&path, 2), "second to last | last words");
+        assert_eq!(tail(&dir.path().join("missing"), 3), "");
     }
 }

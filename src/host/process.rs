@@ -7,102 +7,26 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
-/// A process as rollgate recognises it later: its pid and its start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Identity {
-    pub pid: i32,
-    pub start_time: u64,
-}
+use super::identity::{stat, Identity};
 
-/// What `/proc/PID/stat` says of a process.
-struct Stat {
-    state: char,
-    process_group: i32,
-    session: i32,
-    start_time: u64,
-}
-
-/// Reads `/proc/PID/stat`: the state (field 3), the process group (field 5), the session
-/// (field 6) and the start time (field 22). The command name (field 2) may hold spaces and parentheses, so fields are
-/// counted after its last `)`.
-fn stat(pid: i32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        state: fields.first()?.chars().next()?,
-        process_group: fields.get(2)?.parse().ok()?,
-        session: fields.get(3)?.parse().ok()?,
-        start_time: fields.get(19)?.parse().ok()?,
-    })
-}
-
-/// The process group `pid` is in, while it exists.
-pub fn group_of(pid: i32) -> Option<i32> {
-    stat(pid).map(|s| s.process_group)
-}
-
-impl Identity {
-    pub fn of(pid: i32) -> Option<Identity> {
-        stat(pid).map(|s| Identity {
-            pid,
-            start_time: s.start_time,
-        })
+/// What stopping this release means: its whole process group when it leads one (every
+/// release rollgate starts does), the process alone otherwise, nothing if it is gone.
+///
+/// The group outlives its leader: a release that exited may have left workers (a backgrounded
+/// `sleep` holding the port). The kernel does not hand out a pid that is still some group's
+/// id, so while any member lives, the number names our group; and if the number now names a
+/// process with another start time, our group was empty when it was reused.
+fn stop_target(who: &Identity) -> StopTarget {
+    // 0 and below name our own group or every process to kill(2): never a release.
+    if who.pid <= 1 {
+        return StopTarget::Nothing;
     }
-
-    /// The session this process belongs to, while it is the same process. Every release
-    /// rollgate starts leads a session of its own, so its workers (forked children that carry
-    /// the same environment, its token included) are told from strays by this.
-    pub fn session(&self) -> Option<i32> {
-        stat(self.pid)
-            .filter(|s| s.start_time == self.start_time)
-            .map(|s| s.session)
-    }
-
-    /// How long the process has run, while it is the same process (from its start time in
-    /// clock ticks since boot and the system's uptime).
-    pub fn running_for(&self) -> Option<std::time::Duration> {
-        if !self.is_running() {
-            return None;
-        }
-        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
-        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-            .ok()?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()?;
-        let started = self.start_time as f64 / ticks.max(1) as f64;
-        Some(std::time::Duration::from_secs_f64(
-            (uptime - started).max(0.0),
-        ))
-    }
-
-    /// The same process is still there and not a zombie.
-    pub fn is_running(&self) -> bool {
-        matches!(stat(self.pid), Some(s) if s.start_time == self.start_time && s.state != 'Z' && s.state != 'X')
-    }
-
-    /// What stopping this release means: its whole process group when it leads one (every
-    /// release rollgate starts does), the process alone otherwise, nothing if it is gone.
-    ///
-    /// The group outlives its leader: a release that exited may have left workers (a backgrounded
-    /// `sleep` holding the port). The kernel does not hand out a pid that is still some group's
-    /// id, so while any member lives, the number names our group; and if the number now names a
-    /// process with another start time, our group was empty when it was reused.
-    fn stop_target(&self) -> StopTarget {
-        // 0 and below name our own group or every process to kill(2): never a release.
-        if self.pid <= 1 {
-            return StopTarget::Nothing;
-        }
-        match stat(self.pid) {
-            Some(s) if s.start_time != self.start_time => StopTarget::Nothing,
-            Some(s) if s.process_group == self.pid => StopTarget::Group(self.pid),
-            Some(_) => StopTarget::Process(*self),
-            None => StopTarget::Group(self.pid),
-        }
+    match stat(who.pid) {
+        Some(s) if s.start_time != who.start_time => StopTarget::Nothing,
+        Some(s) if s.process_group == who.pid => StopTarget::Group(who.pid),
+        Some(_) => StopTarget::Process(*who),
+        None => StopTarget::Group(who.pid),
     }
 }
 
@@ -173,7 +97,7 @@ const AFTER_KILL: Duration = Duration::from_secs(2);
 /// wait up to `grace` for all of it to exit, then SIGKILL to whatever remains. Never signals a
 /// pid whose start time differs (it was reused).
 pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
-    let target = who.stop_target();
+    let target = stop_target(&who);
     if !target.remains() {
         return Stopped::AlreadyGone;
     }
@@ -329,60 +253,4 @@ fn find_by_environment(matches: impl Fn(&[u8]) -> bool) -> Vec<Identity> {
         })
         .filter_map(Identity::of)
         .collect()
-}
-
-/// How much of the end of an output file is read to quote its last lines.
-const TAIL_BYTES: u64 = 64 * 1024;
-
-/// The last lines of a file, for the log's detail (a crashed candidate's own words). Only the
-/// file's last 64 KiB are read, whatever its size.
-pub fn tail(path: &Path, lines: usize) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return String::new();
-    };
-    let Ok(len) = file.seek(SeekFrom::End(0)) else {
-        return String::new();
-    };
-    let from = len.saturating_sub(TAIL_BYTES);
-    let mut bytes = Vec::new();
-    if file.seek(SeekFrom::Start(from)).is_err()
-        || file.take(TAIL_BYTES).read_to_end(&mut bytes).is_err()
-    {
-        return String::new();
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let mut kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    // A read that starts mid-file starts mid-line: that first piece is not a whole line.
-    if from > 0 && !kept.is_empty() {
-        kept.remove(0);
-    }
-    kept[kept.len().saturating_sub(lines)..].join(" | ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identity_of_this_process_is_running_and_a_wrong_start_time_is_not() {
-        let me = Identity::of(std::process::id() as i32).unwrap();
-        assert!(me.is_running());
-        let impostor = Identity {
-            pid: me.pid,
-            start_time: me.start_time + 1,
-        };
-        assert!(!impostor.is_running());
-    }
-
-    #[test]
-    fn the_tail_reads_the_end_of_a_long_file_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out");
-        let mut text = "x".repeat(200_000);
-        text.push_str("\nsecond to last\n\nlast words\n");
-        std::fs::write(&path, text).unwrap();
-        assert_eq!(tail(&path, 2), "second to last | last words");
-        assert_eq!(tail(&dir.path().join("missing"), 3), "");
-    }
 }

@@ -94,9 +94,29 @@ pub struct ReleaseCounts {
     pub latency_us: Vec<[u64; 3]>,
 }
 
+/// Why a proxy gave no counts: nobody serves the root, or the exchange failed (refused, timed
+/// out, unreadable). Shown as the sentence a refusal quotes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoCounts {
+    /// No proxy listens on the root's socket.
+    NoProxy(String),
+    /// A proxy is there, but its counts could not be had.
+    Exchange(String),
+}
+
+impl std::fmt::Display for NoCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoCounts::NoProxy(why) | NoCounts::Exchange(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for NoCounts {}
+
 /// Reads the counts of the proxy serving `root`; Err says why there are none (no proxy, or an
 /// answer that could not be read).
-pub async fn counts(root: &Path, timeout: Duration) -> Result<CountsLine, String> {
+pub async fn counts(root: &Path, timeout: Duration) -> Result<CountsLine, NoCounts> {
     let path = socket_path(root);
     let exchange = async {
         let stream = UnixStream::connect(&path)
@@ -106,26 +126,26 @@ pub async fn counts(root: &Path, timeout: Duration) -> Result<CountsLine, String
         write
             .write_all(b"counts\n")
             .await
-            .map_err(|e| format!("cannot ask the proxy for its counts: {e}"))?;
+            .map_err(|e| NoCounts::Exchange(format!("cannot ask the proxy for its counts: {e}")))?;
         let mut line = String::new();
         BufReader::new(read)
             .read_line(&mut line)
             .await
-            .map_err(|e| format!("cannot read the proxy's counts: {e}"))?;
+            .map_err(|e| NoCounts::Exchange(format!("cannot read the proxy's counts: {e}")))?;
         parse_counts(&line)
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(result) => result,
-        Err(_) => Err(format!(
+        Err(_) => Err(NoCounts::Exchange(format!(
             "the proxy at {} did not give its counts within {} ms",
             path.display(),
             timeout.as_millis()
-        )),
+        ))),
     }
 }
 
 /// [`counts`] from a caller outside the async runtime (a run's admission).
-pub fn counts_now(root: &Path, timeout: Duration) -> Result<CountsLine, String> {
+pub fn counts_now(root: &Path, timeout: Duration) -> Result<CountsLine, NoCounts> {
     use std::io::{BufRead, Write};
     let path = socket_path(root);
     let mut stream =
@@ -134,35 +154,40 @@ pub fn counts_now(root: &Path, timeout: Duration) -> Result<CountsLine, String> 
     let _ = stream.set_write_timeout(Some(timeout));
     stream
         .write_all(b"counts\n")
-        .map_err(|e| format!("cannot ask the proxy for its counts: {e}"))?;
+        .map_err(|e| NoCounts::Exchange(format!("cannot ask the proxy for its counts: {e}")))?;
     let mut line = String::new();
     std::io::BufReader::new(stream)
         .read_line(&mut line)
-        .map_err(|e| format!("cannot read the proxy's counts: {e}"))?;
+        .map_err(|e| NoCounts::Exchange(format!("cannot read the proxy's counts: {e}")))?;
     parse_counts(&line)
 }
 
 /// Why the proxy's socket at `path` gave no counts: nobody serves the root, or another error.
-fn unreachable(root: &Path, path: &Path, e: &std::io::Error) -> String {
+fn unreachable(root: &Path, path: &Path, e: &std::io::Error) -> NoCounts {
     match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => format!(
-            "no rollgate proxy serves {} ({} does not answer)",
-            root.display(),
-            path.display()
-        ),
-        _ => format!("cannot reach the proxy at {}: {e}", path.display()),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            NoCounts::NoProxy(format!(
+                "no rollgate proxy serves {} ({} does not answer)",
+                root.display(),
+                path.display()
+            ))
+        }
+        _ => NoCounts::Exchange(format!("cannot reach the proxy at {}: {e}", path.display())),
     }
 }
 
-fn parse_counts(line: &str) -> Result<CountsLine, String> {
+fn parse_counts(line: &str) -> Result<CountsLine, NoCounts> {
     if let Some(why) = line.strip_prefix("error ") {
-        return Err(format!(
+        return Err(NoCounts::Exchange(format!(
             "the proxy refused to give its counts: {}",
             why.trim()
-        ));
+        )));
     }
-    serde_json::from_str::<CountsLine>(line)
-        .map_err(|e| format!("the proxy's counts are not readable ({e}); is it an older rollgate?"))
+    serde_json::from_str::<CountsLine>(line).map_err(|e| {
+        NoCounts::Exchange(format!(
+            "the proxy's counts are not readable ({e}); is it an older rollgate?"
+        ))
+    })
 }
 
 /// Deployer side: asks the proxy (if any) to drain `port`, waiting at most `timeout`.

@@ -296,7 +296,7 @@ fn short(digest: &str) -> &str {
 
 /// A release's record, if it has one (a release put in by hand has none).
 pub fn read_record(dir: &Path) -> Result<Option<Record>, Error> {
-    crate::host::state::read_json(&dir.join(RECORD_FILE)).map_err(|e| Error::Invalid(e.to_string()))
+    crate::host::files::read_json(&dir.join(RECORD_FILE)).map_err(|e| Error::Invalid(e.to_string()))
 }
 
 /// Copies the source into `content`; says what kind of source it was.
@@ -677,7 +677,7 @@ fn kind_name(kind: tar::EntryType) -> &'static str {
 /// then keeps the manifest with the release (as a deploy's admission reads it).
 fn verify_manifest(request: &Request, manifest: &Path, tree: &Path) -> Result<(), Error> {
     let trust_path = request.root.join(super::TRUST_FILE);
-    let trust: super::Trust = crate::host::state::read_config(&trust_path, super::TRUST_SHAPE)
+    let trust: super::Trust = crate::host::files::read_config(&trust_path, super::TRUST_SHAPE)
         .map_err(|e| Error::Invalid(e.to_string()))?
         .ok_or_else(|| {
             refused(format!(

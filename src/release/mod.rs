@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::host::fault::Fault;
-use crate::host::state::{read_config, read_json};
+use crate::host::files::{read_config, read_json};
 use manifest::{Artifact, Body, Published};
 
 /// Why a release is refused: one word each, as logs and scripts match them.
@@ -253,7 +253,7 @@ fn signed(request: &SignRequest) -> Result<PathBuf, String> {
 }
 
 fn write_manifest(path: &Path, published: &Published) -> Result<(), String> {
-    crate::host::state::write_atomically(path, &published.to_file_bytes())
+    crate::host::files::write_atomically(path, &published.to_file_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -464,7 +464,7 @@ pub fn write_floor(root: &Path, floor: &Floor) -> Result<(), Fault> {
     let mut bytes = serde_json::to_vec_pretty(floor).expect("a floor serializes");
     bytes.push(b'\n');
     let path = root.join(FLOOR_FILE);
-    crate::host::state::write_atomically(&path, &bytes)
+    crate::host::files::write_atomically(&path, &bytes)
         .map_err(|e| Fault::unwritable(&path, format!("cannot write {}: {e}", path.display())))
 }
 

@@ -28,8 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::Error;
+use crate::host::files::{read_config, read_json, write_atomically};
 use crate::host::journal;
-use crate::host::state::{read_config, read_json, write_atomically, Root};
+use crate::host::state::Root;
 use crate::log::follow::{Cursor, Follower, Start};
 
 pub use sign::{sign, Secret};

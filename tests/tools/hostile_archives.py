@@ -1,5 +1,5 @@
 """Writes hostile .tgz archives for `rollgate release add` to refuse, one case each, into the
-folder given (tests/release_add.rs). Python's tarfile writes entries no well-behaved tar makes:
+folder given (tests/it/release_add.rs). Python's tarfile writes entries no well-behaved tar makes:
 absolute names, `..`, links out, devices, a header that lies about its size."""
 import gzip, io, os, sys, tarfile
 out = sys.argv[1]

@@ -1,0 +1,224 @@
+//! Files rollgate writes and reads under a root, whatever they hold: replaced atomically (the
+//! old content or the new, whole, never torn), appended to with the state files' mode, and read
+//! back with an error that names the file, the line and what it should hold. The state records
+//! (`state`), the lock, the journal and the holder of a socket all stand on these.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::fault::Fault;
+
+/// Mode of every state file: whatever the deployer's umask, a proxy running as another user
+/// must be able to read `current` (an unreadable pointer is a proxy that cannot follow a switch).
+pub const STATE_FILE_MODE: u32 = 0o644;
+
+/// How an atomic replacement failed: before the rename (the old content is intact) or after it
+/// (the new content is in place, but the folder's fsync failed, so a power loss could undo it).
+#[derive(Debug)]
+pub enum WriteError {
+    NotWritten(std::io::Error),
+    NotDurable(std::io::Error),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::NotWritten(e) => write!(f, "{e} (the old content is intact)"),
+            WriteError::NotDurable(e) => write!(
+                f,
+                "replaced, but the folder's fsync failed ({e}): durability unknown"
+            ),
+        }
+    }
+}
+
+/// A fault the test suite injects into the real binary: `ROLLGATE_FAULT=name[,name...]`.
+/// Nothing sets it in normal use; each name is one failing step that cannot be provoked on a
+/// healthy file system.
+pub fn fault(name: &str) -> bool {
+    std::env::var("ROLLGATE_FAULT").is_ok_and(|v| v.split(',').any(|n| n == name))
+}
+
+/// Replaces `path` so that readers see the old content or the new, whole, with mode
+/// [`STATE_FILE_MODE`] whatever the umask.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let written = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(STATE_FILE_MODE)
+            .open(&tmp)?;
+        // The mode given to open(2) is filtered by the umask; set it outright.
+        file.set_permissions(fs::Permissions::from_mode(STATE_FILE_MODE))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(WriteError::NotWritten(e));
+    }
+    let synced = if fault(&format!("fsync-dir-after-{name}")) {
+        Err(std::io::Error::other("injected fault"))
+    } else {
+        File::open(dir).and_then(|d| d.sync_all())
+    };
+    synced.map_err(WriteError::NotDurable)
+}
+
+/// Opens `path` for appending, creating it with [`STATE_FILE_MODE`] whatever the umask.
+pub fn open_append(path: &Path) -> std::io::Result<File> {
+    match fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(STATE_FILE_MODE)
+        .open(path)
+    {
+        Ok(file) => {
+            file.set_permissions(fs::Permissions::from_mode(STATE_FILE_MODE))?;
+            Ok(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::OpenOptions::new().append(true).open(path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A value read from a state file passes the checks the same value typed on the command line
+/// does: the error names the file and the field.
+pub fn checked<T, E: std::fmt::Display>(
+    path: &Path,
+    field: &str,
+    result: Result<T, E>,
+) -> Result<T, Fault> {
+    result.map_err(|e| {
+        Fault::unreadable(
+            path,
+            format!(
+                "{}: field `{field}`: {e}; the file was not written by this rollgate (edited, or damaged)",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// A JSON file a person writes (`webhooks.json`, `trust.json`), or None when there is none.
+/// A file that does not parse is named with the line and column, what is wrong there, and
+/// `shape`: what the file holds.
+pub fn read_config<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    shape: &str,
+) -> Result<Option<T>, Fault> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            let text = e.to_string();
+            let what = text
+                .rsplit_once(" at line ")
+                .map_or(text.as_str(), |(what, _)| what);
+            Fault::unreadable(
+                path,
+                format!(
+                    "{}:{}:{}: {what}; {shape}",
+                    path.display(),
+                    e.line(),
+                    e.column()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Fault::unreadable(
+            path,
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
+}
+
+/// Reads one of the root's JSON files; a missing file is `None`.
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Fault> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Fault::unreadable(
+                path,
+                format!(
+                    "{} is not a rollgate state file ({e}); move it aside if it is not rollgate's",
+                    path.display()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Fault::unreadable(
+            path,
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_whole_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("current");
+        write_atomically(&path, b"old").unwrap();
+        write_atomically(&path, b"new content").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new content");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("current")]);
+    }
+
+    #[test]
+    fn state_files_are_readable_by_all_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = unsafe { libc::umask(0o077) };
+        let written = write_atomically(&dir.path().join("current"), b"x");
+        let appended = open_append(&dir.path().join("deploy.log"));
+        unsafe { libc::umask(old) };
+        written.unwrap();
+        appended.unwrap();
+        for name in ["current", "deploy.log"] {
+            let mode = fs::metadata(dir.path().join(name))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o644, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_config_a_person_wrote_is_refused_at_its_line_and_column_with_its_shape() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Pins {
+            pins: Vec<String>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trust.json");
+        assert!(read_config::<Pins>(&path, "").unwrap().is_none());
+        fs::write(&path, "{\n  \"pins\": [],\n  \"pin\": 1\n}\n").unwrap();
+        let err = read_config::<Pins>(&path, "it holds {\"pins\": [...]}")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{}:3:7: unknown field `pin`, expected `pins`; it holds {{\"pins\": [...]}}",
+                path.display()
+            )
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! A process as rollgate names it in its records: its pid *and* its start time, so a pid the
+//! kernel handed to another process since is never taken for ours. Read from `/proc`; nothing
+//! here starts or stops anything (that is `process`).
+
+use serde::{Deserialize, Serialize};
+
+/// A process as rollgate recognises it later: its pid and its start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Identity {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+/// What `/proc/PID/stat` says of a process.
+pub(super) struct Stat {
+    pub(super) state: char,
+    pub(super) process_group: i32,
+    pub(super) session: i32,
+    pub(super) start_time: u64,
+}
+
+/// Reads `/proc/PID/stat`: the state (field 3), the process group (field 5), the session
+/// (field 6) and the start time (field 22). The command name (field 2) may hold spaces and parentheses, so fields are
+/// counted after its last `)`.
+pub(super) fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        process_group: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The process group `pid` is in, while it exists.
+pub fn group_of(pid: i32) -> Option<i32> {
+    stat(pid).map(|s| s.process_group)
+}
+
+impl Identity {
+    pub fn of(pid: i32) -> Option<Identity> {
+        stat(pid).map(|s| Identity {
+            pid,
+            start_time: s.start_time,
+        })
+    }
+
+    /// The session this process belongs to, while it is the same process. Every release
+    /// rollgate starts leads a session of its own, so its workers (forked children that carry
+    /// the same environment, its token included) are told from strays by this.
+    pub fn session(&self) -> Option<i32> {
+        stat(self.pid)
+            .filter(|s| s.start_time == self.start_time)
+            .map(|s| s.session)
+    }
+
+    /// How long the process has run, while it is the same process (from its start time in
+    /// clock ticks since boot and the system's uptime).
+    pub fn running_for(&self) -> Option<std::time::Duration> {
+        if !self.is_running() {
+            return None;
+        }
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let started = self.start_time as f64 / ticks.max(1) as f64;
+        Some(std::time::Duration::from_secs_f64(
+            (uptime - started).max(0.0),
+        ))
+    }
+
+    /// The same process is still there and not a zombie.
+    pub fn is_running(&self) -> bool {
+        matches!(stat(self.pid), Some(s) if s.start_time == self.start_time && s.state != 'Z' && s.state != 'X')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_of_this_process_is_running_and_a_wrong_start_time_is_not() {
+        let me = Identity::of(std::process::id() as i32).unwrap();
+        assert!(me.is_running());
+        let impostor = Identity {
+            pid: me.pid,
+            start_time: me.start_time + 1,
+        };
+        assert!(!impostor.is_running());
+    }
+}

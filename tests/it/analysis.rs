@@ -1,0 +1,387 @@
+//! The traffic judge (issue 38): four replicas behind the real proxy under a steady load from
+//! the test; a canary is judged by what users got through the proxy, against the old release's
+//! replicas serving at the same moment.
+
+use crate::common::http::*;
+use crate::common::*;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+fn rollout(site: &Site, version: &str, policy: &std::path::Path) -> Output {
+    rollgate()
+        .args(["rollout", "edge-svc", version, "--root"])
+        .arg(site.root())
+        .args(["--policy", policy.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap()
+}
+
+fn said(out: &Output) -> String {
+    format!("{}{}", stdout(out), stderr(out))
+}
+
+/// A policy of four replicas, a canary of one, a soak of `soak_ms`, and `analysis`.
+fn policy(site: &Site, soak_ms: u64, analysis: &str) -> std::path::PathBuf {
+    write(
+        site.root(),
+        "policy.json",
+        &format!(
+            r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+                "max_surge_pct": 100, "on_stall": "rollback", "replicas": 4, "waves": [25, 100],
+                "soak_ms": {soak_ms}, "analysis": {analysis}}}}}"#
+        ),
+    )
+}
+
+/// The `analysis` lines of the log, in order.
+fn verdicts(site: &Site) -> Vec<serde_json::Value> {
+    site.log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "analysis")
+        .collect()
+}
+
+/// Requests `version` answered through the proxy serving the site, from its own counts
+/// (`counts` on ROOT/proxy.sock).
+fn served_by(site: &Site, version: &str) -> u64 {
+    use std::io::{BufRead, Write};
+    let Ok(mut stream) = std::os::unix::net::UnixStream::connect(site.root().join("proxy.sock"))
+    else {
+        return 0;
+    };
+    if stream.write_all(b"counts\n").is_err() {
+        return 0;
+    }
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(stream).read_line(&mut line);
+    let counts: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+    counts["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["release"] == version)
+        .flat_map(|r| r["answers"].as_object().into_iter().flatten())
+        .filter_map(|(_, n)| n.as_u64())
+        .sum()
+}
+
+/// Four replicas of v1 behind a proxy, under `clients` clients pausing `pause` between requests.
+fn serving(site: &Site, block: u16, clients: usize, pause: Duration) -> (Proxy, Load) {
+    site.add_sample("v1", "");
+    site.replicas_of("v1", 4, block);
+    let proxy = Proxy::start(site, &[]);
+    let load = Load::kept(proxy.port, clients, pause);
+    (proxy, load)
+}
+
+#[test]
+fn a_canary_serving_more_5xx_is_rolled_back_by_its_numbers_before_its_soak_ends() {
+    let site = Site::new();
+    let (proxy, load) = serving(&site, 70, 4, Duration::from_millis(2));
+    site.add_sample("v2", "--error-rate 0.05");
+    let file = policy(
+        &site,
+        30_000,
+        r#"{"min_requests": 100, "interval_ms": 1000, "on_fail": "rollback"}"#,
+    );
+    let started = Instant::now();
+    let out = rollout(&site, "v2", &file);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "rolled back: {}", said(&out));
+    assert!(
+        took < Duration::from_secs(25),
+        "stopped after {took:?}, not by its numbers"
+    );
+    let seen = verdicts(&site);
+    let failed = seen.last().expect("an analysis line");
+    assert_eq!(failed["analysis"]["verdict"], "fail", "{failed}");
+    let words = failed["detail"].as_str().unwrap();
+    assert!(words.starts_with("canary 5xx "), "{words}");
+    assert!(words.contains("vs baseline 0.0 % (0/"), "{words}");
+    assert!(failed["analysis"]["canary_requests"].as_u64().unwrap() >= 100);
+    assert!(
+        failed["analysis"]["error_p"].as_f64().unwrap()
+            < failed["analysis"]["alpha"].as_f64().unwrap()
+    );
+    // Every look before the failure said pass or inconclusive, never fail.
+    assert!(seen[..seen.len() - 1]
+        .iter()
+        .all(|l| l["analysis"]["verdict"] != "fail"));
+    let outcome = site
+        .log_lines()
+        .into_iter()
+        .rev()
+        .find(|l| l["event"] == "rolled_back")
+        .unwrap();
+    assert!(
+        outcome["detail"]
+            .as_str()
+            .unwrap()
+            .contains("analysis failed: canary 5xx"),
+        "{outcome}"
+    );
+    // Users got the canary's 5xx while it was judged, but no request failed at the socket.
+    let answers = load.finish();
+    assert!(
+        answers.iter().all(|(status, _, _)| *status != 0),
+        "a request failed at the socket"
+    );
+    drop(proxy);
+}
+
+#[test]
+fn a_canary_sixty_ms_slower_is_paused_with_its_latency_in_the_reason() {
+    let site = Site::new();
+    let (proxy, load) = serving(&site, 71, 4, Duration::from_millis(2));
+    site.add_sample("v2", "--added-latency-ms 60");
+    let file = policy(
+        &site,
+        30_000,
+        r#"{"min_requests": 100, "interval_ms": 1000}"#,
+    );
+    let out = rollout(&site, "v2", &file);
+    assert_eq!(out.status.code(), Some(3), "paused: {}", said(&out));
+    let last = verdicts(&site).pop().expect("an analysis line");
+    assert_eq!(last["analysis"]["verdict"], "fail", "{last}");
+    let words = last["detail"].as_str().unwrap();
+    assert!(words.starts_with("canary p99 "), "{words}");
+    assert!(last["analysis"]["latency_ratio"].as_f64().unwrap() > 1.2);
+    let status: serde_json::Value = serde_json::from_slice(
+        &rollgate()
+            .args([
+                "rollout", "status", "edge-svc", "--format", "json", "--root",
+            ])
+            .arg(site.root())
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(status["state"], "paused");
+    assert!(
+        status["pause_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("analysis failed: canary p99"),
+        "{status}"
+    );
+    let out = rollgate()
+        .args(["rollout", "abort", "edge-svc", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let answers = load.finish();
+    assert!(answers.iter().all(|(status, _, _)| *status == 200));
+    drop(proxy);
+}
+
+#[test]
+fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure() {
+    let site = Site::new();
+    let (proxy, load) = serving(&site, 72, 4, Duration::from_millis(2));
+    site.add_sample("v2", "");
+    let file = policy(&site, 4000, r#"{"min_requests": 100, "interval_ms": 1000}"#);
+    let out = rollout(&site, "v2", &file);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
+    let seen = verdicts(&site);
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(
+        seen.iter().all(|l| l["analysis"]["verdict"] != "fail"),
+        "{seen:?}"
+    );
+    // The canary's wave is judged against the three replicas still on v1: a pass. (The last
+    // wave has no old replica serving beside it: inconclusive, which passes by default.)
+    assert!(
+        seen.iter()
+            .any(|l| l["wave"] == 0 && l["analysis"]["verdict"] == "pass"),
+        "{seen:?}"
+    );
+    assert!(load.finish().iter().all(|(status, _, _)| *status == 200));
+
+    // Two requests a second: every look is inconclusive; the judge looks on for 2 s more at
+    // the soak's end, then the rollout goes on.
+    let thin = Load::kept(proxy.port, 1, Duration::from_millis(500));
+    site.add_sample("v3", "");
+    let file = policy(
+        &site,
+        4000,
+        r#"{"min_requests": 100, "interval_ms": 1000, "inconclusive_wait_ms": 2000}"#,
+    );
+    let out = rollout(&site, "v3", &file);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
+    let thin_looks: Vec<serde_json::Value> = verdicts(&site)
+        .into_iter()
+        .filter(|l| l["version"] == "v3")
+        .collect();
+    assert!(thin_looks.len() >= 3, "{thin_looks:?}");
+    for look in &thin_looks {
+        assert_eq!(look["analysis"]["verdict"], "inconclusive", "{look}");
+        assert!(
+            look["detail"]
+                .as_str()
+                .unwrap()
+                .contains("100 a side are needed"),
+            "{look}"
+        );
+    }
+    assert!(
+        thin_looks.iter().any(|l| l["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the soak ended inconclusive: looking 2000 ms more")),
+        "{thin_looks:?}"
+    );
+    thin.finish();
+    drop(proxy);
+}
+
+#[test]
+fn a_rollout_asking_for_analysis_without_a_proxy_is_refused_before_anything_starts() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    site.replicas_of("v1", 4, 73);
+    site.add_sample("v2", "");
+    let file = policy(&site, 1000, "{}");
+    let before = std::fs::read_to_string(site.root().join("replicas.json")).unwrap();
+    let out = rollout(&site, "v2", &file);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(
+        stderr(&out).contains("the policy asks for analysis"),
+        "{}",
+        said(&out)
+    );
+    assert!(
+        stderr(&out).contains("no rollgate proxy serves"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.root().join("replicas.json")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn a_killed_proxy_or_a_killed_rollgate_mid_analysis_resumes_with_fresh_counts_and_no_wrong_verdict()
+{
+    let site = Site::new();
+    let (mut proxy, load) = serving(&site, 74, 4, Duration::from_millis(2));
+    site.add_sample("v2", "");
+    let file = policy(
+        &site,
+        10_000,
+        r#"{"min_requests": 50, "interval_ms": 1000}"#,
+    );
+    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["rollout", "edge-svc", "v2", "--root"])
+        .arg(site.root())
+        .args(["--policy", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(30, || verdicts(&site).len() >= 2),
+        "{:?}",
+        verdicts(&site)
+    );
+    // The proxy dies mid-analysis; another takes its place on the same address.
+    let port = proxy.port;
+    proxy.child.kill().unwrap();
+    let _ = proxy.child.wait();
+    let replacement = Proxy::start_on(&site, port, &[]);
+    let fresh = |site: &Site| {
+        verdicts(site).iter().any(|l| {
+            l["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("counts start fresh")
+        })
+    };
+    assert!(wait_for(20, || fresh(&site)), "{:?}", verdicts(&site));
+    // Then the rollgate running the rollout dies mid-soak; the next command takes the run over.
+    let before_kill = verdicts(&site).len();
+    running.kill().unwrap();
+    let _ = running.wait();
+    let out = rollgate()
+        .args(["rollout", "resume", "edge-svc", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(90))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "completed: {}", said(&out));
+    let seen = verdicts(&site);
+    assert!(
+        seen[before_kill..].iter().any(|l| l["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("counts start now")),
+        "{seen:?}"
+    );
+    // An identical canary: no look ever failed, through both deaths.
+    assert!(
+        seen.iter().all(|l| l["analysis"]["verdict"] != "fail"),
+        "{seen:?}"
+    );
+    load.finish();
+    drop(replacement);
+}
+
+#[test]
+fn a_deploy_is_judged_in_its_watch_against_the_old_release_before_the_switch() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::kept(proxy.port, 4, Duration::from_millis(2));
+    // The baseline is v1's record through the proxy up to the switch: enough of it to
+    // conclude on (0 errors in 68 requests is still consistent with a 10 % rate at p = 8e-4).
+    assert!(wait_for(60, || served_by(&site, "v1") >= 500));
+    site.add_sample("v2", "--error-rate 0.1");
+    let file = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 15000,
+            "analysis": {"min_requests": 50, "interval_ms": 1000, "on_fail": "rollback"}}}"#,
+    );
+    let started = Instant::now();
+    let out = site.deploy(free_port(), "v2", &["--policy", file.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "switched back: {} {:?}",
+        said(&out),
+        verdicts(&site)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(14),
+        "{:?}",
+        started.elapsed()
+    );
+    let last = verdicts(&site).pop().expect("an analysis line");
+    assert_eq!(last["analysis"]["verdict"], "fail", "{last}");
+    assert!(
+        last["analysis"]["baseline_requests"].as_u64().unwrap() >= 50,
+        "{last}"
+    );
+    let seen = verdicts(&site);
+    assert!(
+        seen[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("baseline: v1's "),
+        "{seen:?}"
+    );
+    let live: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("current")).unwrap())
+            .unwrap();
+    assert_eq!(live["version"], "v1");
+    assert!(load.finish().iter().all(|(status, _, _)| *status != 0));
+    drop(proxy);
+}

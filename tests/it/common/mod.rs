@@ -1,0 +1,724 @@
+//! Shared helpers for the integration tests: the real binary, run on files the test writes.
+#![allow(dead_code)]
+
+pub mod browser;
+pub mod http;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn rollgate() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("rollgate").expect("binary built");
+    cmd.env_remove("NICKEL_IMPORT_PATH").env("NO_COLOR", "1");
+    cmd
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `rollgate policy export [ARGS] FILE`.
+pub fn export(file: &Path, args: &[&str]) -> Output {
+    rollgate()
+        .args(["policy", "export"])
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A deploy root in a temporary folder, with releases that run the real binary's
+/// `sample-service`. Dropping it kills every process still running from it.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        Site {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `releases/<version>/edge-svc` running `rollgate sample-service <args>`.
+    pub fn release(&self, version: &str, args: &str) {
+        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        self.script(
+            version,
+            &format!("exec '{}' sample-service {args}\n", bin.display()),
+        );
+    }
+
+    /// `releases/<version>/edge-svc` with a shell body of its own.
+    pub fn script(&self, version: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = write(
+            self.root(),
+            &format!("releases/{version}/edge-svc"),
+            &format!("#!/bin/sh\n{body}"),
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Installs `version` with `rollgate release add` from an executable with this shell body
+    /// (made in a folder of its own, outside the root), as a user would.
+    pub fn add_release(&self, version: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let build = tempfile::tempdir().unwrap();
+        let exe = write(build.path(), "edge-svc", &format!("#!/bin/sh\n{body}"));
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = rollgate()
+            .args(["release", "add", "edge-svc", version])
+            .arg(&exe)
+            .arg("--root")
+            .arg(self.root())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
+    /// [`Site::add_release`] of `rollgate sample-service <args>`.
+    pub fn add_sample(&self, version: &str, args: &str) {
+        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        self.add_release(
+            version,
+            &format!("exec '{}' sample-service {args}\n", bin.display()),
+        );
+    }
+
+    /// `replicas` replicas of `version` (installed already) live, on the test's `block` of ten
+    /// ports ([`ten_ports`]).
+    pub fn replicas_of(&self, version: &str, replicas: usize, block: u16) {
+        let out = rollgate()
+            .args([
+                "rollout",
+                "edge-svc",
+                version,
+                "--replicas",
+                &replicas.to_string(),
+            ])
+            .args(["--ports", &ten_ports(block), "--root"])
+            .arg(self.root())
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
+    pub fn deploy(&self, port: u16, version: &str, extra: &[&str]) -> Output {
+        rollgate()
+            .args(["deploy", "edge-svc", &port.to_string(), version, "--root"])
+            .arg(self.root())
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap()
+    }
+
+    /// `rollgate rollout edge-svc VERSION --root ROOT EXTRA...`, with a minute's limit.
+    pub fn rollout(&self, version: &str, extra: &[&str]) -> Output {
+        rollgate()
+            .args(["rollout", "edge-svc", version, "--root"])
+            .arg(self.root())
+            .args(extra)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap()
+    }
+
+    /// Starts a deploy in the background and waits until its candidate_started line is logged.
+    pub fn deploy_in_background(&self, version: &str, deadline_ms: &str) -> std::process::Child {
+        let before = self.log_lines().len();
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args([
+                "deploy",
+                "edge-svc",
+                &free_port().to_string(),
+                version,
+                deadline_ms,
+                "--root",
+            ])
+            .arg(self.root())
+            .env("NO_COLOR", "1")
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for(10, || self.log_lines().len() > before),
+            "deploy of {version} started"
+        );
+        child
+    }
+
+    pub fn log_lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.root().join("deploy.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn events(&self) -> Vec<(String, String)> {
+        self.log_lines()
+            .iter()
+            .map(|v| {
+                (
+                    v["event"].as_str().unwrap().to_string(),
+                    v["version"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn last_detail(&self) -> String {
+        self.log_lines()
+            .last()
+            .map(|v| v["detail"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    pub fn pointer(&self) -> Option<serde_json::Value> {
+        std::fs::read(self.root().join("current"))
+            .ok()
+            .map(|b| serde_json::from_slice(&b).unwrap())
+    }
+
+    pub fn live_pid(&self) -> Option<i32> {
+        self.pointer().map(|p| p["pid"].as_i64().unwrap() as i32)
+    }
+
+    /// Processes whose working directory is inside this root.
+    pub fn processes(&self) -> Vec<i32> {
+        let root = std::fs::canonicalize(self.root()).unwrap();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .is_ok_and(|cwd| cwd.starts_with(&root))
+                    && !is_zombie(*pid)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        for pid in self.processes() {
+            unsafe { libc_kill(pid, 9) };
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+pub fn send_signal(pid: i32, signal: i32) {
+    unsafe { libc_kill(pid, signal) };
+}
+
+pub fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// Every child of `pid`, over all its threads.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+pub fn alive(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid)
+}
+
+/// A port nothing listens on right now (the kernel's pick).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `condition` every 20 ms for up to `seconds`.
+pub fn wait_for(seconds: u64, mut condition: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while std::time::Instant::now() < end {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// GET / on a port: the sample service answers with its version.
+pub fn version_on(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text.rsplit("\r\n\r\n").next()?.trim().to_string())
+}
+
+/// A release process the test started itself; killed and reaped when dropped.
+pub struct ReleaseProcess(pub std::process::Child);
+
+impl ReleaseProcess {
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for ReleaseProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `rollgate sample-service` started by the test itself in `releases/<version>/` as the leader
+/// of its own process group, the way the deployer starts releases: for states a deployer left.
+pub fn start_release_process(site: &Site, version: &str, port: u16) -> ReleaseProcess {
+    use std::os::unix::process::CommandExt;
+    let dir = site.root().join("releases").join(version);
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg("sample-service")
+        .current_dir(&dir)
+        .env("PORT", port.to_string())
+        .env("ROLLGATE_VERSION", version)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(10, || version_on(port).is_some()),
+        "{version} answers"
+    );
+    ReleaseProcess(child)
+}
+
+/// Field 22 of `/proc/PID/stat`: what the deployer records beside a pid.
+pub fn start_time_of(pid: i32) -> u64 {
+    stat_field(pid, 19).unwrap()
+}
+
+fn stat_field(pid: i32, index: usize) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(index)?
+        .parse()
+        .ok()
+}
+
+/// Live (non-zombie) processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| stat_field(*pid, 2) == Some(pgid as u64) && !is_zombie(*pid))
+        .collect()
+}
+
+/// Live processes of this root started by a deploy (they carry `ROLLGATE_DEPLOY_TOKEN`),
+/// other than the live release's group.
+pub fn token_carriers(site: &Site) -> Vec<i32> {
+    let live = site.live_pid().map(group_members).unwrap_or_default();
+    site.processes()
+        .into_iter()
+        .filter(|pid| !live.contains(pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|var| var.starts_with(b"ROLLGATE_DEPLOY_TOKEN="))
+            })
+        })
+        .collect()
+}
+
+/// The pointer JSON the deployer writes for a process.
+pub fn pointer_for(version: &str, port: u16, pid: i32) -> serde_json::Value {
+    serde_json::json!({"service": "edge-svc", "version": version, "port": port, "pid": pid,
+        "start_time": start_time_of(pid), "promoted_at": 1.0})
+}
+
+/// How many `event` lines the log holds for `version`.
+pub fn count_events(site: &Site, event: &str, version: &str) -> usize {
+    site.events()
+        .iter()
+        .filter(|(e, v)| e == event && v == version)
+        .count()
+}
+
+/// The folder the tests keep the tools they install in (`.ci/run` fills it first).
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME is set")
+        .join("rollgate-tools")
+}
+
+/// The Python tools the tests run, each from PyPI, one virtual environment for all of them.
+pub const PYTHON_TOOLS: &[(&str, &str)] = &[
+    ("ansible-core", "ansible-playbook"),
+    ("kubernetes-validate==1.37.0", "kubernetes-validate"),
+];
+
+/// Python libraries the tests import, each from PyPI, with the module that tells it is there:
+/// `prometheus-client`'s parser is the real reader of `/metrics` (issue 38).
+pub const PYTHON_MODULES: &[(&str, &str)] = &[("prometheus-client==0.26.0", "prometheus_client")];
+
+/// The `bin` folder of the tools' virtual environment, created and filled now if `.ci/run`
+/// has not done it.
+pub fn python_tools() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let venv = tools_dir().join("venv");
+            let bin = venv.join("bin");
+            if !bin.join("python").is_file() {
+                let made = std::process::Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&venv)
+                    .status()
+                    .expect("python3 runs (the tests need Python tools; .ci/run installs them)");
+                assert!(made.success(), "python3 -m venv failed");
+            }
+            let importable = |module: &str| {
+                std::process::Command::new(bin.join("python"))
+                    .args(["-c", &format!("import {module}")])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let missing: Vec<&str> = PYTHON_TOOLS
+                .iter()
+                .filter(|(_, binary)| !bin.join(binary).is_file())
+                .chain(
+                    PYTHON_MODULES
+                        .iter()
+                        .filter(|(_, module)| !importable(module)),
+                )
+                .map(|(package, _)| *package)
+                .collect();
+            if !missing.is_empty() {
+                let installed = std::process::Command::new(bin.join("pip"))
+                    .args(["install", "-q"])
+                    .args(&missing)
+                    .status()
+                    .expect("pip runs");
+                assert!(installed.success(), "pip could not install {missing:?}");
+            }
+            bin
+        })
+        .clone()
+}
+
+/// The folder of npm package `spec` (`name@version`) installed under the tools folder, in a
+/// prefix of its own; installed now if `.ci/run` has not done it.
+pub fn npm_package(prefix: &str, spec: &str) -> PathBuf {
+    let dir = tools_dir().join(prefix);
+    let name = spec.rsplit_once('@').map_or(spec, |(name, _)| name);
+    let package = dir.join("node_modules").join(name);
+    if !package.join("package.json").is_file() {
+        let status = std::process::Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .arg(spec)
+            .status()
+            .expect("npm runs (the tests need npm packages; .ci/run installs them)");
+        assert!(status.success(), "npm could not install {spec}");
+    }
+    package
+}
+
+/// Nushell for the lab tests: `ROLLGATE_TEST_NU`, else `nu` on the PATH, else the prebuilt one
+/// from the npm registry.
+pub fn nushell() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("ROLLGATE_TEST_NU") {
+                return PathBuf::from(path);
+            }
+            let on_path = std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("nu"))
+                    .find(|candidate| candidate.is_file())
+            });
+            if let Some(path) = on_path {
+                return path;
+            }
+            npm_package("nushell", "@nushell/linux-x64@0.115.1").join("bin/nu")
+        })
+        .clone()
+}
+
+/// Writes the candidate record a dead deployer (pid 999999) left for v2 of edge-svc: stage
+/// `running`, no pid yet, started now, 2 s grace, no previous release; `fields` override any of
+/// these (`pid` and `start_time` for a process that runs, `stage`, `previous`, ...).
+pub fn left_candidate(site: &Site, port: u16, token: &str, fields: serde_json::Value) {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
+        "token": token, "pid": null, "start_time": null, "stage": "running",
+        "deployer_pid": 999999, "started_at": started, "grace_ms": 2000, "previous": null});
+    for (key, value) in fields.as_object().expect("fields are an object") {
+        record[key] = value.clone();
+    }
+    write(site.root(), "candidate", &record.to_string());
+}
+
+/// `{"pid", "start_time"}` of a running process, as a record names it.
+pub fn process_fields(pid: i32) -> serde_json::Value {
+    serde_json::json!({"pid": pid, "start_time": start_time_of(pid)})
+}
+
+/// The first port of `len` consecutive ports free now, from 29600 to 32767: below the kernel's
+/// ephemeral range (so no `free_port` pick or outgoing connection lands in it) and above the
+/// blocks `tests/it/rollout.rs` uses. All the tests share one process, so a block handed out is
+/// never handed out again in it (a cursor moves past it): two tests running at once cannot
+/// both find the same block free before either binds it. Where the cursor starts depends on the
+/// process id, so two test runs on one machine rarely look at the same ports.
+pub fn port_block(len: u16) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    let (low, high) = (29_600u32, 32_767u32);
+    let len = u32::from(len);
+    let span = high - low - len;
+    let _ = CURSOR.compare_exchange(
+        u32::MAX,
+        std::process::id() % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        // Reserve the next `len` offsets for this call alone, then check they are free now.
+        let offset = CURSOR.fetch_add(len, Ordering::SeqCst) % span;
+        let first = low + offset;
+        let free = (first..first + len)
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok());
+        if free {
+            return first as u16;
+        }
+    }
+    panic!("no free block of {len} ports from {low} to {high}")
+}
+
+/// Whether any process on the machine has `marker` in its command line (to find what a probe
+/// or a hook left behind).
+pub fn a_process_mentions(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .any(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+}
+
+/// The version of each replica in `replicas.json`, by slot.
+pub fn replica_versions(site: &Site) -> Vec<String> {
+    let text = std::fs::read_to_string(site.root().join("replicas.json")).unwrap();
+    let set: serde_json::Value = serde_json::from_str(&text).unwrap();
+    set["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["version"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A stand-in for a proxy on the root's socket that answers one drain request with `answer`
+/// (an error line, so the drain is never confirmed); joins to the request line it read.
+pub fn unconfirming_proxy(site: &Site, answer: &'static str) -> std::thread::JoinHandle<String> {
+    use std::io::{BufRead, Write};
+    let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut line)
+            .unwrap();
+        (&stream).write_all(answer.as_bytes()).unwrap();
+        line
+    })
+}
+
+/// `ROOT/post.sh`, a hook that appends `$ROLLGATE_HOOK $ROLLGATE_VERSION` to `ROOT/hooks.out`
+/// each time it runs (to count how often post hooks ran).
+pub fn hook_recorder(site: &Site) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = write(
+        site.root(),
+        "post.sh",
+        "#!/bin/sh\necho \"$ROLLGATE_HOOK $ROLLGATE_VERSION\" >> \"$(dirname \"$0\")/hooks.out\"\n",
+    );
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Ten ports for one test (its `block`): a test binary's blocks sit together at a place chosen
+/// by the process id, below the kernel's ephemeral range, so tests running at once never share
+/// one; the first wholly free place is taken.
+pub fn ten_ports(block: u16) -> String {
+    let run = (std::process::id() % 8) as u16;
+    (0..16)
+        .map(|shift| 20_000 + ((run + shift) % 8) * 1_200 + block * 10)
+        .find(|first| {
+            (*first..*first + 10).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+        .map(|first| format!("{first}-{}", first + 9))
+        .expect("a free block of 10 ports")
+}
+
+/// `releases/<version>/edge-svc`: the sample service, except on replica `slot`, where it exits
+/// at boot (a release that fails on one replica only).
+pub fn fails_on_slot(site: &Site, version: &str, slot: usize) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        version,
+        &format!(
+            "[ \"$ROLLGATE_SLOT\" = {slot} ] && exit 1\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+}
+
+/// Four replicas of v1 live on the site's root (their ports from `ten_ports(block)`), and v2
+/// installed beside them.
+pub fn four_replicas_of_v1(site: &Site, block: u16) {
+    site.release("v1", "");
+    site.release("v2", "");
+    let out = rollgate()
+        .args(["rollout", "edge-svc", "v1", "--root"])
+        .arg(site.root())
+        .args([
+            "--replicas",
+            "4",
+            "--ports",
+            &ten_ports(block),
+            "--deadline-ms",
+            "20000",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `rollgate console` on a free loopback port, stopped on drop.
+pub struct Console {
+    pub child: std::process::Child,
+    pub port: u16,
+    /// The address it printed first (with `?token=` when it made its token).
+    pub link: String,
+    /// The token in that link, if there was one.
+    pub token: Option<String>,
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Console {
+    pub fn start(roots: &[&Path], extra: &[&str]) -> Console {
+        use std::io::BufRead;
+        let port = free_port();
+        let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+        command.arg("console");
+        for root in roots {
+            command.arg("--root").arg(root);
+        }
+        let mut child = command
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let link = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or("")
+            .to_string();
+        let token = link.split("?token=").nth(1).map(str::to_string);
+        assert!(
+            wait_for(10, || std::net::TcpStream::connect(("127.0.0.1", port))
+                .is_ok()),
+            "the console did not listen: {first}"
+        );
+        Console {
+            child,
+            port,
+            link,
+            token,
+        }
+    }
+}
+
+/// The first port of the test's `block` of ten ([`ten_ports`]): a test that deploys on a port
+/// range (`--ports first-(first+1)`) takes a block no other test of its binary takes, so two
+/// tests running at once never pick each other's ports.
+pub fn first_of(block: u16) -> u16 {
+    let range = ten_ports(block);
+    range
+        .split('-')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port range")
+}
+
+/// Mode 0755: what a release's executable needs.
+pub fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}

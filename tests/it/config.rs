@@ -1,0 +1,522 @@
+//! `rollgate config` and `rollgate secret` (issue 37.2, 37.3): a config change is a release,
+//! gated like any; every start of a release gets exactly its env and secrets; a rollback brings
+//! the old config back; a secret's value never lands in the root's files or rollgate's words.
+
+use crate::common::http::*;
+use crate::common::*;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+/// The sample service, made not ready by `READY_AFTER_MS` in its env, and printing its TOKEN_
+/// variables and exiting when told (`PRINT_ENV`), as a release that dumps its environment as it
+/// fails would.
+fn install_configurable(site: &Site, version: &str) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.add_release(
+        version,
+        &format!(
+            "[ -n \"$PRINT_ENV\" ] && {{ env | grep TOKEN_; exit 1; }}\nexec '{}' sample-service ${{READY_AFTER_MS:+--ready-after-ms $READY_AFTER_MS}}\n",
+            bin.display()
+        ),
+    );
+}
+
+fn environ(pid: i32) -> Vec<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    bytes
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).to_string())
+        .collect()
+}
+
+fn config(site: &Site, args: &[&str]) -> Output {
+    rollgate()
+        .arg("config")
+        .args(args)
+        .arg("--root")
+        .arg(site.root())
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap()
+}
+
+fn set_secret(site: &Site, name: &str, value: &str) -> Output {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["secret", "set", name, "--root"])
+        .arg(site.root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_config_change_is_a_gated_release_and_a_rollback_brings_the_old_env_back_exactly() {
+    let site = Site::new();
+    install_configurable(&site, "v1");
+    let first = first_of(40);
+    let ports = format!("{first}-{}", first + 1);
+    let out = rollgate()
+        .args(["deploy", "edge-svc", "v1", "--ports", &ports, "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let before = environ(site.live_pid().unwrap());
+
+    let out = config(
+        &site,
+        &[
+            "set",
+            "edge-svc",
+            "LOG_LEVEL=debug",
+            "GREETING=hello world",
+            "--ports",
+            &ports,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "v1+c1\n");
+    assert_eq!(site.pointer().unwrap()["version"], "v1+c1");
+    let env = environ(site.live_pid().unwrap());
+    assert!(env.contains(&"LOG_LEVEL=debug".to_string()), "{env:?}");
+    assert!(env.contains(&"GREETING=hello world".to_string()), "{env:?}");
+    // The executable is shared by a hard link, not copied.
+    use std::os::unix::fs::MetadataExt;
+    let inode = |v: &str| {
+        std::fs::metadata(site.root().join("releases").join(v).join("edge-svc"))
+            .unwrap()
+            .ino()
+    };
+    assert_eq!(inode("v1"), inode("v1+c1"));
+    let shown = stdout(&config(&site, &["show", "edge-svc"]));
+    assert!(
+        shown.contains("LOG_LEVEL=debug\n") && shown.contains("GREETING=\"hello world\"\n"),
+        "{shown}"
+    );
+    // A dry run says the config by names, never a value.
+    let out = rollgate()
+        .args(["deploy", "edge-svc", "1", "v1+c1", "--dry-run", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let dry = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        dry.contains("variables GREETING, LOG_LEVEL; secrets none"),
+        "{dry}"
+    );
+    assert!(!dry.contains("hello world"), "{dry}");
+    let diff = stdout(&config(&site, &["diff", "edge-svc", "v1", "v1+c1"]));
+    assert_eq!(diff, "+ GREETING=\"hello world\"\n+ LOG_LEVEL=debug\n");
+    // The log's records of v1+c1 carry its config's digest; `log history` shows it.
+    let digest = shown
+        .lines()
+        .next()
+        .unwrap()
+        .split("config ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    let started = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "candidate_started" && l["version"] == "v1+c1")
+        .unwrap();
+    assert_eq!(started["config"], digest.as_str());
+    let out = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = |v: &str| rows.iter().find(|r| r["version"] == v).unwrap().clone();
+    assert_eq!(row("v1+c1")["config"], digest.as_str(), "{rows:?}");
+    assert_eq!(row("v1")["config"], serde_json::Value::Null);
+    // `release list` names each release's config by the same digest.
+    let out = rollgate()
+        .args(["release", "list", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let listed: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let listed = |v: &str| listed.iter().find(|r| r["version"] == v).unwrap()["config"].clone();
+    assert_eq!(listed("v1+c1"), digest.as_str());
+    assert_eq!(listed("v1"), serde_json::Value::Null);
+
+    // A config that breaks readiness: rolled back on its own, the previous config serving.
+    let out = config(
+        &site,
+        &["set", "edge-svc", "READY_AFTER_MS=60000", "--ports", &ports],
+    );
+    assert_eq!(out.status.code(), Some(1), "rolled back: {}", stderr(&out));
+    assert_eq!(stdout(&out), "v1+c2\n");
+    assert_eq!(site.pointer().unwrap()["version"], "v1+c1");
+    assert!(environ(site.live_pid().unwrap()).contains(&"LOG_LEVEL=debug".to_string()));
+
+    // `rollback` goes to the release before: v1, with exactly v1's environment.
+    let out = rollgate()
+        .args(["rollback", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    let after = environ(site.live_pid().unwrap());
+    let without = |env: &[String]| -> Vec<String> {
+        env.iter()
+            .filter(|v| !v.starts_with("PORT=") && !v.starts_with("ROLLGATE_DEPLOY_TOKEN="))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        without(&after),
+        without(&before),
+        "v1's environment exactly"
+    );
+}
+
+#[test]
+fn an_env_file_that_cannot_be_parsed_refuses_the_deploy_naming_file_and_line() {
+    let site = Site::new();
+    install_configurable(&site, "v1");
+    std::fs::write(site.root().join("releases/v1/env"), "A=1\nnot a line\n").unwrap();
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_ne!(out.status.code(), Some(0));
+    let said = stderr(&out);
+    assert!(said.contains("releases/v1/env:2: not KEY=VALUE"), "{said}");
+    assert!(site.pointer().is_none());
+}
+
+#[test]
+fn config_set_on_four_replicas_behind_the_proxy_reaches_every_replica_with_no_failed_request() {
+    let site = Site::new();
+    install_configurable(&site, "v1");
+    site.replicas_of("v1", 4, 41);
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::start(proxy.port, 4, Duration::from_millis(2));
+    let out = config(&site, &["set", "edge-svc", "FEATURE=on"]);
+    let seen = load.finish();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_none_failed(&seen, "config set on 4 replicas");
+    assert!(seen.len() > 100, "only {} requests", seen.len());
+    let set: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("replicas.json")).unwrap())
+            .unwrap();
+    let replicas = set["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 4);
+    for replica in replicas {
+        assert_eq!(replica["version"], "v1+c1");
+        let env = environ(replica["pid"].as_i64().unwrap() as i32);
+        assert!(env.contains(&"FEATURE=on".to_string()), "{env:?}");
+    }
+}
+
+/// Every file under `dir` (but `skip`), read as bytes.
+fn files_under(dir: &Path, skip: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path == skip {
+            continue;
+        }
+        if path.is_dir() {
+            found.extend(files_under(&path, skip));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            found.push((path.display().to_string(), bytes));
+        }
+    }
+    found
+}
+
+#[test]
+fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words() {
+    let site = Site::new();
+    install_configurable(&site, "v1");
+    let first = first_of(42);
+    let ports = format!("{first}-{}", first + 1);
+    let said = std::cell::RefCell::new(String::new());
+    let run = |args: &[&str]| {
+        let out = rollgate()
+            .args(args)
+            .arg("--root")
+            .arg(site.root())
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap();
+        said.borrow_mut().push_str(&stdout(&out));
+        said.borrow_mut().push_str(&stderr(&out));
+        out
+    };
+    assert_eq!(
+        run(&["deploy", "edge-svc", "v1", "--ports", &ports])
+            .status
+            .code(),
+        Some(0)
+    );
+    // Random high-entropy values, one per secret.
+    let values: Vec<String> = (0..20)
+        .map(|i| format!("s{i}-{:016x}{:016x}", rand_u64(), rand_u64()))
+        .collect();
+    for (i, value) in values.iter().enumerate() {
+        let out = set_secret(&site, &format!("token-{i}"), value);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        said.borrow_mut().push_str(&stdout(&out));
+    }
+    let listed = stdout(&run(&["secret", "list"]));
+    assert!(
+        listed.contains("token-0") && listed.contains("token-19"),
+        "{listed}"
+    );
+    let mut secret_args = vec!["config", "set", "edge-svc", "--ports", &ports];
+    let pairs: Vec<String> = (0..20).map(|i| format!("TOKEN_{i}=token-{i}")).collect();
+    for pair in &pairs {
+        secret_args.push("--secret");
+        secret_args.push(pair);
+    }
+    let out = run(&secret_args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let env = environ(site.live_pid().unwrap());
+    for (i, value) in values.iter().enumerate() {
+        assert!(
+            env.contains(&format!("TOKEN_{i}={value}")),
+            "TOKEN_{i} reaches the process"
+        );
+    }
+    // A failing release that prints its environment: the rollback reason quotes its output.
+    let out = run(&[
+        "config",
+        "set",
+        "edge-svc",
+        "PRINT_ENV=1",
+        "--ports",
+        &ports,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    run(&["status"]);
+    run(&["status", "--format", "json"]);
+    run(&["config", "show", "edge-svc"]);
+    run(&["config", "diff", "edge-svc", "v1", "v1+c1"]);
+    run(&["release", "list", "--format", "json"]);
+    run(&["deploy", "edge-svc", "1", "v1+c1", "--dry-run"]);
+    let out = rollgate()
+        .args(["log", "history"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    said.borrow_mut().push_str(&stdout(&out));
+    let mut said = said.into_inner();
+    // The console's page, API and event stream, and webhook bodies, over the same root.
+    said.push_str(&what_the_console_and_webhooks_say(&site));
+    let history = std::fs::read_to_string(site.root().join("deploy.log")).unwrap();
+    assert!(
+        history.contains("[secret]"),
+        "the printed env is quoted, redacted: {history}"
+    );
+    assert!(
+        history.contains("\"secrets\":[\"TOKEN_0=token-0\""),
+        "the secrets' names are logged: {history}"
+    );
+
+    let secrets = site.root().join("secrets");
+    let files = files_under(site.root(), &secrets);
+    // The output files of the release that printed them are the release's own (like a
+    // process's stdout): every file rollgate writes is checked, outputs aside.
+    let checked: Vec<&(String, Vec<u8>)> = files
+        .iter()
+        .filter(|(p, _)| !p.contains(".output"))
+        .collect();
+    assert!(checked.iter().any(|(p, _)| p.ends_with("deploy.log")));
+    for value in &values {
+        for (path, bytes) in &checked {
+            assert!(
+                !String::from_utf8_lossy(bytes).contains(value.as_str()),
+                "a secret value is in {path}"
+            );
+        }
+        assert!(
+            !said.contains(value.as_str()),
+            "a secret value in rollgate's words"
+        );
+    }
+
+    // Refusals: a secrets folder others can read, a missing secret.
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = config(
+        &site,
+        &["set", "edge-svc", "--secret", "X=token-0", "--no-deploy"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("readable beyond its owner"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let before: Vec<String> = std::fs::read_dir(site.root().join("releases"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    let out = config(
+        &site,
+        &["set", "edge-svc", "--secret", "X=never-set", "--no-deploy"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("never-set is not set"),
+        "{}",
+        stderr(&out)
+    );
+    let after: Vec<String> = std::fs::read_dir(site.root().join("releases"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(before.len(), after.len(), "nothing made");
+    // A value is never taken from the command line.
+    let out = rollgate()
+        .args(["secret", "set", "x", "value", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// 64 random bits from the kernel.
+fn rand_u64() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut bytes)
+        .unwrap();
+    u64::from_le_bytes(bytes)
+}
+
+/// One HTTP/1.1 GET on 127.0.0.1 (the whole answer; an event stream is read for a second).
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).to_string()
+}
+
+/// Everything the console shows of the root and every webhook body a sender posts.
+fn what_the_console_and_webhooks_say(site: &Site) -> String {
+    use std::io::{BufRead, Read};
+    let console = Console::start(&[site.root()], &[]);
+    let mut seen = String::new();
+    for path in [
+        "/",
+        "/api/v1/roots",
+        "/api/v1/roots/edge-svc",
+        "/api/v1/roots/edge-svc/history",
+        "/api/v1/events?from=start",
+    ] {
+        let answer = http_get(console.port, path);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        seen.push_str(&answer);
+    }
+    assert!(
+        seen.contains("rolled_back"),
+        "the console shows the failed config"
+    );
+    drop(console);
+    // A receiver that keeps every body, then one sender pass from the log's beginning.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut length = 0;
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line.trim() != "" {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            kept.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&body));
+            let _ = reader
+                .get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    std::fs::write(
+        site.root().join("webhooks.json"),
+        format!("{{\"endpoints\": [{{\"name\": \"hook\", \"url\": \"http://127.0.0.1:{port}/hook\", \"secret\": \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=\"}}]}}"),
+    )
+    .unwrap();
+    // First seen now, the endpoint starts at the log's end: the state says it starts earlier.
+    let run = || {
+        rollgate()
+            .args(["webhooks", "send", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap()
+    };
+    run();
+    std::fs::write(site.root().join("webhooks/state.json"), "{\"hook\": {\"cursor\": null, \"next_attempt_at\": 0, \"attempts\": 0, \"disabled\": false}}").unwrap();
+    let out = run();
+    seen.push_str(&stdout(&out));
+    assert!(
+        !stdout(&out).starts_with("0 delivered"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let delivered = bodies.lock().unwrap().clone();
+    assert!(delivered.contains("rolled_back"), "{delivered}");
+    seen.push_str(&delivered);
+    seen
+}

@@ -1,0 +1,821 @@
+//! `rollgate deploy` with real processes on loopback: the gate's outcomes, refusals, signals,
+//! crashes, policies and escalation.
+
+use crate::common::*;
+
+use std::time::{Duration, Instant};
+
+fn first_release(site: &Site) -> u16 {
+    site.release("v1", "--ready-after-ms 100");
+    let port = free_port();
+    let out = site.deploy(port, "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    port
+}
+
+#[test]
+fn first_deploy_promotes_and_the_release_serves() {
+    let site = Site::new();
+    let port = first_release(&site);
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v1");
+    assert_eq!(pointer["port"], port);
+    assert!(alive(site.live_pid().unwrap()));
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    assert_eq!(
+        site.events(),
+        vec![
+            ("candidate_started".into(), "v1".into()),
+            ("promoted".into(), "v1".into())
+        ]
+    );
+    let promoted = &site.log_lines()[1];
+    assert_eq!(promoted["service"], "edge-svc");
+    assert!(promoted["elapsed_ms"].as_u64().unwrap() >= 100);
+    assert!(!site.root().join("candidate").exists());
+    // The candidate's output went beside it.
+    assert!(
+        std::fs::read_to_string(site.root().join("releases/v1/edge-svc.output"))
+            .unwrap()
+            .contains("listening")
+    );
+}
+
+#[test]
+fn second_deploy_switches_and_stops_the_old_release() {
+    let site = Site::new();
+    first_release(&site);
+    let old = site.live_pid().unwrap();
+    site.release("v2", "--ready-after-ms 300");
+    let port = free_port();
+    let out = site.deploy(port, "v2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+    assert!(wait_for(5, || !alive(old)), "old release still running");
+    assert_eq!(version_on(port).as_deref(), Some("v2"));
+    assert!(
+        site.last_detail()
+            .contains("old release v1 stopped (SIGTERM)"),
+        "{}",
+        site.last_detail()
+    );
+    // 503 until ready: more than one probe was needed.
+    let probes: u32 = site
+        .last_detail()
+        .split(" probe")
+        .next()
+        .unwrap()
+        .rsplit('(')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(probes >= 2, "{}", site.last_detail());
+}
+
+fn assert_rolled_back(site: &Site, out: &std::process::Output, live_version: &str, reason: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    assert_eq!(site.pointer().unwrap()["version"], live_version);
+    let last = site.log_lines().last().unwrap().clone();
+    assert_eq!(last["event"], "rolled_back");
+    let detail = last["detail"].as_str().unwrap();
+    assert_eq!(detail.split("; ").next().unwrap(), reason, "{detail}");
+    assert!(
+        detail.contains(&format!("old release {live_version} still answering")),
+        "{detail}"
+    );
+    // Only the live release is left running.
+    assert!(
+        wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]),
+        "{:?}",
+        site.processes()
+    );
+    assert!(!site.root().join("candidate").exists());
+}
+
+#[test]
+fn never_ready_is_rolled_back_at_the_deadline() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v3", "--ready-after-ms 60000");
+    let started = Instant::now();
+    let out = site.deploy(free_port(), "v3", &["800"]);
+    assert_rolled_back(&site, &out, "v1", "not ready after 800 ms");
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    assert!(
+        site.last_detail().contains("last probes: HTTP 503"),
+        "{}",
+        site.last_detail()
+    );
+}
+
+#[test]
+fn crash_at_boot_is_seen_at_once() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v4", "--exit-after-ms 0 --exit-code 78");
+    let out = site.deploy(free_port(), "v4", &["20000"]);
+    assert_rolled_back(
+        &site,
+        &out,
+        "v1",
+        "candidate exited with exit status: 78 before ready",
+    );
+    // Seen when it happened, not at a 20 s deadline.
+    let elapsed = site.log_lines().last().unwrap()["elapsed_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(elapsed < 5000, "{elapsed}");
+    assert!(
+        site.last_detail()
+            .contains("exiting at boot with status 78"),
+        "candidate output in detail"
+    );
+}
+
+#[test]
+fn a_candidate_killed_by_a_signal_is_named() {
+    let site = Site::new();
+    first_release(&site);
+    site.script("v5", "kill -9 $$\n");
+    let out = site.deploy(free_port(), "v5", &["20000"]);
+    assert_rolled_back(
+        &site,
+        &out,
+        "v1",
+        "candidate exited with signal: 9 (SIGKILL) before ready",
+    );
+}
+
+#[test]
+fn a_hanging_readyz_never_stretches_the_deadline() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v6", "--hang-readyz");
+    let out = site.deploy(free_port(), "v6", &["1200"]);
+    assert_rolled_back(&site, &out, "v1", "not ready after 1200 ms");
+    let elapsed = site.log_lines().last().unwrap()["elapsed_ms"]
+        .as_u64()
+        .unwrap();
+    assert!((1200..3000).contains(&elapsed), "{elapsed}");
+    assert!(
+        site.last_detail().contains("no answer within"),
+        "{}",
+        site.last_detail()
+    );
+}
+
+#[test]
+fn an_old_release_that_ignores_sigterm_is_killed_after_the_grace() {
+    let site = Site::new();
+    site.release("v1", "--ignore-sigterm");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let old = site.live_pid().unwrap();
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--grace-ms", "300"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(5, || !alive(old)));
+    assert!(
+        site.last_detail().contains("old release v1 killed"),
+        "{}",
+        site.last_detail()
+    );
+}
+
+#[test]
+fn refusals_start_nothing_and_change_nothing() {
+    let site = Site::new();
+    let live_port = first_release(&site);
+    let before_log = std::fs::read(site.root().join("deploy.log")).unwrap();
+    let before_pointer = std::fs::read(site.root().join("current")).unwrap();
+    site.release("v2", "");
+    std::fs::create_dir_all(site.root().join("releases/v7")).unwrap();
+    write(site.root(), "releases/v7/edge-svc", "#!/bin/sh\n");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let cases: Vec<(u16, &str, &str)> = vec![
+        (free_port(), "../v1", "starts with a dot"),
+        (free_port(), "a/b", "contains '/'"),
+        (free_port(), "", "empty"),
+        (free_port(), "v9", "release v9 of edge-svc not found"),
+        (free_port(), "v7", "is not executable"),
+        (busy_port, "v2", "is busy"),
+        (live_port, "v2", "is the live release's"),
+    ];
+    for (port, version, expected) in cases {
+        let out = site.deploy(port, version, &[]);
+        assert_eq!(out.status.code(), Some(2), "{version}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(expected),
+            "{version}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        std::fs::read(site.root().join("deploy.log")).unwrap(),
+        before_log
+    );
+    assert_eq!(
+        std::fs::read(site.root().join("current")).unwrap(),
+        before_pointer
+    );
+    assert_eq!(site.processes(), vec![site.live_pid().unwrap()]);
+}
+
+#[test]
+fn an_invalid_policy_is_refused_with_nickels_diagnostic() {
+    let site = Site::new();
+    site.release("v1", "");
+    let policy = write(
+        site.root(),
+        "policy.ncl",
+        "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ edge_svc = { progress_deadline_ms = 900000, poll_ms = 100, max_unavailable_pct = 0, max_surge_pct = 100, on_stall = 'rollback } | RolloutPolicy }\n",
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("contract broken by the value of `progress_deadline_ms`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("progress_deadline_ms must be an integer from 100 to 600000"),
+        "{err}"
+    );
+    assert!(site.log_lines().is_empty());
+    assert!(site.processes().is_empty());
+}
+
+#[test]
+fn the_policy_sets_the_deadline() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v3", "--ready-after-ms 60000");
+    let policy = write(
+        site.root(),
+        "edge.yaml",
+        "edge_svc:\n  progress_deadline_ms: 700\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n",
+    );
+    let out = site.deploy(free_port(), "v3", &["--policy", policy.to_str().unwrap()]);
+    assert_rolled_back(&site, &out, "v1", "not ready after 700 ms");
+    let started = &site.log_lines()[site.log_lines().len() - 2];
+    assert!(started["detail"]
+        .as_str()
+        .unwrap()
+        .contains("deadline 700 ms (policy); poll 50 ms"));
+    // The example Nickel policy works too, through its entry name.
+    site.release("v2", "");
+    let example = repo().join("contracts/policy.ncl");
+    let out = site.deploy(free_port(), "v2", &["--policy", example.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.deploy(
+        free_port(),
+        "v1",
+        &[
+            "--policy",
+            example.to_str().unwrap(),
+            "--policy-entry",
+            "nope",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no policy entry `nope` (entries: edge_svc)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn escalating_policy(site: &Site) -> String {
+    write(
+        site.root(),
+        "escalate.yaml",
+        "edge_svc:\n  progress_deadline_ms: 500\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: escalate\n  stop_grace_ms: 2000\n",
+    )
+    .to_str()
+    .unwrap()
+    .to_string()
+}
+
+#[test]
+fn escalate_then_promote_by_hand() {
+    let site = Site::new();
+    first_release(&site);
+    let old = site.live_pid().unwrap();
+    site.release("v2", "--ready-after-ms 1500");
+    let policy = escalating_policy(&site);
+    let port = free_port();
+    let out = site.deploy(port, "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(
+        site.events().last().unwrap(),
+        &("escalated".to_string(), "v2".to_string())
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    assert_eq!(site.processes().len(), 2, "candidate left running");
+    // Another deploy must wait for the person.
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("escalated and waiting for a person"));
+
+    let out = rollgate()
+        .args(["promote", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+    assert!(wait_for(5, || !alive(old)));
+    assert_eq!(version_on(port).as_deref(), Some("v2"));
+    assert_eq!(
+        site.events().last().unwrap(),
+        &("promoted".to_string(), "v2".to_string())
+    );
+    let out = rollgate()
+        .args(["promote", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "nothing left to promote");
+}
+
+#[test]
+fn escalate_then_abort_by_hand() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 60000");
+    let policy = escalating_policy(&site);
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let out = rollgate()
+        .args(["abort", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    assert_eq!(
+        site.events().last().unwrap(),
+        &("rolled_back".to_string(), "v2".to_string())
+    );
+    assert!(site
+        .last_detail()
+        .starts_with("aborted by hand after escalation; old release v1 still answering"));
+    assert!(wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]));
+}
+
+#[test]
+fn two_concurrent_deploys_one_wins_one_is_refused() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 1500");
+    site.release("v3", "");
+    let mut first = site.deploy_in_background("v2", "3000");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!(
+            "another deploy is running on this root (pid {}",
+            first.id()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(first.wait().unwrap().code(), Some(0));
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}
+
+#[test]
+fn sigterm_to_rollgate_rolls_back_and_leaves_the_pointer() {
+    let site = Site::new();
+    first_release(&site);
+    let pointer_before = std::fs::read(site.root().join("current")).unwrap();
+    site.release("v2", "--ready-after-ms 60000");
+    let mut deployer = site.deploy_in_background("v2", "30000");
+    send_signal(deployer.id() as i32, 15);
+    assert_eq!(deployer.wait().unwrap().code(), Some(1));
+    assert_eq!(
+        std::fs::read(site.root().join("current")).unwrap(),
+        pointer_before
+    );
+    assert_eq!(
+        site.events().last().unwrap(),
+        &("rolled_back".to_string(), "v2".to_string())
+    );
+    assert!(
+        site.last_detail()
+            .starts_with("interrupted by SIGTERM; old release v1 still answering"),
+        "{}",
+        site.last_detail()
+    );
+    assert!(wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]));
+}
+
+#[test]
+fn after_kill_9_the_next_deploy_cleans_up_and_succeeds() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 60000");
+    site.release("v3", "");
+    let mut deployer = site.deploy_in_background("v2", "30000");
+    let in_flight = |site: &Site| {
+        let out = rollgate()
+            .args(["status", "--format", "json", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        status["candidate"].clone()
+    };
+    // While its deployer gates it, the candidate is driven.
+    assert_eq!(in_flight(&site)["orphaned"], false);
+    send_signal(deployer.id() as i32, 9);
+    deployer.wait().unwrap();
+    // The orphaned candidate is still there, and the pointer is whole.
+    assert_eq!(site.processes().len(), 2);
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    // `status` says nobody drives it any more, and who will finish it.
+    let candidate = in_flight(&site);
+    assert_eq!(
+        (&candidate["orphaned"], &candidate["running"]),
+        (&serde_json::json!(true), &serde_json::json!(true))
+    );
+    let out = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("is gone: the next deploy, rollback or `rollgate up` finishes it"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = site.events();
+    assert_eq!(events[3], ("rolled_back".to_string(), "v2".to_string()));
+    assert!(site.log_lines()[3]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("abandoned: deployer pid"));
+    assert_eq!(
+        events.last().unwrap(),
+        &("promoted".to_string(), "v3".to_string())
+    );
+    assert!(
+        wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]),
+        "{:?}",
+        site.processes()
+    );
+}
+
+#[test]
+fn the_logs_summary_after_a_sequence_matches_what_happened() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 200");
+    site.release("v3", "--ready-after-ms 60000");
+    site.release("v4", "--exit-after-ms 0 --exit-code 78");
+    assert_eq!(site.deploy(free_port(), "v2", &[]).status.code(), Some(0));
+    assert_eq!(
+        site.deploy(free_port(), "v3", &["600"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(site.deploy(free_port(), "v4", &[]).status.code(), Some(1));
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        "{\"releases\":4,\"promoted\":2,\"rolled_back\":2,\"reasons\":[{\"version\":\"v3\",\"reason\":\"not ready after 600 ms\"},{\"version\":\"v4\",\"reason\":\"candidate exited with exit status: 78 before ready\"}],\"live\":\"v2\"}\n"
+    );
+    let out = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["live"]["version"], "v2");
+    assert_eq!(status["live"]["answering"], true);
+    assert_eq!(status["recent"][0]["version"], "v4");
+    assert_eq!(status["recent"].as_array().unwrap().len(), 4);
+}
+
+/// Start time of a process, as `/proc/PID/stat` field 22 gives it.
+#[test]
+fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
+    // The state a deployer killed right after its rename leaves: `current` names the
+    // candidate, the candidate record is still there, the old release still runs.
+    let site = Site::new();
+    first_release(&site);
+    let old_pointer = site.pointer().unwrap();
+    let old_pid = site.live_pid().unwrap();
+    let port = free_port();
+    let mut candidate = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg("sample-service")
+        .current_dir(site.root())
+        .env("PORT", port.to_string())
+        .env("ROLLGATE_VERSION", "v2")
+        .spawn()
+        .unwrap();
+    let pid = candidate.id() as i32;
+    let pointer = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port, "pid": pid,
+        "start_time": start_time_of(pid), "promoted_at": 1.0});
+    write(site.root(), "current", &pointer.to_string());
+    let mut fields = process_fields(pid);
+    fields["started_at"] = 1.0.into();
+    fields["previous"] = old_pointer;
+    left_candidate(&site, port, "t", fields);
+
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = site.log_lines();
+    assert_eq!(lines[2]["event"], "promoted");
+    assert_eq!(lines[2]["version"], "v2");
+    assert!(lines[2]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("switched before deployer pid 999999 died"));
+    assert!(wait_for(5, || !alive(old_pid)), "old release stopped");
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
+    assert!(wait_for(5, || !alive(pid)), "v2 replaced by v3 and stopped");
+    candidate.wait().unwrap();
+}
+
+#[test]
+fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
+    let site = Site::new();
+    first_release(&site);
+    let port = free_port();
+    let mut orphan = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg("sample-service")
+        .current_dir(site.root())
+        .env("PORT", port.to_string())
+        .env("ROLLGATE_DEPLOY_TOKEN", "token-from-a-dead-run")
+        .spawn()
+        .unwrap();
+    left_candidate(
+        &site,
+        port,
+        "token-from-a-dead-run",
+        serde_json::json!({"stage": "spawning", "started_at": 1.0}),
+    );
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let abandoned = &site.log_lines()[2];
+    assert_eq!(abandoned["event"], "rolled_back");
+    let detail = abandoned["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("pid {} stopped (SIGTERM)", orphan.id())),
+        "{detail}"
+    );
+    assert!(wait_for(5, || !alive(orphan.id() as i32)));
+    orphan.wait().unwrap();
+}
+
+#[test]
+fn a_terminal_sees_a_live_progress_line_and_a_pipe_does_not() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 400");
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let command = format!(
+        "'{}' deploy edge-svc {} v2 --root '{}'",
+        bin.display(),
+        free_port(),
+        site.root().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("v2: 0."), "{screen}");
+    assert!(screen.contains(" s / 1.5 s, "), "{screen}");
+    assert!(screen.contains("probes, last: HTTP 503"), "{screen}");
+    assert!(screen.contains("rollgate: promoted"), "{screen}");
+    // Through a pipe (the other deploys in these tests), only the outcome line.
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(stderr(&out), "rollgate: promoted\n");
+}
+
+#[test]
+fn status_as_a_table() {
+    let site = Site::new();
+    first_release(&site);
+    let out = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let table = stdout(&out);
+    assert!(table.contains("edge-svc v1"), "{table}");
+    assert!(table.contains("yes (readyz: HTTP 200)"), "{table}");
+    assert!(table.contains("Last outcomes"), "{table}");
+    assert!(table.contains("promoted"), "{table}");
+    let empty = tempfile::tempdir().unwrap();
+    let out = rollgate()
+        .args(["status", "--root"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("(nothing promoted yet)"));
+}
+
+/// The policy is evaluated in a child process that exits after answering; a deploy, which runs
+/// on for the whole deadline, must have waited for it rather than leave a zombie behind.
+#[test]
+fn a_running_deploy_keeps_no_finished_policy_evaluator() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("slow", "--ready-after-ms 60000");
+    let policy = write(
+        site.root(),
+        "policy.ncl",
+        "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ edge_svc = { progress_deadline_ms = 4000, poll_ms = 100, max_unavailable_pct = 0, max_surge_pct = 100, on_stall = 'rollback } | RolloutPolicy }\n",
+    );
+    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "slow",
+            "--root",
+        ])
+        .arg(site.root())
+        .arg("--policy")
+        .arg(&policy)
+        .env("NO_COLOR", "1")
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(10, || site
+            .events()
+            .iter()
+            .any(|(e, v)| e == "candidate_started" && v == "slow")),
+        "{:?}",
+        site.events()
+    );
+    let children = children_of(deploy.id() as i32);
+    assert!(!children.is_empty(), "the candidate is the deploy's child");
+    for child in &children {
+        assert!(
+            !is_zombie(*child),
+            "child {child} of the deploy is a zombie"
+        );
+    }
+    assert_eq!(deploy.wait().unwrap().code(), Some(1), "rolled back");
+}
+
+/// A deploy is the engine's one-replica rollout: the state file it keeps in flight is the
+/// rollout's (`rollout status` reads it), its `candidate` record is that state's view, and the
+/// controls of a rollout send a person to promote or abort.
+#[test]
+fn a_deploy_in_flight_is_a_one_replica_rollout_in_the_same_state_file() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 1500");
+    let policy = escalating_policy(&site);
+    let port = free_port();
+    let out = site.deploy(port, "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("rollout.json")).unwrap())
+            .unwrap();
+    assert_eq!(state["phase"], "paused");
+    assert_eq!(state["settings"]["replicas"], 1);
+    assert_eq!(state["settings"]["ports"], serde_json::json!([port, port]));
+    assert_eq!(state["slots"][0]["class"], "required");
+    assert_eq!(state["slots"][0]["held"], true);
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("candidate")).unwrap())
+            .unwrap();
+    assert_eq!(record["stage"], "escalated");
+    assert_eq!(record["token"], state["id"]);
+    assert_eq!(record["pid"], state["slots"][0]["candidate"]["pid"]);
+
+    let status = rollgate()
+        .args([
+            "rollout", "status", "edge-svc", "--format", "json", "--root",
+        ])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["state"], "paused");
+    assert_eq!(status["version"], "v2");
+
+    // `rollgate status` shows it as the deploy in flight it is, not as a rollout.
+    let table = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let table = stdout(&table);
+    assert!(table.contains("in flight"), "{table}");
+    assert!(table.contains("Escalated"), "{table}");
+    assert!(!table.contains("last rollout"), "{table}");
+
+    let resume = rollgate()
+        .args(["rollout", "resume", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(resume.status.code(), Some(2));
+    assert!(
+        stderr(&resume).contains("is a single deploy"),
+        "{}",
+        stderr(&resume)
+    );
+
+    let out = rollgate()
+        .args(["promote", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Once its outcome is on record, `current` alone says what is live, as after any deploy.
+    assert!(!site.root().join("rollout.json").exists());
+    assert!(!site.root().join("candidate").exists());
+    assert!(!site.root().join("replicas.json").exists());
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}
+
+/// Deploying the live version again (a restart) and killing the deployer in its gate: the next
+/// deploy must tell the killed attempt's candidate from the live release, which runs the same
+/// version, and undo the attempt rather than take the live release for a finished switch.
+#[test]
+fn a_redeploy_of_the_live_version_killed_in_its_gate_is_undone_not_finished() {
+    let site = Site::new();
+    first_release(&site);
+    let live = site.live_pid().unwrap();
+    // The same version, now slow to become ready: its candidate is still gated when killed.
+    site.release("v1", "--ready-after-ms 60000");
+    let mut deployer = site.deploy_in_background("v1", "30000");
+    send_signal(deployer.id() as i32, 9);
+    deployer.wait().unwrap();
+    let candidate = site.log_lines()[2]["pid"].as_i64().unwrap() as i32;
+    assert_ne!(candidate, live);
+    assert!(alive(candidate));
+
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = site.log_lines();
+    assert_eq!(lines[3]["event"], "rolled_back", "{lines:?}");
+    assert_eq!(lines[3]["version"], "v1");
+    assert!(lines[3]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("abandoned: deployer pid"));
+    assert!(wait_for(5, || !alive(candidate)), "the attempt's candidate");
+    let promoted = lines.last().unwrap();
+    assert_eq!(promoted["version"], "v2");
+    assert!(
+        promoted["detail"]
+            .as_str()
+            .unwrap()
+            .contains("old release v1 stopped"),
+        "{promoted}"
+    );
+    assert!(wait_for(5, || !alive(live)), "the release that was live");
+    assert!(
+        wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]),
+        "{:?}",
+        site.processes()
+    );
+}
+
+/// On a terminal a deploy shows its gate's line, as it always has: not the progress line of
+/// the rollout engine it runs on.
+#[test]
+fn a_deploy_on_a_terminal_shows_no_rollout_progress() {
+    let site = Site::new();
+    first_release(&site);
+    site.release("v2", "--ready-after-ms 300");
+    let command = format!(
+        "'{}' deploy edge-svc {} v2 --root '{}' --watch-ms 300",
+        assert_cmd::cargo::cargo_bin("rollgate").display(),
+        free_port(),
+        site.root().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("rollgate: promoted"), "{screen}");
+    for rollout_word in ["wave", "surge", "unavailable", "upgrading"] {
+        assert!(!screen.contains(rollout_word), "{rollout_word} in {screen}");
+    }
+}

@@ -1,0 +1,144 @@
+//! `rollgate log follow`, run for real on a log that is written, rotated and truncated under it:
+//! every record comes out whole, once, in order.
+
+use crate::common::*;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn append(path: &Path, text: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+fn record(n: usize, version: &str) -> String {
+    format!(
+        "{{\"ts\":{},\"event\":\"replica_ready\",\"service\":\"edge-svc\",\"version\":\"{version}\",\"slot\":{n},\"detail\":\"record {n}\"}}",
+        1_793_613_600 + n
+    )
+}
+
+/// `rollgate log follow ARGS`, its stdout's lines collected as they come.
+fn follow(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["log", "follow"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let seen = lines.clone();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            seen.lock().unwrap().push(line);
+        }
+    });
+    (child, lines)
+}
+
+fn wait_for_lines(lines: &Arc<Mutex<Vec<String>>>, count: usize) -> Vec<String> {
+    wait_for(20, || lines.lock().unwrap().len() >= count);
+    lines.lock().unwrap().clone()
+}
+
+#[test]
+fn every_record_comes_out_whole_once_and_in_order_through_rotation_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("deploy.log");
+    // The log does not exist yet: the follower waits for it.
+    let (mut child, lines) = follow(&[log.to_str().unwrap(), "--format", "json"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut expected = Vec::new();
+    let write = |path: &Path, n: usize| -> String {
+        let line = record(n, "v2");
+        append(path, &format!("{line}\n"));
+        line
+    };
+    expected.push(write(&log, 0));
+    expected.push(write(&log, 1));
+    // Half a record, then the rest: never printed in halves.
+    let half = record(2, "v2");
+    let (first, rest) = half.split_at(half.len() / 2);
+    append(&log, first);
+    std::thread::sleep(Duration::from_millis(400));
+    append(&log, &format!("{rest}\n"));
+    expected.push(half.clone());
+    assert_eq!(wait_for_lines(&lines, 3), expected[..3]);
+    // logrotate's default: the file renamed, a late write to it, then a new file.
+    let rotated = dir.path().join("deploy.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    expected.push(write(&rotated, 3));
+    expected.push(write(&log, 4));
+    expected.push(write(&log, 5));
+    assert_eq!(wait_for_lines(&lines, 6), expected[..6]);
+    // copytruncate: copied away, truncated in place, written again.
+    std::fs::copy(&log, dir.path().join("deploy.log.2")).unwrap();
+    std::fs::write(&log, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    expected.push(write(&log, 6));
+    expected.push(write(&log, 7));
+    let got = wait_for_lines(&lines, 8);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn from_the_start_with_the_filters_and_formats_of_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("deploy.log");
+    for n in 0..4 {
+        append(
+            &log,
+            &format!("{}\n", record(n, if n % 2 == 0 { "v1" } else { "v2" })),
+        );
+    }
+    append(&log, "not a record\n");
+    let (mut child, lines) = follow(&[
+        log.to_str().unwrap(),
+        "--from-start",
+        "--version",
+        "v2",
+        "--format",
+        "csv",
+    ]);
+    append(&log, &format!("{}\n", record(5, "v2")));
+    let got = wait_for_lines(&lines, 4);
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        got,
+        [
+            "ts,event,service,version,slot,detail",
+            "1793613601,replica_ready,edge-svc,v2,1,record 1",
+            "1793613603,replica_ready,edge-svc,v2,3,record 3",
+            "1793613605,replica_ready,edge-svc,v2,5,record 5",
+        ]
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("a line that is not a record, skipped"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // From the end (the default): nothing old, then what is appended.
+    let (mut child, lines) = follow(&[log.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(300));
+    append(&log, &format!("{}\n", record(6, "v1")));
+    let got = wait_for_lines(&lines, 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].contains("replica_ready") && got[0].contains("v1 #6  record 6"),
+        "{got:?}"
+    );
+}

@@ -1,0 +1,369 @@
+//! `rollgate release add` (issue 37): a file, a folder and an archive installed whole, with
+//! their record; hostile archives refused with `releases/` unchanged byte for byte; a `kill -9`
+//! at any moment of an install never leaves a version that a deploy could see half-made.
+
+use crate::common::*;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn add(root: &Path, version: &str, source: &Path, extra: &[&str]) -> Output {
+    rollgate()
+        .args(["release", "add", "edge-svc", version])
+        .arg(source)
+        .arg("--root")
+        .arg(root)
+        .args(extra)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap()
+}
+
+/// Every path under `dir` with its kind and content: a byte-for-byte picture.
+fn picture(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut seen = BTreeMap::new();
+    fn walk(top: &Path, dir: &Path, seen: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = path.strip_prefix(top).unwrap().display().to_string();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                seen.insert(format!("{name}/"), Vec::new());
+                walk(top, &path, seen);
+            } else if meta.file_type().is_symlink() {
+                seen.insert(
+                    name,
+                    std::fs::read_link(&path)
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .into_bytes(),
+                );
+            } else {
+                seen.insert(name, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    walk(dir, dir, &mut seen);
+    seen
+}
+
+/// A folder holding the sample service as `edge-svc`, a config file and a nested folder.
+fn release_folder(dir: &Path) -> PathBuf {
+    let folder = dir.join("app");
+    std::fs::create_dir_all(folder.join("conf/deep")).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    write(
+        &folder,
+        "edge-svc",
+        &format!("#!/bin/sh\nexec '{}' sample-service\n", bin.display()),
+    );
+    make_executable(&folder.join("edge-svc"));
+    write(&folder, "conf/app.toml", "greeting = \"hello\"\n");
+    write(&folder, "conf/deep/data.txt", "some data\n");
+    std::os::unix::fs::symlink("conf/app.toml", folder.join("app.toml")).unwrap();
+    folder
+}
+
+fn record(root: &Path, version: &str) -> Value {
+    let text =
+        std::fs::read_to_string(root.join("releases").join(version).join("release.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn sha256_of(path: &Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_file_a_folder_and_an_archive_are_each_installed_whole_with_their_record() {
+    let site = Site::new();
+    let work = tempfile::tempdir().unwrap();
+    let folder = release_folder(work.path());
+    let root = site.root();
+
+    // A file: it becomes releases/v1/edge-svc, executable.
+    let out = add(root, "v1", &folder.join("edge-svc"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("installed: edge-svc v1 (1 file,"),
+        "{}",
+        stdout(&out)
+    );
+    let r = record(root, "v1");
+    assert_eq!(r["kind"], "file");
+    assert_eq!(r["sha256"], sha256_of(&folder.join("edge-svc")));
+    assert_eq!(r["source"], folder.join("edge-svc").display().to_string());
+    assert!(r["installed_at"].as_f64().unwrap() > 1.7e9);
+
+    // A folder: copied whole, its symlink kept.
+    let out = add(root, "v2", &folder, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let installed = picture(&root.join("releases/v2"));
+    let mut source = picture(&folder);
+    source.insert(
+        "release.json".into(),
+        std::fs::read(root.join("releases/v2/release.json")).unwrap(),
+    );
+    assert_eq!(installed, source);
+    let r = record(root, "v2");
+    assert_eq!(
+        (r["kind"].as_str(), r["files"].as_u64()),
+        (Some("folder"), Some(3))
+    );
+
+    // An archive of the folder (`tar czf app.tgz app`): the same tree, the same tree digest.
+    let archive = work.path().join("app.tgz");
+    let out = std::process::Command::new("tar")
+        .args(["czf"])
+        .arg(&archive)
+        .arg("-C")
+        .arg(work.path())
+        .arg("app")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = add(root, "v3", &archive, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut unpacked = picture(&root.join("releases/v3"));
+    unpacked.remove("release.json");
+    let mut from_folder = picture(&root.join("releases/v2"));
+    from_folder.remove("release.json");
+    assert_eq!(unpacked, from_folder);
+    assert_eq!(
+        record(root, "v3")["tree_sha256"],
+        record(root, "v2")["tree_sha256"]
+    );
+    assert_eq!(record(root, "v3")["kind"], "archive");
+
+    // The same bytes again: already installed (exit 0); other bytes under that name: refused.
+    let out = add(root, "v3", &folder, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("already installed: edge-svc v3"),
+        "{}",
+        stdout(&out)
+    );
+    let before = picture(root);
+    let out = add(root, "v3", &folder.join("edge-svc"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("already installed") && stderr(&out).contains("other content"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(picture(root), before);
+
+    // An installed release deploys like any other.
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Nothing staged is left behind.
+    assert!(std::fs::read_dir(root.join("releases"))
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().starts_with('.')));
+}
+
+/// Writes hostile archives with Python's tarfile (each one case) and returns them by name.
+fn hostile_archives(dir: &Path) -> Vec<(String, PathBuf)> {
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("tests/tools/hostile_archives.py"))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut archives: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name()
+                    .to_string_lossy()
+                    .trim_end_matches(".tgz")
+                    .to_string(),
+                e.path(),
+            )
+        })
+        .collect();
+    archives.sort();
+    archives
+}
+
+#[test]
+fn hostile_archives_are_refused_and_leave_releases_byte_for_byte_unchanged() {
+    let site = Site::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = site.root();
+    // A release already there, so that "unchanged" has something to keep.
+    let folder = release_folder(work.path());
+    assert_eq!(add(root, "v1", &folder, &[]).status.code(), Some(0));
+    let archives_dir = work.path().join("hostile");
+    std::fs::create_dir(&archives_dir).unwrap();
+    let archives = hostile_archives(&archives_dir);
+    assert!(archives.len() >= 24, "{archives:?}");
+    let outside = std::fs::read_dir(work.path()).unwrap().count();
+    for (case, archive) in &archives {
+        let before = picture(&root.join("releases"));
+        let out = add(
+            root,
+            "v9",
+            archive,
+            &["--max-bytes", "1000", "--max-entries", "10"],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{case}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains(&archive.display().to_string()),
+            "{case} names the file: {}",
+            stderr(&out)
+        );
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{case}: {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            picture(&root.join("releases")),
+            before,
+            "{case} changed releases/"
+        );
+        assert!(!root.join("releases/v9").exists());
+        assert!(!Path::new("/tmp/evil").exists() && !work.path().join("evil").exists());
+    }
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        outside,
+        "nothing written beside"
+    );
+    // Each refusal says what was wrong.
+    let said = |case: &str| {
+        let archive = &archives.iter().find(|(c, _)| c == case).unwrap().1;
+        stderr(&add(
+            root,
+            "v9",
+            archive,
+            &["--max-bytes", "1000", "--max-entries", "10"],
+        ))
+    };
+    assert!(said("absolute").contains("is absolute"));
+    assert!(said("dotdot").contains("climbs out"));
+    assert!(said("symlink-up").contains("leads outside"));
+    assert!(said("hardlink-absolute").contains("absolute"));
+    assert!(said("fifo").contains("fifo"));
+    assert!(said("char-device").contains("device"));
+    assert!(said("replaces-record").contains("release.json"));
+    assert!(said("too-big").contains("--max-bytes"));
+    assert!(said("claims-3-gib").contains("--max-bytes"));
+    assert!(said("too-many").contains("--max-entries"));
+    let unlimited = |case: &str| {
+        let archive = &archives.iter().find(|(c, _)| c == case).unwrap().1;
+        stderr(&add(root, "v9", archive, &[]))
+    };
+    assert!(
+        unlimited("truncated").contains("truncated or corrupt"),
+        "{}",
+        unlimited("truncated")
+    );
+    assert!(
+        unlimited("garbage").contains("corrupt"),
+        "{}",
+        unlimited("garbage")
+    );
+    assert!(said("no-executable").contains("no executable"));
+}
+
+#[test]
+fn a_release_add_killed_at_any_moment_leaves_no_version_half_made() {
+    let site = Site::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = site.root();
+    let folder = release_folder(work.path());
+    // Enough files that a kill lands in the middle of the copy.
+    for i in 0..400 {
+        write(
+            &folder,
+            &format!("conf/deep/f{i}.txt"),
+            &"data ".repeat(200),
+        );
+    }
+    let expected = picture(&folder);
+    let started = std::time::Instant::now();
+    assert_eq!(add(root, "timed", &folder, &[]).status.code(), Some(0));
+    let whole = started.elapsed();
+    std::fs::remove_dir_all(root.join("releases/timed")).unwrap();
+    let mut seen_whole = 0;
+    for round in 0..20u64 {
+        let version = format!("k{round}");
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["release", "add", "edge-svc", &version])
+            .arg(&folder)
+            .arg("--root")
+            .arg(root)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // How long a whole install takes, measured once, sets where the kills land: from
+        // right at the start to past its end.
+        std::thread::sleep(whole.mul_f64(round as f64 / 10.0));
+        send_signal(child.id() as i32, 9);
+        let _ = child.wait();
+        let dir = root.join("releases").join(&version);
+        if dir.exists() {
+            // Renamed in: whole, with its record.
+            let mut got = picture(&dir);
+            assert!(
+                got.remove("release.json").is_some(),
+                "{version} has its record"
+            );
+            assert_eq!(got, expected, "{version} is whole");
+            seen_whole += 1;
+        }
+        // No other version appears, whole or not.
+        let Ok(entries) = std::fs::read_dir(root.join("releases")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            assert!(
+                name.starts_with('.') || name.starts_with('k'),
+                "unexpected {name}"
+            );
+        }
+    }
+    // The next install clears what the dead ones staged, and deploys see only whole versions.
+    let out = add(root, "after", &folder, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let hidden: Vec<String> = std::fs::read_dir(root.join("releases"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
+    eprintln!("{seen_whole} of 20 killed installs had renamed in (a whole install: {whole:?})");
+    assert!(
+        seen_whole > 0 && seen_whole < 20,
+        "the kills landed on both sides of the rename"
+    );
+}

@@ -1,0 +1,120 @@
+//! `rollgate rollback SVC`: back to the release live before the current one, through the gate,
+//! for a single release and for a replica set; refused when there is none.
+
+use crate::common::*;
+
+use std::time::Duration;
+
+fn rollback(site: &Site, extra: &[&str]) -> std::process::Output {
+    rollgate()
+        .args(["rollback", "edge-svc", "--root"])
+        .arg(site.root())
+        .args(extra)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn rollback_brings_the_previous_release_back_through_the_gate() {
+    let site = Site::new();
+    site.release("v1", "--ready-after-ms 150");
+    site.release("v2", "");
+    let v1_port = free_port();
+    assert_eq!(site.deploy(v1_port, "v1", &[]).status.code(), Some(0));
+    let first_v1 = site.live_pid().unwrap();
+    assert_eq!(
+        site.deploy(free_port(), "v2", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let v2 = site.live_pid().unwrap();
+    assert!(wait_for(5, || !alive(first_v1)));
+
+    let out = rollback(&site, &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("back from v2 to v1"),
+        "{}",
+        stderr(&out)
+    );
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v1");
+    assert_eq!(pointer["port"], v1_port, "on the port it was live on");
+    assert_eq!(version_on(v1_port).as_deref(), Some("v1"));
+    assert!(wait_for(5, || !alive(v2)));
+    // A fresh v1 that went through the gate: started, probed until ready (150 ms), promoted.
+    let lines = site.log_lines();
+    let tail: Vec<(&str, &str)> = lines[lines.len() - 2..]
+        .iter()
+        .map(|l| (l["event"].as_str().unwrap(), l["version"].as_str().unwrap()))
+        .collect();
+    assert_eq!(tail, [("candidate_started", "v1"), ("promoted", "v1")]);
+    assert!(lines.last().unwrap()["elapsed_ms"].as_u64().unwrap() >= 150);
+}
+
+#[test]
+fn rollback_refuses_when_there_is_nothing_to_go_back_to() {
+    let site = Site::new();
+    let out = rollback(&site, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("nothing of edge-svc is live"),
+        "{}",
+        stderr(&out)
+    );
+
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let before = site.log_lines().len();
+    let out = rollback(&site, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no release of edge-svc was live before v1"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.log_lines().len(), before, "nothing was started");
+
+    // The earlier release removed from the host: refused, naming it.
+    site.release("v2", "");
+    assert_eq!(
+        site.deploy(free_port(), "v2", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    std::fs::remove_dir_all(site.root().join("releases/v1")).unwrap();
+    let out = rollback(&site, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no longer installed (v1)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}
+
+#[test]
+fn rollback_moves_a_replica_set_back_with_a_rollout() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    let first = port_block(20);
+    let ports = format!("{first}-{}", first + 19);
+    for version in ["v1", "v2"] {
+        let out = site.rollout(version, &["--replicas", "3", "--ports", &ports]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = rollback(&site, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let versions = replica_versions(&site);
+    assert_eq!(versions, ["v1", "v1", "v1"]);
+}

@@ -1,0 +1,205 @@
+//! `rollgate up` after every release process was killed (as at a reboot): the same versions on
+//! the same ports, answering; `--supervise` restarts a release that exits and gives up on one
+//! that keeps crashing.
+
+use crate::common::*;
+
+use std::time::Duration;
+
+fn up(site: &Site, extra: &[&str]) -> std::process::Output {
+    rollgate()
+        .args(["up", "--root"])
+        .arg(site.root())
+        .args(extra)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap()
+}
+
+/// Kills a release's whole process group, as a reboot would, and waits until it is gone.
+fn kill_group(pid: i32) {
+    send_signal(-pid, 9);
+    assert!(wait_for(5, || !alive(pid) || is_zombie(pid)));
+}
+
+#[test]
+fn up_after_a_reboot_starts_the_live_release_on_its_port() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let port = free_port();
+    assert_eq!(
+        site.deploy(port, "v2", &["--watch-ms", "0"]).status.code(),
+        Some(0)
+    );
+    let old = site.live_pid().unwrap();
+
+    // Nothing to do while it runs.
+    let out = up(&site, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("v2 (port {port}): running (pid {old})")),
+        "{}",
+        stdout(&out)
+    );
+
+    kill_group(old);
+    assert_eq!(version_on(port), None);
+    let out = up(&site, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("started (pid"), "{}", stdout(&out));
+    assert_eq!(version_on(port).as_deref(), Some("v2"));
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v2");
+    assert_eq!(pointer["port"], port);
+    let new = site.live_pid().unwrap();
+    assert_ne!(new, old);
+    assert!(alive(new));
+    let last = site.log_lines().last().cloned().unwrap();
+    assert_eq!(last["event"], "restarted");
+    assert_eq!(last["pid"], new);
+    // The restarted release is the live one for the next deploy: it is drained and stopped.
+    site.release("v3", "");
+    assert_eq!(
+        site.deploy(free_port(), "v3", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert!(wait_for(5, || !alive(new)));
+}
+
+#[test]
+fn up_restores_every_replica_on_its_port() {
+    let site = Site::new();
+    site.release("v1", "");
+    let first = port_block(10);
+    let ports = format!("{first}-{}", first + 9);
+    let out = site.rollout("v1", &["--replicas", "3", "--ports", &ports]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let set = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("replicas.json")).unwrap())
+            .unwrap()
+    };
+    let before = set();
+    let replicas: Vec<(u16, i32)> = before["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["port"].as_u64().unwrap() as u16,
+                r["pid"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect();
+    for (_, pid) in &replicas {
+        kill_group(*pid);
+    }
+    let out = up(&site, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = set();
+    for (i, (port, pid)) in replicas.iter().enumerate() {
+        let replica = &after["replicas"][i];
+        assert_eq!(replica["port"], *port);
+        assert_eq!(replica["version"], "v1");
+        assert_ne!(replica["pid"], *pid);
+        assert_eq!(version_on(*port).as_deref(), Some("v1"), "replica {i}");
+    }
+    // The next rollout takes the restarted replicas as its baseline and moves them all.
+    site.release("v2", "");
+    let out = site.rollout("v2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `v1` crashes at boot while `crash` exists in the root, else serves; deployed and live.
+fn crashable(site: &Site) -> u16 {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        "v1",
+        &format!(
+            "[ -f ../../crash ] && exit 3\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    let port = free_port();
+    assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
+    port
+}
+
+/// A running `up --supervise`, killed when dropped (also when a test fails).
+struct Supervisor(std::process::Child);
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn supervisor(site: &Site) -> Supervisor {
+    Supervisor(
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["up", "--supervise", "--backoff-ms", "50", "--root"])
+            .arg(site.root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn supervise_restarts_a_release_that_exits() {
+    let site = Site::new();
+    let port = crashable(&site);
+    let supervisor = supervisor(&site);
+    for _ in 0..2 {
+        let before = site.live_pid().unwrap();
+        kill_group(before);
+        assert!(wait_for(10, || site
+            .live_pid()
+            .is_some_and(|p| p != before && alive(p))));
+        assert!(wait_for(5, || version_on(port).as_deref() == Some("v1")));
+    }
+    assert_eq!(count_events(&site, "restarted", "v1"), 2);
+    drop(supervisor);
+}
+
+#[test]
+fn supervise_gives_up_on_a_release_that_crashed_five_times_in_a_row() {
+    let site = Site::new();
+    let port = crashable(&site);
+    let supervisor = supervisor(&site);
+    write(site.root(), "crash", "");
+    kill_group(site.live_pid().unwrap());
+    // Exit 1 (the kill), then four restarts that exit at boot: five in a row, given up.
+    assert!(
+        wait_for(20, || count_events(&site, "restart_given_up", "v1") == 1),
+        "{:?}",
+        site.events()
+    );
+    let failed: Vec<String> = site
+        .log_lines()
+        .iter()
+        .filter(|l| l["event"] == "restart_failed")
+        .map(|l| l["detail"].to_string())
+        .collect();
+    assert_eq!(failed.len(), 4, "{failed:#?}");
+    let detail = site.last_detail();
+    assert!(detail.starts_with("exited 5 times in a row"), "{detail}");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        count_events(&site, "restart_failed", "v1"),
+        4,
+        "restarted after giving up"
+    );
+    assert_eq!(version_on(port), None);
+    drop(supervisor);
+    // A person fixes it; `up` starts it again.
+    std::fs::remove_file(site.root().join("crash")).unwrap();
+    let out = up(&site, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+}

@@ -1,0 +1,354 @@
+//! The watch after the switch: a release that is ready at once and falls over is switched back
+//! with the previous release still running; a healthy one is promoted only after its watch; a
+//! `--no-wait` watcher finishes in the background, and one killed mid-watch leaves nothing
+//! half-done for the next command.
+
+use crate::common::http::*;
+use crate::common::*;
+
+use std::time::{Duration, Instant};
+
+/// A policy with a fast poll and the given watch, so the gate sees a short-lived release ready.
+fn policy(site: &Site, watch_ms: u64) -> String {
+    write(
+        site.root(),
+        "watch.yaml",
+        &format!(
+            "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  stop_grace_ms: 1000\n  drain_timeout_ms: 2000\n  watch_ms: {watch_ms}\n"
+        ),
+    )
+    .display()
+    .to_string()
+}
+
+fn summary_live(site: &Site) -> serde_json::Value {
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    summary["live"].clone()
+}
+
+#[test]
+fn a_release_that_falls_over_after_the_switch_is_switched_back_without_failed_requests() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let v1 = site.live_pid().unwrap();
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::start(proxy.port, 4, Duration::from_millis(5));
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Ready at once, gone 200 ms after it started.
+    site.release("v2", "--exit-after-ms 200 --exit-code 3");
+    let policy = policy(&site, 3000);
+    let started = Instant::now();
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = load.finish();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        took < Duration::from_millis(2500),
+        "switched back only after {took:?}"
+    );
+    assert_none_failed(&seen, "a switch and a switch back");
+    assert!(seen.iter().any(|(_, body, _)| body == "v1"));
+
+    // current names v1's very process again, which never stopped.
+    assert_eq!(site.live_pid(), Some(v1));
+    assert!(alive(v1));
+    let v2: Vec<serde_json::Value> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["version"] == "v2")
+        .collect();
+    let events: Vec<&str> = v2.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["candidate_started", "switched", "rolled_back"]);
+    let rolled_back = &v2[2];
+    assert_eq!(rolled_back["phase"], "watch");
+    let detail = rolled_back["detail"].as_str().unwrap();
+    assert!(detail.starts_with("exited during the watch"), "{detail}");
+    assert!(detail.contains("switched back to v1"), "{detail}");
+    assert_eq!(summary_live(&site), "v1");
+    assert!(!site.root().join("candidate").exists());
+}
+
+#[test]
+fn a_healthy_release_is_promoted_after_its_watch_and_only_then_the_previous_one_stops() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let v1 = site.live_pid().unwrap();
+    site.release("v2", "");
+    let policy = policy(&site, 1500);
+    let port = free_port();
+    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["deploy", "edge-svc", &port.to_string(), "v2", "--root"])
+        .arg(site.root())
+        .args(["--policy", &policy])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(10, || site
+        .pointer()
+        .is_some_and(|p| p["version"] == "v2")));
+    let switched = Instant::now();
+    // Mid-watch: v2 serves, v1 still runs, and the log does not call v2 live yet.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        alive(v1),
+        "the previous release stopped before the watch ended"
+    );
+    assert_eq!(summary_live(&site), "v1");
+    assert!(deploy.wait().unwrap().success());
+    assert!(switched.elapsed() >= Duration::from_millis(1200));
+    assert!(
+        wait_for(5, || !alive(v1)),
+        "the previous release outlived the watch"
+    );
+    let last = site.log_lines().last().cloned().unwrap();
+    assert_eq!(last["event"], "promoted");
+    let detail = last["detail"].as_str().unwrap();
+    // Two drains (at the switch, after the watch), each named; no proxy said once.
+    assert!(
+        detail.contains(
+            "; passed the watch; at the switch: no proxy; after the watch: old release v1 stopped"
+        ),
+        "{detail}"
+    );
+    assert_eq!(detail.matches("no proxy").count(), 1, "{detail}");
+    assert_eq!(summary_live(&site), "v2");
+    // "What was live at T" in the watch: v1, with v2 serving beside it, said as such.
+    let ts_of = |event: &str| {
+        site.log_lines()
+            .iter()
+            .find(|l| l["event"] == event && l["version"] == "v2")
+            .unwrap()["ts"]
+            .as_f64()
+            .unwrap()
+    };
+    let at = |t: f64| {
+        let out = rollgate()
+            .args(["log", "history", "--format", "json", "--at", &t.to_string()])
+            .arg(site.root().join("deploy.log"))
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let in_watch = at(ts_of("switched") + 0.1);
+    assert_eq!(in_watch["live"], "v1", "{in_watch}");
+    assert_eq!(
+        (
+            &in_watch["also_serving"][0]["version"],
+            &in_watch["also_serving"][0]["how"]
+        ),
+        (&serde_json::json!("v2"), &serde_json::json!("watch")),
+        "{in_watch}"
+    );
+    let after = at(ts_of("promoted") + 0.001);
+    assert_eq!(
+        (&after["live"], &after["also_serving"]),
+        (&serde_json::json!("v2"), &serde_json::json!([]))
+    );
+    assert_eq!(version_on(port).as_deref(), Some("v2"));
+}
+
+#[test]
+fn no_wait_leaves_a_recorded_watcher_that_finishes_the_watch() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let v1 = site.live_pid().unwrap();
+    site.release("v2", "");
+    let started = Instant::now();
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "1500", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "it waited for the watch"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("candidate")).unwrap())
+            .unwrap();
+    assert_eq!(record["stage"], "watching");
+    let watcher = record["watch"]["watcher_pid"].as_i64().unwrap() as i32;
+    assert!(alive(watcher));
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&status).contains(&format!("watcher pid {watcher}")),
+        "{}",
+        stdout(&status)
+    );
+    assert!(alive(v1));
+    assert!(wait_for(10, || !site.root().join("candidate").exists()));
+    assert!(wait_for(5, || !alive(watcher)));
+    assert!(wait_for(5, || !alive(v1)));
+    assert_eq!(site.log_lines().last().unwrap()["event"], "promoted");
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}
+
+#[test]
+fn a_watcher_killed_mid_watch_is_finished_by_the_next_deploy() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let v1 = site.live_pid().unwrap();
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "60000", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("candidate")).unwrap())
+            .unwrap();
+    let watcher = record["watch"]["watcher_pid"].as_i64().unwrap() as i32;
+    // Let it take over the lock, then kill it mid-watch.
+    std::thread::sleep(Duration::from_millis(500));
+    send_signal(watcher, 9);
+    assert!(wait_for(5, || !alive(watcher) || is_zombie(watcher)));
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let promoted: Vec<serde_json::Value> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "promoted")
+        .collect();
+    let versions: Vec<&str> = promoted
+        .iter()
+        .map(|l| l["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["v1", "v2", "v3"]);
+    let v2 = promoted[1]["detail"].as_str().unwrap();
+    assert!(
+        v2.contains(&format!("cut short: watcher pid {watcher} was gone")),
+        "{v2}"
+    );
+    assert!(!alive(v1));
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
+}
+
+#[test]
+fn a_rollouts_last_wave_is_watched_before_it_is_promoted() {
+    let site = Site::new();
+    site.release("v1", "");
+    let first = port_block(10);
+    let ports = format!("{first}-{}", first + 9);
+    let rollout = |version: &str, extra: &[&str]| {
+        rollgate()
+            .args(["rollout", "edge-svc", version, "--replicas", "1", "--root"])
+            .arg(site.root())
+            .args(["--ports", &ports, "--waves", "100"])
+            .args(extra)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    let out = rollout("v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Ready at once, gone a second later: inside the watch after the (only) wave.
+    site.release("v2", "--exit-after-ms 1000 --exit-code 5");
+    let out = rollout("v2", &["--watch-ms", "4000"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("during the soak"), "{}", stdout(&out));
+    let versions = replica_versions(&site);
+    assert_eq!(versions, ["v1"], "the failed replica went back");
+    assert_eq!(count_events(&site, "promoted", "v2"), 0);
+    assert_eq!(summary_live(&site), "v1");
+}
+
+#[test]
+fn failed_probes_in_a_row_during_the_watch_switch_back() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let v1 = site.live_pid().unwrap();
+    // Ready, then answering 503 from 400 ms on, while it keeps running.
+    site.release("v2", "--unready-after-ms 400");
+    let policy = write(
+        site.root(),
+        "watch.yaml",
+        "edge_svc:\n  progress_deadline_ms: 1500\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 5000\n  watch_failures: 4\n",
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(site.live_pid(), Some(v1));
+    let last = site.log_lines().last().cloned().unwrap();
+    assert_eq!(last["event"], "rolled_back");
+    assert_eq!(last["phase"], "watch");
+    let detail = last["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("failed 4 probes in a row during the watch (last: HTTP 503)"),
+        "{detail}"
+    );
+    assert!(detail.contains("switched back to v1"), "{detail}");
+}
+
+#[test]
+fn the_watch_runs_its_whole_length_after_a_slow_drain() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    // A proxy that answers the drain without confirming it: the deploy keeps the old release
+    // for the whole drain timeout (1500 ms) before it watches.
+    let peer = unconfirming_proxy(&site, "error not now\n");
+    // Gone 2.2 s after it started: after the drain, inside a 1 s watch that follows it.
+    site.release("v2", "--exit-after-ms 2200");
+    let out = site.deploy(
+        free_port(),
+        "v2",
+        &["--watch-ms", "1000", "--drain-timeout-ms", "1500"],
+    );
+    peer.join().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let last = site.log_lines().last().cloned().unwrap();
+    assert_eq!(last["event"], "rolled_back");
+    assert_eq!(last["phase"], "watch");
+    assert_eq!(summary_live(&site), "v1");
+}
+
+/// `current`'s `promoted_at` is the switch, not the end of the watch: once the fallback leaves
+/// the pointer, the release has been live since it was switched to.
+#[test]
+fn the_pointer_keeps_the_switch_time_when_the_watch_drops_the_fallback() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "1000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pointer = site.pointer().unwrap();
+    assert!(pointer.get("fallback").is_none(), "{pointer}");
+    let lines = site.log_lines();
+    let ts = |event: &str| {
+        lines
+            .iter()
+            .rev()
+            .find(|l| l["event"] == event)
+            .and_then(|l| l["ts"].as_f64())
+            .unwrap()
+    };
+    let promoted_at = pointer["promoted_at"].as_f64().unwrap();
+    assert!(
+        (promoted_at - ts("switched")).abs() < 0.5,
+        "promoted_at {promoted_at}, switched at {}",
+        ts("switched")
+    );
+    assert!(
+        ts("promoted") - promoted_at >= 0.9,
+        "promoted_at {promoted_at} is the watch's end ({})",
+        ts("promoted")
+    );
+}
