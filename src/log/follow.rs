@@ -123,6 +123,11 @@ impl Follower {
         })
     }
 
+    /// Whether a file is being read (false while the log does not exist yet).
+    pub fn is_reading(&self) -> bool {
+        self.open.is_some()
+    }
+
     /// The whole records appended since the last call, oldest first.
     pub fn poll(&mut self) -> std::io::Result<Vec<Line>> {
         let mut lines = Vec::new();
@@ -346,10 +351,20 @@ pub fn print_records(
     if format == Format::Csv && writeln!(out, "ts,event,service,version,slot,detail").is_err() {
         return Ok(());
     }
+    let mut said_waiting = false;
     while keep_going() {
         let lines = follower
             .poll()
             .map_err(|e| super::LogError::Usage(format!("{}: {e}", path.display())))?;
+        // Said once, after a poll found no file: from then on everything the log will hold is
+        // printed from its first record, so a person (or a script) may start writing it.
+        if !follower.is_reading() && !said_waiting {
+            eprintln!(
+                "rollgate: {} does not exist yet; waiting for it (every record it gets will be printed)",
+                path.display()
+            );
+            said_waiting = true;
+        }
         for line in lines {
             let record: serde_json::Value = match serde_json::from_str(&line.text) {
                 Ok(value @ serde_json::Value::Object(_)) => value,

@@ -35,12 +35,14 @@ fn cli_state(site: &Site) -> String {
 fn the_page_shows_waves_failures_and_the_deadline_and_its_buttons_pause_resume_and_abort() {
     let site = Site::new();
     four_replicas_of_v1(&site, 102);
-    // v2 fails on replica 1; the policy tolerates it, so the rollout goes on and shows it.
+    // v2 fails on replica 1, in the first of two waves; the policy tolerates it, so the rollout
+    // goes on and shows it, then soaks 20 s: long enough for the page's pause, resume and
+    // abort to land however slow the machine is (the abort ends the soak).
     fails_on_slot(&site, "v2", 1);
     let policy = write(
         site.root(),
         "policy.yaml",
-        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 25\n  on_stall: rollback\n  soak_ms: 3000\n  max_failure_ratio: 1.0\n",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 25\n  on_stall: rollback\n  waves: [50, 100]\n  soak_ms: 20000\n  max_failure_ratio: 1.0\n",
     );
     let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
         .args(["rollout", "edge-svc", "v2", "--root"])

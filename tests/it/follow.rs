@@ -45,6 +45,15 @@ fn follow(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
     (child, lines)
 }
 
+/// Whether process `pid` has `path` open (the follower keeps the log it reads open).
+fn holds_open(pid: u32, path: &Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+}
+
 fn wait_for_lines(lines: &Arc<Mutex<Vec<String>>>, count: usize) -> Vec<String> {
     wait_for(20, || lines.lock().unwrap().len() >= count);
     lines.lock().unwrap().clone()
@@ -54,9 +63,16 @@ fn wait_for_lines(lines: &Arc<Mutex<Vec<String>>>, count: usize) -> Vec<String> 
 fn every_record_comes_out_whole_once_and_in_order_through_rotation_and_truncation() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("deploy.log");
-    // The log does not exist yet: the follower waits for it.
+    // The log does not exist yet: the follower waits for it, and says so once it has looked.
     let (mut child, lines) = follow(&[log.to_str().unwrap(), "--format", "json"]);
-    std::thread::sleep(Duration::from_millis(300));
+    let mut said = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert!(
+        said.contains("does not exist yet; waiting for it"),
+        "{said}"
+    );
     let mut expected = Vec::new();
     let write = |path: &Path, n: usize| -> String {
         let line = record(n, "v2");
@@ -80,11 +96,13 @@ fn every_record_comes_out_whole_once_and_in_order_through_rotation_and_truncatio
     expected.push(write(&log, 4));
     expected.push(write(&log, 5));
     assert_eq!(wait_for_lines(&lines, 6), expected[..6]);
-    // copytruncate: copied away, truncated in place, written again.
+    // copytruncate: copied away, truncated in place, written again. One record is shorter than
+    // the two the follower had read, so it sees the truncation whenever it looks; the next is
+    // written once that one is out.
     std::fs::copy(&log, dir.path().join("deploy.log.2")).unwrap();
     std::fs::write(&log, "").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     expected.push(write(&log, 6));
+    assert_eq!(wait_for_lines(&lines, 7), expected[..7]);
     expected.push(write(&log, 7));
     let got = wait_for_lines(&lines, 8);
     child.kill().unwrap();
@@ -129,9 +147,12 @@ fn from_the_start_with_the_filters_and_formats_of_the_history() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    // From the end (the default): nothing old, then what is appended.
+    // From the end (the default): nothing old, then what is appended once it holds the log.
     let (mut child, lines) = follow(&[log.to_str().unwrap()]);
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        wait_for(20, || holds_open(child.id(), &log)),
+        "the follower opened the log"
+    );
     append(&log, &format!("{}\n", record(6, "v1")));
     let got = wait_for_lines(&lines, 1);
     child.kill().unwrap();

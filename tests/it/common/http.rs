@@ -34,7 +34,12 @@ impl Proxy {
             wait_for(10, || TcpStream::connect(("127.0.0.1", port)).is_ok()),
             "proxy listening"
         );
-        assert!(wait_for(10, || site.root().join("proxy.sock").exists()));
+        // Listening, not only there: the socket's file exists a moment before it accepts.
+        let control = site.root().join("proxy.sock");
+        assert!(wait_for(10, || std::os::unix::net::UnixStream::connect(
+            &control
+        )
+        .is_ok()));
         Proxy { child, port }
     }
 }
