@@ -215,6 +215,8 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
   rollgate proxy --listen 127.0.0.1:8080 --root /srv/edge
   rollgate proxy --listen 0.0.0.0:80 --root /srv/edge --version-header x-release
   rollgate proxy --listen 127.0.0.1:8080 --root /srv/edge --metrics-listen 127.0.0.1:9180
+  rollgate proxy --root /srv/edge --listen 0.0.0.0:80 --tls-listen 0.0.0.0:443 \\
+    --tls-cert edge.example.com=/etc/rollgate/edge.pem,/etc/rollgate/edge.key --hsts
 
 Forwards every request to 127.0.0.1:<port> of the release `current` names (503 when none,
 502 when it refuses). Sets X-Forwarded-For (appends to the client's only with
@@ -222,6 +224,9 @@ Forwards every request to 127.0.0.1:<port> of the release `current` names (503 w
 asks it over ROOT/proxy.sock to drain the old release before stopping it. It counts what each
 release answers (status class, failures, latency): a rollout's `analysis` judges a canary on
 those counts, and --metrics-listen serves them as Prometheus' /metrics.
+With --tls-listen it serves HTTPS (TLS 1.3/1.2, HTTP/2 or HTTP/1.1 by ALPN) with the
+--tls-cert certificate the client's SNI names, and --listen redirects to it (308); a bad
+certificate file refuses the start (exit 2); SIGHUP reads the certificate files again.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
     Proxy {
         /// Address to listen on.
@@ -274,6 +279,19 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// Count nothing (only to measure what counting costs: bench/proxy_bench.sh).
         #[arg(long, hide = true)]
         no_counting: bool,
+        /// Serve HTTPS on ADDR (TLS 1.3 and 1.2; HTTP/2 or HTTP/1.1 by ALPN); plain HTTP on
+        /// --listen then answers every request with a 308 to https.
+        #[arg(long, value_name = "ADDR")]
+        tls_listen: Option<std::net::SocketAddr>,
+        /// A certificate to serve over TLS, chosen by the name the client asks for (SNI):
+        /// NAME=CERT,KEY with PEM files, NAME a host, `*.domain`, or `default` (for a client
+        /// that names no host or one nothing else covers; without it such a client gets a TLS
+        /// alert). Repeatable. SIGHUP reads every file again; a bad one keeps the old set.
+        #[arg(long = "tls-cert", value_name = "NAME=CERT,KEY")]
+        tls_certs: Vec<rollgate::proxy::tls::CertSpec>,
+        /// Answers over TLS say `Strict-Transport-Security: max-age=31536000`.
+        #[arg(long)]
+        hsts: bool,
     },
     /// A page and a JSON API over one or more roots: live releases, rollouts, escalations,
     /// history, an event stream, and pause/resume/abort/promote behind a token.

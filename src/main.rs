@@ -142,6 +142,9 @@ fn run(command: Command) -> Result<u8, Error> {
             trust_forwarded,
             metrics_listen,
             no_counting,
+            tls_listen,
+            tls_certs,
+            hsts,
         } => {
             proxy::run(proxy::Options {
                 listen,
@@ -156,6 +159,9 @@ fn run(command: Command) -> Result<u8, Error> {
                 trust_forwarded,
                 metrics_listen,
                 counting: !no_counting,
+                tls_listen,
+                tls_certs,
+                hsts,
             })?;
             Ok(error::SUCCESS)
         }

@@ -84,6 +84,8 @@ pub struct Client {
     /// How long a write to the client may take nothing (ms): the body idle time, the tunnel's
     /// once upgraded (read by the connection's IO, `front::Prefixed`).
     pub write_idle: Arc<std::sync::atomic::AtomicU64>,
+    /// The client came over TLS: the release is told `X-Forwarded-Proto: https`.
+    tls: bool,
 }
 
 struct Reused {
@@ -106,7 +108,14 @@ impl Client {
                 upstreams: Upstreams::new(shared.idle.clone()),
             }),
             write_idle: Arc::new(std::sync::atomic::AtomicU64::new(millis(shared.body_idle))),
+            tls: false,
         }
+    }
+
+    /// The same client, over TLS.
+    pub fn over_tls(mut self) -> Client {
+        self.tls = true;
+        self
     }
 }
 
@@ -209,6 +218,18 @@ pub async fn handle(
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
+    // An HTTP/2 request names its host in `:authority` (the URI), not in a Host header; the
+    // release is spoken to in HTTP/1.1, where Host says it.
+    if request.version() == hyper::Version::HTTP_2 {
+        *request.version_mut() = hyper::Version::HTTP_11;
+        let authority = request
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+        if let Some(authority) = authority {
+            request.headers_mut().entry(HOST).or_insert(authority);
+        }
+    }
     // The release is sent the origin form (`/path?query`); a client's absolute form
     // (`GET http://host/path`) is cut down to it.
     if request.uri().scheme().is_some() || request.uri().authority().is_some() {
@@ -238,7 +259,8 @@ pub async fn handle(
     if let Some(value) = forwarded_for {
         headers.insert(X_FORWARDED_FOR, value);
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = if client.tls { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Some(value) = upgrade_value {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(UPGRADE, value);

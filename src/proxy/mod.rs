@@ -11,6 +11,7 @@ mod idle;
 mod metrics;
 mod relay;
 mod routes;
+pub mod tls;
 mod upstream;
 mod watch;
 
@@ -54,6 +55,12 @@ pub struct Options {
     pub metrics_listen: Option<SocketAddr>,
     /// Count what each release answers (off only to measure what counting costs).
     pub counting: bool,
+    /// Where to serve TLS (none: plain HTTP only). With it, `listen` redirects to https.
+    pub tls_listen: Option<SocketAddr>,
+    /// The certificates TLS serves, by name (`--tls-cert NAME=CERT,KEY`).
+    pub tls_certs: Vec<tls::CertSpec>,
+    /// Answers over TLS carry `Strict-Transport-Security`.
+    pub hsts: bool,
 }
 
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
@@ -62,10 +69,23 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// Serves until SIGTERM or SIGINT; anything that keeps it from starting fails the command
 /// (exit 1), with what went wrong.
 pub fn run(options: Options) -> Result<(), Error> {
-    serve(options).map_err(Error::Failed)
+    // A certificate that cannot be served refuses the start (exit 2), naming the file.
+    let resolver = match options.tls_listen {
+        Some(_) => Some(Arc::new(
+            tls::Resolver::new(options.tls_certs.clone())
+                .map_err(|e| Error::Refused(e.to_string()))?,
+        )),
+        None if !options.tls_certs.is_empty() => {
+            return Err(Error::Refused(
+                "--tls-cert is given without --tls-listen: say where to serve TLS".into(),
+            ))
+        }
+        None => None,
+    };
+    serve(options, resolver).map_err(Error::Failed)
 }
 
-fn serve(options: Options) -> Result<(), String> {
+fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), String> {
     let version_header = options
         .version_header
         .as_deref()
@@ -88,6 +108,23 @@ fn serve(options: Options) -> Result<(), String> {
     let _claim = claim_address(options.listen)?;
     let listeners = reuseport_listeners(options.listen, threads).map_err(|e| e.to_string())?;
     let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
+    // TLS: its own listeners, one per thread like the plain ones, claimed the same way.
+    let tls_front = match (options.tls_listen, &resolver) {
+        (Some(address), Some(resolver)) => {
+            let claim = claim_address(address)?;
+            let listeners = reuseport_listeners(address, threads).map_err(|e| e.to_string())?;
+            let bound = listeners[0].local_addr().map_err(|e| e.to_string())?;
+            let config = tls::server_config(resolver.clone()).map_err(|e| e.to_string())?;
+            Some((
+                claim,
+                listeners,
+                bound,
+                tokio_rustls::TlsAcceptor::from(config),
+            ))
+        }
+        _ => None,
+    };
+    let tls_port = tls_front.as_ref().map(|(_, _, bound, _)| bound.port());
     let routes = Arc::new(Routes::new(threads));
     let started = metrics::Started::now();
     let metrics_listener = options
@@ -101,9 +138,22 @@ fn serve(options: Options) -> Result<(), String> {
     let _ = watch::refresh(&root, &routes);
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let core = |(thread, listener): (usize, std::net::TcpListener)| Core {
-        listener,
-        shared: Arc::new(Shared {
+    let mut tls_listeners = tls_front
+        .as_ref()
+        .map(|(_, listeners, _, _)| {
+            listeners
+                .iter()
+                .map(|l| l.try_clone().map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .transpose()?
+        .map(|l| l.into_iter());
+    let acceptor = tls_front
+        .as_ref()
+        .map(|(_, _, _, acceptor)| acceptor.clone());
+    let hsts = options.hsts;
+    let mut core = |(thread, listener): (usize, std::net::TcpListener)| {
+        let shared = Arc::new(Shared {
             routes: routes.clone(),
             turns: Default::default(),
             idle: Default::default(),
@@ -117,13 +167,35 @@ fn serve(options: Options) -> Result<(), String> {
             view: Default::default(),
             header_read_timeout: options.header_read_timeout,
             max_header_bytes: options.max_header_bytes,
-        }),
-        slots: slots.clone(),
-        stop: stop_rx.clone(),
+        });
+        let tls = match (tls_listeners.as_mut().and_then(Iterator::next), &acceptor) {
+            (Some(listener), Some(acceptor)) => Some(Core {
+                listener,
+                shared: shared.clone(),
+                slots: slots.clone(),
+                stop: stop_rx.clone(),
+                kind: Kind::Tls {
+                    acceptor: acceptor.clone(),
+                    hsts,
+                },
+            }),
+            _ => None,
+        };
+        let plain = Core {
+            listener,
+            shared,
+            slots: slots.clone(),
+            stop: stop_rx.clone(),
+            kind: match tls_port {
+                Some(port) => Kind::Redirect { tls_port: port },
+                None => Kind::Plain,
+            },
+        };
+        Cores { plain, tls }
     };
     let mut listeners = listeners.into_iter().enumerate();
     let first = core(listeners.next().expect("at least one core"));
-    let others: Vec<Core> = listeners.map(core).collect();
+    let others: Vec<Cores> = listeners.map(&mut core).collect();
 
     let result = std::thread::scope(|scope| {
         for other in others {
@@ -151,8 +223,24 @@ fn serve(options: Options) -> Result<(), String> {
                 }
                 tokio::spawn(metrics::serve(listener, routes.clone(), started));
             }
+            if let Some(resolver) = resolver.clone() {
+                let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+                tokio::spawn(async move {
+                    while sighup.recv().await.is_some() {
+                        match resolver.reload() {
+                            Ok(()) => eprintln!("rollgate proxy: SIGHUP: certificates read again"),
+                            Err(e) => eprintln!(
+                                "rollgate proxy: SIGHUP: certificates not reloaded, the ones in force go on: {e}"
+                            ),
+                        }
+                    }
+                });
+            }
             let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+            if let Some((_, _, bound, _)) = &tls_front {
+                eprintln!("rollgate proxy: TLS on {bound} (plain HTTP on {listen} redirects to it)");
+            }
             eprintln!(
                 "rollgate proxy: listening on {listen} for {} ({}; {threads} thread(s))",
                 root.0.display(),
@@ -294,12 +382,44 @@ pub(crate) fn reuseport_listeners(
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
+/// One serving thread's listeners: the plain one, and TLS's when it is on.
+struct Cores {
+    plain: Core,
+    tls: Option<Core>,
+}
+
+impl Cores {
+    async fn serve(self) {
+        match self.tls {
+            Some(tls) => {
+                tokio::join!(self.plain.serve(), tls.serve());
+            }
+            None => self.plain.serve().await,
+        }
+    }
+}
+
+/// What a listener's connections are served as.
+#[derive(Clone)]
+enum Kind {
+    /// Plain HTTP to the releases.
+    Plain,
+    /// Plain HTTP while TLS is on: redirected to https on this port.
+    Redirect { tls_port: u16 },
+    /// TLS, then HTTP/2 or HTTP/1.1 to the releases.
+    Tls {
+        acceptor: tokio_rustls::TlsAcceptor,
+        hsts: bool,
+    },
+}
+
 /// One core's share of the work: its listener, its upstream pool, and the shared limits.
 struct Core {
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
     stop: tokio::sync::watch::Receiver<bool>,
+    kind: Kind,
 }
 
 impl Core {
@@ -348,13 +468,39 @@ impl Core {
                 },
                 _ = stop.changed() => break,
             };
-            connections.spawn(front::serve(
-                stream,
-                peer,
-                permit,
-                self.shared.clone(),
-                core_stop_rx.clone(),
-            ));
+            match &self.kind {
+                Kind::Plain => {
+                    connections.spawn(front::serve(
+                        stream,
+                        peer,
+                        permit,
+                        self.shared.clone(),
+                        core_stop_rx.clone(),
+                    ));
+                }
+                Kind::Redirect { tls_port } => {
+                    let (timeout, port, stop) = (
+                        self.shared.header_read_timeout,
+                        *tls_port,
+                        core_stop_rx.clone(),
+                    );
+                    connections.spawn(async move {
+                        let _slot = permit;
+                        tls::redirect(stream, timeout, port, stop).await;
+                    });
+                }
+                Kind::Tls { acceptor, hsts } => {
+                    connections.spawn(tls::serve(
+                        stream,
+                        peer,
+                        permit,
+                        self.shared.clone(),
+                        acceptor.clone(),
+                        *hsts,
+                        core_stop_rx.clone(),
+                    ));
+                }
+            }
             // Reap finished connection tasks as we go.
             while connections.try_join_next().is_some() {}
         }

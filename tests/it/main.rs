@@ -34,6 +34,7 @@ mod release_list;
 mod rollback;
 mod rollout;
 mod terminal;
+mod tls;
 mod up;
 mod watch;
 mod webhooks;

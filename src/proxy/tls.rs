@@ -1,0 +1,458 @@
+//! TLS on the proxy's front (issue 47): the certificates it serves, chosen by the name a client
+//! asks for (SNI), and the connections that come in over `--tls-listen`.
+//!
+//! - A certificate is given as `NAME=CERT,KEY` (PEM files: the chain, leaf first, and its
+//!   private key). NAME is a host name, a wildcard `*.example.com` (one label deep, as browsers
+//!   match it), or `default`: the one certificate served to a client that names no host or a
+//!   host nothing else covers. Without a `default` such a client gets a TLS alert, so no
+//!   certificate ever leaks a name the client did not ask for.
+//! - Every file is read and checked at start (the key must match the certificate): a bad one
+//!   refuses the start, naming the file and why. SIGHUP reads them all again; a set with any bad
+//!   file is not taken (the one serving goes on, and the reason is logged), so replacing a
+//!   certificate on disk and sending SIGHUP never drops a connection nor serves a broken file.
+//! - TLS 1.3 and 1.2 only (rustls offers nothing older), the protocol by ALPN: `h2` is served by
+//!   hyper's HTTP/2 server with bounded streams, headers and resets (CVE-2023-44487),
+//!   `http/1.1` (or no ALPN) by its HTTP/1 server. Either way each request goes through
+//!   `forward::handle` to the releases as every request does: HTTP/1.1 over kept connections,
+//!   counted per release.
+//! - A handshake must finish within the header read timeout (a client that opens a connection
+//!   and never finishes its hello holds a slot no longer than one that never sends a head).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hyper::header::{HeaderValue, HOST, LOCATION, STRICT_TRANSPORT_SECURITY};
+use hyper::service::service_fn;
+use hyper::{Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
+
+use super::forward::{self, Shared};
+use super::MIN_HEADER_BYTES;
+
+/// The name that serves clients no other certificate covers.
+pub const DEFAULT_NAME: &str = "default";
+
+/// Most streams one HTTP/2 client may have open at once (nginx's `http2_max_concurrent_streams`
+/// default).
+const H2_MAX_STREAMS: u32 = 128;
+/// Streams a client may reset before the server has accepted them, at once (hyper's default,
+/// set here so it is a decision: the rapid-reset flood of CVE-2023-44487 ends in a GOAWAY).
+const H2_MAX_PENDING_RESETS: usize = 20;
+/// Resets the server itself may send on one connection before it closes it.
+const H2_MAX_LOCAL_RESETS: usize = 1024;
+/// `Strict-Transport-Security` with `--hsts`: a year, as the HSTS preload list asks.
+const HSTS: &str = "max-age=31536000";
+
+/// `NAME=CERT,KEY` from the command line (or the config file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CertSpec {
+    pub name: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What is wrong with a certificate setting or its files.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TlsError {
+    #[error("--tls-cert {given:?}: {why}; give NAME=CERT,KEY (NAME a host name, *.domain or `default`; CERT and KEY PEM files)")]
+    Spec { given: String, why: String },
+    #[error("{}: {why}", path.display())]
+    File { path: PathBuf, why: String },
+    #[error("--tls-cert names {name} twice; give each name once")]
+    Twice { name: String },
+    #[error(
+        "--tls-listen is given but no --tls-cert: a TLS listener needs at least one certificate"
+    )]
+    NoCertificate,
+    #[error("cannot set up TLS: {0}")]
+    Setup(String),
+}
+
+impl std::str::FromStr for CertSpec {
+    type Err = TlsError;
+
+    fn from_str(given: &str) -> Result<CertSpec, TlsError> {
+        let spec = |why: &str| TlsError::Spec {
+            given: given.to_string(),
+            why: why.to_string(),
+        };
+        let (name, files) = given.split_once('=').ok_or_else(|| spec("no `=`"))?;
+        let (cert, key) = files
+            .split_once(',')
+            .ok_or_else(|| spec("no `,` between CERT and KEY"))?;
+        let name = name.trim().to_ascii_lowercase();
+        let host = name.strip_prefix("*.").unwrap_or(&name);
+        let valid_host = !host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            });
+        if !valid_host {
+            return Err(spec(
+                "NAME is not a host name, a wildcard *.domain or `default`",
+            ));
+        }
+        if name.starts_with("*.") && !host.contains('.') {
+            return Err(spec(
+                "a wildcard covers one label under a domain of two or more (*.example.com)",
+            ));
+        }
+        if cert.is_empty() || key.is_empty() {
+            return Err(spec("CERT and KEY are both needed"));
+        }
+        Ok(CertSpec {
+            name,
+            cert: PathBuf::from(cert),
+            key: PathBuf::from(key),
+        })
+    }
+}
+
+/// The certificates served, by the name they are served for.
+#[derive(Debug, Default)]
+pub struct Certificates {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// `*.example.com` kept as `example.com`.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl Certificates {
+    /// Reads and checks every file; the first bad one is the error.
+    pub fn load(specs: &[CertSpec]) -> Result<Certificates, TlsError> {
+        let mut certificates = Certificates::default();
+        for spec in specs {
+            let key = Arc::new(certified_key(&spec.cert, &spec.key)?);
+            let taken = if spec.name == DEFAULT_NAME {
+                certificates.default.replace(key).is_some()
+            } else if let Some(domain) = spec.name.strip_prefix("*.") {
+                certificates
+                    .wildcard
+                    .insert(domain.to_string(), key)
+                    .is_some()
+            } else {
+                certificates.exact.insert(spec.name.clone(), key).is_some()
+            };
+            if taken {
+                return Err(TlsError::Twice {
+                    name: spec.name.clone(),
+                });
+            }
+        }
+        Ok(certificates)
+    }
+
+    /// The certificate for `name` (what the client's SNI asks for): the exact name, else a
+    /// wildcard one label up, else the default, else none (the handshake is refused).
+    pub fn for_name(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let found = name.map(str::to_ascii_lowercase).and_then(|name| {
+            self.exact.get(&name).cloned().or_else(|| {
+                let (_, parent) = name.split_once('.')?;
+                self.wildcard.get(parent).cloned()
+            })
+        });
+        found.or_else(|| self.default.clone())
+    }
+}
+
+/// A chain and its key from PEM files, the key checked against the leaf.
+fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+    let file = |path: &Path, why: String| TlsError::File {
+        path: path.to_path_buf(),
+        why,
+    };
+    let bytes = std::fs::read(cert).map_err(|e| file(cert, format!("cannot read it: {e}")))?;
+    let chain = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file(cert, format!("not a PEM certificate chain ({e})")))?;
+    if chain.is_empty() {
+        return Err(file(cert, "holds no CERTIFICATE block".into()));
+    }
+    let bytes = std::fs::read(key).map_err(|e| file(key, format!("cannot read it: {e}")))?;
+    let private = PrivateKeyDer::from_pem_slice(&bytes)
+        .map_err(|e| file(key, format!("not a PEM private key ({e})")))?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(private)
+        .map_err(|e| {
+            file(
+                key,
+                format!(
+                    "not a key rustls can sign with ({e}); use ECDSA P-256/P-384, Ed25519 or RSA"
+                ),
+            )
+        })?;
+    let certified = CertifiedKey::new(chain, signing);
+    certified.keys_match().map_err(|e| {
+        file(
+            key,
+            format!("does not match the certificate in {} ({e})", cert.display()),
+        )
+    })?;
+    Ok(certified)
+}
+
+/// The certificates in force, replaced whole by a reload.
+#[derive(Debug)]
+pub struct Resolver {
+    specs: Vec<CertSpec>,
+    current: RwLock<Arc<Certificates>>,
+}
+
+impl Resolver {
+    pub fn new(specs: Vec<CertSpec>) -> Result<Resolver, TlsError> {
+        if specs.is_empty() {
+            return Err(TlsError::NoCertificate);
+        }
+        let certificates = Certificates::load(&specs)?;
+        Ok(Resolver {
+            specs,
+            current: RwLock::new(Arc::new(certificates)),
+        })
+    }
+
+    /// Reads every file again and serves the new set, or keeps the old one and says why.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let certificates = Certificates::load(&self.specs)?;
+        if let Ok(mut current) = self.current.write() {
+            *current = Arc::new(certificates);
+        }
+        Ok(())
+    }
+
+    fn certificates(&self) -> Arc<Certificates> {
+        match self.current.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.certificates().for_name(hello.server_name())
+    }
+}
+
+/// rustls' server settings: TLS 1.3 and 1.2, certificates by SNI, ALPN h2 then http/1.1.
+pub fn server_config(resolver: Arc<Resolver>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| TlsError::Setup(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// One TLS client connection: the handshake (bounded by the header read timeout), then HTTP/2
+/// or HTTP/1.1 by what ALPN chose, until the client or the proxy ends it.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    ctx: Arc<Shared>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    hsts: bool,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let handshake = tokio::time::timeout(ctx.header_read_timeout, acceptor.accept(stream));
+    let tls = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(tls)) => tls,
+            // A hello that never finished, an unknown name, a protocol below 1.2: nothing to
+            // serve, and nothing to say over a connection that has no TLS.
+            Ok(Err(_)) | Err(_) => return,
+        },
+        _ = stop.changed() => return,
+    };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    let client = Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx).over_tls());
+    let service_ctx = ctx.clone();
+    let service = service_fn(move |request| {
+        let answer = forward::handle(request, service_ctx.clone(), client.clone());
+        async move {
+            let mut response = answer.await?;
+            if hsts {
+                response
+                    .headers_mut()
+                    .insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    let io = TokioIo::new(tls);
+    if h2 {
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_STREAMS)
+            .max_header_list_size(u32::try_from(ctx.max_header_bytes).unwrap_or(u32::MAX))
+            .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+            .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
+            .keep_alive_interval(None);
+        let connection = builder.serve_connection(io, service);
+        tokio::pin!(connection);
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            _ = stop.changed() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            }
+        }
+    } else {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(ctx.header_read_timeout)
+            .max_buf_size(ctx.max_header_bytes.max(MIN_HEADER_BYTES))
+            .keep_alive(true);
+        let connection = builder.serve_connection(io, service).with_upgrades();
+        tokio::pin!(connection);
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            _ = stop.changed() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            }
+        }
+    }
+}
+
+/// A plain HTTP connection while TLS is on: every request is sent to the same host and path
+/// over https with 308 (the method and body kept), on `tls_port` unless it is 443.
+pub async fn redirect(
+    stream: TcpStream,
+    header_read_timeout: Duration,
+    tls_port: u16,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service =
+        service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let host = request
+                .headers()
+                .get(HOST)
+                .and_then(|h| h.to_str().ok())
+                .or_else(|| request.uri().host())
+                .map(host_without_port)
+                .unwrap_or("localhost")
+                .to_string();
+            let path = request
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            let location = https_location(&host, tls_port, &path);
+            let response = match HeaderValue::from_str(&location) {
+                Ok(value) => Response::builder()
+                    .status(StatusCode::PERMANENT_REDIRECT)
+                    .header(LOCATION, value)
+                    .header("content-type", "text/plain; charset=utf-8")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                        "this site is served over https: {location}\n"
+                    )))),
+                Err(_) => Response::builder().status(StatusCode::BAD_REQUEST).body(
+                    http_body_util::Full::new(bytes::Bytes::from_static(b"bad host\n")),
+                ),
+            };
+            async move {
+                Ok::<_, std::convert::Infallible>(response.unwrap_or_else(|_| {
+                    Response::new(http_body_util::Full::new(bytes::Bytes::new()))
+                }))
+            }
+        });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        _ = stop.changed() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+/// `example.com:8080` -> `example.com`; `[::1]:80` -> `[::1]`.
+fn host_without_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host
+            .split_once(']')
+            .map_or(host, |(h, _)| &host[..h.len() + 1]);
+    }
+    host.split(':').next().unwrap_or(host)
+}
+
+fn https_location(host: &str, tls_port: u16, path: &str) -> String {
+    if tls_port == 443 {
+        format!("https://{host}{path}")
+    } else {
+        format!("https://{host}:{tls_port}{path}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cert_setting_is_read_and_a_bad_one_says_what_is_allowed() {
+        let spec: CertSpec = "Edge.Example.com=/c.pem,/k.pem".parse().unwrap();
+        assert_eq!(spec.name, "edge.example.com");
+        assert_eq!(spec.cert, PathBuf::from("/c.pem"));
+        assert_eq!(spec.key, PathBuf::from("/k.pem"));
+        assert!("*.example.com=a,b".parse::<CertSpec>().is_ok());
+        assert!("default=a,b".parse::<CertSpec>().is_ok());
+        for bad in [
+            "example.com",
+            "example.com=a",
+            "=a,b",
+            "*.com=a,b",
+            "ex ample.com=a,b",
+            "a..b=a,b",
+            "-a.b=a,b",
+            "x=a,",
+        ] {
+            let err = bad.parse::<CertSpec>().unwrap_err().to_string();
+            assert!(err.contains("give NAME=CERT,KEY"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_redirect_keeps_the_host_and_path_and_names_a_port_other_than_443() {
+        assert_eq!(host_without_port("example.com:8080"), "example.com");
+        assert_eq!(host_without_port("[::1]:80"), "[::1]");
+        assert_eq!(host_without_port("example.com"), "example.com");
+        assert_eq!(
+            https_location("example.com", 443, "/a?b=1"),
+            "https://example.com/a?b=1"
+        );
+        assert_eq!(
+            https_location("example.com", 8443, "/"),
+            "https://example.com:8443/"
+        );
+    }
+}

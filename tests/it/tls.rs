@@ -1,0 +1,665 @@
+//! `rollgate proxy --tls-listen` (issue 47): certificates from files chosen by SNI, checked by
+//! real clients nobody here wrote (curl, openssl s_client) against a CA the test makes with the
+//! openssl command; HTTP/2 by ALPN; the plain listener's redirect; a reload by SIGHUP; and the
+//! bad inputs (a key that does not match, garbage, an unknown name, a handshake that never ends).
+
+use crate::common::*;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// A certificate authority made with openssl, and leaf certificates it signs (ECDSA P-256).
+struct Ca {
+    dir: PathBuf,
+    name: String,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the openssl command");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Ca {
+    fn new(dir: &Path, name: &str) -> Ca {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "30",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+            ],
+        );
+        Ca {
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
+        }
+    }
+
+    fn pem(&self) -> PathBuf {
+        self.dir.join(format!("{}.pem", self.name))
+    }
+
+    /// A leaf for `host` (its SAN), signed by this CA: (cert, key) paths named `file`.
+    fn leaf(&self, host: &str, file: &str) -> (PathBuf, PathBuf) {
+        let ext = format!("subjectAltName=DNS:{host}");
+        write(&self.dir, &format!("{file}.ext"), &ext);
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-subj",
+                &format!("/CN={host}"),
+                "-keyout",
+                &format!("{file}.key"),
+                "-out",
+                &format!("{file}.csr"),
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{file}.csr"),
+                "-CA",
+                &format!("{}.pem", self.name),
+                "-CAkey",
+                &format!("{}.key", self.name),
+                "-CAcreateserial",
+                "-days",
+                "7",
+                "-extfile",
+                &format!("{file}.ext"),
+                "-out",
+                &format!("{file}.pem"),
+            ],
+        );
+        (
+            self.dir.join(format!("{file}.pem")),
+            self.dir.join(format!("{file}.key")),
+        )
+    }
+}
+
+fn cert_arg(name: &str, (cert, key): &(PathBuf, PathBuf)) -> String {
+    format!("{name}={},{}", cert.display(), key.display())
+}
+
+/// A proxy with TLS on, its stderr kept in a file.
+struct TlsProxy {
+    child: std::process::Child,
+    plain: u16,
+    tls: u16,
+    log: PathBuf,
+}
+
+impl TlsProxy {
+    fn start(site: &Site, certs: &[String], extra: &[&str]) -> TlsProxy {
+        let (plain, tls) = (free_port(), free_port());
+        let log = site.root().join("proxy.stderr");
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+        command
+            .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
+            .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
+            .arg(site.root())
+            .args(extra);
+        for cert in certs {
+            command.args(["--tls-cert", cert]);
+        }
+        let child = command
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for(10, || TcpStream::connect(("127.0.0.1", tls)).is_ok()
+                && TcpStream::connect(("127.0.0.1", plain)).is_ok()),
+            "proxy listening on both"
+        );
+        TlsProxy {
+            child,
+            plain,
+            tls,
+            log,
+        }
+    }
+
+    fn said(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        send_signal(self.child.id() as i32, 15);
+        let _ = self.child.wait();
+    }
+}
+
+/// `curl` over https to `host` (resolved to 127.0.0.1), trusting `ca`: its output and what it
+/// printed of the protocol after the body (`-w`).
+fn curl(ca: &Path, host: &str, port: u16, path: &str, extra: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
+        .args(["-w", "\n%{http_version} %{http_code}"])
+        .args(extra)
+        .arg(format!("https://{host}:{port}{path}"))
+        .output()
+        .expect("curl")
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A site with v1 of the sample service live (deployed for real).
+fn live_site() -> Site {
+    let site = Site::new();
+    site.release("v1", "");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site
+}
+
+#[test]
+fn https_reaches_the_live_release_by_each_name_over_h2_and_http1() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let b = ca.leaf("b.test", "b");
+    let metrics = free_port();
+    let proxy = TlsProxy::start(
+        &site,
+        &[cert_arg("a.test", &a), cert_arg("b.test", &b)],
+        &["--metrics-listen", &format!("127.0.0.1:{metrics}")],
+    );
+    for host in ["a.test", "b.test"] {
+        // curl checks the chain against the CA and the name against the SAN: a's certificate
+        // served for b.test would fail here.
+        let h2 = curl(&ca.pem(), host, proxy.tls, "/", &["--http2"]);
+        assert!(
+            h2.status.success(),
+            "{host}: {}",
+            String::from_utf8_lossy(&h2.stderr)
+        );
+        assert!(text(&h2).contains("v1"), "{}", text(&h2));
+        assert!(
+            text(&h2).ends_with("\n2 200"),
+            "{host} over h2: {}",
+            text(&h2)
+        );
+        let h1 = curl(&ca.pem(), host, proxy.tls, "/", &["--http1.1"]);
+        assert!(
+            text(&h1).ends_with("\n1.1 200"),
+            "{host} over 1.1: {}",
+            text(&h1)
+        );
+    }
+    // The release's counts saw those four requests (h2 streams counted like any request).
+    let page = Command::new("curl")
+        .args(["-sS", &format!("http://127.0.0.1:{metrics}/metrics")])
+        .output()
+        .unwrap();
+    let counted: u64 = text(&page)
+        .lines()
+        .filter(|l| {
+            l.starts_with("rollgate_proxy_answers_total{release=\"v1\"")
+                && l.contains("class=\"2xx\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(counted, 4, "{}", text(&page));
+}
+
+#[test]
+fn a_name_no_certificate_covers_gets_an_alert_unless_a_default_is_set() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let wild = ca.leaf("*.apps.test", "wild");
+    let proxy = TlsProxy::start(
+        &site,
+        &[cert_arg("a.test", &a), cert_arg("*.apps.test", &wild)],
+        &[],
+    );
+    let unknown = curl(&ca.pem(), "c.test", proxy.tls, "/", &[]);
+    assert!(!unknown.status.success(), "{}", text(&unknown));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("alert"),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+    // A wildcard covers one label below its domain, and no more.
+    let one_label = curl(&ca.pem(), "x.apps.test", proxy.tls, "/", &[]);
+    assert!(
+        text(&one_label).ends_with(" 200"),
+        "{}",
+        String::from_utf8_lossy(&one_label.stderr)
+    );
+    let two_labels = curl(&ca.pem(), "y.x.apps.test", proxy.tls, "/", &[]);
+    assert!(!two_labels.status.success());
+    // No SNI at all (an IP address): an alert too, not a.test's certificate.
+    let no_sni = s_client(proxy.tls, None);
+    assert!(
+        !no_sni.contains("CN = a.test") && !no_sni.contains("CN=a.test"),
+        "{no_sni}"
+    );
+    drop(proxy);
+
+    let fallback = ca.leaf("fallback.test", "fallback");
+    let proxy = TlsProxy::start(
+        &site,
+        &[cert_arg("a.test", &a), cert_arg("default", &fallback)],
+        &[],
+    );
+    let no_sni = s_client(proxy.tls, None);
+    assert!(no_sni.contains("fallback.test"), "{no_sni}");
+    let named = s_client(proxy.tls, Some("a.test"));
+    assert!(
+        named.contains("CN = a.test") || named.contains("CN=a.test"),
+        "{named}"
+    );
+}
+
+/// What `openssl s_client` says of the certificate served (subject lines), for a hello with
+/// `servername` or none.
+fn s_client(port: u16, servername: Option<&str>) -> String {
+    let mut command = Command::new("openssl");
+    command.args(["s_client", "-connect", &format!("127.0.0.1:{port}")]);
+    match servername {
+        Some(name) => command.args(["-servername", name]),
+        None => command.arg("-noservername"),
+    };
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn plain_http_is_redirected_to_https_with_the_host_and_path() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &["--hsts"]);
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            "-X",
+            "POST",
+            "--data",
+            "x=1",
+        ])
+        .args(["-H", "Host: a.test"])
+        .arg(format!(
+            "http://127.0.0.1:{}/form?next=%2Fhome",
+            proxy.plain
+        ))
+        .output()
+        .unwrap();
+    let head = text(&out).to_lowercase();
+    assert!(head.starts_with("http/1.1 308"), "{head}");
+    assert!(
+        head.contains(&format!(
+            "location: https://a.test:{}/form?next=%2fhome",
+            proxy.tls
+        )),
+        "{head}"
+    );
+    // Over TLS, --hsts says so; following the redirect lands on the release.
+    let followed = Command::new("curl")
+        .args(["-sS", "-L", "-D", "-", "--cacert"])
+        .arg(ca.pem())
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", proxy.plain)])
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", proxy.tls)])
+        .arg(format!("http://a.test:{}/", proxy.plain))
+        .output()
+        .unwrap();
+    let answer = text(&followed).to_lowercase();
+    assert!(
+        answer.contains("strict-transport-security: max-age=31536000"),
+        "{answer}"
+    );
+    assert!(answer.contains("v1"), "{answer}");
+}
+
+#[test]
+fn a_bad_certificate_refuses_the_start_naming_the_file() {
+    let site = Site::new();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let b = ca.leaf("b.test", "b");
+    let garbage = write(
+        certs.path(),
+        "garbage.pem",
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n",
+    );
+    let start = |cert: String| {
+        rollgate()
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--root"])
+            .arg(site.root())
+            .args(["--tls-cert", &cert])
+            .timeout(Duration::from_secs(20))
+            .output()
+            .unwrap()
+    };
+    // a's certificate with b's key.
+    let mismatched = start(format!("a.test={},{}", a.0.display(), b.1.display()));
+    assert_eq!(mismatched.status.code(), Some(2), "{}", stderr(&mismatched));
+    assert!(
+        stderr(&mismatched).contains(&b.1.display().to_string()),
+        "{}",
+        stderr(&mismatched)
+    );
+    assert!(
+        stderr(&mismatched).contains("does not match the certificate"),
+        "{}",
+        stderr(&mismatched)
+    );
+    let bad_pem = start(format!("a.test={},{}", garbage.display(), a.1.display()));
+    assert_eq!(bad_pem.status.code(), Some(2), "{}", stderr(&bad_pem));
+    assert!(
+        stderr(&bad_pem).contains(&garbage.display().to_string()),
+        "{}",
+        stderr(&bad_pem)
+    );
+    let missing = start(format!(
+        "a.test={},{}",
+        certs.path().join("none.pem").display(),
+        a.1.display()
+    ));
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("none.pem: cannot read it"),
+        "{}",
+        stderr(&missing)
+    );
+    let malformed = start("a.test".into());
+    assert_eq!(malformed.status.code(), Some(2));
+    assert!(
+        stderr(&malformed).contains("give NAME=CERT,KEY"),
+        "{}",
+        stderr(&malformed)
+    );
+    // Nothing was left listening or written.
+    assert!(!site.root().join("proxy.sock").exists());
+}
+
+#[test]
+fn sighup_takes_replaced_files_and_a_bad_replacement_keeps_the_old_certificate() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let first = Ca::new(certs.path(), "first");
+    let second = Ca::new(certs.path(), "second");
+    let served = first.leaf("a.test", "a");
+    let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &served)], &[]);
+    // A connection open across the reload is not dropped.
+    let mut kept = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.1:{}", proxy.tls),
+            "-servername",
+            "a.test",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(curl(&first.pem(), "a.test", proxy.tls, "/", &[])
+        .status
+        .success());
+    assert!(!curl(&second.pem(), "a.test", proxy.tls, "/", &[])
+        .status
+        .success());
+
+    // The files replaced on disk with a certificate from the second CA, then SIGHUP.
+    let renewed = second.leaf("a.test", "renewed");
+    std::fs::copy(&renewed.0, &served.0).unwrap();
+    std::fs::copy(&renewed.1, &served.1).unwrap();
+    send_signal(proxy.child.id() as i32, 1);
+    assert!(
+        wait_for(10, || curl(&second.pem(), "a.test", proxy.tls, "/", &[])
+            .status
+            .success()),
+        "the renewed certificate is served after SIGHUP: {}",
+        proxy.said()
+    );
+
+    // A replacement that is garbage: the renewed one goes on serving, and the log says why.
+    std::fs::write(
+        &served.1,
+        "-----BEGIN PRIVATE KEY-----\nbroken\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    send_signal(proxy.child.id() as i32, 1);
+    assert!(
+        wait_for(10, || proxy.said().contains("certificates not reloaded")),
+        "{}",
+        proxy.said()
+    );
+    assert!(
+        proxy.said().contains(&served.1.display().to_string()),
+        "{}",
+        proxy.said()
+    );
+    assert!(curl(&second.pem(), "a.test", proxy.tls, "/", &[])
+        .status
+        .success());
+
+    // The connection opened before both reloads still carries a request.
+    use std::io::Write;
+    let stdin = kept.stdin.as_mut().unwrap();
+    stdin
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    kept.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut answer)
+        .unwrap();
+    let _ = kept.wait();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[test]
+fn a_handshake_that_never_finishes_is_cut_at_the_header_read_timeout() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let proxy = TlsProxy::start(
+        &site,
+        &[cert_arg("a.test", &a)],
+        &["--header-read-timeout-ms", "500", "--max-connections", "4"],
+    );
+    // Four connections that say nothing hold every slot, until the timeout frees them.
+    let mut silent: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(("127.0.0.1", proxy.tls)).unwrap())
+        .collect();
+    let started = std::time::Instant::now();
+    for stream in &mut silent {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        // Closed by the proxy: end of file (or a reset), well before 10 s.
+        let read = stream.read(&mut byte);
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // The live release is untouched and reachable again.
+    let after = curl(&ca.pem(), "a.test", proxy.tls, "/", &[]);
+    assert!(
+        text(&after).ends_with(" 200"),
+        "{}",
+        String::from_utf8_lossy(&after.stderr)
+    );
+}
+
+#[test]
+fn deploys_under_h2_load_fail_no_request() {
+    let site = live_site();
+    site.release("v2", "");
+    site.release("v3", "");
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A real h2 client: curl multiplexing 10 streams at a time over one connection, again and
+    // again until the deploys are done.
+    let load = {
+        let (stop, ca, port) = (stop.clone(), ca.pem(), proxy.tls);
+        std::thread::spawn(move || {
+            let mut codes: Vec<String> = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let url = format!("https://a.test:{port}/");
+                let out = Command::new("curl")
+                    .args([
+                        "-sS",
+                        "--http2",
+                        "-Z",
+                        "--parallel-max",
+                        "10",
+                        "--max-time",
+                        "20",
+                    ])
+                    .arg("--cacert")
+                    .arg(&ca)
+                    .args(["--resolve", &format!("a.test:{port}:127.0.0.1")])
+                    .args(["-w", "%{http_version} %{http_code}\n"])
+                    .args((0..20).flat_map(|_| [url.as_str(), "-o", "/dev/null"]))
+                    .output()
+                    .unwrap();
+                codes.extend(text(&out).lines().map(str::to_string));
+            }
+            codes
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    for version in ["v2", "v3"] {
+        let out = site.deploy(free_port(), version, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let codes = load.join().unwrap();
+    assert!(codes.len() >= 40, "{} requests", codes.len());
+    let failed: Vec<&String> = codes.iter().filter(|c| c.as_str() != "2 200").collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}",
+        failed.len(),
+        codes.len()
+    );
+}
+
+#[test]
+fn an_h2_request_reaches_the_release_as_http1_with_its_host_and_https_said() {
+    use std::io::{BufRead, BufReader, Write};
+    let site = Site::new();
+    // A stand-in release: it keeps the head of the request it gets.
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    write(
+        site.root(),
+        "current",
+        &format!(
+            r#"{{"service":"edge-svc","version":"v1","port":{port},"pid":1,"start_time":0,"promoted_at":0}}"#
+        ),
+    );
+    let head = std::thread::spawn(move || {
+        let (stream, _) = upstream.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            head.push_str(&line.to_lowercase());
+        }
+        let mut writer = stream;
+        writer
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
+            .unwrap();
+        head
+    });
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &[]);
+    let out = curl(&ca.pem(), "a.test", proxy.tls, "/p?q=1", &["--http2"]);
+    assert!(
+        text(&out).ends_with("\n2 200"),
+        "{}{}",
+        text(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = head.join().unwrap();
+    assert!(head.starts_with("get /p?q=1 http/1.1\r\n"), "{head}");
+    assert!(
+        head.contains(&format!("host: a.test:{}\r\n", proxy.tls)),
+        "{head}"
+    );
+    assert!(head.contains("x-forwarded-proto: https\r\n"), "{head}");
+}
