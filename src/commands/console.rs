@@ -362,7 +362,7 @@ async fn page_response(
     let sections: Vec<page::Section> = states
         .iter()
         .zip(&histories)
-        .map(|(state, history)| page::Section { state, history })
+        .map(|(state, history)| page::Section::read(state, history))
         .collect();
     let actions = !console.read_only && authorized(console, request);
     let said = query_value(query, "said");

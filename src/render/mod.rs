@@ -3,6 +3,7 @@
 //! rollouts or logs.
 
 pub mod page;
+pub mod page_model;
 pub mod table;
 pub mod time;
 

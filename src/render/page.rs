@@ -1,16 +1,12 @@
-//! The console's page, rendered on the server from the same JSON its API answers, so it reads
-//! without JavaScript (a `<noscript>` refresh keeps it current); with JavaScript it follows the
-//! event stream and counts the deadlines down between updates. Names nothing of rollgate: it
-//! renders values.
+//! The console's page, rendered on the server from the same JSON its API answers (read into the
+//! typed view of `page_model.rs`), so it reads without JavaScript (a `<noscript>` refresh keeps
+//! it current); with JavaScript it follows the event stream and counts the deadlines down
+//! between updates. Names nothing of rollgate: it renders values.
 
-use serde_json::Value;
-
-/// What the page shows of one root: its state (as `GET /api/v1/roots/{service}` answers) and
-/// its recent outcomes (as `.../history` answers).
-pub struct Section<'a> {
-    pub state: &'a Value,
-    pub history: &'a [Value],
-}
+pub use super::page_model::Section;
+use super::page_model::{
+    CandidateView, LookView, OutcomeView, RolloutView, RootView, SlotView, TlsView,
+};
 
 /// Text made safe inside HTML (element content and quoted attributes).
 pub fn escape(text: &str) -> String {
@@ -28,23 +24,13 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-fn text(value: &Value) -> String {
-    match value {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// A value shown as text, "-" when there is none.
+fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or("-".into(), |v| v.to_string())
 }
 
-fn field<'v>(value: &'v Value, path: &[&str]) -> &'v Value {
-    path.iter()
-        .fold(value, |v, key| v.get(*key).unwrap_or(&Value::Null))
-}
-
-fn seconds(value: &Value) -> String {
-    value
-        .as_f64()
-        .map_or("-".into(), |s| format!("{:.0} s", s.max(0.0)))
+fn seconds(value: Option<f64>) -> String {
+    value.map_or("-".into(), |s| format!("{:.0} s", s.max(0.0)))
 }
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;background:#f5f6f8;color:#1d2330}\
@@ -101,64 +87,95 @@ pub fn page(
 }
 
 fn root_section(section: &Section, actions: bool) -> String {
-    let state = section.state;
-    let service = text(field(state, &["service"]));
-    let id = escape(&service);
+    let state = &section.state;
+    let id = escape(&state.service);
     let mut html = format!("<section id=\"root-{id}\" data-service=\"{id}\"><h2>{id}</h2>");
     html.push_str(&format!(
         "<p class=\"root\">root <code>{}</code></p>",
-        escape(&text(field(state, &["root"])))
+        escape(&state.root)
     ));
+    if let Some(why) = &section.unreadable {
+        html.push_str(&format!("<p class=\"bad unreadable\">{}</p>", escape(why)));
+    }
     html.push_str(&live(state));
-    if let Some(candidate) = state.get("candidate").filter(|c| !c.is_null()) {
-        html.push_str(&escalated(&service, candidate, actions));
+    if let Some(candidate) = &state.candidate {
+        html.push_str(&escalated(&state.service, candidate, actions));
     }
-    if let Some(rollout) = state.get("rollout").filter(|r| !r.is_null()) {
-        html.push_str(&rollout_block(&service, rollout, actions));
+    if let Some(tls) = &state.tls {
+        html.push_str(&certificates(tls));
     }
-    html.push_str(&history(section.history));
+    if let Some(rollout) = &state.rollout {
+        html.push_str(&rollout_block(&state.service, rollout, actions));
+    }
+    html.push_str(&history(&section.history));
     html.push_str("</section>");
     html
 }
 
-fn live(state: &Value) -> String {
-    let live = field(state, &["live"]);
+fn live(state: &RootView) -> String {
     let mut html = String::from("<h3>Live release</h3>");
-    if live.is_null() {
-        html.push_str("<p class=\"live\">nothing promoted yet</p>");
-    } else {
-        let answering = live.get("answering").and_then(Value::as_bool) == Some(true);
-        html.push_str(&format!(
+    match &state.live {
+        None => html.push_str("<p class=\"live\">nothing promoted yet</p>"),
+        Some(live) => html.push_str(&format!(
             "<p class=\"live\"><b class=\"version\">{}</b> on port {} (pid {}), live for {} · <span class=\"{}\">{}</span></p>",
-            escape(&text(field(live, &["version"]))),
-            escape(&text(field(live, &["port"]))),
-            escape(&text(field(live, &["pid"]))),
-            seconds(field(live, &["live_for_s"])),
-            if answering { "good" } else { "bad" },
-            if answering { "answering" } else { "not answering" }
-        ));
+            escape(&live.version),
+            shown(live.port),
+            shown(live.pid),
+            seconds(live.live_for_s),
+            if live.answering { "good" } else { "bad" },
+            if live.answering { "answering" } else { "not answering" }
+        )),
     }
-    if let Some(replicas) = state.get("replicas").and_then(Value::as_array) {
+    if let Some(replicas) = &state.replicas {
         html.push_str("<table class=\"replicas\"><tr><th>slot</th><th>version</th><th>port</th><th>pid</th><th>up for</th><th>answering</th><th>class</th></tr>");
         for replica in replicas {
-            let answering = replica.get("answering").and_then(Value::as_bool);
             html.push_str(&format!(
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
-                escape(&text(field(replica, &["slot"]))),
-                escape(&text(field(replica, &["version"]))),
-                escape(&text(field(replica, &["port"]))),
-                escape(&text(field(replica, &["pid"]))),
-                seconds(field(replica, &["up_for_s"])),
-                if answering == Some(true) { "good" } else { "bad" },
-                match answering {
+                shown(replica.slot),
+                escape(&replica.version),
+                shown(replica.port),
+                shown(replica.pid),
+                seconds(replica.up_for_s),
+                if replica.answering == Some(true) { "good" } else { "bad" },
+                match replica.answering {
                     Some(true) => "yes",
                     Some(false) => "no",
                     None => "-",
                 },
-                escape(&text(field(replica, &["class"]))),
+                escape(&replica.class),
             ));
         }
         html.push_str("</table>");
+    }
+    html
+}
+
+/// The proxy's certificates: name, issuer, expiry (with the time left), source; and whether
+/// its last reload took the files.
+fn certificates(tls: &TlsView) -> String {
+    let mut html = String::from("<h3>Certificates</h3><table class=\"certificates\"><tr><th>name</th><th>issuer</th><th>expires</th><th>source</th></tr>");
+    for cert in &tls.certificates {
+        html.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{} UTC</td><td>{}</td></tr>",
+            escape(&cert.name),
+            escape(&cert.issuer),
+            cert.not_after
+                .map_or("-".into(), |at| format!("{} {}", day(at), clock(at))),
+            escape(&cert.source),
+        ));
+    }
+    html.push_str("</table>");
+    if let Some(reload) = &tls.last_reload {
+        let at = reload
+            .at
+            .map_or("-".into(), |at| format!("{} {}", day(at), clock(at)));
+        html.push_str(&match &reload.refused {
+            None => format!("<p class=\"reload good\">read again at {at} UTC: taken</p>"),
+            Some(why) => format!(
+                "<p class=\"reload bad\">read again at {at} UTC: not taken, the ones before go on: {}</p>",
+                escape(why)
+            ),
+        });
     }
     html
 }
@@ -171,24 +188,23 @@ fn button(service: &str, path: &str, label: &str, danger: bool, extra: &str) -> 
     )
 }
 
-fn escalated(service: &str, candidate: &Value, actions: bool) -> String {
-    let stage = text(field(candidate, &["stage"]));
+fn escalated(service: &str, candidate: &CandidateView, actions: bool) -> String {
     let mut html = format!(
         "<h3>Deploy in flight</h3><p class=\"candidate\">candidate <b>{}</b> on port {} (pid {}): {}, waiting <span class=\"elapsed\" data-since=\"{}\">{}</span></p>",
-        escape(&text(field(candidate, &["version"]))),
-        escape(&text(field(candidate, &["port"]))),
-        escape(&text(field(candidate, &["pid"]))),
-        escape(&stage),
-        escape(&text(field(candidate, &["started_at"]))),
-        seconds(field(candidate, &["waiting_s"])),
+        escape(&candidate.version),
+        shown(candidate.port),
+        shown(candidate.pid),
+        escape(&candidate.stage),
+        shown(candidate.started_at),
+        seconds(candidate.waiting_s),
     );
-    if field(candidate, &["orphaned"]).as_bool() == Some(true) {
+    if candidate.orphaned {
         html.push_str(&format!(
             "<p class=\"orphaned\">Its deployer (pid {}) is gone: the next deploy, rollback or <code>rollgate up</code> finishes it.</p>",
-            escape(&text(field(candidate, &["deployer_pid"]))),
+            shown(candidate.deployer_pid),
         ));
     }
-    if stage == "escalated" && actions {
+    if candidate.stage == "escalated" && actions {
         html.push_str(&button(service, "promote", "Promote", false, ""));
         html.push_str(&button(service, "abort", "Abort", true, ""));
     }
@@ -196,105 +212,109 @@ fn escalated(service: &str, candidate: &Value, actions: bool) -> String {
 }
 
 /// The traffic judge's last look: canary and baseline side by side, and the verdict.
-fn analysis_table(look: &Value) -> String {
-    let number = |path: &str, digits: usize| {
-        field(look, &[path])
-            .as_f64()
-            .map_or("-".to_string(), |v| format!("{v:.digits$}"))
+fn analysis_table(look: &LookView) -> String {
+    let number = |value: Option<f64>, digits: usize| {
+        value.map_or("-".to_string(), |v| format!("{v:.digits$}"))
     };
-    let verdict = text(field(look, &["verdict"]));
-    let row = |side: &str, requests: &str, errors: &str, rate: &str, latency: &str| {
+    let row = |release: &str,
+               requests: Option<f64>,
+               errors: Option<f64>,
+               rate: Option<f64>,
+               latency: Option<f64>| {
         format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} %</td><td>{} ms</td></tr>",
-            escape(&text(field(look, &[side]))),
+            escape(release),
             number(requests, 0),
             number(errors, 0),
             number(rate, 2),
             number(latency, 2)
         )
     };
+    let verdict = escape(&look.verdict);
     format!(
-        "<table class=\"analysis\"><caption>analysis: <span class=\"verdict {verdict}\">{}</span></caption><tr><th>release</th><th>requests</th><th>errors</th><th>error rate</th><th>latency (quantile)</th></tr>{}{}</table><p class=\"analysis-words\">{}</p>",
-        escape(&verdict),
-        row("canary", "canary_requests", "canary_errors", "canary_error_pct", "canary_latency_ms"),
-        row("baseline", "baseline_requests", "baseline_errors", "baseline_error_pct", "baseline_latency_ms"),
-        escape(&text(field(look, &["words"]))),
-        verdict = escape(&verdict),
+        "<table class=\"analysis\"><caption>analysis: <span class=\"verdict {verdict}\">{verdict}</span></caption><tr><th>release</th><th>requests</th><th>errors</th><th>error rate</th><th>latency (quantile)</th></tr>{}{}</table><p class=\"analysis-words\">{}</p>",
+        row(
+            &look.canary,
+            look.canary_requests,
+            look.canary_errors,
+            look.canary_error_pct,
+            look.canary_latency_ms
+        ),
+        row(
+            &look.baseline,
+            look.baseline_requests,
+            look.baseline_errors,
+            look.baseline_error_pct,
+            look.baseline_latency_ms
+        ),
+        escape(&look.words),
     )
 }
 
 // Long on purpose: one block of HTML, in the order the page shows it (heading, reasons,
 // countdowns, buttons, waves).
-fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
-    let state = text(field(rollout, &["state"]));
+fn rollout_block(service: &str, rollout: &RolloutView, actions: bool) -> String {
+    let state = rollout.state.as_str();
     let mut html = format!(
         "<h3>Rollout {} → {} <span class=\"state\">{}</span></h3>",
-        escape(&text(field(rollout, &["from"]))),
-        escape(&text(field(rollout, &["version"]))),
-        escape(&state)
+        escape(&shown(rollout.from.as_deref())),
+        escape(&rollout.version),
+        escape(state)
     );
-    if let Some(left) = field(rollout, &["release_deadline_left_ms"]).as_f64() {
+    if let Some(left) = rollout.release_deadline_left_ms {
         html.push_str(&format!(
             "<p>release deadline in <span class=\"countdown\" data-left-ms=\"{left}\">{:.0} s</span></p>",
             left / 1000.0
         ));
     }
-    if let Some(left) = field(rollout, &["soak_left_ms"]).as_f64() {
+    if let Some(left) = rollout.soak_left_ms {
         html.push_str(&format!(
             "<p>soak ends in <span class=\"countdown soak\" data-left-ms=\"{left}\">{:.0} s</span></p>",
             left / 1000.0
         ));
     }
-    if let Some(reason) = field(rollout, &["pause_reason"]).as_str() {
+    if let Some(reason) = &rollout.pause_reason {
         html.push_str(&format!(
             "<p class=\"banner pause\">paused: {}</p>",
             escape(reason)
         ));
     }
-    let look = field(rollout, &["analysis"]);
-    if !look.is_null() {
+    if let Some(look) = &rollout.analysis {
         html.push_str(&analysis_table(look));
     }
-    let cause = field(rollout, &["abort_cause"]);
-    if !cause.is_null() {
+    if let Some(cause) = &rollout.abort_cause {
         // The slot only when the cause names one (an abort asked by a person names none).
-        let slot = field(cause, &["slot"])
-            .as_u64()
+        let slot = cause
+            .slot
             .map_or(String::new(), |slot| format!("slot {slot}, "));
         html.push_str(&format!(
             "<p class=\"banner abort\">aborted: {} ({}{})</p>",
-            escape(&text(field(cause, &["reason"]))),
+            escape(&cause.reason),
             slot,
-            escape(&text(field(cause, &["phase"]))),
+            escape(&cause.phase),
         ));
     }
-    let slots = field(rollout, &["slots"])
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let waiting: Vec<&Value> = field(rollout, &["required_waiting"])
-        .as_array()
-        .map(|w| w.iter().collect())
-        .unwrap_or_default();
-    if !waiting.is_empty() {
-        let names: Vec<String> = waiting.iter().map(|s| escape(&text(s))).collect();
+    if !rollout.required_waiting.is_empty() {
+        let names: Vec<String> = rollout
+            .required_waiting
+            .iter()
+            .map(u64::to_string)
+            .collect();
         html.push_str(&format!(
             "<p class=\"required-waiting required\">required replicas still to confirm: {}</p>",
             names.join(", ")
         ));
     }
-    let target = text(field(rollout, &["version"]));
-    html.push_str(&waves_table(rollout, &slots, &target));
+    let target = rollout.version.as_str();
+    html.push_str(&waves_table(rollout, target));
     // Required replicas first, then the rest; failures say which version failed and why.
-    let mut ordered: Vec<&Value> = slots.iter().collect();
-    ordered.sort_by_key(|s| s.get("class").and_then(Value::as_str) != Some("required"));
+    let mut ordered: Vec<&SlotView> = rollout.slots.iter().collect();
+    ordered.sort_by_key(|s| s.class != "required");
     html.push_str("<table class=\"slots\"><tr><th>slot</th><th>class</th><th>wave</th><th>state</th><th>serving</th><th>why</th></tr>");
-    let wave_count = field(rollout, &["waves"]).as_array().map_or(0, Vec::len);
+    let wave_count = rollout.waves.len();
     for slot in ordered {
-        let class = text(field(slot, &["class"]));
-        let state = text(field(slot, &["state"]));
-        let failed = state == "failed";
-        let why = field(slot, &["error"]).as_str().unwrap_or("");
+        let failed = slot.state == "failed";
+        let why = slot.error.as_deref().unwrap_or("");
         // The error is the new version's (the slot serves its old one again after a failure).
         let why = match (why.is_empty(), failed) {
             (true, _) => String::new(),
@@ -303,22 +323,20 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
         };
         html.push_str(&format!(
             "<tr class=\"{}{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
-            if class == "required" { "required" } else { "" },
+            if slot.class == "required" { "required" } else { "" },
             if failed { " bad failure" } else { "" },
-            escape(&text(field(slot, &["slot"]))),
-            escape(&class),
-            field(slot, &["wave"])
-                .as_u64()
-                .map_or("-".into(), |w| wave_name(w, wave_count)),
-            state_class(&state),
-            escape(&state),
-            escape(&text(field(slot, &["version"]))),
+            shown(slot.slot),
+            escape(&slot.class),
+            slot.wave.map_or("-".into(), |w| wave_name(w, wave_count)),
+            state_class(&slot.state),
+            escape(&slot.state),
+            escape(&shown(slot.version.as_deref())),
             escape(&why),
         ));
     }
     html.push_str("</table>");
     if actions {
-        match state.as_str() {
+        match state {
             "running" => html.push_str(&button(
                 service,
                 "rollout/pause",
@@ -329,7 +347,7 @@ fn rollout_block(service: &str, rollout: &Value, actions: bool) -> String {
             "paused" => html.push_str(&button(service, "rollout/resume", "Resume", false, "")),
             _ => {}
         }
-        if matches!(state.as_str(), "running" | "paused") {
+        if matches!(state, "running" | "paused") {
             html.push_str(&button(
                 service,
                 "rollout/abort",
@@ -361,32 +379,22 @@ fn state_class(state: &str) -> &'static str {
 /// One row per wave: a bar whose green part is the replicas on the new version and whose red
 /// part is the replicas that failed (never counted as progress), the counts in words, and the
 /// current wave marked.
-fn waves_table(rollout: &Value, slots: &[Value], target: &str) -> String {
-    let waves = field(rollout, &["waves"])
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let current = field(rollout, &["current_wave"]).as_u64();
+fn waves_table(rollout: &RolloutView, target: &str) -> String {
     let state_of = |slot: u64| {
-        slots
+        rollout
+            .slots
             .iter()
-            .find(|s| s.get("slot").and_then(Value::as_u64) == Some(slot))
-            .and_then(|s| s.get("state").and_then(Value::as_str))
-            .unwrap_or("")
-            .to_string()
+            .find(|s| s.slot == Some(slot))
+            .map_or("", |s| s.state.as_str())
     };
     let mut html = String::from(
         "<table class=\"waves\"><tr><th>wave</th><th>progress</th><th>replicas</th></tr>",
     );
-    for (index, wave) in waves.iter().enumerate() {
-        let members: Vec<u64> = wave
-            .as_array()
-            .map(|m| m.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default();
+    for (index, members) in rollout.waves.iter().enumerate() {
         let count = |wanted: &[&str]| {
             members
                 .iter()
-                .filter(|slot| wanted.contains(&state_of(**slot).as_str()))
+                .filter(|slot| wanted.contains(&state_of(**slot)))
                 .count()
         };
         let moved = count(&["succeeded"]);
@@ -407,11 +415,11 @@ fn waves_table(rollout: &Value, slots: &[Value], target: &str) -> String {
         if other > 0 {
             words.push(format!("{other} not moved"));
         }
-        let is_current = current == Some(index as u64);
+        let is_current = rollout.current_wave == Some(index as u64);
         html.push_str(&format!(
             "<tr class=\"wave{}\"><td>{}{}</td><td><span class=\"bar\"><span class=\"moved\" style=\"width:{:.0}%\"></span><span class=\"failed\" style=\"width:{:.0}%\"></span></span> {}</td><td>{}</td></tr>",
             if is_current { " current" } else { "" },
-            wave_name(index as u64, waves.len()),
+            wave_name(index as u64, rollout.waves.len()),
             if index == 0 { " (canary)" } else { "" },
             share(moved),
             share(failed),
@@ -423,24 +431,23 @@ fn waves_table(rollout: &Value, slots: &[Value], target: &str) -> String {
     html
 }
 
-fn history(outcomes: &[Value]) -> String {
+fn history(outcomes: &[OutcomeView]) -> String {
     let mut html = String::from("<h3>History</h3>");
     html.push_str(&timeline(outcomes));
     html.push_str("<table class=\"history\"><tr><th>when</th><th>outcome</th><th>version</th><th>time to outcome</th><th>reason</th></tr>");
     for outcome in outcomes.iter().rev() {
-        let event = text(field(outcome, &["event"]));
         html.push_str(&format!(
             "<tr class=\"outcome\"><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&text(field(outcome, &["when"]))),
-            match event.as_str() {
+            escape(&outcome.when),
+            match outcome.event.as_str() {
                 "promoted" => "good",
                 "rolled_back" => "bad",
                 _ => "warn",
             },
-            escape(&event),
-            escape(&text(field(outcome, &["version"]))),
-            field(outcome, &["elapsed_ms"]).as_u64().map_or("-".into(), |ms| format!("{ms} ms")),
-            escape(field(outcome, &["reason"]).as_str().unwrap_or("")),
+            escape(&outcome.event),
+            escape(&outcome.version),
+            outcome.elapsed_ms.map_or("-".into(), |ms| format!("{ms} ms")),
+            escape(outcome.reason.as_deref().unwrap_or("")),
         ));
     }
     html.push_str("</table>");
@@ -451,14 +458,12 @@ fn history(outcomes: &[Value]) -> String {
 /// JavaScript): each outcome a dot above the axis (promoted, green) or below it (rolled back,
 /// red) labelled with its version and mark, five ticks with their clock times, the day (or the
 /// days) under the axis, and a legend.
-pub fn timeline(outcomes: &[Value]) -> String {
+pub fn timeline(outcomes: &[OutcomeView]) -> String {
     const LEFT: f64 = 40.0;
     const WIDTH: f64 = 680.0;
     const AXIS: f64 = 62.0;
-    let dated: Vec<(f64, &Value)> = outcomes
-        .iter()
-        .filter_map(|o| Some((o.get("ts").and_then(Value::as_f64)?, o)))
-        .collect();
+    let dated: Vec<(f64, &OutcomeView)> =
+        outcomes.iter().filter_map(|o| Some((o.ts?, o))).collect();
     let (Some(first), Some(last)) = (
         dated.iter().map(|d| d.0).reduce(f64::min),
         dated.iter().map(|d| d.0).reduce(f64::max),
@@ -506,21 +511,21 @@ pub fn timeline(outcomes: &[Value]) -> String {
     ));
     for (index, (ts, outcome)) in dated.iter().enumerate() {
         let x = x_of(*ts);
-        let event = text(field(outcome, &["event"]));
-        let (colour, mark, dot) = match event.as_str() {
+        let event = outcome.event.as_str();
+        let (colour, mark, dot) = match event {
             "promoted" => ("#2f7d4f", "✓", AXIS - 14.0),
             "rolled_back" => ("#b3261e", "✗", AXIS + 0.0),
             _ => ("#9a6700", "?", AXIS - 7.0),
         };
         // Labels on three rows in turn, so neighbours rarely overlap.
         let label_y = 12.0 + 11.0 * (index % 3) as f64;
-        let version = text(field(outcome, &["version"]));
+        let version = outcome.version.as_str();
         svg.push_str(&format!(
             "<g class=\"outcome {ev}\"><line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{dot}\" stroke=\"#d8dce3\"/><circle class=\"{ev}\" cx=\"{x:.1}\" cy=\"{dot}\" r=\"5\" fill=\"{colour}\"><title>{ev} {ver} at {when}</title></circle><text class=\"label\" x=\"{x:.1}\" y=\"{label_y}\" text-anchor=\"middle\" fill=\"{colour}\">{ver} {mark}</text></g>",
             label_y + 3.0,
-            ev = escape(&event),
-            ver = escape(&version),
-            when = escape(&text(field(outcome, &["when"]))),
+            ev = escape(event),
+            ver = escape(version),
+            when = escape(&outcome.when),
         ));
     }
     svg.push_str("</svg>");
@@ -590,6 +595,8 @@ const SCRIPT: &str = r#"<script>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::page_model::OutcomeView;
+    use serde::Deserialize;
     use serde_json::json;
 
     #[test]
@@ -599,16 +606,7 @@ mod tests {
                 "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"},
                           {"slot": 1, "class": "required", "state": "failed", "error": "exit <1>"}],
                 "required_waiting": [2], "release_deadline_left_ms": 5000}});
-        let page = page(
-            &[Section {
-                state: &state,
-                history: &[],
-            }],
-            false,
-            true,
-            0.0,
-            None,
-        );
+        let page = page(&[Section::read(&state, &[])], false, true, 0.0, None);
         assert!(page.contains("edge&lt;svc&gt;") && !page.contains("edge<svc>"));
         assert!(page.contains("exit &lt;1&gt;"));
         assert!(page.contains(">Pause</button>") && !page.contains(">Resume</button>"));
@@ -632,16 +630,7 @@ mod tests {
             page.contains("v2 failed: exit &lt;1&gt;"),
             "the version that failed: {page}"
         );
-        let read_only = super::page(
-            &[Section {
-                state: &state,
-                history: &[],
-            }],
-            true,
-            false,
-            0.0,
-            None,
-        );
+        let read_only = super::page(&[Section::read(&state, &[])], true, false, 0.0, None);
         assert!(!read_only.contains("<button"));
     }
 
@@ -650,6 +639,9 @@ mod tests {
         let candidate = |stage: &str, orphaned: bool| {
             json!({"version": "v7", "port": 9301, "pid": 42, "stage": stage, "started_at": 1.0,
                 "waiting_s": 3.0, "deployer_pid": 41, "running": true, "orphaned": orphaned})
+        };
+        let candidate = |stage: &str, orphaned: bool| {
+            CandidateView::deserialize(candidate(stage, orphaned)).unwrap()
         };
         let left = escalated("svc", &candidate("running", true), true);
         assert!(
@@ -665,10 +657,15 @@ mod tests {
 
     #[test]
     fn the_timeline_places_outcomes_in_time() {
-        let svg = timeline(&[
-            json!({"ts": 100.0, "event": "promoted", "version": "v1", "when": "a"}),
+        let outcomes = [
+            json!({"ts": 100.0, "event": "promoted", "version": "v1", "when": "a", "reason": null}),
             json!({"ts": 200.0, "event": "rolled_back", "version": "v2", "when": "b"}),
-        ]);
+        ];
+        let outcomes: Vec<OutcomeView> = outcomes
+            .iter()
+            .map(|o| OutcomeView::deserialize(o).unwrap())
+            .collect();
+        let svg = timeline(&outcomes);
         assert!(
             svg.contains("cx=\"40.0\"") && svg.contains("cx=\"720.0\""),
             "{svg}"
@@ -693,16 +690,7 @@ mod tests {
             "rollout": {"state": "aborted", "from": "v1", "version": "v2", "waves": [[0]],
                 "abort_cause": {"slot": null, "reason": "bad numbers", "phase": "canary"},
                 "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"}]}});
-        let page = page(
-            &[Section {
-                state: &state,
-                history: &[],
-            }],
-            false,
-            true,
-            0.0,
-            None,
-        );
+        let page = page(&[Section::read(&state, &[])], false, true, 0.0, None);
         assert!(page.contains("aborted: bad numbers (canary)"), "{page}");
         assert!(!page.contains("slot -"), "{page}");
     }
@@ -718,16 +706,7 @@ mod tests {
                     "canary_latency_ms": 0.61, "baseline_latency_ms": null,
                     "words": "canary 5xx 3.1 % (41/1320) vs baseline 0.2 % (3/1511)"},
                 "slots": [{"slot": 0, "class": "best_effort", "state": "succeeded"}]}});
-        let page = page(
-            &[Section {
-                state: &state,
-                history: &[],
-            }],
-            false,
-            true,
-            0.0,
-            None,
-        );
+        let page = page(&[Section::read(&state, &[])], false, true, 0.0, None);
         assert!(
             page.contains("<span class=\"verdict fail\">fail</span>"),
             "{page}"
@@ -743,6 +722,39 @@ mod tests {
                 "<tr><td>v1&lt;b&gt;</td><td>1511</td><td>3</td><td>0.20 %</td><td>- ms</td></tr>"
             ),
             "{page}"
+        );
+    }
+
+    #[test]
+    fn a_state_that_does_not_read_is_said_on_the_page_not_shown_as_dashes() {
+        // A port that is text: the API changed under the page, and the page says so.
+        let state = json!({"service": "svc", "root": "/srv/x",
+            "live": {"version": "v1", "port": "eighty", "answering": true}});
+        let section = Section::read(&state, &[json!({"event": 7})]);
+        let html = page(&[section], false, true, 0.0, None);
+        assert!(html.contains("<h2>svc</h2>"), "{html}");
+        assert!(
+            html.contains("the root&#39;s state could not be read: invalid type: string"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_proxys_certificates_show_with_their_expiry_and_the_last_reload() {
+        let state = json!({"service": "svc", "root": "/srv/x", "live": null,
+            "tls": {"certificates": [{"name": "a.test", "subject": "CN=a.test",
+                "issuer": "CN=<ca>", "not_before": 0, "not_after": 86400, "source": "file",
+                "file": "/etc/a.pem"}],
+                "last_reload": {"at": 3600, "refused": "/etc/a.key: not a PEM private key"},
+                "handshakes": 3, "handshake_failures": {}}});
+        let html = page(&[Section::read(&state, &[])], false, true, 0.0, None);
+        assert!(
+            html.contains("<tr><td>a.test</td><td>CN=&lt;ca&gt;</td><td>1970-01-02 00:00:00 UTC</td><td>file</td></tr>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("read again at 1970-01-01 01:00:00 UTC: not taken, the ones before go on: /etc/a.key: not a PEM private key"),
+            "{html}"
         );
     }
 }

@@ -113,6 +113,15 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     let page = request(console.port, "GET", "/", &[], "");
     assert!(page.body.contains("Rollout v1 → v2"), "{}", page.body);
     assert!(!page.body.contains("<button"));
+    // The page read the API's state of a real rollout (replicas, slots, waves) and its history
+    // into its typed view with nothing left over.
+    assert!(!page.body.contains("could not be read"), "{}", page.body);
+    assert_eq!(
+        page.body.matches("<tr class=\"wave").count(),
+        state[0]["rollout"]["waves"].as_array().map_or(0, Vec::len),
+        "{}",
+        page.body
+    );
     let link = request(console.port, "GET", &format!("/?token={token}"), &[], "");
     assert_eq!(link.status, 303);
     let cookie = link
@@ -221,6 +230,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     let page = request(console.port, "GET", "/", &[], "");
     assert!(page.body.contains("<svg class=\"timeline\""));
     assert!(page.body.contains("class=\"rolled_back\""));
+    assert!(!page.body.contains("could not be read"), "{}", page.body);
 }
 
 #[test]
