@@ -76,6 +76,35 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
             ),
         ));
     }
+    if let Some(tls) = &status.tls {
+        for cert in &tls.certificates {
+            rows.push((
+                "certificate".into(),
+                format!(
+                    "{}: {}, issued by {}, until {} ({} left; {} {})",
+                    cert.name,
+                    cert.subject,
+                    cert.issuer,
+                    format_time(cert.not_after as f64),
+                    format_duration((cert.not_after as f64 - now).max(0.0)),
+                    cert.source,
+                    cert.file.display()
+                ),
+            ));
+        }
+        if let Some(reload) = &tls.last_reload {
+            rows.push((
+                "certificates read".into(),
+                match &reload.refused {
+                    None => format!("again at {} (SIGHUP): taken", format_time(reload.at as f64)),
+                    Some(why) => format!(
+                        "again at {} (SIGHUP): NOT taken, the ones before go on: {why}",
+                        format_time(reload.at as f64)
+                    ),
+                },
+            ));
+        }
+    }
     if let Some(rollout) = &status.rollout {
         rows.push(("last rollout".into(), rollout.line.clone()));
     }

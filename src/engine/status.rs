@@ -33,6 +33,10 @@ pub struct RootStatus {
     /// The service's held socket (policy `listen`): who holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<SocketStatus>,
+    /// The TLS of the proxy serving the root (`--tls-listen`): its certificates, the last
+    /// reload and the handshakes; none without a proxy or without TLS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::proxy::tls::TlsLine>,
 }
 
 /// The root's socket holder, as it recorded itself, and whether it still runs.
@@ -165,6 +169,7 @@ impl RootStatus {
                 .is_running(),
                 holder,
             }),
+            tls: crate::proxy::drain::tls_now(&root.0, std::time::Duration::from_millis(500)),
             // A log that cannot be read leaves the rest of the status standing.
             recent: journal::last_outcomes(&root.log_path(), RECENT)
                 .map(|mut recent| {

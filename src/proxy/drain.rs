@@ -267,6 +267,8 @@ enum Asked {
     Drain(u16),
     /// `counts`: what each release answered (`metrics::counts_line`).
     Counts,
+    /// `tls`: the certificates served and the handshakes counted (`tls::TlsLine`).
+    Tls,
 }
 
 /// Proxy side: answers drain and counts requests until the listener is dropped.
@@ -276,6 +278,7 @@ pub async fn serve(
     routes: Arc<Routes>,
     switched: Arc<Notify>,
     started: Started,
+    tls: Option<Arc<super::tls::Resolver>>,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -286,7 +289,8 @@ pub async fn serve(
                 continue;
             }
         };
-        let (root, routes, switched) = (root.clone(), routes.clone(), switched.clone());
+        let (root, routes, switched, tls) =
+            (root.clone(), routes.clone(), switched.clone(), tls.clone());
         tokio::spawn(async move {
             if !trusted(&stream) {
                 return;
@@ -295,6 +299,7 @@ pub async fn serve(
             let answer = match read_request(read).await {
                 Ok(Asked::Drain(port)) => answer(port, &root, &routes, &switched).await,
                 Ok(Asked::Counts) => counts_line(&routes, started),
+                Ok(Asked::Tls) => tls_line(tls.as_deref()),
                 Err(why) => format!("error {why}\n"),
             };
             let _ = write.write_all(answer.as_bytes()).await;
@@ -302,7 +307,29 @@ pub async fn serve(
     }
 }
 
-/// Reads `drain <port>\n` or `counts\n`, bounded in length and time.
+/// The proxy's TLS as one JSON line (`tls` on the socket); `off` without `--tls-listen`.
+fn tls_line(tls: Option<&super::tls::Resolver>) -> String {
+    match tls.map(|resolver| serde_json::to_string(&resolver.line())) {
+        None => "off\n".into(),
+        Some(Ok(line)) => line + "\n",
+        Some(Err(e)) => format!("error cannot write the TLS state: {e}\n"),
+    }
+}
+
+/// What a proxy serving `root` says of its TLS: None when it serves none (or no proxy serves
+/// the root, or it is an older rollgate); for `status`, which shows it beside the live release.
+pub fn tls_now(root: &Path, timeout: Duration) -> Option<super::tls::TlsLine> {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket_path(root)).ok()?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    stream.write_all(b"tls\n").ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(stream).read_line(&mut line).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
+/// Reads `drain <port>\n`, `counts\n` or `tls\n`, bounded in length and time.
 async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'static str> {
     use tokio::io::AsyncReadExt;
     let mut line = String::new();
@@ -321,6 +348,7 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'
             .map(Asked::Drain)
             .map_err(|_| "bad port"),
         ["counts"] => Ok(Asked::Counts),
+        ["tls"] => Ok(Asked::Tls),
         _ => Err("expected `drain <port>` or `counts`"),
     }
 }

@@ -12,7 +12,10 @@
 //! - `rollgate_proxy_in_flight{port, state}`: requests a release is serving now (`serving`, or
 //!   `draining` once retired by a switch);
 //! - `rollgate_proxy_draining`: retired releases with requests still in flight;
-//! - `rollgate_proxy_start_time_seconds`: when the proxy started (counters start at zero then).
+//! - `rollgate_proxy_start_time_seconds`: when the proxy started (counters start at zero then);
+//! - with `--tls-listen`: `rollgate_proxy_tls_handshakes_total`,
+//!   `rollgate_proxy_tls_handshake_failures_total{reason}` and
+//!   `rollgate_proxy_tls_certificate_expiry_days{name, source}`.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -56,6 +59,12 @@ fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// A series' HELP and TYPE lines.
+fn series(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// The `le` edges of the exported histogram: powers of two microseconds, each a bucket floor.
 fn exported_edges() -> impl Iterator<Item = u64> {
     (4..=27).map(|power| 1u64 << power)
@@ -65,10 +74,6 @@ fn exported_edges() -> impl Iterator<Item = u64> {
 pub fn render(routes: &Routes, started: Started) -> String {
     let counted = routes.counted();
     let mut out = String::with_capacity(4096);
-    let series = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-    };
     series(
         &mut out,
         "rollgate_proxy_answers_total",
@@ -178,6 +183,54 @@ pub fn render(routes: &Routes, started: Started) -> String {
     out
 }
 
+/// The TLS series: handshakes, failed handshakes by reason, and each certificate's days left.
+pub fn render_tls(tls: &super::tls::TlsLine) -> String {
+    let mut out = String::new();
+    series(
+        &mut out,
+        "rollgate_proxy_tls_handshakes_total",
+        "counter",
+        "TLS handshakes that finished.",
+    );
+    let _ = writeln!(
+        out,
+        "rollgate_proxy_tls_handshakes_total {}",
+        tls.handshakes
+    );
+    series(
+        &mut out,
+        "rollgate_proxy_tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes that did not finish, by why: timeout, unknown_name, protocol, client_alert, closed.",
+    );
+    for (reason, count) in &tls.handshake_failures {
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_tls_handshake_failures_total{{reason=\"{}\"}} {count}",
+            label(reason)
+        );
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_tls_certificate_expiry_days",
+        "gauge",
+        "Days until each served certificate expires (negative once it has).",
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    for cert in &tls.certificates {
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_tls_certificate_expiry_days{{name=\"{}\",source=\"{}\"}} {:.3}",
+            label(&cert.name),
+            label(&cert.source),
+            (cert.not_after as f64 - now) / 86_400.0
+        );
+    }
+    out
+}
+
 /// The counts as one JSON line, for the engine (`counts` on `ROOT/proxy.sock`). The histogram
 /// is sparse: `[bucket floor in µs, bucket ceiling in µs, count]` for each bucket counted in.
 pub fn counts_line(routes: &Routes, started: Started) -> String {
@@ -221,20 +274,31 @@ fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts 
 }
 
 /// Serves `/metrics` on `listener` until the runtime stops.
-pub async fn serve(listener: TcpListener, routes: Arc<Routes>, started: Started) {
+pub async fn serve(
+    listener: TcpListener,
+    routes: Arc<Routes>,
+    started: Started,
+    tls: Option<Arc<super::tls::Resolver>>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // Out of descriptors, most likely: do not spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let routes = routes.clone();
+        let (routes, tls) = (routes.clone(), tls.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<_>| {
-                let routes = routes.clone();
+                let (routes, tls) = (routes.clone(), tls.clone());
                 async move {
                     let (status, body) = match (request.method(), request.uri().path()) {
-                        (&Method::GET, "/metrics") => (StatusCode::OK, render(&routes, started)),
+                        (&Method::GET, "/metrics") => {
+                            let mut page = render(&routes, started);
+                            if let Some(tls) = &tls {
+                                page.push_str(&render_tls(&tls.line()));
+                            }
+                            (StatusCode::OK, page)
+                        }
                         _ => (
                             StatusCode::NOT_FOUND,
                             "rollgate proxy: only GET /metrics here\n".to_string(),

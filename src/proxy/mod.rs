@@ -151,6 +151,7 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
     let acceptor = tls_front
         .as_ref()
         .map(|(_, _, _, acceptor)| acceptor.clone());
+    let tls_resolver = resolver.clone();
     let hsts = options.hsts;
     let mut core = |(thread, listener): (usize, std::net::TcpListener)| {
         let shared = Arc::new(Shared {
@@ -168,14 +169,19 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
             header_read_timeout: options.header_read_timeout,
             max_header_bytes: options.max_header_bytes,
         });
-        let tls = match (tls_listeners.as_mut().and_then(Iterator::next), &acceptor) {
-            (Some(listener), Some(acceptor)) => Some(Core {
+        let tls = match (
+            tls_listeners.as_mut().and_then(Iterator::next),
+            &acceptor,
+            &tls_resolver,
+        ) {
+            (Some(listener), Some(acceptor), Some(tls_resolver)) => Some(Core {
                 listener,
                 shared: shared.clone(),
                 slots: slots.clone(),
                 stop: stop_rx.clone(),
                 kind: Kind::Tls {
                     acceptor: acceptor.clone(),
+                    resolver: tls_resolver.clone(),
                     hsts,
                 },
             }),
@@ -215,13 +221,19 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
                 routes.clone(),
                 reread,
                 started,
+                resolver.clone(),
             ));
             if let Some(listener) = metrics_listener {
                 let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
                 if let Ok(address) = listener.local_addr() {
                     eprintln!("rollgate proxy: /metrics on http://{address}/metrics");
                 }
-                tokio::spawn(metrics::serve(listener, routes.clone(), started));
+                tokio::spawn(metrics::serve(
+                    listener,
+                    routes.clone(),
+                    started,
+                    resolver.clone(),
+                ));
             }
             if let Some(resolver) = resolver.clone() {
                 let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
@@ -409,6 +421,7 @@ enum Kind {
     /// TLS, then HTTP/2 or HTTP/1.1 to the releases.
     Tls {
         acceptor: tokio_rustls::TlsAcceptor,
+        resolver: Arc<tls::Resolver>,
         hsts: bool,
     },
 }
@@ -489,13 +502,18 @@ impl Core {
                         tls::redirect(stream, timeout, port, stop).await;
                     });
                 }
-                Kind::Tls { acceptor, hsts } => {
+                Kind::Tls {
+                    acceptor,
+                    resolver,
+                    hsts,
+                } => {
                     connections.spawn(tls::serve(
                         stream,
                         peer,
                         permit,
                         self.shared.clone(),
                         acceptor.clone(),
+                        resolver.clone(),
                         *hsts,
                         core_stop_rx.clone(),
                     ));

@@ -21,7 +21,8 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use hyper::header::{HeaderValue, HOST, LOCATION, STRICT_TRANSPORT_SECURITY};
@@ -124,6 +125,22 @@ impl std::str::FromStr for CertSpec {
     }
 }
 
+/// What is served for one configured name, as `status` and `/metrics` show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CertInfo {
+    /// The name it is served for (`--tls-cert NAME=...`).
+    pub name: String,
+    /// The leaf's subject and issuer (RFC 4514 strings).
+    pub subject: String,
+    pub issuer: String,
+    /// Its validity, in Unix seconds.
+    pub not_before: i64,
+    pub not_after: i64,
+    /// Where it comes from: `file` (and the file).
+    pub source: String,
+    pub file: PathBuf,
+}
+
 /// The certificates served, by the name they are served for.
 #[derive(Debug, Default)]
 pub struct Certificates {
@@ -131,14 +148,18 @@ pub struct Certificates {
     /// `*.example.com` kept as `example.com`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
+    infos: Vec<CertInfo>,
 }
 
 impl Certificates {
-    /// Reads and checks every file; the first bad one is the error.
-    pub fn load(specs: &[CertSpec]) -> Result<Certificates, TlsError> {
+    /// Reads and checks every file; the first bad one is the error. `now`: Unix seconds (a
+    /// certificate outside its validity then is refused).
+    pub fn load(specs: &[CertSpec], now: i64) -> Result<Certificates, TlsError> {
         let mut certificates = Certificates::default();
         for spec in specs {
-            let key = Arc::new(certified_key(&spec.cert, &spec.key)?);
+            let (key, info) = certified_key(spec, now)?;
+            let key = Arc::new(key);
+            certificates.infos.push(info);
             let taken = if spec.name == DEFAULT_NAME {
                 certificates.default.replace(key).is_some()
             } else if let Some(domain) = spec.name.strip_prefix("*.") {
@@ -171,8 +192,10 @@ impl Certificates {
     }
 }
 
-/// A chain and its key from PEM files, the key checked against the leaf.
-fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+/// A chain and its key from PEM files, the key checked against the leaf and the leaf's
+/// validity against `now`.
+fn certified_key(spec: &CertSpec, now: i64) -> Result<(CertifiedKey, CertInfo), TlsError> {
+    let (cert, key) = (spec.cert.as_path(), spec.key.as_path());
     let file = |path: &Path, why: String| TlsError::File {
         path: path.to_path_buf(),
         why,
@@ -199,6 +222,22 @@ fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
                 ),
             )
         })?;
+    let info = leaf_info(spec, &chain[0]).map_err(|why| file(cert, why))?;
+    if info.not_after <= now {
+        return Err(file(
+            cert,
+            format!("expired on {} (UTC); renew it", date(info.not_after)),
+        ));
+    }
+    if info.not_before > now {
+        return Err(file(
+            cert,
+            format!(
+                "not valid before {} (UTC); is the clock right?",
+                date(info.not_before)
+            ),
+        ));
+    }
     let certified = CertifiedKey::new(chain, signing);
     certified.keys_match().map_err(|e| {
         file(
@@ -206,14 +245,76 @@ fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
             format!("does not match the certificate in {} ({e})", cert.display()),
         )
     })?;
-    Ok(certified)
+    Ok((certified, info))
 }
 
-/// The certificates in force, replaced whole by a reload.
+/// The leaf's names and validity, read with RustCrypto's X.509 types.
+fn leaf_info(spec: &CertSpec, leaf: &CertificateDer<'_>) -> Result<CertInfo, String> {
+    use x509_cert::der::Decode;
+    let parsed = x509_cert::Certificate::from_der(leaf.as_ref())
+        .map_err(|e| format!("its first certificate is not X.509 ({e})"))?;
+    let tbs = &parsed.tbs_certificate;
+    let seconds = |time: x509_cert::time::Time| {
+        i64::try_from(time.to_unix_duration().as_secs()).unwrap_or(i64::MAX)
+    };
+    Ok(CertInfo {
+        name: spec.name.clone(),
+        subject: tbs.subject.to_string(),
+        issuer: tbs.issuer.to_string(),
+        not_before: seconds(tbs.validity.not_before),
+        not_after: seconds(tbs.validity.not_after),
+        source: "file".into(),
+        file: spec.cert.clone(),
+    })
+}
+
+/// `2026-12-03 06:13:30` for Unix seconds.
+fn date(seconds: i64) -> String {
+    chrono::DateTime::from_timestamp(seconds, 0).map_or(seconds.to_string(), |t| {
+        t.format("%Y-%m-%d %H:%M:%S").to_string()
+    })
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Why a handshake did not finish, as `/metrics` counts it.
+pub const HANDSHAKE_FAILURES: [&str; 5] = [
+    "timeout",
+    "unknown_name",
+    "protocol",
+    "client_alert",
+    "closed",
+];
+
+/// The last reload (SIGHUP): when, and what came of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Reload {
+    pub at: i64,
+    /// None: taken; else why the set in force was kept.
+    pub refused: Option<String>,
+}
+
+/// What the proxy says of its TLS (`tls` on `ROOT/proxy.sock`, read by `status`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TlsLine {
+    pub certificates: Vec<CertInfo>,
+    pub last_reload: Option<Reload>,
+    pub handshakes: u64,
+    pub handshake_failures: std::collections::BTreeMap<String, u64>,
+}
+
+/// The certificates in force, replaced whole by a reload, and the handshakes counted.
 #[derive(Debug)]
 pub struct Resolver {
     specs: Vec<CertSpec>,
     current: RwLock<Arc<Certificates>>,
+    last_reload: Mutex<Option<Reload>>,
+    handshakes: AtomicU64,
+    failures: [AtomicU64; HANDSHAKE_FAILURES.len()],
 }
 
 impl Resolver {
@@ -221,20 +322,51 @@ impl Resolver {
         if specs.is_empty() {
             return Err(TlsError::NoCertificate);
         }
-        let certificates = Certificates::load(&specs)?;
+        let certificates = Certificates::load(&specs, unix_now())?;
         Ok(Resolver {
             specs,
             current: RwLock::new(Arc::new(certificates)),
+            last_reload: Mutex::new(None),
+            handshakes: AtomicU64::new(0),
+            failures: Default::default(),
         })
     }
 
     /// Reads every file again and serves the new set, or keeps the old one and says why.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let certificates = Certificates::load(&self.specs)?;
+        let now = unix_now();
+        let loaded = Certificates::load(&self.specs, now);
+        if let Ok(mut last) = self.last_reload.lock() {
+            *last = Some(Reload {
+                at: now,
+                refused: loaded.as_ref().err().map(ToString::to_string),
+            });
+        }
+        let certificates = loaded?;
         if let Ok(mut current) = self.current.write() {
             *current = Arc::new(certificates);
         }
         Ok(())
+    }
+
+    /// The certificates in force, what the last reload did, and the handshakes so far.
+    pub fn line(&self) -> TlsLine {
+        TlsLine {
+            certificates: self.certificates().infos.clone(),
+            last_reload: self.last_reload.lock().ok().and_then(|last| last.clone()),
+            handshakes: self.handshakes.load(Ordering::Relaxed),
+            handshake_failures: HANDSHAKE_FAILURES
+                .iter()
+                .zip(&self.failures)
+                .map(|(reason, count)| (reason.to_string(), count.load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+
+    fn count_failure(&self, reason: &str) {
+        if let Some(at) = HANDSHAKE_FAILURES.iter().position(|r| *r == reason) {
+            self.failures[at].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn certificates(&self) -> Arc<Certificates> {
@@ -271,6 +403,7 @@ pub async fn serve(
     slot: OwnedSemaphorePermit,
     ctx: Arc<Shared>,
     acceptor: tokio_rustls::TlsAcceptor,
+    resolver: Arc<Resolver>,
     hsts: bool,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -278,10 +411,20 @@ pub async fn serve(
     let handshake = tokio::time::timeout(ctx.header_read_timeout, acceptor.accept(stream));
     let tls = tokio::select! {
         done = handshake => match done {
-            Ok(Ok(tls)) => tls,
+            Ok(Ok(tls)) => {
+                resolver.handshakes.fetch_add(1, Ordering::Relaxed);
+                tls
+            }
             // A hello that never finished, an unknown name, a protocol below 1.2: nothing to
-            // serve, and nothing to say over a connection that has no TLS.
-            Ok(Err(_)) | Err(_) => return,
+            // serve, and nothing to say over a connection that has no TLS; counted by why.
+            Ok(Err(e)) => {
+                resolver.count_failure(failure_reason(&e));
+                return;
+            }
+            Err(_) => {
+                resolver.count_failure("timeout");
+                return;
+            }
         },
         _ = stop.changed() => return,
     };
@@ -335,6 +478,22 @@ pub async fn serve(
                 let _ = connection.await;
             }
         }
+    }
+}
+
+/// Why a handshake failed, in the words of [`HANDSHAKE_FAILURES`].
+fn failure_reason(error: &std::io::Error) -> &'static str {
+    match error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        // What rustls says when the resolver found no certificate for the name asked.
+        Some(rustls::Error::General(why)) if why.contains("no server certificate") => {
+            "unknown_name"
+        }
+        Some(rustls::Error::AlertReceived(_)) => "client_alert",
+        Some(_) => "protocol",
+        None => "closed",
     }
 }
 

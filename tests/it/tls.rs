@@ -43,7 +43,7 @@ impl Ca {
                 "ec_paramgen_curve:P-256",
                 "-nodes",
                 "-days",
-                "30",
+                "365",
                 "-subj",
                 &format!("/CN={name}"),
                 "-keyout",
@@ -62,8 +62,13 @@ impl Ca {
         self.dir.join(format!("{}.pem", self.name))
     }
 
-    /// A leaf for `host` (its SAN), signed by this CA: (cert, key) paths named `file`.
+    /// A leaf for `host` (its SAN), signed by this CA, valid 7 days: (cert, key) paths named
+    /// `file`.
     fn leaf(&self, host: &str, file: &str) -> (PathBuf, PathBuf) {
+        self.leaf_for_days(host, file, 7)
+    }
+
+    fn leaf_for_days(&self, host: &str, file: &str, days: u32) -> (PathBuf, PathBuf) {
         let ext = format!("subjectAltName=DNS:{host}");
         write(&self.dir, &format!("{file}.ext"), &ext);
         openssl(
@@ -96,7 +101,7 @@ impl Ca {
                 &format!("{}.key", self.name),
                 "-CAcreateserial",
                 "-days",
-                "7",
+                &days.to_string(),
                 "-extfile",
                 &format!("{file}.ext"),
                 "-out",
@@ -240,6 +245,59 @@ fn https_reaches_the_live_release_by_each_name_over_h2_and_http1() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(counted, 4, "{}", text(&page));
+    // The TLS series: the four handshakes, and each certificate's days left (7-day leaves).
+    let series = |name: &str| -> Vec<(String, f64)> {
+        text(&page)
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once(' ')?;
+                Some((labels.to_string(), value.parse().ok()?))
+            })
+            .collect()
+    };
+    assert_eq!(
+        series("rollgate_proxy_tls_handshakes_total"),
+        [("rollgate_proxy_tls_handshakes_total".to_string(), 4.0)],
+        "{}",
+        text(&page)
+    );
+    let days = series("rollgate_proxy_tls_certificate_expiry_days");
+    assert_eq!(days.len(), 2, "{days:?}");
+    assert!(
+        days.iter().all(|(_, d)| (6.9..=7.0).contains(d)),
+        "{days:?}"
+    );
+    assert!(
+        days[0].0.contains("name=\"a.test\",source=\"file\""),
+        "{days:?}"
+    );
+    // `status` asks the proxy: names, issuer, expiry, source.
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let certs = json["tls"]["certificates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = certs.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["a.test", "b.test"], "{json}");
+    assert_eq!(certs[0]["issuer"], "CN=ca", "{json}");
+    assert_eq!(certs[0]["source"], "file", "{json}");
+    let table = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&table).contains("a.test: CN=a.test, issued by CN=ca, until"),
+        "{}",
+        stdout(&table)
+    );
 }
 
 #[test]
@@ -270,6 +328,16 @@ fn a_name_no_certificate_covers_gets_an_alert_unless_a_default_is_set() {
     );
     let two_labels = curl(&ca.pem(), "y.x.apps.test", proxy.tls, "/", &[]);
     assert!(!two_labels.status.success());
+    let status = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        json["tls"]["handshake_failures"]["unknown_name"], 2,
+        "{json}"
+    );
     // No SNI at all (an IP address): an alert too, not a.test's certificate.
     let no_sni = s_client(proxy.tls, None);
     assert!(
@@ -424,6 +492,38 @@ fn a_bad_certificate_refuses_the_start_naming_the_file() {
         "{}",
         stderr(&missing)
     );
+    // A certificate whose validity ended (issued for 0 days: it ends the second it starts).
+    write(certs.path(), "expired.ext", "subjectAltName=DNS:a.test");
+    openssl(
+        certs.path(),
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "a.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-days",
+            "0",
+            "-extfile",
+            "expired.ext",
+            "-out",
+            "expired.pem",
+        ],
+    );
+    let expired = start(format!(
+        "a.test={},{}",
+        certs.path().join("expired.pem").display(),
+        a.1.display()
+    ));
+    assert_eq!(expired.status.code(), Some(2), "{}", stderr(&expired));
+    assert!(
+        stderr(&expired).contains("expired.pem: expired on "),
+        "{}",
+        stderr(&expired)
+    );
     let malformed = start("a.test".into());
     assert_eq!(malformed.status.code(), Some(2));
     assert!(
@@ -494,6 +594,16 @@ fn sighup_takes_replaced_files_and_a_bad_replacement_keeps_the_old_certificate()
         proxy.said().contains(&served.1.display().to_string()),
         "{}",
         proxy.said()
+    );
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&status).contains("(SIGHUP): NOT taken, the ones before go on:"),
+        "{}",
+        stdout(&status)
     );
     assert!(curl(&second.pem(), "a.test", proxy.tls, "/", &[])
         .status
@@ -662,4 +772,128 @@ fn an_h2_request_reaches_the_release_as_http1_with_its_host_and_https_said() {
         "{head}"
     );
     assert!(head.contains("x-forwarded-proto: https\r\n"), "{head}");
+}
+
+#[test]
+fn testssl_finds_nothing_below_tls_1_2_no_weak_cipher_and_the_whole_chain() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf_for_days("a.test", "a", 90);
+    let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &[]);
+    let report = certs.path().join("scan.json");
+    // Debian's testssl.sh: protocols, cipher categories, the server's certificate and chain;
+    // no DNS (there is no network), the test's CA added to its trust stores.
+    let out = Command::new("testssl")
+        .args([
+            "--quiet",
+            "--color",
+            "0",
+            "--warnings",
+            "off",
+            "--nodns",
+            "none",
+        ])
+        .args(["--ip", "127.0.0.1", "--add-ca"])
+        .arg(ca.pem())
+        .args(["-p", "-s", "-S", "--jsonfile"])
+        .arg(&report)
+        .arg(format!("https://a.test:{}/", proxy.tls))
+        .output()
+        .expect("testssl (Debian's testssl.sh; .ci/run installs it)");
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let findings: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let finding = |id: &str| -> (String, String) {
+        findings
+            .iter()
+            .find(|f| f["id"] == id)
+            .map(|f| {
+                (
+                    f["severity"].as_str().unwrap_or("").to_string(),
+                    f["finding"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .unwrap_or_else(|| panic!("no {id} in {text}"))
+    };
+    for old in ["SSLv2", "SSLv3", "TLS1", "TLS1_1"] {
+        assert_eq!(finding(old).1, "not offered", "{old}");
+    }
+    assert!(finding("TLS1_2").1.starts_with("offered"));
+    assert!(finding("TLS1_3").1.starts_with("offered"));
+    assert_eq!(finding("ALPN_HTTP2").1, "h2");
+    assert_eq!(finding("cert_chain_of_trust").0, "OK", "{text}");
+    // Nothing flagged, but what the test certificate itself lacks (an OCSP or CRL address).
+    let flagged: Vec<String> = findings
+        .iter()
+        .filter(|f| !matches!(f["severity"].as_str(), Some("OK" | "INFO")))
+        .filter(|f| f["id"] != "cert_revocation")
+        .map(|f| format!("{} {}: {}", f["severity"], f["id"], f["finding"]))
+        .collect();
+    assert!(flagged.is_empty(), "{flagged:#?}");
+    assert!(findings
+        .iter()
+        .any(|f| f["id"] == "cipherlist_STRONG" && f["finding"] == "offered"));
+}
+
+#[test]
+fn httpx_negotiates_h2_and_an_h2_rapid_reset_flood_is_cut_off_with_the_release_untouched() {
+    let site = live_site();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &[]);
+    let python = python_tools().join("python");
+    // httpx (with its HTTP/2 extra), a client written by others, over h2.
+    let script = format!(
+        "import httpx, ssl\nctx = ssl.create_default_context(cafile={ca:?})\ntransport = httpx.HTTPTransport(http2=True, verify=ctx, local_address='127.0.0.1')\nwith httpx.Client(transport=transport) as c:\n    r = c.get('https://127.0.0.1:{port}/', headers={{'host': 'a.test'}}, extensions={{'sni_hostname': 'a.test'}})\n    print(r.http_version, r.status_code, r.text.strip())\n",
+        ca = ca.pem().display().to_string(),
+        port = proxy.tls
+    );
+    let out = Command::new(&python)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out).trim(),
+        "HTTP/2 200 v1",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = site.live_pid().expect("v1 live");
+
+    // 5000 streams opened and cancelled at once on one connection: the server ends the
+    // connection (GOAWAY, or a close) long before all of them are sent.
+    let flood = Command::new(&python)
+        .arg(repo().join("tests/tools/h2_rapid_reset.py"))
+        .args(["a.test", &proxy.tls.to_string()])
+        .arg(ca.pem())
+        .arg("5000")
+        .output()
+        .unwrap();
+    let said: serde_json::Value = serde_json::from_slice(&flood.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            text(&flood),
+            String::from_utf8_lossy(&flood.stderr)
+        )
+    });
+    assert!(
+        said["goaway"].is_number() || said["closed"] == true,
+        "the flood went on: {said}"
+    );
+    assert!(said["sent"].as_u64().unwrap() < 5000, "{said}");
+    // The proxy and the live release are untouched.
+    assert_eq!(site.live_pid(), Some(pid));
+    let after = curl(&ca.pem(), "a.test", proxy.tls, "/", &["--http2"]);
+    assert!(
+        text(&after).ends_with("\n2 200"),
+        "{}",
+        String::from_utf8_lossy(&after.stderr)
+    );
 }
