@@ -292,6 +292,30 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// Answers over TLS say `Strict-Transport-Security: max-age=31536000`.
         #[arg(long)]
         hsts: bool,
+        /// Get certificates from this ACME (RFC 8555) directory for each --acme-name (Let's
+        /// Encrypt: https://acme-v02.api.letsencrypt.org/directory; its staging, ZeroSSL,
+        /// step-ca or a private CA work the same). Needs --tls-listen and --acme-state.
+        #[arg(long, value_name = "URL", requires_all = ["acme_state", "tls_listen"])]
+        acme_directory: Option<String>,
+        /// The ACME account's contact (`mailto:ops@example.com`). Repeatable.
+        #[arg(long, value_name = "URI", requires = "acme_directory")]
+        acme_contact: Vec<String>,
+        /// A CA file (PEM) to trust the ACME directory's HTTPS with (a private or test CA).
+        #[arg(long, value_name = "PEM", requires = "acme_directory")]
+        acme_ca_file: Option<std::path::PathBuf>,
+        /// Where the account and the certificates are kept (made 0700; files 0600). A restart
+        /// reuses them: no new order while a certificate is good.
+        #[arg(long, value_name = "DIR", requires = "acme_directory")]
+        acme_state: Option<std::path::PathBuf>,
+        /// A name to get a certificate for. Repeatable. Only these are ever ordered, never a
+        /// name a client asks for.
+        #[arg(long, value_name = "NAME", requires = "acme_directory")]
+        acme_name: Vec<String>,
+        /// How the ACME server checks the names: http-01 (answered on --listen, which must be
+        /// port 80 to the server) or tls-alpn-01 (not built yet).
+        #[arg(long, value_name = "TYPE", default_value = "http-01",
+              value_parser = ["http-01", "tls-alpn-01"])]
+        acme_challenge: String,
     },
     /// A page and a JSON API over one or more roots: live releases, rollouts, escalations,
     /// history, an event stream, and pause/resume/abort/promote behind a token.

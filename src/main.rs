@@ -145,7 +145,28 @@ fn run(command: Command) -> Result<u8, Error> {
             tls_listen,
             tls_certs,
             hsts,
+            acme_directory,
+            acme_contact,
+            acme_ca_file,
+            acme_state,
+            acme_name,
+            acme_challenge,
         } => {
+            if acme_directory.is_some() && acme_challenge == "tls-alpn-01" {
+                return Err(Error::Refused(
+                    "--acme-challenge tls-alpn-01 is not built yet: use http-01 (answered on --listen)".into(),
+                ));
+            }
+            let acme = match (acme_directory, acme_state) {
+                (Some(directory), Some(state)) => Some(proxy::acme::Settings {
+                    directory,
+                    contacts: acme_contact,
+                    ca_file: acme_ca_file,
+                    state,
+                    names: acme_name.iter().map(|n| n.to_ascii_lowercase()).collect(),
+                }),
+                _ => None,
+            };
             proxy::run(proxy::Options {
                 listen,
                 root: target.root,
@@ -162,6 +183,7 @@ fn run(command: Command) -> Result<u8, Error> {
                 tls_listen,
                 tls_certs,
                 hsts,
+                acme,
             })?;
             Ok(error::SUCCESS)
         }

@@ -92,6 +92,19 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
                 ),
             ));
         }
+        for acme in &tls.acme {
+            let next = acme
+                .next_attempt
+                .map_or("-".into(), |at| format_time(at as f64));
+            rows.push((
+                format!("acme {}", acme.name),
+                match (&acme.last_error, acme.last_attempt) {
+                    (Some(why), _) => format!("last order FAILED: {why}; next try {next}"),
+                    (None, Some(_)) => format!("issued; renewed after {next}"),
+                    (None, None) => "not ordered yet".into(),
+                },
+            ));
+        }
         if let Some(reload) = &tls.last_reload {
             rows.push((
                 "certificates read".into(),

@@ -46,6 +46,15 @@ pub fn fault(name: &str) -> bool {
 /// Replaces `path` so that readers see the old content or the new, whole, with mode
 /// [`STATE_FILE_MODE`] whatever the umask.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    write_atomically_with_mode(path, bytes, STATE_FILE_MODE)
+}
+
+/// Mode of a file only its owner may read: keys, account credentials.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// [`write_atomically`] with `mode` (a private key's [`PRIVATE_FILE_MODE`]); the temporary
+/// file has the mode from its creation, so the bytes are never readable by others.
+pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
@@ -54,10 +63,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(STATE_FILE_MODE)
+            .mode(mode)
             .open(&tmp)?;
         // The mode given to open(2) is filtered by the umask; set it outright.
-        file.set_permissions(fs::Permissions::from_mode(STATE_FILE_MODE))?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&tmp, path)

@@ -3,6 +3,7 @@
 //! switch at once, lets requests already sent to the old release finish, and tells the deployer
 //! (over `ROOT/proxy.sock`, see `drain.rs`) when the old release has drained.
 
+pub mod acme;
 mod counts;
 pub mod drain;
 mod forward;
@@ -61,6 +62,8 @@ pub struct Options {
     pub tls_certs: Vec<tls::CertSpec>,
     /// Answers over TLS carry `Strict-Transport-Security`.
     pub hsts: bool,
+    /// Certificates from ACME for these names (`--acme-*`).
+    pub acme: Option<acme::Settings>,
 }
 
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
@@ -70,10 +73,22 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 /// (exit 1), with what went wrong.
 pub fn run(options: Options) -> Result<(), Error> {
     // A certificate that cannot be served refuses the start (exit 2), naming the file.
+    let refused = |e: tls::TlsError| Error::Refused(e.to_string());
+    if let Some(acme) = &options.acme {
+        if options.tls_listen.is_none() {
+            return Err(Error::Refused(
+                "--acme-directory is given without --tls-listen: say where to serve the certificates".into(),
+            ));
+        }
+        acme::prepare(acme).map_err(refused)?;
+    }
+    let acme_names = options
+        .acme
+        .as_ref()
+        .map_or(&[][..], |a| a.names.as_slice());
     let resolver = match options.tls_listen {
         Some(_) => Some(Arc::new(
-            tls::Resolver::new(options.tls_certs.clone())
-                .map_err(|e| Error::Refused(e.to_string()))?,
+            tls::Resolver::new(options.tls_certs.clone(), acme_names).map_err(refused)?,
         )),
         None if !options.tls_certs.is_empty() => {
             return Err(Error::Refused(
@@ -153,6 +168,7 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
         .map(|(_, _, _, acceptor)| acceptor.clone());
     let tls_resolver = resolver.clone();
     let hsts = options.hsts;
+    let http01: acme::Http01Answers = Default::default();
     let mut core = |(thread, listener): (usize, std::net::TcpListener)| {
         let shared = Arc::new(Shared {
             routes: routes.clone(),
@@ -193,7 +209,10 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
             slots: slots.clone(),
             stop: stop_rx.clone(),
             kind: match tls_port {
-                Some(port) => Kind::Redirect { tls_port: port },
+                Some(port) => Kind::Redirect {
+                    tls_port: port,
+                    http01: http01.clone(),
+                },
                 None => Kind::Plain,
             },
         };
@@ -234,6 +253,9 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
                     started,
                     resolver.clone(),
                 ));
+            }
+            if let (Some(settings), Some(resolver)) = (options.acme.clone(), resolver.clone()) {
+                tokio::spawn(acme::keep(settings, resolver, http01.clone()));
             }
             if let Some(resolver) = resolver.clone() {
                 let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
@@ -416,8 +438,12 @@ impl Cores {
 enum Kind {
     /// Plain HTTP to the releases.
     Plain,
-    /// Plain HTTP while TLS is on: redirected to https on this port.
-    Redirect { tls_port: u16 },
+    /// Plain HTTP while TLS is on: redirected to https on this port, but for ACME's HTTP-01
+    /// challenges.
+    Redirect {
+        tls_port: u16,
+        http01: acme::Http01Answers,
+    },
     /// TLS, then HTTP/2 or HTTP/1.1 to the releases.
     Tls {
         acceptor: tokio_rustls::TlsAcceptor,
@@ -491,15 +517,16 @@ impl Core {
                         core_stop_rx.clone(),
                     ));
                 }
-                Kind::Redirect { tls_port } => {
-                    let (timeout, port, stop) = (
+                Kind::Redirect { tls_port, http01 } => {
+                    let (timeout, port, http01, stop) = (
                         self.shared.header_read_timeout,
                         *tls_port,
+                        http01.clone(),
                         core_stop_rx.clone(),
                     );
                     connections.spawn(async move {
                         let _slot = permit;
-                        tls::redirect(stream, timeout, port, stop).await;
+                        tls::redirect(stream, timeout, port, http01, stop).await;
                     });
                 }
                 Kind::Tls {

@@ -195,61 +195,97 @@ impl Certificates {
 /// A chain and its key from PEM files, the key checked against the leaf and the leaf's
 /// validity against `now`.
 fn certified_key(spec: &CertSpec, now: i64) -> Result<(CertifiedKey, CertInfo), TlsError> {
-    let (cert, key) = (spec.cert.as_path(), spec.key.as_path());
-    let file = |path: &Path, why: String| TlsError::File {
-        path: path.to_path_buf(),
-        why,
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| TlsError::File {
+            path: path.to_path_buf(),
+            why: format!("cannot read it: {e}"),
+        })
     };
-    let bytes = std::fs::read(cert).map_err(|e| file(cert, format!("cannot read it: {e}")))?;
-    let chain = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file(cert, format!("not a PEM certificate chain ({e})")))?;
-    if chain.is_empty() {
-        return Err(file(cert, "holds no CERTIFICATE block".into()));
-    }
-    let bytes = std::fs::read(key).map_err(|e| file(key, format!("cannot read it: {e}")))?;
-    let private = PrivateKeyDer::from_pem_slice(&bytes)
-        .map_err(|e| file(key, format!("not a PEM private key ({e})")))?;
-    let provider = rustls::crypto::ring::default_provider();
-    let signing = provider
-        .key_provider
-        .load_private_key(private)
-        .map_err(|e| {
+    let pem = Pem {
+        name: &spec.name,
+        source: "file",
+        cert_path: &spec.cert,
+        cert: &read(&spec.cert)?,
+        key_path: &spec.key,
+        key: &read(&spec.key)?,
+    };
+    pem.certified(now)
+}
+
+/// A certificate chain and its key in PEM, and where they were read from (for the errors).
+pub struct Pem<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub cert_path: &'a Path,
+    pub cert: &'a [u8],
+    pub key_path: &'a Path,
+    pub key: &'a [u8],
+}
+
+impl Pem<'_> {
+    /// The chain and key rustls serves, after the checks: the leaf within its validity at
+    /// `now`, the key matching it.
+    pub fn certified(&self, now: i64) -> Result<(CertifiedKey, CertInfo), TlsError> {
+        let (cert, key) = (self.cert_path, self.key_path);
+        let file = |path: &Path, why: String| TlsError::File {
+            path: path.to_path_buf(),
+            why,
+        };
+        let chain = CertificateDer::pem_slice_iter(self.cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| file(cert, format!("not a PEM certificate chain ({e})")))?;
+        if chain.is_empty() {
+            return Err(file(cert, "holds no CERTIFICATE block".into()));
+        }
+        let private = PrivateKeyDer::from_pem_slice(self.key)
+            .map_err(|e| file(key, format!("not a PEM private key ({e})")))?;
+        let provider = rustls::crypto::ring::default_provider();
+        let signing = provider
+            .key_provider
+            .load_private_key(private)
+            .map_err(|e| {
+                file(
+                    key,
+                    format!(
+                        "not a key rustls can sign with ({e}); use ECDSA P-256/P-384, Ed25519 or RSA"
+                    ),
+                )
+            })?;
+        let info =
+            leaf_info(self.name, self.source, cert, &chain[0]).map_err(|why| file(cert, why))?;
+        if info.not_after <= now {
+            return Err(file(
+                cert,
+                format!("expired on {} (UTC); renew it", date(info.not_after)),
+            ));
+        }
+        if info.not_before > now {
+            return Err(file(
+                cert,
+                format!(
+                    "not valid before {} (UTC); is the clock right?",
+                    date(info.not_before)
+                ),
+            ));
+        }
+        let certified = CertifiedKey::new(chain, signing);
+        certified.keys_match().map_err(|e| {
             file(
                 key,
-                format!(
-                    "not a key rustls can sign with ({e}); use ECDSA P-256/P-384, Ed25519 or RSA"
-                ),
+                format!("does not match the certificate in {} ({e})", cert.display()),
             )
         })?;
-    let info = leaf_info(spec, &chain[0]).map_err(|why| file(cert, why))?;
-    if info.not_after <= now {
-        return Err(file(
-            cert,
-            format!("expired on {} (UTC); renew it", date(info.not_after)),
-        ));
+        Ok((certified, info))
     }
-    if info.not_before > now {
-        return Err(file(
-            cert,
-            format!(
-                "not valid before {} (UTC); is the clock right?",
-                date(info.not_before)
-            ),
-        ));
-    }
-    let certified = CertifiedKey::new(chain, signing);
-    certified.keys_match().map_err(|e| {
-        file(
-            key,
-            format!("does not match the certificate in {} ({e})", cert.display()),
-        )
-    })?;
-    Ok((certified, info))
 }
 
 /// The leaf's names and validity, read with RustCrypto's X.509 types.
-fn leaf_info(spec: &CertSpec, leaf: &CertificateDer<'_>) -> Result<CertInfo, String> {
+fn leaf_info(
+    name: &str,
+    source: &str,
+    file: &Path,
+    leaf: &CertificateDer<'_>,
+) -> Result<CertInfo, String> {
     use x509_cert::der::Decode;
     let parsed = x509_cert::Certificate::from_der(leaf.as_ref())
         .map_err(|e| format!("its first certificate is not X.509 ({e})"))?;
@@ -258,13 +294,13 @@ fn leaf_info(spec: &CertSpec, leaf: &CertificateDer<'_>) -> Result<CertInfo, Str
         i64::try_from(time.to_unix_duration().as_secs()).unwrap_or(i64::MAX)
     };
     Ok(CertInfo {
-        name: spec.name.clone(),
+        name: name.to_string(),
         subject: tbs.subject.to_string(),
         issuer: tbs.issuer.to_string(),
         not_before: seconds(tbs.validity.not_before),
         not_after: seconds(tbs.validity.not_after),
-        source: "file".into(),
-        file: spec.cert.clone(),
+        source: source.to_string(),
+        file: file.to_path_buf(),
     })
 }
 
@@ -275,7 +311,7 @@ fn date(seconds: i64) -> String {
     })
 }
 
-fn unix_now() -> i64 {
+pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -298,6 +334,17 @@ pub struct Reload {
     pub refused: Option<String>,
 }
 
+/// Where ACME stands for one name the configuration lists.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AcmeStatus {
+    pub name: String,
+    /// The last order (or renewal): when it ended, and why it failed if it did.
+    pub last_attempt: Option<i64>,
+    pub last_error: Option<String>,
+    /// When the next order is due (a renewal, or a retry after a failure).
+    pub next_attempt: Option<i64>,
+}
+
 /// What the proxy says of its TLS (`tls` on `ROOT/proxy.sock`, read by `status`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TlsLine {
@@ -305,6 +352,8 @@ pub struct TlsLine {
     pub last_reload: Option<Reload>,
     pub handshakes: u64,
     pub handshake_failures: std::collections::BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acme: Vec<AcmeStatus>,
 }
 
 /// The certificates in force, replaced whole by a reload, and the handshakes counted.
@@ -312,20 +361,35 @@ pub struct TlsLine {
 pub struct Resolver {
     specs: Vec<CertSpec>,
     current: RwLock<Arc<Certificates>>,
+    /// Certificates from ACME, by name (kept across a SIGHUP, which reads only the files).
+    acme: RwLock<HashMap<String, (Arc<CertifiedKey>, CertInfo)>>,
+    acme_status: Mutex<Vec<AcmeStatus>>,
     last_reload: Mutex<Option<Reload>>,
     handshakes: AtomicU64,
     failures: [AtomicU64; HANDSHAKE_FAILURES.len()],
 }
 
 impl Resolver {
-    pub fn new(specs: Vec<CertSpec>) -> Result<Resolver, TlsError> {
-        if specs.is_empty() {
+    /// The files' certificates, checked; `acme_names`: the names ACME will provide (the
+    /// handshake for them is refused until it has).
+    pub fn new(specs: Vec<CertSpec>, acme_names: &[String]) -> Result<Resolver, TlsError> {
+        if specs.is_empty() && acme_names.is_empty() {
             return Err(TlsError::NoCertificate);
         }
         let certificates = Certificates::load(&specs, unix_now())?;
         Ok(Resolver {
             specs,
             current: RwLock::new(Arc::new(certificates)),
+            acme: RwLock::new(HashMap::new()),
+            acme_status: Mutex::new(
+                acme_names
+                    .iter()
+                    .map(|name| AcmeStatus {
+                        name: name.clone(),
+                        ..AcmeStatus::default()
+                    })
+                    .collect(),
+            ),
             last_reload: Mutex::new(None),
             handshakes: AtomicU64::new(0),
             failures: Default::default(),
@@ -349,10 +413,47 @@ impl Resolver {
         Ok(())
     }
 
+    /// Serves `certified` for `name` from now on (ACME's order came through).
+    pub fn install_acme(&self, name: &str, certified: CertifiedKey, info: CertInfo) {
+        if let Ok(mut acme) = self.acme.write() {
+            acme.insert(name.to_ascii_lowercase(), (Arc::new(certified), info));
+        }
+    }
+
+    /// The ACME certificate served for `name`, if any: (not_before, not_after).
+    pub fn acme_validity(&self, name: &str) -> Option<(i64, i64)> {
+        let acme = self.acme.read().ok()?;
+        acme.get(&name.to_ascii_lowercase())
+            .map(|(_, info)| (info.not_before, info.not_after))
+    }
+
+    /// Records how ACME's last attempt for `name` went and when it tries next.
+    pub fn record_acme(&self, name: &str, error: Option<String>, next_attempt: i64) {
+        if let Ok(mut statuses) = self.acme_status.lock() {
+            if let Some(status) = statuses.iter_mut().find(|s| s.name == name) {
+                status.last_attempt = Some(unix_now());
+                status.last_error = error;
+                status.next_attempt = Some(next_attempt);
+            }
+        }
+    }
+
     /// The certificates in force, what the last reload did, and the handshakes so far.
     pub fn line(&self) -> TlsLine {
+        let mut certificates = self.certificates().infos.clone();
+        if let Ok(acme) = self.acme.read() {
+            let mut from_acme: Vec<CertInfo> =
+                acme.values().map(|(_, info)| info.clone()).collect();
+            from_acme.sort_by(|a, b| a.name.cmp(&b.name));
+            certificates.extend(from_acme);
+        }
         TlsLine {
-            certificates: self.certificates().infos.clone(),
+            certificates,
+            acme: self
+                .acme_status
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or_default(),
             last_reload: self.last_reload.lock().ok().and_then(|last| last.clone()),
             handshakes: self.handshakes.load(Ordering::Relaxed),
             handshake_failures: HANDSHAKE_FAILURES
@@ -379,7 +480,25 @@ impl Resolver {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.certificates().for_name(hello.server_name())
+        let name = hello.server_name().map(str::to_ascii_lowercase);
+        let files = self.certificates();
+        // A file for the exact name, then ACME's (an ACME name is exact), then the files'
+        // wildcards and default.
+        if let Some(found) = name.as_deref().and_then(|n| files.exact.get(n)) {
+            return Some(found.clone());
+        }
+        if let Some(name) = &name {
+            if let Some((found, _)) = self
+                .acme
+                .read()
+                .ok()
+                .as_ref()
+                .and_then(|a| a.get(name).cloned())
+            {
+                return Some(found);
+            }
+        }
+        files.for_name(name.as_deref())
     }
 }
 
@@ -503,25 +622,48 @@ pub async fn redirect(
     stream: TcpStream,
     header_read_timeout: Duration,
     tls_port: u16,
+    http01: super::acme::Http01Answers,
     mut stop: watch::Receiver<bool>,
 ) {
-    let service =
-        service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-            let host = request
-                .headers()
-                .get(HOST)
-                .and_then(|h| h.to_str().ok())
-                .or_else(|| request.uri().host())
-                .map(host_without_port)
-                .unwrap_or("localhost")
-                .to_string();
-            let path = request
-                .uri()
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string();
-            let location = https_location(&host, tls_port, &path);
-            let response = match HeaderValue::from_str(&location) {
+    let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        // ACME's HTTP-01: the key authorization of an open challenge, and nothing else.
+        if let Some(token) = request
+            .uri()
+            .path()
+            .strip_prefix(super::acme::HTTP01_PREFIX)
+        {
+            let answer = http01.lock().ok().and_then(|open| open.get(token).cloned());
+            let response = match answer {
+                Some(key_authorization) => Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/octet-stream")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(
+                        key_authorization,
+                    ))),
+                None => Response::builder().status(StatusCode::NOT_FOUND).body(
+                    http_body_util::Full::new(bytes::Bytes::from_static(b"no such challenge\n")),
+                ),
+            };
+            let response = response
+                .unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
+            return std::future::ready(Ok::<_, std::convert::Infallible>(response));
+        }
+        let host = request
+            .headers()
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().host())
+            .map(host_without_port)
+            .unwrap_or("localhost")
+            .to_string();
+        let path = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let location = https_location(&host, tls_port, &path);
+        let response =
+            match HeaderValue::from_str(&location) {
                 Ok(value) => Response::builder()
                     .status(StatusCode::PERMANENT_REDIRECT)
                     .header(LOCATION, value)
@@ -533,12 +675,10 @@ pub async fn redirect(
                     http_body_util::Full::new(bytes::Bytes::from_static(b"bad host\n")),
                 ),
             };
-            async move {
-                Ok::<_, std::convert::Infallible>(response.unwrap_or_else(|_| {
-                    Response::new(http_body_util::Full::new(bytes::Bytes::new()))
-                }))
-            }
-        });
+        std::future::ready(Ok::<_, std::convert::Infallible>(response.unwrap_or_else(
+            |_| Response::new(http_body_util::Full::new(bytes::Bytes::new())),
+        )))
+    });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())

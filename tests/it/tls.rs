@@ -897,3 +897,297 @@ fn httpx_negotiates_h2_and_an_h2_rapid_reset_flood_is_cut_off_with_the_release_u
         String::from_utf8_lossy(&after.stderr)
     );
 }
+
+/// Debian's pebble (an RFC 8555 server for tests) and its DNS, pebble-challtestsrv, which
+/// answers every name with 127.0.0.1: stopped on drop.
+struct Pebble {
+    children: Vec<std::process::Child>,
+    directory: String,
+    /// The CA of pebble's own HTTPS (made by the test).
+    https_ca: PathBuf,
+    management: u16,
+    dir: PathBuf,
+}
+
+impl Pebble {
+    /// Pebble checking HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port` of 127.0.0.1.
+    fn start(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
+        let ca = Ca::new(dir, "pebble-https-ca");
+        let (cert, key) = ca.leaf("localhost", "pebble-https");
+        let (listen, management, dns) = (free_port(), free_port(), free_port());
+        let config = serde_json::json!({"pebble": {
+            "listenAddress": format!("127.0.0.1:{listen}"),
+            "managementListenAddress": format!("127.0.0.1:{management}"),
+            "certificate": cert, "privateKey": key,
+            "httpPort": http_port, "tlsPort": tls_port,
+            "ocspResponderURL": "", "externalAccountBindingRequired": false}});
+        let config_file = write(dir, "pebble.json", &config.to_string());
+        let quiet =
+            || std::fs::File::create(dir.join(format!("pebble-{}.log", free_port()))).unwrap();
+        let dns_server = Command::new("pebble-challtestsrv")
+            .args([
+                "-dns01",
+                &format!("127.0.0.1:{dns}"),
+                "-http01",
+                "",
+                "-https01",
+                "",
+            ])
+            .args([
+                "-tlsalpn01",
+                "",
+                "-management",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .stdout(quiet())
+            .stderr(quiet())
+            .spawn()
+            .expect("pebble-challtestsrv (Debian's pebble; .ci/run installs it)");
+        let pebble = Command::new("pebble")
+            .arg("-config")
+            .arg(&config_file)
+            .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .stdout(quiet())
+            .stderr(quiet())
+            .spawn()
+            .expect("pebble (Debian's pebble; .ci/run installs it)");
+        let pebble = Pebble {
+            children: vec![dns_server, pebble],
+            directory: format!("https://localhost:{listen}/dir"),
+            https_ca: ca.pem(),
+            management,
+            dir: dir.to_path_buf(),
+        };
+        assert!(
+            wait_for(20, || TcpStream::connect(("127.0.0.1", listen)).is_ok()
+                && TcpStream::connect(("127.0.0.1", management)).is_ok()),
+            "pebble listening"
+        );
+        pebble
+    }
+
+    /// The root that signs pebble's certificates (new at each start), as a file.
+    fn issuing_root(&self) -> PathBuf {
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert"])
+            .arg(&self.https_ca)
+            .arg(format!("https://localhost:{}/roots/0", self.management))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        write(&self.dir, "pebble-root.pem", &text(&out))
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The certificates `status` says the proxy serves from ACME, by name.
+fn acme_names(site: &Site) -> Vec<String> {
+    let out = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    json["tls"]["certificates"]
+        .as_array()
+        .map(|certs| {
+            certs
+                .iter()
+                .filter(|c| c["source"] == "acme")
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn acme_http01_against_pebble_gets_a_certificate_per_name_and_a_restart_orders_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = live_site();
+    let work = tempfile::tempdir().unwrap();
+    let (plain, tls) = (free_port(), free_port());
+    let pebble = Pebble::start(work.path(), plain, tls);
+    let state = work.path().join("acme");
+    let acme_args = |state: &Path| -> Vec<String> {
+        [
+            "--acme-directory",
+            &pebble.directory,
+            "--acme-ca-file",
+            &pebble.https_ca.display().to_string(),
+            "--acme-state",
+            &state.display().to_string(),
+            "--acme-name",
+            "a.test",
+            "--acme-name",
+            "b.test",
+            "--acme-contact",
+            "mailto:ops@a.test",
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    let start = |args: &[String]| {
+        let log = site.root().join(format!("proxy-{}.stderr", free_port()));
+        let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
+            .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
+            .arg(site.root())
+            .args(args)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        TlsProxy {
+            child,
+            plain,
+            tls,
+            log,
+        }
+    };
+    let proxy = start(&acme_args(&state));
+    assert!(
+        wait_for(90, || acme_names(&site) == ["a.test", "b.test"]),
+        "both names ordered through HTTP-01: {}",
+        proxy.said()
+    );
+    let root = pebble.issuing_root();
+    for host in ["a.test", "b.test"] {
+        let out = curl(&root, host, tls, "/", &["--http2"]);
+        assert!(
+            text(&out).ends_with("\n2 200") && text(&out).contains("v1"),
+            "{host}: {}{}",
+            text(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The state: a folder only its owner reads, each file 0600.
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o700);
+    let files = [
+        "account.json",
+        "a.test.pem",
+        "a.test.key",
+        "b.test.pem",
+        "b.test.key",
+    ];
+    for file in files {
+        assert_eq!(mode(&state.join(file)), 0o600, "{file}");
+    }
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(state.join(f)).unwrap())
+        .collect();
+    drop(proxy);
+
+    // A restart orders nothing: the stored certificates serve at once, the files untouched.
+    let proxy = start(&acme_args(&state));
+    assert!(
+        wait_for(20, || acme_names(&site) == ["a.test", "b.test"]),
+        "{}",
+        proxy.said()
+    );
+    let out = curl(&root, "a.test", tls, "/", &[]);
+    assert!(
+        text(&out).ends_with(" 200"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        proxy
+            .said()
+            .matches("the stored certificate serves (no new order)")
+            .count(),
+        2,
+        "{}",
+        proxy.said()
+    );
+    assert!(
+        !proxy.said().contains("certificate issued"),
+        "{}",
+        proxy.said()
+    );
+    let after: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(state.join(f)).unwrap())
+        .collect();
+    assert!(before == after, "the state changed on a restart");
+}
+
+#[test]
+fn an_acme_server_that_does_not_answer_is_retried_and_said_in_status_while_files_serve() {
+    let site = live_site();
+    let work = tempfile::tempdir().unwrap();
+    let ca = Ca::new(work.path(), "ca");
+    let a = ca.leaf("a.test", "a");
+    let nobody = free_port();
+    let proxy = TlsProxy::start(
+        &site,
+        &[cert_arg("a.test", &a)],
+        &[
+            "--acme-directory",
+            &format!("https://localhost:{nobody}/dir"),
+            "--acme-state",
+            &work.path().join("acme").display().to_string(),
+            "--acme-name",
+            "b.test",
+        ],
+    );
+    let acme = || -> serde_json::Value {
+        let out = rollgate()
+            .args(["status", "--format", "json", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()["tls"]["acme"]
+            [0]
+        .clone()
+    };
+    assert!(
+        wait_for(30, || acme()["last_error"].is_string()),
+        "{}",
+        proxy.said()
+    );
+    let status = acme();
+    assert_eq!(status["name"], "b.test");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot create an account"),
+        "{status}"
+    );
+    // Retried in a minute, not at once; the certificate from its file serves meanwhile.
+    let next = status["next_attempt"].as_i64().unwrap() - status["last_attempt"].as_i64().unwrap();
+    assert!((55..=65).contains(&next), "{status}");
+    assert!(
+        proxy.said().contains("b.test: cannot create an account"),
+        "{}",
+        proxy.said()
+    );
+    let out = curl(&ca.pem(), "a.test", proxy.tls, "/", &[]);
+    assert!(
+        text(&out).ends_with(" 200"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(stdout(&table).contains("acme b.test"), "{}", stdout(&table));
+}
