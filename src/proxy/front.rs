@@ -469,14 +469,7 @@ impl Front {
         let connection = builder
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
-        tokio::pin!(connection);
-        tokio::select! {
-            _ = connection.as_mut() => {}
-            _ = stop.changed() => {
-                connection.as_mut().graceful_shutdown();
-                let _ = connection.await;
-            }
-        }
+        serve_until_stopped!(connection, stop);
     }
 }
 

@@ -3,6 +3,23 @@
 //! switch at once, lets requests already sent to the old release finish, and tells the deployer
 //! (over `ROOT/proxy.sock`, see `drain.rs`) when the old release has drained.
 
+/// Drives a hyper server connection (`connection`, any of hyper's: HTTP/1, upgradeable,
+/// HTTP/2) until it ends, or until `stop` (a `watch::Receiver<bool>`) changes: then it is shut
+/// down gracefully, finishing the request in flight. A macro: hyper's connection types share
+/// no trait with `graceful_shutdown`.
+macro_rules! serve_until_stopped {
+    ($connection:ident, $stop:ident) => {
+        tokio::pin!($connection);
+        tokio::select! {
+            _ = $connection.as_mut() => {}
+            _ = $stop.changed() => {
+                $connection.as_mut().graceful_shutdown();
+                let _ = $connection.await;
+            }
+        }
+    };
+}
+
 pub mod acme;
 mod counts;
 pub mod drain;

@@ -573,14 +573,7 @@ pub async fn serve(
             .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
             .keep_alive_interval(None);
         let connection = builder.serve_connection(io, service);
-        tokio::pin!(connection);
-        tokio::select! {
-            _ = connection.as_mut() => {}
-            _ = stop.changed() => {
-                connection.as_mut().graceful_shutdown();
-                let _ = connection.await;
-            }
-        }
+        serve_until_stopped!(connection, stop);
     } else {
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -589,14 +582,7 @@ pub async fn serve(
             .max_buf_size(ctx.max_header_bytes.max(MIN_HEADER_BYTES))
             .keep_alive(true);
         let connection = builder.serve_connection(io, service).with_upgrades();
-        tokio::pin!(connection);
-        tokio::select! {
-            _ = connection.as_mut() => {}
-            _ = stop.changed() => {
-                connection.as_mut().graceful_shutdown();
-                let _ = connection.await;
-            }
-        }
+        serve_until_stopped!(connection, stop);
     }
 }
 
@@ -685,14 +671,7 @@ pub async fn redirect(
         .header_read_timeout(header_read_timeout)
         .keep_alive(true);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
-    tokio::select! {
-        _ = connection.as_mut() => {}
-        _ = stop.changed() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.await;
-        }
-    }
+    serve_until_stopped!(connection, stop);
 }
 
 /// `example.com:8080` -> `example.com`; `[::1]:80` -> `[::1]`.

@@ -912,15 +912,23 @@ struct Pebble {
 impl Pebble {
     /// Pebble checking HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port` of 127.0.0.1.
     fn start(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
+        Pebble::issuing_for(dir, http_port, tls_port, None)
+    }
+
+    /// [`Pebble::start`], its certificates valid `seconds` (pebble's default: five years).
+    fn issuing_for(dir: &Path, http_port: u16, tls_port: u16, seconds: Option<u64>) -> Pebble {
         let ca = Ca::new(dir, "pebble-https-ca");
         let (cert, key) = ca.leaf("localhost", "pebble-https");
         let (listen, management, dns) = (free_port(), free_port(), free_port());
-        let config = serde_json::json!({"pebble": {
+        let mut config = serde_json::json!({"pebble": {
             "listenAddress": format!("127.0.0.1:{listen}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": cert, "privateKey": key,
             "httpPort": http_port, "tlsPort": tls_port,
             "ocspResponderURL": "", "externalAccountBindingRequired": false}});
+        if let Some(seconds) = seconds {
+            config["pebble"]["certificateValidityPeriod"] = seconds.into();
+        }
         let config_file = write(dir, "pebble.json", &config.to_string());
         let quiet =
             || std::fs::File::create(dir.join(format!("pebble-{}.log", free_port()))).unwrap();
@@ -1190,4 +1198,87 @@ fn an_acme_server_that_does_not_answer_is_retried_and_said_in_status_while_files
         .output()
         .unwrap();
     assert!(stdout(&table).contains("acme b.test"), "{}", stdout(&table));
+}
+
+#[test]
+fn an_acme_renewal_at_two_thirds_of_the_lifetime_replaces_the_certificate_under_load_with_no_failed_request(
+) {
+    let site = live_site();
+    let work = tempfile::tempdir().unwrap();
+    let (plain, tls) = (free_port(), free_port());
+    // Certificates that live 24 s: renewed from 16 s on.
+    let pebble = Pebble::issuing_for(work.path(), plain, tls, Some(24));
+    let state = work.path().join("acme");
+    let log = site.root().join("proxy.stderr");
+    let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
+        .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
+        .arg(site.root())
+        .args(["--acme-directory", &pebble.directory, "--acme-ca-file"])
+        .arg(&pebble.https_ca)
+        .arg("--acme-state")
+        .arg(&state)
+        .args(["--acme-name", "a.test"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let proxy = TlsProxy {
+        child,
+        plain,
+        tls,
+        log,
+    };
+    let not_after = || -> Option<i64> {
+        let out = rollgate()
+            .args(["status", "--format", "json", "--root"])
+            .arg(site.root())
+            .output()
+            .ok()?;
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        json["tls"]["certificates"]
+            .as_array()?
+            .iter()
+            .find(|c| c["source"] == "acme")?["not_after"]
+            .as_i64()
+    };
+    assert!(wait_for(60, || not_after().is_some()), "{}", proxy.said());
+    let first = not_after().unwrap();
+    let root = pebble.issuing_root();
+    // A steady client over TLS, a new connection each time (each sees the certificate then).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            let mut answers = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = curl(&root, "a.test", tls, "/", &[]);
+                answers.push(text(&out).lines().last().unwrap_or("").to_string());
+            }
+            answers
+        })
+    };
+    assert!(
+        wait_for(60, || not_after().is_some_and(|now| now > first)),
+        "renewed: {}",
+        proxy.said()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answers = load.join().unwrap();
+    let failed: Vec<&String> = answers
+        .iter()
+        .filter(|a| a.as_str() != "1.1 200" && a.as_str() != "2 200")
+        .collect();
+    assert!(answers.len() >= 20, "{answers:?}");
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}",
+        failed.len(),
+        answers.len()
+    );
+    assert!(
+        proxy.said().matches("a.test: certificate issued").count() >= 2,
+        "{}",
+        proxy.said()
+    );
 }

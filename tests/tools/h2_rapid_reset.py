@@ -18,6 +18,14 @@ import h2.events
 import h2.exceptions
 
 
+def goaway_in(conn, data):
+    """The error code of a GOAWAY among the frames in `data`, or None."""
+    for event in conn.receive_data(data):
+        if isinstance(event, h2.events.ConnectionTerminated):
+            return int(event.error_code)
+    return None
+
+
 def main():
     host, port, ca_file, streams = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     context = ssl.create_default_context(cafile=ca_file)
@@ -48,9 +56,7 @@ def main():
             if not data:
                 closed = True
                 break
-            for event in conn.receive_data(data):
-                if isinstance(event, h2.events.ConnectionTerminated):
-                    goaway = int(event.error_code)
+            goaway = goaway_in(conn, data)
             if goaway is not None:
                 break
     except (BrokenPipeError, ConnectionResetError, ssl.SSLError, h2.exceptions.ProtocolError):
@@ -64,9 +70,7 @@ def main():
                 if not data:
                     closed = True
                     break
-                for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.ConnectionTerminated):
-                        goaway = int(event.error_code)
+                goaway = goaway_in(conn, data)
                 if goaway is not None:
                     break
         except (socket.timeout, ConnectionResetError, ssl.SSLError, h2.exceptions.ProtocolError):
