@@ -312,7 +312,7 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         #[arg(long, value_name = "NAME", requires = "acme_directory")]
         acme_name: Vec<String>,
         /// How the ACME server checks the names: http-01 (answered on --listen, which must be
-        /// port 80 to the server) or tls-alpn-01 (not built yet).
+        /// port 80 to the server) or tls-alpn-01 (answered on --tls-listen, port 443 to it).
         #[arg(long, value_name = "TYPE", default_value = "http-01",
               value_parser = ["http-01", "tls-alpn-01"])]
         acme_challenge: String,

@@ -152,11 +152,6 @@ fn run(command: Command) -> Result<u8, Error> {
             acme_name,
             acme_challenge,
         } => {
-            if acme_directory.is_some() && acme_challenge == "tls-alpn-01" {
-                return Err(Error::Refused(
-                    "--acme-challenge tls-alpn-01 is not built yet: use http-01 (answered on --listen)".into(),
-                ));
-            }
             let acme = match (acme_directory, acme_state) {
                 (Some(directory), Some(state)) => Some(proxy::acme::Settings {
                     directory,
@@ -164,6 +159,11 @@ fn run(command: Command) -> Result<u8, Error> {
                     ca_file: acme_ca_file,
                     state,
                     names: acme_name.iter().map(|n| n.to_ascii_lowercase()).collect(),
+                    challenge: if acme_challenge == "tls-alpn-01" {
+                        proxy::acme::Challenge::TlsAlpn01
+                    } else {
+                        proxy::acme::Challenge::Http01
+                    },
                 }),
                 _ => None,
             };

@@ -12,7 +12,9 @@
 //!   an hour) and is said in the proxy's log and in `status` (`acme`: the last attempt, its
 //!   error, the next attempt).
 //! - Challenges: HTTP-01, answered on the plain listener at `/.well-known/acme-challenge/`
-//!   from [`Http01Answers`]. TLS-ALPN-01 is the next step (refused at start until then).
+//!   from [`Http01Answers`]; or TLS-ALPN-01 (RFC 8737), answered on the TLS listener to a
+//!   hello that offers `acme-tls/1` alone, with a self-signed certificate carrying the key
+//!   authorization's digest (for a host whose port 80 is closed or behind something else).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +37,16 @@ pub struct Settings {
     pub ca_file: Option<PathBuf>,
     pub state: PathBuf,
     pub names: Vec<String>,
+    pub challenge: Challenge,
+}
+
+/// How the ACME server checks a name.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Challenge {
+    /// `http://NAME/.well-known/acme-challenge/TOKEN`, on the plain listener.
+    Http01,
+    /// A TLS handshake to NAME offering ALPN `acme-tls/1`, on the TLS listener.
+    TlsAlpn01,
 }
 
 /// The key authorizations the plain listener answers, by token, while a challenge is open.
@@ -140,7 +152,7 @@ pub async fn keep(settings: Settings, resolver: Arc<Resolver>, answers: Http01An
             let outcome = match outcome {
                 Ok(ready) => {
                     account = Some(ready.clone());
-                    order(&settings, &ready, name, &answers).await
+                    order(&settings, &ready, name, &answers, &resolver).await
                 }
                 Err(e) => Err(e),
             };
@@ -232,6 +244,7 @@ async fn order(
     account: &Account,
     name: &str,
     answers: &Http01Answers,
+    resolver: &Resolver,
 ) -> Result<(String, String), String> {
     let identifiers = [Identifier::Dns(name.to_string())];
     let mut order = account
@@ -248,22 +261,34 @@ async fn order(
             AuthorizationStatus::Valid => continue,
             other => return Err(format!("the authorization of {name} is {other:?}")),
         }
-        let mut challenge = authorization
-            .challenge(ChallengeType::Http01)
-            .ok_or_else(|| {
-                format!(
-                    "{} offers no http-01 challenge for {name}",
-                    settings.directory
+        let (kind, said) = match settings.challenge {
+            Challenge::Http01 => (ChallengeType::Http01, "http-01"),
+            Challenge::TlsAlpn01 => (ChallengeType::TlsAlpn01, "tls-alpn-01"),
+        };
+        let mut challenge = authorization.challenge(kind).ok_or_else(|| {
+            format!(
+                "{} offers no {said} challenge for {name}",
+                settings.directory
+            )
+        })?;
+        let key_authorization = challenge.key_authorization();
+        match settings.challenge {
+            Challenge::Http01 => {
+                let token = challenge.token.clone();
+                if let Ok(mut open) = answers.lock() {
+                    open.insert(token.clone(), key_authorization.as_str().to_string());
+                }
+                tokens.push(token);
+            }
+            Challenge::TlsAlpn01 => {
+                let certified = super::tls::alpn_challenge_certificate(
+                    name,
+                    key_authorization.digest().as_ref(),
                 )
-            })?;
-        let token = challenge.token.clone();
-        if let Ok(mut open) = answers.lock() {
-            open.insert(
-                token.clone(),
-                challenge.key_authorization().as_str().to_string(),
-            );
+                .map_err(|e| e.to_string())?;
+                resolver.set_alpn_challenge(name, Some(certified));
+            }
         }
-        tokens.push(token);
         challenge
             .set_ready()
             .await
@@ -275,6 +300,7 @@ async fn order(
             open.remove(token);
         }
     }
+    resolver.set_alpn_challenge(name, None);
     match ready.map_err(|e| format!("the order did not get ready: {e}"))? {
         OrderStatus::Ready => {}
         other => {

@@ -43,6 +43,9 @@ use super::MIN_HEADER_BYTES;
 /// The name that serves clients no other certificate covers.
 pub const DEFAULT_NAME: &str = "default";
 
+/// The ALPN protocol of TLS-ALPN-01 (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
 /// Most streams one HTTP/2 client may have open at once (nginx's `http2_max_concurrent_streams`
 /// default).
 const H2_MAX_STREAMS: u32 = 128;
@@ -190,6 +193,23 @@ impl Certificates {
         });
         found.or_else(|| self.default.clone())
     }
+}
+
+/// TLS-ALPN-01's certificate for `name` (RFC 8737): self-signed, for that name alone, with
+/// the critical acmeIdentifier extension holding the SHA-256 of the key authorization.
+pub fn alpn_challenge_certificate(name: &str, digest: &[u8]) -> Result<CertifiedKey, TlsError> {
+    let setup =
+        |e: rcgen::Error| TlsError::Setup(format!("the TLS-ALPN-01 certificate for {name}: {e}"));
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).map_err(setup)?;
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let key = rcgen::KeyPair::generate().map_err(setup)?;
+    let cert = params.self_signed(&key).map_err(setup)?;
+    let private = PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let signing = rustls::crypto::ring::default_provider()
+        .key_provider
+        .load_private_key(private)
+        .map_err(|e| TlsError::Setup(format!("the TLS-ALPN-01 key for {name}: {e}")))?;
+    Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }
 
 /// A chain and its key from PEM files, the key checked against the leaf and the leaf's
@@ -363,6 +383,9 @@ pub struct Resolver {
     current: RwLock<Arc<Certificates>>,
     /// Certificates from ACME, by name (kept across a SIGHUP, which reads only the files).
     acme: RwLock<HashMap<String, (Arc<CertifiedKey>, CertInfo)>>,
+    /// TLS-ALPN-01's challenge certificates, by name, while a challenge is open: served only
+    /// to a hello that asks for `acme-tls/1` alone.
+    alpn_challenges: RwLock<HashMap<String, Arc<CertifiedKey>>>,
     acme_status: Mutex<Vec<AcmeStatus>>,
     last_reload: Mutex<Option<Reload>>,
     handshakes: AtomicU64,
@@ -381,6 +404,7 @@ impl Resolver {
             specs,
             current: RwLock::new(Arc::new(certificates)),
             acme: RwLock::new(HashMap::new()),
+            alpn_challenges: RwLock::new(HashMap::new()),
             acme_status: Mutex::new(
                 acme_names
                     .iter()
@@ -417,6 +441,16 @@ impl Resolver {
     pub fn install_acme(&self, name: &str, certified: CertifiedKey, info: CertInfo) {
         if let Ok(mut acme) = self.acme.write() {
             acme.insert(name.to_ascii_lowercase(), (Arc::new(certified), info));
+        }
+    }
+
+    /// Serves `certified` to TLS-ALPN-01's validation of `name` (None: the challenge is over).
+    pub fn set_alpn_challenge(&self, name: &str, certified: Option<CertifiedKey>) {
+        if let Ok(mut open) = self.alpn_challenges.write() {
+            match certified {
+                Some(certified) => open.insert(name.to_ascii_lowercase(), Arc::new(certified)),
+                None => open.remove(&name.to_ascii_lowercase()),
+            };
         }
     }
 
@@ -481,6 +515,13 @@ impl Resolver {
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name().map(str::to_ascii_lowercase);
+        // An ACME server validating TLS-ALPN-01 offers `acme-tls/1` and nothing else; it gets
+        // the challenge certificate, and no client of the site ever does.
+        let mut offered = hello.alpn().into_iter().flatten();
+        if offered.next() == Some(ACME_TLS_ALPN) && offered.next().is_none() {
+            let open = self.alpn_challenges.read().ok()?;
+            return open.get(name.as_deref()?).cloned();
+        }
         let files = self.certificates();
         // A file for the exact name, then ACME's (an ACME name is exact), then the files'
         // wildcards and default.
@@ -510,7 +551,8 @@ pub fn server_config(resolver: Arc<Resolver>) -> Result<Arc<rustls::ServerConfig
         .map_err(|e| TlsError::Setup(e.to_string()))?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // acme-tls/1 last: only a hello that offers it alone gets it (TLS-ALPN-01).
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), ACME_TLS_ALPN.to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -547,7 +589,12 @@ pub async fn serve(
         },
         _ = stop.changed() => return,
     };
-    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    let alpn = tls.get_ref().1.alpn_protocol();
+    if alpn == Some(ACME_TLS_ALPN) {
+        // The validation is the handshake itself: nothing is served after it.
+        return;
+    }
+    let h2 = alpn == Some(b"h2".as_slice());
     let client = Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx).over_tls());
     let service_ctx = ctx.clone();
     let service = service_fn(move |request| {

@@ -1282,3 +1282,66 @@ fn an_acme_renewal_at_two_thirds_of_the_lifetime_replaces_the_certificate_under_
         proxy.said()
     );
 }
+
+#[test]
+fn acme_tls_alpn01_against_pebble_gets_certificates_on_the_tls_listener_alone() {
+    let site = live_site();
+    let work = tempfile::tempdir().unwrap();
+    // The plain port pebble would check HTTP-01 on is one nothing listens on: only the TLS
+    // listener can answer.
+    let (unused_plain, plain, tls) = (free_port(), free_port(), free_port());
+    let pebble = Pebble::start(work.path(), unused_plain, tls);
+    let log = site.root().join("proxy.stderr");
+    let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
+        .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
+        .arg(site.root())
+        .args(["--acme-directory", &pebble.directory, "--acme-ca-file"])
+        .arg(&pebble.https_ca)
+        .arg("--acme-state")
+        .arg(work.path().join("acme"))
+        .args(["--acme-name", "a.test", "--acme-name", "b.test"])
+        .args(["--acme-challenge", "tls-alpn-01"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let proxy = TlsProxy {
+        child,
+        plain,
+        tls,
+        log,
+    };
+    assert!(
+        wait_for(90, || acme_names(&site) == ["a.test", "b.test"]),
+        "both names ordered through TLS-ALPN-01: {}",
+        proxy.said()
+    );
+    let root = pebble.issuing_root();
+    for host in ["a.test", "b.test"] {
+        let out = curl(&root, host, tls, "/", &["--http2"]);
+        assert!(
+            text(&out).ends_with("\n2 200"),
+            "{host}: {}{}",
+            text(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A client offering acme-tls/1 alone, once the challenges are over, gets no certificate.
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{tls}"),
+            "-servername",
+            "a.test",
+        ])
+        .args(["-alpn", "acme-tls/1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !said.contains("CN = a.test") && !said.contains("CN=a.test"),
+        "{said}"
+    );
+}
