@@ -71,6 +71,12 @@ fn the_page_shows_waves_failures_and_the_deadline_and_its_buttons_pause_resume_a
         "why it failed: {text}"
     );
     browser.screenshot("console-rollout-running");
+    // Once the soak has begun no record comes for 20 s, so the page keeps the form typed in.
+    assert!(
+        wait_for(30, || browser.text().contains("soak ends in")),
+        "the soak shows:\n{}",
+        browser.text()
+    );
 
     browser.type_into(
         "form[action$='rollout/pause'] input[name=reason]",

@@ -199,23 +199,31 @@ impl Browser {
     }
 
     pub fn click(&self, css: &str) {
-        let element = self.find(css);
-        self.session_call(
-            "POST",
-            &format!("/element/{element}/click"),
-            Some(json!({})),
-        )
-        .expect("the click");
+        self.on_element(css, "click", json!({}));
     }
 
     pub fn type_into(&self, css: &str, text: &str) {
-        let element = self.find(css);
-        self.session_call(
-            "POST",
-            &format!("/element/{element}/value"),
-            Some(json!({ "text": text })),
-        )
-        .expect("the keys");
+        self.on_element(css, "value", json!({ "text": text }));
+    }
+
+    /// `action` on the element `css` finds. The page replaces its sections when a record
+    /// comes (the event stream), so an element found a moment ago may be gone: it is found
+    /// again, up to five times.
+    fn on_element(&self, css: &str, action: &str, body: Value) {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let element = self.find(css);
+            match self.session_call(
+                "POST",
+                &format!("/element/{element}/{action}"),
+                Some(body.clone()),
+            ) {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") => last = e,
+                Err(e) => panic!("{action} on {css}: {e}"),
+            }
+        }
+        panic!("{action} on {css}: the element went stale five times: {last}");
     }
 
     /// The page's text as a person reads it.
