@@ -1345,3 +1345,79 @@ fn acme_tls_alpn01_against_pebble_gets_certificates_on_the_tls_listener_alone() 
         "{said}"
     );
 }
+
+#[test]
+fn a_renewal_the_acme_server_refuses_keeps_the_working_certificate_and_says_why() {
+    let site = live_site();
+    let work = tempfile::tempdir().unwrap();
+    let (plain, tls) = (free_port(), free_port());
+    // Certificates that live 30 s: the renewal is due at 20 s, when pebble is gone.
+    let mut pebble = Pebble::issuing_for(work.path(), plain, tls, Some(30));
+    let log = site.root().join("proxy.stderr");
+    let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
+        .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
+        .arg(site.root())
+        .args(["--acme-directory", &pebble.directory, "--acme-ca-file"])
+        .arg(&pebble.https_ca)
+        .arg("--acme-state")
+        .arg(work.path().join("acme"))
+        .args(["--acme-name", "a.test"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let proxy = TlsProxy {
+        child,
+        plain,
+        tls,
+        log,
+    };
+    let status = || -> serde_json::Value {
+        let out = rollgate()
+            .args(["status", "--format", "json", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()["tls"].clone()
+    };
+    assert!(
+        wait_for(60, || status()["certificates"][0]["source"] == "acme"),
+        "{}",
+        proxy.said()
+    );
+    let issued = status()["certificates"][0]["not_after"].as_i64().unwrap();
+    let root = pebble.issuing_root();
+    // The ACME server goes away before the renewal is due.
+    for child in &mut pebble.children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(
+        wait_for(40, || status()["acme"][0]["last_error"].is_string()),
+        "the failed renewal is said: {}",
+        proxy.said()
+    );
+    let tls_state = status();
+    assert_eq!(
+        tls_state["certificates"][0]["not_after"], issued,
+        "{tls_state}"
+    );
+    assert!(
+        tls_state["acme"][0]["next_attempt"].as_i64().unwrap()
+            > tls_state["acme"][0]["last_attempt"].as_i64().unwrap()
+    );
+    assert!(
+        proxy
+            .said()
+            .contains("the certificate serving (if any) goes on"),
+        "{}",
+        proxy.said()
+    );
+    // The working certificate still serves.
+    let out = curl(&root, "a.test", tls, "/", &[]);
+    assert!(
+        text(&out).ends_with(" 200"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
