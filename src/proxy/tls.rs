@@ -139,6 +139,9 @@ pub struct CertInfo {
     /// Its validity, in Unix seconds.
     pub not_before: i64,
     pub not_after: i64,
+    /// The DNS names it is for (its subjectAltName).
+    #[serde(default)]
+    pub dns_names: Vec<String>,
     /// Where it comes from: `file` (and the file).
     pub source: String,
     pub file: PathBuf,
@@ -288,6 +291,20 @@ impl Pem<'_> {
                 ),
             ));
         }
+        if self.name != DEFAULT_NAME && !covers(&info.dns_names, self.name) {
+            return Err(file(
+                cert,
+                format!(
+                    "is not for {} (it names {}); give the certificate for that name",
+                    self.name,
+                    if info.dns_names.is_empty() {
+                        "no DNS name".to_string()
+                    } else {
+                        info.dns_names.join(", ")
+                    }
+                ),
+            ));
+        }
         let certified = CertifiedKey::new(chain, signing);
         certified.keys_match().map_err(|e| {
             file(
@@ -313,14 +330,42 @@ fn leaf_info(
     let seconds = |time: x509_cert::time::Time| {
         i64::try_from(time.to_unix_duration().as_secs()).unwrap_or(i64::MAX)
     };
+    let dns_names = match tbs.get::<x509_cert::ext::pkix::SubjectAltName>() {
+        Ok(Some((_, names))) => names
+            .0
+            .iter()
+            .filter_map(|name| match name {
+                x509_cert::ext::pkix::name::GeneralName::DnsName(dns) => {
+                    Some(dns.to_string().to_ascii_lowercase())
+                }
+                _ => None,
+            })
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => return Err(format!("its subjectAltName does not read ({e})")),
+    };
     Ok(CertInfo {
         name: name.to_string(),
         subject: tbs.subject.to_string(),
         issuer: tbs.issuer.to_string(),
         not_before: seconds(tbs.validity.not_before),
         not_after: seconds(tbs.validity.not_after),
+        dns_names,
         source: source.to_string(),
         file: file.to_path_buf(),
+    })
+}
+
+/// Whether a certificate for `dns_names` serves `name` (a host, or `*.domain`): the same name,
+/// or a wildcard one label up (RFC 6125: `*.example.com` covers `a.example.com` only).
+fn covers(dns_names: &[String], name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    dns_names.iter().any(|dns| {
+        *dns == name
+            || dns.strip_prefix("*.").is_some_and(|domain| {
+                name.split_once('.')
+                    .is_some_and(|(label, rest)| label != "*" && rest == domain)
+            })
     })
 }
 
@@ -764,6 +809,15 @@ mod tests {
             let err = bad.parse::<CertSpec>().unwrap_err().to_string();
             assert!(err.contains("give NAME=CERT,KEY"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_certificate_covers_its_names_and_a_wildcard_one_label_below() {
+        let names = ["a.test".to_string(), "*.apps.test".to_string()];
+        assert!(covers(&names, "a.test") && covers(&names, "A.Test"));
+        assert!(covers(&names, "x.apps.test") && covers(&names, "*.apps.test"));
+        assert!(!covers(&names, "b.test") && !covers(&names, "y.x.apps.test"));
+        assert!(!covers(&names, "apps.test"));
     }
 
     #[test]

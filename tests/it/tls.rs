@@ -524,6 +524,14 @@ fn a_bad_certificate_refuses_the_start_naming_the_file() {
         "{}",
         stderr(&expired)
     );
+    // b's certificate (and its key) named for a.test: it is not for that name.
+    let other = start(format!("a.test={},{}", b.0.display(), b.1.display()));
+    assert_eq!(other.status.code(), Some(2), "{}", stderr(&other));
+    assert!(
+        stderr(&other).contains("b.pem: is not for a.test (it names b.test)"),
+        "{}",
+        stderr(&other)
+    );
     let malformed = start("a.test".into());
     assert_eq!(malformed.status.code(), Some(2));
     assert!(
