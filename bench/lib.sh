@@ -51,3 +51,23 @@ stop_the_front() {
   [ -f "$1/nginx.pid" ] && kill "$(cat "$1/nginx.pid")" 2>/dev/null
   return 0
 }
+
+# Clock ticks of user + system time the processes have used.
+ticks_of() {
+  total=0
+  for pid in $1; do
+    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+    total=$((total + t))
+  done
+  echo $total
+}
+
+# Resident memory (KiB) of the processes, added up.
+rss_kib_of() {
+  total=0
+  for pid in $1; do
+    r=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
+    total=$((total + r))
+  done
+  echo $total
+}

@@ -44,15 +44,6 @@ pids_of() {
     *) echo "" ;;
   esac
 }
-# Clock ticks of user + system time the processes have used.
-ticks_of() {
-  total=0
-  for pid in $1; do
-    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
-    total=$((total + t))
-  done
-  echo $total
-}
 url_of() {
   case $1 in
     direct) echo "http://127.0.0.1:$direct/" ;;
