@@ -54,22 +54,6 @@ pids_of() {
     rollgate) echo "$proxy" ;;
   esac
 }
-ticks_of() {
-  total=0
-  for pid in $1; do
-    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
-    total=$((total + t))
-  done
-  echo $total
-}
-rss_kib_of() {
-  total=0
-  for pid in $1; do
-    r=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
-    total=$((total + r))
-  done
-  echo $total
-}
 port_of() { case $1 in nginx) echo $nport ;; rollgate) echo $rport ;; esac; }
 
 clk=$(getconf CLK_TCK)
