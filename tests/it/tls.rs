@@ -129,8 +129,20 @@ struct TlsProxy {
 
 impl TlsProxy {
     fn start(site: &Site, certs: &[String], extra: &[&str]) -> TlsProxy {
-        let (plain, tls) = (free_port(), free_port());
-        let log = site.root().join("proxy.stderr");
+        TlsProxy::start_on(site, (free_port(), free_port()), certs, extra)
+    }
+
+    /// A proxy on these (plain, TLS) ports (ones an ACME server was told to check), its log
+    /// a file of its own under the root.
+    fn start_on(
+        site: &Site,
+        (plain, tls): (u16, u16),
+        certs: &[String],
+        extra: &[&str],
+    ) -> TlsProxy {
+        let log = site
+            .root()
+            .join(format!("proxy-{tls}-{}.stderr", free_port()));
         let mut command = Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
         command
             .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
@@ -1011,6 +1023,17 @@ impl Drop for Pebble {
     }
 }
 
+/// `rollgate status --format json` of the site: what it says of the proxy's TLS (`null`
+/// without it).
+fn tls_status(site: &Site) -> serde_json::Value {
+    let out = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()["tls"].clone()
+}
+
 /// The certificates `status` says the proxy serves from ACME, by name.
 fn acme_names(site: &Site) -> Vec<String> {
     let out = rollgate()
@@ -1058,21 +1081,8 @@ fn acme_http01_against_pebble_gets_a_certificate_per_name_and_a_restart_orders_n
         .to_vec()
     };
     let start = |args: &[String]| {
-        let log = site.root().join(format!("proxy-{}.stderr", free_port()));
-        let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-            .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
-            .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
-            .arg(site.root())
-            .args(args)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        TlsProxy {
-            child,
-            plain,
-            tls,
-            log,
-        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        TlsProxy::start_on(&site, (plain, tls), &[], &args)
     };
     let proxy = start(&acme_args(&state));
     assert!(
@@ -1162,16 +1172,7 @@ fn an_acme_server_that_does_not_answer_is_retried_and_said_in_status_while_files
             "b.test",
         ],
     );
-    let acme = || -> serde_json::Value {
-        let out = rollgate()
-            .args(["status", "--format", "json", "--root"])
-            .arg(site.root())
-            .output()
-            .unwrap();
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()["tls"]["acme"]
-            [0]
-        .clone()
-    };
+    let acme = || tls_status(&site)["acme"][0].clone();
     assert!(
         wait_for(30, || acme()["last_error"].is_string()),
         "{}",
@@ -1217,33 +1218,20 @@ fn an_acme_renewal_at_two_thirds_of_the_lifetime_replaces_the_certificate_under_
     // Certificates that live 24 s: renewed from 16 s on.
     let pebble = Pebble::issuing_for(work.path(), plain, tls, Some(24));
     let state = work.path().join("acme");
-    let log = site.root().join("proxy.stderr");
-    let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-        .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
-        .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
-        .arg(site.root())
-        .args(["--acme-directory", &pebble.directory, "--acme-ca-file"])
-        .arg(&pebble.https_ca)
-        .arg("--acme-state")
-        .arg(&state)
-        .args(["--acme-name", "a.test"])
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let proxy = TlsProxy {
-        child,
-        plain,
-        tls,
-        log,
-    };
+    let state_dir = &state.display().to_string();
+    let ca_file = pebble.https_ca.display().to_string();
+    let mut args = vec![
+        "--acme-directory",
+        pebble.directory.as_str(),
+        "--acme-ca-file",
+        &ca_file,
+        "--acme-state",
+        &state_dir,
+    ];
+    args.extend(["--acme-name", "a.test"]);
+    let proxy = TlsProxy::start_on(&site, (plain, tls), &[], &args);
     let not_after = || -> Option<i64> {
-        let out = rollgate()
-            .args(["status", "--format", "json", "--root"])
-            .arg(site.root())
-            .output()
-            .ok()?;
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        json["tls"]["certificates"]
+        tls_status(&site)["certificates"]
             .as_array()?
             .iter()
             .find(|c| c["source"] == "acme")?["not_after"]
@@ -1299,26 +1287,25 @@ fn acme_tls_alpn01_against_pebble_gets_certificates_on_the_tls_listener_alone() 
     // listener can answer.
     let (unused_plain, plain, tls) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(work.path(), unused_plain, tls);
-    let log = site.root().join("proxy.stderr");
-    let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-        .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
-        .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
-        .arg(site.root())
-        .args(["--acme-directory", &pebble.directory, "--acme-ca-file"])
-        .arg(&pebble.https_ca)
-        .arg("--acme-state")
-        .arg(work.path().join("acme"))
-        .args(["--acme-name", "a.test", "--acme-name", "b.test"])
-        .args(["--acme-challenge", "tls-alpn-01"])
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let proxy = TlsProxy {
-        child,
-        plain,
-        tls,
-        log,
-    };
+    let state_dir = work.path().join("acme").display().to_string();
+    let ca_file = pebble.https_ca.display().to_string();
+    let mut args = vec![
+        "--acme-directory",
+        pebble.directory.as_str(),
+        "--acme-ca-file",
+        &ca_file,
+        "--acme-state",
+        &state_dir,
+    ];
+    args.extend([
+        "--acme-name",
+        "a.test",
+        "--acme-name",
+        "b.test",
+        "--acme-challenge",
+        "tls-alpn-01",
+    ]);
+    let proxy = TlsProxy::start_on(&site, (plain, tls), &[], &args);
     assert!(
         wait_for(90, || acme_names(&site) == ["a.test", "b.test"]),
         "both names ordered through TLS-ALPN-01: {}",
@@ -1361,33 +1348,19 @@ fn a_renewal_the_acme_server_refuses_keeps_the_working_certificate_and_says_why(
     let (plain, tls) = (free_port(), free_port());
     // Certificates that live 30 s: the renewal is due at 20 s, when pebble is gone.
     let mut pebble = Pebble::issuing_for(work.path(), plain, tls, Some(30));
-    let log = site.root().join("proxy.stderr");
-    let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-        .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
-        .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
-        .arg(site.root())
-        .args(["--acme-directory", &pebble.directory, "--acme-ca-file"])
-        .arg(&pebble.https_ca)
-        .arg("--acme-state")
-        .arg(work.path().join("acme"))
-        .args(["--acme-name", "a.test"])
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let proxy = TlsProxy {
-        child,
-        plain,
-        tls,
-        log,
-    };
-    let status = || -> serde_json::Value {
-        let out = rollgate()
-            .args(["status", "--format", "json", "--root"])
-            .arg(site.root())
-            .output()
-            .unwrap();
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()["tls"].clone()
-    };
+    let state_dir = work.path().join("acme").display().to_string();
+    let ca_file = pebble.https_ca.display().to_string();
+    let mut args = vec![
+        "--acme-directory",
+        pebble.directory.as_str(),
+        "--acme-ca-file",
+        &ca_file,
+        "--acme-state",
+        &state_dir,
+    ];
+    args.extend(["--acme-name", "a.test"]);
+    let proxy = TlsProxy::start_on(&site, (plain, tls), &[], &args);
+    let status = || tls_status(&site);
     assert!(
         wait_for(60, || status()["certificates"][0]["source"] == "acme"),
         "{}",
