@@ -71,3 +71,9 @@ rss_kib_of() {
   done
   echo $total
 }
+
+# median: the median of the numbers on stdin, one a line.
+# field LOAD TARGET N: the median of column N over the rounds of LOAD and TARGET in the file
+# $results (lines `load target round ...`).
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+field() { awk -v l="$1" -v t="$2" -v f="$3" '$1 == l && $2 == t { print $f }' "$results" | median; }

@@ -94,8 +94,6 @@ for load in $loads; do
   done
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-field() { awk -v l="$1" -v t="$2" -v f="$3" '$1 == l && $2 == t { print $f }' "$results" | median; }
 echo "== TLS throughput, medians of $rounds interleaved rounds of ${seconds}s (wrk -t1; h2load -c32 -m10 -t1)"
 echo "| load | nginx req/s | rollgate req/s | rollgate / nginx | nginx CPU us/req | rollgate CPU us/req | failed (nginx / rollgate) |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"

@@ -187,12 +187,11 @@ pub async fn keep(settings: Settings, resolver: Arc<Resolver>, answers: Http01An
         let soonest = settings
             .names
             .iter()
-            .filter_map(|name| {
+            .map(|name| {
                 let renewal = resolver
                     .acme_validity(name)
-                    .map(|(b, a)| renew_at(b, a))
-                    .unwrap_or(i64::MIN);
-                Some(renewal.max(next.get(name).copied().unwrap_or(i64::MIN)))
+                    .map_or(i64::MIN, |(b, a)| renew_at(b, a));
+                renewal.max(next.get(name).copied().unwrap_or(i64::MIN))
             })
             .min()
             .unwrap_or(i64::MAX);

@@ -997,6 +997,23 @@ impl Pebble {
         pebble
     }
 
+    /// The proxy's ACME flags for this pebble: its directory and CA, the `state` folder, and a
+    /// `--acme-name` for each of `names`.
+    fn proxy_args(&self, state: &Path, names: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "--acme-directory".to_string(),
+            self.directory.clone(),
+            "--acme-ca-file".into(),
+            self.https_ca.display().to_string(),
+            "--acme-state".into(),
+            state.display().to_string(),
+        ];
+        for name in names {
+            args.extend(["--acme-name".to_string(), name.to_string()]);
+        }
+        args
+    }
+
     /// The root that signs pebble's certificates (new at each start), as a file.
     fn issuing_root(&self) -> PathBuf {
         let out = Command::new("curl")
@@ -1063,22 +1080,12 @@ fn acme_http01_against_pebble_gets_a_certificate_per_name_and_a_restart_orders_n
     let pebble = Pebble::start(work.path(), plain, tls);
     let state = work.path().join("acme");
     let acme_args = |state: &Path| -> Vec<String> {
-        [
-            "--acme-directory",
-            &pebble.directory,
-            "--acme-ca-file",
-            &pebble.https_ca.display().to_string(),
-            "--acme-state",
-            &state.display().to_string(),
-            "--acme-name",
-            "a.test",
-            "--acme-name",
-            "b.test",
-            "--acme-contact",
-            "mailto:ops@a.test",
-        ]
-        .map(str::to_string)
-        .to_vec()
+        let mut args = pebble.proxy_args(state, &["a.test", "b.test"]);
+        args.extend([
+            "--acme-contact".to_string(),
+            "mailto:ops@a.test".to_string(),
+        ]);
+        args
     };
     let start = |args: &[String]| {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -1217,18 +1224,8 @@ fn an_acme_renewal_at_two_thirds_of_the_lifetime_replaces_the_certificate_under_
     let (plain, tls) = (free_port(), free_port());
     // Certificates that live 24 s: renewed from 16 s on.
     let pebble = Pebble::issuing_for(work.path(), plain, tls, Some(24));
-    let state = work.path().join("acme");
-    let state_dir = &state.display().to_string();
-    let ca_file = pebble.https_ca.display().to_string();
-    let mut args = vec![
-        "--acme-directory",
-        pebble.directory.as_str(),
-        "--acme-ca-file",
-        &ca_file,
-        "--acme-state",
-        &state_dir,
-    ];
-    args.extend(["--acme-name", "a.test"]);
+    let args = pebble.proxy_args(&work.path().join("acme"), &["a.test"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proxy = TlsProxy::start_on(&site, (plain, tls), &[], &args);
     let not_after = || -> Option<i64> {
         tls_status(&site)["certificates"]
@@ -1287,24 +1284,9 @@ fn acme_tls_alpn01_against_pebble_gets_certificates_on_the_tls_listener_alone() 
     // listener can answer.
     let (unused_plain, plain, tls) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(work.path(), unused_plain, tls);
-    let state_dir = work.path().join("acme").display().to_string();
-    let ca_file = pebble.https_ca.display().to_string();
-    let mut args = vec![
-        "--acme-directory",
-        pebble.directory.as_str(),
-        "--acme-ca-file",
-        &ca_file,
-        "--acme-state",
-        &state_dir,
-    ];
-    args.extend([
-        "--acme-name",
-        "a.test",
-        "--acme-name",
-        "b.test",
-        "--acme-challenge",
-        "tls-alpn-01",
-    ]);
+    let mut args = pebble.proxy_args(&work.path().join("acme"), &["a.test", "b.test"]);
+    args.extend(["--acme-challenge".to_string(), "tls-alpn-01".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proxy = TlsProxy::start_on(&site, (plain, tls), &[], &args);
     assert!(
         wait_for(90, || acme_names(&site) == ["a.test", "b.test"]),
@@ -1348,17 +1330,8 @@ fn a_renewal_the_acme_server_refuses_keeps_the_working_certificate_and_says_why(
     let (plain, tls) = (free_port(), free_port());
     // Certificates that live 30 s: the renewal is due at 20 s, when pebble is gone.
     let mut pebble = Pebble::issuing_for(work.path(), plain, tls, Some(30));
-    let state_dir = work.path().join("acme").display().to_string();
-    let ca_file = pebble.https_ca.display().to_string();
-    let mut args = vec![
-        "--acme-directory",
-        pebble.directory.as_str(),
-        "--acme-ca-file",
-        &ca_file,
-        "--acme-state",
-        &state_dir,
-    ];
-    args.extend(["--acme-name", "a.test"]);
+    let args = pebble.proxy_args(&work.path().join("acme"), &["a.test"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proxy = TlsProxy::start_on(&site, (plain, tls), &[], &args);
     let status = || tls_status(&site);
     assert!(
