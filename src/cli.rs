@@ -217,6 +217,8 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
   rollgate proxy --listen 127.0.0.1:8080 --root /srv/edge --metrics-listen 127.0.0.1:9180
   rollgate proxy --root /srv/edge --listen 0.0.0.0:80 --tls-listen 0.0.0.0:443 \\
     --tls-cert edge.example.com=/etc/rollgate/edge.pem,/etc/rollgate/edge.key --hsts
+  rollgate proxy --config /etc/rollgate/proxy.toml
+  rollgate proxy reload --config /etc/rollgate/proxy.toml
 
 Forwards every request to 127.0.0.1:<port> of the release `current` names (503 when none,
 502 when it refuses). Sets X-Forwarded-For (appends to the client's only with
@@ -227,13 +229,26 @@ those counts, and --metrics-listen serves them as Prometheus' /metrics.
 With --tls-listen it serves HTTPS (TLS 1.3/1.2, HTTP/2 or HTTP/1.1 by ALPN) with the
 --tls-cert certificate the client's SNI names, and --listen redirects to it (308); a bad
 certificate file refuses the start (exit 2); SIGHUP reads the certificate files again.
+With --config FILE it serves every service of the host: each [[route]] names hosts, an optional
+path prefix and a root (docs/proxy.md); a request no route takes gets 404. SIGHUP or
+`rollgate proxy reload --config FILE` reads the file again without dropping a connection; a
+file that does not parse is refused at its line and column and the routes in force go on.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
+    #[command(args_conflicts_with_subcommands = true)]
     Proxy {
-        /// Address to listen on.
-        #[arg(long, value_name = "ADDR", default_value = rollgate::defaults::PROXY_LISTEN)]
-        listen: std::net::SocketAddr,
-        #[command(flatten)]
-        target: RootArgs,
+        #[command(subcommand)]
+        action: Option<ProxyAction>,
+        /// Address to listen on (else the config file's `listen`) [default: 127.0.0.1:8080]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// Folder holding releases/, current, deploy.log: the one service served [default: .].
+        #[arg(long, value_name = "DIR", conflicts_with = "config")]
+        root: Option<PathBuf>,
+        /// Serve the routes of this TOML file (one [[route]] per service: host, path_prefix,
+        /// strip_prefix, root, service) and its settings (the flags' names: listen,
+        /// tls_listen, tls_cert, hsts, acme_*); a flag given wins over the file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Add this response header naming the release that answered (off by default: it
         /// tells the world your versions).
         #[arg(long, value_name = "NAME")]
@@ -406,6 +421,19 @@ The demo stops the live release at the end, so nothing is left running; the file
         #[arg(long)]
         keep: u64,
         file: PathBuf,
+    },
+}
+
+/// What `rollgate proxy` may be asked besides serving.
+#[derive(Debug, Subcommand)]
+pub enum ProxyAction {
+    /// Ask the proxy serving a config file to read it again: routes added, removed or changed
+    /// apply to new requests, nothing in flight is dropped. A file that does not parse (or
+    /// changes a listener) is refused at its line and column, exit 2; the routes in force go on.
+    Reload {
+        /// The config file the proxy was started with.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
     },
 }
 

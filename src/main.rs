@@ -130,8 +130,17 @@ fn run(command: Command) -> Result<u8, Error> {
             unreachable!("run by main before the commands")
         }
         Command::Proxy {
+            action: Some(cli::ProxyAction::Reload { config }),
+            ..
+        } => {
+            let said = proxy::reload::ask(&config, Duration::from_secs(30))?;
+            printed(format!("{said}\n"))
+        }
+        Command::Proxy {
+            action: None,
             listen,
-            target,
+            root,
+            config,
             version_header,
             max_connections,
             header_read_timeout_ms,
@@ -169,7 +178,11 @@ fn run(command: Command) -> Result<u8, Error> {
             };
             proxy::run(proxy::Options {
                 listen,
-                root: target.root,
+                root: match (&root, &config) {
+                    (None, None) => Some(".".into()),
+                    _ => root,
+                },
+                config,
                 version_header,
                 max_connections: max_connections as usize,
                 header_read_timeout: Duration::from_millis(header_read_timeout_ms),

@@ -18,7 +18,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::idle::{Activity, BoxError, IdleBody, Watched};
-use super::routes::{Lease, Routes, View};
+use super::router::{self, Picked};
+use super::routes::{Lease, View};
 use super::upstream::{self, Upstreams};
 
 /// A request body on its way to the release, failing if the client stops sending it; or none.
@@ -26,14 +27,14 @@ pub type UpstreamBody = Either<IdleBody<Incoming>, http_body_util::Empty<Bytes>>
 
 /// What every request needs to know.
 pub struct Shared {
-    pub routes: Arc<Routes>,
+    /// This serving thread's copy of the routes in force: which service takes a request.
+    pub router: router::Local,
     /// This serving thread's turn among equally busy replicas.
     pub turns: std::sync::atomic::AtomicUsize,
     /// This serving thread's idle connections to releases.
     pub idle: Arc<upstream::Idle>,
     /// Response header naming the release that answered, if enabled.
     pub version_header: Option<HeaderName>,
-    pub root: String,
     /// A request or response body with no data for this long is cut.
     pub body_idle: Duration,
     /// An upgraded tunnel with no byte either way for this long is closed.
@@ -45,10 +46,6 @@ pub struct Shared {
     pub thread: usize,
     /// Whether answers are counted (`counts.rs`); off only to measure what counting costs.
     pub counting: bool,
-    /// This serving thread's view of the routing table, used by every request `front`
-    /// serves (one copy per thread, not per connection: a client that connects per request
-    /// would otherwise copy the table on every request).
-    pub view: std::sync::Mutex<View>,
     /// A request head must arrive within this (slowloris); also the longest idle time between
     /// two requests of a connection.
     pub header_read_timeout: Duration,
@@ -86,10 +83,14 @@ pub struct Client {
     pub write_idle: Arc<std::sync::atomic::AtomicU64>,
     /// The client came over TLS: the release is told `X-Forwarded-Proto: https`.
     tls: bool,
+    /// The name the client's TLS hello asked for (SNI): with routes by host, a request for
+    /// another host on this connection is misdirected (421).
+    sni: Option<String>,
 }
 
 struct Reused {
-    view: View,
+    /// A view of each service's table this connection sent to, by service id.
+    views: Vec<(u64, View)>,
     upstreams: Upstreams,
 }
 
@@ -104,17 +105,19 @@ impl Client {
             address: HeaderValue::from_str(&peer.ip().to_string()).ok(),
             slot,
             reused: std::sync::Mutex::new(Reused {
-                view: View::default(),
+                views: Vec::new(),
                 upstreams: Upstreams::new(shared.idle.clone()),
             }),
             write_idle: Arc::new(std::sync::atomic::AtomicU64::new(millis(shared.body_idle))),
             tls: false,
+            sni: None,
         }
     }
 
-    /// The same client, over TLS.
-    pub fn over_tls(mut self) -> Client {
+    /// The same client, over TLS with the name its hello asked for.
+    pub fn over_tls(mut self, sni: Option<&str>) -> Client {
         self.tls = true;
+        self.sni = sni.map(str::to_ascii_lowercase);
         self
     }
 }
@@ -243,6 +246,43 @@ pub async fn handle(
             Err(_) => return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
         }
     }
+    // The route: which service takes it, and the path its release is sent.
+    let routed = {
+        let host = request
+            .headers()
+            .get(HOST)
+            .map_or(&b""[..], |h| h.as_bytes());
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        ctx.router
+            .with(|router| match router.pick(host, path.as_bytes()) {
+                Picked::Route(route) => {
+                    let misdirected = router.by_host
+                        && client
+                            .sni
+                            .as_deref()
+                            .is_some_and(|sni| sni != router::host_name(host));
+                    let forwarded = route.forwarded(path);
+                    let changed = (forwarded != path).then(|| forwarded.into_owned());
+                    Ok((route.service.clone(), changed, misdirected))
+                }
+                Picked::NoRoute => Err(router::host_name(host)),
+            })
+    };
+    let service =
+        match routed {
+            Ok((_, _, true)) => return Ok(plain(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this connection's TLS name is not the request's host: connect again for that host"
+                    .into(),
+            )),
+            Ok((service, forwarded, false)) => {
+                if let Some(path) = forwarded.and_then(|p| p.parse::<hyper::Uri>().ok()) {
+                    *request.uri_mut() = path;
+                }
+                service
+            }
+            Err(host) => return Ok(plain(StatusCode::NOT_FOUND, no_route(&host))),
+        };
     let headers = request.headers_mut();
     strip_hop_by_hop(headers);
     if !headers.contains_key(HOST) {
@@ -285,14 +325,24 @@ pub async fn handle(
     let (lease, mut response) = loop {
         let (lease, pool_size, kept) = {
             let mut reused = client.reused.lock().expect("connection state");
-            let Reused { view, upstreams } = &mut *reused;
-            let seen = view.generation();
-            let lease = ctx.routes.lease_in(view, &refused_by, &ctx.turns);
-            if view.generation() != seen {
-                upstreams.keep_only(|port| view.has_port(port));
+            let Reused { views, upstreams } = &mut *reused;
+            let at = match views.iter().position(|(id, _)| *id == service.id) {
+                Some(at) => at,
+                None => {
+                    views.push((service.id, View::default()));
+                    views.len() - 1
+                }
+            };
+            let seen = views[at].1.generation();
+            let lease = service
+                .routes
+                .lease_in(&mut views[at].1, &refused_by, &ctx.turns);
+            if views[at].1.generation() != seen {
+                // Connections to releases no service of this connection still has go.
+                upstreams.keep_only(|port| views.iter().any(|(_, v)| v.has_port(port)));
             }
             let kept = lease.as_ref().and_then(|l| upstreams.take(l.target.port));
-            (lease, view.pool_size(), kept)
+            (lease, views[at].1.pool_size(), kept)
         };
         let Some(lease) = lease else {
             return Ok(plain(
@@ -301,7 +351,7 @@ pub async fn handle(
                 } else {
                     StatusCode::BAD_GATEWAY
                 },
-                no_release_took_it(&ctx.root, &refusals, pool_size),
+                no_release_took_it(&service.root_text, &refusals, pool_size),
             ));
         };
         let port = lease.target.port;
@@ -428,6 +478,15 @@ fn copy_without_body(head: &hyper::http::request::Parts) -> Request<UpstreamBody
     *request.version_mut() = head.version;
     *request.headers_mut() = head.headers.clone();
     request
+}
+
+/// The 404's words: no route of the proxy's config takes this host (or this path of it).
+pub fn no_route(host: &str) -> String {
+    if host.is_empty() {
+        "no service here: the request names no host, and no route takes every host".into()
+    } else {
+        format!("no service here answers for {host} (no route of this proxy takes it)")
+    }
 }
 
 /// Why no release answered: nothing is live (503), or every replica tried refused (502).

@@ -38,6 +38,8 @@ use tokio::time::Instant;
 
 use super::forward::{self, Shared, HOP_BY_HOP};
 use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
+use super::router::Picked;
+use super::service::Service;
 use super::upstream::{Failure, Idle};
 use super::MIN_HEADER_BYTES;
 
@@ -65,6 +67,7 @@ pub async fn serve(
             idle: ctx.idle.clone(),
         },
         seen: None,
+        service: None,
         nodelay: false,
         served: 0,
         ctx,
@@ -106,6 +109,8 @@ struct Asked {
     safe: bool,
     /// The client asked to close after this answer.
     close: bool,
+    /// A route took it (the connection's `service`), or none: the host it asked for (404).
+    no_route: Option<String>,
 }
 
 /// A client connection's connections to releases, by port (one per release it sent to); they
@@ -131,8 +136,11 @@ struct Front {
     upstream_head: Vec<u8>,
     peer: SocketAddr,
     kept: Kept,
-    /// The routing table's generation `kept` was last checked against.
-    seen: Option<u64>,
+    /// The service and its routing table's generation `kept` was last checked against.
+    seen: Option<(u64, Option<u64>)>,
+    /// The service this connection's last request was routed to (kept, so a keep-alive
+    /// connection takes the service's `Arc` once, not once a request).
+    service: Option<Arc<Service>>,
     nodelay: bool,
     served: usize,
     ctx: Arc<Shared>,
@@ -210,7 +218,7 @@ impl Front {
         }
         let headers = &*request.headers;
         let mut close = false;
-        let mut host = false;
+        let mut host: Option<&[u8]> = None;
         let mut forwarded_for: Option<&[u8]> = None;
         // Headers `Connection` names are hop-by-hop too; rare, so only then collected.
         let mut named: Vec<&[u8]> = Vec::new();
@@ -232,18 +240,34 @@ impl Front {
                         named.push(token);
                     }
                 }
-            } else if name.eq_ignore_ascii_case("host") {
-                host = true;
+            } else if name.eq_ignore_ascii_case("host") && host.is_none() {
+                host = Some(header.value);
             } else if name.eq_ignore_ascii_case("x-forwarded-for") && forwarded_for.is_none() {
                 forwarded_for = Some(header.value);
             }
         }
 
+        // The route: which service, and the path its release is sent.
+        let mut no_route = None;
+        let forwarded = self.ctx.router.with(|router| {
+            match router.pick(host.unwrap_or(b""), target.as_bytes()) {
+                Picked::Route(route) => {
+                    if self.service.as_ref().map(|s| s.id) != Some(route.service.id) {
+                        self.service = Some(route.service.clone());
+                    }
+                    route.forwarded(target).into_owned()
+                }
+                Picked::NoRoute => {
+                    no_route = Some(super::router::host_name(host.unwrap_or(b"")));
+                    String::new()
+                }
+            }
+        });
         let out = &mut self.upstream_head;
         out.clear();
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
-        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(forwarded.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
         for header in headers {
             let name = header.name;
@@ -259,7 +283,7 @@ impl Front {
                 push_header(out, name.as_bytes(), header.value);
             }
         }
-        if !host {
+        if host.is_none() {
             out.extend_from_slice(b"host: localhost\r\n");
         }
         // The client's own X-Forwarded-For is replaced (anyone could claim any address),
@@ -275,6 +299,7 @@ impl Front {
             head: method == "HEAD",
             safe: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE"),
             close,
+            no_route,
         };
         Examined::Plain(asked, length)
     }
@@ -287,15 +312,28 @@ impl Front {
         // release works tells the client too.
         let last = || asked.close || *stop.borrow();
         let ctx = self.ctx.clone();
+        let service = match (&asked.no_route, &self.service) {
+            (None, Some(service)) => service.clone(),
+            (host, _) => {
+                let text = forward::no_route(host.as_deref().unwrap_or(""));
+                let last = last();
+                return self.say(StatusCode::NOT_FOUND, &text, last).await && !last;
+            }
+        };
         let mut refused_by: Vec<u16> = Vec::new();
         let mut refusals: Vec<String> = Vec::new();
         loop {
             let (lease, pool_size) = {
-                let mut view = ctx.view.lock().expect("the thread's view");
-                let lease = ctx.routes.lease_in(&mut view, &refused_by, &ctx.turns);
-                if view.generation() != self.seen {
-                    self.seen = view.generation();
-                    self.kept.wires.retain(|(port, _)| view.has_port(*port));
+                let mut view = service.view(ctx.thread);
+                let lease = service.routes.lease_in(&mut view, &refused_by, &ctx.turns);
+                let seen = Some((service.id, view.generation()));
+                if seen != self.seen {
+                    // Another generation of the same service's table: connections to releases
+                    // it no longer has go (one kept for another service stays).
+                    if self.seen.map(|(id, _)| id) == Some(service.id) {
+                        self.kept.wires.retain(|(port, _)| view.has_port(*port));
+                    }
+                    self.seen = seen;
                 }
                 (lease, view.pool_size())
             };
@@ -305,7 +343,7 @@ impl Front {
                 } else {
                     StatusCode::BAD_GATEWAY
                 };
-                let text = forward::no_release_took_it(&ctx.root, &refusals, pool_size);
+                let text = forward::no_release_took_it(&service.root_text, &refusals, pool_size);
                 let last = last();
                 return self.say(status, &text, last).await && !last;
             };

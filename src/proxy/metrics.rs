@@ -2,7 +2,8 @@
 //! (version 0.0.4) on `--metrics-listen`, for someone who already runs a Prometheus; and one
 //! JSON line on `ROOT/proxy.sock` (`counts`), for the engine judging a canary.
 //!
-//! Series (labels `release` and `slot` on each but the last two):
+//! Series (labels `release` and `slot` on each but the last two; with `--config`, each also
+//! has `route`, the service's name):
 //! - `rollgate_proxy_answers_total{class}`: answers by status class (1xx is an upgrade's 101);
 //! - `rollgate_proxy_upstream_failures_total{reason}`: requests no release answered
 //!   (`refused`, `reset`: the connection broke or closed first, `other`: an unreadable answer);
@@ -31,6 +32,7 @@ use tokio::net::TcpListener;
 use super::counts::{bucket_ceiling, bucket_floor, Snapshot, BUCKETS, CLASSES, MISSES};
 use super::drain::{CountsLine, ReleaseCounts};
 use super::routes::Routes;
+use super::service::Service;
 
 /// What a proxy knows about itself that a reader of its counts needs.
 #[derive(Debug, Clone, Copy)]
@@ -70,9 +72,20 @@ fn exported_edges() -> impl Iterator<Item = u64> {
     (4..=27).map(|power| 1u64 << power)
 }
 
-/// `/metrics`, as of now.
-pub fn render(routes: &Routes, started: Started) -> String {
-    let counted = routes.counted();
+/// `/metrics`, as of now, for these services (labelled by route when `by_route`).
+pub fn render(services: &[Arc<Service>], by_route: bool, started: Started) -> String {
+    // Each service's releases, with the labels that open each of their series.
+    let counted: Vec<(String, String, u16, Snapshot)> = services
+        .iter()
+        .flat_map(|service| {
+            let route = route_label(service, by_route);
+            service
+                .routes
+                .counted()
+                .into_iter()
+                .map(move |(version, slot, seen)| (route.clone(), version, slot, seen))
+        })
+        .collect();
     let mut out = String::with_capacity(4096);
     series(
         &mut out,
@@ -80,11 +93,11 @@ pub fn render(routes: &Routes, started: Started) -> String {
         "counter",
         "Answers releases gave through the proxy, by status class.",
     );
-    for (version, slot, seen) in &counted {
+    for (route, version, slot, seen) in &counted {
         for (class, count) in CLASSES.iter().zip(seen.answers) {
             let _ = writeln!(
                 out,
-                "rollgate_proxy_answers_total{{release=\"{}\",slot=\"{slot}\",class=\"{class}\"}} {count}",
+                "rollgate_proxy_answers_total{{{route}release=\"{}\",slot=\"{slot}\",class=\"{class}\"}} {count}",
                 label(version)
             );
         }
@@ -95,11 +108,11 @@ pub fn render(routes: &Routes, started: Started) -> String {
         "counter",
         "Requests a release gave no answer to, by reason.",
     );
-    for (version, slot, seen) in &counted {
+    for (route, version, slot, seen) in &counted {
         for (reason, count) in MISSES.iter().zip(seen.misses) {
             let _ = writeln!(
                 out,
-                "rollgate_proxy_upstream_failures_total{{release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
+                "rollgate_proxy_upstream_failures_total{{{route}release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
                 label(version)
             );
         }
@@ -110,8 +123,8 @@ pub fn render(routes: &Routes, started: Started) -> String {
         "histogram",
         "Time from sending a request to a release to its answer's head.",
     );
-    for (version, slot, seen) in &counted {
-        let labels = format!("release=\"{}\",slot=\"{slot}\"", label(version));
+    for (route, version, slot, seen) in &counted {
+        let labels = format!("{route}release=\"{}\",slot=\"{slot}\"", label(version));
         let mut below = 0u64;
         let mut index = 0;
         for edge in exported_edges() {
@@ -146,11 +159,21 @@ pub fn render(routes: &Routes, started: Started) -> String {
         "gauge",
         "Requests a release is serving now, its answer still streaming included.",
     );
-    let targets = routes.targets();
-    for (target, retired) in &targets {
+    let targets: Vec<_> = services
+        .iter()
+        .flat_map(|service| {
+            let route = route_label(service, by_route);
+            service
+                .routes
+                .targets()
+                .into_iter()
+                .map(move |(target, retired)| (route.clone(), target, retired))
+        })
+        .collect();
+    for (route, target, retired) in &targets {
         let _ = writeln!(
             out,
-            "rollgate_proxy_in_flight{{release=\"{}\",slot=\"{}\",port=\"{}\",state=\"{}\"}} {}",
+            "rollgate_proxy_in_flight{{{route}release=\"{}\",slot=\"{}\",port=\"{}\",state=\"{}\"}} {}",
             label(&target.version),
             target.slot,
             target.port,
@@ -166,7 +189,7 @@ pub fn render(routes: &Routes, started: Started) -> String {
     );
     let draining = targets
         .iter()
-        .filter(|(t, retired)| *retired && t.in_flight() > 0)
+        .filter(|(_, t, retired)| *retired && t.in_flight() > 0)
         .count();
     let _ = writeln!(out, "rollgate_proxy_draining {draining}");
     series(
@@ -181,6 +204,15 @@ pub fn render(routes: &Routes, started: Started) -> String {
         started.at_ms as f64 / 1e3
     );
     out
+}
+
+/// The `route="NAME",` that opens a service's labels (nothing for `--root`'s one service).
+fn route_label(service: &Service, by_route: bool) -> String {
+    if by_route {
+        format!("route=\"{}\",", label(&service.name))
+    } else {
+        String::new()
+    }
 }
 
 /// The TLS series: handshakes, failed handshakes by reason, and each certificate's days left.
@@ -276,7 +308,7 @@ fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts 
 /// Serves `/metrics` on `listener` until the runtime stops.
 pub async fn serve(
     listener: TcpListener,
-    routes: Arc<Routes>,
+    router: Arc<super::router::Current>,
     started: Started,
     tls: Option<Arc<super::tls::Resolver>>,
 ) {
@@ -286,14 +318,15 @@ pub async fn serve(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let (routes, tls) = (routes.clone(), tls.clone());
+        let (router, tls) = (router.clone(), tls.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<_>| {
-                let (routes, tls) = (routes.clone(), tls.clone());
+                let (router, tls) = (router.clone(), tls.clone());
                 async move {
                     let (status, body) = match (request.method(), request.uri().path()) {
                         (&Method::GET, "/metrics") => {
-                            let mut page = render(&routes, started);
+                            let router = router.get();
+                            let mut page = render(&router.services(), router.by_host, started);
                             if let Some(tls) = &tls {
                                 page.push_str(&render_tls(&tls.line()));
                             }

@@ -21,6 +21,7 @@ macro_rules! serve_until_stopped {
 }
 
 pub mod acme;
+pub mod config;
 mod counts;
 pub mod drain;
 mod forward;
@@ -28,7 +29,10 @@ mod front;
 mod idle;
 mod metrics;
 mod relay;
+pub mod reload;
+mod router;
 mod routes;
+mod service;
 pub mod tls;
 mod upstream;
 mod watch;
@@ -40,18 +44,21 @@ use std::time::Duration;
 use hyper::header::HeaderName;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::error::Error;
 use crate::host::state::Root;
 use forward::Shared;
-use routes::Routes;
 
 /// Limits and knobs, each with a documented default.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub listen: SocketAddr,
-    pub root: std::path::PathBuf,
+    /// Plain HTTP (`--listen`); None: the config file's, else the default.
+    pub listen: Option<SocketAddr>,
+    /// The one root served (`--root`), or none with `config`.
+    pub root: Option<std::path::PathBuf>,
+    /// The routes and settings file (`--config`), reloaded on SIGHUP and `proxy reload`.
+    pub config: Option<std::path::PathBuf>,
     /// Response header naming the release that answered (off by default).
     pub version_header: Option<String>,
     /// Connections served at once; further clients wait in the kernel's accept queue.
@@ -86,9 +93,63 @@ pub struct Options {
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
 pub const MIN_HEADER_BYTES: usize = 8192;
 
+/// What the proxy serves: one root, or a config's routes.
+enum Serves {
+    Root(Root),
+    Config(Box<config::ProxyConfig>),
+}
+
+impl Options {
+    /// The options with a config file's settings in: a flag given on the command line wins
+    /// over the file; a setting in neither keeps its default.
+    fn with_file(mut self, settings: &config::Settings) -> Options {
+        self.listen = self.listen.or(settings.listen);
+        self.metrics_listen = self.metrics_listen.or(settings.metrics_listen);
+        self.tls_listen = self.tls_listen.or(settings.tls_listen);
+        if self.tls_certs.is_empty() {
+            self.tls_certs = settings.tls_certs.clone();
+        }
+        self.hsts |= settings.hsts;
+        if self.acme.is_none() {
+            if let (Some(directory), Some(state)) = (&settings.acme_directory, &settings.acme_state)
+            {
+                self.acme = Some(acme::Settings {
+                    directory: directory.clone(),
+                    contacts: settings.acme_contact.clone(),
+                    ca_file: settings.acme_ca_file.clone(),
+                    state: state.clone(),
+                    names: settings.acme_names.clone(),
+                    challenge: match settings.acme_challenge.as_deref() {
+                        Some("tls-alpn-01") => acme::Challenge::TlsAlpn01,
+                        _ => acme::Challenge::Http01,
+                    },
+                });
+            }
+        }
+        self
+    }
+}
+
 /// Serves until SIGTERM or SIGINT; anything that keeps it from starting fails the command
 /// (exit 1), with what went wrong.
 pub fn run(options: Options) -> Result<(), Error> {
+    let (options, serves) = match (&options.config, &options.root) {
+        (Some(file), None) => {
+            let config = config::read(file).map_err(|e| Error::Refused(e.to_string()))?;
+            let options = options.clone().with_file(&config.settings);
+            (options, Serves::Config(Box::new(config)))
+        }
+        (None, Some(root)) => {
+            let root = Root::existing(root.clone()).map_err(|e| Error::Refused(e.to_string()))?;
+            (options, Serves::Root(root))
+        }
+        _ => {
+            return Err(Error::Refused(
+                "say what to serve: --root DIR (one service) or --config FILE (routes), not both"
+                    .into(),
+            ))
+        }
+    };
     // A certificate that cannot be served refuses the start (exit 2), naming the file.
     let refused = |e: tls::TlsError| Error::Refused(e.to_string());
     if let Some(acme) = &options.acme {
@@ -114,10 +175,14 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
         None => None,
     };
-    serve(options, resolver).map_err(Error::Failed)
+    serve(options, serves, resolver)
 }
 
-fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), String> {
+fn serve(
+    options: Options,
+    serves: Serves,
+    resolver: Option<Arc<tls::Resolver>>,
+) -> Result<(), Error> {
     let version_header = options
         .version_header
         .as_deref()
@@ -125,28 +190,44 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
             HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| format!("`{name}` is not a valid header name"))
         })
-        .transpose()?;
-    let root = Root::existing(options.root.clone()).map_err(|e| e.to_string())?;
+        .transpose()
+        .map_err(Error::Failed)?;
     // One single-threaded runtime per serving thread (one per core unless --threads), each with
     // its own listener on the same port (SO_REUSEPORT: the kernel spreads connections) and its
-    // own upstream pool: a request never crosses threads. Only the routing table is shared.
+    // own upstream pool: a request never crosses threads. Only the routing tables are shared.
     let threads = options.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, 16)
     });
     raise_open_file_limit();
+    let listen_at = options.listen.unwrap_or_else(|| {
+        crate::defaults::PROXY_LISTEN
+            .parse()
+            .expect("the default address")
+    });
     // Held for the proxy's life: a second rollgate proxy on this address fails here.
-    let _claim = claim_address(options.listen)?;
-    let listeners = reuseport_listeners(options.listen, threads).map_err(|e| e.to_string())?;
-    let listen = listeners[0].local_addr().map_err(|e| e.to_string())?;
+    let _claim = claim_address(listen_at).map_err(Error::Failed)?;
+    let control = match &serves {
+        Serves::Config(config) => Some(reload::listen(&config.file)?),
+        Serves::Root(_) => None,
+    };
+    let listeners =
+        reuseport_listeners(listen_at, threads).map_err(|e| Error::Failed(e.to_string()))?;
+    let listen = listeners[0]
+        .local_addr()
+        .map_err(|e| Error::Failed(e.to_string()))?;
     // TLS: its own listeners, one per thread like the plain ones, claimed the same way.
     let tls_front = match (options.tls_listen, &resolver) {
         (Some(address), Some(resolver)) => {
-            let claim = claim_address(address)?;
-            let listeners = reuseport_listeners(address, threads).map_err(|e| e.to_string())?;
-            let bound = listeners[0].local_addr().map_err(|e| e.to_string())?;
-            let config = tls::server_config(resolver.clone()).map_err(|e| e.to_string())?;
+            let claim = claim_address(address).map_err(Error::Failed)?;
+            let listeners =
+                reuseport_listeners(address, threads).map_err(|e| Error::Failed(e.to_string()))?;
+            let bound = listeners[0]
+                .local_addr()
+                .map_err(|e| Error::Failed(e.to_string()))?;
+            let config =
+                tls::server_config(resolver.clone()).map_err(|e| Error::Failed(e.to_string()))?;
             Some((
                 claim,
                 listeners,
@@ -157,7 +238,6 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
         _ => None,
     };
     let tls_port = tls_front.as_ref().map(|(_, _, bound, _)| bound.port());
-    let routes = Arc::new(Routes::new(threads));
     let started = metrics::Started::now();
     let metrics_listener = options
         .metrics_listen
@@ -166,8 +246,28 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .map_err(|e| format!("cannot serve /metrics on {address}: {e}"))
         })
-        .transpose()?;
-    let _ = watch::refresh(&root, &routes);
+        .transpose()
+        .map_err(Error::Failed)?;
+    // The main thread's runtime: it follows every service's pointer, answers its proxy.sock
+    // and the reloads, and serves connections like the other threads.
+    let runtime = current_thread().map_err(Error::Failed)?;
+    let mut services = reload::Services::new(threads, started, resolver.clone());
+    let (router, config) = runtime
+        .block_on(async {
+            match serves {
+                Serves::Root(root) => services.single(root).await.map(|r| (r, None)),
+                Serves::Config(config) => services
+                    .apply(&config.routes)
+                    .await
+                    .map(|r| (r, Some(config))),
+            }
+        })
+        .map_err(|e| Error::Refused(e.to_string()))?;
+    let said = match &config {
+        Some(_) => reload::describe(&router),
+        None => router.routes[0].service.root_text.clone(),
+    };
+    let current = Arc::new(router::Current::new(router));
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tls_listeners = tls_front
@@ -178,7 +278,8 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
                 .map(|l| l.try_clone().map_err(|e| e.to_string()))
                 .collect::<Result<Vec<_>, String>>()
         })
-        .transpose()?
+        .transpose()
+        .map_err(Error::Failed)?
         .map(|l| l.into_iter());
     let acceptor = tls_front
         .as_ref()
@@ -188,17 +289,15 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
     let http01: acme::Http01Answers = Default::default();
     let mut core = |(thread, listener): (usize, std::net::TcpListener)| {
         let shared = Arc::new(Shared {
-            routes: routes.clone(),
+            router: router::Local::new(current.clone()),
             turns: Default::default(),
             idle: Default::default(),
             version_header: version_header.clone(),
-            root: root.0.display().to_string(),
             body_idle: options.body_idle,
             tunnel_idle: options.tunnel_idle,
             trust_forwarded: options.trust_forwarded,
             thread,
             counting: options.counting,
-            view: Default::default(),
             header_read_timeout: options.header_read_timeout,
             max_header_bytes: options.max_header_bytes,
         });
@@ -246,19 +345,7 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
                 Err(e) => eprintln!("rollgate proxy: a core did not start: {e}"),
             });
         }
-        let runtime = current_thread()?;
         runtime.block_on(async {
-            let drain_socket = drain::listen(&root.0).await.map_err(|e| e.to_string())?;
-            let reread = Arc::new(Notify::new());
-            tokio::spawn(watch::follow(root.clone(), routes.clone(), reread.clone()));
-            tokio::spawn(drain::serve(
-                drain_socket,
-                root.clone(),
-                routes.clone(),
-                reread,
-                started,
-                resolver.clone(),
-            ));
             if let Some(listener) = metrics_listener {
                 let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
                 if let Ok(address) = listener.local_addr() {
@@ -266,7 +353,7 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
                 }
                 tokio::spawn(metrics::serve(
                     listener,
-                    routes.clone(),
+                    current.clone(),
                     started,
                     resolver.clone(),
                 ));
@@ -274,37 +361,69 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
             if let (Some(settings), Some(resolver)) = (options.acme.clone(), resolver.clone()) {
                 tokio::spawn(acme::keep(settings, resolver, http01.clone()));
             }
-            if let Some(resolver) = resolver.clone() {
-                let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-                tokio::spawn(async move {
-                    while sighup.recv().await.is_some() {
-                        match resolver.reload() {
-                            Ok(()) => eprintln!("rollgate proxy: SIGHUP: certificates read again"),
-                            Err(e) => eprintln!(
-                                "rollgate proxy: SIGHUP: certificates not reloaded, the ones in force go on: {e}"
-                            ),
+            let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+            match (config, control) {
+                // With a config, SIGHUP and `proxy reload` read the file (and the certificate
+                // files) again; the services belong to the reloading task from now on.
+                (Some(config), Some(control)) => {
+                    let (asks, asked) = tokio::sync::mpsc::channel(16);
+                    tokio::spawn(reload::serve(control, asks.clone()));
+                    tokio::spawn(reload::keep(
+                        services,
+                        config.file.clone(),
+                        *config,
+                        current.clone(),
+                        asked,
+                    ));
+                    tokio::spawn(async move {
+                        while sighup.recv().await.is_some() {
+                            let _ = asks.send(reload::Ask { reply: None }).await;
                         }
-                    }
-                });
+                    });
+                }
+                _ => {
+                    let resolver = resolver.clone();
+                    tokio::spawn(async move {
+                        let _services = services;
+                        while sighup.recv().await.is_some() {
+                            let Some(resolver) = &resolver else { continue };
+                            match resolver.reload() {
+                                Ok(()) => eprintln!("rollgate proxy: SIGHUP: certificates read again"),
+                                Err(e) => eprintln!(
+                                    "rollgate proxy: SIGHUP: certificates not reloaded, the ones in force go on: {e}"
+                                ),
+                            }
+                        }
+                    });
+                }
             }
             let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
             if let Some((_, _, bound, _)) = &tls_front {
                 eprintln!("rollgate proxy: TLS on {bound} (plain HTTP on {listen} redirects to it)");
             }
+            let router = current.get();
+            let live = |service: &service::Service| match service.routes.pool().as_slice() {
+                [] => "nothing live yet".into(),
+                pool => format!(
+                    "live: {}",
+                    pool.iter()
+                        .map(|t| format!("{} on port {}", t.version, t.port))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            let lives: Vec<String> = router
+                .services()
+                .iter()
+                .map(|s| match router.by_host {
+                    true => format!("{}: {}", s.name, live(s)),
+                    false => live(s),
+                })
+                .collect();
             eprintln!(
-                "rollgate proxy: listening on {listen} for {} ({}; {threads} thread(s))",
-                root.0.display(),
-                match routes.pool().as_slice() {
-                    [] => "nothing live yet".into(),
-                    pool => format!(
-                        "live: {}",
-                        pool.iter()
-                            .map(|t| format!("{} on port {}", t.version, t.port))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                }
+                "rollgate proxy: listening on {listen} for {said} ({}; {threads} thread(s))",
+                lives.join("; ")
             );
             tokio::spawn(async move {
                 tokio::select! {
@@ -318,8 +437,9 @@ fn serve(options: Options, resolver: Option<Arc<tls::Resolver>>) -> Result<(), S
             Ok::<(), String>(())
         })
     });
-    let _ = std::fs::remove_file(drain::socket_path(&root.0));
-    result?;
+    // The services' followers and proxy.sock files go with the runtime's tasks.
+    drop(runtime);
+    result.map_err(Error::Failed)?;
     eprintln!("rollgate proxy: stopped");
     Ok(())
 }

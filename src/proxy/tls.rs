@@ -82,6 +82,23 @@ pub enum TlsError {
     Setup(String),
 }
 
+impl CertSpec {
+    /// The same certificate with relative files taken from `file`'s folder (a config file's
+    /// `tls_cert`).
+    pub fn relative_to(self, file: &std::path::Path) -> CertSpec {
+        let folder = file.parent().filter(|f| !f.as_os_str().is_empty());
+        let beside = |path: PathBuf| match folder {
+            Some(folder) if path.is_relative() => folder.join(path),
+            _ => path,
+        };
+        CertSpec {
+            name: self.name,
+            cert: beside(self.cert),
+            key: beside(self.key),
+        }
+    }
+}
+
 impl std::str::FromStr for CertSpec {
     type Err = TlsError;
 
@@ -640,7 +657,9 @@ pub async fn serve(
         return;
     }
     let h2 = alpn == Some(b"h2".as_slice());
-    let client = Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx).over_tls());
+    let sni = tls.get_ref().1.server_name().map(str::to_string);
+    let client =
+        Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx).over_tls(sni.as_deref()));
     let service_ctx = ctx.clone();
     let service = service_fn(move |request| {
         let answer = forward::handle(request, service_ctx.clone(), client.clone());

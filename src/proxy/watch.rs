@@ -94,7 +94,10 @@ pub fn refresh(root: &Root, routes: &Routes) -> Result<(), Fault> {
                 root.0.display()
             );
         } else {
-            eprintln!("rollgate proxy: now forwarding to {now} (retired: {was})");
+            eprintln!(
+                "rollgate proxy: now forwarding to {now} (retired: {was}) for {}",
+                root.0.display()
+            );
         }
     }
     Ok(())

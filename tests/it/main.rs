@@ -33,6 +33,7 @@ mod release_add;
 mod release_list;
 mod rollback;
 mod rollout;
+mod routes;
 mod terminal;
 mod tls;
 mod up;

@@ -803,31 +803,43 @@ fn testssl_finds_nothing_below_tls_1_2_no_weak_cipher_and_the_whole_chain() {
     let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &[]);
     let report = certs.path().join("scan.json");
     // Debian's testssl.sh: protocols, cipher categories, the server's certificate and chain;
-    // no DNS (there is no network), the test's CA added to its trust stores.
-    let out = Command::new("testssl")
-        .args([
-            "--quiet",
-            "--color",
-            "0",
-            "--warnings",
-            "off",
-            "--nodns",
-            "none",
-        ])
-        .args(["--ip", "127.0.0.1", "--add-ca"])
-        .arg(ca.pem())
-        .args(["-p", "-s", "-S", "--jsonfile"])
-        .arg(&report)
-        .arg(format!("https://a.test:{}/", proxy.tls))
-        .output()
-        .expect("testssl (Debian's testssl.sh; .ci/run installs it)");
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    // no DNS (there is no network), the test's CA added to its trust stores. On a loaded
+    // machine one of its own probes may time out ("check failed because of connect
+    // problem", a finding about testssl's connection, not the server): then it scans again.
+    let scan = || {
+        let _ = std::fs::remove_file(&report);
+        let out = Command::new("testssl")
+            .args([
+                "--quiet",
+                "--color",
+                "0",
+                "--warnings",
+                "off",
+                "--nodns",
+                "none",
+            ])
+            .args(["--ip", "127.0.0.1", "--add-ca"])
+            .arg(ca.pem())
+            .args(["-p", "-s", "-S", "--jsonfile"])
+            .arg(&report)
+            .arg(format!("https://a.test:{}/", proxy.tls))
+            .output()
+            .expect("testssl (Debian's testssl.sh; .ci/run installs it)");
+        std::fs::read_to_string(&report).unwrap_or_else(|e| {
+            panic!(
+                "no report ({e}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let mut text = scan();
+    for _ in 0..2 {
+        if !text.contains("because of connect problem") {
+            break;
+        }
+        text = scan();
+    }
     let findings: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
     let finding = |id: &str| -> (String, String) {
         findings
@@ -1374,4 +1386,66 @@ fn a_renewal_the_acme_server_refuses_keeps_the_working_certificate_and_says_why(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn routes_over_tls_come_from_the_config_file_by_name_and_a_misdirected_request_is_421() {
+    let (a, b) = (Site::new(), Site::new());
+    for (site, version) in [(&a, "a1"), (&b, "b1")] {
+        site.release(version, "");
+        let out = site.deploy(free_port(), version, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new(certs.path(), "ca");
+    let a_cert = ca.leaf("a.test", "a");
+    let b_cert = ca.leaf("b.test", "b");
+    let (plain, tls) = (free_port(), free_port());
+    // The TLS settings as the file's keys, the certificates' files relative to it.
+    let relative = |path: &Path| path.file_name().unwrap().to_string_lossy().into_owned();
+    let config = write(
+        certs.path(),
+        "proxy.toml",
+        &format!(
+            "listen = \"127.0.0.1:{plain}\"\ntls_listen = \"127.0.0.1:{tls}\"\n\
+             tls_cert = [\"a.test={},{}\", \"b.test={},{}\"]\n\
+             [[route]]\nhost = \"a.test\"\nroot = \"{}\"\n\
+             [[route]]\nhost = \"b.test\"\nroot = \"{}\"\n",
+            relative(&a_cert.0),
+            relative(&a_cert.1),
+            relative(&b_cert.0),
+            relative(&b_cert.1),
+            a.root().display(),
+            b.root().display()
+        ),
+    );
+    // Killed and reaped however the test ends.
+    let _proxy = ReleaseProcess(
+        Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["proxy", "--config"])
+            .arg(&config)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || TcpStream::connect(("127.0.0.1", tls)).is_ok()));
+    assert_eq!(
+        text(&curl(&ca.pem(), "a.test", tls, "/", &["--http1.1"])),
+        "a1\n\n1.1 200"
+    );
+    assert_eq!(
+        text(&curl(&ca.pem(), "b.test", tls, "/", &[])),
+        "b1\n\n2 200"
+    );
+    // The TLS name says a.test, the request says b.test: not this connection's to answer.
+    for http in ["--http1.1", "--http2"] {
+        let misdirected = text(&curl(
+            &ca.pem(),
+            "a.test",
+            tls,
+            "/",
+            &[http, "-H", "Host: b.test"],
+        ));
+        assert!(misdirected.ends_with(" 421"), "{http}: {misdirected}");
+    }
 }

@@ -1,0 +1,310 @@
+//! The services a proxy serves and a reload of its config (issue 48): SIGHUP, or
+//! `rollgate proxy reload --config FILE` over the config's control socket, reads the file
+//! again and puts its routes in force for new requests. Requests in flight, keep-alive
+//! connections and tunnels finish on what they had (they hold their service); a root that stays
+//! keeps its service (its counts, its `proxy.sock`, its followers); listeners are never
+//! rebound. A file that does not parse, names a missing root or changes a listener is refused
+//! whole, and the config in force goes on serving.
+//!
+//! The control socket is an abstract Unix socket named after the config's absolute path: it
+//! leaves no file behind, and only the proxy's own user (or root) is answered.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use super::config::{self, ProxyConfig, RouteSpec};
+use super::metrics::Started;
+use super::router::{Current, HostPattern, Route, Router};
+use super::service::{Running, Service};
+use super::tls;
+use crate::host::fault::Fault;
+use crate::host::state::Root;
+
+/// Every service the config in force names, with its followers.
+pub struct Services {
+    running: Vec<Running>,
+    threads: usize,
+    started: Started,
+    tls: Option<Arc<tls::Resolver>>,
+}
+
+impl Services {
+    pub fn new(threads: usize, started: Started, tls: Option<Arc<tls::Resolver>>) -> Services {
+        Services {
+            running: Vec::new(),
+            threads,
+            started,
+            tls,
+        }
+    }
+
+    /// `--root`'s one service, for every host and path.
+    pub async fn single(&mut self, root: Root) -> Result<Router, Fault> {
+        let name = root
+            .0
+            .file_name()
+            .map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned());
+        let service = Arc::new(Service::new(name, root, self.threads));
+        let running = Running::start(service.clone(), self.started, self.tls.clone()).await?;
+        self.running.push(running);
+        Ok(Router::single(service))
+    }
+
+    /// Serves `routes` from now on: a root already served keeps its service (renamed if the
+    /// route renamed it); a new root is started; a root no route names any more is let go —
+    /// only once every new one started, so a failure leaves the services as they were.
+    pub async fn apply(&mut self, routes: &[RouteSpec]) -> Result<Router, Fault> {
+        let mut started: Vec<Running> = Vec::new();
+        for spec in routes {
+            if self.running.iter().any(|r| r.service.root.0 == spec.root) {
+                continue;
+            }
+            let service = Arc::new(Service::new(
+                spec.service.clone(),
+                Root(spec.root.clone()),
+                self.threads,
+            ));
+            // On failure, what this pass started is dropped with `started`.
+            let running = Running::start(service, self.started, self.tls.clone()).await?;
+            started.push(running);
+        }
+        self.running
+            .retain(|r| routes.iter().any(|spec| spec.root == r.service.root.0));
+        for running in &mut self.running {
+            if let Some(spec) = routes.iter().find(|s| s.root == running.service.root.0) {
+                if spec.service != running.service.name {
+                    running.service = Arc::new(running.service.renamed(spec.service.clone()));
+                }
+            }
+        }
+        self.running.extend(started);
+        let table = routes
+            .iter()
+            .filter_map(|spec| {
+                let running = self
+                    .running
+                    .iter()
+                    .find(|r| r.service.root.0 == spec.root)?;
+                Some(Route {
+                    hosts: spec.hosts.clone(),
+                    prefix: spec.prefix.clone(),
+                    strip_prefix: spec.strip_prefix,
+                    service: running.service.clone(),
+                })
+            })
+            .collect();
+        Ok(Router::of(table))
+    }
+}
+
+/// Why a reload was asked for: a reply is sent to the control socket's peer (SIGHUP's is only
+/// logged).
+pub struct Ask {
+    pub reply: Option<oneshot::Sender<Result<String, String>>>,
+}
+
+/// Runs for the proxy's life: each ask reads `file` again and puts its routes in force.
+/// `in_force` is the config the proxy started with (its settings may not change).
+pub async fn keep(
+    mut services: Services,
+    file: PathBuf,
+    mut in_force: ProxyConfig,
+    current: Arc<Current>,
+    mut asks: mpsc::Receiver<Ask>,
+) {
+    while let Some(ask) = asks.recv().await {
+        let outcome = reload(&mut services, &file, &in_force, &current).await;
+        match &outcome {
+            Ok((said, config)) => {
+                eprintln!("rollgate proxy: reloaded {}: {said}", file.display());
+                in_force = config.clone();
+            }
+            Err(why) => eprintln!(
+                "rollgate proxy: reload refused, the config in force goes on serving: {why}"
+            ),
+        }
+        if let Some(reply) = ask.reply {
+            let _ = reply.send(outcome.map(|(said, _)| said));
+        }
+    }
+    drop(services);
+}
+
+async fn reload(
+    services: &mut Services,
+    file: &Path,
+    in_force: &ProxyConfig,
+    current: &Current,
+) -> Result<(String, ProxyConfig), String> {
+    let config = config::read(file).map_err(|e| e.to_string())?;
+    if config.settings != in_force.settings {
+        return Err(format!(
+            "{}: {} changed; a reload changes routes only (listeners, certificates and ACME settings stay as the proxy started): restart the proxy for that",
+            file.display(),
+            changed_settings(&in_force.settings, &config.settings).join(", ")
+        ));
+    }
+    let router = services
+        .apply(&config.routes)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(resolver) = &services.tls {
+        resolver.reload().map_err(|e| {
+            format!("routes reloaded, certificates not (the ones in force go on): {e}")
+        })?;
+    }
+    let said = describe(&router);
+    current.replace(router);
+    Ok((said, config))
+}
+
+/// The keys that differ between two files' settings, by their names in the file.
+fn changed_settings(was: &config::Settings, now: &config::Settings) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    let mut check = |differs: bool, key: &'static str| {
+        if differs {
+            changed.push(key);
+        }
+    };
+    check(was.listen != now.listen, "listen");
+    check(was.metrics_listen != now.metrics_listen, "metrics_listen");
+    check(was.tls_listen != now.tls_listen, "tls_listen");
+    check(was.tls_certs != now.tls_certs, "tls_cert");
+    check(was.hsts != now.hsts, "hsts");
+    check(
+        was.acme_directory != now.acme_directory
+            || was.acme_contact != now.acme_contact
+            || was.acme_ca_file != now.acme_ca_file
+            || was.acme_state != now.acme_state
+            || was.acme_names != now.acme_names
+            || was.acme_challenge != now.acme_challenge,
+        "acme_*",
+    );
+    changed
+}
+
+/// One line naming the routes in force: `3 routes: app.example.com/ → app, …`.
+pub fn describe(router: &Router) -> String {
+    let routes: Vec<String> = router
+        .routes
+        .iter()
+        .map(|route| {
+            let hosts: Vec<String> = route.hosts.iter().map(HostPattern::to_string).collect();
+            format!(
+                "{}{} → {}",
+                hosts.join("|"),
+                route.prefix,
+                route.service.name
+            )
+        })
+        .collect();
+    format!(
+        "{} route{}: {}",
+        routes.len(),
+        if routes.len() == 1 { "" } else { "s" },
+        routes.join(", ")
+    )
+}
+
+/// The control socket's name for the config at `file`.
+fn control_name(file: &Path) -> String {
+    let absolute = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    format!("rollgate-proxy-config {}", absolute.display())
+}
+
+/// Binds the control socket of the config at `file`: refused if another proxy serves it.
+pub fn listen(file: &Path) -> Result<std::os::unix::net::UnixListener, crate::error::Error> {
+    use crate::error::Error;
+    use std::os::linux::net::SocketAddrExt;
+    let name = control_name(file);
+    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|address| std::os::unix::net::UnixListener::bind_addr(&address))
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => Error::Refused(format!(
+                "another rollgate proxy already serves {}; reload that one (rollgate proxy reload --config {})",
+                file.display(),
+                file.display()
+            )),
+            _ => Error::Failed(format!(
+                "cannot open the control socket for {}: {e}",
+                file.display()
+            )),
+        })
+}
+
+/// Answers `reload` on the control socket until the runtime stops.
+pub async fn serve(listener: std::os::unix::net::UnixListener, asks: mpsc::Sender<Ask>) {
+    let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
+        return;
+    };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let asks = asks.clone();
+        tokio::spawn(async move {
+            let me = nix::unistd::geteuid().as_raw();
+            if !stream
+                .peer_cred()
+                .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
+            {
+                return;
+            }
+            let (read, mut write) = stream.into_split();
+            let mut line = String::new();
+            use tokio::io::AsyncReadExt;
+            let mut reader = BufReader::new(read.take(64));
+            let read = reader.read_line(&mut line);
+            let answer = match tokio::time::timeout(std::time::Duration::from_secs(5), read).await {
+                Ok(Ok(_)) if line.trim() == "reload" => {
+                    let (reply, answered) = oneshot::channel();
+                    let _ = asks.send(Ask { reply: Some(reply) }).await;
+                    match answered.await {
+                        Ok(Ok(said)) => format!("reloaded {said}\n"),
+                        Ok(Err(why)) => format!("error {}\n", why.replace('\n', " ")),
+                        Err(_) => "error the proxy is stopping\n".into(),
+                    }
+                }
+                _ => "error expected `reload`\n".into(),
+            };
+            let _ = write.write_all(answer.as_bytes()).await;
+        });
+    }
+}
+
+/// `rollgate proxy reload --config FILE`: asks the proxy serving `file` to read it again. Ok:
+/// what is in force now; Err: why not (no proxy serves it, or the file was refused).
+pub fn ask(file: &Path, timeout: std::time::Duration) -> Result<String, crate::error::Error> {
+    use std::io::{BufRead, Write};
+    use std::os::linux::net::SocketAddrExt;
+    let name = control_name(file);
+    let failed = |why: String| crate::error::Error::Failed(why);
+    let mut stream = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|address| std::os::unix::net::UnixStream::connect_addr(&address))
+        .map_err(|_| {
+            failed(format!(
+                "no rollgate proxy serves {} (start one with rollgate proxy --config {})",
+                file.display(),
+                file.display()
+            ))
+        })?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    stream
+        .write_all(b"reload\n")
+        .map_err(|e| failed(format!("cannot ask the proxy to reload: {e}")))?;
+    let mut line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut line)
+        .map_err(|e| failed(format!("no answer from the proxy: {e}")))?;
+    match line.trim_end().split_once(' ') {
+        Some(("reloaded", said)) => Ok(said.to_string()),
+        Some(("error", why)) => Err(crate::error::Error::Refused(why.to_string())),
+        _ => Err(failed(format!("unexpected answer {:?}", line.trim()))),
+    }
+}

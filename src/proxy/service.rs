@@ -1,0 +1,122 @@
+//! One service the proxy serves: a root (its releases, `current`, `replicas.json`,
+//! `deploy.log`), the table of which of its releases gets the next request (`routes.rs`), and
+//! one view of that table per serving thread. A proxy with `--root` serves one; with
+//! `--config` one per `[[route]]` (`router.rs` chooses between them by host and path).
+//!
+//! A service's followers (the watch on its pointer, the answers on its `proxy.sock`) run on the
+//! proxy's main runtime while the service is configured ([`Running`]); requests hold the
+//! service by `Arc`, so a service a reload removed finishes what it has in flight.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use super::metrics::Started;
+use super::routes::{Routes, View};
+use super::{drain, tls, watch};
+use crate::host::fault::Fault;
+use crate::host::state::Root;
+
+/// One root served, as requests see it.
+pub struct Service {
+    /// Unique in the proxy's life (a service re-added by a reload is a new one).
+    pub id: u64,
+    /// The service's name: the route's `service`, else the root folder's name.
+    pub name: String,
+    pub root: Root,
+    /// The root as text, for rollgate's own answers ("nothing under ROOT is live yet").
+    pub root_text: String,
+    pub routes: Arc<Routes>,
+    /// One view of `routes` per serving thread (each thread locks only its own: never
+    /// contended), so a request chooses a release without the table's lock.
+    views: Box<[Mutex<View>]>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Service {
+    /// A service for `root`, its routing table read once (nothing live is no error).
+    pub fn new(name: String, root: Root, threads: usize) -> Service {
+        let routes = Arc::new(Routes::new(threads));
+        let _ = watch::refresh(&root, &routes);
+        Service {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            name,
+            root_text: root.0.display().to_string(),
+            root,
+            routes,
+            views: (0..threads.max(1))
+                .map(|_| Mutex::new(View::default()))
+                .collect(),
+        }
+    }
+
+    /// The same root under another name (a reload renamed its route): the same table and
+    /// counts, fresh views.
+    pub fn renamed(&self, name: String) -> Service {
+        Service {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            name,
+            root: self.root.clone(),
+            root_text: self.root_text.clone(),
+            routes: self.routes.clone(),
+            views: (0..self.views.len())
+                .map(|_| Mutex::new(View::default()))
+                .collect(),
+        }
+    }
+
+    /// Serving thread `thread`'s view of the table.
+    pub fn view(&self, thread: usize) -> std::sync::MutexGuard<'_, View> {
+        // A thread that panicked while holding its view leaves a view that is only stale.
+        let view = &self.views[thread % self.views.len()];
+        view.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A service's followers while it is configured; dropping it stops them and takes its
+/// `proxy.sock` away (the deployer then sees no proxy for that root).
+pub struct Running {
+    pub service: Arc<Service>,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Running {
+    /// Binds the service's `proxy.sock` (refused if another proxy answers there) and starts
+    /// following its pointer. Must run on the proxy's main runtime.
+    pub async fn start(
+        service: Arc<Service>,
+        started: Started,
+        tls: Option<Arc<tls::Resolver>>,
+    ) -> Result<Running, Fault> {
+        let socket = drain::listen(&service.root.0).await?;
+        let reread = Arc::new(Notify::new());
+        let follow = tokio::spawn(watch::follow(
+            service.root.clone(),
+            service.routes.clone(),
+            reread.clone(),
+        ));
+        let answer = tokio::spawn(drain::serve(
+            socket,
+            service.root.clone(),
+            service.routes.clone(),
+            reread,
+            started,
+            tls,
+        ));
+        Ok(Running {
+            service,
+            tasks: vec![follow.abort_handle(), answer.abort_handle()],
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = std::fs::remove_file(drain::socket_path(&self.service.root.0));
+    }
+}
