@@ -332,6 +332,21 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
               value_parser = ["http-01", "tls-alpn-01"])]
         acme_challenge: String,
     },
+    /// What the proxy lets through to a service: maintenance (503 and a page), a pause
+    /// (requests wait), or serving again. Kept in ROOT/traffic.json; logged in deploy.log.
+    #[command(after_help = "Examples:
+  rollgate traffic maintenance edge-svc --root /srv/edge --message 'Back at 14:00' --retry-after 600
+  rollgate traffic pause edge-svc --root /srv/edge --max-pause-ms 20000 --reason 'db migration'
+  rollgate traffic resume edge-svc --root /srv/edge
+  rollgate traffic status --root /srv/edge --root /srv/api
+
+Every proxy serving the root follows the file at once, and reads it again at its start: the
+state survives a restart of the proxy or of the host. A deploy or rollout goes on meanwhile
+(its gate talks to the release, not through the proxy).")]
+    Traffic {
+        #[command(subcommand)]
+        action: TrafficAction,
+    },
     /// A page and a JSON API over one or more roots: live releases, rollouts, escalations,
     /// history, an event stream, and pause/resume/abort/promote behind a token.
     #[command(after_help = "Examples:
@@ -421,6 +436,58 @@ The demo stops the live release at the end, so nothing is left running; the file
         #[arg(long)]
         keep: u64,
         file: PathBuf,
+    },
+}
+
+/// `rollgate traffic`'s changes and its status.
+#[derive(Debug, Subcommand)]
+pub enum TrafficAction {
+    /// Answer every request 503 with Retry-After and a page (JSON for `Accept:
+    /// application/json`).
+    Maintenance {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Said to users on the page and in the JSON.
+        #[arg(long, value_name = "TEXT")]
+        message: Option<String>,
+        /// The Retry-After header, in seconds.
+        #[arg(long, value_name = "S")]
+        retry_after: Option<u64>,
+        /// Serve this HTML file as the page instead of rollgate's own (at most 1 MiB).
+        #[arg(long, value_name = "FILE")]
+        page: Option<PathBuf>,
+        /// Why, for the deploy log.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Hold new requests, in order, until `resume` (each waits up to --max-pause-ms, then 503).
+    Pause {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// The longest a request waits before it is answered 503.
+        #[arg(long, value_name = "MS", default_value_t = rollgate::host::traffic::DEFAULT_MAX_PAUSE_MS,
+              value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        max_pause_ms: u64,
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Serve again: requests held by a pause go on in the order they came.
+    Resume {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Each root's traffic state.
+    Status {
+        /// A root to show (repeatable) [default: .].
+        #[arg(long = "root", value_name = "DIR")]
+        roots: Vec<PathBuf>,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
     },
 }
 

@@ -212,6 +212,56 @@ fn run(command: Command) -> Result<u8, Error> {
             })?;
             Ok(error::SUCCESS)
         }
+        Command::Traffic { action } => {
+            use cli::TrafficAction;
+            use rollgate::commands::traffic::{self, Change};
+            let said = match action {
+                TrafficAction::Maintenance {
+                    service,
+                    target,
+                    message,
+                    retry_after,
+                    page,
+                    reason,
+                } => traffic::set(
+                    &target.root,
+                    &service,
+                    Change::Maintenance {
+                        message,
+                        retry_after_s: retry_after,
+                        page,
+                    },
+                    reason,
+                )?,
+                TrafficAction::Pause {
+                    service,
+                    target,
+                    max_pause_ms,
+                    reason,
+                } => traffic::set(
+                    &target.root,
+                    &service,
+                    Change::Pause {
+                        max_pause_ms: Some(max_pause_ms),
+                    },
+                    reason,
+                )?,
+                TrafficAction::Resume {
+                    service,
+                    target,
+                    reason,
+                } => traffic::set(&target.root, &service, Change::Resume, reason)?,
+                TrafficAction::Status { roots, format } => {
+                    let roots = if roots.is_empty() {
+                        vec![".".into()]
+                    } else {
+                        roots
+                    };
+                    traffic::status(&roots, format)?
+                }
+            };
+            printed(said)
+        }
         Command::Demo { root } => {
             demo::run(root)?;
             Ok(error::SUCCESS)

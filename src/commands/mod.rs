@@ -18,4 +18,5 @@ pub mod rollback;
 pub mod rollout;
 pub mod secret;
 pub mod status;
+pub mod traffic;
 pub mod up;

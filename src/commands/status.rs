@@ -118,6 +118,25 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
             ));
         }
     }
+    if let Some(traffic) = status
+        .traffic
+        .as_ref()
+        .filter(|t| t.mode != crate::host::traffic::Mode::Serving)
+    {
+        rows.push((
+            "traffic".into(),
+            format!(
+                "{} since {} by {}{}",
+                traffic.mode.as_str().to_uppercase(),
+                format_time(traffic.since),
+                traffic.by,
+                traffic
+                    .why
+                    .as_deref()
+                    .map_or(String::new(), |why| format!(": {why}"))
+            ),
+        ));
+    }
     if let Some(rollout) = &status.rollout {
         rows.push(("last rollout".into(), rollout.line.clone()));
     }

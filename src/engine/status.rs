@@ -37,6 +37,9 @@ pub struct RootStatus {
     /// reload and the handshakes; none without a proxy or without TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::proxy::tls::TlsLine>,
+    /// What `rollgate traffic` set for the service (none: never set, serving).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<crate::host::traffic::Traffic>,
 }
 
 /// The root's socket holder, as it recorded itself, and whether it still runs.
@@ -170,6 +173,8 @@ impl RootStatus {
                 holder,
             }),
             tls: crate::proxy::drain::tls_now(&root.0, std::time::Duration::from_millis(500)),
+            // An unreadable file is the traffic command's to say; the status stands.
+            traffic: crate::host::traffic::read(&root.0).ok().flatten(),
             // A log that cannot be read leaves the rest of the status standing.
             recent: journal::last_outcomes(&root.log_path(), RECENT)
                 .map(|mut recent| {

@@ -66,6 +66,9 @@ events! {
     /// The traffic judge looked at the canary against the baseline (its numbers in
     /// `analysis`); a failed look pauses or rolls back the rollout.
     Analysis => "analysis",
+    /// `rollgate traffic` set what the proxy lets through (its mode, who and why in
+    /// `traffic`): maintenance, a pause, or serving again.
+    Traffic => "traffic",
 }
 
 /// Written as its name, the one `as_str` gives.
@@ -123,6 +126,9 @@ pub struct Entry<'a> {
     /// An `analysis` line's numbers: counts, rates, quantiles, p-values and the verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub analysis: Option<serde_json::Value>,
+    /// A `traffic` line's state: mode, by, why, and the mode's settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<serde_json::Value>,
 }
 
 impl<'a> Entry<'a> {
@@ -145,6 +151,7 @@ impl<'a> Entry<'a> {
             phase: None,
             status: None,
             analysis: None,
+            traffic: None,
         }
     }
 }
@@ -401,6 +408,7 @@ mod tests {
             phase: None,
             status: None,
             analysis: None,
+            traffic: None,
         })
         .unwrap();
         line.push('\n');

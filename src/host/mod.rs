@@ -20,6 +20,7 @@ pub mod process;
 pub mod progress;
 pub mod signals;
 pub mod state;
+pub mod traffic;
 
 /// The longest any single wait may be (deadline, poll, grace, drain, soak): a day. A `.ncl`
 /// policy need not apply the bundled contract, so rollgate keeps its own ceiling: an absurd

@@ -269,6 +269,9 @@ enum Asked {
     Counts,
     /// `tls`: the certificates served and the handshakes counted (`tls::TlsLine`).
     Tls,
+    /// `traffic`: what the proxy lets through to this root's releases now (`serving`,
+    /// `maintenance`, `paused`): what it took from `traffic.json`.
+    Traffic,
 }
 
 /// Proxy side: answers drain and counts requests until the listener is dropped.
@@ -279,6 +282,7 @@ pub async fn serve(
     switched: Arc<Notify>,
     started: Started,
     tls: Option<Arc<super::tls::Resolver>>,
+    gate: Arc<super::traffic::Gate>,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -289,8 +293,13 @@ pub async fn serve(
                 continue;
             }
         };
-        let (root, routes, switched, tls) =
-            (root.clone(), routes.clone(), switched.clone(), tls.clone());
+        let (root, routes, switched, tls, gate) = (
+            root.clone(),
+            routes.clone(),
+            switched.clone(),
+            tls.clone(),
+            gate.clone(),
+        );
         tokio::spawn(async move {
             if !trusted(&stream) {
                 return;
@@ -300,6 +309,7 @@ pub async fn serve(
                 Ok(Asked::Drain(port)) => answer(port, &root, &routes, &switched).await,
                 Ok(Asked::Counts) => counts_line(&routes, started),
                 Ok(Asked::Tls) => tls_line(tls.as_deref()),
+                Ok(Asked::Traffic) => format!("{}\n", gate.mode().as_str()),
                 Err(why) => format!("error {why}\n"),
             };
             let _ = write.write_all(answer.as_bytes()).await;
@@ -349,6 +359,7 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'
             .map_err(|_| "bad port"),
         ["counts"] => Ok(Asked::Counts),
         ["tls"] => Ok(Asked::Tls),
+        ["traffic"] => Ok(Asked::Traffic),
         _ => Err("expected `drain <port>` or `counts`"),
     }
 }

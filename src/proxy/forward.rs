@@ -283,6 +283,26 @@ pub async fn handle(
             }
             Err(host) => return Ok(plain(StatusCode::NOT_FOUND, no_route(&host))),
         };
+    if !service.gate.serving() {
+        let json = request
+            .headers()
+            .get_all(hyper::header::ACCEPT)
+            .iter()
+            .any(|v| super::traffic::wants_json(v.as_bytes()));
+        if let super::traffic::Passage::Refused(refusal) = service.gate.pass(json).await {
+            let mut response = Response::new(Body::Plain(Full::new(Bytes::from(refusal.body))));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            let headers = response.headers_mut();
+            headers.insert(
+                hyper::header::CONTENT_TYPE,
+                HeaderValue::from_static(refusal.content_type),
+            );
+            if let Some(seconds) = refusal.retry_after {
+                headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            return Ok(response);
+        }
+    }
     let headers = request.headers_mut();
     strip_hop_by_hop(headers);
     if !headers.contains_key(HOST) {

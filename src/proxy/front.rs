@@ -40,6 +40,7 @@ use super::forward::{self, Shared, HOP_BY_HOP};
 use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
 use super::router::Picked;
 use super::service::Service;
+use super::traffic::Passage;
 use super::upstream::{Failure, Idle};
 use super::MIN_HEADER_BYTES;
 
@@ -111,6 +112,8 @@ struct Asked {
     close: bool,
     /// A route took it (the connection's `service`), or none: the host it asked for (404).
     no_route: Option<String>,
+    /// The client asked for JSON (`Accept`); read only when its service is not serving.
+    json: bool,
 }
 
 /// A client connection's connections to releases, by port (one per release it sent to); they
@@ -249,11 +252,18 @@ impl Front {
 
         // The route: which service, and the path its release is sent.
         let mut no_route = None;
+        let mut json = false;
         let forwarded = self.ctx.router.with(|router| {
             match router.pick(host.unwrap_or(b""), target.as_bytes()) {
                 Picked::Route(route) => {
                     if self.service.as_ref().map(|s| s.id) != Some(route.service.id) {
                         self.service = Some(route.service.clone());
+                    }
+                    if !route.service.gate.serving() {
+                        json = headers.iter().any(|h| {
+                            h.name.eq_ignore_ascii_case("accept")
+                                && super::traffic::wants_json(h.value)
+                        });
                     }
                     route.forwarded(target).into_owned()
                 }
@@ -300,6 +310,7 @@ impl Front {
             safe: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE"),
             close,
             no_route,
+            json,
         };
         Examined::Plain(asked, length)
     }
@@ -320,6 +331,21 @@ impl Front {
                 return self.say(StatusCode::NOT_FOUND, &text, last).await && !last;
             }
         };
+        if !service.gate.serving() {
+            if let Passage::Refused(refusal) = service.gate.pass(asked.json).await {
+                let last = last();
+                let refused = self
+                    .own(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        refusal.content_type,
+                        refusal.retry_after,
+                        &refusal.body,
+                        last,
+                    )
+                    .await;
+                return refused && !last;
+            }
+        }
         let mut refused_by: Vec<u16> = Vec::new();
         let mut refusals: Vec<String> = Vec::new();
         loop {
@@ -461,21 +487,41 @@ impl Front {
         true
     }
 
-    /// Answers with rollgate's own words (no release did).
+    /// Answers with rollgate's own words (no release did), a line of text.
     async fn say(&mut self, status: StatusCode, text: &str, close: bool) -> bool {
+        let body = format!("{text}\n");
+        self.own(status, "text/plain; charset=utf-8", None, &body, close)
+            .await
+    }
+
+    /// Answers with rollgate's own `body` (a maintenance page, JSON, a line of text).
+    async fn own(
+        &mut self,
+        status: StatusCode,
+        content_type: &str,
+        retry_after: Option<u64>,
+        body: &str,
+        close: bool,
+    ) -> bool {
         let out = &mut self.output;
         out.clear();
         push_status_line(out, status.as_u16(), b"");
-        out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\ncontent-length: ");
-        push_decimal(out, text.len() as u64 + 1);
+        out.extend_from_slice(b"content-type: ");
+        out.extend_from_slice(content_type.as_bytes());
+        out.extend_from_slice(b"\r\ncontent-length: ");
+        push_decimal(out, body.len() as u64);
         out.extend_from_slice(b"\r\n");
+        if let Some(seconds) = retry_after {
+            out.extend_from_slice(b"retry-after: ");
+            push_decimal(out, seconds);
+            out.extend_from_slice(b"\r\n");
+        }
         push_date(out);
         if close {
             out.extend_from_slice(b"connection: close\r\n");
         }
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'\n');
+        out.extend_from_slice(body.as_bytes());
         self.flush().await
     }
 

@@ -34,6 +34,7 @@ mod router;
 mod routes;
 mod service;
 pub mod tls;
+mod traffic;
 mod upstream;
 mod watch;
 

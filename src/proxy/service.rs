@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use super::metrics::Started;
 use super::routes::{Routes, View};
+use super::traffic::Gate;
 use super::{drain, tls, watch};
 use crate::host::fault::Fault;
 use crate::host::state::Root;
@@ -28,6 +29,8 @@ pub struct Service {
     /// The root as text, for rollgate's own answers ("nothing under ROOT is live yet").
     pub root_text: String,
     pub routes: Arc<Routes>,
+    /// What `ROOT/traffic.json` lets through: serving, maintenance, or a pause.
+    pub gate: Arc<Gate>,
     /// One view of `routes` per serving thread (each thread locks only its own: never
     /// contended), so a request chooses a release without the table's lock.
     views: Box<[Mutex<View>]>,
@@ -40,7 +43,10 @@ impl Service {
     pub fn new(name: String, root: Root, threads: usize) -> Service {
         let routes = Arc::new(Routes::new(threads));
         let _ = watch::refresh(&root, &routes);
+        let gate = Arc::new(Gate::default());
+        gate.refresh(&root.0);
         Service {
+            gate,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             name,
             root_text: root.0.display().to_string(),
@@ -61,6 +67,7 @@ impl Service {
             root: self.root.clone(),
             root_text: self.root_text.clone(),
             routes: self.routes.clone(),
+            gate: self.gate.clone(),
             views: (0..self.views.len())
                 .map(|_| Mutex::new(View::default()))
                 .collect(),
@@ -95,6 +102,7 @@ impl Running {
         let follow = tokio::spawn(watch::follow(
             service.root.clone(),
             service.routes.clone(),
+            service.gate.clone(),
             reread.clone(),
         ));
         let answer = tokio::spawn(drain::serve(
@@ -104,6 +112,7 @@ impl Running {
             reread,
             started,
             tls,
+            service.gate.clone(),
         ));
         Ok(Running {
             service,

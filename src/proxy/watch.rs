@@ -11,8 +11,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
 use super::routes::{Member, Routes, Switched};
+use super::traffic::Gate;
 use crate::host::fault::Fault;
 use crate::host::state::{Root, POINTER_FILE, REPLICAS_FILE};
+use crate::host::traffic::TRAFFIC_FILE;
 
 /// Re-read period when no file event arrives.
 const FALLBACK_PERIOD: Duration = Duration::from_secs(1);
@@ -108,9 +110,9 @@ fn keep(e: Fault) -> Result<(), Fault> {
     Err(e)
 }
 
-/// Runs forever: re-reads the pointer on every change under the root, every second, and
-/// whenever `now` is notified.
-pub async fn follow(root: Root, routes: Arc<Routes>, now: Arc<Notify>) {
+/// Runs forever: re-reads the pointer (and the traffic state, `gate`) on every change under the
+/// root, every second, and whenever `now` is notified.
+pub async fn follow(root: Root, routes: Arc<Routes>, gate: Arc<Gate>, now: Arc<Notify>) {
     let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .and_then(|i| {
             i.add_watch(
@@ -140,13 +142,18 @@ pub async fn follow(root: Root, routes: Arc<Routes>, now: Arc<Notify>) {
                 if let Ok(mut guard) = ready {
                     let events = guard.get_inner().0.read_events().unwrap_or_default();
                     guard.clear_ready();
-                    let watched = |n: &std::ffi::OsStr| n == POINTER_FILE || n == REPLICAS_FILE;
-                    if !events.iter().any(|e| e.name.as_deref().is_some_and(watched)) {
+                    let named = |name: &str| {
+                        events.iter().any(|e| e.name.as_deref().is_some_and(|n| n == name))
+                    };
+                    if named(TRAFFIC_FILE) {
+                        gate.refresh(&root.0);
+                    }
+                    if !named(POINTER_FILE) && !named(REPLICAS_FILE) {
                         continue;
                     }
                 }
             }
-            _ = ticker.tick() => {}
+            _ = ticker.tick() => gate.refresh(&root.0),
             _ = now.notified() => {}
         }
         let _ = refresh(&root, &routes);

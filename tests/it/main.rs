@@ -36,6 +36,7 @@ mod rollout;
 mod routes;
 mod terminal;
 mod tls;
+mod traffic;
 mod up;
 mod watch;
 mod webhooks;
