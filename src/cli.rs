@@ -331,6 +331,20 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         #[arg(long, value_name = "TYPE", default_value = "http-01",
               value_parser = ["http-01", "tls-alpn-01"])]
         acme_challenge: String,
+        /// Write one JSON line per request to ROOT/access.log of each route (ts, route, host,
+        /// method, path, status, bytes, duration_ms, release, slot, client, request_id), for
+        /// `rollgate log query --access`. Rotated by size like a release's output.
+        #[arg(long)]
+        access_log: bool,
+        /// Rotate the access log when it would pass this [default: 20971520].
+        #[arg(long, value_name = "BYTES")]
+        access_log_max_bytes: Option<u64>,
+        /// Access log files kept in all, the one written among them [default: 5].
+        #[arg(long, value_name = "N")]
+        access_log_keep: Option<u64>,
+        /// Keep the query string on the logged path (off: a query may carry tokens).
+        #[arg(long)]
+        access_log_query: bool,
     },
     /// What the proxy lets through to a service: maintenance (503 and a page), a pause
     /// (requests wait), or serving again. Kept in ROOT/traffic.json; logged in deploy.log.
@@ -776,13 +790,20 @@ promoted: not lead time (the log has no commit times).")]
         read: ReadArgs,
     },
     /// Run polars SQL over table `log` (line, ts, event, version, detail, and any extra
-    /// fields) and table `attempts` (as `history` shows them).
+    /// fields), table `attempts` (as `history` shows them) and, with --access, table `access`
+    /// (the proxy's access log: ts, route, host, method, path, status, bytes, duration_ms,
+    /// release, slot, client, request_id, file).
     #[command(after_help = "Examples:
   rollgate log query deploy.log --sql \"SELECT event, count(*) AS n FROM log GROUP BY event ORDER BY n DESC\"
-  rollgate log query deploy.log --sql \"SELECT version, time_to_outcome_s FROM attempts WHERE outcome = 'promoted'\" --format csv")]
+  rollgate log query deploy.log --sql \"SELECT version, time_to_outcome_s FROM attempts WHERE outcome = 'promoted'\" --format csv
+  rollgate log query deploy.log --access access.log --access access.log.1 --sql \"SELECT release, status, count(*) AS n FROM access GROUP BY release, status\"")]
     Query {
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
+        /// A proxy access log (ROOT/access.log, its rotated files too), as table `access`.
+        /// Repeatable.
+        #[arg(long = "access", value_name = "FILE")]
+        access: Vec<PathBuf>,
         /// The query.
         #[arg(long)]
         sql: String,

@@ -160,6 +160,10 @@ fn run(command: Command) -> Result<u8, Error> {
             acme_state,
             acme_name,
             acme_challenge,
+            access_log,
+            access_log_max_bytes,
+            access_log_keep,
+            access_log_query,
         } => {
             let acme = match (acme_directory, acme_state) {
                 (Some(directory), Some(state)) => Some(proxy::acme::Settings {
@@ -197,6 +201,10 @@ fn run(command: Command) -> Result<u8, Error> {
                 tls_certs,
                 hsts,
                 acme,
+                access_log,
+                access_max_bytes: access_log_max_bytes,
+                access_keep: access_log_keep,
+                access_query: access_log_query,
             })?;
             Ok(error::SUCCESS)
         }

@@ -66,10 +66,11 @@ pub fn run_log(command: LogCommand) -> Result<u8, Error> {
             .map(log::Answer::Text),
         LogCommand::Query {
             logs,
+            access,
             sql,
             format,
             read,
-        } => reading(read).and_then(|r| log::query(&logs, &sql, format, &r)),
+        } => reading(read).and_then(|r| log::query(&logs, &sql, format, &r, &access)),
     };
     // Rows are written as they are rendered; a reader that went away (`| head`) ends it.
     let answer = result?;

@@ -1,6 +1,7 @@
 //! Deploy-log analysis: the lesson's summary, attempt history, "what was live at T", honest
 //! rates, and SQL — over JSON-lines logs whose bad lines cost only themselves.
 
+mod access;
 mod fast;
 pub mod follow;
 mod frame;
@@ -646,11 +647,12 @@ pub fn query(
     sql: &str,
     format: Format,
     reading: &Reading,
+    access_logs: &[PathBuf],
 ) -> Result<Answer, LogError> {
     // Only what the query names is read: a GROUP BY over one column builds one column.
     let columns = Columns::named_by(sql);
     let pruned = columns.is_some();
-    match run_query(paths, sql, format, reading, columns) {
+    match run_query(paths, sql, format, reading, columns, access_logs) {
         // A query that fails on the columns it named is run once more on all of them, so its
         // error names every column there is (not only the ones read) — or it succeeds.
         Err(LogError::Query(_)) if pruned => {
@@ -658,7 +660,7 @@ pub fn query(
                 reported: true,
                 ..reading.clone()
             };
-            run_query(paths, sql, format, &again, None)
+            run_query(paths, sql, format, &again, None, access_logs)
         }
         answer => answer,
     }
@@ -670,6 +672,7 @@ fn run_query(
     format: Format,
     reading: &Reading,
     columns: Option<Columns>,
+    access_logs: &[PathBuf],
 ) -> Result<Answer, LogError> {
     let attempts = columns.as_ref().is_none_or(|c| c.attempts);
     let reading = Reading {
@@ -699,6 +702,9 @@ fn run_query(
     };
     let frame = frame::records(&chunks, &reading.options(), reading.columns.as_deref())?;
     ctx.register("log", frame.lazy());
+    if !access_logs.is_empty() {
+        ctx.register("access", access::frame(access_logs)?.lazy());
+    }
     let df = ctx.execute(sql)?.collect()?;
     drop(ctx);
     Ok(Answer::of(df, format, Display::default()))

@@ -79,6 +79,12 @@ struct Written {
     acme_name: Vec<String>,
     acme_challenge: Option<Spanned<String>>,
     #[serde(default)]
+    access_log: bool,
+    access_log_max_bytes: Option<Spanned<u64>>,
+    access_log_keep: Option<Spanned<u64>>,
+    #[serde(default)]
+    access_log_query: bool,
+    #[serde(default)]
     route: Vec<Spanned<WrittenRoute>>,
 }
 
@@ -91,6 +97,7 @@ struct WrittenRoute {
     strip_prefix: bool,
     root: Spanned<PathBuf>,
     service: Option<Spanned<String>>,
+    access_log: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -115,6 +122,11 @@ pub struct Settings {
     pub acme_names: Vec<String>,
     /// `http-01` or `tls-alpn-01`.
     pub acme_challenge: Option<String>,
+    /// Every route logs its requests (a route's `access_log` says otherwise for it).
+    pub access_log: bool,
+    pub access_log_max_bytes: Option<u64>,
+    pub access_log_keep: Option<u64>,
+    pub access_log_query: bool,
 }
 
 /// One route, checked.
@@ -126,6 +138,8 @@ pub struct RouteSpec {
     pub strip_prefix: bool,
     /// Absolute and canonical: two spellings of one folder are one root.
     pub root: PathBuf,
+    /// This route's `access_log` (none: the proxy's).
+    pub access_log: Option<bool>,
 }
 
 /// A config file, checked.
@@ -189,6 +203,10 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         acme_contact: written.acme_contact,
         acme_ca_file: written.acme_ca_file.map(|p| beside(file, &p)),
         acme_state: written.acme_state.map(|p| beside(file, &p)),
+        access_log: written.access_log,
+        access_log_max_bytes: written.access_log_max_bytes.as_ref().map(|v| *v.get_ref()),
+        access_log_keep: written.access_log_keep.as_ref().map(|v| *v.get_ref()),
+        access_log_query: written.access_log_query,
         acme_names: written
             .acme_name
             .iter()
@@ -196,6 +214,23 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
             .collect(),
         ..Settings::default()
     };
+    // The rotation's bounds are the release output's (`output_max_bytes`, `output_keep`).
+    if let Err(e) = crate::host::output::Rotation::from_policy(
+        settings.access_log_max_bytes,
+        settings.access_log_keep,
+    ) {
+        let keep = e.to_string().contains("output_keep");
+        let span = match keep {
+            true => written.access_log_keep.as_ref().map(|v| v.span()),
+            false => written.access_log_max_bytes.as_ref().map(|v| v.span()),
+        };
+        return Err(at(
+            span.unwrap_or(0..0),
+            e.to_string()
+                .replace("output_max_bytes", "access_log_max_bytes")
+                .replace("output_keep", "access_log_keep"),
+        ));
+    }
     if let Some(challenge) = &written.acme_challenge {
         match challenge.get_ref().as_str() {
             "http-01" | "tls-alpn-01" => {
@@ -273,6 +308,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
             prefix,
             strip_prefix: route.strip_prefix,
             root,
+            access_log: route.access_log,
         };
         let span = written_route.span();
         for (earlier, earlier_span) in &routes {

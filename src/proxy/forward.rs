@@ -17,9 +17,11 @@ use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use super::access::{self, AccessLog};
 use super::idle::{Activity, BoxError, IdleBody, Watched};
 use super::router::{self, Picked};
 use super::routes::{Lease, View};
+use super::service::Service;
 use super::upstream::{self, Upstreams};
 
 /// A request body on its way to the release, failing if the client stops sending it; or none.
@@ -143,7 +145,15 @@ impl hyper::body::Body for Body {
                 .poll_frame(cx)
                 .map_err(|never| match never {}),
             Body::Empty => Poll::Ready(None),
-            Body::Leased(leased) => Pin::new(&mut leased.body).poll_frame(cx),
+            Body::Leased(leased) => {
+                let polled = Pin::new(&mut leased.body).poll_frame(cx);
+                if let (Some(line), Poll::Ready(Some(Ok(frame)))) = (&mut leased.line, &polled) {
+                    if let Some(data) = frame.data_ref() {
+                        line.bytes += data.len() as u64;
+                    }
+                }
+                polled
+            }
         }
     }
 
@@ -217,6 +227,66 @@ pub async fn handle(
     ctx: Arc<Shared>,
     client: Arc<Client>,
 ) -> Result<Response<Body>, Infallible> {
+    let mut logged = None;
+    let response = answer(request, &ctx, &client, &mut logged).await?;
+    let Some((service, begun)) = logged else {
+        return Ok(response);
+    };
+    let Some(log) = service.access.clone() else {
+        return Ok(response);
+    };
+    // The line is written when the answer's last byte has gone (a release's), or now.
+    let status = response.status().as_u16();
+    let (parts, body) = response.into_parts();
+    let body = match body {
+        Body::Leased(mut leased) => {
+            leased.line = Some(Box::new(Pending {
+                log,
+                begun,
+                route: service.name.clone(),
+                status,
+                thread: ctx.thread,
+                client: client.peer.ip(),
+                bytes: 0,
+            }));
+            Body::Leased(leased)
+        }
+        other => {
+            let bytes = hyper::body::Body::size_hint(&other).exact().unwrap_or(0);
+            begun.finish(
+                &log,
+                ctx.thread,
+                &service.name,
+                status,
+                bytes,
+                None,
+                client.peer.ip(),
+            );
+            other
+        }
+    };
+    Ok(Response::from_parts(parts, body))
+}
+
+/// A request's access log line, waiting for the end of its answer's body.
+pub struct Pending {
+    log: Arc<AccessLog>,
+    begun: Box<access::Begun>,
+    route: String,
+    status: u16,
+    thread: usize,
+    client: std::net::IpAddr,
+    bytes: u64,
+}
+
+/// [`handle`] but for the access log line; `logged` gets the service and the line's start
+/// when the request's route logs.
+async fn answer(
+    request: Request<Incoming>,
+    ctx: &Arc<Shared>,
+    client: &Arc<Client>,
+    logged: &mut Option<(Arc<Service>, Box<access::Begun>)>,
+) -> Result<Response<Body>, Infallible> {
     let mut request = request;
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
@@ -263,6 +333,24 @@ pub async fn handle(
                             .is_some_and(|sni| sni != router::host_name(host));
                     let forwarded = route.forwarded(path);
                     let changed = (forwarded != path).then(|| forwarded.into_owned());
+                    if let Some(log) = &route.service.access {
+                        let request_id = request
+                            .headers()
+                            .get("x-request-id")
+                            .and_then(|v| access::given_request_id(v.as_bytes()))
+                            .unwrap_or_else(|| log.request_id(ctx.thread));
+                        *logged = Some((
+                            route.service.clone(),
+                            Box::new(access::Begun {
+                                at: std::time::Instant::now(),
+                                ts: access::now_ts(),
+                                host: router::host_name(host),
+                                method: request.method().as_str().to_string(),
+                                path: access::logged_path(path, log.keeps_query()).to_string(),
+                                request_id,
+                            }),
+                        ));
+                    }
                     Ok((route.service.clone(), changed, misdirected))
                 }
                 Picked::NoRoute => Err(router::host_name(host)),
@@ -465,7 +553,8 @@ pub async fn handle(
         parts,
         Body::Leased(Leased {
             body: IdleBody::new(body, ctx.body_idle, "response body"),
-            _lease: lease,
+            lease,
+            line: None,
         }),
     ))
 }
@@ -538,7 +627,26 @@ pub fn release_failed(version: &str, port: u16, refused: bool, pool_size: usize)
 /// release counts as busy while its answer is still streaming.
 pub struct Leased {
     body: IdleBody<Incoming>,
-    _lease: Lease,
+    lease: Lease,
+    /// Its access log line, written when the body ends (or is dropped).
+    line: Option<Box<Pending>>,
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        if let Some(line) = self.line.take() {
+            let target = &self.lease.target;
+            line.begun.finish(
+                &line.log,
+                line.thread,
+                &line.route,
+                line.status,
+                line.bytes,
+                Some((&target.version, target.slot)),
+                line.client,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

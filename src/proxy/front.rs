@@ -36,6 +36,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
+use super::access;
 use super::forward::{self, Shared, HOP_BY_HOP};
 use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
 use super::router::Picked;
@@ -69,6 +70,8 @@ pub async fn serve(
         },
         seen: None,
         service: None,
+        sent: (0, 0),
+        released: None,
         nodelay: false,
         served: 0,
         ctx,
@@ -114,6 +117,8 @@ struct Asked {
     no_route: Option<String>,
     /// The client asked for JSON (`Accept`); read only when its service is not serving.
     json: bool,
+    /// Its access log line's start, when its route logs.
+    begun: Option<Box<access::Begun>>,
 }
 
 /// A client connection's connections to releases, by port (one per release it sent to); they
@@ -144,6 +149,10 @@ struct Front {
     /// The service this connection's last request was routed to (kept, so a keep-alive
     /// connection takes the service's `Arc` once, not once a request).
     service: Option<Arc<Service>>,
+    /// The last answer's status and body bytes sent, for the access log.
+    sent: (u16, u64),
+    /// The release (version, slot) the last request went to, when its route logs.
+    released: Option<(String, u16)>,
     nodelay: bool,
     served: usize,
     ctx: Arc<Shared>,
@@ -273,6 +282,24 @@ impl Front {
                 }
             }
         });
+        let begun = match (&no_route, &self.service) {
+            (None, Some(service)) => service.access.as_ref().map(|log| {
+                let request_id = headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("x-request-id"))
+                    .and_then(|h| access::given_request_id(h.value))
+                    .unwrap_or_else(|| log.request_id(self.ctx.thread));
+                Box::new(access::Begun {
+                    at: std::time::Instant::now(),
+                    ts: access::now_ts(),
+                    host: super::router::host_name(host.unwrap_or(b"")),
+                    method: method.to_string(),
+                    path: access::logged_path(target, log.keeps_query()).to_string(),
+                    request_id,
+                })
+            }),
+            _ => None,
+        };
         let out = &mut self.upstream_head;
         out.clear();
         out.extend_from_slice(method.as_bytes());
@@ -311,6 +338,7 @@ impl Front {
             close,
             no_route,
             json,
+            begun,
         };
         Examined::Plain(asked, length)
     }
@@ -319,6 +347,33 @@ impl Front {
     /// sends the answer back. False: the connection cannot go on (or the answer said it was
     /// the last: the client asked, or the proxy is stopping).
     async fn answer(&mut self, asked: &Asked, stop: &watch::Receiver<bool>) -> bool {
+        let Some(begun) = &asked.begun else {
+            return self.respond(asked, stop).await;
+        };
+        self.released = None;
+        let going_on = self.respond(asked, stop).await;
+        if let Some((service, log)) = self
+            .service
+            .as_ref()
+            .and_then(|s| s.access.as_ref().map(|log| (s, log)))
+        {
+            let (status, bytes) = self.sent;
+            let released = self.released.as_ref().map(|(v, slot)| (v.as_str(), *slot));
+            begun.finish(
+                log,
+                self.ctx.thread,
+                &service.name,
+                status,
+                bytes,
+                released,
+                self.peer.ip(),
+            );
+        }
+        going_on
+    }
+
+    /// [`Front::answer`] but for its access log line.
+    async fn respond(&mut self, asked: &Asked, stop: &watch::Receiver<bool>) -> bool {
         // Decided when the answer's head is written, so a proxy told to stop while the
         // release works tells the client too.
         let last = || asked.close || *stop.borrow();
@@ -375,6 +430,9 @@ impl Front {
             };
             let target = &lease.target;
             let port = target.port;
+            if asked.begun.is_some() {
+                self.released = Some((target.version.clone(), target.slot));
+            }
             let kept = match self.kept.wires.iter().position(|(p, _)| *p == port) {
                 Some(at) => Some(self.kept.wires.swap_remove(at).1),
                 None => ctx.idle.take_wire(port),
@@ -429,7 +487,10 @@ impl Front {
     /// connection cannot go on (the client went away, or the body broke off).
     async fn pass_body(&mut self, mut wire: Wire, port: u16, answer: Answer) -> bool {
         let body_idle = self.ctx.body_idle;
-        // What is already buffered goes out with the head, in one write.
+        // The head is all `output` holds yet: what is sent past it is the body.
+        let head = self.output.len() as u64;
+        let mut flushed = 0u64;
+        self.sent = (answer.status, 0);
         let mut state = match answer.framing {
             None => Passing::Done,
             Some(Framing::Length(length)) => Passing::Length(length),
@@ -447,9 +508,11 @@ impl Front {
                     self.no_delay();
                 }
                 writes += 1;
+                flushed += self.output.len() as u64;
                 if !self.flush().await {
                     return false;
                 }
+                self.sent.1 = flushed.saturating_sub(head);
             }
             if matches!(state, Passing::Done) {
                 break;
@@ -503,6 +566,7 @@ impl Front {
         body: &str,
         close: bool,
     ) -> bool {
+        self.sent = (status.as_u16(), body.len() as u64);
         let out = &mut self.output;
         out.clear();
         push_status_line(out, status.as_u16(), b"");

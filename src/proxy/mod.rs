@@ -20,6 +20,7 @@ macro_rules! serve_until_stopped {
     };
 }
 
+pub mod access;
 pub mod acme;
 pub mod config;
 mod counts;
@@ -89,6 +90,14 @@ pub struct Options {
     pub hsts: bool,
     /// Certificates from ACME for these names (`--acme-*`).
     pub acme: Option<acme::Settings>,
+    /// Every route writes `ROOT/access.log` (`--access-log`; a config's route may say
+    /// otherwise for itself).
+    pub access_log: bool,
+    /// Its rotation (`--access-log-max-bytes`, `--access-log-keep`; None: the file's, else the
+    /// release output's defaults) and whether paths keep their query (`--access-log-query`).
+    pub access_max_bytes: Option<u64>,
+    pub access_keep: Option<u64>,
+    pub access_query: bool,
 }
 
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
@@ -111,6 +120,10 @@ impl Options {
             self.tls_certs = settings.tls_certs.clone();
         }
         self.hsts |= settings.hsts;
+        self.access_log |= settings.access_log;
+        self.access_query |= settings.access_log_query;
+        self.access_max_bytes = self.access_max_bytes.or(settings.access_log_max_bytes);
+        self.access_keep = self.access_keep.or(settings.access_log_keep);
         if self.acme.is_none() {
             if let (Some(directory), Some(state)) = (&settings.acme_directory, &settings.acme_state)
             {
@@ -252,7 +265,25 @@ fn serve(
     // The main thread's runtime: it follows every service's pointer, answers its proxy.sock
     // and the reloads, and serves connections like the other threads.
     let runtime = current_thread().map_err(Error::Failed)?;
-    let mut services = reload::Services::new(threads, started, resolver.clone());
+    let rotation =
+        crate::host::output::Rotation::from_policy(options.access_max_bytes, options.access_keep)
+            .map_err(|e| {
+            Error::Refused(
+                e.to_string()
+                    .replace("output_max_bytes", "--access-log-max-bytes")
+                    .replace("output_keep", "--access-log-keep"),
+            )
+        })?;
+    let mut services = reload::Services::new(
+        threads,
+        started,
+        resolver.clone(),
+        access::Settings {
+            rotation,
+            query: options.access_query,
+        },
+        options.access_log,
+    );
     let (router, config) = runtime
         .block_on(async {
             match serves {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
+use super::access;
 use super::config::{self, ProxyConfig, RouteSpec};
 use super::metrics::Started;
 use super::router::{Current, HostPattern, Route, Router};
@@ -29,16 +30,34 @@ pub struct Services {
     threads: usize,
     started: Started,
     tls: Option<Arc<tls::Resolver>>,
+    /// How routes log (`--access-log-*`), and whether a route that does not say logs.
+    access: access::Settings,
+    access_by_default: bool,
 }
 
 impl Services {
-    pub fn new(threads: usize, started: Started, tls: Option<Arc<tls::Resolver>>) -> Services {
+    pub fn new(
+        threads: usize,
+        started: Started,
+        tls: Option<Arc<tls::Resolver>>,
+        access: access::Settings,
+        access_by_default: bool,
+    ) -> Services {
         Services {
             running: Vec::new(),
             threads,
             started,
             tls,
+            access,
+            access_by_default,
         }
+    }
+
+    /// The access log a new service gets: its route's `access_log` over the proxy's setting.
+    fn access_for(&self, route_says: Option<bool>) -> Option<(access::Settings, u64)> {
+        route_says
+            .unwrap_or(self.access_by_default)
+            .then_some((self.access, self.started.at_ms))
     }
 
     /// `--root`'s one service, for every host and path.
@@ -47,7 +66,8 @@ impl Services {
             .0
             .file_name()
             .map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned());
-        let service = Arc::new(Service::new(name, root, self.threads));
+        let access = self.access_for(None);
+        let service = Arc::new(Service::new(name, root, self.threads, access));
         let running = Running::start(service.clone(), self.started, self.tls.clone()).await?;
         self.running.push(running);
         Ok(Router::single(service))
@@ -66,6 +86,7 @@ impl Services {
                 spec.service.clone(),
                 Root(spec.root.clone()),
                 self.threads,
+                self.access_for(spec.access_log),
             ));
             // On failure, what this pass started is dropped with `started`.
             let running = Running::start(service, self.started, self.tls.clone()).await?;

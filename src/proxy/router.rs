@@ -269,7 +269,12 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("rollgate-router-{name}-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
-        Arc::new(Service::new(name.into(), crate::host::state::Root(dir), 1))
+        Arc::new(Service::new(
+            name.into(),
+            crate::host::state::Root(dir),
+            1,
+            None,
+        ))
     }
 
     fn route(hosts: &[&str], prefix: &str, strip: bool, name: &str) -> Route {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use super::access::{self, AccessLog};
 use super::metrics::Started;
 use super::routes::{Routes, View};
 use super::traffic::Gate;
@@ -31,6 +32,8 @@ pub struct Service {
     pub routes: Arc<Routes>,
     /// What `ROOT/traffic.json` lets through: serving, maintenance, or a pause.
     pub gate: Arc<Gate>,
+    /// `ROOT/access.log`, when the route logs.
+    pub access: Option<Arc<AccessLog>>,
     /// One view of `routes` per serving thread (each thread locks only its own: never
     /// contended), so a request chooses a release without the table's lock.
     views: Box<[Mutex<View>]>,
@@ -40,13 +43,21 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Service {
     /// A service for `root`, its routing table read once (nothing live is no error).
-    pub fn new(name: String, root: Root, threads: usize) -> Service {
+    pub fn new(
+        name: String,
+        root: Root,
+        threads: usize,
+        access: Option<(access::Settings, u64)>,
+    ) -> Service {
         let routes = Arc::new(Routes::new(threads));
         let _ = watch::refresh(&root, &routes);
         let gate = Arc::new(Gate::default());
         gate.refresh(&root.0);
         Service {
             gate,
+            access: access.map(|(settings, started_ms)| {
+                Arc::new(AccessLog::new(&root.0, settings, threads, started_ms))
+            }),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             name,
             root_text: root.0.display().to_string(),
@@ -68,6 +79,7 @@ impl Service {
             root_text: self.root_text.clone(),
             routes: self.routes.clone(),
             gate: self.gate.clone(),
+            access: self.access.clone(),
             views: (0..self.views.len())
                 .map(|_| Mutex::new(View::default()))
                 .collect(),
@@ -114,10 +126,11 @@ impl Running {
             tls,
             service.gate.clone(),
         ));
-        Ok(Running {
-            service,
-            tasks: vec![follow.abort_handle(), answer.abort_handle()],
-        })
+        let mut tasks = vec![follow.abort_handle(), answer.abort_handle()];
+        if let Some(log) = &service.access {
+            tasks.push(access::start(log));
+        }
+        Ok(Running { service, tasks })
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod access;
 mod analysis;
 mod bench_scripts;
 mod cli;
