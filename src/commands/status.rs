@@ -137,6 +137,9 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
             ),
         ));
     }
+    for route in status.routes.iter().flatten() {
+        rows.push(("proxy route".into(), route.clone()));
+    }
     if let Some(rollout) = &status.rollout {
         rows.push(("last rollout".into(), rollout.line.clone()));
     }

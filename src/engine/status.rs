@@ -40,6 +40,9 @@ pub struct RootStatus {
     /// What `rollgate traffic` set for the service (none: never set, serving).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<crate::host::traffic::Traffic>,
+    /// The routes of the proxy config serving the root (none: no proxy, or one of `--root`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Vec<String>>,
 }
 
 /// The root's socket holder, as it recorded itself, and whether it still runs.
@@ -175,6 +178,8 @@ impl RootStatus {
             tls: crate::proxy::drain::tls_now(&root.0, std::time::Duration::from_millis(500)),
             // An unreadable file is the traffic command's to say; the status stands.
             traffic: crate::host::traffic::read(&root.0).ok().flatten(),
+            routes: crate::proxy::drain::routes_now(&root.0, std::time::Duration::from_millis(500))
+                .filter(|routes| !routes.is_empty()),
             // A log that cannot be read leaves the rest of the status standing.
             recent: journal::last_outcomes(&root.log_path(), RECENT)
                 .map(|mut recent| {

@@ -272,7 +272,14 @@ enum Asked {
     /// `traffic`: what the proxy lets through to this root's releases now (`serving`,
     /// `maintenance`, `paused`): what it took from `traffic.json`.
     Traffic,
+    /// `routes`: the routes of the proxy's config in force, one JSON list of lines
+    /// (`app.example.com/api → api`); `[]` for a proxy of one `--root`.
+    Routes,
 }
+
+/// The routes a proxy serves, in words, shared by every root it serves (a reload replaces
+/// them).
+pub type RoutesInForce = Arc<std::sync::RwLock<Vec<String>>>;
 
 /// Proxy side: answers drain and counts requests until the listener is dropped.
 pub async fn serve(
@@ -283,6 +290,7 @@ pub async fn serve(
     started: Started,
     tls: Option<Arc<super::tls::Resolver>>,
     gate: Arc<super::traffic::Gate>,
+    in_force: RoutesInForce,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -293,12 +301,13 @@ pub async fn serve(
                 continue;
             }
         };
-        let (root, routes, switched, tls, gate) = (
+        let (root, routes, switched, tls, gate, in_force) = (
             root.clone(),
             routes.clone(),
             switched.clone(),
             tls.clone(),
             gate.clone(),
+            in_force.clone(),
         );
         tokio::spawn(async move {
             if !trusted(&stream) {
@@ -310,6 +319,10 @@ pub async fn serve(
                 Ok(Asked::Counts) => counts_line(&routes, started),
                 Ok(Asked::Tls) => tls_line(tls.as_deref()),
                 Ok(Asked::Traffic) => format!("{}\n", gate.mode().as_str()),
+                Ok(Asked::Routes) => {
+                    let lines = in_force.read().map(|l| l.clone()).unwrap_or_default();
+                    serde_json::to_string(&lines).unwrap_or_else(|_| "[]".into()) + "\n"
+                }
                 Err(why) => format!("error {why}\n"),
             };
             let _ = write.write_all(answer.as_bytes()).await;
@@ -339,7 +352,21 @@ pub fn tls_now(root: &Path, timeout: Duration) -> Option<super::tls::TlsLine> {
     serde_json::from_str(&line).ok()
 }
 
-/// Reads `drain <port>\n`, `counts\n` or `tls\n`, bounded in length and time.
+/// The routes of the proxy serving `root`, in words: None when no proxy serves it (or it is
+/// an older rollgate), empty for a proxy of one `--root`.
+pub fn routes_now(root: &Path, timeout: Duration) -> Option<Vec<String>> {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket_path(root)).ok()?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    stream.write_all(b"routes\n").ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(stream).read_line(&mut line).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
+/// Reads `drain <port>\n`, `counts\n`, `tls\n`, `traffic\n` or `routes\n`, bounded in length
+/// and time.
 async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'static str> {
     use tokio::io::AsyncReadExt;
     let mut line = String::new();
@@ -360,6 +387,7 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'
         ["counts"] => Ok(Asked::Counts),
         ["tls"] => Ok(Asked::Tls),
         ["traffic"] => Ok(Asked::Traffic),
+        ["routes"] => Ok(Asked::Routes),
         _ => Err("expected `drain <port>` or `counts`"),
     }
 }

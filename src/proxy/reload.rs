@@ -33,6 +33,8 @@ pub struct Services {
     /// How routes log (`--access-log-*`), and whether a route that does not say logs.
     access: access::Settings,
     access_by_default: bool,
+    /// The routes in force in words, for `routes` on every root's proxy.sock.
+    in_force: super::drain::RoutesInForce,
 }
 
 impl Services {
@@ -50,6 +52,7 @@ impl Services {
             tls,
             access,
             access_by_default,
+            in_force: Default::default(),
         }
     }
 
@@ -68,7 +71,13 @@ impl Services {
             .map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned());
         let access = self.access_for(None);
         let service = Arc::new(Service::new(name, root, self.threads, access));
-        let running = Running::start(service.clone(), self.started, self.tls.clone()).await?;
+        let running = Running::start(
+            service.clone(),
+            self.started,
+            self.tls.clone(),
+            self.in_force.clone(),
+        )
+        .await?;
         self.running.push(running);
         Ok(Router::single(service))
     }
@@ -89,7 +98,13 @@ impl Services {
                 self.access_for(spec.access_log),
             ));
             // On failure, what this pass started is dropped with `started`.
-            let running = Running::start(service, self.started, self.tls.clone()).await?;
+            let running = Running::start(
+                service,
+                self.started,
+                self.tls.clone(),
+                self.in_force.clone(),
+            )
+            .await?;
             started.push(running);
         }
         self.running
@@ -117,7 +132,11 @@ impl Services {
                 })
             })
             .collect();
-        Ok(Router::of(table))
+        let router = Router::of(table);
+        if let Ok(mut in_force) = self.in_force.write() {
+            *in_force = route_lines(&router);
+        }
+        Ok(router)
     }
 }
 
@@ -207,21 +226,31 @@ fn changed_settings(was: &config::Settings, now: &config::Settings) -> Vec<&'sta
     changed
 }
 
-/// One line naming the routes in force: `3 routes: app.example.com/ → app, …`.
-pub fn describe(router: &Router) -> String {
-    let routes: Vec<String> = router
+/// Each route in words: `app.example.com|www.app.example.com/api → api`.
+fn route_lines(router: &Router) -> Vec<String> {
+    router
         .routes
         .iter()
         .map(|route| {
             let hosts: Vec<String> = route.hosts.iter().map(HostPattern::to_string).collect();
             format!(
-                "{}{} → {}",
+                "{}{}{} → {}",
                 hosts.join("|"),
                 route.prefix,
+                if route.strip_prefix {
+                    " (stripped)"
+                } else {
+                    ""
+                },
                 route.service.name
             )
         })
-        .collect();
+        .collect()
+}
+
+/// One line naming the routes in force: `3 routes: app.example.com/ → app, …`.
+pub fn describe(router: &Router) -> String {
+    let routes = route_lines(router);
     format!(
         "{} route{}: {}",
         routes.len(),

@@ -108,6 +108,7 @@ impl Running {
         service: Arc<Service>,
         started: Started,
         tls: Option<Arc<tls::Resolver>>,
+        in_force: drain::RoutesInForce,
     ) -> Result<Running, Fault> {
         let socket = drain::listen(&service.root.0).await?;
         let reread = Arc::new(Notify::new());
@@ -125,6 +126,7 @@ impl Running {
             started,
             tls,
             service.gate.clone(),
+            in_force,
         ));
         let mut tasks = vec![follow.abort_handle(), answer.abort_handle()];
         if let Some(log) = &service.access {

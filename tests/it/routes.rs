@@ -148,10 +148,12 @@ fn routes_choose_by_host_and_longest_prefix_strip_when_asked_and_404_the_rest() 
     echo_release(&admin, "admin");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    let metrics = free_port();
     let config = config_file(
         dir.path(),
         &format!(
             r#"listen = "127.0.0.1:{port}"
+metrics_listen = "127.0.0.1:{metrics}"
 
 [[route]]
 host = ["app.test", "www.app.test"]
@@ -254,6 +256,28 @@ service = "back-office"
         "{said}"
     );
     assert!(said.contains("*.admin.test/ → back-office"), "{said}");
+    // /metrics labels each service's series by its route.
+    let page = Conn::open(metrics)
+        .unwrap()
+        .get("/metrics", "")
+        .unwrap()
+        .body;
+    for series in [
+        r#"rollgate_proxy_answers_total{route="app",release="app",slot="0",class="2xx"} 4"#,
+        r#"rollgate_proxy_answers_total{route="api",release="api",slot="0",class="2xx"} 3"#,
+        r#"rollgate_proxy_answers_total{route="back-office",release="admin",slot="0",class="2xx"} 1"#,
+    ] {
+        assert!(page.contains(series), "{series} in {page}");
+    }
+    // status of a root lists the routes of the proxy serving it.
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(api.root())
+        .output()
+        .unwrap();
+    let text = stdout(&status);
+    assert!(text.contains("app.test/api (stripped) → api"), "{text}");
+    assert!(text.contains("*.admin.test/ → back-office"), "{text}");
 }
 
 #[test]

@@ -1,0 +1,112 @@
+#!/bin/sh
+# Routing and the access log (issue 48): the same release behind two `rollgate proxy`s in
+# interleaved rounds (medians): `one` serves it with --root and no access log; `routed` serves
+# it through a --config of 10 routes, the request's host matching the last one, with the access
+# log on. wrk keep-alive 32 (and LOADS="ka32 ka256 close32"); the proxy's CPU per request from
+# /proc. Then the memory per route: RSS of an idle proxy with 1 route and with ROUTES routes.
+# It starts the release and the proxies itself and stops those, by pid, and nothing else.
+# Usage: sh bench/proxy_routes_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk)
+set -eu
+rollgate=$1
+rounds=${2:-5}
+seconds=${3:-8}
+root=$(mktemp -d)
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+pids=""
+trap 'stop_releases "$root/main"; for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$root"; true' EXIT
+
+mkdir -p "$root/main"
+sample_release "$rollgate" "$root/main" a
+"$rollgate" deploy svc "$(free_port)" a --root "$root/main" 2>/dev/null
+oneport=$(free_port)
+"$rollgate" proxy --listen 127.0.0.1:$oneport --root "$root/main" 2>/dev/null &
+one=$!
+pids="$one"
+
+# Nine other services (roots whose pointer names the same release) and, last, the one the
+# requests are for: a root of its own too (one proxy per root), the same release behind it.
+config="$root/proxy.toml"
+routedport=$(free_port)
+printf 'listen = "127.0.0.1:%s"\naccess_log = true\n' "$routedport" >"$config"
+i=0
+while [ $i -lt 10 ]; do
+  mkdir -p "$root/s$i"
+  cp "$root/main/current" "$root/s$i/current"
+  if [ $i -lt 9 ]; then host="svc$i.bench.test"; prefix="/svc$i"; else host="bench.test"; prefix="/"; fi
+  printf '[[route]]\nhost = "%s"\npath_prefix = "%s"\nroot = "%s"\nservice = "s%s"\n' \
+    "$host" "$prefix" "$root/s$i" "$i" >>"$config"
+  i=$((i + 1))
+done
+"$rollgate" proxy --config "$config" 2>/dev/null &
+routed=$!
+pids="$pids $routed"
+sleep 0.5
+
+clk=$(getconf CLK_TCK)
+results="$root/results"
+: >"$results"
+loads=${LOADS:-ka32}
+for load in $loads; do
+  case $load in
+    ka32) conns=32 close="" ;;
+    ka256) conns=256 close="" ;;
+    close32) conns=32 close="Connection: close" ;;
+  esac
+  round=1
+  while [ $round -le "$rounds" ]; do
+    for target in one routed; do
+      if [ $target = one ]; then pid=$one port=$oneport; else pid=$routed port=$routedport; fi
+      before=$(ticks_of "$pid")
+      if [ -n "$close" ]; then
+        wrk -t1 -c$conns -H "Host: bench.test" -H "$close" -d"${seconds}s" "http://127.0.0.1:$port/" >"$root/wrk.out" 2>&1
+      else
+        wrk -t1 -c$conns -H "Host: bench.test" -d"${seconds}s" "http://127.0.0.1:$port/" >"$root/wrk.out" 2>&1
+      fi
+      after=$(ticks_of "$pid")
+      rps=$(awk '/Requests\/sec/ { printf "%d", $2 }' "$root/wrk.out")
+      requests=$(awk '/requests in/ { print $1 }' "$root/wrk.out")
+      non2xx=$(awk '/Non-2xx/ { print $NF }' "$root/wrk.out")
+      cpu=$(awk -v t=$((after - before)) -v c="$clk" -v n="$requests" 'BEGIN { if (n > 0) printf "%.2f", t / c * 1e6 / n; else print 0 }')
+      echo "$load $target $round $rps $cpu ${non2xx:-0}" >>"$results"
+      echo "$load round $round $target: $rps req/s, proxy CPU $cpu us/request, non-2xx ${non2xx:-0}" >&2
+    done
+    round=$((round + 1))
+  done
+done
+lines=$(cat "$root"/s9/access.log* 2>/dev/null | wc -l)
+
+echo "== wrk -t1 -d${seconds}s, Host: bench.test, medians of $rounds interleaved rounds"
+echo "| load | one route, no log req/s | 10 routes + access log req/s | routed / one | CPU us/req one | CPU us/req routed |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for load in $loads; do
+  o=$(field $load one 4); r=$(field $load routed 4)
+  oc=$(field $load one 5); rc=$(field $load routed 5)
+  echo "| $load | $o | $r | $(awk -v r="$r" -v o="$o" 'BEGIN { printf "%.3f", r / o }') | $oc | $rc |"
+done
+echo "access log lines written by the routed proxy: $lines"
+
+# Memory per route: idle proxies with 1 and with ROUTES routes (their own roots, nothing live).
+routes=${ROUTES:-500}
+for count in 1 "$routes"; do
+  c="$root/mem$count.toml"
+  printf 'listen = "127.0.0.1:%s"\n' "$(free_port)" >"$c"
+  i=0
+  while [ $i -lt "$count" ]; do
+    mkdir -p "$root/m$count-$i"
+    printf '[[route]]\nhost = "m%s.bench.test"\nroot = "%s"\n' "$i" "$root/m$count-$i" >>"$c"
+    i=$((i + 1))
+  done
+  "$rollgate" proxy --config "$c" 2>/dev/null &
+  p=$!
+  pids="$pids $p"
+  # Serving once every route's proxy.sock is there; then settled.
+  tries=0
+  while [ "$(ls "$root"/m$count-*/proxy.sock 2>/dev/null | wc -l)" -lt "$count" ] && [ $tries -lt 100 ]; do
+    sleep 0.1; tries=$((tries + 1))
+  done
+  sleep 1
+  echo "$count $(rss_kib_of "$p")" >>"$root/memory"
+  kill "$p"
+done
+awk -v n="$routes" '$1 == 1 { a = $2 } $1 == n { b = $2 } END { printf "memory: 1 route %d KiB, %d routes %d KiB: %.1f KiB per route\n", a, n, b, (b - a) / (n - 1) }' "$root/memory"
