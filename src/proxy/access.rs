@@ -15,8 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::host::output::{shift, Rotation};
 
 pub const ACCESS_FILE: &str = "access.log";
@@ -31,27 +29,6 @@ pub struct Settings {
     pub rotation: Rotation,
     /// Keep the query string on `path` (off: it may carry tokens).
     pub query: bool,
-}
-
-/// One line.
-#[derive(Serialize)]
-pub struct Line<'a> {
-    /// Unix seconds, to the microsecond, when the request's head had come (as deploy.log's
-    /// `ts`, so the two join by time).
-    pub ts: f64,
-    pub route: &'a str,
-    pub host: &'a str,
-    pub method: &'a str,
-    pub path: &'a str,
-    pub status: u16,
-    /// Bytes of the answer sent to the client after its head.
-    pub bytes: u64,
-    pub duration_ms: f64,
-    /// The release that answered (none: rollgate answered itself — maintenance, nothing live).
-    pub release: Option<&'a str>,
-    pub slot: Option<u16>,
-    pub client: IpAddr,
-    pub request_id: &'a str,
 }
 
 struct Buffer {
@@ -92,29 +69,10 @@ impl AccessLog {
         self.settings.query
     }
 
-    /// A request id for a request of `thread` that brought none.
-    pub fn request_id(&self, thread: usize) -> String {
-        let mut buffer = self.buffer(thread);
-        buffer.counted += 1;
-        format!("{:x}-{thread}-{}", self.started_ms, buffer.counted)
-    }
-
     fn buffer(&self, thread: usize) -> std::sync::MutexGuard<'_, Buffer> {
         self.buffers[thread % self.buffers.len()]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Adds `line` to `thread`'s buffer.
-    pub fn write(&self, thread: usize, line: &Line<'_>) {
-        let mut buffer = self.buffer(thread);
-        if buffer.text.len() > MAX_BUFFERED {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if serde_json::to_writer(&mut buffer.text, line).is_ok() {
-            buffer.text.push(b'\n');
-        }
     }
 
     /// Moves every buffer to the file, rotating it first when the lines would take it past
@@ -222,54 +180,108 @@ pub fn given_request_id(value: &[u8]) -> Option<String> {
         .then(|| String::from_utf8_lossy(value).into_owned())
 }
 
-/// What a request's line needs from its start.
+/// A request's line, begun when its head has come: its first fields are written at once
+/// (`ts`, `route`, `host`, `method`, `path`), the rest when it is answered. Written by hand
+/// into one buffer, not through serde: it runs for every request while the log is on.
 pub struct Begun {
-    pub at: std::time::Instant,
-    pub ts: f64,
-    pub host: String,
-    pub method: String,
-    pub path: String,
-    pub request_id: String,
+    at: std::time::Instant,
+    line: Vec<u8>,
+    /// The client's `X-Request-Id`, else one is made at the end.
+    request_id: Option<String>,
 }
 
 impl Begun {
-    /// Writes the request's line into `log`.
-    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        log: &AccessLog,
+        route: &str,
+        host: &[u8],
+        method: &str,
+        target: &str,
+        request_id: Option<String>,
+    ) -> Begun {
+        let mut line = Vec::with_capacity(256);
+        line.extend_from_slice(b"{\"ts\":");
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let _ = write!(line, "{}.{:06}", since.as_secs(), since.subsec_micros());
+        line.extend_from_slice(b",\"route\":");
+        json_string(&mut line, route.as_bytes());
+        line.extend_from_slice(b",\"host\":");
+        let host = super::router::host_name_bytes(host).to_ascii_lowercase();
+        json_string(&mut line, &host);
+        line.extend_from_slice(b",\"method\":");
+        json_string(&mut line, method.as_bytes());
+        line.extend_from_slice(b",\"path\":");
+        json_string(&mut line, logged_path(target, log.keeps_query()).as_bytes());
+        Begun {
+            at: std::time::Instant::now(),
+            line,
+            request_id,
+        }
+    }
+
+    /// Ends the line and adds it to `thread`'s buffer of `log`.
     pub fn finish(
-        &self,
+        mut self,
         log: &AccessLog,
         thread: usize,
-        route: &str,
         status: u16,
         bytes: u64,
         release: Option<(&str, u16)>,
         client: IpAddr,
     ) {
-        log.write(
-            thread,
-            &Line {
-                ts: self.ts,
-                route,
-                host: &self.host,
-                method: &self.method,
-                path: &self.path,
-                status,
-                bytes,
-                duration_ms: self.at.elapsed().as_secs_f64() * 1e3,
-                release: release.map(|(version, _)| version),
-                slot: release.map(|(_, slot)| slot),
-                client,
-                request_id: &self.request_id,
-            },
+        let micros = self.at.elapsed().as_micros();
+        let line = &mut self.line;
+        let _ = write!(
+            line,
+            ",\"status\":{status},\"bytes\":{bytes},\"duration_ms\":{}.{:03},\"release\":",
+            micros / 1000,
+            micros % 1000
         );
+        match release {
+            Some((version, slot)) => {
+                json_string(line, version.as_bytes());
+                let _ = write!(line, ",\"slot\":{slot}");
+            }
+            None => line.extend_from_slice(b"null,\"slot\":null"),
+        }
+        let _ = write!(line, ",\"client\":\"{client}\",\"request_id\":");
+        let mut buffer = log.buffer(thread);
+        match &self.request_id {
+            Some(id) => json_string(line, id.as_bytes()),
+            None => {
+                buffer.counted += 1;
+                let _ = write!(line, "\"{:x}-{thread}-{}\"", log.started_ms, buffer.counted);
+            }
+        }
+        line.extend_from_slice(b"}\n");
+        if buffer.text.len() > MAX_BUFFERED {
+            log.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        buffer.text.extend_from_slice(line);
     }
 }
 
-/// Unix seconds now, to the microsecond.
-pub fn now_ts() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| (d.as_micros() as f64) / 1e6)
+/// `text` as a JSON string: `"` and `\` escaped, control bytes as `\u00XX`, bytes past ASCII
+/// percent-encoded (a path is ASCII on the wire; anything else stays readable and valid).
+fn json_string(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'"');
+    for &byte in text {
+        match byte {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0..=0x1f | 0x7f => {
+                let _ = write!(out, "\\u{byte:04x}");
+            }
+            0x80..=0xff => {
+                let _ = write!(out, "%{byte:02X}");
+            }
+            _ => out.push(byte),
+        }
+    }
+    out.push(b'"');
 }
 
 /// Starts the flusher for `log` on the current runtime; the handle aborts it.
@@ -296,19 +308,11 @@ mod tests {
             2,
             1,
         );
-        let begun = Begun {
-            at: std::time::Instant::now(),
-            ts: 1.5,
-            host: "a.test".into(),
-            method: "GET".into(),
-            path: logged_path("/x?token=1", false).into(),
-            request_id: log.request_id(1),
-        };
         for n in 0..200 {
+            let begun = Begun::new(&log, "app", b"A.test:80", "GET", "/x?token=1", None);
             begun.finish(
                 &log,
                 n % 2,
-                "app",
                 200,
                 5,
                 Some(("v1", 0)),
@@ -318,19 +322,43 @@ mod tests {
                 log.flush();
             }
         }
+        let odd = Begun::new(
+            &log,
+            "app",
+            b"a",
+            "GET",
+            "/q\"\\\u{1}\u{e9}",
+            Some("id-1".into()),
+        );
+        odd.finish(&log, 0, 404, 0, None, "::1".parse().unwrap());
         drop(log);
         let mut lines = 0;
+        let mut odd_seen = false;
         for name in ["access.log", "access.log.1", "access.log.2"] {
             let path = dir.path().join(name);
             assert!(std::fs::metadata(&path).unwrap().len() <= 4096, "{name}");
             for line in std::fs::read_to_string(&path).unwrap().lines() {
                 let value: serde_json::Value = serde_json::from_str(line).unwrap();
-                assert_eq!(value["path"], "/x");
-                assert_eq!(value["request_id"], "1-1-1");
                 lines += 1;
+                if value["request_id"] == "id-1" {
+                    odd_seen = true;
+                    assert_eq!(value["path"], "/q\"\\\u{1}%C3%A9");
+                    assert_eq!(value["release"], serde_json::Value::Null);
+                    assert_eq!(value["client"], "::1");
+                    continue;
+                }
+                assert_eq!(value["path"], "/x");
+                assert_eq!(value["host"], "a.test");
+                assert_eq!(
+                    (value["status"].as_u64(), value["slot"].as_u64()),
+                    (Some(200), Some(0))
+                );
+                assert!(value["ts"].as_f64().unwrap() > 1.7e9);
+                assert!(value["request_id"].as_str().unwrap().starts_with("1-"));
             }
         }
+        assert!(odd_seen);
         assert!(!dir.path().join("access.log.3").exists());
-        assert!(lines > 0 && lines < 200, "rotated away the oldest: {lines}");
+        assert!(lines > 0 && lines < 201, "rotated away the oldest: {lines}");
     }
 }

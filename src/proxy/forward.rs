@@ -243,7 +243,6 @@ pub async fn handle(
             leased.line = Some(Box::new(Pending {
                 log,
                 begun,
-                route: service.name.clone(),
                 status,
                 thread: ctx.thread,
                 client: client.peer.ip(),
@@ -253,15 +252,7 @@ pub async fn handle(
         }
         other => {
             let bytes = hyper::body::Body::size_hint(&other).exact().unwrap_or(0);
-            begun.finish(
-                &log,
-                ctx.thread,
-                &service.name,
-                status,
-                bytes,
-                None,
-                client.peer.ip(),
-            );
+            begun.finish(&log, ctx.thread, status, bytes, None, client.peer.ip());
             other
         }
     };
@@ -272,7 +263,6 @@ pub async fn handle(
 pub struct Pending {
     log: Arc<AccessLog>,
     begun: Box<access::Begun>,
-    route: String,
     status: u16,
     thread: usize,
     client: std::net::IpAddr,
@@ -337,19 +327,16 @@ async fn answer(
                         let request_id = request
                             .headers()
                             .get("x-request-id")
-                            .and_then(|v| access::given_request_id(v.as_bytes()))
-                            .unwrap_or_else(|| log.request_id(ctx.thread));
-                        *logged = Some((
-                            route.service.clone(),
-                            Box::new(access::Begun {
-                                at: std::time::Instant::now(),
-                                ts: access::now_ts(),
-                                host: router::host_name(host),
-                                method: request.method().as_str().to_string(),
-                                path: access::logged_path(path, log.keeps_query()).to_string(),
-                                request_id,
-                            }),
-                        ));
+                            .and_then(|v| access::given_request_id(v.as_bytes()));
+                        let begun = access::Begun::new(
+                            log,
+                            &route.service.name,
+                            host,
+                            request.method().as_str(),
+                            path,
+                            request_id,
+                        );
+                        *logged = Some((route.service.clone(), Box::new(begun)));
                     }
                     Ok((route.service.clone(), changed, misdirected))
                 }
@@ -636,14 +623,21 @@ impl Drop for Leased {
     fn drop(&mut self) {
         if let Some(line) = self.line.take() {
             let target = &self.lease.target;
-            line.begun.finish(
-                &line.log,
-                line.thread,
-                &line.route,
-                line.status,
-                line.bytes,
+            let Pending {
+                log,
+                begun,
+                status,
+                thread,
+                client,
+                bytes,
+            } = *line;
+            begun.finish(
+                &log,
+                thread,
+                status,
+                bytes,
                 Some((&target.version, target.slot)),
-                line.client,
+                client,
             );
         }
     }

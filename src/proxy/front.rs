@@ -84,7 +84,7 @@ pub async fn serve(
                     front.no_delay();
                 }
                 front.served += 1;
-                let going_on = front.answer(&asked, &stop).await;
+                let going_on = front.answer(asked, &stop).await;
                 if !going_on || *stop.borrow() {
                     return;
                 }
@@ -287,16 +287,15 @@ impl Front {
                 let request_id = headers
                     .iter()
                     .find(|h| h.name.eq_ignore_ascii_case("x-request-id"))
-                    .and_then(|h| access::given_request_id(h.value))
-                    .unwrap_or_else(|| log.request_id(self.ctx.thread));
-                Box::new(access::Begun {
-                    at: std::time::Instant::now(),
-                    ts: access::now_ts(),
-                    host: super::router::host_name(host.unwrap_or(b"")),
-                    method: method.to_string(),
-                    path: access::logged_path(target, log.keeps_query()).to_string(),
+                    .and_then(|h| access::given_request_id(h.value));
+                Box::new(access::Begun::new(
+                    log,
+                    &service.name,
+                    host.unwrap_or(b""),
+                    method,
+                    target,
                     request_id,
-                })
+                ))
             }),
             _ => None,
         };
@@ -346,23 +345,18 @@ impl Front {
     /// Answers one request: routes it, relays it (to another replica if one refuses it), and
     /// sends the answer back. False: the connection cannot go on (or the answer said it was
     /// the last: the client asked, or the proxy is stopping).
-    async fn answer(&mut self, asked: &Asked, stop: &watch::Receiver<bool>) -> bool {
-        let Some(begun) = &asked.begun else {
-            return self.respond(asked, stop).await;
+    async fn answer(&mut self, mut asked: Asked, stop: &watch::Receiver<bool>) -> bool {
+        let Some(begun) = asked.begun.take() else {
+            return self.respond(&asked, stop, false).await;
         };
         self.released = None;
-        let going_on = self.respond(asked, stop).await;
-        if let Some((service, log)) = self
-            .service
-            .as_ref()
-            .and_then(|s| s.access.as_ref().map(|log| (s, log)))
-        {
+        let going_on = self.respond(&asked, stop, true).await;
+        if let Some(log) = self.service.as_ref().and_then(|s| s.access.as_ref()) {
             let (status, bytes) = self.sent;
             let released = self.released.as_ref().map(|(v, slot)| (v.as_str(), *slot));
             begun.finish(
                 log,
                 self.ctx.thread,
-                &service.name,
                 status,
                 bytes,
                 released,
@@ -373,7 +367,12 @@ impl Front {
     }
 
     /// [`Front::answer`] but for its access log line.
-    async fn respond(&mut self, asked: &Asked, stop: &watch::Receiver<bool>) -> bool {
+    async fn respond(
+        &mut self,
+        asked: &Asked,
+        stop: &watch::Receiver<bool>,
+        logging: bool,
+    ) -> bool {
         // Decided when the answer's head is written, so a proxy told to stop while the
         // release works tells the client too.
         let last = || asked.close || *stop.borrow();
@@ -430,7 +429,7 @@ impl Front {
             };
             let target = &lease.target;
             let port = target.port;
-            if asked.begun.is_some() {
+            if logging {
                 self.released = Some((target.version.clone(), target.slot));
             }
             let kept = match self.kept.wires.iter().position(|(p, _)| *p == port) {

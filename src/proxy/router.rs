@@ -59,13 +59,19 @@ impl HostPattern {
     }
 
     /// How well `host` (lowercase, no port) matches: exact 2, wildcard 1, any 0; None: not.
-    fn rank(&self, host: &str) -> Option<u8> {
+    /// Compared as bytes, in any case: no copy of the host is made per request.
+    fn rank(&self, host: &[u8]) -> Option<u8> {
         match self {
-            HostPattern::Exact(name) => (name == host).then_some(2),
-            HostPattern::Wildcard(suffix) => host
-                .strip_suffix(suffix.as_str())
-                .filter(|label| !label.is_empty() && !label.contains('.'))
-                .map(|_| 1),
+            HostPattern::Exact(name) => host.eq_ignore_ascii_case(name.as_bytes()).then_some(2),
+            HostPattern::Wildcard(suffix) => {
+                let suffix = suffix.as_bytes();
+                let cut = host.len().checked_sub(suffix.len())?;
+                let label = &host[..cut];
+                (host[cut..].eq_ignore_ascii_case(suffix)
+                    && !label.is_empty()
+                    && !label.contains(&b'.'))
+                .then_some(1)
+            }
             HostPattern::Any => Some(0),
         }
     }
@@ -162,10 +168,10 @@ impl Router {
         if self.single {
             return Picked::Route(&self.routes[0]);
         }
-        let host = host_name(host);
+        let host = host_name_bytes(host);
         let mut best: Option<(u8, usize, &Route)> = None;
         for route in &self.routes {
-            let Some(rank) = route.hosts.iter().filter_map(|h| h.rank(&host)).max() else {
+            let Some(rank) = route.hosts.iter().filter_map(|h| h.rank(host)).max() else {
                 continue;
             };
             if !route.takes(path) {
@@ -192,6 +198,20 @@ impl Router {
         }
         services
     }
+}
+
+/// A Host header's name as bytes, as they came: without spaces, a port, or the trailing dot of
+/// a full name (`[::1]:80` is `::1`).
+pub fn host_name_bytes(host: &[u8]) -> &[u8] {
+    let host = host.trim_ascii();
+    let name = match host.strip_prefix(b"[") {
+        Some(v6) => v6.split(|b| *b == b']').next().unwrap_or(b""),
+        None => match host.iter().rposition(|b| *b == b':') {
+            Some(at) if host[at + 1..].iter().all(u8::is_ascii_digit) => &host[..at],
+            _ => host,
+        },
+    };
+    name.strip_suffix(b".").unwrap_or(name)
 }
 
 /// A Host header's name: lowercase, without a port or the trailing dot of a full name.
