@@ -486,7 +486,36 @@ async fn act(
     let root = console.roots[index].0.clone();
     let service = service.to_string();
     let action = action.to_string();
+    let text = |key: &str| {
+        fields[key]
+            .as_str()
+            .filter(|t| !t.trim().is_empty())
+            .map(str::to_string)
+    };
+    // A number as JSON writes it, or as a form sends it (text).
+    let number = |key: &str| {
+        fields[key]
+            .as_u64()
+            .or_else(|| fields[key].as_str().and_then(|t| t.trim().parse().ok()))
+    };
+    let traffic_change = match action.as_str() {
+        "traffic/maintenance" => Some(super::traffic::Change::Maintenance {
+            message: text("message"),
+            retry_after_s: number("retry_after"),
+            page: None,
+        }),
+        "traffic/pause" => Some(super::traffic::Change::Pause {
+            max_pause_ms: number("max_pause_ms"),
+        }),
+        "traffic/resume" => Some(super::traffic::Change::Resume),
+        _ => None,
+    };
     let result = tokio::task::spawn_blocking(move || -> Result<(String, u8), Error> {
+        if let Some(change) = traffic_change {
+            // What users get through the proxy: the traffic command's own function.
+            return super::traffic::set(&root, &service, change, reason)
+                .map(|said| (said.trim_end().to_string(), error::SUCCESS));
+        }
         let ask = match action.as_str() {
             "rollout/pause" => Ask::Pause { reason },
             "rollout/resume" => Ask::Resume,

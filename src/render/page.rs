@@ -104,6 +104,7 @@ fn root_section(section: &Section, actions: bool) -> String {
     if let Some(tls) = &state.tls {
         html.push_str(&certificates(tls));
     }
+    html.push_str(&traffic(state, actions));
     if let Some(rollout) = &state.rollout {
         html.push_str(&rollout_block(&state.service, rollout, actions));
     }
@@ -176,6 +177,67 @@ fn certificates(tls: &TlsView) -> String {
                 escape(why)
             ),
         });
+    }
+    html
+}
+
+/// What users get through the proxy (`rollgate traffic`), its routes, and the buttons.
+fn traffic(state: &RootView, actions: bool) -> String {
+    let mut html = String::from("<h3>Traffic</h3>");
+    let mode = state
+        .traffic
+        .as_ref()
+        .map_or("serving", |t| t.mode.as_str());
+    match state.traffic.as_ref().filter(|t| t.mode != "serving") {
+        None => html.push_str("<p class=\"traffic serving\">serving</p>"),
+        Some(t) => html.push_str(&format!(
+            "<p class=\"traffic {}\"><b>{}</b>{} since {} {} UTC by {}{}</p>",
+            escape(&t.mode),
+            escape(&t.mode),
+            t.message.as_deref().map_or(String::new(), |m| format!(
+                " (\u{201c}{}\u{201d})",
+                escape(m)
+            )),
+            t.since.map_or("-".into(), day),
+            t.since.map_or("-".into(), clock),
+            escape(&t.by),
+            t.why
+                .as_deref()
+                .map_or(String::new(), |w| format!(": {}", escape(w))),
+        )),
+    }
+    if let Some(routes) = state.routes.as_ref().filter(|r| !r.is_empty()) {
+        html.push_str("<ul class=\"routes\">");
+        for route in routes {
+            html.push_str(&format!("<li>{}</li>", escape(route)));
+        }
+        html.push_str("</ul>");
+    }
+    if actions {
+        if mode == "serving" {
+            html.push_str(&button(
+                &state.service,
+                "traffic/maintenance",
+                "Maintenance",
+                true,
+                "<input name=\"message\" placeholder=\"message to users\"> ",
+            ));
+            html.push_str(&button(
+                &state.service,
+                "traffic/pause",
+                "Pause traffic",
+                false,
+                "",
+            ));
+        } else {
+            html.push_str(&button(
+                &state.service,
+                "traffic/resume",
+                "Resume traffic",
+                false,
+                "",
+            ));
+        }
     }
     html
 }

@@ -61,6 +61,21 @@ pub struct RootView {
     pub rollout: Option<RolloutView>,
     /// The proxy's TLS, when it serves some.
     pub tls: Option<TlsView>,
+    /// What `rollgate traffic` set (none: never set: serving).
+    pub traffic: Option<TrafficView>,
+    /// The routes of the proxy config serving the root, in words.
+    pub routes: Option<Vec<String>>,
+}
+
+/// `ROOT/traffic.json`: the mode, who set it and why.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TrafficView {
+    pub mode: String,
+    pub message: Option<String>,
+    pub since: Option<f64>,
+    pub by: String,
+    pub why: Option<String>,
 }
 
 /// The certificates the proxy serves, and its last reload of them.

@@ -488,3 +488,85 @@ fn status_json_and_the_console_api_are_the_same_model_field_for_field() {
     let _ = running.kill();
     let _ = running.wait();
 }
+
+#[test]
+fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let console = Console::start(&[site.root()], &[]);
+    let token = console
+        .token
+        .clone()
+        .expect("the first start prints the token's link");
+    let link = request(console.port, "GET", &format!("/?token={token}"), &[], "");
+    let cookie = link
+        .head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("the link sets a cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
+    assert!(
+        page.body
+            .contains("<p class=\"traffic serving\">serving</p>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(">Maintenance</button>"), "{}", page.body);
+    assert!(!request(console.port, "GET", "/", &[], "")
+        .body
+        .contains(">Maintenance</button>"));
+
+    // Without the token: refused, nothing changed.
+    let refused = request(
+        console.port,
+        "POST",
+        "/api/v1/roots/edge-svc/traffic/maintenance",
+        &[("Content-Type", "application/json")],
+        "{}",
+    );
+    assert_eq!(refused.status, 403);
+    assert!(!site.root().join("traffic.json").exists());
+
+    let done = post(
+        &console,
+        "/api/v1/roots/edge-svc/traffic/maintenance",
+        r#"{"message": "Back <soon>", "retry_after": 90, "reason": "from the console"}"#,
+        &[],
+    );
+    assert_eq!(done.status, 200, "{}", done.body);
+    let said: Value = serde_json::from_str(&done.body).unwrap();
+    assert!(said["said"]
+        .as_str()
+        .unwrap()
+        .starts_with("edge-svc: maintenance (503, Retry-After 90 s"));
+    let state = get_json(console.port, "/api/v1/roots/edge-svc");
+    assert_eq!(state["traffic"]["mode"], "maintenance");
+    assert_eq!(state["traffic"]["why"], "from the console");
+    let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
+    assert!(
+        page.body
+            .contains("<b>maintenance</b> (\u{201c}Back &lt;soon&gt;\u{201d})"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(">Resume traffic</button>"));
+    assert!(!page.body.contains("could not be read"), "{}", page.body);
+    let line = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "traffic")
+        .unwrap();
+    assert_eq!(line["traffic"]["mode"], "maintenance");
+
+    let resumed = post(&console, "/api/v1/roots/edge-svc/traffic/resume", "{}", &[]);
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    assert_eq!(
+        get_json(console.port, "/api/v1/roots/edge-svc")["traffic"]["mode"],
+        "serving"
+    );
+}

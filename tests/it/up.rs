@@ -163,6 +163,9 @@ fn supervise_restarts_a_release_that_exits() {
             .is_some_and(|p| p != before && alive(p))));
         assert!(wait_for(5, || version_on(port).as_deref() == Some("v1")));
     }
+    // The pointer names the new process a moment before the log line is written.
+    assert!(wait_for(5, || count_events(&site, "restarted", "v1") >= 2));
+    std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(count_events(&site, "restarted", "v1"), 2);
     drop(supervisor);
 }
