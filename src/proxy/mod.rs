@@ -120,7 +120,7 @@ impl Options {
             self.tls_certs = settings.tls_certs.clone();
         }
         self.hsts |= settings.hsts;
-        self.access_log |= settings.access_log;
+        // The file's `access_log` is read by the services at each reload (`reload.rs`).
         self.access_query |= settings.access_log_query;
         self.access_max_bytes = self.access_max_bytes.or(settings.access_log_max_bytes);
         self.access_keep = self.access_keep.or(settings.access_log_keep);
@@ -288,10 +288,13 @@ fn serve(
         .block_on(async {
             match serves {
                 Serves::Root(root) => services.single(root).await.map(|r| (r, None)),
-                Serves::Config(config) => services
-                    .apply(&config.routes)
-                    .await
-                    .map(|r| (r, Some(config))),
+                Serves::Config(config) => {
+                    services.log_by_default(config.settings.access_log);
+                    services
+                        .apply(&config.routes)
+                        .await
+                        .map(|r| (r, Some(config)))
+                }
             }
         })
         .map_err(|e| Error::Refused(e.to_string()))?;

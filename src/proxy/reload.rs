@@ -32,6 +32,9 @@ pub struct Services {
     tls: Option<Arc<tls::Resolver>>,
     /// How routes log (`--access-log-*`), and whether a route that does not say logs.
     access: access::Settings,
+    /// `--access-log`: every route logs whatever the file says.
+    access_flag: bool,
+    /// The file's `access_log`: routes that do not say log.
     access_by_default: bool,
     /// The routes in force in words, for `routes` on every root's proxy.sock.
     in_force: super::drain::RoutesInForce,
@@ -51,6 +54,7 @@ impl Services {
             started,
             tls,
             access,
+            access_flag: access_by_default,
             access_by_default,
             in_force: Default::default(),
         }
@@ -58,8 +62,7 @@ impl Services {
 
     /// The access log a new service gets: its route's `access_log` over the proxy's setting.
     fn access_for(&self, route_says: Option<bool>) -> Option<(access::Settings, u64)> {
-        route_says
-            .unwrap_or(self.access_by_default)
+        (self.access_flag || route_says.unwrap_or(self.access_by_default))
             .then_some((self.access, self.started.at_ms))
     }
 
@@ -85,6 +88,11 @@ impl Services {
     /// Serves `routes` from now on: a root already served keeps its service (renamed if the
     /// route renamed it); a new root is started; a root no route names any more is let go —
     /// only once every new one started, so a failure leaves the services as they were.
+    /// The config file's own `access_log` (read again at each reload).
+    pub fn log_by_default(&mut self, file_says: bool) {
+        self.access_by_default = self.access_flag || file_says;
+    }
+
     pub async fn apply(&mut self, routes: &[RouteSpec]) -> Result<Router, Fault> {
         let mut started: Vec<Running> = Vec::new();
         for spec in routes {
@@ -109,10 +117,24 @@ impl Services {
         }
         self.running
             .retain(|r| routes.iter().any(|spec| spec.root == r.service.root.0));
-        for running in &mut self.running {
-            if let Some(spec) = routes.iter().find(|s| s.root == running.service.root.0) {
-                if spec.service != running.service.name {
-                    running.service = Arc::new(running.service.renamed(spec.service.clone()));
+        let wanted: Vec<_> = self
+            .running
+            .iter()
+            .map(|running| {
+                routes
+                    .iter()
+                    .find(|s| s.root == running.service.root.0)
+                    .map(|spec| (spec, self.access_for(spec.access_log)))
+            })
+            .collect();
+        for (running, wanted) in self.running.iter_mut().zip(wanted) {
+            if let Some((spec, access)) = wanted {
+                let relog = access.is_some() != running.service.access.is_some();
+                if spec.service != running.service.name || relog {
+                    let service = running
+                        .service
+                        .changed(spec.service.clone(), relog.then_some(access));
+                    running.replace(service);
                 }
             }
         }
@@ -180,13 +202,19 @@ async fn reload(
     current: &Current,
 ) -> Result<(String, ProxyConfig), String> {
     let config = config::read(file).map_err(|e| e.to_string())?;
-    if config.settings != in_force.settings {
+    // Whether routes log by default may change with a reload; every other setting may not.
+    let same_but_logging = config::Settings {
+        access_log: in_force.settings.access_log,
+        ..config.settings.clone()
+    };
+    if same_but_logging != in_force.settings {
         return Err(format!(
             "{}: {} changed; a reload changes routes only (listeners, certificates and ACME settings stay as the proxy started): restart the proxy for that",
             file.display(),
             changed_settings(&in_force.settings, &config.settings).join(", ")
         ));
     }
+    services.log_by_default(config.settings.access_log);
     let router = services
         .apply(&config.routes)
         .await
@@ -214,6 +242,12 @@ fn changed_settings(was: &config::Settings, now: &config::Settings) -> Vec<&'sta
     check(was.tls_listen != now.tls_listen, "tls_listen");
     check(was.tls_certs != now.tls_certs, "tls_cert");
     check(was.hsts != now.hsts, "hsts");
+    check(
+        was.access_log_max_bytes != now.access_log_max_bytes
+            || was.access_log_keep != now.access_log_keep
+            || was.access_log_query != now.access_log_query,
+        "access_log_*",
+    );
     check(
         was.acme_directory != now.acme_directory
             || was.acme_contact != now.acme_contact

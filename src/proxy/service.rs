@@ -69,9 +69,14 @@ impl Service {
         }
     }
 
-    /// The same root under another name (a reload renamed its route): the same table and
-    /// counts, fresh views.
-    pub fn renamed(&self, name: String) -> Service {
+    /// The same root under another name or another access log (a reload changed its route):
+    /// the same table, counts and gate; fresh views. `access`: None keeps the log as it is.
+    pub fn changed(
+        &self,
+        name: String,
+        access: Option<Option<(access::Settings, u64)>>,
+    ) -> Service {
+        let threads = self.views.len();
         Service {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             name,
@@ -79,7 +84,12 @@ impl Service {
             root_text: self.root_text.clone(),
             routes: self.routes.clone(),
             gate: self.gate.clone(),
-            access: self.access.clone(),
+            access: match access {
+                None => self.access.clone(),
+                Some(logs) => logs.map(|(settings, started_ms)| {
+                    Arc::new(AccessLog::new(&self.root.0, settings, threads, started_ms))
+                }),
+            },
             views: (0..self.views.len())
                 .map(|_| Mutex::new(View::default()))
                 .collect(),
@@ -99,6 +109,25 @@ impl Service {
 pub struct Running {
     pub service: Arc<Service>,
     tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Running {
+    /// Serves `service` (the same root, changed by a reload) from now on; a new access log
+    /// gets its flusher (one a reload dropped is flushed a last time when its last request
+    /// ends).
+    pub fn replace(&mut self, service: Service) {
+        let logs_now = match (&self.service.access, &service.access) {
+            (Some(was), Some(now)) => !Arc::ptr_eq(was, now),
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if logs_now {
+            if let Some(log) = &service.access {
+                self.tasks.push(access::start(log));
+            }
+        }
+        self.service = Arc::new(service);
+    }
 }
 
 impl Running {

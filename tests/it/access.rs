@@ -177,3 +177,61 @@ fn the_access_log_rotates_within_its_bound_and_drops_the_query_string() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_reload_turns_a_routes_access_log_on_and_off() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let file = |logs: bool| {
+        write(
+            dir.path(),
+            "proxy.toml",
+            &format!(
+                "listen = \"127.0.0.1:{port}\"\n[[route]]\nhost = \"*\"\nroot = \"{}\"\naccess_log = {logs}\n",
+                site.root().display()
+            ),
+        )
+    };
+    let config = file(false);
+    let mut proxy = ReleaseProcess(
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["proxy", "--config"])
+            .arg(&config)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || Conn::open(port).is_ok()));
+    let reload = || {
+        let out = rollgate()
+            .args(["proxy", "reload", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    let ask = |n: usize| {
+        let mut conn = Conn::open(port).unwrap();
+        for _ in 0..n {
+            assert_eq!(conn.get("/", "").unwrap().status, 200);
+        }
+    };
+    ask(3);
+    file(true);
+    reload();
+    ask(4);
+    assert!(wait_for(5, || access_lines(&site).len() == 4));
+    file(false);
+    reload();
+    ask(5);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        access_lines(&site).len(),
+        4,
+        "logged only while the route said so"
+    );
+    let _ = proxy.0.kill();
+}
