@@ -462,7 +462,7 @@ pub enum TrafficAction {
         service: String,
         #[command(flatten)]
         target: RootArgs,
-        /// Said to users on the page and in the JSON.
+        /// Said to users on the page and in the JSON (at most 1000 characters).
         #[arg(long, value_name = "TEXT")]
         message: Option<String>,
         /// The Retry-After header, in seconds.
@@ -471,7 +471,7 @@ pub enum TrafficAction {
         /// Serve this HTML file as the page instead of rollgate's own (at most 1 MiB).
         #[arg(long, value_name = "FILE")]
         page: Option<PathBuf>,
-        /// Why, for the deploy log.
+        /// Why (at most 500 characters; kept in the state and the deploy log).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
     },
@@ -484,6 +484,7 @@ pub enum TrafficAction {
         #[arg(long, value_name = "MS", default_value_t = rollgate::host::traffic::DEFAULT_MAX_PAUSE_MS,
               value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
         max_pause_ms: u64,
+        /// Why (at most 500 characters; kept in the state and the deploy log).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
     },
@@ -492,6 +493,7 @@ pub enum TrafficAction {
         service: String,
         #[command(flatten)]
         target: RootArgs,
+        /// Why (at most 500 characters; kept in the state and the deploy log).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
     },

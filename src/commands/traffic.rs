@@ -13,6 +13,11 @@ use crate::host::state::Root;
 use crate::host::traffic::{self, Mode, Traffic, MAX_PAGE_BYTES};
 use crate::render::Format;
 
+/// The longest `--reason` (as a rollout's) and `--message`: both are kept in the state file
+/// and the log, and the message is on every answer during maintenance.
+const MAX_REASON_CHARS: usize = 500;
+const MAX_MESSAGE_CHARS: usize = 1000;
+
 /// What a change asks for.
 #[derive(Debug, Clone)]
 pub enum Change {
@@ -36,6 +41,17 @@ pub fn set(
 ) -> Result<String, Error> {
     let root = Root::existing(root.to_path_buf())?;
     crate::host::names::check_name("service", service)?;
+    let too_long = |what: &str, text: &Option<String>, most: usize| match text {
+        Some(text) if text.chars().count() > most => Err(refused(format!(
+            "the {what} is {} characters; at most {most}",
+            text.chars().count()
+        ))),
+        _ => Ok(()),
+    };
+    too_long("reason", &why, MAX_REASON_CHARS)?;
+    if let Change::Maintenance { message, .. } = &change {
+        too_long("message", message, MAX_MESSAGE_CHARS)?;
+    }
     let live = live_of(&root)?;
     if let Some((served, _)) = &live {
         if served != service {

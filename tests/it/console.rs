@@ -64,6 +64,20 @@ fn post(console: &Console, path: &str, body: &str, extra: &[(&str, &str)]) -> An
     request(console.port, "POST", path, &headers, body)
 }
 
+/// The cookie the console's token link sets.
+fn cookie_of(console: &Console, token: &str) -> String {
+    let link = request(console.port, "GET", &format!("/?token={token}"), &[], "");
+    assert_eq!(link.status, 303);
+    link.head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("the link sets a cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 fn rollout_state(site: &Site) -> String {
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(site.root().join("rollout.json")).unwrap())
@@ -122,17 +136,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
         "{}",
         page.body
     );
-    let link = request(console.port, "GET", &format!("/?token={token}"), &[], "");
-    assert_eq!(link.status, 303);
-    let cookie = link
-        .head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .expect("the link sets a cookie")
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = cookie_of(&console, &token);
     let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
     assert!(page.body.contains(">Pause</button>"), "{}", page.body);
 
@@ -499,16 +503,7 @@ fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() 
         .token
         .clone()
         .expect("the first start prints the token's link");
-    let link = request(console.port, "GET", &format!("/?token={token}"), &[], "");
-    let cookie = link
-        .head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .expect("the link sets a cookie")
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = cookie_of(&console, &token);
     let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
     assert!(
         page.body

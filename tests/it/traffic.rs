@@ -175,6 +175,15 @@ fn maintenance_is_a_503_page_or_json_outlives_a_killed_proxy_and_a_deploy_goes_o
 fn a_pause_holds_a_hundred_requests_until_resume_and_sheds_past_its_bound() {
     let site = live_site("v1");
     let proxy = Proxy::start(&site, &[]);
+    let long = "x".repeat(501);
+    let out = traffic(&site, &["pause", "--reason", &long]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("the reason is 501 characters; at most 500"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!site.root().join("traffic.json").exists());
     let out = traffic(&site, &["pause", "--max-pause-ms", "20000"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(wait_for(5, || applied(&site) == "paused"));
