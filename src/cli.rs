@@ -728,6 +728,11 @@ version of the last promoted record, never a rolled-back one.")]
         /// from the records ({ ts, event, version, detail }) to a record of the summary's shape.
         #[arg(long, value_name = "FILE.ncl")]
         query: Option<PathBuf>,
+        /// Also sum up a proxy access log (ROOT/access.log, its rotated files too): requests
+        /// by status class, and by release and class, on a line after the summary.
+        /// Repeatable.
+        #[arg(long = "access", value_name = "FILE")]
+        access: Vec<PathBuf>,
         #[command(flatten)]
         eval: EvalArgs,
         #[arg(long, short, value_enum, default_value = "json")]

@@ -15,6 +15,7 @@ pub fn run_log(command: LogCommand) -> Result<u8, Error> {
             logs,
             merge,
             query,
+            access,
             eval,
             format,
             read,
@@ -29,6 +30,10 @@ pub fn run_log(command: LogCommand) -> Result<u8, Error> {
                         &r,
                         query.as_deref().map(|q| (q, &eval)),
                     )
+                })
+                .and_then(|text| match access.is_empty() {
+                    true => Ok(text),
+                    false => log::access_summary(&access, format).map(|more| text + &more),
                 })
                 .map(log::Answer::Text)
         }

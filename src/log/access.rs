@@ -124,3 +124,47 @@ fn read_into(path: &Path, index: usize, lines: &mut Vec<(Line, usize)>) -> Resul
     }
     Ok(())
 }
+
+/// `log summary --access`: how many requests the access logs hold, by status class, and by
+/// release and class (`-`: rollgate answered itself), as one JSON line or one text line.
+pub fn summary(paths: &[PathBuf], format: crate::render::Format) -> Result<String, LogError> {
+    use std::collections::BTreeMap;
+    let mut lines: Vec<(Line, usize)> = Vec::new();
+    for (index, path) in paths.iter().enumerate() {
+        read_into(path, index, &mut lines)?;
+    }
+    let class = |status: u16| format!("{}xx", status / 100);
+    let mut by_class: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_release: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for (line, _) in &lines {
+        *by_class.entry(class(line.status)).or_default() += 1;
+        *by_release
+            .entry(line.release.clone().unwrap_or_else(|| "-".into()))
+            .or_default()
+            .entry(class(line.status))
+            .or_default() += 1;
+    }
+    if format == crate::render::Format::Json {
+        let value = serde_json::json!({
+            "access": { "requests": lines.len(), "by_class": by_class, "by_release": by_release }
+        });
+        return Ok(format!("{value}\n"));
+    }
+    let counts = |classes: &BTreeMap<String, u64>| {
+        classes
+            .iter()
+            .map(|(class, n)| format!("{class} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let releases: Vec<String> = by_release
+        .iter()
+        .map(|(release, classes)| format!("{release}: {}", counts(classes)))
+        .collect();
+    Ok(format!(
+        "access: {} requests ({}); {}\n",
+        lines.len(),
+        counts(&by_class),
+        releases.join("; ")
+    ))
+}

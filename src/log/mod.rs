@@ -2,6 +2,7 @@
 //! rates, and SQL — over JSON-lines logs whose bad lines cost only themselves.
 
 mod access;
+pub use access::summary as access_summary;
 mod fast;
 pub mod follow;
 mod frame;

@@ -77,6 +77,33 @@ fn the_access_log_counts_what_clients_got_and_one_query_finds_the_failures_of_a_
         .count();
     assert!(failed_by_v7 > 0, "v7 failed some requests");
 
+    // log summary sums it up on a line after the deploy log's summary.
+    let out = rollgate()
+        .args(["log", "summary"])
+        .arg(site.root().join("deploy.log"))
+        .arg("--access")
+        .arg(site.root().join("access.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let said: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(said.len(), 2, "{text}");
+    assert_eq!(said[0]["live"], "v6");
+    assert_eq!(
+        said[1]["access"]["requests"].as_u64().unwrap() as usize,
+        answers.len()
+    );
+    assert_eq!(
+        said[1]["access"]["by_release"]["v7"]["5xx"]
+            .as_u64()
+            .unwrap() as usize,
+        failed_by_v7
+    );
+
     // The incident question as one query: requests that failed between v7's switch and its
     // rollback (docs/log-analysis.md has it).
     let sql = "SELECT a.release, count(*) AS failed FROM access a \
