@@ -44,7 +44,7 @@ tr.current td:first-child{font-weight:600}tr.current td:first-child::after{conte
 .timeline text{font:11px system-ui,sans-serif;fill:#1d2330}.timeline .axis text{fill:#5b6472}.bad{color:#b3261e}.good{color:#2f7d4f}.warn{color:#9a6700}\
 .required{font-weight:600}.banner{background:#fff4e5;border:1px solid #f0c36d;padding:6px 10px;border-radius:4px;margin:6px 0}\
 form{display:inline-block;margin:4px 8px 4px 0}button{padding:4px 12px;border-radius:4px;border:1px solid #8b93a1;background:#fff;cursor:pointer}\
-button.danger{border-color:#b3261e;color:#b3261e}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}\
+button.danger{border-color:#b3261e;color:#b3261e}.traffic.maintenance b{color:#b3261e}.traffic.paused b{color:#a15c00}.said{background:#e8f0fe;border:1px solid #a8c7fa;padding:6px 10px;border-radius:4px}\
 table.analysis caption{text-align:left;font-weight:600}.verdict.fail{color:#b3261e}.verdict.pass{color:#2f7d4f}.verdict.inconclusive{color:#9a6700}";
 
 /// The whole page: a section per root, buttons only when `actions` is true.

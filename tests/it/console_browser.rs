@@ -287,3 +287,40 @@ fn a_failed_canary_is_red_not_progress_and_the_timeline_has_an_axis() {
     }
     browser.screenshot("console-canary-failed-and-aborted");
 }
+
+/// Issue 48: the traffic buttons in a real browser: Maintenance with a message (users then get
+/// the 503 page through the proxy), Resume traffic.
+#[test]
+fn the_maintenance_button_takes_a_message_and_users_get_the_page_until_resume() {
+    let site = Site::new();
+    site.release("v1", "");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let proxy = crate::common::http::Proxy::start(&site, &[]);
+    let console = Console::start(&[site.root()], &[]);
+    let browser = Browser::start();
+    browser.open(&console.link);
+    assert!(wait_for(20, || browser
+        .has("button[data-action='traffic/maintenance']")));
+    browser.type_into("input[name='message']", "Back after the migration");
+    browser.screenshot("console-traffic-serving");
+    browser.click("button[data-action='traffic/maintenance']");
+    assert!(wait_for(20, || browser
+        .text()
+        .contains("Back after the migration")));
+    assert!(browser.has("button[data-action='traffic/resume']"));
+    browser.screenshot("console-traffic-maintenance");
+    let through_proxy = || {
+        crate::common::http::Conn::open(proxy.port)
+            .unwrap()
+            .get("/", "Accept: text/html\r\n")
+            .unwrap()
+    };
+    assert!(wait_for(10, || through_proxy().status == 503));
+    assert!(through_proxy().body.contains("Back after the migration"));
+    browser.click("button[data-action='traffic/resume']");
+    assert!(wait_for(20, || browser
+        .has("button[data-action='traffic/maintenance']")));
+    assert!(wait_for(10, || through_proxy().status == 200));
+    browser.screenshot("console-traffic-resumed");
+}
