@@ -2,7 +2,7 @@
 # Routing and the access log (issue 48): the same release behind two `rollgate proxy`s in
 # interleaved rounds (medians): `one` serves it with --root and no access log; `routed` serves
 # it through a --config of 10 routes, the request's host matching the last one, with the access
-# log on. wrk keep-alive 32 (and LOADS="ka32 ka256 close32"); the proxy's CPU per request from
+# log on; `unlogged` the same routes without the log. wrk keep-alive 32 (and LOADS="ka32 ka256 close32"); the proxy's CPU per request from
 # /proc. Then the memory per route: RSS of an idle proxy with 1 route and with ROUTES routes.
 # It starts the release and the proxies itself and stops those, by pid, and nothing else.
 # Usage: sh bench/proxy_routes_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk)
@@ -41,6 +41,15 @@ done
 "$rollgate" proxy --config "$config" 2>/dev/null &
 routed=$!
 pids="$pids $routed"
+# The same routes without the access log (their own roots: one proxy per root), to tell what
+# the routing costs from what the log costs.
+nolog="$root/nolog.toml"
+nologport=$(free_port)
+sed "s|^listen = .*|listen = \"127.0.0.1:$nologport\"|; s|^access_log = true|access_log = false|; s|$root/s|$root/n|" "$config" >"$nolog"
+for i in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$root/n$i"; cp "$root/main/current" "$root/n$i/current"; done
+"$rollgate" proxy --config "$nolog" 2>/dev/null &
+unlogged=$!
+pids="$pids $unlogged"
 sleep 0.5
 
 clk=$(getconf CLK_TCK)
@@ -55,8 +64,12 @@ for load in $loads; do
   esac
   round=1
   while [ $round -le "$rounds" ]; do
-    for target in one routed; do
-      if [ $target = one ]; then pid=$one port=$oneport; else pid=$routed port=$routedport; fi
+    for target in one unlogged routed; do
+      case $target in
+        one) pid=$one port=$oneport ;;
+        unlogged) pid=$unlogged port=$nologport ;;
+        routed) pid=$routed port=$routedport ;;
+      esac
       before=$(ticks_of "$pid")
       if [ -n "$close" ]; then
         wrk -t1 -c$conns -H "Host: bench.test" -H "$close" -d"${seconds}s" "http://127.0.0.1:$port/" >"$root/wrk.out" 2>&1
@@ -77,12 +90,12 @@ done
 lines=$(cat "$root"/s9/access.log* 2>/dev/null | wc -l)
 
 echo "== wrk -t1 -d${seconds}s, Host: bench.test, medians of $rounds interleaved rounds"
-echo "| load | one route, no log req/s | 10 routes + access log req/s | routed / one | CPU us/req one | CPU us/req routed |"
-echo "| --- | --- | --- | --- | --- | --- |"
+echo "| load | one route, no log req/s | 10 routes, no log | 10 routes + access log | routes / one | routes + log / one | CPU us/req: one, routes, routes + log |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for load in $loads; do
-  o=$(field $load one 4); r=$(field $load routed 4)
-  oc=$(field $load one 5); rc=$(field $load routed 5)
-  echo "| $load | $o | $r | $(awk -v r="$r" -v o="$o" 'BEGIN { printf "%.3f", r / o }') | $oc | $rc |"
+  o=$(field $load one 4); u=$(field $load unlogged 4); r=$(field $load routed 4)
+  oc=$(field $load one 5); uc=$(field $load unlogged 5); rc=$(field $load routed 5)
+  echo "| $load | $o | $u | $r | $(awk -v r="$u" -v o="$o" 'BEGIN { printf "%.3f", r / o }') | $(awk -v r="$r" -v o="$o" 'BEGIN { printf "%.3f", r / o }') | $oc, $uc, $rc |"
 done
 echo "access log lines written by the routed proxy: $lines"
 

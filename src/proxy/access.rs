@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use super::front::{push_decimal, push_ip};
 use crate::host::output::{shift, Rotation};
 
 pub const ACCESS_FILE: &str = "access.log";
@@ -44,7 +45,8 @@ pub struct AccessLog {
     buffers: Box<[Mutex<Buffer>]>,
     dropped: AtomicU64,
     /// Request ids are `{proxy start, ms, hex}-{thread}-{n}`: unique across the proxy's runs.
-    started_ms: u64,
+    /// This is their `{start}-`.
+    id_prefix: String,
 }
 
 impl AccessLog {
@@ -61,7 +63,7 @@ impl AccessLog {
                 })
                 .collect(),
             dropped: AtomicU64::new(0),
-            started_ms,
+            id_prefix: format!("{started_ms:x}-"),
         }
     }
 
@@ -182,7 +184,8 @@ pub fn given_request_id(value: &[u8]) -> Option<String> {
 
 /// A request's line, begun when its head has come: its first fields are written at once
 /// (`ts`, `route`, `host`, `method`, `path`), the rest when it is answered. Written by hand
-/// into one buffer, not through serde: it runs for every request while the log is on.
+/// into one buffer (digits without `fmt`, strings copied whole unless they need escaping):
+/// it runs for every request while the log is on (BENCHMARKS.md has what it costs).
 pub struct Begun {
     at: std::time::Instant,
     line: Vec<u8>,
@@ -191,29 +194,37 @@ pub struct Begun {
 }
 
 impl Begun {
+    /// `line` is a buffer to reuse (a connection's: no allocation per request once it has
+    /// grown); it is cleared first.
     pub fn new(
         log: &AccessLog,
+        mut line: Vec<u8>,
         route: &str,
         host: &[u8],
         method: &str,
         target: &str,
         request_id: Option<String>,
     ) -> Begun {
-        let mut line = Vec::with_capacity(256);
+        line.clear();
         line.extend_from_slice(b"{\"ts\":");
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let _ = write!(line, "{}.{:06}", since.as_secs(), since.subsec_micros());
+        push_decimal(&mut line, since.as_secs());
+        line.push(b'.');
+        push_padded(&mut line, u64::from(since.subsec_micros()), 6);
         line.extend_from_slice(b",\"route\":");
-        json_string(&mut line, route.as_bytes());
+        json_string(&mut line, route.as_bytes(), false);
         line.extend_from_slice(b",\"host\":");
-        let host = super::router::host_name_bytes(host).to_ascii_lowercase();
-        json_string(&mut line, &host);
+        json_string(&mut line, super::router::host_name_bytes(host), true);
         line.extend_from_slice(b",\"method\":");
-        json_string(&mut line, method.as_bytes());
+        json_string(&mut line, method.as_bytes(), false);
         line.extend_from_slice(b",\"path\":");
-        json_string(&mut line, logged_path(target, log.keeps_query()).as_bytes());
+        json_string(
+            &mut line,
+            logged_path(target, log.keeps_query()).as_bytes(),
+            false,
+        );
         Begun {
             at: std::time::Instant::now(),
             line,
@@ -221,64 +232,99 @@ impl Begun {
         }
     }
 
-    /// Ends the line and adds it to `thread`'s buffer of `log`.
+    /// Ends the line and adds it to `thread`'s buffer of `log`; gives the buffer back.
     pub fn finish(
         mut self,
         log: &AccessLog,
         thread: usize,
         status: u16,
         bytes: u64,
-        release: Option<(&str, u16)>,
+        release: Option<(&[u8], u16)>,
         client: IpAddr,
-    ) {
-        let micros = self.at.elapsed().as_micros();
+    ) -> Vec<u8> {
+        let micros = self.at.elapsed().as_micros() as u64;
         let line = &mut self.line;
-        let _ = write!(
-            line,
-            ",\"status\":{status},\"bytes\":{bytes},\"duration_ms\":{}.{:03},\"release\":",
-            micros / 1000,
-            micros % 1000
-        );
+        line.extend_from_slice(b",\"status\":");
+        push_decimal(line, u64::from(status));
+        line.extend_from_slice(b",\"bytes\":");
+        push_decimal(line, bytes);
+        line.extend_from_slice(b",\"duration_ms\":");
+        push_decimal(line, micros / 1000);
+        line.push(b'.');
+        push_padded(line, micros % 1000, 3);
+        line.extend_from_slice(b",\"release\":");
         match release {
             Some((version, slot)) => {
-                json_string(line, version.as_bytes());
-                let _ = write!(line, ",\"slot\":{slot}");
+                json_string(line, version, false);
+                line.extend_from_slice(b",\"slot\":");
+                push_decimal(line, u64::from(slot));
             }
             None => line.extend_from_slice(b"null,\"slot\":null"),
         }
-        let _ = write!(line, ",\"client\":\"{client}\",\"request_id\":");
+        line.extend_from_slice(b",\"client\":\"");
+        push_ip(line, client);
+        line.extend_from_slice(b"\",\"request_id\":");
         let mut buffer = log.buffer(thread);
         match &self.request_id {
-            Some(id) => json_string(line, id.as_bytes()),
+            Some(id) => json_string(line, id.as_bytes(), false),
             None => {
                 buffer.counted += 1;
-                let _ = write!(line, "\"{:x}-{thread}-{}\"", log.started_ms, buffer.counted);
+                line.push(b'"');
+                line.extend_from_slice(log.id_prefix.as_bytes());
+                push_decimal(line, thread as u64);
+                line.push(b'-');
+                push_decimal(line, buffer.counted);
+                line.push(b'"');
             }
         }
         line.extend_from_slice(b"}\n");
         if buffer.text.len() > MAX_BUFFERED {
             log.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
+        } else {
+            buffer.text.extend_from_slice(line);
         }
-        buffer.text.extend_from_slice(line);
+        drop(buffer);
+        std::mem::take(&mut self.line)
     }
 }
 
-/// `text` as a JSON string: `"` and `\` escaped, control bytes as `\u00XX`, bytes past ASCII
-/// percent-encoded (a path is ASCII on the wire; anything else stays readable and valid).
-fn json_string(out: &mut Vec<u8>, text: &[u8]) {
+/// `n` in at least `width` digits, zeros first.
+fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
+    let start = out.len();
+    push_decimal(out, n);
+    let written = out.len() - start;
+    if written < width {
+        let zeros = width - written;
+        out.splice(start..start, std::iter::repeat_n(b'0', zeros));
+    }
+}
+
+/// `text` as a JSON string (`lower`: in lowercase): `"` and `\` escaped, control bytes as
+/// `\u00XX`, bytes past ASCII percent-encoded (a path is ASCII on the wire; anything else
+/// stays readable and valid). Text with none of these is copied whole.
+fn json_string(out: &mut Vec<u8>, text: &[u8], lower: bool) {
     out.push(b'"');
-    for &byte in text {
-        match byte {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0..=0x1f | 0x7f => {
-                let _ = write!(out, "\\u{byte:04x}");
+    let plain = |b: &u8| (0x20..0x7f).contains(b) && *b != b'"' && *b != b'\\';
+    if text.iter().all(plain) {
+        let start = out.len();
+        out.extend_from_slice(text);
+        if lower {
+            out[start..].make_ascii_lowercase();
+        }
+    } else {
+        for &byte in text {
+            match byte {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                0..=0x1f | 0x7f => {
+                    let _ = write!(out, "\\u{byte:04x}");
+                }
+                0x80..=0xff => {
+                    let _ = write!(out, "%{byte:02X}");
+                }
+                _ if lower => out.push(byte.to_ascii_lowercase()),
+                _ => out.push(byte),
             }
-            0x80..=0xff => {
-                let _ = write!(out, "%{byte:02X}");
-            }
-            _ => out.push(byte),
         }
     }
     out.push(b'"');
@@ -309,13 +355,13 @@ mod tests {
             1,
         );
         for n in 0..200 {
-            let begun = Begun::new(&log, "app", b"A.test:80", "GET", "/x?token=1", None);
+            let begun = Begun::new(&log, Vec::new(), "app", b"A.test:80", "GET", "/x?t=1", None);
             begun.finish(
                 &log,
                 n % 2,
                 200,
                 5,
-                Some(("v1", 0)),
+                Some((b"v1", 0)),
                 "127.0.0.1".parse().unwrap(),
             );
             if n % 20 == 0 {
@@ -324,6 +370,7 @@ mod tests {
         }
         let odd = Begun::new(
             &log,
+            Vec::new(),
             "app",
             b"a",
             "GET",

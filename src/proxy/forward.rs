@@ -330,6 +330,7 @@ async fn answer(
                             .and_then(|v| access::given_request_id(v.as_bytes()));
                         let begun = access::Begun::new(
                             log,
+                            Vec::with_capacity(256),
                             &route.service.name,
                             host,
                             request.method().as_str(),
@@ -636,7 +637,7 @@ impl Drop for Leased {
                 thread,
                 status,
                 bytes,
-                Some((&target.version, target.slot)),
+                Some((target.version.as_bytes(), target.slot)),
                 client,
             );
         }

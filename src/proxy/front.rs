@@ -72,6 +72,7 @@ pub async fn serve(
         service: None,
         sent: (0, 0),
         released: None,
+        line: Vec::new(),
         nodelay: false,
         served: 0,
         ctx,
@@ -151,8 +152,11 @@ struct Front {
     service: Option<Arc<Service>>,
     /// The last answer's status and body bytes sent, for the access log.
     sent: (u16, u64),
-    /// The release (version, slot) the last request went to, when its route logs.
-    released: Option<(String, u16)>,
+    /// The release (version, slot) the last request went to, when its route logs (the
+    /// version's bytes in a buffer the connection reuses).
+    released: Option<(Vec<u8>, u16)>,
+    /// The access log line's buffer, reused request after request.
+    line: Vec<u8>,
     nodelay: bool,
     served: usize,
     ctx: Arc<Shared>,
@@ -290,6 +294,7 @@ impl Front {
                     .and_then(|h| access::given_request_id(h.value));
                 Box::new(access::Begun::new(
                     log,
+                    std::mem::take(&mut self.line),
                     &service.name,
                     host.unwrap_or(b""),
                     method,
@@ -349,12 +354,18 @@ impl Front {
         let Some(begun) = asked.begun.take() else {
             return self.respond(&asked, stop, false).await;
         };
-        self.released = None;
+        if let Some((version, _)) = &mut self.released {
+            version.clear();
+        }
         let going_on = self.respond(&asked, stop, true).await;
         if let Some(log) = self.service.as_ref().and_then(|s| s.access.as_ref()) {
             let (status, bytes) = self.sent;
-            let released = self.released.as_ref().map(|(v, slot)| (v.as_str(), *slot));
-            begun.finish(
+            let released = self
+                .released
+                .as_ref()
+                .filter(|(version, _)| !version.is_empty())
+                .map(|(version, slot)| (version.as_slice(), *slot));
+            self.line = begun.finish(
                 log,
                 self.ctx.thread,
                 status,
@@ -430,7 +441,10 @@ impl Front {
             let target = &lease.target;
             let port = target.port;
             if logging {
-                self.released = Some((target.version.clone(), target.slot));
+                let (version, slot) = self.released.get_or_insert_with(|| (Vec::new(), 0));
+                version.clear();
+                version.extend_from_slice(target.version.as_bytes());
+                *slot = target.slot;
             }
             let kept = match self.kept.wires.iter().position(|(p, _)| *p == port) {
                 Some(at) => Some(self.kept.wires.swap_remove(at).1),
@@ -806,7 +820,7 @@ fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn push_decimal(out: &mut Vec<u8>, n: u64) {
+pub(super) fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut n = n;
@@ -821,7 +835,7 @@ fn push_decimal(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(&digits[at..]);
 }
 
-fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+pub(super) fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
             for (i, octet) in v4.octets().into_iter().enumerate() {
