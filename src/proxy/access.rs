@@ -44,6 +44,7 @@ pub struct AccessLog {
     settings: Settings,
     buffers: Box<[Mutex<Buffer>]>,
     dropped: AtomicU64,
+    writer: Mutex<Writer>,
     /// Request ids are `{proxy start, ms, hex}-{thread}-{n}`: unique across the proxy's runs.
     /// This is their `{start}-`.
     id_prefix: String,
@@ -63,6 +64,7 @@ impl AccessLog {
                 })
                 .collect(),
             dropped: AtomicU64::new(0),
+            writer: Mutex::default(),
             id_prefix: format!("{started_ms:x}-"),
         }
     }
@@ -80,15 +82,15 @@ impl AccessLog {
     /// Moves every buffer to the file, rotating it first when the lines would take it past
     /// its bound.
     pub fn flush(&self) {
-        let mut text = Vec::new();
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let writer = &mut *writer;
+        // Copied out, so every buffer keeps its memory: a buffer left empty would grow again
+        // from nothing after each flush (allocations and page faults at every request rate).
+        writer.spare.clear();
         for buffer in self.buffers.iter() {
             let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
-            if text.is_empty() {
-                std::mem::swap(&mut text, &mut buffer.text);
-            } else {
-                text.extend_from_slice(&buffer.text);
-                buffer.text.clear();
-            }
+            writer.spare.extend_from_slice(&buffer.text);
+            buffer.text.clear();
         }
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
@@ -97,26 +99,41 @@ impl AccessLog {
                 self.path.display()
             );
         }
-        if text.is_empty() {
+        if writer.spare.is_empty() {
             return;
         }
-        if let Err(e) = self.append(&text) {
+        let text = std::mem::take(&mut writer.spare);
+        if let Err(e) = self.append(writer, &text) {
+            // Closed, so the next flush opens the file again (it may have been moved away).
+            writer.file = None;
             eprintln!(
                 "rollgate proxy: cannot write {}: {e} ({} bytes of lines lost)",
                 self.path.display(),
                 text.len()
             );
         }
+        writer.spare = text;
     }
 
     /// Appends whole lines, beginning a new file (the others shifted) whenever the next lines
     /// would take this one past its bound: no file is ever larger than the bound (but for a
-    /// single line larger than it, alone in its file).
-    fn append(&self, mut text: &[u8]) -> std::io::Result<()> {
+    /// single line larger than it, alone in its file). The file stays open between flushes.
+    fn append(&self, writer: &mut Writer, mut text: &[u8]) -> std::io::Result<()> {
         let max = self.settings.rotation.max_bytes;
-        let mut size = std::fs::metadata(&self.path).map_or(0, |m| m.len());
         while !text.is_empty() {
-            let room = max.saturating_sub(size) as usize;
+            let (file, size) = match &mut writer.file {
+                Some((file, size)) => (file, size),
+                slot => {
+                    let file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.path)?;
+                    let size = file.metadata()?.len();
+                    let (file, size) = slot.insert((file, size));
+                    (file, size)
+                }
+            };
+            let room = max.saturating_sub(*size) as usize;
             // The longest run of whole lines that fits.
             let fits = match text.len() <= room {
                 true => text.len(),
@@ -125,28 +142,31 @@ impl AccessLog {
                     .rposition(|b| *b == b'\n')
                     .map_or(0, |at| at + 1),
             };
-            let take = match (fits, size) {
+            let take = match (fits, *size) {
                 (0, 0) => text
                     .iter()
                     .position(|b| *b == b'\n')
                     .map_or(text.len(), |at| at + 1),
                 (0, _) => {
+                    writer.file = None;
                     shift(&self.path, self.settings.rotation.keep)?;
-                    size = 0;
                     continue;
                 }
                 (fits, _) => fits,
             };
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)?;
             file.write_all(&text[..take])?;
-            size += take as u64;
+            *size += take as u64;
             text = &text[take..];
         }
         Ok(())
     }
+}
+
+/// The file being written and the flush's own buffer.
+#[derive(Default)]
+struct Writer {
+    file: Option<(std::fs::File, u64)>,
+    spare: Vec<u8>,
 }
 
 impl Drop for AccessLog {
