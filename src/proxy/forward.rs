@@ -317,10 +317,9 @@ async fn answer(
             .with(|router| match router.pick(host, path.as_bytes()) {
                 Picked::Route(route) => {
                     let misdirected = router.by_host
-                        && client
-                            .sni
-                            .as_deref()
-                            .is_some_and(|sni| sni != router::host_name(host));
+                        && client.sni.as_deref().is_some_and(|sni| {
+                            !router::host_name_bytes(host).eq_ignore_ascii_case(sni.as_bytes())
+                        });
                     let forwarded = route.forwarded(path);
                     let changed = (forwarded != path).then(|| forwarded.into_owned());
                     if let Some(log) = &route.service.access {

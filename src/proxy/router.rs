@@ -216,16 +216,7 @@ pub fn host_name_bytes(host: &[u8]) -> &[u8] {
 
 /// A Host header's name: lowercase, without a port or the trailing dot of a full name.
 pub fn host_name(host: &[u8]) -> String {
-    let text = String::from_utf8_lossy(host);
-    let text = text.trim();
-    let name = if let Some(v6) = text.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        text.rsplit_once(':')
-            .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
-            .map_or(text, |(name, _)| name)
-    };
-    name.trim_end_matches('.').to_ascii_lowercase()
+    String::from_utf8_lossy(host_name_bytes(host)).to_ascii_lowercase()
 }
 
 /// The router in force, shared by every thread; replaced whole by a reload.

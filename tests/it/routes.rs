@@ -406,7 +406,10 @@ impl ServiceLoad {
                     let mut mine = Vec::new();
                     while !stop.load(Ordering::SeqCst) {
                         if conn.is_none() {
-                            conn = Conn::open(port).ok();
+                            // The request goes in several writes: no Nagle wait between them.
+                            conn = Conn::open(port).ok().inspect(|c| {
+                                let _ = c.reader.get_ref().set_nodelay(true);
+                            });
                         }
                         let answer = conn.as_mut().map_or_else(
                             || Err(std::io::Error::other("connect failed")),
