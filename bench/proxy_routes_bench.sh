@@ -50,6 +50,14 @@ for i in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$root/n$i"; cp "$root/main/current" "
 "$rollgate" proxy --config "$nolog" 2>/dev/null &
 unlogged=$!
 pids="$pids $unlogged"
+# And with the log sampled, one request in 10 (their own roots again).
+sampled_config="$root/sampled.toml"
+sampledport=$(free_port)
+sed "s|^listen = .*|listen = \"127.0.0.1:$sampledport\"\naccess_log_sample = 10|; s|$root/s|$root/p|" "$config" >"$sampled_config"
+for i in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$root/p$i"; cp "$root/main/current" "$root/p$i/current"; done
+"$rollgate" proxy --config "$sampled_config" 2>/dev/null &
+sampled=$!
+pids="$pids $sampled"
 sleep 0.5
 
 clk=$(getconf CLK_TCK)
@@ -64,11 +72,12 @@ for load in $loads; do
   esac
   round=1
   while [ $round -le "$rounds" ]; do
-    for target in one unlogged routed; do
+    for target in one unlogged routed sampled; do
       case $target in
         one) pid=$one port=$oneport ;;
         unlogged) pid=$unlogged port=$nologport ;;
         routed) pid=$routed port=$routedport ;;
+        sampled) pid=$sampled port=$sampledport ;;
       esac
       before=$(ticks_of "$pid")
       if [ -n "$close" ]; then
@@ -90,12 +99,13 @@ done
 lines=$(cat "$root"/s9/access.log* 2>/dev/null | wc -l)
 
 echo "== wrk -t1 -d${seconds}s, Host: bench.test, medians of $rounds interleaved rounds"
-echo "| load | one route, no log req/s | 10 routes, no log | 10 routes + access log | routes / one | routes + log / one | CPU us/req: one, routes, routes + log |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| load | one route, no log req/s | 10 routes, no log | 10 routes + access log | 10 routes + log 1 in 10 | routes / one | routes + log / one | + log 1 in 10 / one | CPU us/req: one, routes, routes + log, + log 1 in 10 |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+ratio() { awk -v r="$1" -v o="$2" 'BEGIN { printf "%.3f", r / o }'; }
 for load in $loads; do
-  o=$(field $load one 4); u=$(field $load unlogged 4); r=$(field $load routed 4)
-  oc=$(field $load one 5); uc=$(field $load unlogged 5); rc=$(field $load routed 5)
-  echo "| $load | $o | $u | $r | $(awk -v r="$u" -v o="$o" 'BEGIN { printf "%.3f", r / o }') | $(awk -v r="$r" -v o="$o" 'BEGIN { printf "%.3f", r / o }') | $oc, $uc, $rc |"
+  o=$(field $load one 4); u=$(field $load unlogged 4); r=$(field $load routed 4); p=$(field $load sampled 4)
+  oc=$(field $load one 5); uc=$(field $load unlogged 5); rc=$(field $load routed 5); pc=$(field $load sampled 5)
+  echo "| $load | $o | $u | $r | $p | $(ratio "$u" "$o") | $(ratio "$r" "$o") | $(ratio "$p" "$o") | $oc, $uc, $rc, $pc |"
 done
 echo "access log lines written by the routed proxy: $lines"
 

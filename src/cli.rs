@@ -345,6 +345,10 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// Keep the query string on the logged path (off: a query may carry tokens).
         #[arg(long)]
         access_log_query: bool,
+        /// Log one request in N (each serving thread counts its own) [default: 1, every
+        /// request: the log's counts then equal what clients got].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        access_log_sample: Option<u64>,
     },
     /// What the proxy lets through to a service: maintenance (503 and a page), a pause
     /// (requests wait), or serving again. Kept in ROOT/traffic.json; logged in deploy.log.

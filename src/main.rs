@@ -164,6 +164,7 @@ fn run(command: Command) -> Result<u8, Error> {
             access_log_max_bytes,
             access_log_keep,
             access_log_query,
+            access_log_sample,
         } => {
             let acme = match (acme_directory, acme_state) {
                 (Some(directory), Some(state)) => Some(proxy::acme::Settings {
@@ -205,6 +206,7 @@ fn run(command: Command) -> Result<u8, Error> {
                 access_max_bytes: access_log_max_bytes,
                 access_keep: access_log_keep,
                 access_query: access_log_query,
+                access_sample: access_log_sample,
             })?;
             Ok(error::SUCCESS)
         }

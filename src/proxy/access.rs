@@ -30,7 +30,16 @@ pub struct Settings {
     pub rotation: Rotation,
     /// Keep the query string on `path` (off: it may carry tokens).
     pub query: bool,
+    /// Log one request in this many (1: every request, the default; the counts in the log
+    /// then equal what clients got).
+    pub sample: u64,
 }
+
+/// A serving thread's count of requests seen, on a cache line of its own (threads count at
+/// once).
+#[repr(align(64))]
+#[derive(Default)]
+struct Seen(AtomicU64);
 
 struct Buffer {
     text: Vec<u8>,
@@ -45,6 +54,8 @@ pub struct AccessLog {
     buffers: Box<[Mutex<Buffer>]>,
     dropped: AtomicU64,
     writer: Mutex<Writer>,
+    /// Requests seen by each thread, for `sample`.
+    seen: Box<[Seen]>,
     /// Request ids are `{proxy start, ms, hex}-{thread}-{n}`: unique across the proxy's runs.
     /// This is their `{start}-`.
     id_prefix: String,
@@ -65,12 +76,23 @@ impl AccessLog {
                 .collect(),
             dropped: AtomicU64::new(0),
             writer: Mutex::default(),
+            seen: (0..threads.max(1)).map(|_| Seen::default()).collect(),
             id_prefix: format!("{started_ms:x}-"),
         }
     }
 
     pub fn keeps_query(&self) -> bool {
         self.settings.query
+    }
+
+    /// Whether this request of `thread` is one the log keeps (every one unless sampled).
+    pub fn samples(&self, thread: usize) -> bool {
+        let every = self.settings.sample;
+        every <= 1
+            || self.seen[thread % self.seen.len()]
+                .0
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(every)
     }
 
     fn buffer(&self, thread: usize) -> std::sync::MutexGuard<'_, Buffer> {
@@ -370,6 +392,7 @@ mod tests {
                     keep: 3,
                 },
                 query: false,
+                sample: 1,
             },
             2,
             1,

@@ -84,6 +84,7 @@ struct Written {
     access_log_keep: Option<Spanned<u64>>,
     #[serde(default)]
     access_log_query: bool,
+    access_log_sample: Option<Spanned<u64>>,
     #[serde(default)]
     route: Vec<Spanned<WrittenRoute>>,
 }
@@ -127,6 +128,7 @@ pub struct Settings {
     pub access_log_max_bytes: Option<u64>,
     pub access_log_keep: Option<u64>,
     pub access_log_query: bool,
+    pub access_log_sample: Option<u64>,
 }
 
 /// One route, checked.
@@ -207,6 +209,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         access_log_max_bytes: written.access_log_max_bytes.as_ref().map(|v| *v.get_ref()),
         access_log_keep: written.access_log_keep.as_ref().map(|v| *v.get_ref()),
         access_log_query: written.access_log_query,
+        access_log_sample: written.access_log_sample.as_ref().map(|v| *v.get_ref()),
         acme_names: written
             .acme_name
             .iter()
@@ -229,6 +232,16 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
             e.to_string()
                 .replace("output_max_bytes", "access_log_max_bytes")
                 .replace("output_keep", "access_log_keep"),
+        ));
+    }
+    if let Some(sample) = written
+        .access_log_sample
+        .as_ref()
+        .filter(|v| *v.get_ref() == 0)
+    {
+        return Err(at(
+            sample.span(),
+            "access_log_sample = 0: log one request in N, N at least 1 (1: every request)".into(),
         ));
     }
     if let Some(challenge) = &written.acme_challenge {

@@ -322,7 +322,12 @@ async fn answer(
                         });
                     let forwarded = route.forwarded(path);
                     let changed = (forwarded != path).then(|| forwarded.into_owned());
-                    if let Some(log) = &route.service.access {
+                    if let Some(log) = route
+                        .service
+                        .access
+                        .as_ref()
+                        .filter(|log| log.samples(ctx.thread))
+                    {
                         let request_id = request
                             .headers()
                             .get("x-request-id")

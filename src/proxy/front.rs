@@ -287,21 +287,25 @@ impl Front {
             }
         });
         let begun = match (&no_route, &self.service) {
-            (None, Some(service)) => service.access.as_ref().map(|log| {
-                let request_id = headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("x-request-id"))
-                    .and_then(|h| access::given_request_id(h.value));
-                Box::new(access::Begun::new(
-                    log,
-                    std::mem::take(&mut self.line),
-                    &service.name,
-                    host.unwrap_or(b""),
-                    method,
-                    target,
-                    request_id,
-                ))
-            }),
+            (None, Some(service)) => service
+                .access
+                .as_ref()
+                .filter(|log| log.samples(self.ctx.thread))
+                .map(|log| {
+                    let request_id = headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("x-request-id"))
+                        .and_then(|h| access::given_request_id(h.value));
+                    Box::new(access::Begun::new(
+                        log,
+                        std::mem::take(&mut self.line),
+                        &service.name,
+                        host.unwrap_or(b""),
+                        method,
+                        target,
+                        request_id,
+                    ))
+                }),
             _ => None,
         };
         let out = &mut self.upstream_head;

@@ -98,6 +98,8 @@ pub struct Options {
     pub access_max_bytes: Option<u64>,
     pub access_keep: Option<u64>,
     pub access_query: bool,
+    /// Log one request in N (`--access-log-sample`; None: the file's, else every one).
+    pub access_sample: Option<u64>,
 }
 
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
@@ -124,6 +126,7 @@ impl Options {
         self.access_query |= settings.access_log_query;
         self.access_max_bytes = self.access_max_bytes.or(settings.access_log_max_bytes);
         self.access_keep = self.access_keep.or(settings.access_log_keep);
+        self.access_sample = self.access_sample.or(settings.access_log_sample);
         if self.acme.is_none() {
             if let (Some(directory), Some(state)) = (&settings.acme_directory, &settings.acme_state)
             {
@@ -281,6 +284,7 @@ fn serve(
         access::Settings {
             rotation,
             query: options.access_query,
+            sample: options.access_sample.unwrap_or(1),
         },
         options.access_log,
     );

@@ -245,7 +245,8 @@ fn changed_settings(was: &config::Settings, now: &config::Settings) -> Vec<&'sta
     check(
         was.access_log_max_bytes != now.access_log_max_bytes
             || was.access_log_keep != now.access_log_keep
-            || was.access_log_query != now.access_log_query,
+            || was.access_log_query != now.access_log_query
+            || was.access_log_sample != now.access_log_sample,
         "access_log_*",
     );
     check(

@@ -262,3 +262,47 @@ fn a_reload_turns_a_routes_access_log_on_and_off() {
     );
     let _ = proxy.0.kill();
 }
+
+#[test]
+fn a_sampled_access_log_keeps_one_request_in_n() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(
+        &site,
+        &[
+            "--access-log",
+            "--access-log-sample",
+            "10",
+            "--threads",
+            "1",
+        ],
+    );
+    let mut conn = Conn::open(proxy.port).unwrap();
+    conn.reader.get_ref().set_nodelay(true).unwrap();
+    for n in 0..100 {
+        assert_eq!(conn.get(&format!("/n{n}"), "").unwrap().status, 200);
+    }
+    assert!(wait_for(5, || access_lines(&site).len() == 10));
+    std::thread::sleep(Duration::from_millis(400));
+    let paths: Vec<String> = access_lines(&site)
+        .iter()
+        .map(|l| l["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        paths,
+        (0..10).map(|k| format!("/n{}", k * 10)).collect::<Vec<_>>()
+    );
+    let out = rollgate()
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--root",
+        ])
+        .arg(site.root())
+        .args(["--access-log-sample", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
