@@ -42,23 +42,21 @@ done
 "$rollgate" proxy --config "$config" 2>/dev/null &
 routed=$!
 pids="$pids $routed"
-# The same routes without the access log (their own roots: one proxy per root), to tell what
-# the routing costs from what the log costs.
-nolog="$root/nolog.toml"
+# variant NAME PREFIX PORT SED: the routed config changed by SED, listening on PORT, its ten
+# roots under PREFIX (one proxy per root) naming the same release; prints the proxy's pid.
+variant() {
+  sed "s|^listen = .*|listen = \"127.0.0.1:$3\"|; s|$root/s|$root/$2|; $4" "$config" >"$root/$1.toml"
+  for i in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$root/$2$i"; cp "$root/main/current" "$root/$2$i/current"; done
+  "$rollgate" proxy --config "$root/$1.toml" >/dev/null 2>&1 &
+  echo $!
+}
+# The same routes without the access log, to tell what the routing costs from what the log
+# costs; and with the log sampled, one request in 10.
 nologport=$(free_port)
-sed "s|^listen = .*|listen = \"127.0.0.1:$nologport\"|; s|^access_log = true|access_log = false|; s|$root/s|$root/n|" "$config" >"$nolog"
-for i in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$root/n$i"; cp "$root/main/current" "$root/n$i/current"; done
-"$rollgate" proxy --config "$nolog" 2>/dev/null &
-unlogged=$!
-pids="$pids $unlogged"
-# And with the log sampled, one request in 10 (their own roots again).
-sampled_config="$root/sampled.toml"
+unlogged=$(variant nolog n "$nologport" 's|^access_log = true|access_log = false|')
 sampledport=$(free_port)
-sed "s|^listen = .*|listen = \"127.0.0.1:$sampledport\"\naccess_log_sample = 10|; s|$root/s|$root/p|" "$config" >"$sampled_config"
-for i in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$root/p$i"; cp "$root/main/current" "$root/p$i/current"; done
-"$rollgate" proxy --config "$sampled_config" 2>/dev/null &
-sampled=$!
-pids="$pids $sampled"
+sampled=$(variant sampled p "$sampledport" 's|^access_log = true|access_log = true\naccess_log_sample = 10|')
+pids="$pids $unlogged $sampled"
 sleep 0.5
 
 clk=$(getconf CLK_TCK)
