@@ -310,10 +310,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
                     .map_err(|e| at(name.span(), e.to_string()))?;
                 text.clone()
             }
-            None => root
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "root".into()),
+            None => default_service_name(&root),
         };
         let spec = RouteSpec {
             service,
@@ -365,6 +362,12 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         settings,
         routes: routes.into_iter().map(|(spec, _)| spec).collect(),
     })
+}
+
+/// A route's service name when it gives none (and `--root`'s): the root folder's name.
+pub fn default_service_name(root: &Path) -> String {
+    root.file_name()
+        .map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 /// A path prefix as the router compares it: from `/`, without a trailing `/` (but `/`).

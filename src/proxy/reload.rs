@@ -68,10 +68,7 @@ impl Services {
 
     /// `--root`'s one service, for every host and path.
     pub async fn single(&mut self, root: Root) -> Result<Router, Fault> {
-        let name = root
-            .0
-            .file_name()
-            .map_or_else(|| "root".to_string(), |n| n.to_string_lossy().into_owned());
+        let name = config::default_service_name(&root.0);
         let access = self.access_for(None);
         let service = Arc::new(Service::new(name, root, self.threads, access));
         let running = Running::start(
