@@ -70,13 +70,7 @@ impl Drop for RoutedProxy {
 fn echo_release(site: &Site, name: &'static str) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    write(
-        site.root(),
-        "current",
-        &format!(
-            r#"{{"service":"edge-svc","version":"{name}","port":{port},"pid":1,"start_time":0,"promoted_at":0}}"#
-        ),
-    );
+    live_at(site, name, port);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
@@ -123,6 +117,85 @@ fn echo_release(site: &Site, name: &'static str) {
             });
         }
     });
+}
+
+/// Makes `site`'s `current` say release `name` listens on `port`.
+fn live_at(site: &Site, name: &str, port: u16) {
+    write(
+        site.root(),
+        "current",
+        &format!(
+            r#"{{"service":"edge-svc","version":"{name}","port":{port},"pid":1,"start_time":0,"promoted_at":0}}"#
+        ),
+    );
+}
+
+/// A child process stopped when dropped.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A WebSocket server (PyPI's `websockets`, tests/tools/websocket.py) live in `site`: it
+/// answers each message uppercased.
+fn websocket_release(site: &Site) -> Stopped {
+    let mut server = Command::new(python_tools().join("python"))
+        .arg(repo().join("tests/tools/websocket.py"))
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let port: u16 = first.trim().parse().expect("the server prints its port");
+    live_at(site, "ws", port);
+    Stopped(server)
+}
+
+/// A WebSocket client through the proxy on `port` to `host`: each line sent is one message,
+/// each answer one line back.
+struct WebSocketClient {
+    child: Stopped,
+    answers: BufReader<std::process::ChildStdout>,
+}
+
+impl WebSocketClient {
+    fn open(port: u16, host: &str) -> WebSocketClient {
+        let mut child = Command::new(python_tools().join("python"))
+            .arg(repo().join("tests/tools/websocket.py"))
+            .args(["client", host, &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let answers = BufReader::new(child.stdout.take().unwrap());
+        let mut client = WebSocketClient {
+            child: Stopped(child),
+            answers,
+        };
+        assert_eq!(client.next_line(), "open");
+        client
+    }
+
+    fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self.answers.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    }
+
+    /// Sends `text` as one message; the server's answer.
+    fn send(&mut self, text: &str) -> String {
+        let stdin = self.child.0.stdin.as_mut().unwrap();
+        writeln!(stdin, "{text}").unwrap();
+        stdin.flush().unwrap();
+        self.next_line()
+    }
 }
 
 /// `GET path` with `Host: host` on a connection of its own.
@@ -618,16 +691,18 @@ fn reload(config: &Path) -> std::process::Output {
 }
 
 #[test]
-fn fifty_reloads_under_load_drop_no_request_keep_a_tunnel_and_refuse_a_bad_file() {
-    let (app, api, extra) = (Site::new(), Site::new(), Site::new());
+fn fifty_reloads_under_load_drop_no_request_keep_a_websocket_and_a_tunnel_and_refuse_a_bad_file() {
+    let (app, api, extra, ws) = (Site::new(), Site::new(), Site::new(), Site::new());
     echo_release(&app, "app");
     echo_release(&api, "api");
     echo_release(&extra, "extra");
+    let _websocket_server = websocket_release(&ws);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let head = format!(
-        "listen = \"127.0.0.1:{port}\"\n[[route]]\nhost = \"app.test\"\nroot = \"{}\"\nservice = \"app\"\n",
-        app.root().display()
+        "listen = \"127.0.0.1:{port}\"\n[[route]]\nhost = \"app.test\"\nroot = \"{}\"\nservice = \"app\"\n[[route]]\nhost = \"ws.test\"\nroot = \"{}\"\nservice = \"ws\"\n",
+        app.root().display(),
+        ws.root().display()
     );
     // Three configs in turn: the api kept or stripped (a route changed), the extra service
     // there or not (a route added and removed).
@@ -647,7 +722,10 @@ fn fifty_reloads_under_load_drop_no_request_keep_a_tunnel_and_refuse_a_bad_file(
         text
     };
     let config = config_file(dir.path(), &variant(0));
-    let proxy = RoutedProxy::start(&config, port, &[app.root(), api.root()]);
+    let proxy = RoutedProxy::start(&config, port, &[app.root(), api.root(), ws.root()]);
+    // A real WebSocket (RFC 6455 framing at both ends) opened before the reloads.
+    let mut websocket = WebSocketClient::open(port, "ws.test");
+    assert_eq!(websocket.send("before"), "BEFORE");
     // A tunnel opened before the reloads.
     let mut tunnel = Conn::open(port).unwrap();
     write!(
@@ -713,6 +791,7 @@ fn fifty_reloads_under_load_drop_no_request_keep_a_tunnel_and_refuse_a_bad_file(
         if n % 10 == 5 {
             assert_eq!(echo(b"during"), b"DURING");
         }
+        assert_eq!(websocket.send(&format!("reload {n}")), format!("RELOAD {n}"));
     }
     assert!(
         refused.contains(&format!("{}:", config.display())) && refused.contains("root:"),
@@ -730,6 +809,7 @@ fn fifty_reloads_under_load_drop_no_request_keep_a_tunnel_and_refuse_a_bad_file(
         "file:line:column in {refused}"
     );
     assert_eq!(echo(b"after"), b"AFTER");
+    assert_eq!(websocket.send("after"), "AFTER");
     for (name, load) in [("app", app_load), ("api", api_load)] {
         let answers = load.finish();
         assert!(answers.len() > 50, "{name}: {} answers", answers.len());
