@@ -99,9 +99,11 @@ fn never_ready_is_rolled_back_at_the_deadline() {
     first_release(&site);
     site.release("v3", "--ready-after-ms 60000");
     let started = Instant::now();
-    let out = site.deploy(free_port(), "v3", &["800"]);
-    assert_rolled_back(&site, &out, "v1", "not ready after 800 ms");
-    assert!(started.elapsed() >= Duration::from_millis(800));
+    // Long enough for the candidate to be listening (and answering 503) on a
+    // loaded runner before the deadline; see the hanging /readyz test.
+    let out = site.deploy(free_port(), "v3", &["3000"]);
+    assert_rolled_back(&site, &out, "v1", "not ready after 3000 ms");
+    assert!(started.elapsed() >= Duration::from_millis(3000));
     assert!(
         site.last_detail().contains("last probes: HTTP 503"),
         "{}",
@@ -152,12 +154,15 @@ fn a_hanging_readyz_never_stretches_the_deadline() {
     let site = Site::new();
     first_release(&site);
     site.release("v6", "--hang-readyz");
-    let out = site.deploy(free_port(), "v6", &["1200"]);
-    assert_rolled_back(&site, &out, "v1", "not ready after 1200 ms");
+    // The deadline leaves the candidate (the debug binary, slow to exec on a
+    // loaded 2-core runner: 1.2 s was not always enough) time to listen, so
+    // the probes meet the hanging /readyz rather than a closed port.
+    let out = site.deploy(free_port(), "v6", &["4000"]);
+    assert_rolled_back(&site, &out, "v1", "not ready after 4000 ms");
     let elapsed = site.log_lines().last().unwrap()["elapsed_ms"]
         .as_u64()
         .unwrap();
-    assert!((1200..3000).contains(&elapsed), "{elapsed}");
+    assert!((4000..7000).contains(&elapsed), "{elapsed}");
     assert!(
         site.last_detail().contains("no answer within"),
         "{}",
