@@ -3,9 +3,12 @@
 # interleaved rounds (medians): `one` serves it with --root and no access log; `routed` serves
 # it through a --config of 10 routes, the request's host matching the last one, with the access
 # log on; `unlogged` the same routes without the log. wrk keep-alive 32 (and LOADS="ka32 ka256 close32"); the proxy's CPU per request from
-# /proc. Then the memory per route: RSS of an idle proxy with 1 route and with ROUTES routes.
-# It starts the release and the proxies itself and stops those, by pid, and nothing else.
-# Usage: sh bench/proxy_routes_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk)
+# /proc. Beside them, in the same rounds, nginx (bench/nginx.conf) in front of the same release
+# without and with its own access log (JSON lines, buffered): what a user pays for logging every
+# request in the tool they would otherwise use. Then the memory per route: RSS of an idle proxy
+# with 1 route and with ROUTES routes.
+# It starts the release, the proxies and nginx itself and stops those, by pid, and nothing else.
+# Usage: sh bench/proxy_routes_bench.sh ROLLGATE [ROUNDS] [SECONDS]   (needs wrk and nginx)
 set -eu
 rollgate=$1
 rounds=${2:-5}
@@ -15,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 pids=""
 # The clean-up must run whole: `set -e` is off in it (a proxy already gone fails its kill).
-trap 'set +e; for p in $pids; do kill "$p" 2>/dev/null; done; stop_releases "$root/main"; rm -rf "$root"; true' EXIT
+trap 'set +e; for p in $pids; do kill "$p" 2>/dev/null; done; for f in "$root"/nginx-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done; stop_releases "$root/main"; rm -rf "$root"; true' EXIT
 
 mkdir -p "$root/main"
 sample_release "$rollgate" "$root/main" a
@@ -57,7 +60,28 @@ unlogged=$(variant nolog n "$nologport" 's|^access_log = true|access_log = false
 sampledport=$(free_port)
 sampled=$(variant sampled p "$sampledport" 's|^access_log = true|access_log = true\naccess_log_sample = 10|')
 pids="$pids $unlogged $sampled"
+
+# nginx_front NAME PORT LOGCONF: nginx on PORT in front of the release, bench/nginx.conf with its
+# `access_log off;` replaced by an include of LOGCONF; its master's pid in $root/nginx-NAME.pid.
+direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$root/main/current")
+nginx_front() {
+  sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$2/; s|/tmp/rollgate-bench-nginx.pid|$root/nginx-$1.pid|; s|access_log off;|include $3;|" \
+    "$here/nginx.conf" >"$root/nginx-$1.conf"
+  nginx -c "$root/nginx-$1.conf"
+}
+echo 'access_log off;' >"$root/nginx-nolog.inc"
+# The same fields as rollgate's access log, one JSON object a line, written through a buffer.
+cat >"$root/nginx-log.inc" <<EOF
+log_format rollgate escape=json '{"ts":"\$time_iso8601","host":"\$host","method":"\$request_method","path":"\$uri","status":\$status,"bytes":\$body_bytes_sent,"duration_ms":\$request_time,"client":"\$remote_addr","request_id":"\$request_id"}';
+access_log $root/nginx-access.log rollgate buffer=64k flush=200ms;
+EOF
+ngnologport=$(free_port)
+nginx_front nolog "$ngnologport" "$root/nginx-nolog.inc"
+nglogport=$(free_port)
+nginx_front log "$nglogport" "$root/nginx-log.inc"
 sleep 0.5
+# nginx_pids NAME: nginx's master and its workers.
+nginx_pids() { m=$(cat "$root/nginx-$1.pid"); echo "$m $(pgrep -P "$m" | tr '\n' ' ')"; }
 
 clk=$(getconf CLK_TCK)
 results="$root/results"
@@ -71,8 +95,10 @@ for load in $loads; do
   esac
   round=1
   while [ $round -le "$rounds" ]; do
-    for target in one unlogged routed sampled; do
+    for target in one unlogged routed sampled nginx nginxlog; do
       case $target in
+        nginx) pid=$(nginx_pids nolog) port=$ngnologport ;;
+        nginxlog) pid=$(nginx_pids log) port=$nglogport ;;
         one) pid=$one port=$oneport ;;
         unlogged) pid=$unlogged port=$nologport ;;
         routed) pid=$routed port=$routedport ;;
@@ -107,6 +133,14 @@ for load in $loads; do
   echo "| $load | $o | $u | $r | $p | $(ratio "$u" "$o") | $(ratio "$r" "$o") | $(ratio "$p" "$o") | $oc, $uc, $rc, $pc |"
 done
 echo "access log lines written by the routed proxy: $lines"
+echo
+echo "| load | nginx no log req/s | nginx + access log | nginx + log / no log | nginx CPU us/req: no log, + log |"
+echo "| --- | --- | --- | --- | --- |"
+for load in $loads; do
+  n=$(field $load nginx 4); l=$(field $load nginxlog 4)
+  echo "| $load | $n | $l | $(ratio "$l" "$n") | $(field $load nginx 5), $(field $load nginxlog 5) |"
+done
+echo "access log lines written by nginx: $(wc -l <"$root/nginx-access.log")"
 
 # Memory per route: idle proxies with 1 and with ROUTES routes (their own roots, nothing live).
 routes=${ROUTES:-500}
