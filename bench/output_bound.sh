@@ -13,7 +13,7 @@ root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 plain_pid=
-trap 'stop_releases "$root"; [ -n "$plain_pid" ] && kill -- "-$plain_pid" 2>/dev/null; rm -rf "$root"' EXIT
+trap 'set +e; stop_releases "$root"; [ -n "$plain_pid" ] && kill -- "-$plain_pid" 2>/dev/null; rm -rf "$root"' EXIT
 
 # Lines of 64 bytes, MBPS MB a second in ten bursts; stops when its parent does.
 lines=$((mbps * 1000000 / 64 / 10))

@@ -19,7 +19,7 @@ root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 proxy=
-trap 'stop_the_front "$root"; rm -rf "$root"' EXIT
+trap 'set +e; stop_the_front "$root"; rm -rf "$root"' EXIT
 sample_release "$rollgate" "$root" a
 sample_release "$rollgate" "$root" b
 front_the_release "$rollgate" "$root"
@@ -32,7 +32,7 @@ cp "$root/current" "$uncounted_root/current"
 uport=$(free_port)
 "$rollgate" proxy --listen 127.0.0.1:$uport --root "$uncounted_root" --no-counting 2>/dev/null &
 uncounted=$!
-trap 'kill "$uncounted" 2>/dev/null; stop_the_front "$root"; rm -rf "$root"' EXIT
+trap 'set +e; kill "$uncounted" 2>/dev/null; stop_the_front "$root"; rm -rf "$root"' EXIT
 sleep 0.3
 
 # The processes that serve a target: nginx's master and its workers; rollgate's proxy.

@@ -12,7 +12,7 @@ root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 proxy=
-trap 'stop_the_front "$root"; rm -rf "$root"' EXIT
+trap 'set +e; stop_the_front "$root"; rm -rf "$root"' EXIT
 sample_release "$rollgate" "$root" a
 front_the_release "$rollgate" "$root"
 workers=$(pgrep -P "$(cat "$root/nginx.pid")" | tr '\n' ',' | sed 's/,$//')

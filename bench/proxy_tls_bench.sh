@@ -20,7 +20,7 @@ root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 proxy=
-trap 'stop_the_front "$root"; rm -rf "$root"' EXIT
+trap 'set +e; stop_the_front "$root"; rm -rf "$root"' EXIT
 ulimit -n 65536 2>/dev/null || true
 
 # One certificate for both: a CA and an ECDSA P-256 leaf for bench.test, served as the default

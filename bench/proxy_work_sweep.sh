@@ -16,7 +16,7 @@ shift
 root=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-trap 'stop_releases "$root"; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
+trap 'set +e; stop_releases "$root"; kill $proxy 2>/dev/null; nginx -c "$root/nginx.conf" -s stop 2>/dev/null; rm -rf "$root"' EXIT
 rate() { wrk -t1 -c32 -d"${SECONDS_PER_RUN:-10}"s "http://127.0.0.1:$1/" | awk '/Requests\/sec/ { printf "%d", $2 }'; }
 
 pport=$(free_port)

@@ -54,3 +54,49 @@ fn no_benchmark_stops_processes_by_a_name_pattern() {
         }
     }
 }
+
+/// A benchmark that runs under `set -e` turns it off first thing in its EXIT trap: a shell
+/// stops a trap at its first failing command under `set -e` (dash does), so a kill of a process
+/// already gone would skip the rest of the clean-up and leave proxies, nginx or a temporary
+/// root behind.
+#[test]
+fn every_benchmarks_cleanup_under_set_e_runs_whole() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(repo().join("bench")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("sh") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !text.lines().any(|l| l.trim_start().starts_with("set -e")) {
+            continue;
+        }
+        for trap in text.lines().filter(|l| l.starts_with("trap '")) {
+            let body = &trap["trap '".len()..];
+            let risky = body.contains("kill") || body.contains("stop_");
+            assert!(
+                !risky || body.starts_with("set +e;"),
+                "{}: the EXIT trap can stop at a failing kill: {trap}",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} traps found");
+}
+
+/// dash, the `sh` the benchmarks run under, does stop an EXIT trap at a failing command when
+/// `set -e` is on: the reason for the check above.
+#[test]
+fn a_trap_under_set_e_stops_at_a_failing_command_unless_it_turns_set_e_off() {
+    let run = |trap: &str| {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("set -e; trap '{trap}' EXIT; true"))
+            .output()
+            .unwrap();
+        stdout(&out)
+    };
+    assert_eq!(run("kill 999999999 2>/dev/null; echo cleaned"), "");
+    assert_eq!(run("set +e; kill 999999999 2>/dev/null; echo cleaned"), "cleaned\n");
+}
