@@ -98,5 +98,8 @@ fn a_trap_under_set_e_stops_at_a_failing_command_unless_it_turns_set_e_off() {
         stdout(&out)
     };
     assert_eq!(run("kill 999999999 2>/dev/null; echo cleaned"), "");
-    assert_eq!(run("set +e; kill 999999999 2>/dev/null; echo cleaned"), "cleaned\n");
+    assert_eq!(
+        run("set +e; kill 999999999 2>/dev/null; echo cleaned"),
+        "cleaned\n"
+    );
 }

@@ -791,7 +791,10 @@ fn fifty_reloads_under_load_drop_no_request_keep_a_websocket_and_a_tunnel_and_re
         if n % 10 == 5 {
             assert_eq!(echo(b"during"), b"DURING");
         }
-        assert_eq!(websocket.send(&format!("reload {n}")), format!("RELOAD {n}"));
+        assert_eq!(
+            websocket.send(&format!("reload {n}")),
+            format!("RELOAD {n}")
+        );
     }
     assert!(
         refused.contains(&format!("{}:", config.display())) && refused.contains("root:"),
