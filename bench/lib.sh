@@ -26,19 +26,28 @@ sample_release() {
   chmod +x "$2/releases/$3/svc"
 }
 
+# live_port ROOT: the port of the release ROOT's pointer (`current`) names.
+live_port() { sed -n 's/.*"port": *\([0-9]*\).*/\1/p' "$1/current"; }
+
+# nginx_config UPSTREAM PORT PIDFILE [SED]: bench/nginx.conf (beside the running script) for a
+# release on UPSTREAM, listening on PORT, its master's pid in PIDFILE, changed further by SED.
+nginx_config() {
+  sed "s/UPSTREAM/$1/; s/NGINX_PORT/$2/; s|/tmp/rollgate-bench-nginx.pid|$3|; ${4:-}" \
+    "$(dirname "$0")/nginx.conf"
+}
+
 # front_the_release ROLLGATE ROOT: deploys release `a` (made already) in ROOT, then starts
 # `rollgate proxy` and nginx (bench/nginx.conf) in front of it. Sets direct, pport and nport
 # (the release's, the proxy's and nginx's ports) and proxy (the proxy's pid); nginx's master
 # pid is in ROOT/nginx.pid. `stop_the_front ROOT` stops all three.
 front_the_release() {
   "$1" deploy svc "$(free_port)" a --root "$2" 2>/dev/null
-  direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$2/current")
+  direct=$(live_port "$2")
   pport=$(free_port)
   "$1" proxy --listen 127.0.0.1:$pport --root "$2" 2>/dev/null &
   proxy=$!
   nport=$(free_port)
-  sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/; s|/tmp/rollgate-bench-nginx.pid|$2/nginx.pid|" \
-    "$(dirname "$0")/nginx.conf" >"$2/nginx.conf"
+  nginx_config "$direct" "$nport" "$2/nginx.pid" >"$2/nginx.conf"
   nginx -c "$2/nginx.conf"
   sleep 0.5
 }

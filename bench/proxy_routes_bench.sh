@@ -63,10 +63,9 @@ pids="$pids $unlogged $sampled"
 
 # nginx_front NAME PORT LOGCONF: nginx on PORT in front of the release, bench/nginx.conf with its
 # `access_log off;` replaced by an include of LOGCONF; its master's pid in $root/nginx-NAME.pid.
-direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$root/main/current")
+direct=$(live_port "$root/main")
 nginx_front() {
-  sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$2/; s|/tmp/rollgate-bench-nginx.pid|$root/nginx-$1.pid|; s|access_log off;|include $3;|" \
-    "$here/nginx.conf" >"$root/nginx-$1.conf"
+  nginx_config "$direct" "$2" "$root/nginx-$1.pid" "s|access_log off;|include $3;|" >"$root/nginx-$1.conf"
   nginx -c "$root/nginx-$1.conf"
 }
 echo 'access_log off;' >"$root/nginx-nolog.inc"

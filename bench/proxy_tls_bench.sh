@@ -35,7 +35,7 @@ openssl x509 -req -in "$root/leaf.csr" -CA "$root/ca.pem" -CAkey "$root/ca.key" 
 
 sample_release "$rollgate" "$root" a
 "$rollgate" deploy svc "$(free_port)" a --root "$root" 2>/dev/null
-direct=$(sed -n 's/.*"port": \([0-9]*\).*/\1/p' "$root/current")
+direct=$(live_port "$root")
 plain=$(free_port)
 rport=$(free_port)
 "$rollgate" proxy --listen 127.0.0.1:$plain --tls-listen 127.0.0.1:$rport --root "$root" \

@@ -30,7 +30,7 @@ for work in "$@"; do
   chmod +x "$root/releases/w$work/svc"
   # The deployer switches `current`; the proxy follows it, and nginx is pointed at it by hand.
   "$rollgate" deploy svc "$(free_port)" "w$work" --root "$root" --grace-ms 1000 >/dev/null 2>&1
-  direct=$(sed -n 's/.*"port": *\([0-9]*\).*/\1/p' "$root/current")
+  direct=$(live_port "$root")
   sed "s/UPSTREAM/$direct/; s/NGINX_PORT/$nport/" "$here/nginx.conf" >"$root/nginx.conf"
   if [ -z "$proxy" ]; then
     "$rollgate" proxy --listen "127.0.0.1:$pport" --root "$root" ${PROXY_ARGS:-} 2>/dev/null &
