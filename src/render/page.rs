@@ -616,9 +616,11 @@ const SCRIPT: &str = r#"<script>
     });
   }
   setInterval(tick, 1000);
-  var pending = false;
+  // One fetch at a time; a refresh asked for meanwhile runs once that one is in, since the
+  // fetch in flight may have read the page from before the change that asked.
+  var pending = false, again = false;
   function refresh() {
-    if (pending) return;
+    if (pending) { again = true; return; }
     pending = true;
     fetch('/', {headers: {'Accept': 'text/html'}}).then(function (r) { return r.text(); }).then(function (text) {
       var doc = new DOMParser().parseFromString(text, 'text/html');
@@ -627,7 +629,10 @@ const SCRIPT: &str = r#"<script>
       if (fresh) document.getElementById('main').replaceWith(fresh);
       if (said && !document.getElementById('said')) fresh.prepend(said);
       bind();
-    }).finally(function () { pending = false; });
+    }).finally(function () {
+      pending = false;
+      if (again) { again = false; refresh(); }
+    });
   }
   function bind() {
     document.querySelectorAll('form[method=post]').forEach(function (form) {

@@ -305,10 +305,15 @@ fn the_maintenance_button_takes_a_message_and_users_get_the_page_until_resume() 
     browser.type_into("input[name='message']", "Back after the migration");
     browser.screenshot("console-traffic-serving");
     browser.click("button[data-action='traffic/maintenance']");
-    assert!(wait_for(20, || browser
-        .text()
-        .contains("Back after the migration")));
-    assert!(browser.has("button[data-action='traffic/resume']"));
+    // The answer's line (which quotes the message) shows before the sections are fetched
+    // again, so the button is waited for, not assumed once the message shows.
+    assert!(
+        wait_for(20, || browser.has("button[data-action='traffic/resume']")),
+        "the resume button shows:\n{}",
+        browser.text()
+    );
+    assert!(browser.text().contains("Back after the migration"));
+    assert!(!browser.has("button[data-action='traffic/maintenance']"));
     browser.screenshot("console-traffic-maintenance");
     let through_proxy = || {
         crate::common::http::Conn::open(proxy.port)
