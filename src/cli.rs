@@ -1024,6 +1024,41 @@ Exit codes: 0 written; 1 the policy was refused; 2 usage."
         #[command(flatten)]
         eval: EvalArgs,
     },
+    /// One host's step of the play `fleet playbook` writes: keep the policy read from
+    /// standard input in the root, then move the host: `rollout` where the root runs replicas
+    /// (replicas.json, or --replicas), `deploy` otherwise.
+    #[command(
+        after_help = "The policy on standard input is the JSON `rollgate policy export` writes (the playbook
+carries it); it is kept as ROOT/.rollgate-fleet-policy.json, the copy the host was held to,
+and checked by the contract like any --policy file.
+
+Examples:
+  rollgate policy export policy.ncl | rollgate fleet move edge-svc v2 --root /srv/edge --ports 8081-8082
+
+Exit codes: those of the deploy or rollout it runs: 0 promoted; 1 rolled back; 2 refused
+before anything started (not a root, a policy that is not JSON, --port on a replica root);
+3 escalated."
+    )]
+    Move {
+        service: String,
+        version: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// The one port a deploy starts the release on.
+        #[arg(long, conflicts_with = "ports")]
+        port: Option<u16>,
+        /// Ports to pick from (a deploy: the one that is not live), or the replicas' range.
+        #[arg(long, value_name = "A-B")]
+        ports: Option<String>,
+        /// Move by a rollout even before the root's first replicas.json.
+        #[arg(long)]
+        replicas: bool,
+        /// Policy entry (default: the service name with `-` as `_`).
+        #[arg(long, value_name = "NAME")]
+        policy_entry: Option<String>,
+        #[command(flatten)]
+        eval: EvalArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod deploy;
 pub mod dry_run;
 pub(crate) mod earlier;
+pub mod fleet_move;
 pub mod hold;
 pub(crate) mod preflight;
 pub mod releases;

@@ -1,9 +1,10 @@
 //! `fleet ...` and `webhooks ...`: the hand-off past one host, and the deploy log's deliveries.
 
+use rollgate::commands::fleet_move;
 use rollgate::error::{self, Error};
 use rollgate::{fleet, webhooks};
 
-use super::{eval_options, print, printed};
+use super::{ended, eval_options, print, printed};
 use crate::cli::{self, FleetCommand, WebhooksCommand};
 
 pub fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
@@ -28,6 +29,28 @@ pub fn run_fleet(command: FleetCommand) -> Result<u8, Error> {
                 rollgate: &rollgate,
             };
             printed(fleet::playbook(&request, &eval_options(eval))?)
+        }
+        FleetCommand::Move {
+            service,
+            version,
+            target,
+            port,
+            ports,
+            replicas,
+            policy_entry,
+            eval,
+        } => {
+            let request = fleet_move::MoveRequest {
+                service,
+                version,
+                root: target.root,
+                port,
+                ports,
+                replicas,
+                policy_entry,
+                eval: eval_options(eval),
+            };
+            Ok(ended(fleet_move::run(request, std::io::stdin().lock())?))
         }
     }
 }

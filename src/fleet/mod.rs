@@ -66,9 +66,6 @@ pub struct PlaybookRequest<'a> {
 /// The most hosts a playbook is cut for (rollgate's own bound on replicas).
 pub const MAX_HOSTS: usize = 10_000;
 
-/// Where each host keeps the policy the play copies to it, inside its root.
-const POLICY_FILE: &str = ".rollgate-fleet-policy.json";
-
 /// The batch sizes (`serial`) that move `hosts` hosts in the policy's waves.
 pub fn batches(hosts: usize, percents: &[u64]) -> Vec<usize> {
     let mut previous = 0;
@@ -197,51 +194,17 @@ fn render(
     rollgate_bin: {rollgate}
     rollgate_policy: {policy_json}
   tasks:
-    - name: the reviewed policy, on the host
-      ansible.builtin.copy:
-        content: \"{{{{ rollgate_policy | to_json }}}}\"
-        dest: \"{{{{ rollgate_root }}}}/{policy_file}\"
-        mode: \"0644\"
-
-    - name: does the host run replicas (a pool file in its root)?
-      ansible.builtin.stat:
-        path: \"{{{{ rollgate_root }}}}/replicas.json\"
-      register: rollgate_pool
-
-    - name: how this host is moved
-      ansible.builtin.set_fact:
-        rollgate_moves_replicas: \"{{{{ rollgate_ports is defined and (rollgate_pool.stat.exists or (rollgate_replicas | default(false) | bool)) }}}}\"
-
-    - name: rollgate deploy {service} {version} on rollgate_port
+    - name: rollgate fleet move {service} {version} (keeps the policy in the root; a rollout where the root runs replicas, a deploy otherwise)
       ansible.builtin.command:
-        argv: [\"{{{{ rollgate_bin }}}}\", deploy, {service_q}, \"{{{{ rollgate_port }}}}\", {version_q},
-               --root, \"{{{{ rollgate_root }}}}\", --policy, \"{{{{ rollgate_root }}}}/{policy_file}\",
-               --policy-entry, {entry_q}]
-      when: rollgate_ports is not defined
-      register: deployed_on_port
+        argv: >-
+          {{{{ [rollgate_bin, 'fleet', 'move', {service_q}, {version_q}, '--root', rollgate_root,
+          '--policy-entry', {entry_q}]
+          + (['--ports', rollgate_ports | string] if rollgate_ports is defined
+          else ['--port', rollgate_port | string])
+          + (['--replicas'] if rollgate_replicas | default(false) | bool else []) }}}}
+        stdin: \"{{{{ rollgate_policy | to_json }}}}\"
+      register: deployed
       ignore_errors: true
-
-    - name: rollgate deploy {service} {version} on the port of rollgate_ports that is not live
-      ansible.builtin.command:
-        argv: [\"{{{{ rollgate_bin }}}}\", deploy, {service_q}, {version_q}, --ports, \"{{{{ rollgate_ports }}}}\",
-               --root, \"{{{{ rollgate_root }}}}\", --policy, \"{{{{ rollgate_root }}}}/{policy_file}\",
-               --policy-entry, {entry_q}]
-      when: rollgate_ports is defined and not (rollgate_moves_replicas | bool)
-      register: deployed_in_range
-      ignore_errors: true
-
-    - name: rollgate rollout {service} {version} (a host running replicas)
-      ansible.builtin.command:
-        argv: [\"{{{{ rollgate_bin }}}}\", rollout, {service_q}, {version_q}, --ports, \"{{{{ rollgate_ports }}}}\",
-               --root, \"{{{{ rollgate_root }}}}\", --policy, \"{{{{ rollgate_root }}}}/{policy_file}\",
-               --policy-entry, {entry_q}]
-      when: rollgate_moves_replicas | bool
-      register: deployed_replicas
-      ignore_errors: true
-
-    - name: what rollgate decided
-      ansible.builtin.set_fact:
-        deployed: \"{{{{ deployed_replicas if (rollgate_moves_replicas | bool) else (deployed_in_range if rollgate_ports is defined else deployed_on_port) }}}}\"
 
     - name: a required host that did not take {version} ends the play on every host
       ansible.builtin.fail:
@@ -266,7 +229,6 @@ fn render(
         hosts = request.hosts,
         group_q = quoted(group),
         rollgate = quoted(request.rollgate),
-        policy_file = POLICY_FILE,
         service_q = quoted(request.service),
         version_q = quoted(request.version),
         entry_q = quoted(entry),

@@ -421,6 +421,15 @@ fn hosts_that_run_replicas_are_moved_by_a_rollout_each_and_rechecked() {
             "host {host} ran a rollout"
         );
         assert_eq!(fleet.summary_live(host), "v2");
+        // The host keeps the reviewed entry it was held to, as the playbook carried it.
+        let kept =
+            std::fs::read_to_string(fleet.root(host).join(".rollgate-fleet-policy.json")).unwrap();
+        let kept: serde_json::Value = serde_json::from_str(&kept).unwrap();
+        assert_eq!(kept["edge_svc"]["soak_ms"], 200, "host {host}: {kept}");
+        assert_eq!(
+            kept["edge_svc"]["max_failure_ratio"], 0.2,
+            "host {host}: {kept}"
+        );
     }
 }
 
@@ -492,4 +501,41 @@ fn a_policy_exports_as_a_nomad_update_block_and_says_what_nomad_cannot_express()
         .as_str()
         .unwrap()
         .contains("poll_ms"));
+}
+
+/// `rollgate fleet move`, the play's one task a host: a policy on standard input that is not
+/// JSON, or a single port for a root that runs replicas, is refused before anything is kept or
+/// started; the root stays as it was.
+#[test]
+fn fleet_move_refuses_a_policy_that_is_not_json_and_a_port_for_replicas_touching_nothing() {
+    let site = Site::new();
+    site.release("v2", "");
+    let move_with = |stdin: &str, extra: &[&str]| -> Output {
+        rollgate()
+            .args(["fleet", "move", "edge-svc", "v2", "--root"])
+            .arg(site.root())
+            .args(extra)
+            .write_stdin(stdin.to_string())
+            .output()
+            .unwrap()
+    };
+    let kept = site.root().join(".rollgate-fleet-policy.json");
+
+    let out = move_with(
+        "{\"edge_svc\": {\"poll_ms\": 50,\n  oops}",
+        &["--port", "1"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(stderr(&out).contains("line 2, column 3"), "{}", said(&out));
+    let out = move_with("[1, 2]", &["--port", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(stderr(&out).contains("not a JSON object"), "{}", said(&out));
+
+    std::fs::write(site.root().join("replicas.json"), "{}").unwrap();
+    let out = move_with(&policy(0.2), &["--port", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(stderr(&out).contains("give --ports A-B"), "{}", said(&out));
+
+    assert!(!kept.exists(), "nothing kept from a refused move");
+    assert!(!site.root().join("deploy.log").exists(), "nothing started");
 }
