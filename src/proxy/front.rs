@@ -12,6 +12,12 @@
 //! tunnels) still covers every request rollgate does not serve itself, and the ones it does
 //! serve are the ones hyper would have accepted unchanged.
 //!
+//! The same path serves HTTP/1.1 over TLS (`tls.rs` hands it the connection after the
+//! handshake when ALPN chose `http/1.1` or nothing): the release is told `X-Forwarded-Proto:
+//! https`, every answer carries `Strict-Transport-Security` under `--hsts`, and a request whose
+//! Host is not the name the client's TLS asked for (routes by host) goes to hyper, which
+//! answers 421 as it does over HTTP/2.
+//!
 //! Limits kept here too: a head must arrive within `--header-read-timeout-ms` (also the
 //! longest idle time between requests: the connection is closed, as hyper does); a head larger
 //! than `--max-header-bytes` goes to hyper, which answers 431; a body from the release that
@@ -50,9 +56,58 @@ const MAX_TARGET_BYTES: usize = u16::MAX as usize - 1;
 /// The client's bytes are read this much at a time at first.
 const READ_CHUNK: usize = 4096;
 
+/// A client connection as this path reads and writes it: a TCP socket, or TLS over one.
+pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Turns Nagle off on the socket underneath.
+    fn no_delay(&self);
+}
+
+impl ClientStream for TcpStream {
+    fn no_delay(&self) {
+        let _ = self.set_nodelay(true);
+    }
+}
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn no_delay(&self) {
+        let _ = self.get_ref().0.set_nodelay(true);
+    }
+}
+
+/// How the client reached the proxy.
+#[derive(Clone, Default)]
+pub(super) enum Over {
+    #[default]
+    Plain,
+    /// TLS: the name its handshake asked for (lowercase), and whether answers say HSTS.
+    Tls { sni: Option<String>, hsts: bool },
+}
+
+impl Over {
+    /// Headers every answer on this connection carries (`Strict-Transport-Security`).
+    fn always(&self) -> &'static [u8] {
+        match self {
+            Over::Tls { hsts: true, .. } => super::tls::HSTS_LINE,
+            _ => b"",
+        }
+    }
+}
+
 /// Serves `stream` until the client or the proxy ends it.
 pub async fn serve(
     stream: TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    ctx: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) {
+    serve_over(stream, Over::Plain, peer, slot, ctx, stop).await
+}
+
+/// Serves `stream`, reached `over` plain TCP or TLS, until the client or the proxy ends it.
+pub(super) async fn serve_over<S: ClientStream>(
+    stream: S,
+    over: Over,
     peer: SocketAddr,
     slot: OwnedSemaphorePermit,
     ctx: Arc<Shared>,
@@ -60,6 +115,7 @@ pub async fn serve(
 ) {
     let mut front = Front {
         stream,
+        over,
         input: BytesMut::with_capacity(READ_CHUNK),
         output: Vec::with_capacity(512),
         upstream_head: Vec::with_capacity(512),
@@ -135,8 +191,9 @@ impl Drop for Kept {
     }
 }
 
-struct Front {
-    stream: TcpStream,
+struct Front<S> {
+    stream: S,
+    over: Over,
     /// What the client sent that is not served yet.
     input: BytesMut,
     /// What goes to the client next: an answer's head, with its body when it came whole.
@@ -162,11 +219,11 @@ struct Front {
     ctx: Arc<Shared>,
 }
 
-impl Front {
+impl<S: ClientStream> Front<S> {
     fn no_delay(&mut self) {
         if !self.nodelay {
             self.nodelay = true;
-            let _ = self.stream.set_nodelay(true);
+            self.stream.no_delay();
         }
     }
 
@@ -266,7 +323,17 @@ impl Front {
         // The route: which service, and the path its release is sent.
         let mut no_route = None;
         let mut json = false;
+        let mut misdirected = false;
         let forwarded = self.ctx.router.with(|router| {
+            if let Over::Tls { sni: Some(sni), .. } = &self.over {
+                // Another host than the one TLS was set up for: hyper answers 421.
+                misdirected = router.by_host
+                    && !super::router::host_name_bytes(host.unwrap_or(b""))
+                        .eq_ignore_ascii_case(sni.as_bytes());
+                if misdirected {
+                    return String::new();
+                }
+            }
             match router.pick(host.unwrap_or(b""), target.as_bytes()) {
                 Picked::Route(route) => {
                     if self.service.as_ref().map(|s| s.id) != Some(route.service.id) {
@@ -286,6 +353,9 @@ impl Front {
                 }
             }
         });
+        if misdirected {
+            return Examined::Other;
+        }
         let begun = match (&no_route, &self.service) {
             (None, Some(service)) => service
                 .access
@@ -339,7 +409,10 @@ impl Front {
             out.extend_from_slice(b", ");
         }
         push_ip(out, self.peer.ip());
-        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n\r\n");
+        out.extend_from_slice(match self.over {
+            Over::Plain => b"\r\nx-forwarded-proto: http\r\n\r\n".as_slice(),
+            Over::Tls { .. } => b"\r\nx-forwarded-proto: https\r\n\r\n".as_slice(),
+        });
         let asked = Asked {
             head: method == "HEAD",
             safe: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE"),
@@ -460,10 +533,17 @@ impl Front {
                 .as_ref()
                 .zip(target.header_value.as_ref());
             let output = &mut self.output;
+            let always = self.over.always();
             let mut said_last = false;
             let result = relay::exchange(kept, port, &self.upstream_head, asked.safe, |buffer| {
                 said_last = last();
-                answer_head(buffer, asked.head, said_last, version_header, output)
+                let wrote = Written {
+                    head_request: asked.head,
+                    last: said_last,
+                    version_header,
+                    always,
+                };
+                answer_head(buffer, &wrote, output)
             })
             .await;
             if let Some(sent) = sent {
@@ -564,7 +644,11 @@ impl Front {
             }
         }
         self.output.clear();
-        true
+        // TLS may hold records its socket would not take yet (a no-op on plain TCP).
+        matches!(
+            tokio::time::timeout(idle, self.stream.flush()).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Answers with rollgate's own words (no release did), a line of text.
@@ -598,6 +682,7 @@ impl Front {
             out.extend_from_slice(b"\r\n");
         }
         push_date(out);
+        out.extend_from_slice(self.over.always());
         if close {
             out.extend_from_slice(b"connection: close\r\n");
         }
@@ -610,6 +695,7 @@ impl Front {
     async fn hand_to_hyper(self, slot: OwnedSemaphorePermit, mut stop: watch::Receiver<bool>) {
         let Front {
             stream,
+            over,
             input,
             peer,
             ctx,
@@ -621,10 +707,19 @@ impl Front {
             .header_read_timeout(ctx.header_read_timeout)
             .max_buf_size(ctx.max_header_bytes.max(MIN_HEADER_BYTES))
             .keep_alive(true);
-        let client = Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx));
+        let mut client = forward::Client::new(peer, Arc::new(slot), &ctx);
+        let hsts = match &over {
+            Over::Plain => false,
+            Over::Tls { sni, hsts } => {
+                client = client.over_tls(sni.as_deref());
+                *hsts
+            }
+        };
+        let client = Arc::new(client);
         let write_idle = client.write_idle.clone();
-        let service =
-            service_fn(move |request| forward::handle(request, ctx.clone(), client.clone()));
+        let service = service_fn(move |request| {
+            super::tls::with_hsts(forward::handle(request, ctx.clone(), client.clone()), hsts)
+        });
         let io = Prefixed {
             prefix: input,
             stream,
@@ -713,13 +808,32 @@ impl Passing {
 /// out, the framing written anew, `Date` if the release sent none (RFC 9110 §6.6.1), the
 /// version header if asked, `connection: close` if the client asked to close. None while the
 /// head is not whole.
+/// What an answer's head is written for, besides the release's own head.
+struct Written<'a> {
+    /// The request was a HEAD.
+    head_request: bool,
+    /// This answer is the connection's last.
+    last: bool,
+    /// The version header, when asked for.
+    version_header: Option<(
+        &'a hyper::header::HeaderName,
+        &'a hyper::header::HeaderValue,
+    )>,
+    /// Header lines every answer carries (HSTS); the release's own of the same name go.
+    always: &'a [u8],
+}
+
 fn answer_head(
     buffer: &mut BytesMut,
-    head_request: bool,
-    last: bool,
-    version_header: Option<(&hyper::header::HeaderName, &hyper::header::HeaderValue)>,
+    wrote: &Written<'_>,
     out: &mut Vec<u8>,
 ) -> Result<Option<Answer>, Failure> {
+    let Written {
+        head_request,
+        last,
+        version_header,
+        always,
+    } = *wrote;
     loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut answer = httparse::Response::new(&mut slots);
@@ -762,6 +876,7 @@ fn answer_head(
                 || ((framing.is_some() || status == 204)
                     && name.eq_ignore_ascii_case("content-length"))
                 || version_header.is_some_and(|(n, _)| name.eq_ignore_ascii_case(n.as_str()))
+                || (!always.is_empty() && name.eq_ignore_ascii_case("strict-transport-security"))
                 || named
                     .iter()
                     .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
@@ -787,6 +902,7 @@ fn answer_head(
         if let Some((name, value)) = version_header {
             push_header(out, name.as_str().as_bytes(), value.as_bytes());
         }
+        out.extend_from_slice(always);
         if last {
             out.extend_from_slice(b"connection: close\r\n");
         }
@@ -874,15 +990,15 @@ fn push_date(out: &mut Vec<u8>) {
 /// The client connection as hyper is given it: the bytes already read first, then the socket.
 /// A write the client takes nothing of for `write_idle` fails (a client that stops reading
 /// must not hold its slot forever; an upgrade raises it to the tunnel's idle time).
-struct Prefixed {
+struct Prefixed<S> {
     prefix: BytesMut,
-    stream: TcpStream,
+    stream: S,
     write_idle: Arc<AtomicU64>,
     /// Armed while a write waits for the client.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl Prefixed {
+impl<S: ClientStream> Prefixed<S> {
     /// A pending write arms the idle timer; progress disarms it.
     fn watch_write(
         &mut self,
@@ -907,7 +1023,7 @@ impl Prefixed {
     }
 }
 
-impl AsyncRead for Prefixed {
+impl<S: ClientStream> AsyncRead for Prefixed<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -924,7 +1040,7 @@ impl AsyncRead for Prefixed {
     }
 }
 
-impl AsyncWrite for Prefixed {
+impl<S: ClientStream> AsyncWrite for Prefixed<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -963,11 +1079,26 @@ mod tests {
     use super::*;
 
     fn rewritten(text: &str, head: bool, close: bool) -> (String, Option<Framing>, String) {
+        rewritten_with(text, head, close, b"")
+    }
+
+    fn rewritten_with(
+        text: &str,
+        head_request: bool,
+        last: bool,
+        always: &[u8],
+    ) -> (String, Option<Framing>, String) {
         let mut buffer = BytesMut::from(text.as_bytes());
         let name = hyper::header::HeaderName::from_static("x-release");
         let value = hyper::header::HeaderValue::from_static("v2");
         let mut out = Vec::new();
-        let answer = answer_head(&mut buffer, head, close, Some((&name, &value)), &mut out)
+        let wrote = Written {
+            head_request,
+            last,
+            version_header: Some((&name, &value)),
+            always,
+        };
+        let answer = answer_head(&mut buffer, &wrote, &mut out)
             .ok()
             .flatten()
             .unwrap();
@@ -976,6 +1107,30 @@ mod tests {
             answer.framing,
             String::from_utf8(buffer.to_vec()).unwrap(),
         )
+    }
+
+    #[test]
+    fn over_tls_with_hsts_every_answer_says_it_once_in_rollgates_words() {
+        let (head, _, _) = rewritten_with(
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nStrict-Transport-Security: max-age=5\r\ndate: x\r\n\r\n",
+            false,
+            false,
+            crate::proxy::tls::HSTS_LINE,
+        );
+        assert_eq!(
+            head,
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\ndate: x\r\nx-release: v2\r\nstrict-transport-security: max-age=31536000\r\n\r\n"
+        );
+        // Without HSTS the release's own header passes as it is.
+        let (head, _, _) = rewritten(
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nStrict-Transport-Security: max-age=5\r\ndate: x\r\n\r\n",
+            false,
+            false,
+        );
+        assert!(
+            head.contains("Strict-Transport-Security: max-age=5\r\n"),
+            "{head}"
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 
 use super::forward::{self, Shared};
-use super::MIN_HEADER_BYTES;
+use super::front;
 
 /// The name that serves clients no other certificate covers.
 pub const DEFAULT_NAME: &str = "default";
@@ -56,6 +56,23 @@ const H2_MAX_PENDING_RESETS: usize = 20;
 const H2_MAX_LOCAL_RESETS: usize = 1024;
 /// `Strict-Transport-Security` with `--hsts`: a year, as the HSTS preload list asks.
 const HSTS: &str = "max-age=31536000";
+/// The same as a header line, as `front.rs` writes it into an answer's head.
+pub(super) const HSTS_LINE: &[u8] = b"strict-transport-security: max-age=31536000\r\n";
+
+/// `answer` with `Strict-Transport-Security` set when `hsts` (hyper's side of a TLS
+/// connection; `front.rs` writes [`HSTS_LINE`] itself).
+pub(super) async fn with_hsts<E>(
+    answer: impl std::future::Future<Output = Result<Response<forward::Body>, E>>,
+    hsts: bool,
+) -> Result<Response<forward::Body>, E> {
+    let mut response = answer.await?;
+    if hsts {
+        response
+            .headers_mut()
+            .insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
+    }
+    Ok(response)
+}
 
 /// `NAME=CERT,KEY` from the command line (or the config file).
 #[derive(Debug, Clone, PartialEq)]
@@ -658,43 +675,34 @@ pub async fn serve(
     }
     let h2 = alpn == Some(b"h2".as_slice());
     let sni = tls.get_ref().1.server_name().map(str::to_string);
+    if !h2 {
+        // HTTP/1.1: the path plain connections take (`front.rs`), hyper for what it does not
+        // serve itself.
+        let over = front::Over::Tls {
+            sni: sni.map(|name| name.to_ascii_lowercase()),
+            hsts,
+        };
+        return front::serve_over(tls, over, peer, slot, ctx, stop).await;
+    }
     let client =
         Arc::new(forward::Client::new(peer, Arc::new(slot), &ctx).over_tls(sni.as_deref()));
     let service_ctx = ctx.clone();
     let service = service_fn(move |request| {
-        let answer = forward::handle(request, service_ctx.clone(), client.clone());
-        async move {
-            let mut response = answer.await?;
-            if hsts {
-                response
-                    .headers_mut()
-                    .insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
-            }
-            Ok::<_, std::convert::Infallible>(response)
-        }
+        with_hsts(
+            forward::handle(request, service_ctx.clone(), client.clone()),
+            hsts,
+        )
     });
-    let io = TokioIo::new(tls);
-    if h2 {
-        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            .max_concurrent_streams(H2_MAX_STREAMS)
-            .max_header_list_size(u32::try_from(ctx.max_header_bytes).unwrap_or(u32::MAX))
-            .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
-            .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
-            .keep_alive_interval(None);
-        let connection = builder.serve_connection(io, service);
-        serve_until_stopped!(connection, stop);
-    } else {
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(ctx.header_read_timeout)
-            .max_buf_size(ctx.max_header_bytes.max(MIN_HEADER_BYTES))
-            .keep_alive(true);
-        let connection = builder.serve_connection(io, service).with_upgrades();
-        serve_until_stopped!(connection, stop);
-    }
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(u32::try_from(ctx.max_header_bytes).unwrap_or(u32::MAX))
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
+        .keep_alive_interval(None);
+    let connection = builder.serve_connection(TokioIo::new(tls), service);
+    serve_until_stopped!(connection, stop);
 }
 
 /// Why a handshake failed, in the words of [`HANDSHAKE_FAILURES`].

@@ -443,6 +443,25 @@ fn plain_http_is_redirected_to_https_with_the_host_and_path() {
         "{answer}"
     );
     assert!(answer.contains("v1"), "{answer}");
+    // HTTP/1.1 over TLS (rollgate's own path, not hyper's) says it once on each answer of a
+    // kept connection.
+    let out = Command::new("curl")
+        .args(["-sS", "--http1.1", "-D", "-", "--cacert"])
+        .arg(ca.pem())
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", proxy.tls)])
+        .arg(format!("https://a.test:{}/one", proxy.tls))
+        .arg(format!("https://a.test:{}/two", proxy.tls))
+        .output()
+        .unwrap();
+    let answers = text(&out).to_lowercase();
+    assert_eq!(
+        answers
+            .matches("strict-transport-security: max-age=31536000\r\n")
+            .count(),
+        2,
+        "{answers}"
+    );
+    assert_eq!(answers.matches("http/1.1 200").count(), 2, "{answers}");
 }
 
 #[test]
@@ -743,7 +762,7 @@ fn deploys_under_h2_load_fail_no_request() {
 }
 
 #[test]
-fn an_h2_request_reaches_the_release_as_http1_with_its_host_and_https_said() {
+fn a_request_over_h2_or_http1_reaches_the_release_as_http1_with_its_host_and_https_said() {
     use std::io::{BufRead, BufReader, Write};
     let site = Site::new();
     // A stand-in release: it keeps the head of the request it gets.
@@ -756,42 +775,59 @@ fn an_h2_request_reaches_the_release_as_http1_with_its_host_and_https_said() {
             r#"{{"service":"edge-svc","version":"v1","port":{port},"pid":1,"start_time":0,"promoted_at":0}}"#
         ),
     );
-    let head = std::thread::spawn(move || {
-        let (stream, _) = upstream.accept().unwrap();
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" || line.is_empty() {
-                break;
+    // One request a protocol, each on a connection of its own (the answer closes it).
+    let heads = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        for _ in 0..2 {
+            let (stream, _) = upstream.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push_str(&line.to_lowercase());
             }
-            head.push_str(&line.to_lowercase());
+            let mut writer = stream;
+            writer
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
+                .unwrap();
+            heads.push(head);
         }
-        let mut writer = stream;
-        writer
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n")
-            .unwrap();
-        head
+        heads
     });
     let certs = tempfile::tempdir().unwrap();
     let ca = Ca::new(certs.path(), "ca");
     let a = ca.leaf("a.test", "a");
     let proxy = TlsProxy::start(&site, &[cert_arg("a.test", &a)], &[]);
-    let out = curl(&ca.pem(), "a.test", proxy.tls, "/p?q=1", &["--http2"]);
-    assert!(
-        text(&out).ends_with("\n2 200"),
-        "{}{}",
-        text(&out),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let head = head.join().unwrap();
-    assert!(head.starts_with("get /p?q=1 http/1.1\r\n"), "{head}");
-    assert!(
-        head.contains(&format!("host: a.test:{}\r\n", proxy.tls)),
-        "{head}"
-    );
-    assert!(head.contains("x-forwarded-proto: https\r\n"), "{head}");
+    for (http, said) in [("--http2", "\n2 200"), ("--http1.1", "\n1.1 200")] {
+        // A client's own claim is replaced, not passed on.
+        let claim = ["-H", "X-Forwarded-Proto: http"];
+        let out = curl(
+            &ca.pem(),
+            "a.test",
+            proxy.tls,
+            "/p?q=1",
+            &[http, claim[0], claim[1]],
+        );
+        assert!(
+            text(&out).ends_with(said),
+            "{http}: {}{}",
+            text(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for head in heads.join().unwrap() {
+        assert!(head.starts_with("get /p?q=1 http/1.1\r\n"), "{head}");
+        assert!(
+            head.contains(&format!("host: a.test:{}\r\n", proxy.tls)),
+            "{head}"
+        );
+        assert!(head.contains("x-forwarded-proto: https\r\n"), "{head}");
+        assert_eq!(head.matches("x-forwarded-proto").count(), 1, "{head}");
+    }
 }
 
 #[test]
