@@ -479,10 +479,14 @@ fn the_proxy_serves_on_as_many_threads_as_asked() {
     let port = free_port();
     assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
     let proxy = Proxy::start(&site, &["--threads", "3"]);
-    let threads = std::fs::read_dir(format!("/proc/{}/task", proxy.child.id()))
-        .unwrap()
-        .count();
-    assert!(threads >= 3, "{threads} thread(s)");
+    // The serving threads may still be starting when the control socket first answers (seen
+    // with twelve tests at once on two cores): the count is waited for, not read once.
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", proxy.child.id()))
+            .unwrap()
+            .count()
+    };
+    assert!(wait_for(10, || threads() >= 3), "{} thread(s)", threads());
     // Each thread has its own listener on the port; every connection gets an answer.
     for _ in 0..12 {
         let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
