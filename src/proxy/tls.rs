@@ -816,6 +816,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn both_paths_say_the_same_hsts() {
+        assert_eq!(
+            HSTS_LINE,
+            format!("{STRICT_TRANSPORT_SECURITY}: {HSTS}\r\n").as_bytes()
+        );
+    }
+
+    #[test]
     fn a_cert_setting_is_read_and_a_bad_one_says_what_is_allowed() {
         let spec: CertSpec = "Edge.Example.com=/c.pem,/k.pem".parse().unwrap();
         assert_eq!(spec.name, "edge.example.com");
