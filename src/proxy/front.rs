@@ -58,38 +58,44 @@ const READ_CHUNK: usize = 4096;
 
 /// A client connection as this path reads and writes it: a TCP socket, or TLS over one.
 pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// A write may leave bytes inside the stream (TLS records its socket did not take yet):
+    /// each answer is flushed. Plain TCP holds nothing back.
+    const HOLDS_WRITES: bool;
+
     /// Turns Nagle off on the socket underneath.
     fn no_delay(&self);
 }
 
 impl ClientStream for TcpStream {
+    const HOLDS_WRITES: bool = false;
+
     fn no_delay(&self) {
         let _ = self.set_nodelay(true);
     }
 }
 
 impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    const HOLDS_WRITES: bool = true;
+
     fn no_delay(&self) {
         let _ = self.get_ref().0.set_nodelay(true);
     }
 }
 
 /// How the client reached the proxy.
-#[derive(Clone, Default)]
 pub(super) enum Over {
-    #[default]
     Plain,
     /// TLS: the name its handshake asked for (lowercase), and whether answers say HSTS.
-    Tls { sni: Option<String>, hsts: bool },
+    Tls {
+        sni: Option<String>,
+        hsts: bool,
+    },
 }
 
 impl Over {
-    /// Headers every answer on this connection carries (`Strict-Transport-Security`).
-    fn always(&self) -> &'static [u8] {
-        match self {
-            Over::Tls { hsts: true, .. } => super::tls::HSTS_LINE,
-            _ => b"",
-        }
+    /// Every answer on this connection carries `Strict-Transport-Security`.
+    fn hsts(&self) -> bool {
+        matches!(self, Over::Tls { hsts: true, .. })
     }
 }
 
@@ -533,7 +539,7 @@ impl<S: ClientStream> Front<S> {
                 .as_ref()
                 .zip(target.header_value.as_ref());
             let output = &mut self.output;
-            let always = self.over.always();
+            let hsts = self.over.hsts();
             let mut said_last = false;
             let result = relay::exchange(kept, port, &self.upstream_head, asked.safe, |buffer| {
                 said_last = last();
@@ -541,7 +547,7 @@ impl<S: ClientStream> Front<S> {
                     head_request: asked.head,
                     last: said_last,
                     version_header,
-                    always,
+                    hsts,
                 };
                 answer_head(buffer, &wrote, output)
             })
@@ -644,11 +650,11 @@ impl<S: ClientStream> Front<S> {
             }
         }
         self.output.clear();
-        // TLS may hold records its socket would not take yet (a no-op on plain TCP).
-        matches!(
-            tokio::time::timeout(idle, self.stream.flush()).await,
-            Ok(Ok(()))
-        )
+        !S::HOLDS_WRITES
+            || matches!(
+                tokio::time::timeout(idle, self.stream.flush()).await,
+                Ok(Ok(()))
+            )
     }
 
     /// Answers with rollgate's own words (no release did), a line of text.
@@ -682,7 +688,9 @@ impl<S: ClientStream> Front<S> {
             out.extend_from_slice(b"\r\n");
         }
         push_date(out);
-        out.extend_from_slice(self.over.always());
+        if self.over.hsts() {
+            out.extend_from_slice(super::tls::HSTS_LINE);
+        }
         if close {
             out.extend_from_slice(b"connection: close\r\n");
         }
@@ -803,11 +811,6 @@ impl Passing {
     }
 }
 
-/// Parses the release's final answer head off the front of `buffer` (skipping 1xx answers
-/// before it) and writes it into `out` as the client is sent it: HTTP/1.1, hop-by-hop headers
-/// out, the framing written anew, `Date` if the release sent none (RFC 9110 §6.6.1), the
-/// version header if asked, `connection: close` if the client asked to close. None while the
-/// head is not whole.
 /// What an answer's head is written for, besides the release's own head.
 struct Written<'a> {
     /// The request was a HEAD.
@@ -819,10 +822,15 @@ struct Written<'a> {
         &'a hyper::header::HeaderName,
         &'a hyper::header::HeaderValue,
     )>,
-    /// Header lines every answer carries (HSTS); the release's own of the same name go.
-    always: &'a [u8],
+    /// The answer says `Strict-Transport-Security` in rollgate's words (the release's own goes).
+    hsts: bool,
 }
 
+/// Parses the release's final answer head off the front of `buffer` (skipping 1xx answers
+/// before it) and writes it into `out` as the client is sent it: HTTP/1.1, hop-by-hop headers
+/// out, the framing written anew, `Date` if the release sent none (RFC 9110 §6.6.1), the
+/// version header if asked, `connection: close` if the client asked to close. None while the
+/// head is not whole.
 fn answer_head(
     buffer: &mut BytesMut,
     wrote: &Written<'_>,
@@ -832,7 +840,7 @@ fn answer_head(
         head_request,
         last,
         version_header,
-        always,
+        hsts,
     } = *wrote;
     loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -876,7 +884,7 @@ fn answer_head(
                 || ((framing.is_some() || status == 204)
                     && name.eq_ignore_ascii_case("content-length"))
                 || version_header.is_some_and(|(n, _)| name.eq_ignore_ascii_case(n.as_str()))
-                || (!always.is_empty() && name.eq_ignore_ascii_case("strict-transport-security"))
+                || (hsts && name.eq_ignore_ascii_case("strict-transport-security"))
                 || named
                     .iter()
                     .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
@@ -902,7 +910,9 @@ fn answer_head(
         if let Some((name, value)) = version_header {
             push_header(out, name.as_str().as_bytes(), value.as_bytes());
         }
-        out.extend_from_slice(always);
+        if hsts {
+            out.extend_from_slice(super::tls::HSTS_LINE);
+        }
         if last {
             out.extend_from_slice(b"connection: close\r\n");
         }
@@ -1079,14 +1089,14 @@ mod tests {
     use super::*;
 
     fn rewritten(text: &str, head: bool, close: bool) -> (String, Option<Framing>, String) {
-        rewritten_with(text, head, close, b"")
+        rewritten_with(text, head, close, false)
     }
 
     fn rewritten_with(
         text: &str,
         head_request: bool,
         last: bool,
-        always: &[u8],
+        hsts: bool,
     ) -> (String, Option<Framing>, String) {
         let mut buffer = BytesMut::from(text.as_bytes());
         let name = hyper::header::HeaderName::from_static("x-release");
@@ -1096,7 +1106,7 @@ mod tests {
             head_request,
             last,
             version_header: Some((&name, &value)),
-            always,
+            hsts,
         };
         let answer = answer_head(&mut buffer, &wrote, &mut out)
             .ok()
@@ -1115,7 +1125,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nStrict-Transport-Security: max-age=5\r\ndate: x\r\n\r\n",
             false,
             false,
-            crate::proxy::tls::HSTS_LINE,
+            true,
         );
         assert_eq!(
             head,
