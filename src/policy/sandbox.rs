@@ -243,7 +243,6 @@ where
     }
     cap_address_space();
     let stack_bytes = evaluation_stack_bytes();
-    tune_allocator_for_one_shot();
     let mut file = std::fs::File::from(writer);
     // The evaluation runs on a fresh large stack in this same thread (no thread to start and
     // join), and the answer leaves from that stack: the pipe is closed, handing the parent its
@@ -293,22 +292,6 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
 }
-
-/// The child allocates for one evaluation and exits, so glibc's malloc is set for that: the
-/// heap grows in large steps (one `brk` per 16 MiB, not one per page run) and nothing is handed
-/// back to the kernel before exit.
-#[cfg(target_env = "gnu")]
-fn tune_allocator_for_one_shot() {
-    // SAFETY: mallopt only changes malloc's parameters; no allocation is in flight in this
-    // single-threaded child.
-    unsafe {
-        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
-}
-
-#[cfg(not(target_env = "gnu"))]
-fn tune_allocator_for_one_shot() {}
 
 /// Evaluators that answered and are still exiting: the kernel frees their memory (about a
 /// millisecond for a small policy) while the parent goes on. Reaped by the next evaluation or
