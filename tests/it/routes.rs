@@ -524,7 +524,7 @@ impl ServiceLoad {
 }
 
 /// A rollout policy of four replicas, a canary of one, with traffic analysis.
-/// The canaries are judged on their errors: the latency bound is wide (3x, the default 1.2x),
+/// The canaries are judged on their errors: the latency bound is wide (3x; the default is 1.2x),
 /// because three rollouts, twelve replicas and a proxy on a loaded 2-core test box make a fresh
 /// identical canary's p99 up to 1.4x the warm baseline's (seen twice in session 23). The
 /// latency judge has its own tests in analysis.rs.
