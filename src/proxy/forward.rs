@@ -316,10 +316,7 @@ async fn answer(
         ctx.router
             .with(|router| match router.pick(host, path.as_bytes()) {
                 Picked::Route(route) => {
-                    let misdirected = router.by_host
-                        && client.sni.as_deref().is_some_and(|sni| {
-                            !router::host_name_bytes(host).eq_ignore_ascii_case(sni.as_bytes())
-                        });
+                    let misdirected = router.misdirected(host, client.sni.as_deref());
                     let forwarded = route.forwarded(path);
                     let changed = (forwarded != path).then(|| forwarded.into_owned());
                     if let Some(log) = route

@@ -331,11 +331,9 @@ impl<S: ClientStream> Front<S> {
         let mut json = false;
         let mut misdirected = false;
         let forwarded = self.ctx.router.with(|router| {
-            if let Over::Tls { sni: Some(sni), .. } = &self.over {
+            if let Over::Tls { sni, .. } = &self.over {
                 // Another host than the one TLS was set up for: hyper answers 421.
-                misdirected = router.by_host
-                    && !super::router::host_name_bytes(host.unwrap_or(b""))
-                        .eq_ignore_ascii_case(sni.as_bytes());
+                misdirected = router.misdirected(host.unwrap_or(b""), sni.as_deref());
                 if misdirected {
                     return String::new();
                 }

@@ -188,6 +188,14 @@ impl Router {
         }
     }
 
+    /// Whether a request for `host` on a TLS connection set up for `sni` (lowercase) belongs on
+    /// another connection (421, RFC 9110 §15.5.20): only where routes go by host name, since
+    /// `--root` serves every name alike.
+    pub fn misdirected(&self, host: &[u8], sni: Option<&str>) -> bool {
+        self.by_host
+            && sni.is_some_and(|sni| !host_name_bytes(host).eq_ignore_ascii_case(sni.as_bytes()))
+    }
+
     /// Every service of this configuration, each once.
     pub fn services(&self) -> Vec<Arc<Service>> {
         let mut services: Vec<Arc<Service>> = Vec::new();
