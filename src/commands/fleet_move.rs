@@ -10,7 +10,7 @@
 //! root it is about to lock, not by the play from a `stat` made a moment before.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{deploy, rollout};
 use crate::engine::{settings, Outcome};
@@ -46,8 +46,8 @@ pub enum Way {
 }
 
 /// A rollout where the root runs replicas or the inventory says it will; a deploy otherwise.
-pub fn way(root: &Path, replicas: bool) -> Way {
-    if replicas || Root::new(root.to_path_buf()).replicas_path().exists() {
+pub fn way(root: &Root, replicas: bool) -> Way {
+    if replicas || root.replicas_path().exists() {
         Way::Rollout
     } else {
         Way::Deploy
@@ -59,7 +59,7 @@ pub fn way(root: &Path, replicas: bool) -> Way {
 /// written; its entry is checked by the contract as any `--policy` file is.
 pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
     let root = Root::existing(request.root.clone())?;
-    let way = way(&root.0, request.replicas);
+    let way = way(&root, request.replicas);
     if let (Way::Rollout, Some(port)) = (way, request.port) {
         return Err(refused(format!(
             "{} is moved by a rollout (it runs replicas), whose replicas take a range: give --ports A-B (the inventory's rollgate_ports), not --port {port}",
@@ -148,10 +148,11 @@ mod tests {
     #[test]
     fn a_root_with_a_pool_or_the_flag_is_rolled_out_any_other_deployed() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(way(dir.path(), false), Way::Deploy);
-        assert_eq!(way(dir.path(), true), Way::Rollout);
+        let root = Root::new(dir.path().to_path_buf());
+        assert_eq!(way(&root, false), Way::Deploy);
+        assert_eq!(way(&root, true), Way::Rollout);
         std::fs::write(dir.path().join("replicas.json"), "{}").unwrap();
-        assert_eq!(way(dir.path(), false), Way::Rollout);
+        assert_eq!(way(&root, false), Way::Rollout);
     }
 
     #[test]
