@@ -162,6 +162,9 @@ pub const ANALYSIS_CONFIDENCE: f64 = 0.99;
 pub const ANALYSIS_INTERVAL_MS: u64 = 5000;
 /// How much longer the judge looks when a soak ends inconclusive (two more looks).
 pub const ANALYSIS_INCONCLUSIVE_WAIT_MS: u64 = 10_000;
+/// No warm-up unless a policy asks for one, as Argo Rollouts' `initialDelay` and Kayenta's
+/// warm-up period: a busy service's first seconds are a small share of a soak's requests.
+pub const ANALYSIS_WARMUP_MS: u64 = 0;
 
 /// `docs/policy.md`'s table of policy fields: what each is for, its range and its default.
 // Long on purpose: a table, one row per policy field, in the order docs/policy.md shows them.
@@ -305,9 +308,9 @@ pub fn policy_table() -> String {
         ),
         (
             "analysis",
-            "min_requests (1-10000000), max_error_increase_pct (0-100), max_latency_ratio (1-100), latency_quantile (0.5-0.999), confidence (0.5-0.999999), interval_ms (500-600000), on_fail ('pause, 'rollback), on_inconclusive ('pass, 'pause), inconclusive_wait_ms (0-3600000)".into(),
+            "min_requests (1-10000000), max_error_increase_pct (0-100), max_latency_ratio (1-100), latency_quantile (0.5-0.999), confidence (0.5-0.999999), interval_ms (500-600000), on_fail ('pause, 'rollback), on_inconclusive ('pass, 'pause), inconclusive_wait_ms (0-3600000), warmup_ms (0-3600000)".into(),
             format!(
-                "none (no traffic judge); min_requests {ANALYSIS_MIN_REQUESTS}, max_error_increase_pct {ANALYSIS_MAX_ERROR_INCREASE_PCT}, max_latency_ratio {ANALYSIS_MAX_LATENCY_RATIO}, latency_quantile {ANALYSIS_LATENCY_QUANTILE}, confidence {ANALYSIS_CONFIDENCE}, interval_ms {ANALYSIS_INTERVAL_MS}, on_fail 'pause, on_inconclusive 'pass, inconclusive_wait_ms {ANALYSIS_INCONCLUSIVE_WAIT_MS}"
+                "none (no traffic judge); min_requests {ANALYSIS_MIN_REQUESTS}, max_error_increase_pct {ANALYSIS_MAX_ERROR_INCREASE_PCT}, max_latency_ratio {ANALYSIS_MAX_LATENCY_RATIO}, latency_quantile {ANALYSIS_LATENCY_QUANTILE}, confidence {ANALYSIS_CONFIDENCE}, interval_ms {ANALYSIS_INTERVAL_MS}, on_fail 'pause, on_inconclusive 'pass, inconclusive_wait_ms {ANALYSIS_INCONCLUSIVE_WAIT_MS}, warmup_ms {ANALYSIS_WARMUP_MS}"
             ),
             "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
         ),

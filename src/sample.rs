@@ -89,6 +89,9 @@ pub struct SampleArgs {
     /// Answer every user request (not readiness) this much later.
     #[arg(long, default_value_t = 0)]
     pub added_latency_ms: u64,
+    /// With --added-latency-ms: only for this long from the first user request (a cold start).
+    #[arg(long)]
+    pub slow_for_ms: Option<u64>,
 }
 
 fn share(text: &str) -> Result<f64, String> {
@@ -484,11 +487,15 @@ async fn answer(
                     std::hint::spin_loop();
                 }
             }
-            let delay = args.response_delay_ms + args.added_latency_ms;
+            let n = USER_REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let first = *FIRST_USER_REQUEST.get_or_init(Instant::now);
+            let cold = args
+                .slow_for_ms
+                .is_none_or(|ms| first.elapsed() < Duration::from_millis(ms));
+            let delay = args.response_delay_ms + if cold { args.added_latency_ms } else { 0 };
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
-            let n = USER_REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut response = if is_an_error(n, args.error_rate) {
                 reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -506,6 +513,9 @@ async fn answer(
         }
     })
 }
+
+/// When the first user request came (`--slow-for-ms` counts from it).
+static FIRST_USER_REQUEST: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 /// Said on an answer to a request that had a body: how many bytes of it the service read.
 pub const REQUEST_BODY_BYTES: &str = "x-request-body-bytes";

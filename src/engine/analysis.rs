@@ -57,6 +57,11 @@ pub struct Analysis {
     /// traffic), before `on_inconclusive` applies; a conclusive look ends the wait.
     #[serde(default = "wait")]
     pub inconclusive_wait_ms: u64,
+    /// How long after each soak starts the judge begins counting: a canary's first requests
+    /// (new connections, a cold process) are not what it will serve, and against a warm
+    /// baseline they make an identical release look slower. Both sides' counts start after it.
+    #[serde(default)]
+    pub warmup_ms: u64,
 }
 
 fn pass() -> OnInconclusive {
@@ -79,6 +84,7 @@ impl Default for Analysis {
             on_fail: OnFail::Pause,
             on_inconclusive: OnInconclusive::Pass,
             inconclusive_wait_ms: defaults::ANALYSIS_INCONCLUSIVE_WAIT_MS,
+            warmup_ms: defaults::ANALYSIS_WARMUP_MS,
         }
     }
 }
@@ -182,27 +188,40 @@ impl Analysis {
                 0,
                 3_600_000,
             )?,
+            warmup_ms: whole("warmup_ms", asked.warmup_ms, d.warmup_ms, 0, 3_600_000)?,
         })
     }
 
     /// The significance each look's test is held to, for a soak of `window_ms` (the looks of
-    /// the wait after an inconclusive end count too).
+    /// the wait after an inconclusive end count too; the warm-up's do not: nothing is judged).
     pub fn alpha_per_test(&self, window_ms: u64) -> f64 {
-        let looks = looks(window_ms + self.inconclusive_wait_ms, self.interval_ms);
-        (1.0 - self.confidence) / (2.0 * looks as f64)
+        (1.0 - self.confidence) / (2.0 * self.looks(window_ms) as f64)
+    }
+
+    /// How many looks a soak of `window_ms` gets: one per interval after the warm-up, and
+    /// those of the wait after an inconclusive end.
+    fn looks(&self, window_ms: u64) -> u64 {
+        looks(
+            window_ms.saturating_sub(self.warmup_ms) + self.inconclusive_wait_ms,
+            self.interval_ms,
+        )
     }
 
     /// One line for `--dry-run` and the rollout's plan.
     pub fn describe(&self, window_ms: u64) -> String {
         format!(
-            "analysis every {} ms against the old release serving at the same time: at least {} requests a side; fails on 5xx + failures up more than {} point(s), or p{} latency over {}x, each significant at {} confidence ({} looks, {:.1e} per test); on failure {}; inconclusive at the end: looking {} ms more, then {}",
+            "analysis every {} ms{} against the old release serving at the same time: at least {} requests a side; fails on 5xx + failures up more than {} point(s), or p{} latency over {}x, each significant at {} confidence ({} looks, {:.1e} per test); on failure {}; inconclusive at the end: looking {} ms more, then {}",
             self.interval_ms,
+            match self.warmup_ms {
+                0 => String::new(),
+                ms => format!(" after a {ms} ms warm-up"),
+            },
             self.min_requests,
             self.max_error_increase_pct,
             (self.latency_quantile * 100.0).round(),
             self.max_latency_ratio,
             self.confidence,
-            looks(window_ms + self.inconclusive_wait_ms, self.interval_ms),
+            self.looks(window_ms),
             self.alpha_per_test(window_ms),
             match self.on_fail {
                 OnFail::Pause => "pause",

@@ -252,6 +252,27 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
         (false, _) => None,
     };
     let mut end = instant_after(until);
+    // The warm-up: nothing is judged, and the window starts again when it ends (a deploy's
+    // baseline stays what the old release answered before the switch).
+    let warmup = Duration::from_millis(judging.settings.warmup_ms);
+    if !warmup.is_zero() {
+        tokio::time::sleep_until(end.min(tokio::time::Instant::now() + warmup)).await;
+        match counts(&judging.root, COUNTS_TIMEOUT).await {
+            Ok(now) => {
+                base = Some(now);
+                let rebased = format!("counts start after the {} ms warm-up", warmup.as_millis());
+                note = match (judging.baseline_before_switch, note.is_empty()) {
+                    (true, false) => format!("{note}; {rebased}"),
+                    _ => rebased,
+                };
+            }
+            Err(why) => {
+                note = format!(
+                    "the counts after the warm-up could not be read ({why}): the window holds it"
+                );
+            }
+        }
+    }
     // An inconclusive end (too little traffic) looks on for at most this long.
     let mut wait_left = Some(Duration::from_millis(judging.settings.inconclusive_wait_ms))
         .filter(|wait| !wait.is_zero());

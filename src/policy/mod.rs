@@ -161,6 +161,7 @@ pub struct AnalysisPolicy {
     pub on_fail: Option<String>,
     pub on_inconclusive: Option<String>,
     pub inconclusive_wait_ms: Option<u64>,
+    pub warmup_ms: Option<u64>,
 }
 
 /// The policy's `listen` as written; `host::listen::Spec::parse` checks it.

@@ -181,6 +181,65 @@ fn a_canary_sixty_ms_slower_is_paused_with_its_latency_in_the_reason() {
 }
 
 #[test]
+fn a_canary_slow_only_while_cold_fails_without_a_warmup_and_passes_with_one() {
+    // v2 answers 60 ms late for 1.5 s from its first request, then as fast as v1: a cold
+    // start. Judged from the soak's start, its latency is many times the baseline's, and
+    // significantly; with `warmup_ms` the window starts after the cold start and the same
+    // release passes.
+    let cold = "--added-latency-ms 60 --slow-for-ms 1500";
+    let judged = |block: u16, analysis: &str| {
+        let site = Site::new();
+        let (proxy, load) = serving(&site, block, 4, Duration::from_millis(2));
+        site.add_sample("v2", cold);
+        let out = rollout(&site, "v2", &policy(&site, 5000, analysis));
+        assert!(load.finish().iter().all(|(status, _, _)| *status == 200));
+        drop(proxy);
+        (out, verdicts(&site))
+    };
+    // The last wave has no old release beside it to judge against: no wait at its end.
+    let settings = r#""min_requests": 20, "interval_ms": 1000, "max_latency_ratio": 3,
+                      "inconclusive_wait_ms": 0"#;
+
+    let (out, seen) = judged(75, &format!("{{{settings}}}"));
+    assert_eq!(out.status.code(), Some(3), "paused: {}", said(&out));
+    let failed = seen.last().expect("an analysis line");
+    assert_eq!(failed["analysis"]["verdict"], "fail", "{failed}");
+    assert!(
+        failed["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("canary p99 "),
+        "{failed}"
+    );
+
+    let (out, seen) = judged(76, &format!("{{{settings}, \"warmup_ms\": 3000}}"));
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
+    assert!(
+        seen.iter().all(|l| l["analysis"]["verdict"] != "fail"),
+        "{seen:?}"
+    );
+    let canary_wave: Vec<&serde_json::Value> = seen.iter().filter(|l| l["wave"] == 0).collect();
+    assert!(
+        canary_wave
+            .iter()
+            .any(|l| l["analysis"]["verdict"] == "pass"),
+        "{seen:?}"
+    );
+    // The first look after the warm-up says where its counts start; no look came before it.
+    assert!(
+        canary_wave[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("counts start after the 3000 ms warm-up"),
+        "{seen:?}"
+    );
+    assert!(
+        canary_wave.len() <= 4,
+        "a soak of 5 s with a 3 s warm-up is looked at about twice: {seen:?}"
+    );
+}
+
+#[test]
 fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure() {
     let site = Site::new();
     let (proxy, load) = serving(&site, 72, 4, Duration::from_millis(2));

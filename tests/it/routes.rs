@@ -526,7 +526,8 @@ impl ServiceLoad {
 /// A rollout policy of four replicas, a canary of one, with traffic analysis.
 /// The canaries are judged on their errors: the latency bound is wide (3x; the default is 1.2x),
 /// because three rollouts, twelve replicas and a proxy on a loaded 2-core test box make a fresh
-/// identical canary's p99 up to 1.4x the warm baseline's (seen twice in session 23). The
+/// identical canary's p99 up to 1.4x the warm baseline's (seen twice in session 23), and once
+/// 3.3x when its first second was counted (session 25): the first second is a warm-up. The
 /// latency judge has its own tests in analysis.rs.
 fn analysed_policy(site: &Site, soak_ms: u64) -> PathBuf {
     write(
@@ -537,7 +538,7 @@ fn analysed_policy(site: &Site, soak_ms: u64) -> PathBuf {
                 "max_surge_pct": 100, "on_stall": "rollback", "replicas": 4, "waves": [25, 100],
                 "soak_ms": {soak_ms},
                 "analysis": {{"min_requests": 60, "interval_ms": 1000, "on_fail": "rollback",
-                              "max_latency_ratio": 3}}}}}}"#
+                              "max_latency_ratio": 3, "warmup_ms": 1000}}}}}}"#
         ),
     )
 }
