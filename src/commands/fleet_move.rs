@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use super::{deploy, rollout};
 use crate::engine::{settings, Outcome};
 use crate::error::{refused, Error};
-use crate::host::files::write_atomically;
+use crate::host::files::{read_at_most, write_atomically};
 use crate::host::state::Root;
 use crate::policy::EvalOptions;
 
@@ -127,16 +127,13 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
 
 /// The whole input, refused past `most` bytes or if it is not UTF-8.
 fn read_bounded(input: impl Read, most: u64) -> Result<String, Error> {
-    let mut bytes = Vec::new();
-    input
-        .take(most + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| refused(format!("the policy on standard input: {e}")))?;
-    if bytes.len() as u64 > most {
-        return Err(refused(format!(
-            "the policy on standard input is over {most} bytes (--max-file-bytes)"
-        )));
-    }
+    let bytes = read_at_most(input, most)
+        .map_err(|e| refused(format!("the policy on standard input: {e}")))?
+        .ok_or_else(|| {
+            refused(format!(
+                "the policy on standard input is over {most} bytes (--max-file-bytes)"
+            ))
+        })?;
     String::from_utf8(bytes)
         .map_err(|e| refused(format!("the policy on standard input is not UTF-8: {e}")))
 }

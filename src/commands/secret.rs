@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::error::{refused, Error};
 use crate::host::config::{check_secret_name, secrets_dir};
+use crate::host::files::read_at_most;
 
 /// The most a secret value may hold.
 const MAX_SECRET_BYTES: usize = 64 << 10;
@@ -38,16 +39,9 @@ fn folder(root: &Path) -> Result<std::path::PathBuf, Error> {
 /// `secret set NAME`: the value from `input` (one trailing newline dropped, so `echo` works).
 pub fn set(root: &Path, name: &str, input: &mut impl Read) -> Result<String, Error> {
     check_secret_name(name)?;
-    let mut value = Vec::new();
-    input
-        .take(MAX_SECRET_BYTES as u64 + 1)
-        .read_to_end(&mut value)
-        .map_err(|e| refused(format!("cannot read the value from standard input: {e}")))?;
-    if value.len() > MAX_SECRET_BYTES {
-        return Err(refused(format!(
-            "the value is longer than {MAX_SECRET_BYTES} bytes"
-        )));
-    }
+    let mut value = read_at_most(input, MAX_SECRET_BYTES as u64)
+        .map_err(|e| refused(format!("cannot read the value from standard input: {e}")))?
+        .ok_or_else(|| refused(format!("the value is longer than {MAX_SECRET_BYTES} bytes")))?;
     if value.ends_with(b"\n") {
         value.pop();
     }

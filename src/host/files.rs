@@ -4,7 +4,7 @@
 //! (`state`), the lock, the journal and the holder of a socket all stand on these.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -120,6 +120,14 @@ pub fn checked<T, E: std::fmt::Display>(
     })
 }
 
+/// Reads `input` to its end, but never more than `most` bytes: `None` when it held more (a
+/// pipe that would fill memory is cut there).
+pub fn read_at_most(input: impl Read, most: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    input.take(most.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= most).then_some(bytes))
+}
+
 /// A JSON file a person writes (`webhooks.json`, `trust.json`), or None when there is none.
 /// A file that does not parse is named with the line and column, what is wrong there, and
 /// `shape`: what the file holds.
@@ -174,6 +182,17 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_at_most_takes_the_limit_and_refuses_one_byte_more() {
+        let limit = [7u8; 16];
+        assert_eq!(
+            read_at_most(&limit[..], 16).unwrap().as_deref(),
+            Some(&limit[..])
+        );
+        assert_eq!(read_at_most(&[7u8; 17][..], 16).unwrap(), None);
+        assert_eq!(read_at_most(&b""[..], 0).unwrap(), Some(Vec::new()));
+    }
 
     #[test]
     fn atomic_write_replaces_whole_and_leaves_no_temporary() {

@@ -256,6 +256,28 @@ fn files_under(dir: &Path, skip: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 #[test]
+fn a_secret_of_64_kib_is_kept_and_one_byte_more_is_refused_keeping_nothing() {
+    let site = Site::new();
+    let most = "x".repeat(64 << 10);
+    let out = set_secret(&site, "big", &most);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = set_secret(&site, "bigger", &format!("{most}y"));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the value is longer than 65536 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    let secrets = site.root().join("secrets");
+    let kept: Vec<String> = std::fs::read_dir(&secrets)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept, vec!["big".to_string()]);
+    assert_eq!(std::fs::read(secrets.join("big")).unwrap().len(), 64 << 10);
+}
+
+#[test]
 fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words() {
     let site = Site::new();
     install_configurable(&site, "v1");
