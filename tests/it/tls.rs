@@ -129,7 +129,7 @@ struct TlsProxy {
 
 impl TlsProxy {
     fn start(site: &Site, certs: &[String], extra: &[&str]) -> TlsProxy {
-        TlsProxy::start_on(site, (server_port(), server_port()), certs, extra)
+        TlsProxy::start_on(site, (free_port(), free_port()), certs, extra)
     }
 
     /// A proxy on these (plain, TLS) ports (ones an ACME server was told to check), its log
@@ -195,14 +195,6 @@ fn curl(ca: &Path, host: &str, port: u16, path: &str, extra: &[&str]) -> Output 
         .expect("curl")
 }
 
-/// A port for a server a TLS test starts (the proxy, pebble and its DNS, a release): one this
-/// test process hands out once (`port_block`, below the ephemeral range), so no other test's
-/// outgoing connection or `bind(0)` takes it between the pick and the server's bind. With
-/// twelve tests at once that race was real: pebble once never came up.
-fn server_port() -> u16 {
-    port_block(1)
-}
-
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -211,7 +203,7 @@ fn text(out: &Output) -> String {
 fn live_site() -> Site {
     let site = Site::new();
     site.release("v1", "");
-    let out = site.deploy(server_port(), "v1", &[]);
+    let out = site.deploy(free_port(), "v1", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     site
 }
@@ -223,7 +215,7 @@ fn https_reaches_the_live_release_by_each_name_over_h2_and_http1() {
     let ca = Ca::new(certs.path(), "ca");
     let a = ca.leaf("a.test", "a");
     let b = ca.leaf("b.test", "b");
-    let metrics = server_port();
+    let metrics = free_port();
     let proxy = TlsProxy::start(
         &site,
         &[cert_arg("a.test", &a), cert_arg("b.test", &b)],
@@ -753,7 +745,7 @@ fn deploys_under_h2_load_fail_no_request() {
     };
     std::thread::sleep(Duration::from_millis(300));
     for version in ["v2", "v3"] {
-        let out = site.deploy(server_port(), version, &[]);
+        let out = site.deploy(free_port(), version, &[]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -995,7 +987,7 @@ impl Pebble {
     fn issuing_for(dir: &Path, http_port: u16, tls_port: u16, seconds: Option<u64>) -> Pebble {
         let ca = Ca::new(dir, "pebble-https-ca");
         let (cert, key) = ca.leaf("localhost", "pebble-https");
-        let (listen, management, dns) = (server_port(), server_port(), server_port());
+        let (listen, management, dns) = (free_port(), free_port(), free_port());
         let mut config = serde_json::json!({"pebble": {
             "listenAddress": format!("127.0.0.1:{listen}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
@@ -1021,7 +1013,7 @@ impl Pebble {
                 "-tlsalpn01",
                 "",
                 "-management",
-                &format!("127.0.0.1:{}", server_port()),
+                &format!("127.0.0.1:{}", free_port()),
             ])
             .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
             .stdout(quiet())
@@ -1132,7 +1124,7 @@ fn acme_http01_against_pebble_gets_a_certificate_per_name_and_a_restart_orders_n
     use std::os::unix::fs::PermissionsExt;
     let site = live_site();
     let work = tempfile::tempdir().unwrap();
-    let (plain, tls) = (server_port(), server_port());
+    let (plain, tls) = (free_port(), free_port());
     let pebble = Pebble::start(work.path(), plain, tls);
     let state = work.path().join("acme");
     let acme_args = |state: &Path| -> Vec<String> {
@@ -1222,7 +1214,7 @@ fn an_acme_server_that_does_not_answer_is_retried_and_said_in_status_while_files
     let work = tempfile::tempdir().unwrap();
     let ca = Ca::new(work.path(), "ca");
     let a = ca.leaf("a.test", "a");
-    let nobody = server_port();
+    let nobody = free_port();
     let proxy = TlsProxy::start(
         &site,
         &[cert_arg("a.test", &a)],
@@ -1277,7 +1269,7 @@ fn an_acme_renewal_at_two_thirds_of_the_lifetime_replaces_the_certificate_under_
 ) {
     let site = live_site();
     let work = tempfile::tempdir().unwrap();
-    let (plain, tls) = (server_port(), server_port());
+    let (plain, tls) = (free_port(), free_port());
     // Certificates that live 24 s: renewed from 16 s on.
     let pebble = Pebble::issuing_for(work.path(), plain, tls, Some(24));
     let args = pebble.proxy_args(&work.path().join("acme"), &["a.test"]);
@@ -1338,7 +1330,7 @@ fn acme_tls_alpn01_against_pebble_gets_certificates_on_the_tls_listener_alone() 
     let work = tempfile::tempdir().unwrap();
     // The plain port pebble would check HTTP-01 on is one nothing listens on: only the TLS
     // listener can answer.
-    let (unused_plain, plain, tls) = (server_port(), server_port(), server_port());
+    let (unused_plain, plain, tls) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(work.path(), unused_plain, tls);
     let mut args = pebble.proxy_args(&work.path().join("acme"), &["a.test", "b.test"]);
     args.extend(["--acme-challenge".to_string(), "tls-alpn-01".to_string()]);
@@ -1383,7 +1375,7 @@ fn acme_tls_alpn01_against_pebble_gets_certificates_on_the_tls_listener_alone() 
 fn a_renewal_the_acme_server_refuses_keeps_the_working_certificate_and_says_why() {
     let site = live_site();
     let work = tempfile::tempdir().unwrap();
-    let (plain, tls) = (server_port(), server_port());
+    let (plain, tls) = (free_port(), free_port());
     // Certificates that live 30 s: the renewal is due at 20 s, when pebble is gone.
     let mut pebble = Pebble::issuing_for(work.path(), plain, tls, Some(30));
     let args = pebble.proxy_args(&work.path().join("acme"), &["a.test"]);
@@ -1437,14 +1429,14 @@ fn routes_over_tls_come_from_the_config_file_by_name_and_a_misdirected_request_i
     let (a, b) = (Site::new(), Site::new());
     for (site, version) in [(&a, "a1"), (&b, "b1")] {
         site.release(version, "");
-        let out = site.deploy(server_port(), version, &[]);
+        let out = site.deploy(free_port(), version, &[]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let certs = tempfile::tempdir().unwrap();
     let ca = Ca::new(certs.path(), "ca");
     let a_cert = ca.leaf("a.test", "a");
     let b_cert = ca.leaf("b.test", "b");
-    let (plain, tls) = (server_port(), server_port());
+    let (plain, tls) = (free_port(), free_port());
     // The TLS settings as the file's keys, the certificates' files relative to it.
     let relative = |path: &Path| path.file_name().unwrap().to_string_lossy().into_owned();
     let config = write(

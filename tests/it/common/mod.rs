@@ -268,13 +268,12 @@ pub fn alive(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid)
 }
 
-/// A port nothing listens on right now (the kernel's pick).
+/// A port nothing listens on right now, handed to no other test of this run: one of
+/// `port_block`'s. The kernel's pick (binding port 0) came from the ephemeral range, where the
+/// next outgoing connection of a test under load could take it before the test's server bound
+/// it (with twelve tests at once that race was real: pebble once never came up).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    port_block(1)
 }
 
 /// Polls `condition` every 20 ms for up to `seconds`.
@@ -526,8 +525,8 @@ pub fn process_fields(pid: i32) -> serde_json::Value {
 }
 
 /// The first port of `len` consecutive ports free now, from 29600 to 32767: below the kernel's
-/// ephemeral range (so no `free_port` pick or outgoing connection lands in it) and above the
-/// blocks `tests/it/rollout.rs` uses. All the tests share one process, so a block handed out is
+/// ephemeral range (so no outgoing connection lands in it) and above the blocks of
+/// [`ten_ports`]. All the tests share one process, so a block handed out is
 /// never handed out again in it (a cursor moves past it): two tests running at once cannot
 /// both find the same block free before either binds it. Where the cursor starts depends on the
 /// process id, so two test runs on one machine rarely look at the same ports.
