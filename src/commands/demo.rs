@@ -144,10 +144,12 @@ const FLEET: [(&str, &str); 4] = [
     ("v4", "exec '{me}' sample-service --error-rate 0.1"),
 ];
 
-/// The second act's policy for v4: the default waves, a 20 s soak, and the traffic judge.
+/// The second act's policy for v4: the default waves, a 20 s soak, and the traffic judge, which
+/// leaves the canary's first second out (its cold start is no part of the story told).
 const JUDGED_POLICY: &str = r#"{"edge_svc": {"progress_deadline_ms": 1500, "poll_ms": 100,
   "max_unavailable_pct": 0, "max_surge_pct": 25, "on_stall": "rollback", "soak_ms": 20000,
-  "analysis": {"min_requests": 50, "interval_ms": 1000, "on_fail": "rollback"}}}
+  "analysis": {"min_requests": 50, "interval_ms": 1000, "on_fail": "rollback",
+               "warmup_ms": 1000}}}
 "#;
 
 fn fleet_act(fleet: &Path, me: &Path) -> Result<(), String> {
