@@ -634,5 +634,21 @@ mod tests {
         // 60 s of soak and 10 s of wait: 14 looks, 2 tests each.
         assert!((settings.alpha_per_test(60_000) - 0.01 / 28.0).abs() < 1e-12);
         assert_eq!(looks(1, 5000), 1);
+        // A 20 s warm-up is not looked at: 40 s of soak and the wait, 10 looks.
+        let warmed = Analysis {
+            warmup_ms: 20_000,
+            ..Analysis::default()
+        };
+        assert!((warmed.alpha_per_test(60_000) - 0.01 / 20.0).abs() < 1e-12);
+        assert!(warmed
+            .describe(60_000)
+            .starts_with("analysis every 5000 ms after a 20000 ms warm-up against"));
+        assert!(warmed.describe(60_000).contains("(10 looks, "));
+        // A warm-up as long as the soak leaves the wait's looks.
+        let whole = Analysis {
+            warmup_ms: 90_000,
+            ..Analysis::default()
+        };
+        assert!((whole.alpha_per_test(60_000) - 0.01 / 4.0).abs() < 1e-12);
     }
 }

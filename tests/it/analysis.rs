@@ -240,6 +240,43 @@ fn a_canary_slow_only_while_cold_fails_without_a_warmup_and_passes_with_one() {
 }
 
 #[test]
+fn a_warmup_is_bounded_by_the_contract_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    for (warmup, allowed) in [
+        ("0", true),
+        ("3600000", true),
+        ("3600001", false),
+        ("-1", false),
+    ] {
+        let path = write(
+            dir.path(),
+            "policy.json",
+            &format!(
+                r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+                    "max_surge_pct": 25, "on_stall": "rollback", "analysis": {{"warmup_ms": {warmup}}}}}}}"#
+            ),
+        );
+        let out = rollgate()
+            .args(["policy", "check"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        if allowed {
+            assert_eq!(out.status.code(), Some(0), "{warmup}: {}", said(&out));
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{warmup}: {}", said(&out));
+            assert!(
+                stdout(&out).contains(
+                    "contract broken by the value of `warmup_ms`: analysis.warmup_ms must be an integer from 0 to 3600000"
+                ),
+                "{warmup}: {}",
+                said(&out)
+            );
+        }
+    }
+}
+
+#[test]
 fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure() {
     let site = Site::new();
     let (proxy, load) = serving(&site, 72, 4, Duration::from_millis(2));
