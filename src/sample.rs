@@ -487,7 +487,6 @@ async fn answer(
                     std::hint::spin_loop();
                 }
             }
-            let n = USER_REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let first = *FIRST_USER_REQUEST.get_or_init(Instant::now);
             let cold = args
                 .slow_for_ms
@@ -496,6 +495,7 @@ async fn answer(
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
+            let n = USER_REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut response = if is_an_error(n, args.error_rate) {
                 reply(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -257,21 +257,22 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
     let warmup = Duration::from_millis(judging.settings.warmup_ms);
     if !warmup.is_zero() {
         tokio::time::sleep_until(end.min(tokio::time::Instant::now() + warmup)).await;
-        match counts(&judging.root, COUNTS_TIMEOUT).await {
+        let said = match counts(&judging.root, COUNTS_TIMEOUT).await {
             Ok(now) => {
                 base = Some(now);
-                let rebased = format!("counts start after the {} ms warm-up", warmup.as_millis());
-                note = match (judging.baseline_before_switch, note.is_empty()) {
-                    (true, false) => format!("{note}; {rebased}"),
-                    _ => rebased,
-                };
+                format!("counts start after the {} ms warm-up", warmup.as_millis())
             }
             Err(why) => {
-                note = format!(
+                format!(
                     "the counts after the warm-up could not be read ({why}): the window holds it"
-                );
+                )
             }
-        }
+        };
+        // A deploy's note says what its baseline is; a rollout's "counts start now" is replaced.
+        note = match (judging.baseline_before_switch, note.is_empty()) {
+            (true, false) => format!("{note}; {said}"),
+            _ => said,
+        };
     }
     // An inconclusive end (too little traffic) looks on for at most this long.
     let mut wait_left = Some(Duration::from_millis(judging.settings.inconclusive_wait_ms))

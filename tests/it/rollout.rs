@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// A block of 100 ports for one test, below the kernel's ephemeral range (so no outgoing
-/// connection lands in it) and below `port_block`'s ports. The blocks of one run sit together at a place chosen by
-/// the process id, so two test runs on one machine rarely share ports; the first block from
-/// there that is wholly free is taken.
+/// connection lands in it) and away from `port_block`'s ports. The blocks of one run sit together
+/// at a place chosen by the process id, so two test runs on one machine rarely share ports; the
+/// first block from there that is wholly free is taken.
 fn ports(block: u16) -> String {
     let run = (std::process::id() % 8) as u16;
     (0..16)

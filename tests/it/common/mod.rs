@@ -269,7 +269,7 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// A port nothing listens on right now, handed to no other test of this run: one of
-/// `port_block`'s. The kernel's pick (binding port 0) came from the ephemeral range, where the
+/// [`port_block`]'s. The kernel's pick (binding port 0) came from the ephemeral range, where the
 /// next outgoing connection of a test under load could take it before the test's server bound
 /// it (with twelve tests at once that race was real: pebble once never came up).
 pub fn free_port() -> u16 {
@@ -524,28 +524,44 @@ pub fn process_fields(pid: i32) -> serde_json::Value {
     serde_json::json!({"pid": pid, "start_time": start_time_of(pid)})
 }
 
-/// The first port of `len` consecutive ports free now, from 29600 to 32767: below the kernel's
-/// ephemeral range (so no outgoing connection lands in it) and above the blocks of
-/// [`ten_ports`]. All the tests share one process, so a block handed out is
-/// never handed out again in it (a cursor moves past it): two tests running at once cannot
-/// both find the same block free before either binds it. Where the cursor starts depends on the
-/// process id, so two test runs on one machine rarely look at the same ports.
+/// Where [`port_block`] hands out ports: above the kernel's ephemeral range (61000-65535 on a
+/// default Linux), where no outgoing connection and no `bind(0)` lands, and away from the ports
+/// that are picked by scanning without being handed out: [`ten_ports`], rollout.rs's blocks
+/// (20000-29599) and the demo's own block (20000-32000; the lab tests run the demo beside the
+/// others). Below 32768 on a host whose ephemeral range leaves too little room above it.
+fn handed_out_ports() -> (u32, u32) {
+    let ephemeral_end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().nth(1)?.parse::<u32>().ok())
+        .unwrap_or(60_999);
+    match ephemeral_end + 1 {
+        low if 65_535u32.saturating_sub(low) >= 2_000 => (low, 65_535),
+        _ => (29_600, 32_767),
+    }
+}
+
+/// The first port of `len` consecutive ports free now, from [`handed_out_ports`]. All the tests
+/// share one process, so a block handed out is never handed out again in it (a cursor moves
+/// past it): two tests running at once cannot both find the same block free before either binds
+/// it. Where the cursor starts depends on the process id, so two test runs on one machine rarely
+/// look at the same ports.
 pub fn port_block(len: u16) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
-    let (low, high) = (29_600u32, 32_767u32);
-    let len = u32::from(len);
-    let span = high - low - len;
+    let (low, high) = handed_out_ports();
+    let (len, ports) = (u32::from(len), high - low + 1);
     let _ = CURSOR.compare_exchange(
         u32::MAX,
-        std::process::id() % span,
+        std::process::id() % ports,
         Ordering::SeqCst,
         Ordering::SeqCst,
     );
-    for _ in 0..span {
-        // Reserve the next `len` offsets for this call alone, then check they are free now.
-        let offset = CURSOR.fetch_add(len, Ordering::SeqCst) % span;
-        let first = low + offset;
+    for _ in 0..ports {
+        // Reserve the next `len` ports for this call alone, then check they are free now.
+        let reserved = CURSOR.fetch_add(len, Ordering::SeqCst);
+        let Some(first) = block_at(reserved, len, (low, high)) else {
+            continue;
+        };
         let free = (first..first + len)
             .all(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok());
         if free {
@@ -553,6 +569,34 @@ pub fn port_block(len: u16) -> u16 {
         }
     }
     panic!("no free block of {len} ports from {low} to {high}")
+}
+
+/// The first port of the block `port_block` reserved at `cursor`: one modulus for every length,
+/// so no two reservations share a port until the cursor has gone all the way round; a block
+/// that would run past the top is skipped (None).
+fn block_at(cursor: u32, len: u32, (low, high): (u32, u32)) -> Option<u32> {
+    let first = low + cursor % (high - low + 1);
+    (first + len - 1 <= high).then_some(first)
+}
+
+#[test]
+fn port_blocks_of_mixed_lengths_never_share_a_port_across_the_wrap() {
+    // A small range, the cursor starting near its top, reservations of 1 and 10 ports across
+    // the wrap. The old modulus (the range less the block's length, so one per length) handed
+    // out one port twice here, and in the suite: "port 61119 is busy" in a deploy.
+    let range = (100, 199);
+    let mut cursor = 95;
+    let mut seen = std::collections::BTreeSet::new();
+    for len in [1, 10, 1, 1, 10, 10, 1, 10, 1, 10, 1, 1, 10, 10, 1] {
+        if let Some(first) = block_at(cursor, len, range) {
+            assert!(first + len - 1 <= 199);
+            for port in first..first + len {
+                assert!(seen.insert(port), "port {port} handed out twice");
+            }
+        }
+        cursor += len;
+    }
+    assert!(seen.len() > 60, "{seen:?}");
 }
 
 /// Whether any process on the machine has `marker` in its command line (to find what a probe
