@@ -471,7 +471,7 @@ async fn answer(
                 "no replica took the request".into(),
             ));
         };
-        let result = through_hyper(&client, kept, port, request).await;
+        let result = through_hyper(client, kept, port, request).await;
         if let Some(sent) = sent {
             let counts = &lease.target.counts;
             match &result {
