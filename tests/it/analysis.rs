@@ -199,8 +199,14 @@ fn a_canary_slow_only_while_cold_fails_without_a_warmup_and_passes_with_one() {
     // The last wave has no old release beside it to judge against: no wait at its end.
     let settings = r#""min_requests": 20, "interval_ms": 1000, "max_latency_ratio": 3,
                       "inconclusive_wait_ms": 0"#;
+    // The two sites are judged at the same time (each mostly waits on its soak).
+    let (without, with) = std::thread::scope(|both| {
+        let without = both.spawn(|| judged(75, &format!("{{{settings}}}")));
+        let with = both.spawn(|| judged(76, &format!("{{{settings}, \"warmup_ms\": 3000}}")));
+        (without.join().unwrap(), with.join().unwrap())
+    });
 
-    let (out, seen) = judged(75, &format!("{{{settings}}}"));
+    let (out, seen) = without;
     assert_eq!(out.status.code(), Some(3), "paused: {}", said(&out));
     let failed = seen.last().expect("an analysis line");
     assert_eq!(failed["analysis"]["verdict"], "fail", "{failed}");
@@ -212,7 +218,7 @@ fn a_canary_slow_only_while_cold_fails_without_a_warmup_and_passes_with_one() {
         "{failed}"
     );
 
-    let (out, seen) = judged(76, &format!("{{{settings}, \"warmup_ms\": 3000}}"));
+    let (out, seen) = with;
     assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));
     assert!(
         seen.iter().all(|l| l["analysis"]["verdict"] != "fail"),
