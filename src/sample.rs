@@ -487,10 +487,9 @@ async fn answer(
                     std::hint::spin_loop();
                 }
             }
-            let first = *FIRST_USER_REQUEST.get_or_init(Instant::now);
-            let cold = args
-                .slow_for_ms
-                .is_none_or(|ms| first.elapsed() < Duration::from_millis(ms));
+            let cold = args.slow_for_ms.is_none_or(|ms| {
+                FIRST_USER_REQUEST.get_or_init(Instant::now).elapsed() < Duration::from_millis(ms)
+            });
             let delay = args.response_delay_ms + if cold { args.added_latency_ms } else { 0 };
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;

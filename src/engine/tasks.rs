@@ -269,9 +269,10 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
             }
         };
         // A deploy's note says what its baseline is; a rollout's "counts start now" is replaced.
-        note = match (judging.baseline_before_switch, note.is_empty()) {
-            (true, false) => format!("{note}; {said}"),
-            _ => said,
+        note = if judging.baseline_before_switch {
+            format!("{note}; {said}")
+        } else {
+            said
         };
     }
     // An inconclusive end (too little traffic) looks on for at most this long.

@@ -247,21 +247,14 @@ fn a_canary_slow_only_while_cold_fails_without_a_warmup_and_passes_with_one() {
 
 #[test]
 fn a_warmup_is_bounded_by_the_contract_naming_the_field() {
-    let dir = tempfile::tempdir().unwrap();
+    let site = Site::new();
     for (warmup, allowed) in [
         ("0", true),
         ("3600000", true),
         ("3600001", false),
         ("-1", false),
     ] {
-        let path = write(
-            dir.path(),
-            "policy.json",
-            &format!(
-                r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
-                    "max_surge_pct": 25, "on_stall": "rollback", "analysis": {{"warmup_ms": {warmup}}}}}}}"#
-            ),
-        );
+        let path = policy(&site, 4000, &format!(r#"{{"warmup_ms": {warmup}}}"#));
         let out = rollgate()
             .args(["policy", "check"])
             .arg(&path)

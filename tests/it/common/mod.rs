@@ -529,15 +529,19 @@ pub fn process_fields(pid: i32) -> serde_json::Value {
 /// that are picked by scanning without being handed out: [`ten_ports`], rollout.rs's blocks
 /// (20000-29599) and the demo's own block (20000-32000; the lab tests run the demo beside the
 /// others). Below 32768 on a host whose ephemeral range leaves too little room above it.
+/// Read once a run: `port_block` asks for every port a test starts a server on.
 fn handed_out_ports() -> (u32, u32) {
-    let ephemeral_end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().nth(1)?.parse::<u32>().ok())
-        .unwrap_or(60_999);
-    match ephemeral_end + 1 {
-        low if 65_535u32.saturating_sub(low) >= 2_000 => (low, 65_535),
-        _ => (29_600, 32_767),
-    }
+    static RANGE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| {
+        let ephemeral_end = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().nth(1)?.parse::<u32>().ok())
+            .unwrap_or(60_999);
+        match ephemeral_end + 1 {
+            low if 65_535u32.saturating_sub(low) >= 2_000 => (low, 65_535),
+            _ => (29_600, 32_767),
+        }
+    })
 }
 
 /// The first port of `len` consecutive ports free now, from [`handed_out_ports`]. All the tests
