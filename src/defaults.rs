@@ -279,7 +279,7 @@ pub fn policy_table() -> String {
         (
             "keep_releases",
             "0-1000".into(),
-            "0 (keep all)".into(),
+            format!("{KEEP_RELEASES} (0 keeps all)"),
             "after each promotion, the newest releases kept (older ones go unless the root needs them)",
         ),
         (

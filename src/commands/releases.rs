@@ -23,7 +23,11 @@ pub struct Listed {
     /// Unix seconds: from its record, else the folder's modification time (put in by hand).
     pub installed_at: Option<f64>,
     pub size: Option<u64>,
+    /// The launcher's SHA-256 (what a manifest signs).
     pub sha256: Option<String>,
+    /// The whole release's digest: every file, folder and link of it (its record and output
+    /// aside), so two releases that differ anywhere differ here.
+    pub digest: Option<String>,
     pub signed: bool,
     /// Its configuration's digest (variables and secret names), as `config show` and the
     /// log's records name it; none when it has no config, `invalid` when its files are.
@@ -103,6 +107,12 @@ fn describe(
         (None, Some(path)) if path.is_file() => file_sha256(path).ok(),
         _ => None,
     };
+    let digest = match &record {
+        Some(record) => Some(record.tree_sha256.clone()),
+        None => crate::release::install::digest_tree(dir)
+            .ok()
+            .map(|(_, _, digest)| digest),
+    };
     let installed_at = record.as_ref().map(|r| r.installed_at).or_else(|| {
         let modified = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
         Some(
@@ -122,6 +132,7 @@ fn describe(
         installed_at,
         size: record.as_ref().map(|r| r.size),
         sha256,
+        digest,
         signed: dir.join(crate::release::MANIFEST_FILE).is_file(),
         config,
         last_outcome: outcomes.get(version).cloned(),
@@ -215,13 +226,14 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
             .collect()),
         Format::Csv => {
             let mut out =
-                String::from("version,installed_at,size,sha256,signed,config,last_outcome,marks\n");
+                String::from("version,installed_at,size,digest,sha256,signed,config,last_outcome,marks\n");
             for l in &listed {
                 out.push_str(&format!(
-                    "{},{},{},{},{},{},{},{}\n",
+                    "{},{},{},{},{},{},{},{},{}\n",
                     l.version,
                     l.installed_at.map_or(String::new(), |t| format!("{t:.3}")),
                     l.size.map_or(String::new(), |s| s.to_string()),
+                    l.digest.as_deref().unwrap_or(""),
                     l.sha256.as_deref().unwrap_or(""),
                     l.signed,
                     l.config.as_deref().unwrap_or(""),
@@ -244,20 +256,20 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     "version",
                     "installed",
                     "size",
-                    "sha256",
+                    "digest",
                     "signed",
                     "config",
                     "last_outcome",
                     "marks",
                 ],
-                &["version", "installed", "sha256", "last_outcome", "marks"],
+                &["version", "installed", "digest", "last_outcome", "marks"],
             );
             for l in &listed {
                 grid.push(vec![
                     l.version.as_str().into(),
                     Cell::Time(l.installed_at),
                     l.size.map_or("-".into(), |s| s.to_string()).into(),
-                    short(&l.sha256).into(),
+                    short(&l.digest).into(),
                     if l.signed { "yes" } else { "no" }.into(),
                     l.config.as_deref().unwrap_or("-").into(),
                     l.last_outcome.clone().unwrap_or_else(|| "-".into()).into(),
@@ -282,6 +294,18 @@ pub struct Pruned {
 /// the floor; removes the rest, oldest first, each crash-safely (renamed out of `releases/`
 /// first). Under the root's lock, so no deploy picks a release while it goes.
 pub fn prune(root: &Path, keep: usize, dry_run: bool) -> Result<Pruned, Error> {
+    prune_releases(root, keep, dry_run, false)
+}
+
+/// `prune`; after a promotion (`spare_undeployed`) a release the log has never seen deployed
+/// is kept too: one installed ahead of its turn (the demo's five, a queue of builds) is the
+/// operator's plan, not history.
+fn prune_releases(
+    root: &Path,
+    keep: usize,
+    dry_run: bool,
+    spare_undeployed: bool,
+) -> Result<Pruned, Error> {
     let state = Root::existing(root.to_path_buf())?;
     let _lock = crate::host::lock::acquire(&state.lock_path())?;
     let folder = state.0.join("releases");
@@ -292,7 +316,11 @@ pub fn prune(root: &Path, keep: usize, dry_run: bool) -> Result<Pruned, Error> {
     let older = listed.len().saturating_sub(keep);
     let mut pruned = Pruned::default();
     for release in &listed[..older] {
-        if release.marks.is_empty() {
+        if spare_undeployed && release.last_outcome.is_none() {
+            pruned
+                .protected
+                .push((release.version.clone(), "never deployed".into()));
+        } else if release.marks.is_empty() {
             if !dry_run {
                 crate::release::install::remove(&folder, &release.version)?;
             }
@@ -320,15 +348,18 @@ pub(crate) fn start_then_prune(
     Ok(outcome)
 }
 
-/// The policy's `keep_releases` applied once a release is promoted (nothing when the policy
-/// does not ask, or asks 0). What is removed is said on stderr; a prune that cannot run (the
+/// The policy's `keep_releases` applied once a release is promoted (`defaults::KEEP_RELEASES`
+/// when the policy does not say; nothing when it asks 0). What is removed is said on stderr; a prune that cannot run (the
 /// lock taken by the next deploy already) is said and left for the next promotion: the
 /// promotion stands either way.
 pub fn prune_after_promotion(root: &Path, policy: Option<&crate::policy::RolloutSettings>) {
-    let Some(keep) = policy.and_then(|p| p.keep_releases).filter(|k| *k > 0) else {
+    let keep = policy
+        .and_then(|p| p.keep_releases)
+        .unwrap_or(crate::defaults::KEEP_RELEASES as u64);
+    if keep == 0 {
         return;
-    };
-    match prune(root, keep as usize, false) {
+    }
+    match prune_releases(root, keep as usize, false, true) {
         Ok(pruned) if !pruned.removed.is_empty() => eprintln!(
             "rollgate: keep_releases = {keep}: removed {}",
             pruned.removed.join(" ")

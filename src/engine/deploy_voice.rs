@@ -180,7 +180,7 @@ impl Voice for DeployVoice {
 
     fn note(&self, note: &Note, rollout: &Rollout, words: &Words, root: &Root) -> Option<Said> {
         let tail = match note.event {
-            LogEvent::RolledBack => crate::host::output::tail_settled(
+            LogEvent::RolledBack => crate::host::output::quote_settled(
                 &root.output_path(&rollout.to, &rollout.service),
                 3,
                 crate::host::output::SETTLE,

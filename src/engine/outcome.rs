@@ -71,6 +71,24 @@ impl Outcome {
         }
     }
 
+    /// A deploy's outcome with the reason its log line gives when it was rolled back, so the
+    /// terminal says why (`rolled back: not ready after 1500 ms; ...`), not only the log.
+    pub(crate) fn deploy_as_logged(
+        ending: DeployEnding,
+        root: &crate::host::state::Root,
+        token: &str,
+        since: f64,
+    ) -> Outcome {
+        let mut outcome = Outcome::deploy(ending);
+        if ending == DeployEnding::RolledBack {
+            let logged = crate::host::journal::outcome_line_for(&root.log_path(), token, since);
+            if let Ok(Some((crate::host::journal::LogEvent::RolledBack, reason))) = logged {
+                outcome.words = format!("rolled back: {reason}");
+            }
+        }
+        outcome
+    }
+
     /// A deploy's outcome, in the words `rollgate deploy` has always said it on stderr.
     pub(crate) fn deploy(ending: DeployEnding) -> Outcome {
         let (ending, words) = match ending {

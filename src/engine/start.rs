@@ -279,12 +279,19 @@ async fn run_deploy(
         Ok(phase) => phase,
         Err(error) => return Err(abandon(root, executor.rollout(), error).await),
     };
-    Ok(Outcome::deploy(match (executor.detached(), phase) {
+    let ending = match (executor.detached(), phase) {
         (Some(watcher), _) => DeployEnding::Watching(watcher),
         (None, Phase::Completed) => DeployEnding::Promoted,
         (None, Phase::Aborted) => DeployEnding::RolledBack,
         (None, Phase::Paused | Phase::Running) => DeployEnding::Escalated,
-    }))
+    };
+    let run = executor.rollout();
+    Ok(Outcome::deploy_as_logged(
+        ending,
+        root,
+        &run.id,
+        run.started_at,
+    ))
 }
 
 /// The rollout on the engine: recorded, announced, and the pool handed to the replica set.

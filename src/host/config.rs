@@ -104,7 +104,23 @@ impl Config {
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
-    match std::fs::read(path) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never through a link: a release may hold links out of itself (a virtual environment's
+    // interpreter), and an `env` linked to a file of the host must not become its environment.
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|mut file| {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map(|_| bytes)
+        });
+    match read {
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => Err(ConfigError(format!(
+            "{} is a symlink; a release's configuration is a file of its own",
+            path.display()
+        ))),
         Ok(bytes) => String::from_utf8(bytes)
             .map(Some)
             .map_err(|_| ConfigError(format!("{}: not UTF-8 text", path.display()))),

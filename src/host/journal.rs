@@ -237,6 +237,16 @@ fn with_config(path: &Path, entry: &Entry) -> String {
 /// Unix seconds): a crash between the outcome's line and clearing the candidate record must not
 /// make recovery write it twice. Reads backwards, so a long log costs nothing extra.
 pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Option<LogEvent>> {
+    Ok(outcome_line_for(path, token, since)?.map(|(event, _)| event))
+}
+
+/// `outcome_for` with the outcome line's detail (why a release was rolled back, as the log
+/// says it), for the terminal of the command that ran the deploy.
+pub fn outcome_line_for(
+    path: &Path,
+    token: &str,
+    since: f64,
+) -> std::io::Result<Option<(LogEvent, String)>> {
     #[derive(serde::Deserialize)]
     struct Line<'a> {
         #[serde(default)]
@@ -245,6 +255,8 @@ pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Opti
         event: &'a str,
         #[serde(default)]
         token: Option<&'a str>,
+        #[serde(default)]
+        detail: String,
     }
     let mut found = None;
     lines_backwards(path, |line| {
@@ -254,7 +266,8 @@ pub fn outcome_for(path: &Path, token: &str, since: f64) -> std::io::Result<Opti
         if record.token == Some(token) {
             found = [LogEvent::Promoted, LogEvent::RolledBack]
                 .into_iter()
-                .find(|e| e.as_str() == record.event);
+                .find(|e| e.as_str() == record.event)
+                .map(|event| (event, record.detail.clone()));
             if found.is_some() {
                 return ControlFlow::Break(());
             }

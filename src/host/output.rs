@@ -333,6 +333,74 @@ pub fn tail_settled(path: &Path, lines: usize, wait: Duration) -> String {
     tail(path, lines)
 }
 
+/// What a log line quotes of a release that failed: the first line of its output that names an
+/// error (a traceback's exception, else the first line that looks like an error), when it is not
+/// among the last lines, then the last `lines` lines. A crashed application often says why
+/// early (gunicorn's `ModuleNotFoundError` at line 38 of 111) and only then how it gave up
+/// (`HaltServer 'Worker failed to boot.'`): the log quotes both.
+pub fn quote_settled(path: &Path, lines: usize, wait: Duration) -> String {
+    let last = tail_settled(path, lines, wait);
+    match first_error(path) {
+        Some(cause) if !last.contains(cause.trim()) => format!("{} [...] {last}", cause.trim()),
+        _ => last,
+    }
+}
+
+/// How much of the start of an output file is searched for the first error.
+const HEAD_BYTES: u64 = 1024 * 1024;
+
+/// The first line of a release's output that says what went wrong: the exception line that ends
+/// the first Python traceback, else the first line that looks like an error (`Error:`,
+/// `SomethingError`, `Exception`, `panicked at`, `fatal`, `[ERROR]`...). Only the file's first
+/// MiB is read.
+pub fn first_error(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(HEAD_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines();
+    let mut first_looking = None;
+    while let Some(line) = lines.next() {
+        if line.trim_start().starts_with("Traceback (most recent call last)") {
+            // The frames are indented; the exception is the first line that is not.
+            let exception = lines
+                .by_ref()
+                .find(|l| !l.trim().is_empty() && !l.starts_with(char::is_whitespace));
+            if let Some(exception) = exception {
+                return Some(exception.to_string());
+            }
+            break;
+        }
+        if first_looking.is_none() && looks_like_an_error(line) {
+            first_looking = Some(line.to_string());
+        }
+    }
+    first_looking
+}
+
+/// Whether a line of output reads as an error report.
+fn looks_like_an_error(line: &str) -> bool {
+    const MARKS: [&str; 9] = [
+        "Error:",
+        "Error ",
+        "Exception",
+        "panicked at",
+        "FATAL",
+        "fatal:",
+        "error:",
+        "[ERROR]",
+        "ERROR:",
+    ];
+    let words_end_in_error = line
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .any(|word| word.len() > 5 && word.ends_with("Error"));
+    words_end_in_error || MARKS.iter().any(|mark| line.contains(mark))
+}
+
 /// How much of the end of an output file is read to quote its last lines.
 const TAIL_BYTES: u64 = 64 * 1024;
 
@@ -472,5 +540,65 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         assert_eq!(tail(&path, 2), "second to last | last words");
         assert_eq!(tail(&dir.path().join("missing"), 3), "");
+    }
+
+    /// What gunicorn prints when a worker cannot import the application: the cause in the
+    /// middle, and three lines of shutting down after it.
+    const GUNICORN_BOOT_FAILURE: &str = "\
+[2026-12-05 10:00:00 +0000] [7] [INFO] Starting gunicorn 23.0.0
+[2026-12-05 10:00:00 +0000] [7] [INFO] Listening at: http://127.0.0.1:8081 (7)
+[2026-12-05 10:00:00 +0000] [8] [INFO] Booting worker with pid: 8
+[2026-12-05 10:00:00 +0000] [8] [ERROR] Exception in worker process
+Traceback (most recent call last):
+  File \"/srv/app/venv/lib/python3.11/site-packages/gunicorn/arbiter.py\", line 608, in spawn_worker
+    worker.init_process()
+  File \"/srv/app/app.py\", line 1, in <module>
+    import flaskx
+ModuleNotFoundError: No module named 'flaskx'
+[2026-12-05 10:00:00 +0000] [8] [INFO] Worker exiting (pid: 8)
+[2026-12-05 10:00:01 +0000] [7] [ERROR] Worker (pid:8) exited with code 3
+[2026-12-05 10:00:01 +0000] [7] [ERROR] Shutting down: Master
+[2026-12-05 10:00:01 +0000] [7] [ERROR] Reason: Worker failed to boot.
+";
+
+    #[test]
+    fn the_quote_names_a_tracebacks_exception_before_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.output");
+        std::fs::write(&path, GUNICORN_BOOT_FAILURE).unwrap();
+        assert_eq!(
+            first_error(&path).as_deref(),
+            Some("ModuleNotFoundError: No module named 'flaskx'")
+        );
+        let quote = quote_settled(&path, 3, SETTLE);
+        assert!(
+            quote.starts_with("ModuleNotFoundError: No module named 'flaskx' [...] "),
+            "{quote}"
+        );
+        assert!(quote.ends_with("Reason: Worker failed to boot."), "{quote}");
+    }
+
+    #[test]
+    fn the_first_error_looking_line_is_quoted_when_there_is_no_traceback() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.output");
+        let node = "node:internal/modules/cjs/loader:1228\n  throw err;\n  ^\n\n\
+                    Error: Cannot find module 'express'\nRequire stack:\n- /srv/app/server.js\n\
+                    - a\n- b\n- c\n";
+        std::fs::write(&path, node).unwrap();
+        assert_eq!(
+            first_error(&path).as_deref(),
+            Some("Error: Cannot find module 'express'")
+        );
+        assert_eq!(
+            quote_settled(&path, 3, SETTLE),
+            "Error: Cannot find module 'express' [...] - a | - b | - c"
+        );
+        // Nothing that looks like an error, or the error among the last lines: the tail alone.
+        std::fs::write(&path, "starting\nlistening on 8081\nbye\n").unwrap();
+        assert_eq!(first_error(&path), None);
+        assert_eq!(quote_settled(&path, 2, SETTLE), "listening on 8081 | bye");
+        std::fs::write(&path, "starting\nfatal: no config\n").unwrap();
+        assert_eq!(quote_settled(&path, 3, SETTLE), "starting | fatal: no config");
     }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::diagnostic::Location;
-use super::eval::{check_input, evaluate_batch, evaluate_each_checked, EvalOptions};
+use super::eval::{check_input, evaluate_batch, evaluate_each_checked, EvalOptions, Purpose};
 use super::{Diagnostic, PolicyError};
 use nickel_lang_core::serialize::ExportFormat;
 
@@ -39,7 +39,7 @@ pub fn check_files(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Outcome> {
         }
     }
     let alone_paths: Vec<PathBuf> = alone.iter().map(|i| paths[*i].clone()).collect();
-    let verdicts = evaluate_each_checked(&alone_paths, ExportFormat::Json, opts);
+    let verdicts = evaluate_each_checked(&alone_paths, ExportFormat::Json, Purpose::Use, opts);
     for (index, verdict) in alone.into_iter().zip(verdicts) {
         results[index] = Some(verdict.map(|_| ()));
     }

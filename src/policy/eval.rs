@@ -157,15 +157,29 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// The Nickel expression that evaluates one input: an import for Nickel files, an import with
-/// the contract applied to each entry for data files.
-fn input_expression(path: &Path, contract: &Path) -> String {
-    let import = format!("import {}", nickel_string(&absolute(path)));
+/// The Nickel expression that evaluates one input with the contract applied to each of its
+/// entries, whatever its format. A Nickel file that applies `RolloutPolicy` itself gets it
+/// twice, which changes nothing; one that does not (a plain record of numbers, the most natural
+/// file to write) is held to it all the same, so a misspelt field or a number out of range is
+/// refused in every format.
+fn checked_expression(path: &Path, contract: &Path) -> String {
+    let (contract, input) = (nickel_string(contract), nickel_string(&absolute(path)));
     match InputKind::of(path) {
-        InputKind::Nickel => import,
         InputKind::Data => format!(
-            "let {{ RolloutPolicy, .. }} = import {} in ({import}) | {{ _ | RolloutPolicy }}",
-            nickel_string(contract)
+            "let {{ RolloutPolicy, .. }} = import {contract} in (import {input}) | {{ _ | RolloutPolicy }}"
+        ),
+        // A Nickel file holds either one policy (the lesson's `{ ... } | RolloutPolicy`) or a
+        // map of service entries: a map's fields are all records, while a policy always has a
+        // number (its required deadline) among them.
+        // One short line each, so that a diagnostic quoting where the contract was applied
+        // quotes a line a person can read.
+        InputKind::Nickel => format!(
+            "let {{ RolloutPolicy, .. }} = import {contract} in\n\
+             let policy = import {input} in\n\
+             if std.is_record policy && std.array.all std.is_record (std.record.values policy) then\n\
+             \x20 policy | {{ _ | RolloutPolicy }}\n\
+             else\n\
+             \x20 policy | RolloutPolicy\n"
         ),
     }
 }
@@ -210,31 +224,37 @@ fn export_value(
     Ok(Evaluated { value: json, text })
 }
 
-/// Evaluates one policy file as `nickel export --format FORMAT` would.
+/// What an evaluation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// `policy export`: exactly what `nickel export` prints (a data file gets the contract on
+    /// every entry, as it always has; a Nickel file is taken as written, so the lesson's
+    /// files and a contract of the student's own behave as Nickel's CLI has them).
+    Export,
+    /// `policy check` and every deploy: the policy is held to the contract after evaluation,
+    /// whether or not it applies it itself.
+    Use,
+}
+
+/// Evaluates one policy file as `nickel export --format FORMAT` would, held to the contract
+/// when it is for use.
 pub fn evaluate(
     path: &Path,
     format: ExportFormat,
+    purpose: Purpose,
     opts: &EvalOptions,
 ) -> Result<Evaluated, PolicyError> {
     check_input(path, opts)?;
-    evaluate_checked(path, format, opts)
-}
-
-/// `evaluate` for a file that already passed `check_input`.
-fn evaluate_checked(
-    path: &Path,
-    format: ExportFormat,
-    opts: &EvalOptions,
-) -> Result<Evaluated, PolicyError> {
-    let mut answers = evaluate_each_checked(&[path.to_path_buf()], format, opts);
+    let mut answers = evaluate_each_checked(&[path.to_path_buf()], format, purpose, opts);
     answers.pop().expect("one answer per file")
 }
 
-/// `evaluate_checked` for many files, each in its own sandbox, as many at once as there are
-/// cores.
+/// `evaluate` for many files that already passed `check_input`, each in its own sandbox, as
+/// many at once as there are cores.
 pub(super) fn evaluate_each_checked(
     paths: &[PathBuf],
     format: ExportFormat,
+    purpose: Purpose,
     opts: &EvalOptions,
 ) -> Vec<Result<Evaluated, PolicyError>> {
     let (imports, contract) = match import_paths(opts) {
@@ -257,7 +277,7 @@ pub(super) fn evaluate_each_checked(
         if InputKind::of(&paths[i]) == InputKind::Nickel {
             imports::check(&paths[i], &rules.for_input(&paths[i]))?;
         }
-        evaluate_here(&paths[i], format, imports.clone(), &contract, opts.color)
+        evaluate_here(&paths[i], format, purpose, imports.clone(), &contract, opts.color)
     })
 }
 
@@ -265,21 +285,61 @@ pub(super) fn evaluate_each_checked(
 fn evaluate_here(
     path: &Path,
     format: ExportFormat,
+    purpose: Purpose,
     imports: Vec<PathBuf>,
     contract: &Path,
     color: bool,
 ) -> Result<Evaluated, PolicyError> {
-    let mut program = match InputKind::of(path) {
-        InputKind::Nickel => build(Main::File(path), imports)?,
-        InputKind::Data => build(
-            Main::Source(input_expression(path, contract), "<rollgate: data policy>"),
-            imports,
-        )?,
+    let checked = |imports, contract: &Path| {
+        let source = checked_expression(path, contract);
+        let mut program = build(Main::Source(source, "<rollgate: checked policy>"), imports)?;
+        let result = export_value(&mut program, format).map_err(|e| {
+            PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color)))
+        });
+        abandon(program);
+        result
     };
-    let result = export_value(&mut program, format)
+    if InputKind::of(path) == InputKind::Data {
+        return checked(imports, contract);
+    }
+    // A Nickel file: exported as `nickel export` would first, so that a file which fails on
+    // its own (a contract it applies, a syntax error) gets Nickel's own diagnostic byte for
+    // byte; only a file that exports is then held to the contract it may not have applied.
+    let mut program = build(Main::File(path), imports.clone())?;
+    let exported = export_value(&mut program, format)
         .map_err(|e| PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color))));
     abandon(program);
-    result
+    let exported = exported?;
+    if purpose == Purpose::Export {
+        return Ok(exported);
+    }
+    let own_contract = contract_for(path, &imports, contract);
+    checked(imports, &own_contract)?;
+    Ok(exported)
+}
+
+/// The contract an input is held to: the bundled one for a data file; for a Nickel file, the
+/// one its own import would reach (`contract_seen_from`).
+fn contract_for(path: &Path, imports: &[PathBuf], bundled: &Path) -> PathBuf {
+    match InputKind::of(path) {
+        InputKind::Data => bundled.to_path_buf(),
+        InputKind::Nickel => {
+            contract_seen_from(path, imports).unwrap_or_else(|| bundled.to_path_buf())
+        }
+    }
+}
+
+/// The `rollout-policy.ncl` a Nickel file's own `import "rollout-policy.ncl"` would reach: the
+/// one beside it, else the first on the import path (the bundled one is last there). A file that
+/// applies no contract is held to this one, so a team's stricter copy (or the lab's, while a
+/// student writes it) judges every file the way it judges the files that import it.
+fn contract_seen_from(path: &Path, imports: &[PathBuf]) -> Option<PathBuf> {
+    let beside = absolute(path).parent().map(Path::to_path_buf);
+    beside
+        .into_iter()
+        .chain(imports.iter().cloned())
+        .map(|folder| folder.join(CONTRACT_FILE))
+        .find(|candidate| candidate.is_file())
 }
 
 /// Applies the Nickel function in `function` to the JSON document `argument` and returns the
@@ -342,7 +402,7 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
         .map(|p| {
             (
                 absolute(p).to_string_lossy().into_owned(),
-                input_expression(p, &contract),
+                checked_expression(p, &contract_for(p, &imports, &contract)),
             )
         })
         .collect();

@@ -81,7 +81,7 @@ pub fn export(path: &Path, format: ExportAs, opts: &EvalOptions) -> Result<Strin
         ExportAs::Yaml => ExportFormat::Yaml,
         ExportAs::Toml => ExportFormat::Toml,
     };
-    Ok(eval::evaluate(path, nickel_format, opts)?.text)
+    Ok(eval::evaluate(path, nickel_format, eval::Purpose::Export, opts)?.text)
 }
 
 /// What a stall at the deadline leads to.
@@ -215,7 +215,7 @@ pub fn load_entry_value(
     entry: &str,
     opts: &EvalOptions,
 ) -> Result<(serde_json::Value, RolloutSettings), PolicyError> {
-    let evaluated = eval::evaluate(path, ExportFormat::Json, opts);
+    let evaluated = eval::evaluate(path, ExportFormat::Json, eval::Purpose::Use, opts);
     // The deployer runs on for seconds or minutes: no finished evaluator waits for it.
     sandbox::reap_exited_evaluators();
     let evaluated = evaluated?;

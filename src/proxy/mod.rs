@@ -303,7 +303,7 @@ fn serve(
         })
         .map_err(|e| Error::Refused(e.to_string()))?;
     let said = match &config {
-        Some(_) => reload::describe(&router),
+        Some(_) => reload::describe(&router, resolver.as_deref()),
         None => router.routes[0].service.root_text.clone(),
     };
     let current = Arc::new(router::Current::new(router));
@@ -363,12 +363,13 @@ fn serve(
             shared,
             slots: slots.clone(),
             stop: stop_rx.clone(),
-            kind: match tls_port {
-                Some(port) => Kind::Redirect {
+            kind: match (tls_port, &tls_resolver) {
+                (Some(port), Some(resolver)) => Kind::Redirect {
                     tls_port: port,
                     http01: http01.clone(),
+                    resolver: resolver.clone(),
                 },
-                None => Kind::Plain,
+                _ => Kind::Plain,
             },
         };
         Cores { plain, tls }
@@ -619,6 +620,8 @@ enum Kind {
     Redirect {
         tls_port: u16,
         http01: acme::Http01Answers,
+        /// Which names https serves: a host it does not is not sent there.
+        resolver: Arc<tls::Resolver>,
     },
     /// TLS, then HTTP/2 or HTTP/1.1 to the releases.
     Tls {
@@ -693,16 +696,21 @@ impl Core {
                         core_stop_rx.clone(),
                     ));
                 }
-                Kind::Redirect { tls_port, http01 } => {
-                    let (timeout, port, http01, stop) = (
-                        self.shared.header_read_timeout,
-                        *tls_port,
-                        http01.clone(),
-                        core_stop_rx.clone(),
-                    );
+                Kind::Redirect {
+                    tls_port,
+                    http01,
+                    resolver,
+                } => {
+                    let to_https = tls::ToHttps {
+                        tls_port: *tls_port,
+                        http01: http01.clone(),
+                        resolver: resolver.clone(),
+                        shared: self.shared.clone(),
+                    };
+                    let stop = core_stop_rx.clone();
                     connections.spawn(async move {
                         let _slot = permit;
-                        tls::redirect(stream, timeout, port, http01, stop).await;
+                        tls::redirect(stream, to_https, stop).await;
                     });
                 }
                 Kind::Tls {

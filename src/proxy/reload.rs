@@ -216,13 +216,13 @@ async fn reload(
         .apply(&config.routes)
         .await
         .map_err(|e| e.to_string())?;
+    let said = describe(&router, services.tls.as_deref());
+    current.replace(router);
     if let Some(resolver) = &services.tls {
         resolver.reload().map_err(|e| {
-            format!("routes reloaded, certificates not (the ones in force go on): {e}")
+            format!("routes reloaded ({said}), certificates not (the ones in force go on): {e}")
         })?;
     }
-    let said = describe(&router);
-    current.replace(router);
     Ok((said, config))
 }
 
@@ -280,15 +280,45 @@ fn route_lines(router: &Router) -> Vec<String> {
         .collect()
 }
 
-/// One line naming the routes in force: `3 routes: app.example.com/ → app, …`.
-pub fn describe(router: &Router) -> String {
+/// One line naming the routes in force: `3 routes: app.example.com/ → app, …`; with TLS on,
+/// a warning naming the route hosts no certificate or ACME name covers (https refuses their
+/// handshake, and plain HTTP answers them 421 rather than redirect). A warning, not a refusal:
+/// a certificate may follow the route (a file renewed on the next reload, an ACME name added).
+pub fn describe(router: &Router, tls: Option<&tls::Resolver>) -> String {
     let routes = route_lines(router);
-    format!(
+    let mut said = format!(
         "{} route{}: {}",
         routes.len(),
         if routes.len() == 1 { "" } else { "s" },
         routes.join(", ")
-    )
+    );
+    let uncovered = tls.map(|resolver| uncovered_hosts(router, resolver)).unwrap_or_default();
+    if !uncovered.is_empty() {
+        said.push_str(&format!(
+            "; warning: no certificate or ACME name covers {}: https refuses it and plain HTTP answers 421 (give a tls_cert or an acme name for it)",
+            uncovered.join(", ")
+        ));
+    }
+    said
+}
+
+/// The route hosts (exact names and wildcards; `*` takes whatever comes) that https has no
+/// certificate for.
+fn uncovered_hosts(router: &Router, resolver: &tls::Resolver) -> Vec<String> {
+    let mut uncovered: Vec<String> = Vec::new();
+    for pattern in router.routes.iter().flat_map(|route| &route.hosts) {
+        let name = match pattern {
+            HostPattern::Exact(name) => name.clone(),
+            // A wildcard is covered when one of its names is: try a label below it.
+            HostPattern::Wildcard(suffix) => format!("x{suffix}"),
+            HostPattern::Any => continue,
+        };
+        let shown = pattern.to_string();
+        if !resolver.serves_name(&name) && !uncovered.contains(&shown) {
+            uncovered.push(shown);
+        }
+    }
+    uncovered
 }
 
 /// The control socket's name for the config at `file`.

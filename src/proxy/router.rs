@@ -196,6 +196,16 @@ impl Router {
             && sni.is_some_and(|sni| !host_name_bytes(host).eq_ignore_ascii_case(sni.as_bytes()))
     }
 
+    /// Whether some route takes requests for `host` (lowercase, no port) at any path:
+    /// always, for `--root`.
+    pub fn has_host(&self, host: &[u8]) -> bool {
+        !self.by_host
+            || self
+                .routes
+                .iter()
+                .any(|route| route.hosts.iter().any(|h| h.rank(host).is_some()))
+    }
+
     /// Every service of this configuration, each once.
     pub fn services(&self) -> Vec<Arc<Service>> {
         let mut services: Vec<Arc<Service>> = Vec::new();

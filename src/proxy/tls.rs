@@ -23,7 +23,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use hyper::header::{HeaderValue, HOST, LOCATION, STRICT_TRANSPORT_SECURITY};
 use hyper::service::service_fn;
@@ -293,6 +292,20 @@ impl Pem<'_> {
             .map_err(|e| file(cert, format!("not a PEM certificate chain ({e})")))?;
         if chain.is_empty() {
             return Err(file(cert, "holds no CERTIFICATE block".into()));
+        }
+        // rustls sends the chain as it is and never reads past the leaf: an intermediate that is
+        // base64 but no certificate would reach every client, and fail every handshake there.
+        for (index, block) in chain.iter().enumerate().skip(1) {
+            use x509_cert::der::Decode;
+            x509_cert::Certificate::from_der(block.as_ref()).map_err(|e| {
+                file(
+                    cert,
+                    format!(
+                        "CERTIFICATE block {} of the chain is not an X.509 certificate ({e}); fix or remove it",
+                        index + 1
+                    ),
+                )
+            })?;
         }
         let private = PrivateKeyDer::from_pem_slice(self.key)
             .map_err(|e| file(key, format!("not a PEM private key ({e})")))?;
@@ -591,6 +604,18 @@ impl Resolver {
     }
 }
 
+impl Resolver {
+    /// Whether https has a certificate for `name` (lowercase, no port): a file's (exact,
+    /// wildcard or default) or ACME's, issued or still on its way.
+    pub fn serves_name(&self, name: &str) -> bool {
+        let acme = self
+            .acme_status
+            .lock()
+            .is_ok_and(|names| names.iter().any(|status| status.name == name));
+        acme || self.certificates().for_name(Some(name)).is_some()
+    }
+}
+
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name().map(str::to_ascii_lowercase);
@@ -721,15 +746,88 @@ fn failure_reason(error: &std::io::Error) -> &'static str {
     }
 }
 
-/// A plain HTTP connection while TLS is on: every request is sent to the same host and path
-/// over https with 308 (the method and body kept), on `tls_port` unless it is 443.
-pub async fn redirect(
-    stream: TcpStream,
-    header_read_timeout: Duration,
-    tls_port: u16,
-    http01: super::acme::Http01Answers,
-    mut stop: watch::Receiver<bool>,
-) {
+/// What the plain-HTTP side needs to send a request to https.
+pub struct ToHttps {
+    pub tls_port: u16,
+    pub http01: super::acme::Http01Answers,
+    /// The names https has a certificate for (or ACME will get one for).
+    pub resolver: Arc<Resolver>,
+    /// The serving thread's routes: where routes go by host, a host none takes is no site.
+    pub shared: Arc<super::forward::Shared>,
+}
+
+/// Where a plain-HTTP request goes: to https, or nowhere and why.
+#[derive(Debug, PartialEq, Eq)]
+enum Plain {
+    /// 308 to this location.
+    Https(String),
+    /// 400: the Host header is no host (RFC 9112 §3.2).
+    BadHost,
+    /// 421: https would refuse this host (no certificate or route covers it).
+    NotServed(String),
+}
+
+impl ToHttps {
+    /// The answer to a request for `host` (its Host header, or the request target's
+    /// authority) and `path`.
+    fn answer(&self, host: Option<&[u8]>, path: &str) -> Plain {
+        let Some(host) = host.filter(|h| is_host_header(h)) else {
+            return Plain::BadHost;
+        };
+        let name = super::router::host_name(host);
+        let routed = self.shared.router.with(|r| r.has_host(name.as_bytes()));
+        if !routed || !self.resolver.serves_name(&name) {
+            return Plain::NotServed(name);
+        }
+        let shown = String::from_utf8_lossy(host);
+        Plain::Https(https_location(
+            host_without_port(&shown),
+            self.tls_port,
+            path,
+        ))
+    }
+}
+
+/// Whether a Host header is `uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2): a name of
+/// unreserved, percent-encoded and sub-delimiter characters, or an IP literal in brackets, and
+/// digits after a colon. Nothing else (no `/`, no `@`, not empty) is a host to redirect to.
+fn is_host_header(host: &[u8]) -> bool {
+    let (name, port) = match host.strip_prefix(b"[") {
+        Some(v6) => match v6.iter().position(|b| *b == b']') {
+            Some(end) => {
+                let literal = &v6[..end];
+                let ok = !literal.is_empty()
+                    && literal
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+                if !ok {
+                    return false;
+                }
+                (&b"x"[..], &v6[end + 1..])
+            }
+            None => return false,
+        },
+        None => match host.iter().position(|b| *b == b':') {
+            Some(at) => (&host[..at], &host[at..]),
+            None => (host, &b""[..]),
+        },
+    };
+    let port_ok = port.is_empty()
+        || (port[0] == b':' && port.len() <= 6 && port[1..].iter().all(u8::is_ascii_digit));
+    let name_ok = !name.is_empty()
+        && name.iter().all(|b| {
+            b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b)
+        });
+    name_ok && port_ok
+}
+
+/// A plain HTTP connection while TLS is on: every request for a host https serves is sent to
+/// the same host and path over https with 308 (the method and body kept), on `tls_port` unless
+/// it is 443; a Host that is no host gets 400, one https would refuse 421.
+pub async fn redirect(stream: TcpStream, to_https: ToHttps, mut stop: watch::Receiver<bool>) {
+    let header_read_timeout = to_https.shared.header_read_timeout;
+    let http01 = to_https.http01.clone();
+    let to_https = Arc::new(to_https);
     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         // ACME's HTTP-01: the key authorization of an open challenge, and nothing else.
         if let Some(token) = request
@@ -753,22 +851,29 @@ pub async fn redirect(
                 .unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
             return std::future::ready(Ok::<_, std::convert::Infallible>(response));
         }
-        let host = request
-            .headers()
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| request.uri().host())
-            .map(host_without_port)
-            .unwrap_or("localhost")
-            .to_string();
+        let host = match request.headers().get(HOST) {
+            Some(header) => Some(header.as_bytes()),
+            None => request.uri().authority().map(|a| a.as_str().as_bytes()),
+        };
         let path = request
             .uri()
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        let location = https_location(&host, tls_port, &path);
-        let response =
-            match HeaderValue::from_str(&location) {
+        let plain_text = |status: StatusCode, text: String| {
+            Response::builder()
+                .status(status)
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+        };
+        let bad_host = || {
+            plain_text(
+                StatusCode::BAD_REQUEST,
+                "bad request: the Host header is not a host name\n".into(),
+            )
+        };
+        let response = match to_https.answer(host, &path) {
+            Plain::Https(location) => match HeaderValue::from_str(&location) {
                 Ok(value) => Response::builder()
                     .status(StatusCode::PERMANENT_REDIRECT)
                     .header(LOCATION, value)
@@ -776,10 +881,14 @@ pub async fn redirect(
                     .body(http_body_util::Full::new(bytes::Bytes::from(format!(
                         "this site is served over https: {location}\n"
                     )))),
-                Err(_) => Response::builder().status(StatusCode::BAD_REQUEST).body(
-                    http_body_util::Full::new(bytes::Bytes::from_static(b"bad host\n")),
-                ),
-            };
+                Err(_) => bad_host(),
+            },
+            Plain::BadHost => bad_host(),
+            Plain::NotServed(name) => plain_text(
+                StatusCode::MISDIRECTED_REQUEST,
+                format!("no site here for {name}: no certificate or route covers it, so it is not sent to https\n"),
+            ),
+        };
         std::future::ready(Ok::<_, std::convert::Infallible>(response.unwrap_or_else(
             |_| Response::new(http_body_util::Full::new(bytes::Bytes::new())),
         )))

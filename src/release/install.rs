@@ -145,7 +145,13 @@ fn stage_and_rename(
 ) -> Result<Installed, Error> {
     let source = std::path::absolute(request.source).unwrap_or(request.source.to_path_buf());
     let content = staging.join("content");
-    let kind = fill(&source, &content, request.service, &mut Budget::of(request))?;
+    let kind = fill(
+        &source,
+        &content,
+        request.service,
+        request.root,
+        &mut Budget::of(request),
+    )?;
     // An archive of a folder may hold the folder itself: its one top entry is the release.
     let tree = release_root(&content, request.service);
     let executable = tree.join(request.service);
@@ -304,17 +310,18 @@ fn fill(
     source: &Path,
     content: &Path,
     service: &str,
+    root: &Path,
     budget: &mut Budget,
 ) -> Result<&'static str, Error> {
     let meta = fs::metadata(source)
         .map_err(|e| refused(format!("{}: cannot read it: {e}", source.display())))?;
     let name = source.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if meta.is_dir() {
-        copy_folder(source, source, content, budget)?;
+        copy_folder(source, source, content, root, budget)?;
         return Ok("folder");
     }
     if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
-        unpack(source, content, budget)?;
+        unpack(source, content, root, budget)?;
         return Ok("archive");
     }
     if !meta.is_file() {
@@ -434,7 +441,13 @@ fn copy_counted(
 
 /// Copies a folder whole: files with their modes (set-id bits dropped), folders, and symlinks
 /// that stay inside it.
-fn copy_folder(top: &Path, from: &Path, to: &Path, budget: &mut Budget) -> Result<(), Error> {
+fn copy_folder(
+    top: &Path,
+    from: &Path,
+    to: &Path,
+    root: &Path,
+    budget: &mut Budget,
+) -> Result<(), Error> {
     fs::create_dir(to).map_err(|e| failed("create", to, e))?;
     let read = |e: std::io::Error| refused(format!("{}: {e}", from.display()));
     let mut entries: Vec<fs::DirEntry> = fs::read_dir(from)
@@ -450,16 +463,16 @@ fn copy_folder(top: &Path, from: &Path, to: &Path, budget: &mut Budget) -> Resul
             fs::symlink_metadata(&path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
         let kind = meta.file_type();
         if kind.is_dir() {
-            copy_folder(top, &path, &target, budget)?;
+            copy_folder(top, &path, &target, root, budget)?;
         } else if kind.is_file() {
             copy_file(&path, &target, meta.permissions().mode() & 0o777, budget)?;
         } else if kind.is_symlink() {
             let link =
                 fs::read_link(&path).map_err(|e| refused(format!("{}: {e}", path.display())))?;
             let inside = path.strip_prefix(top).unwrap_or(&path);
-            if !stays_inside(inside, &link) {
+            if let Err(why) = link_allowed(inside, &link, root) {
                 return Err(refused(format!(
-                    "{}: a symlink to {} leads outside the release",
+                    "{}: a symlink to {} {why}",
                     path.display(),
                     link.display()
                 )));
@@ -490,6 +503,43 @@ fn entry_path(path: &Path) -> Result<PathBuf, String> {
 }
 
 /// Whether a link at `at` (inside the release) to `target` stays inside the release.
+/// Whether a symlink at `at` (its path inside the release) to `target` may be installed, or
+/// why not. Allowed: a relative link that stays inside the release (`venv/bin/python ->
+/// python3`, `node_modules/.bin/x -> ../x/cli.js`), and an absolute link to anything outside
+/// the root (`venv/bin/python3 -> /usr/bin/python3`: a Python virtual environment's
+/// interpreter). Refused: a relative link that climbs out of the release (where it lands
+/// depends on where the release sits: another release, the root's secrets), and an absolute
+/// link into the root. A link grants nothing by itself — the release's process opens what it
+/// points at with its own rights — and rollgate never follows one inside a release: it reads
+/// the files it reads itself (`env`, `secrets`, the manifest) only when they are no links.
+fn link_allowed(at: &Path, target: &Path, root: &Path) -> Result<(), &'static str> {
+    if !target.is_absolute() {
+        return match stays_inside(at, target) {
+            true => Ok(()),
+            false => Err("leads outside the release"),
+        };
+    }
+    let lexical = |path: &Path| -> PathBuf {
+        let mut clean = PathBuf::new();
+        for part in path.components() {
+            match part {
+                Component::ParentDir => {
+                    clean.pop();
+                }
+                Component::CurDir => {}
+                other => clean.push(other),
+            }
+        }
+        clean
+    };
+    let target = lexical(target);
+    let roots = [Some(lexical(&std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()))), fs::canonicalize(root).ok()];
+    if roots.iter().flatten().any(|root| target.starts_with(root)) {
+        return Err("leads into the root (its releases, secrets and state are not a release's to link to)");
+    }
+    Ok(())
+}
+
 fn stays_inside(at: &Path, target: &Path) -> bool {
     if target.is_absolute() {
         return false;
@@ -512,7 +562,12 @@ fn stays_inside(at: &Path, target: &Path) -> bool {
 /// Unpacks a gzip-compressed tar archive into `content`, refusing any hostile entry.
 // Long on purpose: one pass over a hostile archive, each entry checked (kind, path, size,
 // count) before a byte of it is written; the checks stay beside the loop that streams it.
-fn unpack(archive: &Path, content: &Path, budget: &mut Budget) -> Result<(), Error> {
+fn unpack(
+    archive: &Path,
+    content: &Path,
+    root: &Path,
+    budget: &mut Budget,
+) -> Result<(), Error> {
     let file = File::open(archive).map_err(|e| refused(format!("{}: {e}", archive.display())))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
     fs::create_dir(content).map_err(|e| failed("create", content, e))?;
@@ -596,9 +651,9 @@ fn unpack(archive: &Path, content: &Path, budget: &mut Budget) -> Result<(), Err
                     .flatten()
                     .ok_or_else(|| bad(format!("symlink `{}` has no target", raw.display())))?
                     .into_owned();
-                if !stays_inside(&name, &link) {
+                if let Err(why) = link_allowed(&name, &link, root) {
                     return Err(bad(format!(
-                        "symlink `{}` -> `{}` leads outside the release",
+                        "symlink `{}` -> `{}` {why}",
                         raw.display(),
                         link.display()
                     )));

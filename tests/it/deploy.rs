@@ -84,6 +84,12 @@ fn assert_rolled_back(site: &Site, out: &std::process::Output, live_version: &st
         detail.contains(&format!("old release {live_version} still answering")),
         "{detail}"
     );
+    // The terminal says why, as the log has it (issue 58: it used to say "see deploy.log").
+    assert!(
+        stderr(out).contains(&format!("rollgate: rolled back: {detail}\n")),
+        "{}",
+        stderr(out)
+    );
     // Only the live release is left running.
     assert!(
         wait_for(5, || site.processes() == vec![site.live_pid().unwrap()]),
@@ -133,6 +139,41 @@ fn crash_at_boot_is_seen_at_once() {
             .contains("exiting at boot with status 78"),
         "candidate output in detail"
     );
+}
+
+/// Issue 58: gunicorn says why early (a traceback's last line) and gives up three lines later;
+/// the log and the terminal used to quote only the giving up.
+#[test]
+fn a_crash_quotes_the_cause_as_well_as_the_last_lines() {
+    let site = Site::new();
+    first_release(&site);
+    site.script(
+        "v5",
+        "echo '[INFO] Booting worker with pid: 8'\n\
+         echo '[ERROR] Exception in worker process'\n\
+         echo 'Traceback (most recent call last):'\n\
+         echo '  File \"/srv/app/app.py\", line 1, in <module>'\n\
+         echo '    import flaskx'\n\
+         echo \"ModuleNotFoundError: No module named 'flaskx'\"\n\
+         for n in 1 2 3 4 5 6; do echo \"[INFO] shutting down step $n\"; done\n\
+         echo '[ERROR] Reason: Worker failed to boot.'\n\
+         exit 3\n",
+    );
+    let out = site.deploy(free_port(), "v5", &["20000"]);
+    assert_rolled_back(
+        &site,
+        &out,
+        "v1",
+        "candidate exited with exit status: 3 before ready",
+    );
+    let detail = site.last_detail();
+    assert!(
+        detail.contains(
+            "candidate output: ModuleNotFoundError: No module named 'flaskx' [...] [INFO] shutting down step 5 | [INFO] shutting down step 6 | [ERROR] Reason: Worker failed to boot."
+        ),
+        "{detail}"
+    );
+    assert!(stderr(&out).contains("No module named 'flaskx'"), "{}", stderr(&out));
 }
 
 #[test]

@@ -936,7 +936,11 @@ fn defect_12_an_import_outside_the_policys_tree_is_refused_and_no_secret_is_prin
     let secret = "hunter2-do-not-print-7f3a";
     let dir = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
-    write(outside.path(), "shared.ncl", "{ poll_ms = 100 }");
+    write(
+        outside.path(),
+        "shared.ncl",
+        "{ progress_deadline_ms = 1500, poll_ms = 100, max_unavailable_pct = 0, max_surge_pct = 100, on_stall = 'rollback }",
+    );
     let leak = write(
         dir.path(),
         "leak.ncl",
@@ -1077,4 +1081,71 @@ fn rollout_fields_are_optional_bounded_and_reach_kubernetes() {
     let out = export(&slow, &["--format", "k8s"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("minReadySeconds"), "{}", stderr(&out));
+}
+
+/// Issue 58: the record a user writes first, with no contract applied, used to pass
+/// `policy check` and a deploy's preflight untouched (a 20 ms poll, a misspelt field ignored).
+#[test]
+fn a_nickel_record_that_applies_no_contract_is_held_to_it_in_check_and_before_a_deploy() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |fields: &str| {
+        format!(
+            "{{ edge_svc = {{ progress_deadline_ms = 1500, poll_ms = 100, max_unavailable_pct = 0,\n  max_surge_pct = 100, on_stall = \"rollback\"{fields} }} }}\n"
+        )
+    };
+    let out_of_range = write(
+        dir.path(),
+        "wide.ncl",
+        "{ edge_svc = { progress_deadline_ms = 1500, poll_ms = 100,\n  max_unavailable_pct = 90, max_surge_pct = 100, on_stall = \"rollback\" } }\n",
+    );
+    let misspelt = write(dir.path(), "misspelt.ncl", &record(", watch_msx = 5"));
+    let good = write(dir.path(), "good.ncl", &record(""));
+    let check = |files: &[&std::path::Path]| {
+        rollgate()
+            .args(["policy", "check"])
+            .args(files)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = check(&[&out_of_range]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    // Pointed at the value in the user's file, in the contract's own words.
+    assert!(
+        stdout(&out).contains(&format!(
+            "{}: error at {}:2:25: contract broken by the value of `max_unavailable_pct`: max_unavailable_pct must be an integer from 0 to 25",
+            out_of_range.display(),
+            out_of_range.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let out = check(&[&misspelt]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("extra field `watch_msx`"), "{}", stdout(&out));
+    // The good plain record passes, alone and in a batch beside the bad ones.
+    assert_eq!(check(&[&good]).status.code(), Some(0));
+    let out = check(&[&good, &misspelt, &out_of_range]);
+    assert!(
+        stdout(&out).contains("3 files checked: 1 ok, 2 failed"),
+        "{}",
+        stdout(&out)
+    );
+    // `policy export` stays `nickel export` (the lesson's checks run on it): it prints the
+    // file as written.
+    let out = export(&misspelt, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("\"watch_msx\": 5"), "{}", stdout(&out));
+    // And a deploy is refused before anything is touched (exit 2), its dry run too.
+    let site = Site::new();
+    site.release("v1", "");
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let policy = ["--policy", misspelt.to_str().unwrap()];
+        let out = site.deploy(free_port(), "v1", &[&policy[..], extra].concat());
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {said}");
+        assert!(said.contains("extra field `watch_msx`"), "{said}");
+    }
+    assert!(site.pointer().is_none(), "nothing was deployed");
+    assert!(!site.root().join("deploy.log").exists() || site.events().is_empty());
 }

@@ -180,10 +180,11 @@ fn a_file_a_folder_and_an_archive_are_each_installed_whole_with_their_record() {
 }
 
 /// Writes hostile archives with Python's tarfile (each one case) and returns them by name.
-fn hostile_archives(dir: &Path) -> Vec<(String, PathBuf)> {
+fn hostile_archives(dir: &Path, root: &Path) -> Vec<(String, PathBuf)> {
     let out = std::process::Command::new("python3")
         .arg(repo().join("tests/tools/hostile_archives.py"))
         .arg(dir)
+        .arg(root)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -214,7 +215,7 @@ fn hostile_archives_are_refused_and_leave_releases_byte_for_byte_unchanged() {
     assert_eq!(add(root, "v1", &folder, &[]).status.code(), Some(0));
     let archives_dir = work.path().join("hostile");
     std::fs::create_dir(&archives_dir).unwrap();
-    let archives = hostile_archives(&archives_dir);
+    let archives = hostile_archives(&archives_dir, root);
     assert!(archives.len() >= 24, "{archives:?}");
     let outside = std::fs::read_dir(work.path()).unwrap().count();
     for (case, archive) in &archives {
@@ -268,6 +269,9 @@ fn hostile_archives_are_refused_and_leave_releases_byte_for_byte_unchanged() {
     assert!(said("absolute").contains("is absolute"));
     assert!(said("dotdot").contains("climbs out"));
     assert!(said("symlink-up").contains("leads outside"));
+    assert!(said("symlink-absolute").contains("leads into the root"));
+    assert!(said("symlink-into-release").contains("leads into the root"));
+    assert!(said("write-through-absolute-symlink").contains("written through the symlink"));
     assert!(said("hardlink-absolute").contains("absolute"));
     assert!(said("fifo").contains("fifo"));
     assert!(said("char-device").contains("device"));
@@ -365,5 +369,135 @@ fn a_release_add_killed_at_any_moment_leaves_no_version_half_made() {
     assert!(
         seen_whole > 0 && seen_whole < 20,
         "the kills landed on both sides of the rename"
+    );
+}
+
+/// A Python application as its developers ship it: `python3 -m venv` (whose interpreter is an
+/// absolute link to the system's) beside the code, and a Node-style `node_modules/.bin` link.
+fn python_app(dir: &Path, greeting: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let app = dir.join(format!("app-{greeting}"));
+    std::fs::create_dir_all(&app).unwrap();
+    let venv = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip", "venv"])
+        .current_dir(&app)
+        .output()
+        .unwrap();
+    assert!(venv.status.success(), "{}", stderr(&venv));
+    let interpreter = std::fs::read_link(app.join("venv/bin/python3"))
+        .or_else(|_| std::fs::read_link(app.join("venv/bin/python")))
+        .unwrap();
+    assert!(interpreter.is_absolute(), "{interpreter:?}");
+    write(
+        &app,
+        "app.py",
+        &format!(
+            "import http.server, os\n\
+             class Answer(http.server.BaseHTTPRequestHandler):\n\
+             \x20   def do_GET(self):\n\
+             \x20       body = b'{greeting}\\n'\n\
+             \x20       self.send_response(200)\n\
+             \x20       self.send_header('content-length', str(len(body)))\n\
+             \x20       self.end_headers()\n\
+             \x20       self.wfile.write(body)\n\
+             \x20   def log_message(self, *args):\n\
+             \x20       pass\n\
+             http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Answer).serve_forever()\n"
+        ),
+    );
+    write(&app, "node_modules/tool/cli.js", "// a package's command\n");
+    std::fs::create_dir_all(app.join("node_modules/.bin")).unwrap();
+    std::os::unix::fs::symlink("../tool/cli.js", app.join("node_modules/.bin/tool")).unwrap();
+    let launcher = write(&app, "edge-svc", "#!/bin/sh\nexec venv/bin/python3 app.py\n");
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    app
+}
+
+/// Issue 58: a virtual environment was refused (`venv/bin/python3: a symlink to /usr/...
+/// leads outside the release`), and `release list` showed the launcher's digest, the same for
+/// every release of an application whose launcher never changes.
+#[test]
+fn a_python_virtual_environment_installs_and_runs_and_each_release_has_its_own_digest() {
+    let site = Site::new();
+    let work = tempfile::tempdir().unwrap();
+    for (version, greeting) in [("v1", "hello"), ("v2", "bonjour")] {
+        let out = add(site.root(), version, &python_app(work.path(), greeting), &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let link = site.root().join(format!("releases/{version}/node_modules/.bin/tool"));
+        assert_eq!(
+            std::fs::read_link(link).unwrap(),
+            PathBuf::from("../tool/cli.js")
+        );
+    }
+    let port = free_port();
+    let out = site.deploy(port, "v2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(version_on(port).as_deref(), Some("bonjour"));
+    let listed = rollgate()
+        .args(["release", "list", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    // The same launcher, bytes for bytes; the releases differ in app.py, and say so.
+    assert_eq!(rows[0]["sha256"], rows[1]["sha256"]);
+    assert_ne!(rows[0]["digest"], rows[1]["digest"]);
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(site.root().join("releases/v2/release.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rows[1]["digest"], record["tree_sha256"]);
+    let table = rollgate()
+        .args(["release", "list", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let short = &record["tree_sha256"].as_str().unwrap()[..12];
+    assert!(stdout(&table).contains(short), "{}", stdout(&table));
+}
+
+/// Issue 58: with no `keep_releases` in the policy every release was kept for ever (30 MB each
+/// for a Python application); the default keeps five and whatever the root still needs.
+#[test]
+fn the_default_retention_keeps_five_releases() {
+    let site = Site::new();
+    let port = port_block(2);
+    // Installed first and never deployed: waiting its turn, so never pruned.
+    site.add_sample("queued", "");
+    for n in 1..=7 {
+        site.add_sample(&format!("v{n}"), "");
+        let out = site.deploy(port + (n % 2), &format!("v{n}"), &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let mut left: Vec<String> = std::fs::read_dir(site.root().join("releases"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["queued", "v3", "v4", "v5", "v6", "v7"]);
+    // 0 keeps them all.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let policy = write(
+        elsewhere.path(),
+        "keep-all.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0, "max_surge_pct": 100, "on_stall": "rollback", "keep_releases": 0}}"#,
+    );
+    for n in 8..=9 {
+        site.add_sample(&format!("v{n}"), "");
+        let out = site.deploy(
+            port + (n % 2),
+            &format!("v{n}"),
+            &["--policy", policy.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    assert_eq!(
+        std::fs::read_dir(site.root().join("releases")).unwrap().count(),
+        8
     );
 }

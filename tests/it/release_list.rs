@@ -129,10 +129,18 @@ fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
     let site = Site::new();
     let first = first_of(32);
     let ports = format!("{first}-{}", first + 1);
+    // keep_releases = 0: every release stays until the prune this test is about.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let keep_all = write(
+        elsewhere.path(),
+        "keep-all.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0, "max_surge_pct": 100, "on_stall": "rollback", "keep_releases": 0}}"#,
+    );
+    let keep_all = ["--policy", keep_all.to_str().unwrap()];
     for n in 1..=30 {
         let version = format!("v{n:02}");
         site.add_sample(&version, "");
-        let out = deploy(&site, &version, &ports, &["--watch-ms", "0"]);
+        let out = deploy(&site, &version, &ports, &[&["--watch-ms", "0"][..], &keep_all].concat());
         assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
     }
     // Two more installed after the live one, never deployed: the newest three are v31, v32

@@ -421,6 +421,35 @@ fn plain_http_is_redirected_to_https_with_the_host_and_path() {
         .unwrap();
     let head = text(&out).to_lowercase();
     assert!(head.starts_with("http/1.1 308"), "{head}");
+    // Issue 58: a Host that is no host is 400 (RFC 9112 §3.2), not a made-up location; a host
+    // https has no certificate for is not sent there to be refused (421).
+    let plain = |host_header: &str| {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", proxy.plain)).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        use std::io::Write;
+        write!(
+            conn,
+            "GET /p?q HTTP/1.1\r\n{host_header}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    };
+    for bad in ["Host: a.test/x\r\n", "Host: \r\n", "Host: user@a.test\r\n", ""] {
+        let answer = plain(bad);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{bad:?}: {answer}");
+        assert!(!answer.to_lowercase().contains("location:"), "{answer}");
+    }
+    let answer = plain("Host: b.test\r\n");
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert!(answer.contains("no site here for b.test"), "{answer}");
+    let answer = plain("Host: A.Test:80\r\n");
+    assert!(answer.starts_with("HTTP/1.1 308"), "{answer}");
+    assert!(
+        answer.contains(&format!("location: https://A.Test:{}/p?q", proxy.tls)),
+        "{answer}"
+    );
     assert!(
         head.contains(&format!(
             "location: https://a.test:{}/form?next=%2fhome",
@@ -463,6 +492,12 @@ fn plain_http_is_redirected_to_https_with_the_host_and_path() {
     );
     assert_eq!(answers.matches("http/1.1 200").count(), 2, "{answers}");
 }
+
+/// A PEM block that is valid base64 (of "this is no certificate, only some bytes!!") and no
+/// certificate.
+const BROKEN_INTERMEDIATE: &str = "-----BEGIN CERTIFICATE-----\n\
+    dGhpcyBpcyBubyBjZXJ0aWZpY2F0ZSwgb25seSBzb21lIGJ5dGVzISE=\n\
+    -----END CERTIFICATE-----\n";
 
 #[test]
 fn a_bad_certificate_refuses_the_start_naming_the_file() {
@@ -511,6 +546,27 @@ fn a_bad_certificate_refuses_the_start_naming_the_file() {
         stderr(&bad_pem).contains(&garbage.display().to_string()),
         "{}",
         stderr(&bad_pem)
+    );
+    // Issue 58: a chain whose second block is base64 but no certificate was served, and every
+    // handshake for the name failed at the client.
+    let broken_chain = write(
+        certs.path(),
+        "broken-chain.pem",
+        &format!(
+            "{}{}",
+            std::fs::read_to_string(&a.0).unwrap(),
+            BROKEN_INTERMEDIATE
+        ),
+    );
+    let chain = start(format!("a.test={},{}", broken_chain.display(), a.1.display()));
+    assert_eq!(chain.status.code(), Some(2), "{}", stderr(&chain));
+    assert!(
+        stderr(&chain).contains(&format!(
+            "{}: CERTIFICATE block 2 of the chain is not an X.509 certificate",
+            broken_chain.display()
+        )),
+        "{}",
+        stderr(&chain)
     );
     let missing = start(format!(
         "a.test={},{}",
@@ -643,6 +699,30 @@ fn sighup_takes_replaced_files_and_a_bad_replacement_keeps_the_old_certificate()
         stdout(&status).contains("(SIGHUP): NOT taken, the ones before go on:"),
         "{}",
         stdout(&status)
+    );
+    assert!(curl(&second.pem(), "a.test", proxy.tls, "/", &[])
+        .status
+        .success());
+
+    // The key mended, and the chain given an intermediate that is no certificate: refused at
+    // the reload too, naming the block, and the renewed certificate goes on serving.
+    std::fs::copy(&renewed.1, &served.1).unwrap();
+    std::fs::write(
+        &served.0,
+        format!(
+            "{}{}",
+            std::fs::read_to_string(&renewed.0).unwrap(),
+            BROKEN_INTERMEDIATE
+        ),
+    )
+    .unwrap();
+    send_signal(proxy.child.id() as i32, 1);
+    assert!(
+        wait_for(10, || proxy
+            .said()
+            .contains("CERTIFICATE block 2 of the chain is not an X.509 certificate")),
+        "{}",
+        proxy.said()
     );
     assert!(curl(&second.pem(), "a.test", proxy.tls, "/", &[])
         .status
@@ -1484,4 +1564,41 @@ fn routes_over_tls_come_from_the_config_file_by_name_and_a_misdirected_request_i
         ));
         assert!(misdirected.ends_with(" 421"), "{http}: {misdirected}");
     }
+    // Issue 58: a route for a host no certificate covers is taken with a warning, and plain
+    // HTTP does not send that host to an https that would refuse its handshake.
+    let c = Site::new();
+    let text_before = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{text_before}[[route]]\nhost = \"c.test\"\nroot = \"{}\"\n",
+            c.root().display()
+        ),
+    )
+    .unwrap();
+    let reloaded = rollgate()
+        .args(["proxy", "reload", "--config"])
+        .arg(&config)
+        .timeout(Duration::from_secs(20))
+        .output()
+        .unwrap();
+    assert_eq!(reloaded.status.code(), Some(0), "{}", stderr(&reloaded));
+    assert!(
+        stdout(&reloaded).contains("warning: no certificate or ACME name covers c.test"),
+        "{}",
+        stdout(&reloaded)
+    );
+    assert!(!stdout(&reloaded).contains("covers a.test"));
+    let redirect_of = |host: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}"])
+            .args(["-H", &format!("Host: {host}")])
+            .arg(format!("http://127.0.0.1:{plain}/x"))
+            .output()
+            .unwrap();
+        text(&out)
+    };
+    assert_eq!(redirect_of("a.test"), format!("308 https://a.test:{tls}/x"));
+    assert_eq!(redirect_of("c.test"), "421 ");
+    assert_eq!(redirect_of("d.test"), "421 ", "no route takes d.test");
 }

@@ -1,8 +1,10 @@
 """Writes hostile .tgz archives for `rollgate release add` to refuse, one case each, into the
-folder given (tests/it/release_add.rs). Python's tarfile writes entries no well-behaved tar makes:
-absolute names, `..`, links out, devices, a header that lies about its size."""
+folder given (tests/it/release_add.rs), for a deploy root (the second argument) that links must not
+reach. Python's tarfile writes entries no well-behaved tar makes: absolute names, `..`, links out,
+devices, a header that lies about its size."""
 import gzip, io, os, sys, tarfile
 out = sys.argv[1]
+root = sys.argv[2]
 exe = b"#!/bin/sh\nexit 0\n"
 def member(name, kind=tarfile.REGTYPE, data=b"", link="", mode=0o755, size=None):
     info = tarfile.TarInfo(name)
@@ -21,7 +23,10 @@ cases = {
     "absolute": [member("/tmp/evil", data=b"x")],
     "dotdot": [member("../evil", data=b"x")],
     "dotdot-inside": [member("conf/../../evil", data=b"x")],
-    "symlink-absolute": [member("passwd", tarfile.SYMTYPE, link="/etc/passwd")],
+    # An absolute link is a release's own business (a venv's interpreter), but not into the root.
+    "symlink-absolute": [member("db", tarfile.SYMTYPE, link=root + "/secrets/db")],
+    "symlink-into-release": [member("v1", tarfile.SYMTYPE, link=root + "/releases/../releases/v1")],
+    "write-through-absolute-symlink": [member("d", tarfile.SYMTYPE, link="/tmp"), member("d/evil", data=b"x")],
     "symlink-up": [member("up", tarfile.SYMTYPE, link="../../outside")],
     "symlink-deep-up": [member("a/b/c", tarfile.SYMTYPE, link="../../../x")],
     "hardlink-absolute": [member("pw", tarfile.LNKTYPE, link="/etc/passwd")],
