@@ -197,6 +197,35 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
         #[command(flatten)]
         target: RootArgs,
     },
+    /// What the application printed: the live release's output (stdout and stderr), and with
+    /// -f what it prints next, following each switch to the next live release.
+    #[command(after_help = "Examples:
+  rollgate logs edge-svc --root /srv/edge -f
+  rollgate logs edge-svc --root /srv/edge -n 50
+  rollgate logs edge-svc --root /srv/edge --release v3
+  rollgate logs edge-svc --root /srv/edge --since 2026-12-05T10:00:00Z
+
+A release's output is kept beside it (releases/VERSION/SERVICE.output, rotated at the
+policy's output_max_bytes). Output lines carry no time, so --since picks releases and files:
+every release live at T or since (from the deploy log), each file written since T. When -f
+follows a switch, a line on stderr names the release now live.")]
+    Logs {
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Go on printing what is written, across deploys and rollbacks (until interrupted).
+        #[arg(long, short)]
+        follow: bool,
+        /// This release's output, live or not (never follows a switch).
+        #[arg(long, value_name = "VERSION")]
+        release: Option<String>,
+        /// Releases live at or after this time (RFC 3339 or Unix seconds), files written since.
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Only the last N lines of what is there now.
+        #[arg(long, short = 'n', value_name = "N")]
+        lines: Option<usize>,
+    },
     /// The live release (version, port, pid, uptime, answering) and the last outcomes.
     #[command(after_help = "Examples:
   rollgate status --root /srv/edge

@@ -119,6 +119,8 @@ pub const RELEASE_MAX_ENTRIES: usize = 100_000;
 /// `local` log driver keeps 5 files of 20 MB too).
 pub const OUTPUT_MAX_BYTES: u64 = 20 << 20;
 pub const OUTPUT_KEEP: u64 = 5;
+/// The most output files a policy may keep (`output_keep`'s upper bound).
+pub const OUTPUT_KEEP_MAX: u64 = 100;
 /// A held socket's listen backlog: Linux's default `somaxconn`, as systemd's `Backlog=`
 /// defaults to it. Connections wait there while no release accepts (between two of them).
 pub const LISTEN_BACKLOG: u32 = 4096;

@@ -112,6 +112,30 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Abort { service, target } => {
             Ok(ended(engine::ask(target.root, &service, Ask::Reject)?))
         }
+        Command::Logs {
+            service,
+            target,
+            follow,
+            release,
+            since,
+            lines,
+        } => {
+            let since = since
+                .map(|t| rollgate::render::time::parse_time(&t))
+                .transpose()
+                .map_err(|e| error::refused(format!("--since: {e}")))?;
+            let request = rollgate::commands::logs::Request {
+                root: target.root,
+                service,
+                follow,
+                release,
+                since,
+                lines,
+            };
+            let (mut out, mut said) = (std::io::stdout().lock(), std::io::stderr());
+            rollgate::commands::logs::run(&request, &mut out, &mut said)?;
+            Ok(error::SUCCESS)
+        }
         Command::Status {
             target,
             format,

@@ -24,6 +24,7 @@ mod lab;
 mod layers;
 mod listen;
 mod log;
+mod logs;
 mod notify;
 mod policy;
 mod probes;

@@ -1,0 +1,320 @@
+//! `rollgate logs SERVICE`: what the application itself printed. A release's stdout and stderr
+//! go to `releases/VERSION/SERVICE.output` (`SERVICE.SLOT.output` for a replica), rotated by
+//! the output pump; this command reads them so nobody has to know where, and with `-f` follows
+//! the live release across switches (a deploy, a rollback, `config set`) the way
+//! `kamal app logs -f` and `journalctl -fu` do: when `current` names another release, the old
+//! file is read to its end, a line on stderr says which release is live now, and its output is
+//! read from its start (its boot, the gate included).
+//!
+//! Output files carry no time of their own per line, so `--since T` works by release and by
+//! file: every release live at T or after it (from the deploy log's promotions), and of each
+//! the output files last written at or after T.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{refused, Error};
+use crate::host::journal::{self, LogEvent};
+use crate::host::state::Root;
+use crate::log::follow::{Follower, Start};
+
+/// What `rollgate logs` was asked.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub root: PathBuf,
+    pub service: String,
+    /// Go on printing what is written, across switches.
+    pub follow: bool,
+    /// This release's output instead of the live one's (never switches).
+    pub release: Option<String>,
+    /// Releases live since this time (Unix seconds), and their files written since.
+    pub since: Option<f64>,
+    /// Only the last N lines of what is there now.
+    pub lines: Option<usize>,
+}
+
+/// How often a follower looks for new output and for a switch.
+const POLL: Duration = Duration::from_millis(200);
+
+/// One release's output files being read: one per replica slot (one for a single release).
+struct Reading {
+    version: String,
+    /// (the slot's label, when there are several; the follower of its current file)
+    files: Vec<(Option<String>, Follower)>,
+}
+
+/// Runs `logs`: prints to `out`, says switches on `said`; returns when done (or, following,
+/// when `out` is closed).
+pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Result<(), Error> {
+    crate::host::names::check_name("service", &request.service)?;
+    if let Some(version) = &request.release {
+        crate::host::names::check_name("version", version)?;
+    }
+    let root = Root::existing(request.root.clone())?;
+    let live = live_release(&root)?;
+    let last = match (&request.release, &live) {
+        (Some(version), _) => {
+            if !root.release_dir(version).is_dir() {
+                return Err(refused(format!(
+                    "release {version} is not installed under {}",
+                    root.0.display()
+                )));
+            }
+            version.clone()
+        }
+        (None, Some(live)) => live.clone(),
+        (None, None) => {
+            return Err(refused(format!(
+                "nothing is live under {}: name a release with --release V",
+                root.0.display()
+            )))
+        }
+    };
+    let earlier = match (request.since, &request.release) {
+        (Some(since), None) => live_since(&root, since, &last)?,
+        _ => Vec::new(),
+    };
+    let written = |e: std::io::Error| Error::Failed(format!("cannot write the output: {e}"));
+    for version in &earlier {
+        for path in files_of(&root, version, &request.service) {
+            for generation in generations(&path, request.since) {
+                copy_whole(&generation, out).map_err(written)?;
+            }
+        }
+    }
+    let mut reading = open(&root, &last, &request.service, request.since, out).map_err(written)?;
+    let first = poll(&mut reading, request.lines).map_err(written)?;
+    if write_lines(out, &first).is_err() || !request.follow {
+        return Ok(());
+    }
+    loop {
+        std::thread::sleep(POLL);
+        let lines = poll(&mut reading, None).map_err(written)?;
+        if write_lines(out, &lines).is_err() {
+            return Ok(());
+        }
+        if request.release.is_some() {
+            continue;
+        }
+        let now = live_release(&root).ok().flatten();
+        match now {
+            Some(now) if now != reading.version => {
+                // The old release's last words first, then the new one from its start.
+                let rest = poll(&mut reading, None).map_err(written)?;
+                if write_lines(out, &rest).is_err() {
+                    return Ok(());
+                }
+                let _ = writeln!(
+                    said,
+                    "rollgate logs: {} is live now (was {}); its output follows",
+                    now, reading.version
+                );
+                reading = open(&root, &now, &request.service, None, out).map_err(written)?;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The release live now: the replicas' (the first slot's version) or the pointer's.
+fn live_release(root: &Root) -> Result<Option<String>, Error> {
+    if let Some(set) = root.read_replicas()? {
+        if let Some(first) = set.replicas.first() {
+            return Ok(Some(first.version.clone()));
+        }
+    }
+    Ok(root.read_pointer()?.map(|p| p.version))
+}
+
+/// The releases live at `since` or promoted after it, oldest first, `last` (the live one) left
+/// out: the deploy log's promotions (only `promoted` makes a release live).
+fn live_since(root: &Root, since: f64, last: &str) -> Result<Vec<String>, Error> {
+    let mut promoted = Vec::new();
+    journal::outcomes_backwards(&root.log_path(), |outcome| {
+        if outcome.event == LogEvent::Promoted {
+            promoted.push(outcome.version);
+            if outcome.ts <= since {
+                // The release live at `since`: nothing older matters.
+                return std::ops::ControlFlow::Break(());
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    })
+    .map_err(|e| Error::Failed(format!("cannot read {}: {e}", root.log_path().display())))?;
+    promoted.reverse();
+    promoted.dedup();
+    Ok(promoted.into_iter().filter(|v| v != last).collect())
+}
+
+/// A release's current output files: `SERVICE.output`, and each replica's
+/// `SERVICE.SLOT.output`, slots in order.
+fn files_of(root: &Root, version: &str, service: &str) -> Vec<PathBuf> {
+    let mut slots: Vec<(usize, PathBuf)> = std::fs::read_dir(root.release_dir(version))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let slot = name
+                        .strip_prefix(&format!("{service}."))?
+                        .strip_suffix(".output")?
+                        .parse::<usize>()
+                        .ok()?;
+                    Some((slot, entry.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    slots.sort();
+    let single = root.output_path(version, service);
+    let mut files: Vec<PathBuf> = Vec::new();
+    if single.exists() || slots.is_empty() {
+        files.push(single);
+    }
+    files.extend(slots.into_iter().map(|(_, path)| path));
+    files
+}
+
+/// A file's rotated generations then the file itself, oldest first; with `since`, only those
+/// last written at or after it.
+fn generations(path: &Path, since: Option<f64>) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = (1..=crate::defaults::OUTPUT_KEEP_MAX)
+        .map(|n| crate::host::output::generation(path, n))
+        .take_while(|p| p.exists())
+        .collect();
+    found.reverse();
+    found.push(path.to_path_buf());
+    found
+        .into_iter()
+        .filter(|p| since.is_none_or(|since| modified(p).is_some_and(|m| m >= since)))
+        .collect()
+}
+
+fn modified(path: &Path) -> Option<f64> {
+    let time = std::fs::metadata(path).ok()?.modified().ok()?;
+    Some(
+        time.duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs_f64(),
+    )
+}
+
+/// Opens a release's files for reading; with `since`, its rotated generations written since
+/// are printed first (the current file is read by its follower).
+fn open(
+    root: &Root,
+    version: &str,
+    service: &str,
+    since: Option<f64>,
+    out: &mut dyn Write,
+) -> std::io::Result<Reading> {
+    let files = files_of(root, version, service);
+    let several = files.len() > 1;
+    let mut reading = Reading {
+        version: version.to_string(),
+        files: Vec::new(),
+    };
+    for path in files {
+        if let Some(since) = since {
+            for generation in generations(&path, Some(since)) {
+                if generation != path {
+                    copy_whole(&generation, out)?;
+                }
+            }
+        }
+        let label = several.then(|| slot_label(&path, service));
+        reading
+            .files
+            .push((label, Follower::new(&path, Start::Beginning)));
+    }
+    Ok(reading)
+}
+
+/// `slot 2` for `SERVICE.2.output`, `single` for `SERVICE.output`.
+fn slot_label(path: &Path, service: &str) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match name
+        .strip_prefix(&format!("{service}."))
+        .and_then(|rest| rest.strip_suffix(".output"))
+    {
+        Some(slot) if slot.parse::<usize>().is_ok() => format!("slot {slot}"),
+        _ => "single".to_string(),
+    }
+}
+
+/// What each file gained since the last poll, as lines (labelled when there are several); the
+/// last `lines` of them when asked.
+fn poll(reading: &mut Reading, lines: Option<usize>) -> std::io::Result<Vec<String>> {
+    let mut all = Vec::new();
+    for (label, follower) in &mut reading.files {
+        for line in follower.poll()? {
+            all.push(match label {
+                Some(label) => format!("[{label}] {}", line.text),
+                None => line.text,
+            });
+        }
+    }
+    if let Some(keep) = lines {
+        let skip = all.len().saturating_sub(keep);
+        all.drain(..skip);
+    }
+    Ok(all)
+}
+
+/// Writes lines; Err when the reader went away (`| head`), which ends the command quietly.
+fn write_lines(out: &mut dyn Write, lines: &[String]) -> std::io::Result<()> {
+    for line in lines {
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
+/// A whole file, as it is (an earlier release's or an older generation's).
+fn copy_whole(path: &Path, out: &mut dyn Write) -> std::io::Result<()> {
+    match std::fs::File::open(path) {
+        Ok(mut file) => {
+            std::io::copy(&mut file, out)?;
+            out.flush()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_file_is_labelled_by_its_slot() {
+        assert_eq!(
+            slot_label(Path::new("/r/releases/v1/api.3.output"), "api"),
+            "slot 3"
+        );
+        assert_eq!(
+            slot_label(Path::new("/r/releases/v1/api.output"), "api"),
+            "single"
+        );
+    }
+
+    #[test]
+    fn generations_are_oldest_first_and_since_keeps_the_recent_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.output");
+        for n in [0, 1, 2] {
+            std::fs::write(crate::host::output::generation(&path, n), format!("{n}\n")).unwrap();
+        }
+        let names: Vec<String> = generations(&path, None)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["api.output.2", "api.output.1", "api.output"]);
+        let future = modified(&path).unwrap() + 3600.0;
+        assert!(generations(&path, Some(future)).is_empty());
+    }
+}
