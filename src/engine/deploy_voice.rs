@@ -262,10 +262,10 @@ impl Voice for DeployVoice {
         }
     }
 
-    fn hook_failed(&self, _rollout: &Rollout, error: String) -> Said {
+    fn hook_ended(&self, _rollout: &Rollout, event: LogEvent, detail: String) -> Said {
         Said::Deploy(Line {
-            event: LogEvent::HookFailed,
-            detail: error,
+            event,
+            detail,
             elapsed_ms: None,
             phase: None,
         })

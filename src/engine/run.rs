@@ -305,9 +305,15 @@ impl Executor {
             Phase::Running | Phase::Paused => return,
         };
         let facts = self.voice.hook_facts(r, hook);
-        if let Some(Err(e)) = r.hooks.run(hook, &self.context.root.0, &facts).await {
-            eprintln!("rollgate: {e}; the outcome stands");
-            let _ = self.say(self.voice.hook_failed(r, e.to_string()));
+        match r.hooks.run(hook, &self.context.root.0, &facts).await {
+            Some(Ok(ran)) => {
+                let _ = self.say(self.voice.hook_ended(r, LogEvent::HookRan, ran));
+            }
+            Some(Err(e)) => {
+                eprintln!("rollgate: {e}; the outcome stands");
+                let _ = self.say(self.voice.hook_ended(r, LogEvent::HookFailed, e.to_string()));
+            }
+            None => {}
         }
     }
 

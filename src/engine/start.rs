@@ -92,14 +92,25 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",
         };
-        if let Some(Err(e)) = start
+        match start
             .hooks
             .run(Hook::PreDeploy, &start.root.0, &prepared.facts)
             .await
         {
-            return Err(refused(format!(
-                "{e}; the {kind} was refused, nothing was started"
-            )));
+            Some(Ok(ran)) => log_hook(&start, &prepared, journal::LogEvent::HookRan, ran)?,
+            Some(Err(e)) => {
+                let refusal = format!("{e}; the {kind} was refused, nothing was started");
+                // On the record: a deploy a hook stopped is an attempt as much as one its gate
+                // stopped, though it never reached the log as a candidate.
+                log_hook(
+                    &start,
+                    &prepared,
+                    journal::LogEvent::HookFailed,
+                    refusal.clone(),
+                )?;
+                return Err(refused(refusal));
+            }
+            None => {}
         }
         match start.plan {
             Plan::Deploy { no_wait, .. } => {
@@ -240,6 +251,22 @@ fn held_socket(root: &Root, rollout: &Rollout) -> Result<Option<std::os::fd::Own
             .map_err(|e| refused(format!("{e}; nothing was started"))),
         None => Ok(None),
     }
+}
+
+/// A pre_deploy hook's line, with the run's token (so `log history` finds its attempt).
+fn log_hook(
+    start: &Start,
+    prepared: &Prepared,
+    event: journal::LogEvent,
+    detail: String,
+) -> Result<(), Error> {
+    record::append(
+        &start.root,
+        &journal::Entry {
+            token: Some(&prepared.rollout.id),
+            ..journal::Entry::new(event, &start.version, &start.service, detail)
+        },
+    )
 }
 
 /// The executable a run starts (a signed release's verified copy) and its admission.

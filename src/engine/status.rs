@@ -181,14 +181,28 @@ impl RootStatus {
             routes: crate::proxy::drain::routes_now(&root.0, std::time::Duration::from_millis(500))
                 .filter(|routes| !routes.is_empty()),
             // A log that cannot be read leaves the rest of the status standing.
-            recent: journal::last_outcomes(&root.log_path(), RECENT)
-                .map(|mut recent| {
-                    recent.reverse();
-                    recent
-                })
-                .unwrap_or_default(),
+            recent: recent(root),
         })
     }
+}
+
+/// The last `RECENT` outcomes, newest first, with the hooks that ran among them (a hook's
+/// output is a status's business: a migration that printed a warning, a refused deploy).
+fn recent(root: &Root) -> Vec<Outcome> {
+    let mut found = Vec::new();
+    let mut outcomes = 0;
+    let read = journal::events_backwards(&root.log_path(), &journal::RECENT_EVENTS, |line| {
+        if journal::OUTCOMES.contains(&line.event) {
+            outcomes += 1;
+        }
+        found.push(line);
+        match outcomes < RECENT {
+            true => std::ops::ControlFlow::Continue(()),
+            false => std::ops::ControlFlow::Break(()),
+        }
+    });
+    // A log that cannot be read leaves the rest of the status standing.
+    read.map(|_| found).unwrap_or_default()
 }
 
 /// The service a root serves, read from its small files (no probe, no log): its live

@@ -141,8 +141,8 @@ pub(super) trait Voice: Send + Sync {
     /// The facts a post hook is given.
     fn hook_facts(&self, rollout: &Rollout, hook: Hook) -> Facts;
 
-    /// A post hook failed (`error` says how).
-    fn hook_failed(&self, rollout: &Rollout, error: String) -> Said;
+    /// A post hook ran (`HookRan`) or failed (`HookFailed`); `detail` says how.
+    fn hook_ended(&self, rollout: &Rollout, event: LogEvent, detail: String) -> Said;
 
     /// A background watcher took the run over (`deploy --no-wait`).
     fn watcher_left(&self, _rollout: &mut Rollout, _pid: u32) {}
@@ -237,13 +237,13 @@ impl Voice for RolloutVoice {
         }
     }
 
-    fn hook_failed(&self, rollout: &Rollout, error: String) -> Said {
+    fn hook_ended(&self, rollout: &Rollout, event: LogEvent, detail: String) -> Said {
         Said::Run {
-            event: LogEvent::HookFailed,
+            event,
             version: rollout.to.clone(),
             slot: None,
             wave: None,
-            detail: error,
+            detail,
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The policy's hooks: `pre_deploy` (its failure refuses the deploy before anything starts),
 //! `post_promote` and `post_rollback` (their failure is logged and never undoes the outcome).
-//! Each runs in the root with what happened in its environment, in its own process group,
-//! killed whole at `timeout_ms`.
+//! Each runs in the folder of the release it is about, with that release's configuration and
+//! secrets in its environment (a migration needs the database password the release gets) and
+//! what happened in `ROLLGATE_*` variables, in its own process group, killed whole at
+//! `timeout_ms`. Its output, the last 64 KiB of it, is kept in `releases/VERSION/HOOK.output`
+//! and the end of it quoted in the log line that says how it went.
 
 use crate::defaults;
 use std::path::{Path, PathBuf};
@@ -16,7 +19,9 @@ use crate::policy::HooksPolicy;
 use super::fault::Fault;
 
 /// How much of a hook's output a refusal or a log line quotes (its end).
-const OUTPUT_KEPT: usize = 400;
+const OUTPUT_QUOTED: usize = 400;
+/// How much of a hook's output is kept (its end), in memory and in its file.
+const OUTPUT_KEPT: usize = 64 * 1024;
 /// How long output still in the pipes is read once a hook has exited.
 const OUTPUT_AFTER_EXIT: Duration = Duration::from_millis(100);
 
@@ -110,9 +115,15 @@ impl Hooks {
         }
     }
 
-    /// Runs `hook` if the policy has it: None when it has not; Err with what went wrong (exit
-    /// status or the time limit, and the end of its output).
-    pub async fn run(&self, hook: Hook, root: &Path, facts: &Facts) -> Option<Result<(), Fault>> {
+    /// Runs `hook` if the policy has it: None when it has not; Ok with how it went (exit 0,
+    /// the time and the end of its output) for the log, Err with what went wrong (exit status
+    /// or the time limit, and the end of its output).
+    pub async fn run(
+        &self,
+        hook: Hook,
+        root: &Path,
+        facts: &Facts,
+    ) -> Option<Result<String, Fault>> {
         let command = self.command(hook)?;
         Some(
             run_command(
@@ -131,6 +142,33 @@ impl Hooks {
     }
 }
 
+/// Where a hook about `version` runs and what it is given: the release's folder and its
+/// configuration (variables, and its secrets' values), or the root when the release is not
+/// installed (a hook's own command can still say why).
+fn release_context(root: &Path, version: &str) -> Result<(PathBuf, Vec<(String, String)>), String> {
+    let folder = root.join("releases").join(version);
+    if super::names::check_name("version", version).is_err() || !folder.is_dir() {
+        return Ok((root.to_path_buf(), Vec::new()));
+    }
+    let config = super::config::Config::of_release(&folder)
+        .and_then(|config| config.resolve(&super::config::secrets_dir(root)))
+        .map_err(|e| format!("the release's configuration cannot be given to it: {}", e.0))?;
+    Ok((folder, config))
+}
+
+/// Keeps a hook's output beside its release (`HOOK.output`: an output file, which digests and
+/// signatures leave out), with the root's secret values blanked. Best effort: the log line
+/// quotes its end either way.
+fn keep_output(root: &Path, folder: &Path, hook: Hook, output: &[u8]) {
+    if folder == root {
+        return;
+    }
+    let secrets = super::config::known_values(&super::config::secrets_dir(root));
+    let text = super::config::redact(&String::from_utf8_lossy(output), &secrets);
+    let path = folder.join(format!("{}.output", hook.name()));
+    let _ = super::files::write_atomically(&path, text.as_bytes());
+}
+
 fn ports(list: &[u16]) -> String {
     list.iter()
         .map(u16::to_string)
@@ -144,14 +182,17 @@ async fn run_command(
     root: &Path,
     facts: &Facts,
     limit: Duration,
-) -> Result<(), String> {
+) -> Result<String, String> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| format!("hooks.{} is empty", hook.name()))?;
+    let (folder, config) = release_context(root, &facts.version)
+        .map_err(|why| format!("hook {} ({program}): {why}", hook.name()))?;
     let started = Instant::now();
     let mut child = tokio::process::Command::new(program)
         .args(args)
-        .current_dir(root)
+        .current_dir(&folder)
+        .envs(config)
         .env("ROLLGATE_HOOK", hook.name())
         .env("ROLLGATE_SERVICE", &facts.service)
         .env("ROLLGATE_VERSION", &facts.version)
@@ -207,13 +248,16 @@ async fn run_command(
         reader.abort();
     }
     let output = output.lock().map(|o| o.clone()).unwrap_or_default();
+    keep_output(root, &folder, hook, &output);
     let outcome = outcome.map(|status| (status, output));
     let took = started.elapsed().as_millis();
     match outcome {
-        Ok((Ok(status), output)) if status.success() => {
-            let _ = output;
-            Ok(())
-        }
+        Ok((Ok(status), output)) if status.success() => Ok(format!(
+            "hook {} ({program}) exited 0 after {took} ms in {}{}",
+            hook.name(),
+            folder.display(),
+            quote(&output)
+        )),
         Ok((Ok(status), output)) => Err(format!(
             "hook {} ({program}) failed with {status} after {took} ms{}",
             hook.name(),
@@ -249,7 +293,7 @@ async fn keep_tail(
         }
         if let Ok(mut kept) = kept.lock() {
             kept.extend_from_slice(&buffer[..n]);
-            let excess = kept.len().saturating_sub(OUTPUT_KEPT * 4);
+            let excess = kept.len().saturating_sub(OUTPUT_KEPT);
             kept.drain(..excess);
         }
     }
@@ -265,7 +309,7 @@ fn quote(output: &[u8]) -> String {
     let start = text
         .char_indices()
         .map(|(i, _)| i)
-        .find(|i| text.len() - i <= OUTPUT_KEPT)
+        .find(|i| text.len() - i <= OUTPUT_QUOTED)
         .unwrap_or(0);
     format!(": {}", text[start..].replace('\n', " | "))
 }

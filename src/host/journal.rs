@@ -55,8 +55,12 @@ events! {
     /// `current` names a ready release that is now watched; `promoted` or `rolled_back`
     /// (phase `watch`) follows when the watch ends.
     Switched => "switched",
-    /// A post_promote or post_rollback hook failed (the outcome stands).
+    /// A hook failed: a pre_deploy's refused the deploy (nothing was started), a post hook's
+    /// outcome stands. The detail quotes the end of its output.
     HookFailed => "hook_failed",
+    /// A hook ran and exited 0; the detail quotes the end of its output (all of it, bounded,
+    /// is kept in `releases/VERSION/HOOK.output`).
+    HookRan => "hook_ran",
     /// `rollgate up` started a live release that was not running (after a reboot or a crash).
     Restarted => "restarted",
     /// `rollgate up` could not start a live release.
@@ -295,7 +299,11 @@ pub struct Outcome {
 impl Outcome {
     /// Why it did not go live: the detail up to its first `; ` (none for a promotion).
     pub fn reason(&self) -> Option<&str> {
-        (self.event != LogEvent::Promoted).then(|| self.detail.split("; ").next().unwrap_or(""))
+        matches!(
+            self.event,
+            LogEvent::RolledBack | LogEvent::Escalated | LogEvent::HookFailed
+        )
+        .then(|| self.detail.split("; ").next().unwrap_or(""))
     }
 }
 
@@ -306,10 +314,29 @@ pub const OUTCOMES: [LogEvent; 3] = [
     LogEvent::Escalated,
 ];
 
+/// What a status shows of the recent past: the outcomes and the hooks that ran around them.
+pub const RECENT_EVENTS: [LogEvent; 5] = [
+    LogEvent::Promoted,
+    LogEvent::RolledBack,
+    LogEvent::Escalated,
+    LogEvent::HookRan,
+    LogEvent::HookFailed,
+];
+
 /// The log's outcomes, newest first, handed to `each` until it breaks. A log that is not there
 /// has none; a line that is not a whole record (torn by a crash) is passed over.
 pub fn outcomes_backwards(
     path: &Path,
+    each: impl FnMut(Outcome) -> ControlFlow<()>,
+) -> std::io::Result<()> {
+    events_backwards(path, &OUTCOMES, each)
+}
+
+/// The log's lines of these `events`, newest first, as [`Outcome`]s, handed to `each` until it
+/// breaks.
+pub fn events_backwards(
+    path: &Path,
+    events: &[LogEvent],
     mut each: impl FnMut(Outcome) -> ControlFlow<()>,
 ) -> std::io::Result<()> {
     #[derive(serde::Deserialize)]
@@ -329,7 +356,7 @@ pub fn outcomes_backwards(
         let Ok(record) = serde_json::from_slice::<Line>(line) else {
             return ControlFlow::Continue(());
         };
-        match LogEvent::from_name(&record.event).filter(|e| OUTCOMES.contains(e)) {
+        match LogEvent::from_name(&record.event).filter(|e| events.contains(e)) {
             Some(event) => each(Outcome {
                 ts: record.ts,
                 event,
@@ -344,9 +371,14 @@ pub fn outcomes_backwards(
 
 /// The last `limit` outcomes of the log, oldest first.
 pub fn last_outcomes(path: &Path, limit: usize) -> std::io::Result<Vec<Outcome>> {
+    last_of(path, &OUTCOMES, limit)
+}
+
+/// The last `limit` lines of these `events`, oldest first.
+pub fn last_of(path: &Path, events: &[LogEvent], limit: usize) -> std::io::Result<Vec<Outcome>> {
     let mut found = Vec::with_capacity(limit.min(1024));
     if limit > 0 {
-        outcomes_backwards(path, |outcome| {
+        events_backwards(path, events, |outcome| {
             found.push(outcome);
             match found.len() < limit {
                 true => ControlFlow::Continue(()),

@@ -295,6 +295,11 @@ pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResul
         let configs: Vec<Option<&str>> = attempts.iter().map(Attempt::config).collect();
         columns.push(Series::new("config".into(), configs).into_column());
     }
+    // The hooks that ran, likewise only where a policy had hooks.
+    if attempts.iter().any(|a| a.hooks().is_some()) {
+        let hooks: Vec<Option<&str>> = attempts.iter().map(Attempt::hooks).collect();
+        columns.push(Series::new("hooks".into(), hooks).into_column());
+    }
     // Rollouts' columns likewise only where the log has a rollout.
     if attempts.iter().any(|a| a.rollout.is_some()) {
         let facts = |f: fn(&super::history::RolloutFacts) -> String| {

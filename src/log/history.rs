@@ -8,6 +8,8 @@ use super::summary::{reason_of, PROMOTED, ROLLED_BACK, ROLLOUT_STARTED, STARTED}
 use crate::host::journal::LogEvent;
 
 pub const ESCALATED: &str = LogEvent::Escalated.as_str();
+const HOOK_RAN: &str = LogEvent::HookRan.as_str();
+const HOOK_FAILED: &str = LogEvent::HookFailed.as_str();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -61,6 +63,9 @@ pub struct SignedFacts {
     pub sequence: Option<u64>,
     pub manifest_sha256: Option<Box<str>>,
     pub config: Option<Box<str>>,
+    /// The hooks that ran for it, as their lines say (`pre_deploy (./migrate.sh) exited 0
+    /// after 80 ms ...: migrated`), joined by ` / `.
+    pub hooks: Option<Box<str>>,
 }
 
 impl SignedFacts {
@@ -76,6 +81,7 @@ impl SignedFacts {
                 .extra_value("config", i)
                 .and_then(|v| v.as_str())
                 .map(Box::from),
+            hooks: None,
         };
         (facts != SignedFacts::default()).then(|| Box::new(facts))
     }
@@ -118,6 +124,11 @@ impl Attempt {
     /// The digest of the release's config, when it has one (`releases/VERSION/env`, `secrets`).
     pub fn config(&self) -> Option<&str> {
         self.signed.as_ref().and_then(|s| s.config.as_deref())
+    }
+
+    /// The hooks that ran for it, as their lines said.
+    pub fn hooks(&self) -> Option<&str> {
+        self.signed.as_ref().and_then(|s| s.hooks.as_deref())
     }
 
     pub fn manifest_sha256(&self) -> Option<&str> {
@@ -168,6 +179,23 @@ pub struct Pairing {
     live: Option<usize>,
     /// Rollouts by id: the attempt that holds their facts, and when each wave began.
     rollouts: HashMap<String, (usize, Vec<Option<f64>>)>,
+    /// Records fed so far.
+    seen: u64,
+    /// A pre_deploy hook's words and the record they were on: the run writes its start on the
+    /// very next line (a hook that refused the run is followed by no start, and is no
+    /// attempt's).
+    hook_before: Option<(u64, Option<Box<str>>, String)>,
+    /// The attempt an outcome closed last: a post hook's line follows its outcome.
+    last_closed: Option<usize>,
+}
+
+/// Adds a hook's words to an attempt's facts.
+fn note_hook(attempt: &mut Attempt, words: &str) {
+    let facts = attempt.signed.get_or_insert_with(Default::default);
+    facts.hooks = Some(match facts.hooks.take() {
+        Some(before) => format!("{before} / {words}").into(),
+        None => words.into(),
+    });
 }
 
 /// The newest open attempt per version (a record without a version is a version of its own).
@@ -209,6 +237,7 @@ impl Pairing {
     }
 
     fn record(&mut self, log: &Log, i: usize) {
+        self.seen += 1;
         let attempts = &mut self.attempts;
         let version = log.version[i].as_deref();
         let ts = log.ts[i];
@@ -257,6 +286,24 @@ impl Pairing {
                 let index = attempts.len() - 1;
                 self.earlier_open.resize(attempts.len(), None);
                 self.earlier_open[index] = self.open.insert(version, index);
+                if let Some((on, of, words)) = self.hook_before.take() {
+                    if on + 1 == self.seen && of.as_deref() == version {
+                        note_hook(&mut attempts[index], &words);
+                    }
+                }
+            }
+            Some(HOOK_RAN | HOOK_FAILED) => {
+                let words = log.detail[i].as_deref().unwrap_or("");
+                let words = words.strip_prefix("hook ").unwrap_or(words);
+                if words.starts_with(crate::host::hooks::Hook::PreDeploy.name()) {
+                    self.hook_before = Some((self.seen, version.map(Box::from), words.to_string()));
+                } else if let Some(index) = self
+                    .last_closed
+                    .filter(|l| attempts[*l].version.as_deref() == version)
+                {
+                    // A post hook: its run's outcome came before it.
+                    note_hook(&mut attempts[index], words);
+                }
             }
             Some(ESCALATED) => {
                 if let Some(index) = self.open.get(version) {
@@ -285,10 +332,16 @@ impl Pairing {
                     self.earlier_open.resize(attempts.len(), None);
                     attempts.len() - 1
                 });
+                self.last_closed = Some(index);
                 let attempt = &mut attempts[index];
                 attempt.finished = ts;
-                if attempt.signed.is_none() {
+                // The start line's facts stand; a hook's words alone do not hide the outcome's.
+                let hooks = attempt.signed.as_mut().and_then(|f| f.hooks.take());
+                if attempt.signed.as_deref().is_none_or(|f| *f == SignedFacts::default()) {
                     attempt.signed = SignedFacts::of(log, i);
+                }
+                if let Some(hooks) = hooks {
+                    note_hook(attempt, &hooks);
                 }
                 if event == PROMOTED {
                     attempt.outcome = Outcome::Promoted;
@@ -681,6 +734,32 @@ mod tests {
 {"ts":400,"event":"rolled_back","version":"v4","detail":"error rate; manual"}
 {"ts":500,"event":"candidate_started","version":"v5","detail":""}
 "#;
+
+    #[test]
+    fn hooks_join_their_attempt_and_a_refusing_hook_joins_none() {
+        let text = r#"{"ts":1,"event":"hook_failed","version":"v2","detail":"hook pre_deploy (./m.sh) failed with exit status: 1; the deploy was refused"}
+{"ts":2,"event":"hook_ran","version":"v2","detail":"hook pre_deploy (./m.sh) exited 0: migrated"}
+{"ts":3,"event":"candidate_started","version":"v2","detail":""}
+{"ts":4,"event":"promoted","version":"v2","detail":"ready"}
+{"ts":5,"event":"hook_ran","version":"v2","detail":"hook post_promote (./a.sh) exited 0: told"}
+{"ts":6,"event":"hook_failed","version":"v3","detail":"hook pre_deploy (./m.sh) failed; the deploy was refused"}
+{"ts":7,"event":"candidate_started","version":"v4","detail":""}
+{"ts":8,"event":"rolled_back","version":"v4","detail":"not ready"}
+{"ts":9,"event":"hook_ran","version":"v4","detail":"hook post_rollback (./r.sh) exited 0"}
+"#;
+        let found = attempts(&log(text));
+        let hooks: Vec<Option<&str>> = found.iter().map(Attempt::hooks).collect();
+        assert_eq!(
+            hooks,
+            [
+                Some("pre_deploy (./m.sh) exited 0: migrated / post_promote (./a.sh) exited 0: told"),
+                Some("post_rollback (./r.sh) exited 0"),
+            ]
+        );
+        // The hooks change no outcome and no count.
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].outcome, Outcome::Promoted);
+    }
 
     #[test]
     fn who_else_served_is_a_watch_until_its_outcome_and_a_rollouts_ready_replicas() {

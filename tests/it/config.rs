@@ -43,24 +43,6 @@ fn config(site: &Site, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn set_secret(site: &Site, name: &str, value: &str) -> Output {
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
-        .args(["secret", "set", name, "--root"])
-        .arg(site.root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(value.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn a_config_change_is_a_gated_release_and_a_rollback_brings_the_old_env_back_exactly() {
     let site = Site::new();

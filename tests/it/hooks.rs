@@ -64,7 +64,19 @@ fn a_failing_pre_deploy_refuses_with_nothing_started() {
     assert!(said.contains("exit status: 4"), "{said}");
     assert!(said.contains("change freeze: --strict"), "{said}");
     assert!(said.contains("nothing was started"), "{said}");
-    assert_eq!(site.log_lines().len(), before);
+    // On the record (issue 58: a refused deploy wrote nothing): one hook_failed line, the
+    // refusal as the terminal said it.
+    let lines = site.log_lines();
+    assert_eq!(lines.len(), before + 1);
+    let refused = &lines[before];
+    assert_eq!(refused["event"], "hook_failed");
+    assert_eq!(refused["version"], "v2");
+    assert!(refused["token"].is_string(), "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("change freeze: --strict") && detail.contains("was refused"),
+        "{detail}"
+    );
     assert_eq!(site.pointer().unwrap()["version"], "v1");
     assert!(!site.root().join("releases/v2/started").exists());
 }
@@ -217,4 +229,77 @@ fn send_signal_to_marker(marker: &str) {
             send_signal(pid, 9);
         }
     }
+}
+
+/// Issue 58: a pre_deploy hook (a migration) ran in the root, without the release's config or
+/// secrets, and a hook that succeeded said nothing anywhere.
+#[test]
+fn a_migration_runs_in_its_release_with_its_config_and_its_output_is_kept_and_shown() {
+    let site = Site::new();
+    v1_live(&site);
+    let secret = "pw-7f3a-do-not-print";
+    assert!(set_secret(&site, "db", secret).status.success());
+    site.release("v2", "");
+    write(site.root(), "releases/v2/env", "GREETING=hi\n");
+    write(site.root(), "releases/v2/secrets", "DB_PASSWORD=db\n");
+    let policy = policy(
+        &site,
+        "{pre_deploy: [./migrate.sh], post_promote: [./announce.sh]}",
+        &[
+            (
+                "migrate",
+                "echo \"migrating in $(pwd) as $GREETING with $DB_PASSWORD\"\n\
+                 test \"$DB_PASSWORD\" = pw-7f3a-do-not-print || exit 9\n\
+                 echo 'migrated 3 tables'\n",
+            ),
+            ("announce", "echo \"v=$ROLLGATE_VERSION live\"\n"),
+        ],
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let release = site.root().join("releases/v2");
+    // Its whole output kept beside the release, the secret's value blanked.
+    let kept = std::fs::read_to_string(release.join("pre_deploy.output")).unwrap();
+    assert!(
+        kept.contains(&format!("migrating in {} as hi with [secret]", release.display())),
+        "{kept}"
+    );
+    assert!(kept.contains("migrated 3 tables") && !kept.contains(secret), "{kept}");
+    // On the record, with the run's token; the post hook too.
+    let lines = site.log_lines();
+    let ran: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "hook_ran").collect();
+    assert_eq!(ran.len(), 2, "{lines:?}");
+    let started = lines
+        .iter()
+        .rfind(|l| l["event"] == "candidate_started")
+        .unwrap();
+    assert_eq!(ran[0]["token"], started["token"]);
+    assert!(
+        ran[0]["detail"].as_str().unwrap().contains("migrated 3 tables"),
+        "{}",
+        ran[0]
+    );
+    assert!(!serde_json::to_string(&lines).unwrap().contains(secret));
+    // Shown by status and by the history.
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(stdout(&status).contains("hook_ran"), "{}", stdout(&status));
+    assert!(stdout(&status).contains("migrated 3 tables"), "{}", stdout(&status));
+    let history = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(stdout(&history).lines().last().unwrap()).unwrap();
+    assert_eq!(last["version"], "v2");
+    let hooks = last["hooks"].as_str().unwrap();
+    assert!(
+        hooks.starts_with("pre_deploy (") && hooks.contains("migrated 3 tables"),
+        "{hooks}"
+    );
+    assert!(hooks.contains(" / post_promote (") && hooks.contains("v=v2 live"), "{hooks}");
 }
