@@ -108,36 +108,30 @@ fn release_config(root: &Root, version: &str) -> Result<Config, Error> {
 /// `config show`: the release's variables, secrets by name only.
 pub fn show(root: &Path, version: Option<&str>) -> Result<String, Error> {
     let root = Root::existing(root.to_path_buf())?;
-    let version = match version {
-        Some(v) => v.to_string(),
-        None => live_version(&root)?,
+    let staged = root.0.join(config::STAGED_DIR);
+    let (version, config) = match version {
+        Some(v) => (v.to_string(), release_config(&root, v)?),
+        None => match live_version(&root) {
+            Ok(live) => {
+                let config = release_config(&root, &live)?;
+                (live, config)
+            }
+            // Before the first deploy: the staged config, if there is one.
+            Err(nothing_live) if !staged.is_dir() => return Err(nothing_live),
+            Err(_) => (
+                "staged, for the first release deployed".to_string(),
+                Config::of_release(&staged).map_err(|e| refused(e.0))?,
+            ),
+        },
     };
-    let config = release_config(&root, &version)?;
     let mut out = format!("# {version} (config {})\n", config.digest());
     for (key, value) in &config.variables {
-        out.push_str(&format!("{key}={}\n", quoted(value)));
+        out.push_str(&format!("{key}={}\n", config::env_quoted(value)));
     }
     for (key, name) in &config.secrets {
         out.push_str(&format!("{key}=<secret {name}>\n"));
     }
     Ok(out)
-}
-
-/// A value as an env file would hold it.
-fn quoted(value: &str) -> String {
-    let plain = !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:,@%+=".contains(c));
-    if plain {
-        return value.to_string();
-    }
-    let escaped = value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-        .replace('\t', "\\t");
-    format!("\"{escaped}\"")
 }
 
 /// `config diff A B`: what changed from A to B (secrets by name).
@@ -147,7 +141,7 @@ pub fn diff(root: &Path, a: &str, b: &str) -> Result<String, Error> {
     let view = |c: &Config| -> BTreeMap<String, String> {
         c.variables
             .iter()
-            .map(|(k, v)| (k.clone(), quoted(v)))
+            .map(|(k, v)| (k.clone(), config::env_quoted(v)))
             .chain(
                 c.secrets
                     .iter()
@@ -207,27 +201,173 @@ pub fn make_release(
         .resolve(&config::secrets_dir(&root.0))
         .map_err(|e| refused(e.0))?;
     let version = next_version(&root, &live);
-    let env = render_env(&config);
-    let secrets: String = config
-        .secrets
-        .iter()
-        .map(|(k, n)| format!("{k}={n}\n"))
-        .collect();
+    let (env, secrets) = config.files("rollgate config set");
+    // The new release carries its config: it is its own, not the live one's adopted.
     crate::release::install::derive(
         &root.0,
         service,
         &live,
         &version,
-        &[(config::ENV_FILE, env), (config::SECRETS_FILE, secrets)],
+        &[
+            (config::ENV_FILE, env),
+            (config::SECRETS_FILE, secrets),
+            (config::ADOPTED_FILE, String::new()),
+        ],
         now,
     )?;
     Ok((live, version))
 }
 
-fn render_env(config: &Config) -> String {
-    let mut out = String::from("# written by rollgate config set\n");
-    for (key, value) in &config.variables {
-        out.push_str(&format!("{key}={}\n", quoted(value)));
-    }
-    out
+/// `config set --no-deploy` on a root where nothing is live yet: the change is made to the
+/// service's staged config (`ROOT/config/`), which the first release deployed gets. Refused
+/// (nothing written) when a secret it names is not set.
+pub fn stage(root: &Path, service: &str, change: &Change) -> Result<String, Error> {
+    crate::host::names::check_name("service", service)?;
+    let root = Root::existing(root.to_path_buf())?;
+    let folder = root.0.join(config::STAGED_DIR);
+    let config = change.apply(Config::of_release(&folder).map_err(|e| refused(e.0))?);
+    config
+        .resolve(&config::secrets_dir(&root.0))
+        .map_err(|e| refused(e.0))?;
+    let (env, secrets) = config.files("rollgate config set --no-deploy");
+    let written = |e: crate::host::files::WriteError| Error::Failed(e.to_string());
+    std::fs::create_dir_all(&folder)
+        .map_err(|e| Error::Failed(format!("cannot make {}: {e}", folder.display())))?;
+    crate::host::files::write_atomically(&folder.join(config::ENV_FILE), env.as_bytes())
+        .map_err(written)?;
+    crate::host::files::write_atomically(&folder.join(config::SECRETS_FILE), secrets.as_bytes())
+        .map_err(written)?;
+    Ok(format!(
+        "nothing of {service} is live yet: the config is staged (config {}) in {}; the first release deployed gets it",
+        config.digest(),
+        folder.display()
+    ))
 }
+
+/// The config a candidate starts with, and the live release's beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateConfig {
+    pub version: String,
+    /// Where it comes from: the release's own, or given from the service's (the live
+    /// release's, or the staged one before any release is live).
+    pub origin: config::Origin,
+    pub config: Config,
+    /// The live release and its config (none before the first deploy).
+    pub live: Option<(String, Config)>,
+}
+
+/// Heroku's rule: config belongs to the service, and a release is code plus the service's
+/// config at its deploy. A release that carries its own config keeps it; one that carries none
+/// (or carries what an earlier deploy gave it) gets the live release's, else the staged one.
+pub fn for_candidate(root: &Root, version: &str) -> Result<CandidateConfig, Error> {
+    let dir = root.release_dir(version);
+    // A live release whose folder is gone (put in by hand, or a crash recovery has yet to
+    // settle) gives nothing.
+    let live = match live_version(root) {
+        Ok(live) if root.release_dir(&live).is_dir() => {
+            Some((live.clone(), release_config(root, &live)?))
+        }
+        Ok(_) | Err(_) => None,
+    };
+    let live_missing = live.is_none() && live_version(root).is_ok();
+    let own = config::Origin::of_release(&dir);
+    let (origin, config) = match (&own, &live) {
+        (config::Origin::Own, _) => (own.clone(), release_config(root, version)?),
+        (_, Some((live_version, live_config))) if live_version != version => (
+            config::Origin::Adopted(live_version.clone()),
+            live_config.clone(),
+        ),
+        // Deployed again while live: it keeps what it has.
+        (_, Some(_)) => (own.clone(), release_config(root, version)?),
+        (_, None) if live_missing => (own.clone(), release_config(root, version)?),
+        (_, None) => {
+            let staged = Config::of_release(&root.0.join(config::STAGED_DIR))
+                .map_err(|e| refused(e.0))?;
+            match staged == Config::default() {
+                true => (config::Origin::None, staged),
+                false => (config::Origin::Adopted("staged".into()), staged),
+            }
+        }
+    };
+    Ok(CandidateConfig {
+        version: version.to_string(),
+        origin,
+        config,
+        live,
+    })
+}
+
+impl CandidateConfig {
+    /// Writes what the candidate gets into its folder, when it is given the service's: the
+    /// mark first, then each file whole (a crash between them leaves a release marked as given
+    /// config, which the next deploy gives again). A release that carries its own is not
+    /// touched.
+    pub fn give(&self, root: &Root) -> Result<(), Error> {
+        let config::Origin::Adopted(from) = &self.origin else {
+            return Ok(());
+        };
+        let dir = root.release_dir(&self.version);
+        if self.config == Config::default() {
+            // Nothing to give: a release with no files has no config (what an earlier deploy
+            // gave it goes, its mark last).
+            for name in [config::ENV_FILE, config::SECRETS_FILE, config::ADOPTED_FILE] {
+                if dir.join(config::ADOPTED_FILE).exists() {
+                    match std::fs::remove_file(dir.join(name)) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(Error::Failed(format!(
+                                "cannot remove {}: {e}",
+                                dir.join(name).display()
+                            )))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let write = |name: &str, text: &str| {
+            crate::host::files::write_atomically(&dir.join(name), text.as_bytes())
+                .map_err(|e| Error::Failed(e.to_string()))
+        };
+        let (env, secrets) = self
+            .config
+            .files(&format!("rollgate deploy: the service's config, from {from}"));
+        write(config::ADOPTED_FILE, &format!("{from}\n"))?;
+        write(config::ENV_FILE, &env)?;
+        write(config::SECRETS_FILE, &secrets)
+    }
+
+    /// Whether there is any config to speak of: the candidate's or the live one's.
+    pub fn is_empty(&self) -> bool {
+        self.config == Config::default()
+            && self.live.as_ref().is_none_or(|(_, c)| *c == Config::default())
+    }
+
+    /// One line: which config the candidate gets and how it differs from the live one.
+    pub fn said(&self) -> String {
+        let which = match &self.origin {
+            config::Origin::None => return format!("{} starts with no config", self.version),
+            config::Origin::Adopted(from) if self.config == Config::default() => {
+                return format!("{} starts with no config ({from} has none)", self.version)
+            }
+            config::Origin::Own => format!("its own config (config {})", self.config.digest()),
+            config::Origin::Adopted(from) if from == "staged" => format!(
+                "the service's staged config (config {}, from config set --no-deploy)",
+                self.config.digest()
+            ),
+            config::Origin::Adopted(from) => format!(
+                "the live release {from}'s config (config {}), as a new code release does",
+                self.config.digest()
+            ),
+        };
+        let against = match &self.live {
+            None => String::new(),
+            Some((live, live_config)) => match self.config.changes_from(live_config) {
+                changes if changes.is_empty() => format!("; the same as live {live}'s"),
+                changes => format!("; against live {live}'s: {}", changes.join(", ")),
+            },
+        };
+        format!("{} gets {which}{against}", self.version)
+    }
+}
+

@@ -37,6 +37,9 @@ pub struct Request {
     /// `--no-wait`: leave the watch to a background watcher and exit after the switch.
     pub no_wait: bool,
     pub eval: EvalOptions,
+    /// A release that carries no config of its own gets the service's (the live release's):
+    /// a deploy of a new release. A rollback brings a release back as it was, and does not.
+    pub give_service_config: bool,
 }
 
 impl Request {
@@ -218,6 +221,9 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
     plan::check_bounds(&settings)?;
     // The release must be there before anything starts (it runs from a verified copy if signed).
     let (root, executable) = release_executable(&request.root, &request.version, &request.service)?;
+    if request.give_service_config {
+        give_service_config(&root, &request.version)?;
+    }
 
     let plan = Plan::Deploy {
         port,
@@ -235,6 +241,18 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
         },
         policy.as_ref(),
     )
+}
+
+/// A new release gets the service's config unless it carries its own (`config::for_candidate`),
+/// and the deploy says which on stderr, with how it differs from the live one.
+pub(crate) fn give_service_config(root: &Root, version: &str) -> Result<(), Error> {
+    let candidate = super::config::for_candidate(root, version)?;
+    candidate.give(root)?;
+    // A service with no config anywhere has nothing to be told.
+    if !candidate.is_empty() {
+        eprintln!("rollgate: {}", candidate.said());
+    }
+    Ok(())
 }
 
 /// The request's policy entry, checked by the contract (None without `--policy`).

@@ -209,12 +209,25 @@ pub fn admission_check(root: &Root, service: &str, version: &str) -> Result<Stri
 /// The release's config as a start would read it: its variables by name, its secrets by name
 /// (never a value), refused as the start would refuse it (a line it cannot parse, a secret
 /// missing or readable by others).
-fn config_check(root: &Root, version: &str) -> Result<String, String> {
+fn config_check(root: &Root, version: &str, give_service_config: bool) -> Result<String, String> {
     use crate::host::config::{secrets_dir, Config};
-    let config = Config::of_release(&root.release_dir(version)).map_err(|e| e.0)?;
+    let (config, said) = match give_service_config {
+        // What the deploy would give it: its own, else the service's (said with the change
+        // from the live one).
+        true => {
+            let candidate =
+                super::config::for_candidate(root, version).map_err(|e| e.to_string())?;
+            let said = candidate.said();
+            (candidate.config, Some(said))
+        }
+        false => (
+            Config::of_release(&root.release_dir(version)).map_err(|e| e.0)?,
+            None,
+        ),
+    };
     config.resolve(&secrets_dir(&root.0)).map_err(|e| e.0)?;
     if config.variables.is_empty() && config.secrets.is_empty() {
-        return Ok("no config of its own (no env or secrets file)".into());
+        return Ok(said.unwrap_or_else(|| "no config of its own (no env or secrets file)".into()));
     }
     let names = |keys: Vec<&String>| match keys.as_slice() {
         [] => "none".to_string(),
@@ -230,7 +243,8 @@ fn config_check(root: &Root, version: &str) -> Result<String, String> {
         .map(|(key, name)| format!("{key} from secret {name}"))
         .collect();
     Ok(format!(
-        "config {}: variables {}; secrets {}",
+        "{}config {}: variables {}; secrets {}",
+        said.map_or(String::new(), |said| format!("{said}: ")),
         config.digest(),
         names(config.variables.keys().collect()),
         if secrets.is_empty() {
@@ -357,7 +371,11 @@ fn deploy_report(
     }
     report.check(engine::port_free(port));
     report.check(admission_check(&root, &request.service, &request.version));
-    report.check(config_check(&root, &request.version));
+    report.check(config_check(
+        &root,
+        &request.version,
+        request.give_service_config,
+    ));
     if let Some(spec) = &settings.listen {
         report.would.push(holder_check(&root, spec));
     }

@@ -104,6 +104,7 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
             watch_ms: None,
             no_wait: false,
             eval: request.eval,
+            give_service_config: true,
         }),
         Way::Rollout => rollout::rollout(rollout::Request {
             service: request.service,
@@ -112,6 +113,7 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
             policy: Some(kept),
             policy_entry: request.policy_entry,
             eval: request.eval,
+            give_service_config: true,
             args: settings::Args {
                 ports: request
                     .ports

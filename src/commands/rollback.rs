@@ -90,6 +90,8 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
         port,
         version: earlier.version,
         root: request.root,
+        // Back as it was: its own config, or the one a deploy gave it then.
+        give_service_config: false,
         ..request.deploy
     })
 }

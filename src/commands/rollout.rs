@@ -23,6 +23,8 @@ pub struct Request {
     pub policy_entry: Option<String>,
     pub eval: EvalOptions,
     pub args: settings::Args,
+    /// As a deploy's: a new release gets the service's config (a rollback's does not).
+    pub give_service_config: bool,
 }
 
 /// The request's policy entry, checked by the contract (None without `--policy`).
@@ -44,6 +46,9 @@ pub fn rollout(request: Request) -> Result<Outcome, Error> {
     let hooks = preflight::policy_hooks(policy.as_ref(), request.policy.as_deref())?;
     let (root, executable) =
         preflight::release_executable(&request.root, &request.version, &request.service)?;
+    if request.give_service_config {
+        super::deploy::give_service_config(&root, &request.version)?;
+    }
 
     let plan = Plan::Rollout {
         args: request.args,

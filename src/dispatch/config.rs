@@ -29,6 +29,17 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
             no_deploy,
         } => {
             let change = config::Change::parse(&sets, &unset, &secret)?;
+            let root = rollgate::host::state::Root::existing(target.root.clone())?;
+            if config::live_version(&root).is_err() {
+                if !no_deploy {
+                    return Err(error::refused(format!(
+                        "nothing of {service} is live under {}: stage the config with --no-deploy (the first release deployed gets it), or deploy a release first",
+                        target.root.display()
+                    )));
+                }
+                eprintln!("rollgate: {}", config::stage(&target.root, &service, &change)?);
+                return Ok(error::SUCCESS);
+            }
             let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
             let (from, version) = config::make_release(&target.root, &service, &change, now)?;
             print(&format!("{version}\n"));
@@ -48,6 +59,7 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                     policy_entry: None,
                     eval: policy::EvalOptions::default(),
                     args: settings::Args::default(),
+                    give_service_config: false,
                 };
                 return Ok(ended(rollout::rollout(request)?));
             }
@@ -70,6 +82,7 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                 watch_ms: None,
                 no_wait: false,
                 eval: policy::EvalOptions::default(),
+                give_service_config: false,
             };
             Ok(ended(deploy::deploy(request)?))
         }

@@ -52,6 +52,7 @@ pub fn run_deploy(args: cli::DeployArgs) -> Result<u8, Error> {
         watch_ms: gate.watch_ms,
         no_wait,
         eval: eval_options(gate.eval),
+        give_service_config: true,
     };
     if dry_run {
         Ok(report_dry_run(dry_run::deploy(&request)))
@@ -89,6 +90,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
                 policy,
                 policy_entry,
                 eval,
+                give_service_config: false,
                 args: settings::Args {
                     deadline_ms,
                     grace_ms,
@@ -116,6 +118,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
                 watch_ms,
                 no_wait: false,
                 eval,
+                give_service_config: false,
             },
         })?)),
     }
@@ -170,6 +173,7 @@ pub fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
         .transpose()
         .map_err(|e| usage(format!("--soak: {e}")))?;
     Ok(rollout::Request {
+        give_service_config: true,
         service: args.service.unwrap_or_default(),
         version: args.version.unwrap_or_default(),
         root: args.target.root,

@@ -26,6 +26,37 @@ pub const ENV_FILE: &str = "env";
 pub const SECRETS_FILE: &str = "secrets";
 /// The root's folder of secret values, one file each, mode 0600 in a 0700 folder.
 pub const SECRETS_DIR: &str = "secrets";
+/// In a release folder: its `env` and `secrets` are the service's config it was given at a
+/// deploy (the file names the release it came from), not config it carries itself. A later
+/// deploy of it gives it the service's config again; a rollback and `up` keep what it has.
+pub const ADOPTED_FILE: &str = "config.from";
+/// The root's folder holding the service's config before any release is live
+/// (`config set --no-deploy` on a new root): the first release deployed gets it.
+pub const STAGED_DIR: &str = "config";
+
+/// Where a release's configuration comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Neither file: the release has no config.
+    None,
+    /// The release carries its own (`config set` made it, or it was installed with them).
+    Own,
+    /// Given at a deploy from the service's config (the release it names, or `staged`).
+    Adopted(String),
+}
+
+impl Origin {
+    /// A release folder's.
+    pub fn of_release(dir: &Path) -> Origin {
+        if let Ok(from) = std::fs::read_to_string(dir.join(ADOPTED_FILE)) {
+            return Origin::Adopted(from.trim().to_string());
+        }
+        match dir.join(ENV_FILE).exists() || dir.join(SECRETS_FILE).exists() {
+            true => Origin::Own,
+            false => Origin::None,
+        }
+    }
+}
 
 /// Variables rollgate sets itself: a release's env may not set them.
 const RESERVED: &[&str] = &[
@@ -83,6 +114,50 @@ impl Config {
         Ok(all)
     }
 
+    /// The files that hold this config: the env file's text (comments naming where it came
+    /// from) and the secrets map's; an empty config is no files.
+    pub fn files(&self, written_by: &str) -> (String, String) {
+        let mut env = format!("# written by {written_by}\n");
+        for (key, value) in &self.variables {
+            env.push_str(&format!("{key}={}\n", env_quoted(value)));
+        }
+        let secrets: String = self
+            .secrets
+            .iter()
+            .map(|(k, n)| format!("{k}={n}\n"))
+            .collect();
+        (env, secrets)
+    }
+
+    /// What differs from `before` to this config, a change a word (`+ KEY`, `- KEY`, `~ KEY`;
+    /// secrets by name only, values never): empty when they are the same.
+    pub fn changes_from(&self, before: &Config) -> Vec<String> {
+        let view = |c: &Config| -> BTreeMap<String, String> {
+            c.variables
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .chain(
+                    c.secrets
+                        .iter()
+                        .map(|(k, n)| (k.clone(), format!("<secret {n}>"))),
+                )
+                .collect()
+        };
+        let (from, to) = (view(before), view(self));
+        let mut out = Vec::new();
+        for (key, old) in &from {
+            match to.get(key) {
+                None => out.push(format!("- {key}")),
+                Some(new) if new != old => out.push(format!("~ {key}")),
+                Some(_) => {}
+            }
+        }
+        for key in to.keys().filter(|k| !from.contains_key(*k)) {
+            out.push(format!("+ {key}"));
+        }
+        out
+    }
+
     /// A digest of the configuration: the env file's variables and the secrets' *names*, never
     /// their values (what `log history` shows, so two releases' configs can be told apart).
     pub fn digest(&self) -> String {
@@ -127,6 +202,23 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ConfigError(format!("cannot read {}: {e}", path.display()))),
     }
+}
+
+/// A value as an env file holds it: bare when plain, else in double quotes with escapes.
+pub fn env_quoted(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:,@%+=".contains(c));
+    if plain {
+        return value.to_string();
+    }
+    let escaped = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+        .replace('\t', "\\t");
+    format!("\"{escaped}\"")
 }
 
 /// A variable's name as a shell and systemd accept it.

@@ -797,7 +797,10 @@ fn walk(
             .unwrap_or(&path)
             .display()
             .to_string();
-        if dir == top && (relative == RECORD_FILE || crate::host::output::is_output_file(&relative))
+        if dir == top
+            && (relative == RECORD_FILE
+                || crate::host::output::is_output_file(&relative)
+                || given_config(top, &relative))
         {
             continue;
         }
@@ -820,6 +823,15 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// Whether a top-level name of a release is config a deploy gave it (the service's, not the
+/// release's own): its mark, and its `env` and `secrets` while marked. Not the release's
+/// content, so its digest stays what it was installed with.
+fn given_config(top: &Path, name: &str) -> bool {
+    use crate::host::config::{ADOPTED_FILE, ENV_FILE, SECRETS_FILE};
+    name == ADOPTED_FILE
+        || ((name == ENV_FILE || name == SECRETS_FILE) && top.join(ADOPTED_FILE).exists())
 }
 
 pub fn file_sha256(path: &Path) -> Result<String, Error> {

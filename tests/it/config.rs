@@ -7,7 +7,7 @@ use crate::common::*;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 /// The sample service, made not ready by `READY_AFTER_MS` in its env, and printing its TOKEN_
@@ -523,4 +523,147 @@ fn what_the_console_and_webhooks_say(site: &Site) -> String {
     assert!(delivered.contains("rolled_back"), "{delivered}");
     seen.push_str(&delivered);
     seen
+}
+
+/// A release that cannot boot without its database password, as a real application.
+fn install_needing_a_password(site: &Site, version: &str, own: &[(&str, &str)]) {
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let build = tempfile::tempdir().unwrap();
+    let exe = write(
+        build.path(),
+        "edge-svc",
+        &format!(
+            "#!/bin/sh\n[ -n \"$DB_PASSWORD\" ] || {{ echo 'KeyError: DB_PASSWORD' >&2; exit 3; }}\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    make_executable(&exe);
+    for (name, text) in own {
+        write(build.path(), name, text);
+    }
+    let out = rollgate()
+        .args(["release", "add", "edge-svc", version])
+        .arg(build.path())
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// Issue 58: `config set` made and deployed v1+c1, then `deploy v2` started v2 with no config
+/// ("no config of its own"), and an application that needs its password failed its gate.
+/// Config belongs to the service (Heroku's model): a new code release gets the live config
+/// unless it carries its own; before the first deploy it can be staged.
+#[test]
+fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
+    let site = Site::new();
+    let first = first_of(47);
+    let ports = format!("{first}-{}", first + 1);
+    let secret = "s3cret-pw-0a9";
+    assert!(set_secret(&site, "db", secret).status.success());
+    // Nothing live: config set needs --no-deploy, and then stages it.
+    let set = ["set", "edge-svc", "GREETING=hi", "--secret", "DB_PASSWORD=db"];
+    let out = config(&site, &set);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--no-deploy"), "{}", stderr(&out));
+    let out = config(&site, &[&set[..], &["--no-deploy"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("staged"), "{}", stderr(&out));
+    let shown = config(&site, &["show", "edge-svc"]);
+    assert!(
+        stdout(&shown).contains("GREETING=hi\nDB_PASSWORD=<secret db>"),
+        "{}",
+        stdout(&shown)
+    );
+
+    let deploy = |version: &str, extra: &[&str]| {
+        rollgate()
+            .args(["deploy", "edge-svc", version, "--ports", &ports, "--root"])
+            .arg(site.root())
+            .args(extra)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    install_needing_a_password(&site, "v1", &[]);
+    let out = deploy("v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("v1 gets the service's staged config"),
+        "{}",
+        stderr(&out)
+    );
+    let env = environ(site.live_pid().unwrap());
+    assert!(env.contains(&format!("DB_PASSWORD={secret}")) && env.contains(&"GREETING=hi".to_string()));
+
+    // A config change, then a new code release: it gets the live config, said before it runs.
+    let out = config(&site, &["set", "edge-svc", "GREETING=hello", "--ports", &ports]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "v1+c1\n");
+    install_needing_a_password(&site, "v2", &[]);
+    let dry = deploy("v2", &["--dry-run"]);
+    assert!(
+        stdout(&dry).contains("v2 gets the live release v1+c1's config")
+            && stdout(&dry).contains("the same as live v1+c1's"),
+        "{}",
+        stdout(&dry)
+    );
+    let out = deploy("v2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let env = environ(site.live_pid().unwrap());
+    assert!(
+        env.contains(&format!("DB_PASSWORD={secret}")) && env.contains(&"GREETING=hello".to_string()),
+        "{env:?}"
+    );
+    // The log names the same config for both; the release's own digest did not change.
+    let lines = site.log_lines();
+    let config_of = |version: &str| {
+        lines
+            .iter()
+            .rfind(|l| l["event"] == "promoted" && l["version"] == version)
+            .map(|l| l["config"].clone())
+            .unwrap()
+    };
+    assert_eq!(config_of("v2"), config_of("v1+c1"));
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(site.root().join("releases/v2/release.json")).unwrap(),
+    )
+    .unwrap();
+    let listed = rollgate()
+        .args(["release", "list", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let v2 = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["version"] == "v2")
+        .unwrap();
+    assert_eq!(v2["digest"], record["tree_sha256"]);
+
+    // A release that carries its own config keeps it, and the deploy says how it differs.
+    install_needing_a_password(
+        &site,
+        "v3",
+        &[("env", "GREETING=own\n"), ("secrets", "DB_PASSWORD=db\n")],
+    );
+    let out = deploy("v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("v3 gets its own config") && stderr(&out).contains("against live v2's: ~ GREETING"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(environ(site.live_pid().unwrap()).contains(&"GREETING=own".to_string()));
+    // A rollback brings v2 back as it was, with the config it was given.
+    let out = rollgate()
+        .args(["rollback", "edge-svc", "--ports", &ports, "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("v2 gets"), "{}", stderr(&out));
+    assert!(environ(site.live_pid().unwrap()).contains(&"GREETING=hello".to_string()));
 }
