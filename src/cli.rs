@@ -131,8 +131,9 @@ and the new pid is recorded where the old one was named; each restart is logged 
 restart_failed, restart_given_up). Exit codes: 0 everything live is running; 1 some release
 could not be started; 2 refused (not a root, a deploy holds the lock).")]
     Up {
-        #[command(flatten)]
-        target: RootArgs,
+        /// A root to bring up (repeatable: every service of the host in one unit) [default: .].
+        #[arg(long = "root", value_name = "DIR")]
+        roots: Vec<PathBuf>,
         /// Keep watching: restart a live release that exits, with backoff.
         #[arg(long)]
         supervise: bool,

@@ -9,6 +9,7 @@ use rollgate::error::{self, Error};
 use rollgate::render::table::Layout;
 use rollgate::{proxy, sample};
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -89,13 +90,18 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Rollout(args) => dispatch::deploys::run_rollout(args),
         Command::Rollback(args) => dispatch::deploys::run_rollback(args),
         Command::Up {
-            target,
+            mut roots,
             supervise,
             ready_ms,
             max_restarts,
             backoff_ms,
         } => printed(up::up(up::Options {
-            root: target.root,
+            roots: {
+                if roots.is_empty() {
+                    roots.push(PathBuf::from("."));
+                }
+                roots
+            },
             supervise,
             ready: Duration::from_millis(ready_ms.min(24 * 3600 * 1000)),
             max_restarts,

@@ -319,6 +319,8 @@ fn history(root: &Root, limit: usize) -> Vec<Value> {
                 "elapsed_ms": outcome.elapsed_ms,
                 "reason": outcome.reason(),
                 "detail": outcome.detail,
+                "users_had_it": outcome.exposure.as_ref().map(|e| e.words()),
+                "exposure": outcome.exposure,
             })
         })
         .collect()

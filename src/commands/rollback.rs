@@ -85,13 +85,28 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
         "rollgate: rolling {} back from {} to {} (the release live before it), through the gate",
         request.service, live.version, earlier.version
     );
-    deploy::deploy(Request {
+    let service = request.service.clone();
+    let outcome = deploy::deploy(Request {
         service: request.service,
         port,
-        version: earlier.version,
+        version: earlier.version.clone(),
         root: request.root,
         // Back as it was: its own config, or the one a deploy gave it then.
         give_service_config: false,
         ..request.deploy
-    })
+    })?;
+    if outcome.went_live() {
+        // The release users had is on the record as rolled back, not only its successor as
+        // promoted: how long they had it, what it answered them, and that a person ended it.
+        if let Err(e) = crate::engine::record_rolled_back_in_production(
+            &root,
+            &service,
+            &live.version,
+            live.promoted_at,
+            &earlier.version,
+        ) {
+            eprintln!("rollgate: {} is live again, but {e}", earlier.version);
+        }
+    }
+    Ok(outcome)
 }

@@ -33,7 +33,8 @@ const SUPERVISE_POLL: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub root: PathBuf,
+    /// Every root to bring up (a host's services: one root each).
+    pub roots: Vec<PathBuf>,
     pub supervise: bool,
     /// How long a started release may take to pass its probe.
     pub ready: Duration,
@@ -262,30 +263,68 @@ async fn restart(
 
 /// `rollgate up`: once, or for ever with `--supervise`. The text says what each release is.
 pub fn up(options: Options) -> Result<String, Error> {
-    let root = Root::existing(options.root.clone())?;
+    let roots = options
+        .roots
+        .iter()
+        .map(|root| Root::existing(root.clone()))
+        .collect::<Result<Vec<Root>, _>>()?;
     crate::engine::runtime()?.block_on(async {
         let mut signals = Signals::install()?;
-        let (report, failed) = once(&root, &options).await?;
+        // Each root in turn, under its own lock: one root that cannot be brought up does not
+        // keep the others down.
+        let (mut said, mut all_ok, mut failed) = (String::new(), true, Vec::new());
+        for root in &roots {
+            let (report, failed_here) = once(root, &options).await?;
+            all_ok &= report.iter().all(|(ok, _)| *ok);
+            said.push_str(&lines(root, &report, roots.len() > 1));
+            failed.push(failed_here);
+        }
         if !options.supervise {
-            return if report.iter().all(|(ok, _)| *ok) {
-                Ok(lines(&report))
+            return if all_ok {
+                Ok(said)
             } else {
-                Err(Error::Failed(lines(&report)))
+                Err(Error::Failed(said))
             };
         }
-        eprint!("{}", lines(&report));
-        // The root's webhooks are sent while it is supervised (one sender at a time).
-        let sending = root.clone();
-        std::thread::spawn(move || crate::webhooks::keep_sending(vec![sending], || true));
-        supervise(&root, &options, failed, &mut signals).await
+        eprint!("{said}");
+        // The roots' webhooks are sent while they are supervised (one sender at a time).
+        let sending = roots.clone();
+        std::thread::spawn(move || crate::webhooks::keep_sending(sending, || true));
+        // One supervisor per root, all stopped by the first signal.
+        let (stop, stopped) = tokio::sync::watch::channel(None);
+        let mut supervisors = tokio::task::JoinSet::new();
+        for (root, failed) in roots.into_iter().zip(failed) {
+            let (options, stopped) = (options.clone(), stopped.clone());
+            supervisors.spawn(async move { supervise(&root, &options, failed, stopped).await });
+        }
+        let name = tokio::select! {
+            name = signals.recv() => name,
+            ended = supervisors.join_next() => match ended {
+                Some(Ok(Err(e))) => return Err(e),
+                _ => "the end of a supervisor",
+            },
+        };
+        let _ = stop.send(Some(name));
+        while supervisors.join_next().await.is_some() {}
+        Ok(format!(
+            "rollgate up: stopped by {name}; the releases keep running\n"
+        ))
     })
 }
 
-fn lines(report: &[(bool, String)]) -> String {
+/// A root's lines; with several roots, under the root's name.
+fn lines(root: &Root, report: &[(bool, String)], several: bool) -> String {
+    let mut out = match several {
+        true => format!("{}:\n", root.0.display()),
+        false => String::new(),
+    };
     if report.is_empty() {
-        return "nothing is live under this root\n".into();
+        out.push_str("nothing is live under this root\n");
     }
-    report.iter().map(|(_, line)| format!("{line}\n")).collect()
+    for (_, line) in report {
+        out.push_str(&format!("{line}\n"));
+    }
+    out
 }
 
 /// A release's identity for counting its crashes: a new deploy makes a new key.
@@ -356,7 +395,7 @@ async fn supervise(
     root: &Root,
     options: &Options,
     failed_at_start: Vec<Key>,
-    signals: &mut Signals,
+    mut stopped: tokio::sync::watch::Receiver<Option<&'static str>>,
 ) -> Result<String, Error> {
     // A release the first pass could not start has exited once already.
     let mut crashes: HashMap<Key, Crashes> = failed_at_start
@@ -377,7 +416,7 @@ async fn supervise(
     let mut hung: HashMap<Identity, String> = HashMap::new();
     loop {
         tokio::select! {
-            name = signals.recv() => return Ok(format!("rollgate up: stopped by {name}; the releases keep running\n")),
+            _ = stopped.changed() => return Ok(String::new()),
             _ = tokio::time::sleep(SUPERVISE_POLL) => {}
         }
         if !root.0.is_dir() {

@@ -65,6 +65,18 @@ use crate::proxy::drain;
 /// Where a background watcher (`deploy --no-wait`) writes its output, in the root.
 pub const WATCHER_OUTPUT: &str = "watcher.output";
 
+/// `rollgate rollback` took a promoted release from users: its `rolled_back` line, with how
+/// long they had it and what it answered them (`record::log_rolled_back_in_production`).
+pub fn record_rolled_back_in_production(
+    root: &Root,
+    service: &str,
+    version: &str,
+    promoted_at: f64,
+    back_to: &str,
+) -> Result<(), Error> {
+    record::log_rolled_back_in_production(root, service, version, promoted_at, back_to)
+}
+
 /// The run in flight under a root (or the last one, ended), as the engine saved it: what
 /// `status`, `rollout status`, `release list` and the console read. Only the engine writes it.
 pub fn saved_run(root: &Root) -> Result<Option<Rollout>, Error> {

@@ -59,18 +59,41 @@ pub(crate) fn log_outcome(
     if written.is_some() {
         return Ok(());
     }
+    let now = journal::now();
+    // Rolled back after a replica of it had joined the pool: users had it (the canary).
+    let exposure = (event == LogEvent::RolledBack)
+        .then(|| served_from(root, rollout))
+        .flatten()
+        .map(|from| {
+            let reason = detail.split("; ").next().unwrap_or("");
+            exposure(root, &rollout.to, now - from, ended_by(reason))
+        });
+    let detail = match &exposure {
+        Some(exposure) => format!("{detail}; {}", exposure.words()),
+        None => detail,
+    };
     let entry = journal::Entry::new(event, &rollout.to, &rollout.service, detail);
     let elapsed = ((entry.ts - rollout.started_at).max(0.0) * 1000.0) as u64;
     append(
         root,
         &journal::Entry {
+            ts: now,
             elapsed_ms: Some(elapsed),
             token: Some(&rollout.id),
             slot: rollout.abort_cause.as_ref().and_then(|c| c.slot),
             wave: Some(rollout.wave.min(rollout.waves.len().saturating_sub(1))),
+            exposure,
             ..entry
         },
     )
+}
+
+/// When users began to have this run's release: its switch (a deploy), or its first replica
+/// ready in the pool (a rollout); None when they never had it.
+fn served_from(root: &Root, rollout: &Rollout) -> Option<f64> {
+    journal::served_from(&root.log_path(), &rollout.id, rollout.started_at)
+        .ok()
+        .flatten()
 }
 
 /// A single deploy's line: every line carries the deploy's token, port, the new process's
@@ -90,6 +113,19 @@ pub(crate) fn log_deploy(
     }
     let new = rollout.new_process().filter(|p| p.pid > 0);
     let signed = rollout.signed.as_ref();
+    // Switched back in its watch: users had it. The line says for how long, what it answered
+    // them and what ended it, so no log reader counts it among the candidates users never saw.
+    let exposure = (entry.event == LogEvent::RolledBack && entry.phase == Some("watch"))
+        .then(|| {
+            let from = served_from(root, rollout).unwrap_or(rollout.started_at);
+            // The reason as the line gives it (its detail up to the first "; ").
+            let reason = entry.detail.split("; ").next().unwrap_or("");
+            exposure(root, &rollout.to, entry.ts - from, ended_by(reason))
+        });
+    let detail = match &exposure {
+        Some(exposure) => format!("{}; {}", entry.detail, exposure.words()),
+        None => entry.detail.clone(),
+    };
     append(
         root,
         &journal::Entry {
@@ -98,9 +134,81 @@ pub(crate) fn log_deploy(
             token: Some(&rollout.id),
             sequence: signed.map(|s| s.sequence),
             manifest_sha256: signed.map(|s| s.manifest_sha256.as_str()),
+            detail,
+            exposure,
             ..entry.clone()
         },
     )
+}
+
+/// `rollgate rollback` took `version` (promoted at `promoted_at`) from users and `back_to` is
+/// live again: a `rolled_back` line for it, after the promotion of `back_to`, with what users
+/// had of it. It carries no run's token: it ends no attempt, it marks a promoted release as
+/// failed in production (the lesson's rule stands: only `promoted` changes what is live).
+pub(crate) fn log_rolled_back_in_production(
+    root: &Root,
+    service: &str,
+    version: &str,
+    promoted_at: f64,
+    back_to: &str,
+) -> Result<(), Error> {
+    let now = journal::now();
+    let exposure = exposure(
+        root,
+        version,
+        now - promoted_at,
+        "a person (rollgate rollback)".into(),
+    );
+    let detail = format!(
+        "rolled back after its promotion by rollgate rollback, back to {back_to}; {}",
+        exposure.words()
+    );
+    append(
+        root,
+        &journal::Entry {
+            ts: now,
+            exposure: Some(exposure),
+            ..journal::Entry::new(LogEvent::RolledBack, version, service, detail)
+        },
+    )
+}
+
+/// What users had of `version` over `live_s` seconds: the proxy's counts of it (since the
+/// proxy started, when one serves the root and answers within half a second), and what ended
+/// it.
+pub(crate) fn exposure(
+    root: &Root,
+    version: &str,
+    live_s: f64,
+    ended_by: String,
+) -> journal::Exposure {
+    let counts = crate::proxy::drain::counts_now(&root.0, std::time::Duration::from_millis(500))
+        .ok()
+        .map(|now| super::analysis::Side::between(None, &now, version));
+    journal::Exposure {
+        live_s: live_s.max(0.0),
+        requests: counts.as_ref().map(|c| c.requests),
+        failed: counts.as_ref().map(|c| c.errors),
+        ended_by,
+    }
+}
+
+/// Who or what ended a release's time with users, from the reason its run gave.
+pub(crate) fn ended_by(reason: &str) -> String {
+    let by = if reason.starts_with("analysis") {
+        "the traffic judge"
+    } else if reason.starts_with("interrupted by") {
+        "a signal to the deployer"
+    } else if reason.starts_with("exited") {
+        "the release itself (it exited)"
+    } else if reason.contains("probe") || reason.contains("during the watch") {
+        "the watch's probes"
+    } else if reason.is_empty() {
+        "the watch"
+    } else {
+        "a person"
+    };
+    by.to_string()
 }
 
 /// Replaces `replicas.json`, then `current` (the first live replica, with its kept fallback),

@@ -153,7 +153,7 @@ fn prepare_deploy(start: &Start, port: u16, settings: &DeploySettings) -> Result
             reason: None,
         },
         listen: {
-            judged_by_a_proxy(root, &rollout)?;
+            judged_by_a_proxy(root, &mut rollout)?;
             held_socket(root, &rollout)?
         },
         rollout,
@@ -211,7 +211,7 @@ fn prepare_rollout(
             reason: None,
         },
         listen: {
-            judged_by_a_proxy(root, &rollout)?;
+            judged_by_a_proxy(root, &mut rollout)?;
             held_socket(root, &rollout)?
         },
         rollout,
@@ -229,9 +229,19 @@ pub fn proxy_counts(root: &Root) -> Result<u32, Error> {
 }
 
 /// A run whose policy asks for `analysis` needs a proxy serving the root to count what users
-/// get: refused (exit 2) before anything is recorded when none answers.
-fn judged_by_a_proxy(root: &Root, rollout: &Rollout) -> Result<(), Error> {
+/// get: refused (exit 2) before anything is recorded when none answers. A service's first
+/// release has no old release to be judged against (no baseline, and no proxy yet, most
+/// often): it is gated on readiness alone, and the run says so.
+fn judged_by_a_proxy(root: &Root, rollout: &mut Rollout) -> Result<(), Error> {
     if rollout.settings.analysis.is_none() {
+        return Ok(());
+    }
+    if rollout.from.is_none() {
+        rollout.settings.analysis = None;
+        eprintln!(
+            "rollgate: the policy asks for analysis, but {} {} is the service's first release: there is no old release to judge it against, so it is gated on readiness alone",
+            rollout.service, rollout.to
+        );
         return Ok(());
     }
     proxy_counts(root).map(drop).map_err(|e| {

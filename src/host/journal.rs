@@ -133,6 +133,44 @@ pub struct Entry<'a> {
     /// A `traffic` line's state: mode, by, why, and the mode's settings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<serde_json::Value>,
+    /// A rollback of a release users had (switched back in its watch, or rolled back after
+    /// its promotion): [`Exposure`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exposure: Option<Exposure>,
+}
+
+/// What users had of a release that was rolled back after it served them: how long it was
+/// live, what it answered them (the proxy's counts, when a proxy served it), and who or what
+/// ended it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Exposure {
+    /// From the switch (or the promotion) to the rollback, seconds.
+    pub live_s: f64,
+    /// Requests it answered through the proxy, and how many of them failed (5xx, or no
+    /// answer); none without a proxy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<u64>,
+    /// `the traffic judge`, `the watch's probes`, `a person (rollgate rollback)`, ...
+    pub ended_by: String,
+}
+
+impl Exposure {
+    /// In words, for a line's detail: `users had it for 3.2 s (612 requests, 612 failed);
+    /// ended by the traffic judge`.
+    pub fn words(&self) -> String {
+        let served = match (self.requests, self.failed) {
+            (Some(requests), Some(failed)) => {
+                format!(" ({requests} requests through the proxy, {failed} failed)")
+            }
+            _ => String::new(),
+        };
+        format!(
+            "users had it for {:.1} s{served}; ended by {}",
+            self.live_s, self.ended_by
+        )
+    }
 }
 
 impl<'a> Entry<'a> {
@@ -156,6 +194,7 @@ impl<'a> Entry<'a> {
             status: None,
             analysis: None,
             traffic: None,
+            exposure: None,
         }
     }
 }
@@ -284,6 +323,39 @@ pub fn outcome_line_for(
     Ok(found)
 }
 
+/// When users began to have run `token`'s release: its `switched` line (a deploy's), or its
+/// first `replica_ready` (a rollout's replica joined the pool), looking back no further than
+/// `since` (the run's start).
+pub fn served_from(path: &Path, token: &str, since: f64) -> std::io::Result<Option<f64>> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(default)]
+        ts: f64,
+        #[serde(default)]
+        event: &'a str,
+        #[serde(default)]
+        token: Option<&'a str>,
+    }
+    let mut found = None;
+    lines_backwards(path, |line| {
+        let Ok(record) = serde_json::from_slice::<Line>(line) else {
+            return ControlFlow::Continue(());
+        };
+        let serves = [LogEvent::Switched, LogEvent::ReplicaReady]
+            .iter()
+            .any(|e| e.as_str() == record.event);
+        if record.token == Some(token) && serves {
+            // Read backwards: the last one seen is the first one written.
+            found = Some(record.ts);
+        }
+        if record.ts > 0.0 && record.ts < since - 1.0 {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(found)
+}
+
 /// One outcome of the log: a release promoted, rolled back or escalated. The one reader of
 /// outcomes that `status`, the console and `release list` share.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -294,6 +366,9 @@ pub struct Outcome {
     /// How long its gate took, where the line says.
     pub elapsed_ms: Option<u64>,
     pub detail: String,
+    /// What users had of it, for a release rolled back after it served them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exposure: Option<Exposure>,
 }
 
 impl Outcome {
@@ -351,6 +426,8 @@ pub fn events_backwards(
         elapsed_ms: Option<u64>,
         #[serde(default)]
         detail: String,
+        #[serde(default)]
+        exposure: Option<Exposure>,
     }
     lines_backwards(path, |line| {
         let Ok(record) = serde_json::from_slice::<Line>(line) else {
@@ -363,6 +440,7 @@ pub fn events_backwards(
                 version: record.version,
                 elapsed_ms: record.elapsed_ms,
                 detail: record.detail,
+                exposure: record.exposure,
             }),
             None => ControlFlow::Continue(()),
         }
@@ -454,6 +532,7 @@ mod tests {
             status: None,
             analysis: None,
             traffic: None,
+            exposure: None,
         })
         .unwrap();
         line.push('\n');

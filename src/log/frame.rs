@@ -295,6 +295,24 @@ pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResul
         let configs: Vec<Option<&str>> = attempts.iter().map(Attempt::config).collect();
         columns.push(Series::new("config".into(), configs).into_column());
     }
+    // What users had of the releases rolled back after they had them, likewise.
+    if attempts.iter().any(|a| a.served().is_some()) {
+        let requests: Vec<Option<u64>> = attempts
+            .iter()
+            .map(|a| a.served().and_then(|e| e.requests))
+            .collect();
+        let failed: Vec<Option<u64>> = attempts
+            .iter()
+            .map(|a| a.served().and_then(|e| e.failed))
+            .collect();
+        let ended_by: Vec<Option<&str>> = attempts
+            .iter()
+            .map(|a| a.served().map(|e| e.ended_by.as_str()))
+            .collect();
+        columns.push(Series::new("users_requests".into(), requests).into_column());
+        columns.push(Series::new("users_failed".into(), failed).into_column());
+        columns.push(Series::new("ended_by".into(), ended_by).into_column());
+    }
     // The hooks that ran, likewise only where a policy had hooks.
     if attempts.iter().any(|a| a.hooks().is_some()) {
         let hooks: Vec<Option<&str>> = attempts.iter().map(Attempt::hooks).collect();

@@ -10,6 +10,7 @@ use crate::host::journal::LogEvent;
 pub const ESCALATED: &str = LogEvent::Escalated.as_str();
 const HOOK_RAN: &str = LogEvent::HookRan.as_str();
 const HOOK_FAILED: &str = LogEvent::HookFailed.as_str();
+const SWITCHED: &str = LogEvent::Switched.as_str();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -66,6 +67,10 @@ pub struct SignedFacts {
     /// The hooks that ran for it, as their lines say (`pre_deploy (./migrate.sh) exited 0
     /// after 80 ms ...: migrated`), joined by ` / `.
     pub hooks: Option<Box<str>>,
+    /// When users began to have it before its outcome: its `switched` line (a deploy's watch).
+    pub switched_at: Option<f64>,
+    /// What users had of it, as its rollback's line says (`exposure`).
+    pub exposure: Option<crate::host::journal::Exposure>,
 }
 
 impl SignedFacts {
@@ -82,8 +87,41 @@ impl SignedFacts {
                 .and_then(|v| v.as_str())
                 .map(Box::from),
             hooks: None,
+            switched_at: None,
+            exposure: log
+                .extra_value("exposure", i)
+                .and_then(|v| serde_json::from_value(v.clone()).ok()),
         };
         (facts != SignedFacts::default()).then(|| Box::new(facts))
+    }
+
+    /// An attempt's facts once its outcome's line is read: the start line's release facts
+    /// stand (the outcome's fill in what it did not say), what the lines between gathered
+    /// (hooks, the switch) is kept, and the outcome's `exposure` is its own.
+    fn merged(
+        before: Option<Box<SignedFacts>>,
+        outcome: Option<Box<SignedFacts>>,
+    ) -> Option<Box<SignedFacts>> {
+        let Some(mut facts) = before else {
+            return outcome;
+        };
+        if let Some(outcome) = outcome {
+            let SignedFacts {
+                sequence,
+                manifest_sha256,
+                config,
+                exposure,
+                ..
+            } = *outcome;
+            if facts.sequence.is_none() && facts.manifest_sha256.is_none() && facts.config.is_none()
+            {
+                facts.sequence = sequence;
+                facts.manifest_sha256 = manifest_sha256;
+                facts.config = config;
+            }
+            facts.exposure = exposure.or(facts.exposure.take());
+        }
+        Some(facts)
     }
 }
 
@@ -148,9 +186,22 @@ impl Attempt {
         Some(self.live_until? - self.finished?)
     }
 
-    /// How long users were exposed to a release that had to be rolled back after promotion.
+    /// How long users had a release that was rolled back after they had it: from its
+    /// promotion to its rollback in production, or from its switch to the end of its watch.
     pub fn exposure(&self) -> Option<f64> {
-        Some(self.rolled_back_at? - self.finished?)
+        match self.outcome {
+            Outcome::RolledBack => Some(self.finished? - self.facts()?.switched_at?),
+            _ => Some(self.rolled_back_at? - self.finished?),
+        }
+    }
+
+    /// What its rollback's line says users had of it (requests, failures, what ended it).
+    pub fn served(&self) -> Option<&crate::host::journal::Exposure> {
+        self.facts()?.exposure.as_ref()
+    }
+
+    fn facts(&self) -> Option<&SignedFacts> {
+        self.signed.as_deref()
     }
 }
 
@@ -187,6 +238,8 @@ pub struct Pairing {
     hook_before: Option<(u64, Option<Box<str>>, String)>,
     /// The attempt an outcome closed last: a post hook's line follows its outcome.
     last_closed: Option<usize>,
+    /// The promotion the last one replaced.
+    replaced: Option<usize>,
 }
 
 /// Adds a hook's words to an attempt's facts.
@@ -261,11 +314,19 @@ impl Pairing {
         let event = log.event[i].as_deref();
         if let Some(token) = token.filter(|_| event != Some(ROLLOUT_STARTED)) {
             if let Some((index, begun)) = self.rollouts.get_mut(rollout_id(token)) {
-                let facts = attempts[*index]
+                let attempt = &mut attempts[*index];
+                let facts = attempt
                     .rollout
                     .as_mut()
                     .expect("a rollout's attempt has facts");
                 note_rollout_line(facts, begun, event, wave, ts);
+                // A replica of it joined the pool: from then on users had it.
+                if event == Some(LogEvent::ReplicaReady.as_str())
+                    && attempt.outcome == Outcome::Unfinished
+                {
+                    let facts = attempt.signed.get_or_insert_with(Default::default);
+                    facts.switched_at.get_or_insert(ts.unwrap_or(f64::NAN));
+                }
             }
         }
         match event {
@@ -290,6 +351,12 @@ impl Pairing {
                     if on + 1 == self.seen && of.as_deref() == version {
                         note_hook(&mut attempts[index], &words);
                     }
+                }
+            }
+            Some(SWITCHED) => {
+                if let Some(index) = self.open.get(version) {
+                    let facts = attempts[index].signed.get_or_insert_with(Default::default);
+                    facts.switched_at.get_or_insert(ts.unwrap_or(f64::NAN));
                 }
             }
             Some(HOOK_RAN | HOOK_FAILED) => {
@@ -317,14 +384,23 @@ impl Pairing {
                         self.open.insert(version, earlier);
                     }
                 }
-                let is_live_version = self
-                    .live
-                    .is_some_and(|l| attempts[l].version.as_deref() == version);
-                if event == ROLLED_BACK && opened.is_none() && is_live_version {
-                    let l = self.live.expect("checked above");
+                // A rollback of no open attempt: the live release's, or (`rollgate rollback`
+                // writes it after the promotion that replaced it) the one live before it: a
+                // promoted release failed in production, recorded on its promotion.
+                let in_production = [self.live, self.replaced]
+                    .into_iter()
+                    .flatten()
+                    .find(|l| attempts[*l].version.as_deref() == version);
+                if let Some(l) = in_production.filter(|_| event == ROLLED_BACK && opened.is_none()) {
                     attempts[l]
                         .rolled_back_at
                         .get_or_insert(ts.unwrap_or(f64::NAN));
+                    if let Some(exposure) = SignedFacts::of(log, i).and_then(|f| f.exposure) {
+                        attempts[l]
+                            .signed
+                            .get_or_insert_with(Default::default)
+                            .exposure = Some(exposure);
+                    }
                     return;
                 }
                 let index = opened.unwrap_or_else(|| {
@@ -335,19 +411,13 @@ impl Pairing {
                 self.last_closed = Some(index);
                 let attempt = &mut attempts[index];
                 attempt.finished = ts;
-                // The start line's facts stand; a hook's words alone do not hide the outcome's.
-                let hooks = attempt.signed.as_mut().and_then(|f| f.hooks.take());
-                if attempt.signed.as_deref().is_none_or(|f| *f == SignedFacts::default()) {
-                    attempt.signed = SignedFacts::of(log, i);
-                }
-                if let Some(hooks) = hooks {
-                    note_hook(attempt, &hooks);
-                }
+                attempt.signed = SignedFacts::merged(attempt.signed.take(), SignedFacts::of(log, i));
                 if event == PROMOTED {
                     attempt.outcome = Outcome::Promoted;
                     if let Some(previous) = self.live {
                         attempts[previous].live_until = ts;
                     }
+                    self.replaced = self.live;
                     self.live = Some(index);
                 } else {
                     attempt.outcome = Outcome::RolledBack;

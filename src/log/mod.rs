@@ -545,7 +545,11 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
         ("promoted".into(), s.promoted.to_string()),
         (
             "rolled back before users saw them".into(),
-            s.rolled_back.to_string(),
+            s.rolled_back_before_users.to_string(),
+        ),
+        (
+            "rolled back after users had them".into(),
+            s.rolled_back_after_users_had_them.len().to_string(),
         ),
         (
             "escalated, awaiting a person".into(),
@@ -618,20 +622,29 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
                 out.push_str("\nRollbacks by version\n");
                 out.push_str(&counts("version", &s.rollbacks_by_version));
             }
-            if !s.rolled_back_after_promotion.is_empty() {
-                out.push_str("\nRolled back after promotion (production failures)\n");
+            if !s.rolled_back_after_users_had_them.is_empty() {
+                out.push_str("\nRolled back after users had them (production failures)\n");
                 let mut t = output::fitted_table([
                     "version",
-                    "promoted",
+                    "how",
+                    "users had it from",
                     "rolled back",
                     "users exposed for",
+                    "requests",
+                    "failed",
+                    "ended by",
                 ]);
-                for e in &s.rolled_back_after_promotion {
+                let number = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
+                for e in &s.rolled_back_after_users_had_them {
                     t.add_row([
                         e.version.clone().unwrap_or_default(),
-                        e.promoted_at.map(format_time).unwrap_or_default(),
+                        e.how.to_string(),
+                        e.live_from.map(format_time).unwrap_or_default(),
                         e.rolled_back_at.map(format_time).unwrap_or_default(),
                         dur(e.exposure_s),
+                        number(e.requests),
+                        number(e.failed),
+                        e.ended_by.clone().unwrap_or_else(|| "-".into()),
                     ]);
                 }
                 out.push_str(&format!("{t}\n"));

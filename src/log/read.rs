@@ -129,6 +129,7 @@ impl Needle {
 
 static MANIFEST_KEY: Needle = Needle::new(b"\"manifest_sha256\"");
 static CONFIG_KEY: Needle = Needle::new(b"\"config\"");
+static EXPOSURE_KEY: Needle = Needle::new(b"\"exposure\"");
 static WAVE_KEY: Needle = Needle::new(b"\"wave\"");
 static ESCAPED_UNICODE: Needle = Needle::new(b"\\u");
 
@@ -227,6 +228,9 @@ impl Sink for Log {
                 || !matches!(event.as_deref(), Some("candidate_started" | "promoted")));
         let release_fields = self.options.release_fields
             && (MANIFEST_KEY.is_in(record.raw) || CONFIG_KEY.is_in(record.raw));
+        // What users had of a release rolled back after they had it: history and stats both.
+        let exposure_field = (self.options.release_fields || self.options.rollout_fields)
+            && EXPOSURE_KEY.is_in(record.raw);
         let rollout_fields = self.options.rollout_fields
             && (WAVE_KEY.is_in(record.raw)
                 || event.as_deref() == Some(LogEvent::RolloutStarted.as_str()));
@@ -237,7 +241,7 @@ impl Sink for Log {
                     .as_ref()
                     .is_none_or(|only| only.may_be_in(record.raw))
             });
-        if extra_fields || release_fields || rollout_fields {
+        if extra_fields || release_fields || rollout_fields || exposure_field {
             if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(record.raw) {
                 for (key, value) in map {
                     let wanted = if self.options.extra_fields {
@@ -250,6 +254,7 @@ impl Sink for Log {
                     } else {
                         (release_fields && RELEASE_FIELDS.contains(&key.as_str()))
                             || (rollout_fields && ROLLOUT_FIELDS.contains(&key.as_str()))
+                            || (exposure_field && key == "exposure")
                     };
                     if wanted {
                         let rows = self.line.len();

@@ -1,14 +1,16 @@
 //! `log stats`: rates and durations, each named for what it measures.
 //!
-//! - *candidate rejection rate* = rolled_back / (promoted + rolled_back): candidates the gate
-//!   stopped before users saw them. Not DORA's change failure rate: those failures never
+//! - *candidate rejection rate* = rolled back before users saw them / (promoted + rolled_back):
+//!   candidates the gate stopped before users saw them (a release switched back in its watch
+//!   was seen by users: it is counted among the releases users had, not here). Not DORA's change failure rate: those failures never
 //!   reached production.
 //! - *time to promotion* = candidate_started → promoted, the gate and any watch or soaks
 //!   included (a deploy's gate alone is its `promoted` line's `elapsed_ms`); *time to
 //!   rollback* = candidate_started → rolled_back. Not lead time for changes: the log has no
 //!   commit times.
-//! - *exposure* = promoted → rolled_back for a release rolled back after it went live: how long
-//!   users were exposed to a production failure.
+//! - *exposure* = promoted → rolled_back for a release rolled back after it went live, and
+//!   switched → rolled_back for one switched back in its watch: how long users were exposed to
+//!   a production failure, with what it answered them where the line says (the proxy's counts).
 //! - *promotions per day / week* over the log's span (first to last timestamp).
 
 use polars::prelude::*;
@@ -39,6 +41,22 @@ pub struct Exposure {
     pub exposure_s: Option<f64>,
 }
 
+/// A release users had and that was rolled back: after its promotion, or in its watch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsersHadIt {
+    pub version: Option<String>,
+    /// `after promotion`, `in its watch` (a deploy) or `as a canary of its rollout`.
+    pub how: &'static str,
+    /// When users began to have it (its promotion, or its switch).
+    pub live_from: Option<f64>,
+    pub rolled_back_at: Option<f64>,
+    pub exposure_s: Option<f64>,
+    /// What it answered users through the proxy, where its rollback's line says.
+    pub requests: Option<u64>,
+    pub failed: Option<u64>,
+    pub ended_by: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Stats {
     pub records: u64,
@@ -57,6 +75,10 @@ pub struct Stats {
     pub rollbacks_by_reason: Vec<Count>,
     pub rollbacks_by_version: Vec<Count>,
     pub rolled_back_after_promotion: Vec<Exposure>,
+    /// Rolled back by the gate before any user reached them (the rate's numerator).
+    pub rolled_back_before_users: u64,
+    /// Every release users had and that was rolled back: in its watch or after promotion.
+    pub rolled_back_after_users_had_them: Vec<UsersHadIt>,
     /// Rollouts of several replicas (None when the log has none).
     pub rollouts: Option<RolloutStats>,
 }
@@ -199,6 +221,12 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
     let promoted = count_where(&df, outcome_is("promoted"))?;
     let rolled_back = count_where(&df, outcome_is("rolled_back"))?;
     let decided = promoted + rolled_back;
+    // Switched back in their watch: users had them, so they are no rejected candidates.
+    let in_watch = attempts
+        .iter()
+        .filter(|a| a.outcome == super::history::Outcome::RolledBack && a.exposure().is_some())
+        .count() as u64;
+    let before_users = rolled_back.saturating_sub(in_watch);
 
     let span_s = span.map(|(first, last)| last - first);
     let per = |seconds: f64| {
@@ -227,6 +255,31 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
         })
         .collect();
 
+    let users_had_them = attempts
+        .iter()
+        .filter(|a| a.exposure().is_some())
+        .map(|a| {
+            let in_watch = a.outcome == super::history::Outcome::RolledBack;
+            UsersHadIt {
+                version: a.version.as_deref().map(String::from),
+                how: match (in_watch, a.rollout.is_some()) {
+                    (true, true) => "as a canary of its rollout",
+                    (true, false) => "in its watch",
+                    (false, _) => "after promotion",
+                },
+                live_from: match in_watch {
+                    true => a.finished.zip(a.exposure()).map(|(end, s)| end - s),
+                    false => a.finished,
+                },
+                rolled_back_at: if in_watch { a.finished } else { a.rolled_back_at },
+                exposure_s: a.exposure(),
+                requests: a.served().and_then(|e| e.requests),
+                failed: a.served().and_then(|e| e.failed),
+                ended_by: a.served().map(|e| e.ended_by.clone()),
+            }
+        })
+        .collect();
+
     Ok(Stats {
         records,
         attempts: attempts.len() as u64,
@@ -234,7 +287,7 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
         rolled_back,
         escalated: count_where(&df, outcome_is("escalated"))?,
         unfinished: count_where(&df, outcome_is("unfinished"))?,
-        candidate_rejection_rate: (decided > 0).then(|| rolled_back as f64 / decided as f64),
+        candidate_rejection_rate: (decided > 0).then(|| before_users as f64 / decided as f64),
         span_s,
         promotions_per_day: per(86_400.0),
         promotions_per_week: per(7.0 * 86_400.0),
@@ -248,6 +301,8 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
         rollbacks_by_reason: rollbacks_by(&df, "reason")?,
         rollbacks_by_version: rollbacks_by(&df, "version")?,
         rolled_back_after_promotion: exposures,
+        rolled_back_before_users: before_users,
+        rolled_back_after_users_had_them: users_had_them,
         rollouts: rollout_stats(attempts),
     })
 }

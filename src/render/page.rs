@@ -496,10 +496,13 @@ fn waves_table(rollout: &RolloutView, target: &str) -> String {
 fn history(outcomes: &[OutcomeView]) -> String {
     let mut html = String::from("<h3>History</h3>");
     html.push_str(&timeline(outcomes));
-    html.push_str("<table class=\"history\"><tr><th>when</th><th>outcome</th><th>version</th><th>time to outcome</th><th>reason</th></tr>");
+    // The gate's time is what an outcome line carries (`log history`'s time to outcome adds
+    // the watch): the column says which it is.
+    html.push_str("<table class=\"history\"><tr><th>when</th><th>outcome</th><th>version</th><th>gate took</th><th>reason</th><th>users had it</th></tr>");
     for outcome in outcomes.iter().rev() {
+        let users = outcome.users_had_it.as_deref().unwrap_or("");
         html.push_str(&format!(
-            "<tr class=\"outcome\"><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"outcome\"><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"exposure\">{}</td></tr>",
             escape(&outcome.when),
             match outcome.event.as_str() {
                 "promoted" => "good",
@@ -510,6 +513,7 @@ fn history(outcomes: &[OutcomeView]) -> String {
             escape(&outcome.version),
             outcome.elapsed_ms.map_or("-".into(), |ms| format!("{ms} ms")),
             escape(outcome.reason.as_deref().unwrap_or("")),
+            escape(users),
         ));
     }
     html.push_str("</table>");

@@ -210,4 +210,8 @@ pub struct OutcomeView {
     pub elapsed_ms: Option<u64>,
     /// None for a promotion.
     pub reason: Option<String>,
+    /// A release rolled back after users had it: for how long, what it answered them, and
+    /// what ended it (the log line's `exposure`, in words).
+    #[serde(default)]
+    pub users_had_it: Option<String>,
 }

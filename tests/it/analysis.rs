@@ -123,6 +123,23 @@ fn a_canary_serving_more_5xx_is_rolled_back_by_its_numbers_before_its_soak_ends(
             .contains("analysis failed: canary 5xx"),
         "{outcome}"
     );
+    // Issue 58: the canary was in the pool, so users had it: its rollback says so, with the
+    // proxy's counts of it, and no reader counts it among the candidates users never saw.
+    assert_eq!(outcome["exposure"]["ended_by"], "the traffic judge", "{outcome}");
+    let canary_requests = outcome["exposure"]["requests"].as_u64().unwrap();
+    assert!(canary_requests >= 100, "{outcome}");
+    assert!(outcome["exposure"]["failed"].as_u64().unwrap() >= 1, "{outcome}");
+    let stats = rollgate()
+        .args(["log", "stats", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let had = &stats["rolled_back_after_users_had_them"];
+    assert_eq!(had[0]["version"], "v2", "{stats}");
+    assert_eq!(had[0]["how"], "as a canary of its rollout", "{stats}");
+    assert_eq!(had[0]["requests"], canary_requests, "{stats}");
+    assert_eq!(stats["rolled_back_before_users"], 0, "{stats}");
     // Users got the canary's 5xx while it was judged, but no request failed at the socket.
     let answers = load.finish();
     assert!(
@@ -341,6 +358,34 @@ fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure()
     drop(proxy);
 }
 
+/// Issue 58: a service's first deploy under an `analysis` policy was refused for want of a
+/// proxy, though there is nothing to judge it against yet. It is gated on readiness alone and
+/// says so; the next deploy, which has a baseline, still needs the proxy.
+#[test]
+fn a_first_deploy_under_analysis_is_gated_on_readiness_alone_and_says_why() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    site.add_sample("v2", "");
+    let file = write(
+        site.root(),
+        "judged.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 500,
+            "analysis": {"min_requests": 50, "interval_ms": 1000}}}"#,
+    );
+    let policy = ["--policy", file.to_str().unwrap()];
+    let out = site.deploy(free_port(), "v1", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(
+        stderr(&out).contains("v1 is the service's first release: there is no old release to judge it against, so it is gated on readiness alone"),
+        "{}",
+        said(&out)
+    );
+    let out = site.deploy(free_port(), "v2", &policy);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(stderr(&out).contains("no rollgate proxy serves"), "{}", said(&out));
+}
+
 #[test]
 fn a_rollout_asking_for_analysis_without_a_proxy_is_refused_before_anything_starts() {
     let site = Site::new();
@@ -483,6 +528,66 @@ fn a_deploy_is_judged_in_its_watch_against_the_old_release_before_the_switch() {
         serde_json::from_str(&std::fs::read_to_string(site.root().join("current")).unwrap())
             .unwrap();
     assert_eq!(live["version"], "v1");
+    // Issue 58: users had v2 in its watch. Its rollback says for how long, what it answered
+    // them (the proxy's counts) and what ended it, and no reader counts it among the
+    // candidates users never saw.
+    let lines = site.log_lines();
+    let back = lines
+        .iter()
+        .rfind(|l| l["event"] == "rolled_back")
+        .unwrap()
+        .clone();
+    assert_eq!(back["phase"], "watch", "{back}");
+    let exposure = &back["exposure"];
+    assert_eq!(exposure["ended_by"], "the traffic judge", "{back}");
+    assert!(exposure["live_s"].as_f64().unwrap() > 0.5, "{back}");
+    let (requests, failed) = (
+        exposure["requests"].as_u64().unwrap(),
+        exposure["failed"].as_u64().unwrap(),
+    );
+    assert!(requests >= 50 && failed >= 1 && failed < requests, "{back}");
+    assert!(
+        back["detail"]
+            .as_str()
+            .unwrap()
+            .contains("users had it for "),
+        "{back}"
+    );
+    let log = site.root().join("deploy.log");
+    let stats = rollgate()
+        .args(["log", "stats", "--format", "json"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["rolled_back"], 1, "{stats}");
+    assert_eq!(stats["rolled_back_before_users"], 0, "{stats}");
+    assert_eq!(stats["candidate_rejection_rate"], 0.0, "{stats}");
+    let had = &stats["rolled_back_after_users_had_them"][0];
+    assert_eq!(had["version"], "v2", "{stats}");
+    assert_eq!(had["how"], "in its watch", "{stats}");
+    assert_eq!(had["requests"], requests, "{stats}");
+    assert_eq!(had["ended_by"], "the traffic judge", "{stats}");
+    let history = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let v2 = stdout(&history)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["version"] == "v2")
+        .unwrap();
+    assert!(v2["exposure_s"].as_f64().unwrap() > 0.5, "{v2}");
+    assert_eq!(v2["users_failed"], failed, "{v2}");
+    assert_eq!(v2["ended_by"], "the traffic judge", "{v2}");
+    // The lesson's rule stands: the summary still calls v1 live.
+    let summary = rollgate()
+        .args(["log", "summary"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(stdout(&summary).contains("\"live\":\"v1\""), "{}", stdout(&summary));
     assert!(load.finish().iter().all(|(status, _, _)| *status != 0));
     drop(proxy);
 }

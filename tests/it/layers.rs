@@ -456,6 +456,7 @@ const FRONT_DOOR: &[&str] = &[
     "saved_run",
     "runtime",
     "record_restart",
+    "record_rolled_back_in_production",
     "recover_leaving_escalated",
     "beside_the_live",
     "not_a_replica_set",

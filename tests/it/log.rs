@@ -219,7 +219,8 @@ fn stats_on_a_known_log() {
     let table = stdout(&out);
     assert!(table.contains("candidate rejection rate"));
     assert!(table.contains("60.0 %"));
-    assert!(table.contains("Rolled back after promotion (production failures)"));
+    assert!(table.contains("Rolled back after users had them (production failures)"));
+    assert!(table.contains("after promotion"));
 }
 
 #[test]

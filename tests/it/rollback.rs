@@ -46,12 +46,60 @@ fn rollback_brings_the_previous_release_back_through_the_gate() {
     assert!(wait_for(5, || !alive(v2)));
     // A fresh v1 that went through the gate: started, probed until ready (150 ms), promoted.
     let lines = site.log_lines();
-    let tail: Vec<(&str, &str)> = lines[lines.len() - 2..]
+    let tail: Vec<(&str, &str)> = lines[lines.len() - 3..]
         .iter()
         .map(|l| (l["event"].as_str().unwrap(), l["version"].as_str().unwrap()))
         .collect();
-    assert_eq!(tail, [("candidate_started", "v1"), ("promoted", "v1")]);
-    assert!(lines.last().unwrap()["elapsed_ms"].as_u64().unwrap() >= 150);
+    // Then (issue 58) the release users had is on the record as rolled back: a rollback used
+    // to read as an ordinary promotion of the older release.
+    assert_eq!(
+        tail,
+        [
+            ("candidate_started", "v1"),
+            ("promoted", "v1"),
+            ("rolled_back", "v2")
+        ]
+    );
+    // Probed until ready: more than one probe (its gate clock starts after the spawn, so its
+    // elapsed time can read under the 150 ms a loaded machine took to start it).
+    let promoted = lines[lines.len() - 2]["detail"].as_str().unwrap();
+    assert!(
+        promoted.starts_with("ready after ") && !promoted.contains("(1 probe)"),
+        "{promoted}"
+    );
+    let back = lines.last().unwrap();
+    assert_eq!(back["exposure"]["ended_by"], "a person (rollgate rollback)");
+    assert!(back["exposure"]["live_s"].as_f64().unwrap() > 0.0, "{back}");
+    assert!(
+        back["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("rolled back after its promotion by rollgate rollback, back to v1; users had it for "),
+        "{back}"
+    );
+    let log = site.root().join("deploy.log");
+    let read = |args: &[&str]| {
+        let out = rollgate().args(args).arg(&log).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+    };
+    // Only `promoted` changes what is live: v1, for the summary and for "live at".
+    assert!(read(&["log", "summary"]).contains("\"live\":\"v1\""));
+    let v2 = read(&["log", "history", "--format", "json"])
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["version"] == "v2")
+        .unwrap();
+    assert_eq!(v2["outcome"], "promoted", "{v2}");
+    assert!(v2["rolled_back_at"].is_number(), "{v2}");
+    assert!(v2["exposure_s"].as_f64().unwrap() > 0.0, "{v2}");
+    assert_eq!(v2["ended_by"], "a person (rollgate rollback)", "{v2}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&read(&["log", "stats", "--format", "json"])).unwrap();
+    let had = &stats["rolled_back_after_users_had_them"];
+    assert_eq!(had.as_array().unwrap().len(), 1, "{stats}");
+    assert_eq!(had[0]["how"], "after promotion", "{stats}");
+    assert!(read(&["log", "stats"]).contains("rolled back after users had them"));
 }
 
 #[test]

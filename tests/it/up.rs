@@ -206,3 +206,56 @@ fn supervise_gives_up_on_a_release_that_crashed_five_times_in_a_row() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(version_on(port).as_deref(), Some("v1"));
 }
+
+/// Issue 58: a host with three services needed three `up` units (`up` refused a second
+/// `--root`); one `up` brings every root up, and one `--supervise` restarts each.
+#[test]
+fn one_up_brings_up_and_supervises_every_root_it_is_given() {
+    let (a, b) = (Site::new(), Site::new());
+    let mut ports = Vec::new();
+    for site in [&a, &b] {
+        site.release("v1", "");
+        let port = free_port();
+        assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
+        kill_group(site.live_pid().unwrap());
+        ports.push(port);
+    }
+    let out = rollgate()
+        .args(["up", "--root"])
+        .arg(a.root())
+        .arg("--root")
+        .arg(b.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (site, port) in [(&a, ports[0]), (&b, ports[1])] {
+        assert!(
+            stdout(&out).contains(&format!("{}:\n", site.root().display())),
+            "{}",
+            stdout(&out)
+        );
+        assert_eq!(version_on(port).as_deref(), Some("v1"));
+    }
+    assert_eq!(stdout(&out).matches("started (pid").count(), 2, "{}", stdout(&out));
+    // Supervised together: a release of either root that exits comes back.
+    let supervisor = Supervisor(
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+            .args(["up", "--supervise", "--backoff-ms", "50", "--root"])
+            .arg(a.root())
+            .arg("--root")
+            .arg(b.root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for site in [&b, &a] {
+        let before = site.live_pid().unwrap();
+        kill_group(before);
+        assert!(wait_for(10, || site
+            .live_pid()
+            .is_some_and(|p| p != before && alive(p))));
+    }
+    drop(supervisor);
+}
