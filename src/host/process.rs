@@ -97,6 +97,9 @@ const AFTER_KILL: Duration = Duration::from_secs(2);
 /// wait up to `grace` for all of it to exit, then SIGKILL to whatever remains. Never signals a
 /// pid whose start time differs (it was reused).
 pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
+    if let Some(tree) = super::cgroup::of(&who) {
+        return stop_tree(&tree, grace).await;
+    }
     let target = stop_target(&who);
     if !target.remains() {
         return Stopped::AlreadyGone;
@@ -110,11 +113,36 @@ pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
     Stopped::Killed
 }
 
+/// Stops a release's whole tree: SIGTERM to every process in it, up to `grace` for all of them
+/// to exit, then `cgroup.kill`; the empty tree is removed. A daemon that left the release's
+/// process group goes with it.
+async fn stop_tree(tree: &super::cgroup::Tree, grace: Duration) -> Stopped {
+    let gone = |limit: Duration| wait_until_empty(limit, || tree.is_populated());
+    if !tree.is_populated() {
+        tree.remove();
+        return Stopped::AlreadyGone;
+    }
+    tree.signal(Signal::SIGTERM);
+    if gone(grace.min(crate::host::MAX_WAIT)).await {
+        tree.remove();
+        return Stopped::Terminated;
+    }
+    tree.kill();
+    gone(AFTER_KILL).await;
+    tree.remove();
+    Stopped::Killed
+}
+
 /// True once nothing of `target` remains, false if something still does after `limit`.
 async fn wait_until_gone(target: StopTarget, limit: Duration) -> bool {
+    wait_until_empty(limit, || target.remains()).await
+}
+
+/// True once `remains` says nothing is left, false if something still is after `limit`.
+async fn wait_until_empty(limit: Duration, remains: impl Fn() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if !target.remains() {
+        if !remains() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -195,12 +223,18 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .stdout(output.try_clone()?)
         .stderr(output);
     let listen = launch.listen;
-    // SAFETY: setsid, dup2 and fcntl are async-signal-safe and touch nothing of the parent. In
+    // Its own cgroup, where the host has one to give: every process it starts stays in it.
+    let entry = super::cgroup::entry();
+    // SAFETY: setsid, dup2, fcntl and the cgroup entry's open, write and close are
+    // async-signal-safe and touch nothing of the parent. In
     // the child, whatever was at fd 3 was close-on-exec (rollgate opens everything so), so
     // putting the socket there loses nothing the release would have had.
     unsafe {
         command.pre_exec(move || {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if let Some(entry) = &entry {
+                entry.enter();
+            }
             if let Some(fd) = listen {
                 let first = super::listen::FIRST_FD;
                 if fd == first {

@@ -865,3 +865,47 @@ fn a_deploy_on_a_terminal_shows_no_rollout_progress() {
         assert!(!screen.contains(rollout_word), "{rollout_word} in {screen}");
     }
 }
+
+/// Issue 59 (a first step): stopping a release ended its process group only, so a worker that
+/// called `setsid` and double-forked outlived the release it belonged to, port and token and
+/// all. Each release now runs in a cgroup of its own, and retiring it ends the whole tree.
+#[test]
+fn a_setsid_daemon_of_a_retired_release_dies_with_it() {
+    let site = Site::new();
+    let marker = format!("59.{}", std::process::id());
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        "v1",
+        &format!(
+            "setsid sh -c 'sleep {marker} & exit 0' </dev/null >/dev/null 2>&1\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    site.release("v2", "");
+    let port = free_port();
+    assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
+    assert!(wait_for(5, || a_process_mentions(&marker)), "the daemon started");
+    // It left the release's session and process group: the old way could not reach it.
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(5, || !a_process_mentions(&marker)),
+        "the daemon outlived its retired release"
+    );
+    // Its tree is gone too; v2's is there.
+    let v2 = site.live_pid().unwrap();
+    let tree = |pid: i32| {
+        std::path::Path::new(&cgroup_base()).join(format!("{pid}-{}", start_time_of(pid)))
+    };
+    assert!(tree(v2).is_dir(), "{}", tree(v2).display());
+}
+
+/// The v2 hierarchy rollgate keeps release trees in (`/sys/fs/cgroup/unified` on this hybrid
+/// machine, `/sys/fs/cgroup` on a pure v2 host).
+fn cgroup_base() -> String {
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .find(|m| std::path::Path::new(m).join("rollgate").is_dir())
+        .map(|m| format!("{m}/rollgate"))
+        .unwrap_or_default()
+}

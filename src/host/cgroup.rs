@@ -1,0 +1,280 @@
+//! A release's whole process tree, held in a cgroup of its own, so that stopping it ends every
+//! process it started: a worker that called `setsid` and double-forked away from the release's
+//! process group stays in its cgroup, and `cgroup.kill` ends the tree at once, racing forks
+//! included (issue 59's "a process tree that dies whole").
+//!
+//! Only the cgroup v2 hierarchy is used here, for tracking and killing (no controller, no
+//! limit): `/sys/fs/cgroup` on a pure v2 host, `/sys/fs/cgroup/unified` on a hybrid one. The
+//! trees live under `rollgate/` there, each named after its release process's identity
+//! (`PID-STARTTIME`), so any later rollgate (the next deploy, recovery after a kill -9, `up`)
+//! finds a release's tree from the pid and start time the root's records already keep.
+//!
+//! The child makes its tree and enters it itself, between fork and exec, named after its own
+//! pid and start time (a v2 cgroup cannot be renamed once made, so it is born with its name).
+//! Where there is no writable v2 hierarchy (a container without one, an unprivileged user
+//! without a delegated subtree), nothing is made, and a stop ends the process group as before.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::identity::Identity;
+
+/// The folder under the v2 hierarchy that holds every release's tree.
+const FOLDER: &str = "rollgate";
+
+/// Where release trees are made, if this host lets rollgate make them.
+pub fn base() -> Option<&'static Path> {
+    static BASE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let mount = [Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup/unified")]
+            .into_iter()
+            .find(|m| m.join("cgroup.procs").is_file() && m.join("cgroup.subtree_control").is_file())?;
+        let base = mount.join(FOLDER);
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+        // A tree must be makeable and enterable: `cgroup.kill` is what ends one (Linux 5.14).
+        base.join("cgroup.procs").is_file().then_some(base)
+    })
+    .as_deref()
+}
+
+/// The way into a tree of its own, for a release process to take between fork and exec: it
+/// makes `BASE/PID-STARTTIME` (its own identity, read from `/proc/self/stat`) and writes itself
+/// into it. Everything it needs is made before the fork; in the child it makes only
+/// async-signal-safe system calls and writes into buffers on its stack.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    base: Vec<u8>,
+}
+
+/// The way into a tree for the next release process, where the host gives one. Trees whose
+/// processes all exited on their own (nobody stopped them) are removed on the way.
+pub fn entry() -> Option<Entry> {
+    let base = base()?;
+    sweep(base);
+    Some(Entry {
+        base: base.as_os_str().as_bytes().to_vec(),
+    })
+}
+
+/// How old an empty tree must be before a sweep removes it: a child may be between making its
+/// tree and entering it.
+const SWEEP_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Removes the empty trees under `base` older than [`SWEEP_AFTER`] (a populated one cannot be
+/// removed: `rmdir` refuses it).
+fn sweep(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old_enough = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|made| made.elapsed().ok())
+            .is_some_and(|age| age > SWEEP_AFTER);
+        if old_enough && entry.path().is_dir() {
+            let tree = Tree { dir: entry.path() };
+            if !tree.is_populated() {
+                tree.remove();
+            }
+        }
+    }
+}
+
+impl Entry {
+    /// In the child, between fork and exec: makes its tree and moves into it. Best effort: a
+    /// process that could not enter one runs as before, its process group what ends it.
+    ///
+    /// # Safety
+    /// Call only in a forked child before exec: it allocates nothing and makes only
+    /// async-signal-safe calls (`getpid`, `open`, `read`, `mkdir`, `write`, `close`).
+    pub unsafe fn enter(&self) {
+        let Some(start) = own_start_time() else {
+            return;
+        };
+        let mut path = StackPath::default();
+        let mut digits = [0u8; 20];
+        let pid = decimal(libc::getpid() as u64, &mut digits);
+        let mut more = [0u8; 20];
+        let start = decimal(start, &mut more);
+        if !(path.push(&self.base) && path.push(b"/") && path.push(pid))
+            || !(path.push(b"-") && path.push(start))
+        {
+            return;
+        }
+        // An existing folder of that name can only be this process's (a pid and a start time).
+        let _ = libc::mkdir(path.as_c(), 0o755);
+        if !path.push(b"/cgroup.procs") {
+            return;
+        }
+        let fd = libc::open(path.as_c(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+}
+
+/// A path built on the stack, always with room for its terminating NUL.
+struct StackPath {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl Default for StackPath {
+    fn default() -> Self {
+        StackPath {
+            bytes: [0; 512],
+            len: 0,
+        }
+    }
+}
+
+impl StackPath {
+    fn push(&mut self, more: &[u8]) -> bool {
+        if self.len + more.len() >= self.bytes.len() {
+            return false;
+        }
+        self.bytes[self.len..self.len + more.len()].copy_from_slice(more);
+        self.len += more.len();
+        true
+    }
+
+    /// The path as C reads it (NUL-terminated where it ends now).
+    fn as_c(&mut self) -> *const libc::c_char {
+        self.bytes[self.len] = 0;
+        self.bytes.as_ptr().cast()
+    }
+}
+
+/// This process's start time (`/proc/self/stat`'s 22nd field), read without allocating.
+unsafe fn own_start_time() -> Option<u64> {
+    let mut buffer = [0u8; 1024];
+    let fd = libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return None;
+    }
+    let read = libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len());
+    libc::close(fd);
+    let text = buffer.get(..usize::try_from(read).ok()?)?;
+    start_time_of_stat(text)
+}
+
+/// Field 22 of a `/proc/PID/stat` line: counted after the command's closing parenthesis
+/// (field 2, which may hold spaces and parentheses of its own).
+fn start_time_of_stat(text: &[u8]) -> Option<u64> {
+    let after = text.iter().rposition(|b| *b == b')')? + 1;
+    // Field 3 is the first after the command: the start time is the 20th from there.
+    let field = text[after..]
+        .split(|b| *b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(19)?;
+    let mut value: u64 = 0;
+    for b in field {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(value)
+}
+
+/// `n` in decimal, in `buffer`'s tail.
+fn decimal(mut n: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buffer[at..]
+}
+
+fn name_of(who: &Identity) -> PathBuf {
+    base()
+        .unwrap_or(Path::new("/nonexistent"))
+        .join(format!("{}-{}", who.pid, who.start_time))
+}
+
+/// The tree of a release process rollgate started (None: started without one).
+pub fn of(who: &Identity) -> Option<Tree> {
+    let dir = name_of(who);
+    dir.is_dir().then_some(Tree { dir })
+}
+
+/// A release's tree: every process it started, wherever they went.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    dir: PathBuf,
+}
+
+impl Tree {
+    /// The processes in it now.
+    pub fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether any process is left in it.
+    pub fn is_populated(&self) -> bool {
+        !self.members().is_empty()
+    }
+
+    /// Sends `signal` to every process in it.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        for pid in self.members().into_iter().filter(|p| *p > 1) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// Ends every process in it at once (`cgroup.kill`; SIGKILL to each where the kernel has
+    /// no `cgroup.kill`).
+    pub fn kill(&self) {
+        if std::fs::write(self.dir.join("cgroup.kill"), b"1").is_err() {
+            self.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Removes the tree once it is empty (a populated one stays, and says so by failing).
+    pub fn remove(&self) -> bool {
+        std::fs::remove_dir(&self.dir).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_time_is_read_past_a_command_with_spaces_and_parentheses() {
+        let stat = b"4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10\n";
+        assert_eq!(start_time_of_stat(stat), Some(987654));
+        assert_eq!(start_time_of_stat(b"4242 (x) S 1"), None);
+        let own = std::fs::read("/proc/self/stat").unwrap();
+        let expected = Identity::of(std::process::id() as i32).unwrap().start_time;
+        assert_eq!(start_time_of_stat(&own), Some(expected));
+        assert_eq!(unsafe { own_start_time() }, Some(expected));
+        let mut buffer = [0u8; 20];
+        assert_eq!(decimal(0, &mut buffer), b"0");
+        assert_eq!(decimal(u64::MAX, &mut buffer), b"18446744073709551615");
+    }
+
+    #[test]
+    fn a_tree_is_named_after_its_process_identity() {
+        let who = Identity {
+            pid: 4242,
+            start_time: 987654,
+        };
+        assert!(name_of(&who).ends_with("4242-987654"));
+    }
+}
