@@ -317,6 +317,12 @@ pub fn policy_table() -> String {
             "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
         ),
         (
+            "isolation",
+            "enabled (true, false)".into(),
+            "enabled true".into(),
+            "releases run without privileges and in a process tree of their own (docs/isolation.md); false runs them with rollgate's own, said by every deploy",
+        ),
+        (
             "hooks",
             "pre_deploy, post_promote, post_rollback, timeout_ms (100-600000)".into(),
             format!("none; timeout_ms {}", ms(HOOK_TIMEOUT)),

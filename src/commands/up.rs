@@ -55,6 +55,8 @@ struct Live {
     probe: crate::host::probe::Spec,
     /// The service's held socket, when it was deployed with one.
     listen: Option<crate::host::listen::Spec>,
+    /// Its policy turned confinement off: started so again.
+    unconfined: bool,
 }
 
 impl Live {
@@ -84,6 +86,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             .filter(|r| r.service == set.service)
             .map(|r| r.settings);
         let listen = settings.as_ref().and_then(|s| s.listen);
+        let unconfined = settings.as_ref().is_some_and(|s| s.unconfined);
         let probe = settings.map(|s| s.probe).unwrap_or_default();
         return Ok(set
             .replicas
@@ -99,6 +102,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                 },
                 probe: probe.clone(),
                 listen,
+                unconfined,
             })
             .collect());
     }
@@ -109,6 +113,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             identity: p.identity(),
             probe: p.probe.unwrap_or_default(),
             listen: p.listen,
+            unconfined: p.unconfined,
             service: p.service,
             slot: None,
             version: p.version,
@@ -170,6 +175,7 @@ async fn start(
         // The policy is not at hand here: the defaults bound the restarted release's output.
         rotation: crate::host::output::Rotation::default(),
         listen: held.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+        confined: !live.unconfined,
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);

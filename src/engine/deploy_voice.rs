@@ -18,8 +18,16 @@ pub fn started(rollout: &Rollout, process: &Process) -> String {
         .as_ref()
         .map_or("policy", |s| s.deadline_source.as_str());
     format!(
-        "port {}; pid {}; deadline {} ms ({deadline_source}); poll {} ms",
-        process.port, process.pid, rollout.settings.progress_deadline_ms, rollout.settings.poll_ms
+        "port {}; pid {}; deadline {} ms ({deadline_source}); poll {} ms{}",
+        process.port,
+        process.pid,
+        rollout.settings.progress_deadline_ms,
+        rollout.settings.poll_ms,
+        if rollout.settings.unconfined {
+            "; NOT confined (isolation.enabled = false): it runs with rollgate's own privileges"
+        } else {
+            ""
+        }
     )
 }
 

@@ -78,6 +78,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             on_stall: crate::policy::OnStall::Rollback,
             keep_fallback: true,
             output: Default::default(),
+            unconfined: false,
             listen: None,
             analysis: None,
         },
@@ -129,6 +130,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         fallback: None,
         probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
         listen: rollout.settings.listen,
+        unconfined: rollout.settings.unconfined,
     });
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {

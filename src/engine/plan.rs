@@ -42,6 +42,8 @@ pub struct Settings {
     pub listen: Option<crate::host::listen::Spec>,
     /// Judge the new release by the proxy's counts, if the policy asks (`analysis`).
     pub analysis: Option<crate::engine::analysis::Analysis>,
+    /// The policy turned confinement off (`isolation.enabled = false`).
+    pub unconfined: bool,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -98,9 +100,14 @@ pub fn resolve_with_watch(
         .and_then(|p| p.analysis.as_ref())
         .map(crate::engine::analysis::Analysis::from_policy)
         .transpose()?;
+    let unconfined = policy
+        .and_then(|p| p.isolation.as_ref())
+        .and_then(|i| i.enabled)
+        == Some(false);
     Ok(Settings {
         listen,
         analysis,
+        unconfined,
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -218,6 +225,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             output: s.output,
             listen: s.listen,
             analysis: s.analysis.clone(),
+            unconfined: s.unconfined,
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -276,6 +284,7 @@ pub(super) mod tests {
             output_keep: None,
             listen: None,
             analysis: None,
+            isolation: None,
             replicas: None,
             waves: None,
             soak_ms: None,
@@ -373,6 +382,7 @@ pub(super) mod tests {
             fallback: None,
             probe: None,
             listen: None,
+            unconfined: false,
         }
     }
 

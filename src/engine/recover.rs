@@ -574,6 +574,7 @@ mod tests {
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
+                unconfined: false,
                 listen: None,
                 analysis: None,
             },

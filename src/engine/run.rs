@@ -454,6 +454,7 @@ impl Executor {
                         secrets: &crate::host::config::secrets_dir(&root.0),
                         rotation: self.rollout.settings.output,
                         listen: listen_fd,
+                        confined: !self.rollout.settings.unconfined,
                     })?;
                     Ok((child, socket))
                 })

@@ -257,6 +257,7 @@ fn resolved(
             output: gate.output,
             listen: gate.listen,
             analysis: gate.analysis,
+            unconfined: gate.unconfined,
         },
         classes,
     })

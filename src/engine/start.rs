@@ -92,6 +92,12 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",
         };
+        if prepared.rollout.settings.unconfined {
+            eprintln!(
+                "rollgate: isolation.enabled = false: {} {} runs NOT confined, with rollgate's own privileges",
+                start.service, start.version
+            );
+        }
         match start
             .hooks
             .run(Hook::PreDeploy, &start.root.0, &prepared.facts)

@@ -144,6 +144,10 @@ pub struct Settings {
     /// The traffic judge's settings (policy `analysis`), if the policy asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<crate::engine::analysis::Analysis>,
+    /// The policy turned confinement off (`isolation.enabled = false`): its releases start
+    /// with rollgate's own privileges.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -626,6 +626,7 @@ mod tests {
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
+                unconfined: false,
                 listen: None,
                 analysis: None,
             },

@@ -171,6 +171,9 @@ pub struct Launch<'a> {
     /// The service's held listening socket, handed over as fd 3 with `LISTEN_FDS` (see
     /// `host::listen`).
     pub listen: Option<std::os::fd::RawFd>,
+    /// Started without privileges ([`drop_privileges`]); false only where the policy says
+    /// `isolation.enabled = false`.
+    pub confined: bool,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -223,6 +226,7 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .stdout(output.try_clone()?)
         .stderr(output);
     let listen = launch.listen;
+    let confined = launch.confined;
     // Its own cgroup, where the host has one to give: every process it starts stays in it.
     let entry = super::cgroup::entry();
     // SAFETY: setsid, dup2, fcntl and the cgroup entry's open, write and close are
@@ -234,6 +238,9 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             if let Some(entry) = &entry {
                 entry.enter();
+            }
+            if confined {
+                drop_privileges();
             }
             if let Some(fd) = listen {
                 let first = super::listen::FIRST_FD;
@@ -249,6 +256,35 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         });
     }
     command.spawn()
+}
+
+/// In the child between fork and exec (issue 59's "no privileges"): no new privileges
+/// (`PR_SET_NO_NEW_PRIVS`: a setuid binary inside the release gains nothing), every capability
+/// dropped from the bounding set (so the exec, even as root, grants none: no port below 1024,
+/// no raw socket, no ptrace of another user's process, no capability-guarded call) and the
+/// ambient set cleared, and supplementary groups cleared. Best effort where rollgate itself is
+/// unprivileged: it cannot drop what it does not hold, and no-new-privileges always holds.
+///
+/// Only raw system calls: `setgroups` through `syscall(2)`, not glibc's wrapper, which would
+/// try to reach the parent's other threads.
+fn drop_privileges() {
+    // SAFETY: prctl and setgroups take only integers and a null pointer; no memory is touched.
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        // Every capability the kernel knows (CAP_LAST_CAP is 40 on 6.x; 63 bounds any future
+        // one): a number past the last fails with EINVAL, which ends nothing.
+        for capability in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
+        }
+    }
 }
 
 /// Finds processes started with `ROLLGATE_DEPLOY_TOKEN=token`: the candidate of a deployer

@@ -50,6 +50,9 @@ pub struct Pointer {
     /// hands it again to a release it starts anew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<crate::host::listen::Spec>,
+    /// Its policy turned confinement off (`isolation.enabled = false`): `up` starts it so too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -146,6 +146,16 @@ pub struct RolloutSettings {
     /// Judge a canary by the proxy's counts (`engine::analysis`; defaults there).
     #[serde(default)]
     pub analysis: Option<AnalysisPolicy>,
+    /// How releases are confined (on unless `enabled = false`).
+    #[serde(default)]
+    pub isolation: Option<IsolationPolicy>,
+}
+
+/// The policy's `isolation` as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IsolationPolicy {
+    pub enabled: Option<bool>,
 }
 
 /// The policy's `analysis` as written (every field optional; the contract bounds them).

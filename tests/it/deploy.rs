@@ -909,3 +909,61 @@ fn cgroup_base() -> String {
         .map(|m| format!("{m}/rollgate"))
         .unwrap_or_default()
 }
+
+/// Issue 59, no privileges: every release starts with no new privileges, no capability (even
+/// as root) and no supplementary group, so it cannot bind a port below 1024 or open a raw
+/// socket; `isolation.enabled = false` gives it rollgate's own privileges back, and says so.
+#[test]
+fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_false() {
+    let site = Site::new();
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    // What it may do, written where the test reads it, before it serves.
+    let probe = format!(
+        "grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status > \"$PWD/status\"\n\
+         python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 81)); print(\"bound\")' > \"$PWD/bind\" 2>&1\n\
+         python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print(\"raw\")' > \"$PWD/raw\" 2>&1\n\
+         exec '{}' sample-service\n",
+        bin.display()
+    );
+    site.script("v1", &probe);
+    site.script("v2", &probe);
+    let read = |version: &str, name: &str| {
+        std::fs::read_to_string(site.root().join(format!("releases/{version}/{name}")))
+            .unwrap_or_default()
+    };
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = read("v1", "status");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert!(status.contains("CapBnd:\t0000000000000000"), "{status}");
+    assert!(read("v1", "bind").contains("PermissionError"), "{}", read("v1", "bind"));
+    assert!(read("v1", "raw").contains("PermissionError"), "{}", read("v1", "raw"));
+
+    // The way out: the same acts allowed, and the deploy says it is not confined.
+    let unconfined = write(
+        site.root(),
+        "unconfined.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
+            "isolation": {"enabled": false}}}"#,
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", unconfined.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("v2 runs NOT confined"), "{}", stderr(&out));
+    let status = read("v2", "status");
+    assert!(status.contains("NoNewPrivs:\t0"), "{status}");
+    assert!(!status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert_eq!(read("v2", "bind").trim(), "bound");
+    assert_eq!(read("v2", "raw").trim(), "raw");
+    let started = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "candidate_started")
+        .unwrap();
+    assert!(
+        started["detail"].as_str().unwrap().contains("NOT confined (isolation.enabled = false)"),
+        "{started}"
+    );
+    assert_eq!(site.pointer().unwrap()["unconfined"], true);
+}
