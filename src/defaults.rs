@@ -318,8 +318,8 @@ pub fn policy_table() -> String {
         ),
         (
             "isolation",
-            "enabled (true, false)".into(),
-            "enabled true".into(),
+            "enabled (true, false), memory_mb (16-1048576), pids (8-4194304), cpu_pct (1-100000), nofile (16-1048576)".into(),
+            "enabled true; no limit".into(),
             "releases run without privileges and in a process tree of their own (docs/isolation.md); false runs them with rollgate's own, said by every deploy",
         ),
         (

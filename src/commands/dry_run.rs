@@ -429,6 +429,51 @@ fn watch_and_output_values(
             "policy",
         );
     }
+    report.value(
+        "confinement",
+        confinement_words(settings),
+        source(false, policy.is_some_and(|p| p.isolation.is_some())),
+    );
+}
+
+/// How the release would be confined, in words: what it runs without, where its tree would be,
+/// its limits, and what this host cannot hold.
+fn confinement_words(settings: &Settings) -> String {
+    if settings.unconfined {
+        return "NONE: isolation.enabled = false, it runs with rollgate's own privileges".into();
+    }
+    let tree = match crate::host::cgroup::base() {
+        Some(base) => format!("its own process tree under {}", base.display()),
+        None => "its process group (no writable cgroup v2 hierarchy here)".into(),
+    };
+    let l = &settings.limits;
+    let mut limits: Vec<String> = Vec::new();
+    if let Some(mb) = l.memory_mb {
+        limits.push(format!("memory {mb} MiB"));
+    }
+    if let Some(pids) = l.pids {
+        limits.push(format!("{pids} processes"));
+    }
+    if let Some(pct) = l.cpu_pct {
+        limits.push(format!("{pct} % of a core"));
+    }
+    if let Some(files) = l.nofile {
+        limits.push(format!("{files} open files"));
+    }
+    let unheld = l.unheld();
+    format!(
+        "no new privileges, no capability, no supplementary group; {tree}; limits: {}{}",
+        if limits.is_empty() {
+            "none".to_string()
+        } else {
+            limits.join(", ")
+        },
+        if unheld.is_empty() {
+            String::new()
+        } else {
+            format!(" (NOT held on this host: {})", unheld.join(", "))
+        }
+    )
 }
 
 /// Who holds the root's socket, or that a holder would be started (binding the address).

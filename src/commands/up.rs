@@ -57,6 +57,8 @@ struct Live {
     listen: Option<crate::host::listen::Spec>,
     /// Its policy turned confinement off: started so again.
     unconfined: bool,
+    /// What it may use: the same limits again.
+    limits: crate::host::cgroup::Limits,
 }
 
 impl Live {
@@ -87,6 +89,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             .map(|r| r.settings);
         let listen = settings.as_ref().and_then(|s| s.listen);
         let unconfined = settings.as_ref().is_some_and(|s| s.unconfined);
+        let limits = settings.as_ref().map(|s| s.limits).unwrap_or_default();
         let probe = settings.map(|s| s.probe).unwrap_or_default();
         return Ok(set
             .replicas
@@ -103,6 +106,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                 probe: probe.clone(),
                 listen,
                 unconfined,
+                limits,
             })
             .collect());
     }
@@ -114,6 +118,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             probe: p.probe.unwrap_or_default(),
             listen: p.listen,
             unconfined: p.unconfined,
+            limits: p.limits,
             service: p.service,
             slot: None,
             version: p.version,
@@ -176,6 +181,7 @@ async fn start(
         rotation: crate::host::output::Rotation::default(),
         listen: held.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         confined: !live.unconfined,
+        limits: live.limits,
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);

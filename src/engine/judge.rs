@@ -118,6 +118,9 @@ pub fn drain_confirmed(answer: &Drain) -> bool {
 pub fn reason(verdict: &Verdict, deadline: Duration) -> String {
     match verdict {
         Verdict::Ready => format!("ready within {} ms", deadline.as_millis()),
+        Verdict::Exited(status) if status.starts_with("killed: ") => {
+            format!("candidate {status} before ready")
+        }
         Verdict::Exited(status) => format!("candidate exited with {status} before ready"),
         Verdict::Stalled => format!("not ready after {} ms", deadline.as_millis()),
         Verdict::Interrupted(signal) => format!("interrupted by {signal}"),

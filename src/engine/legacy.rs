@@ -79,6 +79,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             keep_fallback: true,
             output: Default::default(),
             unconfined: false,
+            limits: Default::default(),
             listen: None,
             analysis: None,
         },
@@ -131,6 +132,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
         listen: rollout.settings.listen,
         unconfined: rollout.settings.unconfined,
+        limits: rollout.settings.limits,
     });
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {

@@ -44,6 +44,8 @@ pub struct Settings {
     pub analysis: Option<crate::engine::analysis::Analysis>,
     /// The policy turned confinement off (`isolation.enabled = false`).
     pub unconfined: bool,
+    /// What each release may use (`isolation.memory_mb`, `pids`, `cpu_pct`, `nofile`).
+    pub limits: crate::host::cgroup::Limits,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -104,10 +106,18 @@ pub fn resolve_with_watch(
         .and_then(|p| p.isolation.as_ref())
         .and_then(|i| i.enabled)
         == Some(false);
+    let isolation = policy.and_then(|p| p.isolation.as_ref());
+    let limits = crate::host::cgroup::Limits {
+        memory_mb: isolation.and_then(|i| i.memory_mb),
+        pids: isolation.and_then(|i| i.pids),
+        cpu_pct: isolation.and_then(|i| i.cpu_pct),
+        nofile: isolation.and_then(|i| i.nofile),
+    };
     Ok(Settings {
         listen,
         analysis,
         unconfined,
+        limits,
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -226,6 +236,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             listen: s.listen,
             analysis: s.analysis.clone(),
             unconfined: s.unconfined,
+            limits: s.limits,
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -383,6 +394,7 @@ pub(super) mod tests {
             probe: None,
             listen: None,
             unconfined: false,
+            limits: Default::default(),
         }
     }
 

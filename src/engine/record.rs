@@ -253,6 +253,7 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
         probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
         listen: rollout.settings.listen,
         unconfined: rollout.settings.unconfined,
+        limits: rollout.settings.limits,
     };
     // The same process stays live since it was switched to (only its fallback may change).
     if let Some(live) = root.read_pointer().ok().flatten() {

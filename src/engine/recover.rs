@@ -575,6 +575,7 @@ mod tests {
                 keep_fallback: false,
                 output: Default::default(),
                 unconfined: false,
+                limits: Default::default(),
                 listen: None,
                 analysis: None,
             },

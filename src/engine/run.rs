@@ -455,6 +455,7 @@ impl Executor {
                         rotation: self.rollout.settings.output,
                         listen: listen_fd,
                         confined: !self.rollout.settings.unconfined,
+                        limits: self.rollout.settings.limits,
                     })?;
                     Ok((child, socket))
                 })

@@ -258,6 +258,7 @@ fn resolved(
             listen: gate.listen,
             analysis: gate.analysis,
             unconfined: gate.unconfined,
+            limits: gate.limits,
         },
         classes,
     })

@@ -148,6 +148,9 @@ pub struct Settings {
     /// with rollgate's own privileges.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unconfined: bool,
+    /// What each release may use (policy `isolation`).
+    #[serde(default, skip_serializing_if = "crate::host::cgroup::Limits::is_empty")]
+    pub limits: crate::host::cgroup::Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -42,22 +42,129 @@ pub fn base() -> Option<&'static Path> {
     .as_deref()
 }
 
-/// The way into a tree of its own, for a release process to take between fork and exec: it
-/// makes `BASE/PID-STARTTIME` (its own identity, read from `/proc/self/stat`) and writes itself
-/// into it. Everything it needs is made before the fork; in the child it makes only
-/// async-signal-safe system calls and writes into buffers on its stack.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    base: Vec<u8>,
+/// What a release may use (the policy's `isolation`): none set, no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// 100 is one core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pct: Option<u64>,
+    /// Open files (`RLIMIT_NOFILE`, set in the child, not a cgroup's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nofile: Option<u64>,
 }
 
-/// The way into a tree for the next release process, where the host gives one. Trees whose
-/// processes all exited on their own (nobody stopped them) are removed on the way.
-pub fn entry() -> Option<Entry> {
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// Each limit as the files of one cgroup folder take it: the v2 files in the tree itself
+    /// where its controllers are on (a pure v2 host), else the v1 controllers' own folders (a
+    /// hybrid host, as the machines these tests run on). A limit nothing can hold is left out
+    /// and said by [`Limits::unheld`].
+    fn knobs(&self, base: &Path) -> Vec<Knob> {
+        let mut knobs = Vec::new();
+        let on_v2 = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        let v1 = |controller: &str| {
+            let folder = Path::new("/sys/fs/cgroup").join(controller);
+            let ours = folder.join(FOLDER);
+            let made = folder.join("cgroup.procs").is_file()
+                && (std::fs::create_dir(&ours).is_ok() || ours.is_dir());
+            made.then_some(ours)
+        };
+        let mut v2_files: Vec<(&str, String)> = Vec::new();
+        if let Some(mb) = self.memory_mb {
+            let bytes = (mb << 20).to_string();
+            if on_v2.contains("memory") {
+                v2_files.push(("memory.max", bytes));
+                v2_files.push(("memory.swap.max", "0".into()));
+            } else if let Some(folder) = v1("memory") {
+                let mut files = vec![("memory.limit_in_bytes", bytes.clone())];
+                if folder.join("memory.memsw.limit_in_bytes").is_file() {
+                    files.push(("memory.memsw.limit_in_bytes", bytes));
+                }
+                knobs.push(Knob::of(&folder, &files));
+            }
+        }
+        if let Some(pids) = self.pids {
+            if on_v2.contains("pids") {
+                v2_files.push(("pids.max", pids.to_string()));
+            } else if let Some(folder) = v1("pids") {
+                knobs.push(Knob::of(&folder, &[("pids.max", pids.to_string())]));
+            }
+        }
+        if let Some(pct) = self.cpu_pct {
+            let quota = (pct * CPU_PERIOD_US / 100).max(1000);
+            if on_v2.contains("cpu") {
+                v2_files.push(("cpu.max", format!("{quota} {CPU_PERIOD_US}")));
+            } else if let Some(folder) = v1("cpu") {
+                let files = [
+                    ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
+                    ("cpu.cfs_quota_us", quota.to_string()),
+                ];
+                knobs.push(Knob::of(&folder, &files));
+            }
+        }
+        if !v2_files.is_empty() {
+            knobs.push(Knob::of(base, &v2_files));
+        }
+        knobs
+    }
+}
+
+/// The period a CPU share is counted over (`cpu.max`'s second number), microseconds.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// One cgroup folder a release enters with the limits written in it: `BASE/PID-STARTTIME`,
+/// each file written before the release enters.
+#[derive(Debug, Clone)]
+struct Knob {
+    base: Vec<u8>,
+    files: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Knob {
+    fn of(base: &Path, files: &[(&str, String)]) -> Knob {
+        Knob {
+            base: base.as_os_str().as_bytes().to_vec(),
+            files: files
+                .iter()
+                .map(|(name, value)| (name.as_bytes().to_vec(), value.as_bytes().to_vec()))
+                .collect(),
+        }
+    }
+}
+
+/// The way into a tree of its own, for a release process to take between fork and exec: it
+/// makes `BASE/PID-STARTTIME` (its own identity, read from `/proc/self/stat`), writes its
+/// limits there, and writes itself into it (and into each v1 controller's folder of the same
+/// name, on a hybrid host). Everything it needs is made before the fork; in the child it makes
+/// only async-signal-safe system calls and writes into buffers on its stack.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The limits' folders first (a v1 controller's, or the tree itself with its files), then
+    /// the tree, entered last.
+    knobs: Vec<Knob>,
+    nofile: Option<u64>,
+}
+
+/// The way into a tree for the next release process, with these limits, where the host gives
+/// one. Trees whose processes all exited on their own (nobody stopped them) are removed on
+/// the way.
+pub fn entry(limits: &Limits) -> Option<Entry> {
     let base = base()?;
     sweep(base);
+    let mut knobs = limits.knobs(base);
+    if !knobs.iter().any(|k| k.base == base.as_os_str().as_bytes()) {
+        knobs.push(Knob::of(base, &[]));
+    }
     Some(Entry {
-        base: base.as_os_str().as_bytes().to_vec(),
+        knobs,
+        nofile: limits.nofile,
     })
 }
 
@@ -87,6 +194,41 @@ fn sweep(base: &Path) {
     }
 }
 
+impl Limits {
+    /// The limits this host can hold, and those it cannot (named), for a release's words.
+    pub fn unheld(&self) -> Vec<&'static str> {
+        let Some(base) = base() else {
+            return self.named();
+        };
+        let on_v2 = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        let held = |v2: &str, v1: &str| {
+            on_v2.contains(v2) || Path::new("/sys/fs/cgroup").join(v1).join("cgroup.procs").is_file()
+        };
+        let mut unheld = Vec::new();
+        if self.memory_mb.is_some() && !held("memory", "memory") {
+            unheld.push("memory_mb");
+        }
+        if self.pids.is_some() && !held("pids", "pids") {
+            unheld.push("pids");
+        }
+        if self.cpu_pct.is_some() && !held("cpu", "cpu") {
+            unheld.push("cpu_pct");
+        }
+        unheld
+    }
+
+    fn named(&self) -> Vec<&'static str> {
+        [
+            (self.memory_mb.is_some(), "memory_mb"),
+            (self.pids.is_some(), "pids"),
+            (self.cpu_pct.is_some(), "cpu_pct"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect()
+    }
+}
+
 impl Entry {
     /// In the child, between fork and exec: makes its tree and moves into it. Best effort: a
     /// process that could not enter one runs as before, its process group what ends it.
@@ -95,29 +237,51 @@ impl Entry {
     /// Call only in a forked child before exec: it allocates nothing and makes only
     /// async-signal-safe calls (`getpid`, `open`, `read`, `mkdir`, `write`, `close`).
     pub unsafe fn enter(&self) {
+        if let Some(files) = self.nofile {
+            let limit = libc::rlimit {
+                rlim_cur: files,
+                rlim_max: files,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
         let Some(start) = own_start_time() else {
             return;
         };
-        let mut path = StackPath::default();
         let mut digits = [0u8; 20];
         let pid = decimal(libc::getpid() as u64, &mut digits);
         let mut more = [0u8; 20];
         let start = decimal(start, &mut more);
-        if !(path.push(&self.base) && path.push(b"/") && path.push(pid))
-            || !(path.push(b"-") && path.push(start))
-        {
-            return;
+        for knob in &self.knobs {
+            let mut path = StackPath::default();
+            if !(path.push(&knob.base) && path.push(b"/") && path.push(pid))
+                || !(path.push(b"-") && path.push(start))
+            {
+                continue;
+            }
+            // An existing folder of that name can only be this process's (a pid and a start
+            // time).
+            let _ = libc::mkdir(path.as_c(), 0o755);
+            let folder = path.len;
+            for (name, value) in &knob.files {
+                path.len = folder;
+                if path.push(b"/") && path.push(name) {
+                    write_file(path.as_c(), value);
+                }
+            }
+            path.len = folder;
+            if path.push(b"/cgroup.procs") {
+                write_file(path.as_c(), b"0");
+            }
         }
-        // An existing folder of that name can only be this process's (a pid and a start time).
-        let _ = libc::mkdir(path.as_c(), 0o755);
-        if !path.push(b"/cgroup.procs") {
-            return;
-        }
-        let fd = libc::open(path.as_c(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-        }
+    }
+}
+
+/// Writes `value` to the file at `path` (a cgroup file), ignoring what fails.
+unsafe fn write_file(path: *const libc::c_char, value: &[u8]) {
+    let fd = libc::open(path, libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd >= 0 {
+        let _ = libc::write(fd, value.as_ptr().cast(), value.len());
+        libc::close(fd);
     }
 }
 
@@ -245,10 +409,54 @@ impl Tree {
         }
     }
 
-    /// Removes the tree once it is empty (a populated one stays, and says so by failing).
+    /// Removes the tree once it is empty (a populated one stays, and says so by failing), and
+    /// the v1 controllers' folders of the same name with it.
     pub fn remove(&self) -> bool {
+        if let Some(name) = self.dir.file_name() {
+            for folder in v1_folders(name) {
+                let _ = std::fs::remove_dir(folder);
+            }
+        }
         std::fs::remove_dir(&self.dir).is_ok()
     }
+}
+
+/// The v1 controllers that may hold a release's limits (a hybrid host).
+const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// The v1 controllers' folders named `name` (a release's limits on a hybrid host).
+fn v1_folders(name: &std::ffi::OsStr) -> Vec<PathBuf> {
+    V1_CONTROLLERS
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(FOLDER).join(name))
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// When the kernel killed a process of `who`'s tree for reaching its memory limit: that limit,
+/// in MiB (`memory.events`'s `oom_kill` on v2, `memory.oom_control`'s on v1).
+pub fn out_of_memory(who: &Identity) -> Option<u64> {
+    let name = format!("{}-{}", who.pid, who.start_time);
+    let killed = |text: &str| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("oom_kill "))
+            .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    };
+    let limit_mb = |path: PathBuf| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .map(|bytes| bytes >> 20)
+    };
+    let v2 = name_of(who);
+    if std::fs::read_to_string(v2.join("memory.events")).is_ok_and(|t| killed(&t)) {
+        return limit_mb(v2.join("memory.max"));
+    }
+    let v1 = Path::new("/sys/fs/cgroup/memory").join(FOLDER).join(&name);
+    if std::fs::read_to_string(v1.join("memory.oom_control")).is_ok_and(|t| killed(&t)) {
+        return limit_mb(v1.join("memory.limit_in_bytes"));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -174,6 +174,8 @@ pub struct Launch<'a> {
     /// Started without privileges ([`drop_privileges`]); false only where the policy says
     /// `isolation.enabled = false`.
     pub confined: bool,
+    /// What it may use (the policy's `isolation.memory_mb`, `pids`, `cpu_pct`, `nofile`).
+    pub limits: super::cgroup::Limits,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -228,7 +230,7 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let listen = launch.listen;
     let confined = launch.confined;
     // Its own cgroup, where the host has one to give: every process it starts stays in it.
-    let entry = super::cgroup::entry();
+    let entry = super::cgroup::entry(&launch.limits);
     // SAFETY: setsid, dup2, fcntl and the cgroup entry's open, write and close are
     // async-signal-safe and touch nothing of the parent. In
     // the child, whatever was at fd 3 was close-on-exec (rollgate opens everything so), so

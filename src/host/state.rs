@@ -53,6 +53,9 @@ pub struct Pointer {
     /// Its policy turned confinement off (`isolation.enabled = false`): `up` starts it so too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unconfined: bool,
+    /// What it may use (policy `isolation`): `up` starts it within the same limits.
+    #[serde(default, skip_serializing_if = "crate::host::cgroup::Limits::is_empty")]
+    pub limits: crate::host::cgroup::Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -156,6 +156,10 @@ pub struct RolloutSettings {
 #[serde(deny_unknown_fields)]
 pub struct IsolationPolicy {
     pub enabled: Option<bool>,
+    pub memory_mb: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_pct: Option<u64>,
+    pub nofile: Option<u64>,
 }
 
 /// The policy's `analysis` as written (every field optional; the contract bounds them).

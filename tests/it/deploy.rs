@@ -967,3 +967,112 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
     );
     assert_eq!(site.pointer().unwrap()["unconfined"], true);
 }
+
+/// A policy whose `isolation` sets these limits (and no watch).
+fn limited(site: &Site, isolation: &str) -> String {
+    write(
+        site.root(),
+        "limited.json",
+        &format!(
+            r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+                "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
+        ),
+    )
+    .display()
+    .to_string()
+}
+
+/// Issue 59, limits: a release that touches more memory than `isolation.memory_mb` is killed by
+/// the kernel, and the reason says so (not "signal: 9"); one that forks past `pids` is refused
+/// the forks beyond it; `nofile` bounds its open files.
+#[test]
+fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_the_reason() {
+    let site = Site::new();
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        "hog",
+        "exec python3 -c 'b = bytearray(256 << 20); import time; time.sleep(60)'\n",
+    );
+    let policy = limited(&site, r#"{"memory_mb": 64}"#);
+    let dry = site.deploy(free_port(), "hog", &["--policy", &policy, "--dry-run"]);
+    assert!(
+        stdout(&dry).contains("no new privileges, no capability, no supplementary group; its own process tree under ")
+            && stdout(&dry).contains("limits: memory 64 MiB"),
+        "{}",
+        stdout(&dry)
+    );
+    let out = site.deploy(free_port(), "hog", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        site.last_detail()
+            .starts_with("candidate killed: out of memory at its 64 MiB limit before ready"),
+        "{}",
+        site.last_detail()
+    );
+    assert!(stderr(&out).contains("out of memory at its 64 MiB limit"), "{}", stderr(&out));
+
+    site.script(
+        "forks",
+        &format!(
+            "python3 - > \"$PWD/forks\" 2>&1 <<'PY'\n\
+             import os, resource, time\n\
+             made = 0\n\
+             for _ in range(200):\n\
+             \x20   try:\n\
+             \x20       if os.fork() == 0:\n\
+             \x20           time.sleep(30); os._exit(0)\n\
+             \x20       made += 1\n\
+             \x20   except OSError:\n\
+             \x20       break\n\
+             print(made, resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n\
+             PY\n\
+             exec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    let policy = limited(&site, r#"{"pids": 40, "nofile": 100}"#);
+    let out = site.deploy(free_port(), "forks", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = std::fs::read_to_string(site.root().join("releases/forks/forks")).unwrap();
+    let numbers: Vec<u64> = said.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(numbers.len() == 2 && numbers[0] < 40, "{said}");
+    assert_eq!(numbers[1], 100, "{said}");
+    assert_eq!(site.pointer().unwrap()["limits"]["pids"], 40);
+}
+
+/// Issue 59, CPU: a spinner under `cpu_pct = 50` gets about half a core (measured from the
+/// kernel's count of its CPU time), while the live release keeps answering.
+#[test]
+fn a_cpu_spinner_is_held_to_its_share() {
+    let site = Site::new();
+    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    site.script(
+        "spin",
+        &format!(
+            "python3 -c 'while True: pass' &\necho $! > \"$PWD/spinner\"\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    let port = free_port();
+    let policy = limited(&site, r#"{"cpu_pct": 50}"#);
+    let out = site.deploy(port, "spin", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let spinner: i32 = std::fs::read_to_string(site.root().join("releases/spin/spinner"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cpu_ticks = || {
+        let stat = std::fs::read_to_string(format!("/proc/{spinner}/stat")).unwrap();
+        let after: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        // utime and stime: fields 14 and 15 of the line, the 12th and 13th after the command.
+        after[11].parse::<u64>().unwrap() + after[12].parse::<u64>().unwrap()
+    };
+    let (before, started) = (cpu_ticks(), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let used = (cpu_ticks() - before) as f64 / 100.0;
+    let share = used / started.elapsed().as_secs_f64();
+    // It spins (so the figure is a measurement), but within its half core.
+    assert!(share > 0.25 && share < 0.65, "the spinner used {share:.2} of a core");
+    assert_eq!(version_on(port).as_deref(), Some("spin"));
+}
