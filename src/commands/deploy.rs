@@ -227,7 +227,7 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
 
     let plan = Plan::Deploy {
         port,
-        settings,
+        settings: Box::new(settings),
         no_wait: request.no_wait,
     };
     super::releases::start_then_prune(

@@ -55,6 +55,7 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
                     p.readyz.as_deref().unwrap_or_default()
                 ),
             ));
+            rows.push(("confined".into(), confinement(p)));
         }
     }
     if let Some(replicas) = &status.replicas {
@@ -197,6 +198,32 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
         out.push_str(&t.render(layout));
     }
     out
+}
+
+/// How the live release runs: without privileges (or not), its tree, its limits.
+fn confinement(p: &crate::engine::LiveStatus) -> String {
+    if !p.confined {
+        return "NO: isolation.enabled = false, rollgate's own privileges".into();
+    }
+    let l = &p.limits;
+    let limits: Vec<String> = [
+        l.memory_mb.map(|mb| format!("memory {mb} MiB")),
+        l.pids.map(|n| format!("{n} processes")),
+        l.cpu_pct.map(|pct| format!("{pct} % of a core")),
+        l.nofile.map(|n| format!("{n} open files")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!(
+        "yes (no privileges; tree {}; limits {})",
+        p.tree.as_deref().unwrap_or("none: its process group"),
+        if limits.is_empty() {
+            "none".into()
+        } else {
+            limits.join(", ")
+        }
+    )
 }
 
 /// `4 replicas: 3 on v2 (3 running), 1 on v1 (1 running)`.

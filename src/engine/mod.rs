@@ -56,7 +56,7 @@ pub use recover::record_restart;
 pub(crate) use recover::recover_leaving_escalated;
 pub use start::{beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, Start};
 pub use state::{Phase, Rollout, SlotState};
-pub use status::{service_of, ReplicaStatus, RootStatus};
+pub use status::{service_of, LiveStatus, ReplicaStatus, RootStatus};
 
 use crate::error::{refused, Error};
 use crate::host::state::Root;

@@ -41,7 +41,8 @@ pub enum Plan {
     /// `rollgate deploy`: one candidate beside the live release, on `port`.
     Deploy {
         port: u16,
-        settings: DeploySettings,
+        /// Boxed: with its probe, socket, judge and limits, it is large beside a rollout's.
+        settings: Box<DeploySettings>,
         /// `--no-wait`: leave the watch to a background watcher and end at the switch.
         no_wait: bool,
     },

@@ -68,6 +68,13 @@ pub struct LiveStatus {
     pub readyz: Option<String>,
     /// How it is probed (`readyz`, or the policy's probe, described).
     pub probe: String,
+    /// It runs without privileges (false: `isolation.enabled = false`).
+    pub confined: bool,
+    /// Its process tree (cgroup), where the host gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<String>,
+    /// What it may use (the policy's `isolation`).
+    pub limits: crate::host::cgroup::Limits,
 }
 
 /// A single deploy in flight.
@@ -250,6 +257,9 @@ fn live_status(
         answering: passed || (said == Probe::Unwatched && running),
         readyz: Some(said.to_string()),
         probe: p.probe.as_ref().map_or("readyz".into(), |s| s.describe()),
+        confined: !p.unconfined,
+        tree: crate::host::cgroup::of(&p.identity()).map(|t| t.path().display().to_string()),
+        limits: p.limits,
     })
 }
 

@@ -253,9 +253,12 @@ impl Entry {
         let start = decimal(start, &mut more);
         for knob in &self.knobs {
             let mut path = StackPath::default();
-            if !(path.push(&knob.base) && path.push(b"/") && path.push(pid))
-                || !(path.push(b"-") && path.push(start))
-            {
+            let named = path.push(&knob.base)
+                && path.push(b"/")
+                && path.push(pid)
+                && path.push(b"-")
+                && path.push(start);
+            if !named {
                 continue;
             }
             // An existing folder of that name can only be this process's (a pid and a start
@@ -382,6 +385,11 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// Where it is in the cgroup filesystem.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
     /// The processes in it now.
     pub fn members(&self) -> Vec<i32> {
         std::fs::read_to_string(self.dir.join("cgroup.procs"))

@@ -290,27 +290,16 @@ pub fn outcome_line_for(
     token: &str,
     since: f64,
 ) -> std::io::Result<Option<(LogEvent, String)>> {
-    #[derive(serde::Deserialize)]
-    struct Line<'a> {
-        #[serde(default)]
-        ts: f64,
-        #[serde(default)]
-        event: &'a str,
-        #[serde(default)]
-        token: Option<&'a str>,
-        #[serde(default)]
-        detail: String,
-    }
     let mut found = None;
     lines_backwards(path, |line| {
-        let Ok(record) = serde_json::from_slice::<Line>(line) else {
+        let Ok(record) = serde_json::from_slice::<RunLine>(line) else {
             return ControlFlow::Continue(());
         };
         if record.token == Some(token) {
             found = [LogEvent::Promoted, LogEvent::RolledBack]
                 .into_iter()
                 .find(|e| e.as_str() == record.event)
-                .map(|event| (event, record.detail.clone()));
+                .map(|event| (event, record.detail.as_deref().unwrap_or_default().to_string()));
             if found.is_some() {
                 return ControlFlow::Break(());
             }
@@ -323,22 +312,27 @@ pub fn outcome_line_for(
     Ok(found)
 }
 
+/// What a look back for one run's lines reads of each line: when, what, whose, and (for an
+/// outcome's words) the detail, borrowed where JSON gives it without escapes.
+#[derive(serde::Deserialize)]
+struct RunLine<'a> {
+    #[serde(default)]
+    ts: f64,
+    #[serde(default)]
+    event: &'a str,
+    #[serde(default)]
+    token: Option<&'a str>,
+    #[serde(default, borrow)]
+    detail: Option<std::borrow::Cow<'a, str>>,
+}
+
 /// When users began to have run `token`'s release: its `switched` line (a deploy's), or its
 /// first `replica_ready` (a rollout's replica joined the pool), looking back no further than
 /// `since` (the run's start).
 pub fn served_from(path: &Path, token: &str, since: f64) -> std::io::Result<Option<f64>> {
-    #[derive(serde::Deserialize)]
-    struct Line<'a> {
-        #[serde(default)]
-        ts: f64,
-        #[serde(default)]
-        event: &'a str,
-        #[serde(default)]
-        token: Option<&'a str>,
-    }
     let mut found = None;
     lines_backwards(path, |line| {
-        let Ok(record) = serde_json::from_slice::<Line>(line) else {
+        let Ok(record) = serde_json::from_slice::<RunLine>(line) else {
             return ControlFlow::Continue(());
         };
         let serves = [LogEvent::Switched, LogEvent::ReplicaReady]

@@ -1038,6 +1038,18 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
     assert!(numbers.len() == 2 && numbers[0] < 40, "{said}");
     assert_eq!(numbers[1], 100, "{said}");
     assert_eq!(site.pointer().unwrap()["limits"]["pids"], 40);
+    // Status says how the live release runs.
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let table = stdout(&status);
+    assert!(
+        table.contains("yes (no privileges; tree /sys/fs/cgroup/")
+            && table.contains("limits 40 processes, 100 open files)"),
+        "{table}"
+    );
 }
 
 /// Issue 59, CPU: a spinner under `cpu_pct = 50` gets about half a core (measured from the

@@ -468,6 +468,7 @@ const FRONT_DOOR: &[&str] = &[
     "WATCHER_OUTPUT",
     "RootStatus",
     "ReplicaStatus",
+    "LiveStatus",
     "service_of",
     "plan",
     "settings",
