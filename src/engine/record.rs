@@ -197,6 +197,8 @@ pub(crate) fn exposure(
 pub(crate) fn ended_by(reason: &str) -> String {
     let by = if reason.starts_with("analysis") {
         "the traffic judge"
+    } else if reason.starts_with("killed: out of memory") {
+        "the kernel (out of memory at its limit)"
     } else if reason.starts_with("interrupted by") {
         "a signal to the deployer"
     } else if reason.starts_with("exited") {

@@ -166,10 +166,17 @@ pub(super) async fn soak(
         }
         let mut still = Vec::new();
         for (slot, process, subject) in watched {
+            let out_of_memory = || crate::host::cgroup::out_of_memory(&process.identity());
             let reason = match (judged, process.identity().is_running()) {
-                (Judged::Soak, false) => Some("exited during the soak".to_string()),
+                (Judged::Soak, false) => Some(match out_of_memory() {
+                    Some(mb) => format!("killed: out of memory at its {mb} MiB limit during the soak"),
+                    None => "exited during the soak".to_string(),
+                }),
                 (Judged::Watch(_), false) => Some(format!(
-                    "exited during the watch, {} ms after the switch",
+                    "{} during the watch, {} ms after the switch",
+                    out_of_memory().map_or("exited".to_string(), |mb| format!(
+                        "killed: out of memory at its {mb} MiB limit"
+                    )),
                     ((journal::now() - began) * 1000.0).round() as u64
                 )),
                 (Judged::Soak, true) => match subject.check().await {

@@ -1088,3 +1088,53 @@ fn a_cpu_spinner_is_held_to_its_share() {
     assert!(share > 0.25 && share < 0.65, "the spinner used {share:.2} of a core");
     assert_eq!(version_on(port).as_deref(), Some("spin"));
 }
+
+/// Issue 59: a release killed for memory during its watch is switched back with the reason
+/// said as what happened, and what ended users' time with it is the kernel.
+#[test]
+fn an_oom_kill_during_the_watch_is_the_reason_it_was_switched_back() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    site.script(
+        "v2",
+        "exec python3 - <<'PY'\n\
+         import http.server, os, threading, time\n\
+         def hog():\n\
+         \x20   time.sleep(0.8)\n\
+         \x20   b = bytearray(256 << 20)\n\
+         \x20   time.sleep(60)\n\
+         threading.Thread(target=hog, daemon=True).start()\n\
+         class Ready(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200); self.end_headers(); self.wfile.write(b'v2')\n\
+         \x20   def log_message(self, *args):\n\
+         \x20       pass\n\
+         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Ready).serve_forever()\n\
+         PY\n",
+    );
+    let policy = write(
+        site.root(),
+        "watched.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 10000,
+            "isolation": {"memory_mb": 64}}}"#,
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    let back = site.log_lines().last().unwrap().clone();
+    assert_eq!(back["event"], "rolled_back");
+    assert!(
+        back["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("killed: out of memory at its 64 MiB limit during the watch"),
+        "{back}"
+    );
+    assert_eq!(
+        back["exposure"]["ended_by"],
+        "the kernel (out of memory at its limit)",
+        "{back}"
+    );
+}
