@@ -281,8 +281,8 @@ pub fn for_candidate(root: &Root, version: &str) -> Result<CandidateConfig, Erro
         (_, Some(_)) => (own.clone(), release_config(root, version)?),
         (_, None) if live_missing => (own.clone(), release_config(root, version)?),
         (_, None) => {
-            let staged = Config::of_release(&root.0.join(config::STAGED_DIR))
-                .map_err(|e| refused(e.0))?;
+            let staged =
+                Config::of_release(&root.0.join(config::STAGED_DIR)).map_err(|e| refused(e.0))?;
             match staged == Config::default() {
                 true => (config::Origin::None, staged),
                 false => (config::Origin::Adopted("staged".into()), staged),
@@ -329,9 +329,9 @@ impl CandidateConfig {
             crate::host::files::write_atomically(&dir.join(name), text.as_bytes())
                 .map_err(|e| Error::Failed(e.to_string()))
         };
-        let (env, secrets) = self
-            .config
-            .files(&format!("rollgate deploy: the service's config, from {from}"));
+        let (env, secrets) = self.config.files(&format!(
+            "rollgate deploy: the service's config, from {from}"
+        ));
         write(config::ADOPTED_FILE, &format!("{from}\n"))?;
         write(config::ENV_FILE, &env)?;
         write(config::SECRETS_FILE, &secrets)
@@ -340,7 +340,10 @@ impl CandidateConfig {
     /// Whether there is any config to speak of: the candidate's or the live one's.
     pub fn is_empty(&self) -> bool {
         self.config == Config::default()
-            && self.live.as_ref().is_none_or(|(_, c)| *c == Config::default())
+            && self
+                .live
+                .as_ref()
+                .is_none_or(|(_, c)| *c == Config::default())
     }
 
     /// One line: which config the candidate gets and how it differs from the live one.
@@ -370,4 +373,3 @@ impl CandidateConfig {
         format!("{} gets {which}{against}", self.version)
     }
 }
-

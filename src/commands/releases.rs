@@ -225,8 +225,9 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
             .map(|l| serde_json::to_string(l).expect("a listing serializes") + "\n")
             .collect()),
         Format::Csv => {
-            let mut out =
-                String::from("version,installed_at,size,digest,sha256,signed,config,last_outcome,marks\n");
+            let mut out = String::from(
+                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks\n",
+            );
             for l in &listed {
                 out.push_str(&format!(
                     "{},{},{},{},{},{},{},{},{}\n",

@@ -37,7 +37,10 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                         target.root.display()
                     )));
                 }
-                eprintln!("rollgate: {}", config::stage(&target.root, &service, &change)?);
+                eprintln!(
+                    "rollgate: {}",
+                    config::stage(&target.root, &service, &change)?
+                );
                 return Ok(error::SUCCESS);
             }
             let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;

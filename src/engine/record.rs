@@ -115,8 +115,8 @@ pub(crate) fn log_deploy(
     let signed = rollout.signed.as_ref();
     // Switched back in its watch: users had it. The line says for how long, what it answered
     // them and what ended it, so no log reader counts it among the candidates users never saw.
-    let exposure = (entry.event == LogEvent::RolledBack && entry.phase == Some("watch"))
-        .then(|| {
+    let exposure =
+        (entry.event == LogEvent::RolledBack && entry.phase == Some("watch")).then(|| {
             let from = served_from(root, rollout).unwrap_or(rollout.started_at);
             // The reason as the line gives it (its detail up to the first "; ").
             let reason = entry.detail.split("; ").next().unwrap_or("");

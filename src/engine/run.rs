@@ -311,7 +311,10 @@ impl Executor {
             }
             Some(Err(e)) => {
                 eprintln!("rollgate: {e}; the outcome stands");
-                let _ = self.say(self.voice.hook_ended(r, LogEvent::HookFailed, e.to_string()));
+                let _ = self.say(
+                    self.voice
+                        .hook_ended(r, LogEvent::HookFailed, e.to_string()),
+                );
             }
             None => {}
         }

@@ -169,7 +169,9 @@ pub(super) async fn soak(
             let out_of_memory = || crate::host::cgroup::out_of_memory(&process.identity());
             let reason = match (judged, process.identity().is_running()) {
                 (Judged::Soak, false) => Some(match out_of_memory() {
-                    Some(mb) => format!("killed: out of memory at its {mb} MiB limit during the soak"),
+                    Some(mb) => {
+                        format!("killed: out of memory at its {mb} MiB limit during the soak")
+                    }
                     None => "exited during the soak".to_string(),
                 }),
                 (Judged::Watch(_), false) => Some(format!(

@@ -27,9 +27,12 @@ const FOLDER: &str = "rollgate";
 pub fn base() -> Option<&'static Path> {
     static BASE: OnceLock<Option<PathBuf>> = OnceLock::new();
     BASE.get_or_init(|| {
-        let mount = [Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup/unified")]
-            .into_iter()
-            .find(|m| m.join("cgroup.procs").is_file() && m.join("cgroup.subtree_control").is_file())?;
+        let mount = [
+            Path::new("/sys/fs/cgroup"),
+            Path::new("/sys/fs/cgroup/unified"),
+        ]
+        .into_iter()
+        .find(|m| m.join("cgroup.procs").is_file() && m.join("cgroup.subtree_control").is_file())?;
         let base = mount.join(FOLDER);
         match std::fs::create_dir(&base) {
             Ok(()) => {}
@@ -68,7 +71,8 @@ impl Limits {
     /// and said by [`Limits::unheld`].
     fn knobs(&self, base: &Path) -> Vec<Knob> {
         let mut knobs = Vec::new();
-        let on_v2 = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        let on_v2 =
+            std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
         let v1 = |controller: &str| {
             let folder = Path::new("/sys/fs/cgroup").join(controller);
             let ours = folder.join(FOLDER);
@@ -200,9 +204,14 @@ impl Limits {
         let Some(base) = base() else {
             return self.named();
         };
-        let on_v2 = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        let on_v2 =
+            std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
         let held = |v2: &str, v1: &str| {
-            on_v2.contains(v2) || Path::new("/sys/fs/cgroup").join(v1).join("cgroup.procs").is_file()
+            on_v2.contains(v2)
+                || Path::new("/sys/fs/cgroup")
+                    .join(v1)
+                    .join("cgroup.procs")
+                    .is_file()
         };
         let mut unheld = Vec::new();
         if self.memory_mb.is_some() && !held("memory", "memory") {
@@ -323,7 +332,10 @@ impl StackPath {
 /// This process's start time (`/proc/self/stat`'s 22nd field), read without allocating.
 unsafe fn own_start_time() -> Option<u64> {
     let mut buffer = [0u8; 1024];
-    let fd = libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    let fd = libc::open(
+        c"/proc/self/stat".as_ptr(),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
     if fd < 0 {
         return None;
     }

@@ -299,7 +299,12 @@ pub fn outcome_line_for(
             found = [LogEvent::Promoted, LogEvent::RolledBack]
                 .into_iter()
                 .find(|e| e.as_str() == record.event)
-                .map(|event| (event, record.detail.as_deref().unwrap_or_default().to_string()));
+                .map(|event| {
+                    (
+                        event,
+                        record.detail.as_deref().unwrap_or_default().to_string(),
+                    )
+                });
             if found.is_some() {
                 return ControlFlow::Break(());
             }

@@ -365,7 +365,10 @@ pub fn first_error(path: &Path) -> Option<String> {
     let mut lines = text.lines();
     let mut first_looking = None;
     while let Some(line) = lines.next() {
-        if line.trim_start().starts_with("Traceback (most recent call last)") {
+        if line
+            .trim_start()
+            .starts_with("Traceback (most recent call last)")
+        {
             // The frames are indented; the exception is the first line that is not.
             let exception = lines
                 .by_ref()
@@ -599,6 +602,9 @@ ModuleNotFoundError: No module named 'flaskx'
         assert_eq!(first_error(&path), None);
         assert_eq!(quote_settled(&path, 2, SETTLE), "listening on 8081 | bye");
         std::fs::write(&path, "starting\nfatal: no config\n").unwrap();
-        assert_eq!(quote_settled(&path, 3, SETTLE), "starting | fatal: no config");
+        assert_eq!(
+            quote_settled(&path, 3, SETTLE),
+            "starting | fatal: no config"
+        );
     }
 }

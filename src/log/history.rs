@@ -391,7 +391,8 @@ impl Pairing {
                     .into_iter()
                     .flatten()
                     .find(|l| attempts[*l].version.as_deref() == version);
-                if let Some(l) = in_production.filter(|_| event == ROLLED_BACK && opened.is_none()) {
+                if let Some(l) = in_production.filter(|_| event == ROLLED_BACK && opened.is_none())
+                {
                     attempts[l]
                         .rolled_back_at
                         .get_or_insert(ts.unwrap_or(f64::NAN));
@@ -411,7 +412,8 @@ impl Pairing {
                 self.last_closed = Some(index);
                 let attempt = &mut attempts[index];
                 attempt.finished = ts;
-                attempt.signed = SignedFacts::merged(attempt.signed.take(), SignedFacts::of(log, i));
+                attempt.signed =
+                    SignedFacts::merged(attempt.signed.take(), SignedFacts::of(log, i));
                 if event == PROMOTED {
                     attempt.outcome = Outcome::Promoted;
                     if let Some(previous) = self.live {
@@ -822,7 +824,9 @@ mod tests {
         assert_eq!(
             hooks,
             [
-                Some("pre_deploy (./m.sh) exited 0: migrated / post_promote (./a.sh) exited 0: told"),
+                Some(
+                    "pre_deploy (./m.sh) exited 0: migrated / post_promote (./a.sh) exited 0: told"
+                ),
                 Some("post_rollback (./r.sh) exited 0"),
             ]
         );

@@ -271,7 +271,11 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
                     true => a.finished.zip(a.exposure()).map(|(end, s)| end - s),
                     false => a.finished,
                 },
-                rolled_back_at: if in_watch { a.finished } else { a.rolled_back_at },
+                rolled_back_at: if in_watch {
+                    a.finished
+                } else {
+                    a.rolled_back_at
+                },
                 exposure_s: a.exposure(),
                 requests: a.served().and_then(|e| e.requests),
                 failed: a.served().and_then(|e| e.failed),

@@ -277,7 +277,14 @@ pub(super) fn evaluate_each_checked(
         if InputKind::of(&paths[i]) == InputKind::Nickel {
             imports::check(&paths[i], &rules.for_input(&paths[i]))?;
         }
-        evaluate_here(&paths[i], format, purpose, imports.clone(), &contract, opts.color)
+        evaluate_here(
+            &paths[i],
+            format,
+            purpose,
+            imports.clone(),
+            &contract,
+            opts.color,
+        )
     })
 }
 

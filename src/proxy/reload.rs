@@ -292,7 +292,9 @@ pub fn describe(router: &Router, tls: Option<&tls::Resolver>) -> String {
         if routes.len() == 1 { "" } else { "s" },
         routes.join(", ")
     );
-    let uncovered = tls.map(|resolver| uncovered_hosts(router, resolver)).unwrap_or_default();
+    let uncovered = tls
+        .map(|resolver| uncovered_hosts(router, resolver))
+        .unwrap_or_default();
     if !uncovered.is_empty() {
         said.push_str(&format!(
             "; warning: no certificate or ACME name covers {}: https refuses it and plain HTTP answers 421 (give a tls_cert or an acme name for it)",

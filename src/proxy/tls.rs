@@ -815,9 +815,9 @@ fn is_host_header(host: &[u8]) -> bool {
     let port_ok = port.is_empty()
         || (port[0] == b':' && port.len() <= 6 && port[1..].iter().all(u8::is_ascii_digit));
     let name_ok = !name.is_empty()
-        && name.iter().all(|b| {
-            b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b)
-        });
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b));
     name_ok && port_ok
 }
 

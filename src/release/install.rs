@@ -533,9 +533,16 @@ fn link_allowed(at: &Path, target: &Path, root: &Path) -> Result<(), &'static st
         clean
     };
     let target = lexical(target);
-    let roots = [Some(lexical(&std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()))), fs::canonicalize(root).ok()];
+    let roots = [
+        Some(lexical(
+            &std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
+        )),
+        fs::canonicalize(root).ok(),
+    ];
     if roots.iter().flatten().any(|root| target.starts_with(root)) {
-        return Err("leads into the root (its releases, secrets and state are not a release's to link to)");
+        return Err(
+            "leads into the root (its releases, secrets and state are not a release's to link to)",
+        );
     }
     Ok(())
 }
@@ -562,12 +569,7 @@ fn stays_inside(at: &Path, target: &Path) -> bool {
 /// Unpacks a gzip-compressed tar archive into `content`, refusing any hostile entry.
 // Long on purpose: one pass over a hostile archive, each entry checked (kind, path, size,
 // count) before a byte of it is written; the checks stay beside the loop that streams it.
-fn unpack(
-    archive: &Path,
-    content: &Path,
-    root: &Path,
-    budget: &mut Budget,
-) -> Result<(), Error> {
+fn unpack(archive: &Path, content: &Path, root: &Path, budget: &mut Budget) -> Result<(), Error> {
     let file = File::open(archive).map_err(|e| refused(format!("{}: {e}", archive.display())))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
     fs::create_dir(content).map_err(|e| failed("create", content, e))?;

@@ -125,10 +125,16 @@ fn a_canary_serving_more_5xx_is_rolled_back_by_its_numbers_before_its_soak_ends(
     );
     // Issue 58: the canary was in the pool, so users had it: its rollback says so, with the
     // proxy's counts of it, and no reader counts it among the candidates users never saw.
-    assert_eq!(outcome["exposure"]["ended_by"], "the traffic judge", "{outcome}");
+    assert_eq!(
+        outcome["exposure"]["ended_by"], "the traffic judge",
+        "{outcome}"
+    );
     let canary_requests = outcome["exposure"]["requests"].as_u64().unwrap();
     assert!(canary_requests >= 100, "{outcome}");
-    assert!(outcome["exposure"]["failed"].as_u64().unwrap() >= 1, "{outcome}");
+    assert!(
+        outcome["exposure"]["failed"].as_u64().unwrap() >= 1,
+        "{outcome}"
+    );
     let stats = rollgate()
         .args(["log", "stats", "--format", "json"])
         .arg(site.root().join("deploy.log"))
@@ -383,7 +389,11 @@ fn a_first_deploy_under_analysis_is_gated_on_readiness_alone_and_says_why() {
     );
     let out = site.deploy(free_port(), "v2", &policy);
     assert_eq!(out.status.code(), Some(2), "{}", said(&out));
-    assert!(stderr(&out).contains("no rollgate proxy serves"), "{}", said(&out));
+    assert!(
+        stderr(&out).contains("no rollgate proxy serves"),
+        "{}",
+        said(&out)
+    );
 }
 
 #[test]
@@ -587,7 +597,11 @@ fn a_deploy_is_judged_in_its_watch_against_the_old_release_before_the_switch() {
         .arg(&log)
         .output()
         .unwrap();
-    assert!(stdout(&summary).contains("\"live\":\"v1\""), "{}", stdout(&summary));
+    assert!(
+        stdout(&summary).contains("\"live\":\"v1\""),
+        "{}",
+        stdout(&summary)
+    );
     assert!(load.finish().iter().all(|(status, _, _)| *status != 0));
     drop(proxy);
 }

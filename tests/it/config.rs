@@ -563,7 +563,13 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
     let secret = "s3cret-pw-0a9";
     assert!(set_secret(&site, "db", secret).status.success());
     // Nothing live: config set needs --no-deploy, and then stages it.
-    let set = ["set", "edge-svc", "GREETING=hi", "--secret", "DB_PASSWORD=db"];
+    let set = [
+        "set",
+        "edge-svc",
+        "GREETING=hi",
+        "--secret",
+        "DB_PASSWORD=db",
+    ];
     let out = config(&site, &set);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--no-deploy"), "{}", stderr(&out));
@@ -595,10 +601,15 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
         stderr(&out)
     );
     let env = environ(site.live_pid().unwrap());
-    assert!(env.contains(&format!("DB_PASSWORD={secret}")) && env.contains(&"GREETING=hi".to_string()));
+    assert!(
+        env.contains(&format!("DB_PASSWORD={secret}")) && env.contains(&"GREETING=hi".to_string())
+    );
 
     // A config change, then a new code release: it gets the live config, said before it runs.
-    let out = config(&site, &["set", "edge-svc", "GREETING=hello", "--ports", &ports]);
+    let out = config(
+        &site,
+        &["set", "edge-svc", "GREETING=hello", "--ports", &ports],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "v1+c1\n");
     install_needing_a_password(&site, "v2", &[]);
@@ -613,7 +624,8 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let env = environ(site.live_pid().unwrap());
     assert!(
-        env.contains(&format!("DB_PASSWORD={secret}")) && env.contains(&"GREETING=hello".to_string()),
+        env.contains(&format!("DB_PASSWORD={secret}"))
+            && env.contains(&"GREETING=hello".to_string()),
         "{env:?}"
     );
     // The log names the same config for both; the release's own digest did not change.
@@ -651,7 +663,8 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
     let out = deploy("v3", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("v3 gets its own config") && stderr(&out).contains("against live v2's: ~ GREETING"),
+        stderr(&out).contains("v3 gets its own config")
+            && stderr(&out).contains("against live v2's: ~ GREETING"),
         "{}",
         stderr(&out)
     );

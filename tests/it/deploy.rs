@@ -173,7 +173,11 @@ fn a_crash_quotes_the_cause_as_well_as_the_last_lines() {
         ),
         "{detail}"
     );
-    assert!(stderr(&out).contains("No module named 'flaskx'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("No module named 'flaskx'"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -884,7 +888,10 @@ fn a_setsid_daemon_of_a_retired_release_dies_with_it() {
     site.release("v2", "");
     let port = free_port();
     assert_eq!(site.deploy(port, "v1", &[]).status.code(), Some(0));
-    assert!(wait_for(5, || a_process_mentions(&marker)), "the daemon started");
+    assert!(
+        wait_for(5, || a_process_mentions(&marker)),
+        "the daemon started"
+    );
     // It left the release's session and process group: the old way could not reach it.
     let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -937,8 +944,16 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
     assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
     assert!(status.contains("CapBnd:\t0000000000000000"), "{status}");
-    assert!(read("v1", "bind").contains("PermissionError"), "{}", read("v1", "bind"));
-    assert!(read("v1", "raw").contains("PermissionError"), "{}", read("v1", "raw"));
+    assert!(
+        read("v1", "bind").contains("PermissionError"),
+        "{}",
+        read("v1", "bind")
+    );
+    assert!(
+        read("v1", "raw").contains("PermissionError"),
+        "{}",
+        read("v1", "raw")
+    );
 
     // The way out: the same acts allowed, and the deploy says it is not confined.
     let unconfined = write(
@@ -948,9 +963,17 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
             "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
             "isolation": {"enabled": false}}}"#,
     );
-    let out = site.deploy(free_port(), "v2", &["--policy", unconfined.to_str().unwrap()]);
+    let out = site.deploy(
+        free_port(),
+        "v2",
+        &["--policy", unconfined.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("v2 runs NOT confined"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("v2 runs NOT confined"),
+        "{}",
+        stderr(&out)
+    );
     let status = read("v2", "status");
     assert!(status.contains("NoNewPrivs:\t0"), "{status}");
     assert!(!status.contains("CapEff:\t0000000000000000"), "{status}");
@@ -962,7 +985,10 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
         .rfind(|l| l["event"] == "candidate_started")
         .unwrap();
     assert!(
-        started["detail"].as_str().unwrap().contains("NOT confined (isolation.enabled = false)"),
+        started["detail"]
+            .as_str()
+            .unwrap()
+            .contains("NOT confined (isolation.enabled = false)"),
         "{started}"
     );
     assert_eq!(site.pointer().unwrap()["unconfined"], true);
@@ -996,8 +1022,9 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
     let policy = limited(&site, r#"{"memory_mb": 64}"#);
     let dry = site.deploy(free_port(), "hog", &["--policy", &policy, "--dry-run"]);
     assert!(
-        stdout(&dry).contains("no new privileges, no capability, no supplementary group; its own process tree under ")
-            && stdout(&dry).contains("limits: memory 64 MiB"),
+        stdout(&dry).contains(
+            "no new privileges, no capability, no supplementary group; its own process tree under "
+        ) && stdout(&dry).contains("limits: memory 64 MiB"),
         "{}",
         stdout(&dry)
     );
@@ -1009,7 +1036,11 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
         "{}",
         site.last_detail()
     );
-    assert!(stderr(&out).contains("out of memory at its 64 MiB limit"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("out of memory at its 64 MiB limit"),
+        "{}",
+        stderr(&out)
+    );
 
     site.script(
         "forks",
@@ -1034,7 +1065,10 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
     let out = site.deploy(free_port(), "forks", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = std::fs::read_to_string(site.root().join("releases/forks/forks")).unwrap();
-    let numbers: Vec<u64> = said.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let numbers: Vec<u64> = said
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
     assert!(numbers.len() == 2 && numbers[0] < 40, "{said}");
     assert_eq!(numbers[1], 100, "{said}");
     assert_eq!(site.pointer().unwrap()["limits"]["pids"], 40);
@@ -1085,7 +1119,10 @@ fn a_cpu_spinner_is_held_to_its_share() {
     let used = (cpu_ticks() - before) as f64 / 100.0;
     let share = used / started.elapsed().as_secs_f64();
     // It spins (so the figure is a measurement), but within its half core.
-    assert!(share > 0.25 && share < 0.65, "the spinner used {share:.2} of a core");
+    assert!(
+        share > 0.25 && share < 0.65,
+        "the spinner used {share:.2} of a core"
+    );
     assert_eq!(version_on(port).as_deref(), Some("spin"));
 }
 
@@ -1133,8 +1170,7 @@ fn an_oom_kill_during_the_watch_is_the_reason_it_was_switched_back() {
         "{back}"
     );
     assert_eq!(
-        back["exposure"]["ended_by"],
-        "the kernel (out of memory at its limit)",
+        back["exposure"]["ended_by"], "the kernel (out of memory at its limit)",
         "{back}"
     );
 }

@@ -261,10 +261,16 @@ fn a_migration_runs_in_its_release_with_its_config_and_its_output_is_kept_and_sh
     // Its whole output kept beside the release, the secret's value blanked.
     let kept = std::fs::read_to_string(release.join("pre_deploy.output")).unwrap();
     assert!(
-        kept.contains(&format!("migrating in {} as hi with [secret]", release.display())),
+        kept.contains(&format!(
+            "migrating in {} as hi with [secret]",
+            release.display()
+        )),
         "{kept}"
     );
-    assert!(kept.contains("migrated 3 tables") && !kept.contains(secret), "{kept}");
+    assert!(
+        kept.contains("migrated 3 tables") && !kept.contains(secret),
+        "{kept}"
+    );
     // On the record, with the run's token; the post hook too.
     let lines = site.log_lines();
     let ran: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "hook_ran").collect();
@@ -275,7 +281,10 @@ fn a_migration_runs_in_its_release_with_its_config_and_its_output_is_kept_and_sh
         .unwrap();
     assert_eq!(ran[0]["token"], started["token"]);
     assert!(
-        ran[0]["detail"].as_str().unwrap().contains("migrated 3 tables"),
+        ran[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("migrated 3 tables"),
         "{}",
         ran[0]
     );
@@ -287,7 +296,11 @@ fn a_migration_runs_in_its_release_with_its_config_and_its_output_is_kept_and_sh
         .output()
         .unwrap();
     assert!(stdout(&status).contains("hook_ran"), "{}", stdout(&status));
-    assert!(stdout(&status).contains("migrated 3 tables"), "{}", stdout(&status));
+    assert!(
+        stdout(&status).contains("migrated 3 tables"),
+        "{}",
+        stdout(&status)
+    );
     let history = rollgate()
         .args(["log", "history", "--format", "json"])
         .arg(site.root().join("deploy.log"))
@@ -301,5 +314,8 @@ fn a_migration_runs_in_its_release_with_its_config_and_its_output_is_kept_and_sh
         hooks.starts_with("pre_deploy (") && hooks.contains("migrated 3 tables"),
         "{hooks}"
     );
-    assert!(hooks.contains(" / post_promote (") && hooks.contains("v=v2 live"), "{hooks}");
+    assert!(
+        hooks.contains(" / post_promote (") && hooks.contains("v=v2 live"),
+        "{hooks}"
+    );
 }

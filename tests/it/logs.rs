@@ -47,7 +47,11 @@ fn logs_print_the_live_release_and_follow_it_across_a_deploy() {
     );
     let out = logs(&site, &["-n", "1"]);
     assert_eq!(stdout(&out).lines().count(), 1, "{}", stdout(&out));
-    assert!(stdout(&out).starts_with("sample-service: ready from"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("sample-service: ready from"),
+        "{}",
+        stdout(&out)
+    );
 
     // Following: v1's output, then the switch to v2 said on stderr, then v2's from its boot.
     let said = tempfile::NamedTempFile::new().unwrap();
@@ -90,7 +94,11 @@ fn logs_print_the_live_release_and_follow_it_across_a_deploy() {
 
     // A release by name, live or not; --since gives every release live since then.
     let out = logs(&site, &["--release", "v1"]);
-    assert!(stdout(&out).starts_with("sample-service v1:"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("sample-service v1:"),
+        "{}",
+        stdout(&out)
+    );
     let out = logs(&site, &["--since", &format!("{before}")]);
     let all = stdout(&out);
     let (v1, v2) = (
@@ -100,5 +108,9 @@ fn logs_print_the_live_release_and_follow_it_across_a_deploy() {
     assert!(v1.is_some() && v1 < v2, "{all}");
     let out = logs(&site, &["--release", "v9"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("release v9 is not installed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("release v9 is not installed"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -1122,7 +1122,11 @@ fn a_nickel_record_that_applies_no_contract_is_held_to_it_in_check_and_before_a_
     );
     let out = check(&[&misspelt]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(stdout(&out).contains("extra field `watch_msx`"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("extra field `watch_msx`"),
+        "{}",
+        stdout(&out)
+    );
     // The good plain record passes, alone and in a batch beside the bad ones.
     assert_eq!(check(&[&good]).status.code(), Some(0));
     let out = check(&[&good, &misspelt, &out_of_range]);
@@ -1135,7 +1139,11 @@ fn a_nickel_record_that_applies_no_contract_is_held_to_it_in_check_and_before_a_
     // file as written.
     let out = export(&misspelt, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("\"watch_msx\": 5"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("\"watch_msx\": 5"),
+        "{}",
+        stdout(&out)
+    );
     // And a deploy is refused before anything is touched (exit 2), its dry run too.
     let site = Site::new();
     site.release("v1", "");

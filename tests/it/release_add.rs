@@ -408,7 +408,11 @@ fn python_app(dir: &Path, greeting: &str) -> PathBuf {
     write(&app, "node_modules/tool/cli.js", "// a package's command\n");
     std::fs::create_dir_all(app.join("node_modules/.bin")).unwrap();
     std::os::unix::fs::symlink("../tool/cli.js", app.join("node_modules/.bin/tool")).unwrap();
-    let launcher = write(&app, "edge-svc", "#!/bin/sh\nexec venv/bin/python3 app.py\n");
+    let launcher = write(
+        &app,
+        "edge-svc",
+        "#!/bin/sh\nexec venv/bin/python3 app.py\n",
+    );
     std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
     app
 }
@@ -421,9 +425,16 @@ fn a_python_virtual_environment_installs_and_runs_and_each_release_has_its_own_d
     let site = Site::new();
     let work = tempfile::tempdir().unwrap();
     for (version, greeting) in [("v1", "hello"), ("v2", "bonjour")] {
-        let out = add(site.root(), version, &python_app(work.path(), greeting), &[]);
+        let out = add(
+            site.root(),
+            version,
+            &python_app(work.path(), greeting),
+            &[],
+        );
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let link = site.root().join(format!("releases/{version}/node_modules/.bin/tool"));
+        let link = site
+            .root()
+            .join(format!("releases/{version}/node_modules/.bin/tool"));
         assert_eq!(
             std::fs::read_link(link).unwrap(),
             PathBuf::from("../tool/cli.js")
@@ -497,7 +508,9 @@ fn the_default_retention_keeps_five_releases() {
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     assert_eq!(
-        std::fs::read_dir(site.root().join("releases")).unwrap().count(),
+        std::fs::read_dir(site.root().join("releases"))
+            .unwrap()
+            .count(),
         8
     );
 }

@@ -140,7 +140,12 @@ fn prune_keeps_the_newest_and_every_release_the_root_still_needs() {
     for n in 1..=30 {
         let version = format!("v{n:02}");
         site.add_sample(&version, "");
-        let out = deploy(&site, &version, &ports, &[&["--watch-ms", "0"][..], &keep_all].concat());
+        let out = deploy(
+            &site,
+            &version,
+            &ports,
+            &[&["--watch-ms", "0"][..], &keep_all].concat(),
+        );
         assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
     }
     // Two more installed after the live one, never deployed: the newest three are v31, v32

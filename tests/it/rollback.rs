@@ -71,10 +71,9 @@ fn rollback_brings_the_previous_release_back_through_the_gate() {
     assert_eq!(back["exposure"]["ended_by"], "a person (rollgate rollback)");
     assert!(back["exposure"]["live_s"].as_f64().unwrap() > 0.0, "{back}");
     assert!(
-        back["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("rolled back after its promotion by rollgate rollback, back to v1; users had it for "),
+        back["detail"].as_str().unwrap().starts_with(
+            "rolled back after its promotion by rollgate rollback, back to v1; users had it for "
+        ),
         "{back}"
     );
     let log = site.root().join("deploy.log");

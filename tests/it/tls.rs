@@ -425,7 +425,8 @@ fn plain_http_is_redirected_to_https_with_the_host_and_path() {
     // https has no certificate for is not sent there to be refused (421).
     let plain = |host_header: &str| {
         let mut conn = std::net::TcpStream::connect(("127.0.0.1", proxy.plain)).unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         use std::io::Write;
         write!(
             conn,
@@ -436,7 +437,12 @@ fn plain_http_is_redirected_to_https_with_the_host_and_path() {
         let _ = conn.read_to_string(&mut answer);
         answer
     };
-    for bad in ["Host: a.test/x\r\n", "Host: \r\n", "Host: user@a.test\r\n", ""] {
+    for bad in [
+        "Host: a.test/x\r\n",
+        "Host: \r\n",
+        "Host: user@a.test\r\n",
+        "",
+    ] {
         let answer = plain(bad);
         assert!(answer.starts_with("HTTP/1.1 400"), "{bad:?}: {answer}");
         assert!(!answer.to_lowercase().contains("location:"), "{answer}");
@@ -558,7 +564,11 @@ fn a_bad_certificate_refuses_the_start_naming_the_file() {
             BROKEN_INTERMEDIATE
         ),
     );
-    let chain = start(format!("a.test={},{}", broken_chain.display(), a.1.display()));
+    let chain = start(format!(
+        "a.test={},{}",
+        broken_chain.display(),
+        a.1.display()
+    ));
     assert_eq!(chain.status.code(), Some(2), "{}", stderr(&chain));
     assert!(
         stderr(&chain).contains(&format!(
@@ -718,9 +728,9 @@ fn sighup_takes_replaced_files_and_a_bad_replacement_keeps_the_old_certificate()
     .unwrap();
     send_signal(proxy.child.id() as i32, 1);
     assert!(
-        wait_for(10, || proxy
-            .said()
-            .contains("CERTIFICATE block 2 of the chain is not an X.509 certificate")),
+        wait_for(10, || proxy.said().contains(
+            "CERTIFICATE block 2 of the chain is not an X.509 certificate"
+        )),
         "{}",
         proxy.said()
     );
@@ -1591,7 +1601,13 @@ fn routes_over_tls_come_from_the_config_file_by_name_and_a_misdirected_request_i
     assert!(!stdout(&reloaded).contains("covers a.test"));
     let redirect_of = |host: &str| {
         let out = Command::new("curl")
-            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}"])
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{redirect_url}",
+            ])
             .args(["-H", &format!("Host: {host}")])
             .arg(format!("http://127.0.0.1:{plain}/x"))
             .output()

@@ -237,7 +237,12 @@ fn one_up_brings_up_and_supervises_every_root_it_is_given() {
         );
         assert_eq!(version_on(port).as_deref(), Some("v1"));
     }
-    assert_eq!(stdout(&out).matches("started (pid").count(), 2, "{}", stdout(&out));
+    assert_eq!(
+        stdout(&out).matches("started (pid").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
     // Supervised together: a release of either root that exits comes back.
     let supervisor = Supervisor(
         std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
