@@ -270,7 +270,8 @@ fn held_socket(root: &Root, rollout: &Rollout) -> Result<Option<std::os::fd::Own
     }
 }
 
-/// A pre_deploy hook's line, with the run's token (so `log history` finds its attempt).
+/// A pre_deploy hook's line, with the run's token: the line just before the run's start (which
+/// is how `log history` pairs it), or the run's only line when the hook refused it.
 fn log_hook(
     start: &Start,
     prepared: &Prepared,
