@@ -35,7 +35,11 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
                 format!(
                     "{} ({})",
                     p.pid,
-                    if p.running { "running" } else { "NOT running" }
+                    match (p.running, &p.ended) {
+                        (true, _) => "running".to_string(),
+                        (false, Some(how)) => format!("NOT running: {how}"),
+                        (false, None) => "NOT running".to_string(),
+                    }
                 ),
             ));
             rows.push((

@@ -68,6 +68,9 @@ pub struct LiveStatus {
     pub readyz: Option<String>,
     /// How it is probed (`readyz`, or the policy's probe, described).
     pub probe: String,
+    /// How it ended, when it is not running and the kernel says why (an OOM kill at its limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
     /// It runs without privileges (false: `isolation.enabled = false`).
     pub confined: bool,
     /// Its process tree (cgroup), where the host gives one.
@@ -257,6 +260,10 @@ fn live_status(
         answering: passed || (said == Probe::Unwatched && running),
         readyz: Some(said.to_string()),
         probe: p.probe.as_ref().map_or("readyz".into(), |s| s.describe()),
+        ended: (!running)
+            .then(|| crate::host::cgroup::out_of_memory(&p.identity()))
+            .flatten()
+            .map(|mb| format!("killed: out of memory at its {mb} MiB limit")),
         confined: !p.unconfined,
         tree: crate::host::cgroup::of(&p.identity()).map(|t| t.path().display().to_string()),
         limits: p.limits,

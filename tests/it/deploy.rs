@@ -1174,3 +1174,44 @@ fn an_oom_kill_during_the_watch_is_the_reason_it_was_switched_back() {
         "{back}"
     );
 }
+
+/// Issue 59: a live release the kernel killed for memory after its promotion: `status` says so,
+/// not only that it is not running.
+#[test]
+fn status_says_a_live_release_was_killed_for_memory() {
+    let site = Site::new();
+    site.script(
+        "v1",
+        "exec python3 - <<'PY'\n\
+         import http.server, os, threading, time\n\
+         def hog():\n\
+         \x20   time.sleep(1.0)\n\
+         \x20   b = bytearray(256 << 20)\n\
+         \x20   time.sleep(60)\n\
+         threading.Thread(target=hog, daemon=True).start()\n\
+         class Ready(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200); self.end_headers(); self.wfile.write(b'v1')\n\
+         \x20   def log_message(self, *args):\n\
+         \x20       pass\n\
+         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Ready).serve_forever()\n\
+         PY\n",
+    );
+    let policy = limited(&site, r#"{"memory_mb": 64}"#);
+    let out = site.deploy(free_port(), "v1", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pid = site.live_pid().unwrap();
+    assert!(wait_for(10, || !alive(pid) || is_zombie(pid)), "the kernel killed it");
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&status).contains(&format!(
+            "{pid} (NOT running: killed: out of memory at its 64 MiB limit)"
+        )),
+        "{}",
+        stdout(&status)
+    );
+}
