@@ -1201,7 +1201,10 @@ fn status_says_a_live_release_was_killed_for_memory() {
     let out = site.deploy(free_port(), "v1", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let pid = site.live_pid().unwrap();
-    assert!(wait_for(10, || !alive(pid) || is_zombie(pid)), "the kernel killed it");
+    assert!(
+        wait_for(10, || !alive(pid) || is_zombie(pid)),
+        "the kernel killed it"
+    );
     let status = rollgate()
         .args(["status", "--root"])
         .arg(site.root())
