@@ -565,3 +565,41 @@ fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() 
         "serving"
     );
 }
+
+/// Issue 58: the console's history shows what users had of a release rolled back after they
+/// had it (how long, what it answered them, what ended it), and calls its time column what it
+/// is: the gate's.
+#[test]
+fn the_history_says_what_users_had_of_a_release_switched_back_in_its_watch() {
+    let site = Site::new();
+    write(
+        site.root(),
+        "deploy.log",
+        concat!(
+            r#"{"ts":100,"event":"candidate_started","version":"v1","detail":"","service":"edge-svc","token":"d1"}"#,
+            "\n",
+            r#"{"ts":101,"event":"promoted","version":"v1","detail":"ready","elapsed_ms":80,"service":"edge-svc","token":"d1"}"#,
+            "\n",
+            r#"{"ts":200,"event":"candidate_started","version":"v2","detail":"","service":"edge-svc","token":"d2"}"#,
+            "\n",
+            r#"{"ts":201,"event":"switched","version":"v2","detail":"","service":"edge-svc","token":"d2"}"#,
+            "\n",
+            r#"{"ts":204.2,"event":"rolled_back","version":"v2","detail":"analysis failed: canary 5xx; switched back to v1","elapsed_ms":90,"service":"edge-svc","token":"d2","phase":"watch","exposure":{"live_s":3.2,"requests":612,"failed":612,"ended_by":"the traffic judge"}}"#,
+            "\n",
+        ),
+    );
+    write(
+        site.root(),
+        "current",
+        r#"{"service":"edge-svc","version":"v1","port":1,"pid":0,"start_time":0,"promoted_at":101}"#,
+    );
+    let console = Console::start(&[site.root()], &["--read-only"]);
+    let history = get_json(console.port, "/api/v1/roots/edge-svc/history?limit=5");
+    let words = "users had it for 3.2 s (612 requests through the proxy, 612 failed); ended by the traffic judge";
+    assert_eq!(history[1]["users_had_it"], words, "{history}");
+    assert_eq!(history[1]["exposure"]["requests"], 612, "{history}");
+    assert!(history[0]["users_had_it"].is_null(), "{history}");
+    let page = request(console.port, "GET", "/", &[], "");
+    assert!(page.body.contains(words), "{}", page.body);
+    assert!(page.body.contains("<th>gate took</th>"), "{}", page.body);
+}
