@@ -1133,23 +1133,7 @@ fn an_oom_kill_during_the_watch_is_the_reason_it_was_switched_back() {
     let site = Site::new();
     site.release("v1", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
-    site.script(
-        "v2",
-        "exec python3 - <<'PY'\n\
-         import http.server, os, threading, time\n\
-         def hog():\n\
-         \x20   time.sleep(0.8)\n\
-         \x20   b = bytearray(256 << 20)\n\
-         \x20   time.sleep(60)\n\
-         threading.Thread(target=hog, daemon=True).start()\n\
-         class Ready(http.server.BaseHTTPRequestHandler):\n\
-         \x20   def do_GET(self):\n\
-         \x20       self.send_response(200); self.end_headers(); self.wfile.write(b'v2')\n\
-         \x20   def log_message(self, *args):\n\
-         \x20       pass\n\
-         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Ready).serve_forever()\n\
-         PY\n",
-    );
+    ready_then_hog(&site, "v2", 0.8);
     let policy = write(
         site.root(),
         "watched.json",
@@ -1180,23 +1164,7 @@ fn an_oom_kill_during_the_watch_is_the_reason_it_was_switched_back() {
 #[test]
 fn status_says_a_live_release_was_killed_for_memory() {
     let site = Site::new();
-    site.script(
-        "v1",
-        "exec python3 - <<'PY'\n\
-         import http.server, os, threading, time\n\
-         def hog():\n\
-         \x20   time.sleep(1.0)\n\
-         \x20   b = bytearray(256 << 20)\n\
-         \x20   time.sleep(60)\n\
-         threading.Thread(target=hog, daemon=True).start()\n\
-         class Ready(http.server.BaseHTTPRequestHandler):\n\
-         \x20   def do_GET(self):\n\
-         \x20       self.send_response(200); self.end_headers(); self.wfile.write(b'v1')\n\
-         \x20   def log_message(self, *args):\n\
-         \x20       pass\n\
-         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Ready).serve_forever()\n\
-         PY\n",
-    );
+    ready_then_hog(&site, "v1", 1.0);
     let policy = limited(&site, r#"{"memory_mb": 64}"#);
     let out = site.deploy(free_port(), "v1", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -1216,5 +1184,29 @@ fn status_says_a_live_release_was_killed_for_memory() {
         )),
         "{}",
         stdout(&status)
+    );
+}
+
+/// A release that answers ready at once, then (after `after_s` seconds) touches 256 MiB: what a
+/// memory limit ends.
+fn ready_then_hog(site: &Site, version: &str, after_s: f64) {
+    site.script(
+        version,
+        &format!(
+            "exec python3 - <<'PY'\n\
+             import http.server, os, threading, time\n\
+             def hog():\n\
+             \x20   time.sleep({after_s})\n\
+             \x20   b = bytearray(256 << 20)\n\
+             \x20   time.sleep(60)\n\
+             threading.Thread(target=hog, daemon=True).start()\n\
+             class Ready(http.server.BaseHTTPRequestHandler):\n\
+             \x20   def do_GET(self):\n\
+             \x20       self.send_response(200); self.end_headers(); self.wfile.write(b'{version}')\n\
+             \x20   def log_message(self, *args):\n\
+             \x20       pass\n\
+             http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Ready).serve_forever()\n\
+             PY\n"
+        ),
     );
 }
