@@ -938,7 +938,8 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
         std::fs::read_to_string(site.root().join(format!("releases/{version}/{name}")))
             .unwrap_or_default()
     };
-    let out = site.deploy(free_port(), "v1", &[]);
+    // Two Pythons start before it serves: a generous deadline, for a loaded machine.
+    let out = site.deploy(free_port(), "v1", &["--deadline-ms", "30000"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let status = read("v1", "status");
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
@@ -959,7 +960,7 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
     let unconfined = write(
         site.root(),
         "unconfined.json",
-        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+        r#"{"edge_svc": {"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
             "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
             "isolation": {"enabled": false}}}"#,
     );
@@ -1000,7 +1001,7 @@ fn limited(site: &Site, isolation: &str) -> String {
         site.root(),
         "limited.json",
         &format!(
-            r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            r#"{{"edge_svc": {{"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
                 "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
         ),
     )
@@ -1118,11 +1119,14 @@ fn a_cpu_spinner_is_held_to_its_share() {
     std::thread::sleep(Duration::from_secs(3));
     let used = (cpu_ticks() - before) as f64 / 100.0;
     let share = used / started.elapsed().as_secs_f64();
-    // It spins (so the figure is a measurement), but within its half core.
+    // It spins (so the figure is a measurement), but never past its half core. On a loaded
+    // machine it may get less than half, so the lower bound is only that it ran.
     assert!(
-        share > 0.25 && share < 0.65,
+        used > 0.0 && share < 0.65,
         "the spinner used {share:.2} of a core"
     );
+    // And the kernel holds its tree to 50 ms of every 100 ms, whatever the load.
+    assert_eq!(cpu_quota_of(spinner), Some((50_000, 100_000)));
     assert_eq!(version_on(port).as_deref(), Some("spin"));
 }
 
@@ -1157,6 +1161,36 @@ fn an_oom_kill_during_the_watch_is_the_reason_it_was_switched_back() {
         back["exposure"]["ended_by"], "the kernel (out of memory at its limit)",
         "{back}"
     );
+}
+
+/// The CPU quota and period (µs) of the cgroup `pid` is in: v2's `cpu.max` where the v2
+/// hierarchy has the controller, else v1's `cpu.cfs_quota_us` and `cpu.cfs_period_us`.
+fn cpu_quota_of(pid: i32) -> Option<(i64, i64)> {
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let read = |file: &str| std::fs::read_to_string(file).ok();
+        if controllers.split(',').any(|c| c == "cpu") {
+            let dir = format!("/sys/fs/cgroup/cpu{path}");
+            let quota = read(&format!("{dir}/cpu.cfs_quota_us"))?
+                .trim()
+                .parse()
+                .ok()?;
+            let period = read(&format!("{dir}/cpu.cfs_period_us"))?
+                .trim()
+                .parse()
+                .ok()?;
+            return Some((quota, period));
+        }
+        if controllers.is_empty() {
+            if let Some(max) = read(&format!("/sys/fs/cgroup{path}/cpu.max")) {
+                let mut words = max.split_whitespace();
+                return Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?));
+            }
+        }
+    }
+    None
 }
 
 /// Issue 59: a live release the kernel killed for memory after its promotion: `status` says so,
