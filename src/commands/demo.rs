@@ -61,6 +61,7 @@ fn both_acts(root: Option<PathBuf>) -> Result<(), String> {
             .keep(),
     };
     let me = std::env::current_exe().map_err(|e| format!("cannot find rollgate itself: {e}"))?;
+    let me = reachable_by_every_user(&me, &root)?;
     write_releases(&root, &me)?;
     let policy = root.join("policy.ncl");
     std::fs::write(&policy, EXAMPLE_POLICY)
@@ -400,6 +401,31 @@ fn free_block(count: u16) -> Result<String, String> {
         }
     }
     Err("no block of free ports on 127.0.0.1".into())
+}
+
+/// rollgate itself where the demo's releases can run it: each runs as a uid of its own
+/// (docs/isolation.md), which cannot enter a folder only root may (a build under /root). Then
+/// the demo runs from a link to it (or a copy) in its own folder, and so do its releases.
+fn reachable_by_every_user(me: &Path, root: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let searchable =
+        |dir: &Path| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
+    if me.ancestors().skip(1).all(searchable) {
+        return Ok(me.to_path_buf());
+    }
+    let bin = root.join("bin");
+    let copy = bin.join("rollgate");
+    let fail = |e: std::io::Error| format!("cannot put rollgate in {}: {e}", bin.display());
+    std::fs::create_dir_all(&bin).map_err(fail)?;
+    for (dir, bits) in [(root, 0o001), (bin.as_path(), 0o755)] {
+        let mode = std::fs::metadata(dir).map_err(fail)?.permissions().mode();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | bits))
+            .map_err(fail)?;
+    }
+    if !copy.is_file() && std::fs::hard_link(me, &copy).is_err() {
+        std::fs::copy(me, &copy).map_err(fail)?;
+    }
+    Ok(copy)
 }
 
 fn write_releases(root: &Path, me: &Path) -> Result<(), String> {

@@ -434,6 +434,13 @@ fn watch_and_output_values(
         confinement_words(settings),
         source(false, policy.is_some_and(|p| p.isolation.is_some())),
     );
+    if !settings.unconfined {
+        report.value(
+            "runs as",
+            crate::host::account::planned(&request.root, settings.user.as_deref()),
+            source(false, settings.user.is_some()),
+        );
+    }
 }
 
 /// How the release would be confined, in words: what it runs without, where its tree would be,

@@ -207,7 +207,10 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
 /// How the live release runs: without privileges (or not), its tree, its limits.
 fn confinement(p: &crate::engine::LiveStatus) -> String {
     if !p.confined {
-        return "NO: isolation.enabled = false, rollgate's own privileges".into();
+        return format!(
+            "NO: isolation.enabled = false, rollgate's own privileges{}",
+            p.uid.map(|uid| format!(" (uid {uid})")).unwrap_or_default()
+        );
     }
     let l = &p.limits;
     let limits: Vec<String> = [
@@ -220,7 +223,8 @@ fn confinement(p: &crate::engine::LiveStatus) -> String {
     .flatten()
     .collect();
     format!(
-        "yes (no privileges; tree {}; limits {})",
+        "yes ({}no privileges; tree {}; limits {})",
+        p.uid.map(|uid| format!("uid {uid}; ")).unwrap_or_default(),
         p.tree.as_deref().unwrap_or("none: its process group"),
         if limits.is_empty() {
             "none".into()

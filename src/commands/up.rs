@@ -59,6 +59,8 @@ struct Live {
     unconfined: bool,
     /// What it may use: the same limits again.
     limits: crate::host::cgroup::Limits,
+    /// The existing user it runs as (policy `isolation.user`); none: the service's own uid.
+    user: Option<String>,
 }
 
 impl Live {
@@ -90,6 +92,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
         let listen = settings.as_ref().and_then(|s| s.listen);
         let unconfined = settings.as_ref().is_some_and(|s| s.unconfined);
         let limits = settings.as_ref().map(|s| s.limits).unwrap_or_default();
+        let user = settings.as_ref().and_then(|s| s.user.clone());
         let probe = settings.map(|s| s.probe).unwrap_or_default();
         return Ok(set
             .replicas
@@ -107,6 +110,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                 listen,
                 unconfined,
                 limits,
+                user: user.clone(),
             })
             .collect());
     }
@@ -119,6 +123,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             listen: p.listen,
             unconfined: p.unconfined,
             limits: p.limits,
+            user: p.user,
             service: p.service,
             slot: None,
             version: p.version,
@@ -182,6 +187,8 @@ async fn start(
         listen: held.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         confined: !live.unconfined,
         limits: live.limits,
+        root: &root.0,
+        user: live.user.as_deref(),
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);

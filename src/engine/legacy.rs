@@ -80,6 +80,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             output: Default::default(),
             unconfined: false,
             limits: Default::default(),
+            user: None,
             listen: None,
             analysis: None,
         },
@@ -133,6 +134,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         listen: rollout.settings.listen,
         unconfined: rollout.settings.unconfined,
         limits: rollout.settings.limits,
+        user: rollout.settings.user.clone(),
     });
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {

@@ -46,6 +46,8 @@ pub struct Settings {
     pub unconfined: bool,
     /// What each release may use (`isolation.memory_mb`, `pids`, `cpu_pct`, `nofile`).
     pub limits: crate::host::cgroup::Limits,
+    /// The existing user its releases run as (`isolation.user`); none: the service's own uid.
+    pub user: Option<String>,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -118,6 +120,7 @@ pub fn resolve_with_watch(
         analysis,
         unconfined,
         limits,
+        user: isolation.and_then(|i| i.user.clone()),
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -237,6 +240,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             analysis: s.analysis.clone(),
             unconfined: s.unconfined,
             limits: s.limits,
+            user: s.user.clone(),
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -395,6 +399,7 @@ pub(super) mod tests {
             listen: None,
             unconfined: false,
             limits: Default::default(),
+            user: None,
         }
     }
 

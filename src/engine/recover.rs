@@ -576,6 +576,7 @@ mod tests {
                 output: Default::default(),
                 unconfined: false,
                 limits: Default::default(),
+                user: None,
                 listen: None,
                 analysis: None,
             },

@@ -459,6 +459,8 @@ impl Executor {
                         listen: listen_fd,
                         confined: !self.rollout.settings.unconfined,
                         limits: self.rollout.settings.limits,
+                        root: &root.0,
+                        user: self.rollout.settings.user.as_deref(),
                     })?;
                     Ok((child, socket))
                 })

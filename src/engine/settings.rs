@@ -259,6 +259,7 @@ fn resolved(
             analysis: gate.analysis,
             unconfined: gate.unconfined,
             limits: gate.limits,
+            user: gate.user,
         },
         classes,
     })

@@ -151,6 +151,9 @@ pub struct Settings {
     /// What each release may use (policy `isolation`).
     #[serde(default, skip_serializing_if = "crate::host::cgroup::Limits::is_empty")]
     pub limits: crate::host::cgroup::Limits,
+    /// The existing user its releases run as (policy `isolation.user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

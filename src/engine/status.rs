@@ -78,6 +78,9 @@ pub struct LiveStatus {
     pub tree: Option<String>,
     /// What it may use (the policy's `isolation`).
     pub limits: crate::host::cgroup::Limits,
+    /// The uid it runs as, read from the kernel while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// A single deploy in flight.
@@ -267,6 +270,9 @@ fn live_status(
         confined: !p.unconfined,
         tree: crate::host::cgroup::of(&p.identity()).map(|t| t.path().display().to_string()),
         limits: p.limits,
+        uid: running
+            .then(|| crate::host::account::uid_of(p.pid))
+            .flatten(),
     })
 }
 

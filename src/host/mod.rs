@@ -4,6 +4,7 @@
 //! (`config`: its env file and secrets). Nothing here knows about rollouts, deploys or commands; a test reads
 //! the `use crate::...` lines of every layer to keep it that way.
 
+pub mod account;
 pub mod cgroup;
 pub mod config;
 pub mod fault;

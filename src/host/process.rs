@@ -176,6 +176,10 @@ pub struct Launch<'a> {
     pub confined: bool,
     /// What it may use (the policy's `isolation.memory_mb`, `pids`, `cpu_pct`, `nofile`).
     pub limits: super::cgroup::Limits,
+    /// The service's root: where its user is recorded and its own folders are.
+    pub root: &'a Path,
+    /// The existing user the policy names (`isolation.user`); none: the service's own uid.
+    pub user: Option<&'a str>,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -188,7 +192,20 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let config = super::config::Config::of_release(launch.workdir)
         .and_then(|config| config.resolve(launch.secrets))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
+    // Who it runs as (confined, where rollgate can switch user: it is root), and the folders
+    // that are the service's own.
+    let user = match launch.confined && super::account::can_switch_user() {
+        true => Some(super::account::for_service(launch.root, launch.user)?),
+        false => None,
+    };
+    let release_dirs: Vec<&Path> = std::iter::once(launch.workdir)
+        .chain(launch.executable.parent())
+        .collect();
+    let folders = super::account::prepare(launch.root, &release_dirs, user.as_ref())?;
     let output = std::fs::File::from(super::output::start(launch.output, launch.rotation)?);
+    if let Some(user) = &user {
+        std::os::unix::fs::fchown(&output, Some(user.uid), Some(user.gid))?;
+    }
     // With a held socket the release starts through `rollgate listen-exec`, which names its own
     // pid in LISTEN_PID and execs the release in place (same pid, same start time).
     let mut command = match launch.listen {
@@ -206,7 +223,10 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .current_dir(launch.workdir)
         .env("PORT", launch.port.to_string())
         .env("ROLLGATE_VERSION", launch.version)
-        .env("ROLLGATE_DEPLOY_TOKEN", launch.token);
+        .env("ROLLGATE_DEPLOY_TOKEN", launch.token)
+        .env("STATE_DIRECTORY", &folders.data)
+        .env("HOME", &folders.data)
+        .env("TMPDIR", &folders.tmp);
     if let Some(slot) = launch.slot {
         command.env("ROLLGATE_SLOT", slot.to_string());
     }
@@ -229,6 +249,7 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .stderr(output);
     let listen = launch.listen;
     let confined = launch.confined;
+    let switch_to = user.as_ref().map(|u| (u.uid, u.gid));
     // Its own cgroup, where the host has one to give: every process it starts stays in it.
     let entry = super::cgroup::entry(&launch.limits);
     // SAFETY: setsid, dup2, fcntl and the cgroup entry's open, write and close are
@@ -244,6 +265,9 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             if confined {
                 drop_privileges();
             }
+            if let Some((uid, gid)) = switch_to {
+                become_user(uid, gid)?;
+            }
             if let Some(fd) = listen {
                 let first = super::listen::FIRST_FD;
                 if fd == first {
@@ -257,7 +281,31 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             Ok(())
         });
     }
-    command.spawn()
+    command.spawn().map_err(|e| match (&user, e.kind()) {
+        (Some(user), std::io::ErrorKind::PermissionDenied) => {
+            match super::account::why_unreachable(launch.executable, user) {
+                Some(why) => std::io::Error::new(e.kind(), why),
+                None => e,
+            }
+        }
+        _ => e,
+    })
+}
+
+/// In the child, after [`drop_privileges`]: the service's gid, then its uid, real, effective and
+/// saved alike (so nothing can switch back; the kernel clears every capability as the uid
+/// leaves 0). Raw system calls: only this thread exists in the child, and glibc's wrappers
+/// would try to reach the parent's other threads.
+fn become_user(uid: u32, gid: u32) -> std::io::Result<()> {
+    // SAFETY: both take only integers.
+    unsafe {
+        if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// In the child between fork and exec (issue 59's "no privileges"): no new privileges

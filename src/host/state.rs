@@ -56,6 +56,9 @@ pub struct Pointer {
     /// What it may use (policy `isolation`): `up` starts it within the same limits.
     #[serde(default, skip_serializing_if = "crate::host::cgroup::Limits::is_empty")]
     pub limits: crate::host::cgroup::Limits,
+    /// The existing user it runs as (policy `isolation.user`): `up` starts it as that user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -160,6 +160,7 @@ pub struct IsolationPolicy {
     pub pids: Option<u64>,
     pub cpu_pct: Option<u64>,
     pub nofile: Option<u64>,
+    pub user: Option<String>,
 }
 
 /// The policy's `analysis` as written (every field optional; the contract bounds them).

@@ -572,7 +572,8 @@ fn check_admission(
     }))
 }
 
-/// Copies the executable into `ROOT/.verified/<version>/` (0700, rollgate's own), hashing the
+/// Copies the executable into `ROOT/.verified/<version>/` (rollgate's own; the start of a release
+/// opens the folder to its service alone: `host::account`), read-only, hashing the
 /// bytes as they are copied; the copy is kept only if they are the signed ones.
 fn verified_copy(
     root: &Path,
@@ -606,7 +607,7 @@ fn verified_copy(
         out.sync_all()
             .map_err(|e| failed(format!("cannot write {}: {e}", partial.display())))?;
         drop(out);
-        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o500))
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o555))
             .and_then(|()| std::fs::rename(&partial, &target))
             .map_err(|e| failed(format!("cannot place {}: {e}", target.display())))
     })();

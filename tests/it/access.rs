@@ -224,7 +224,7 @@ fn a_reload_turns_a_routes_access_log_on_and_off() {
     };
     let config = file(false);
     let mut proxy = ReleaseProcess(
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        std::process::Command::new(crate::common::bin())
             .args(["proxy", "--config"])
             .arg(&config)
             .stderr(std::process::Stdio::null())

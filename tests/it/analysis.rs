@@ -433,7 +433,7 @@ fn a_killed_proxy_or_a_killed_rollgate_mid_analysis_resumes_with_fresh_counts_an
         10_000,
         r#"{"min_requests": 50, "interval_ms": 1000}"#,
     );
-    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut running = std::process::Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", "v2", "--root"])
         .arg(site.root())
         .args(["--policy", file.to_str().unwrap()])

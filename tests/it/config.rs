@@ -14,7 +14,7 @@ use std::time::Duration;
 /// variables and exiting when told (`PRINT_ENV`), as a release that dumps its environment as it
 /// fails would.
 fn install_configurable(site: &Site, version: &str) {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.add_release(
         version,
         &format!(
@@ -527,7 +527,7 @@ fn what_the_console_and_webhooks_say(site: &Site) -> String {
 
 /// A release that cannot boot without its database password, as a real application.
 fn install_needing_a_password(site: &Site, version: &str, own: &[(&str, &str)]) {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     let build = tempfile::tempdir().unwrap();
     let exe = write(
         build.path(),

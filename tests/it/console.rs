@@ -94,7 +94,7 @@ fn four_of_v1(block: u16) -> Site {
 #[test]
 fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_code() {
     let site = four_of_v1(100);
-    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut running = std::process::Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", "v2", "--root"])
         .arg(site.root())
         .args(["--soak", "4s"])
@@ -427,7 +427,7 @@ fn differences(cli: &Value, api: &Value, path: &str, slack: f64, out: &mut Vec<S
 #[test]
 fn status_json_and_the_console_api_are_the_same_model_field_for_field() {
     let site = four_of_v1(110);
-    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut running = std::process::Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", "v2", "--root"])
         .arg(site.root())
         .args(["--soak", "60s"])

@@ -44,7 +44,7 @@ fn the_page_shows_waves_failures_and_the_deadline_and_its_buttons_pause_resume_a
         "policy.yaml",
         "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 25\n  on_stall: rollback\n  waves: [50, 100]\n  soak_ms: 20000\n  max_failure_ratio: 1.0\n",
     );
-    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut running = std::process::Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", "v2", "--root"])
         .arg(site.root())
         .arg("--policy")

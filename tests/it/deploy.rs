@@ -566,7 +566,7 @@ fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
     let old_pointer = site.pointer().unwrap();
     let old_pid = site.live_pid().unwrap();
     let port = free_port();
-    let mut candidate = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut candidate = std::process::Command::new(crate::common::bin())
         .arg("sample-service")
         .current_dir(site.root())
         .env("PORT", port.to_string())
@@ -603,7 +603,7 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
     let site = Site::new();
     first_release(&site);
     let port = free_port();
-    let mut orphan = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut orphan = std::process::Command::new(crate::common::bin())
         .arg("sample-service")
         .current_dir(site.root())
         .env("PORT", port.to_string())
@@ -635,7 +635,7 @@ fn a_terminal_sees_a_live_progress_line_and_a_pipe_does_not() {
     let site = Site::new();
     first_release(&site);
     site.release("v2", "--ready-after-ms 400");
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     let command = format!(
         "'{}' deploy edge-svc {} v2 --root '{}'",
         bin.display(),
@@ -692,7 +692,7 @@ fn a_running_deploy_keeps_no_finished_policy_evaluator() {
         "policy.ncl",
         "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ edge_svc = { progress_deadline_ms = 4000, poll_ms = 100, max_unavailable_pct = 0, max_surge_pct = 100, on_stall = 'rollback } | RolloutPolicy }\n",
     );
-    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut deploy = std::process::Command::new(crate::common::bin())
         .args([
             "deploy",
             "edge-svc",
@@ -855,7 +855,7 @@ fn a_deploy_on_a_terminal_shows_no_rollout_progress() {
     site.release("v2", "--ready-after-ms 300");
     let command = format!(
         "'{}' deploy edge-svc {} v2 --root '{}' --watch-ms 300",
-        assert_cmd::cargo::cargo_bin("rollgate").display(),
+        crate::common::bin().display(),
         free_port(),
         site.root().display()
     );
@@ -877,7 +877,7 @@ fn a_deploy_on_a_terminal_shows_no_rollout_progress() {
 fn a_setsid_daemon_of_a_retired_release_dies_with_it() {
     let site = Site::new();
     let marker = format!("59.{}", std::process::id());
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.script(
         "v1",
         &format!(
@@ -923,19 +923,19 @@ fn cgroup_base() -> String {
 #[test]
 fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_false() {
     let site = Site::new();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     // What it may do, written where the test reads it, before it serves.
     let probe = format!(
-        "grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status > \"$PWD/status\"\n\
-         python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 81)); print(\"bound\")' > \"$PWD/bind\" 2>&1\n\
-         python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print(\"raw\")' > \"$PWD/raw\" 2>&1\n\
+        "grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status > \"$STATE_DIRECTORY/$ROLLGATE_VERSION-status\"\n\
+         python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 81)); print(\"bound\")' > \"$STATE_DIRECTORY/$ROLLGATE_VERSION-bind\" 2>&1\n\
+         python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print(\"raw\")' > \"$STATE_DIRECTORY/$ROLLGATE_VERSION-raw\" 2>&1\n\
          exec '{}' sample-service\n",
         bin.display()
     );
     site.script("v1", &probe);
     site.script("v2", &probe);
     let read = |version: &str, name: &str| {
-        std::fs::read_to_string(site.root().join(format!("releases/{version}/{name}")))
+        std::fs::read_to_string(site.root().join(format!("data/{version}-{name}")))
             .unwrap_or_default()
     };
     // Two Pythons start before it serves: a generous deadline, for a loaded machine.
@@ -995,6 +995,146 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
     assert_eq!(site.pointer().unwrap()["unconfined"], true);
 }
 
+/// Issue 59, a user per service: each service's releases run as a uid of its own from
+/// 70000-79999 (the same for every release of it, another for another service), own only their
+/// state folder (`STATE_DIRECTORY`, 0700) and temporary folder, cannot write their release
+/// folder or read another service's secret, and get their own secret in their environment. A
+/// policy can name an existing user instead, never root.
+#[test]
+fn each_service_runs_as_a_uid_of_its_own_which_owns_only_its_state() {
+    let bin = crate::common::bin();
+    let (a, b) = (Site::new(), Site::new());
+    assert_eq!(set_secret(&a, "db", "hunter2").status.code(), Some(0));
+    let acts = |other: &Site| {
+        format!(
+            "out=\"$STATE_DIRECTORY/$ROLLGATE_VERSION\"\n\
+             id -u > \"$out-uid\"\n\
+             id -G > \"$out-groups\"\n\
+             touch \"$PWD/written\" 2> \"$out-write\" && echo written >> \"$out-write\"\n\
+             cat '{}/secrets/db' > \"$out-secret\" 2>&1\n\
+             printf %s \"$DB_PASSWORD\" > \"$out-own-secret\"\n\
+             touch \"$TMPDIR/t\" && echo ok > \"$out-tmp\"\n\
+             exec '{}' sample-service\n",
+            other.root().display(),
+            bin.display()
+        )
+    };
+    for version in ["v1", "v2"] {
+        a.script(version, &acts(&b));
+        write(
+            a.root(),
+            &format!("releases/{version}/secrets"),
+            "DB_PASSWORD=db\n",
+        );
+    }
+    b.script("v1", &acts(&a));
+    let read = |site: &Site, name: &str| {
+        std::fs::read_to_string(site.root().join(format!("data/{name}")))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let dry = a.deploy(free_port(), "v1", &["--dry-run"]);
+    assert!(
+        stdout(&dry).contains("a uid of its own from 70000-79999, allocated at its first start"),
+        "{}",
+        stdout(&dry)
+    );
+    for (site, version) in [(&a, "v1"), (&a, "v2"), (&b, "v1")] {
+        let out = site.deploy(free_port(), version, &["--deadline-ms", "30000"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let uid_of = |site: &Site, version: &str| -> u32 {
+        read(site, &format!("{version}-uid")).parse().unwrap()
+    };
+    let (uid_a, uid_b) = (uid_of(&a, "v1"), uid_of(&b, "v1"));
+    assert!((70_000..=79_999).contains(&uid_a), "{uid_a}");
+    assert!((70_000..=79_999).contains(&uid_b), "{uid_b}");
+    assert_ne!(uid_a, uid_b, "two services share a uid");
+    assert_eq!(
+        uid_of(&a, "v2"),
+        uid_a,
+        "the service's uid changed between releases"
+    );
+    // Its own group alone, no supplementary one.
+    assert_eq!(read(&a, "v1-groups"), uid_a.to_string());
+    // The record in the root says the same.
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.root().join("service-user.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["uid"], uid_a);
+    let dry = a.deploy(free_port(), "v1", &["--dry-run"]);
+    assert!(
+        stdout(&dry).contains(&format!(
+            "uid {uid_a} (its own, recorded in service-user.json)"
+        )),
+        "{}",
+        stdout(&dry)
+    );
+    let status = rollgate()
+        .args(["status", "--root"])
+        .arg(a.root())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&status).contains(&format!("yes (uid {uid_a}; no privileges; tree ")),
+        "{}",
+        stdout(&status)
+    );
+    // What it owns, and what it may not touch.
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        for folder in ["data", "tmp"] {
+            let meta = std::fs::metadata(a.root().join(folder)).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.permissions().mode() & 0o777),
+                (uid_a, 0o700)
+            );
+        }
+    }
+    assert_eq!(read(&a, "v1-tmp"), "ok");
+    assert!(
+        read(&a, "v1-write").contains("Permission denied"),
+        "{}",
+        read(&a, "v1-write")
+    );
+    assert!(!a.root().join("releases/v1/written").exists());
+    assert!(
+        read(&b, "v1-secret").contains("Permission denied"),
+        "{}",
+        read(&b, "v1-secret")
+    );
+    assert_eq!(read(&a, "v1-own-secret"), "hunter2");
+
+    // A named user instead; root is refused before anything starts.
+    let named = |user: &str| {
+        write(
+            b.root(),
+            "named.json",
+            &format!(
+                r#"{{"edge_svc": {{"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
+                    "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
+                    "isolation": {{"user": "{user}"}}}}}}"#
+            ),
+        )
+        .display()
+        .to_string()
+    };
+    b.script("v2", &acts(&a));
+    let out = b.deploy(free_port(), "v2", &["--policy", &named("nobody")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(read(&b, "v2-uid"), "65534");
+    b.script("v3", &acts(&a));
+    let out = b.deploy(free_port(), "v3", &["--policy", &named("root")]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("isolation.user = \"root\" is root"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(b.pointer().unwrap()["version"], "v2");
+}
+
 /// A policy whose `isolation` sets these limits (and no watch).
 fn limited(site: &Site, isolation: &str) -> String {
     write(
@@ -1015,7 +1155,7 @@ fn limited(site: &Site, isolation: &str) -> String {
 #[test]
 fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_the_reason() {
     let site = Site::new();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.script(
         "hog",
         "exec python3 -c 'b = bytearray(256 << 20); import time; time.sleep(60)'\n",
@@ -1046,7 +1186,7 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
     site.script(
         "forks",
         &format!(
-            "python3 - > \"$PWD/forks\" 2>&1 <<'PY'\n\
+            "python3 - > \"$STATE_DIRECTORY/forks\" 2>&1 <<'PY'\n\
              import os, resource, time\n\
              made = 0\n\
              for _ in range(200):\n\
@@ -1065,7 +1205,7 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
     let policy = limited(&site, r#"{"pids": 40, "nofile": 100}"#);
     let out = site.deploy(free_port(), "forks", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let said = std::fs::read_to_string(site.root().join("releases/forks/forks")).unwrap();
+    let said = std::fs::read_to_string(site.root().join("data/forks")).unwrap();
     let numbers: Vec<u64> = said
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
@@ -1081,7 +1221,7 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
         .unwrap();
     let table = stdout(&status);
     assert!(
-        table.contains("yes (no privileges; tree /sys/fs/cgroup/")
+        table.contains("no privileges; tree /sys/fs/cgroup/")
             && table.contains("limits 40 processes, 100 open files)"),
         "{table}"
     );
@@ -1092,11 +1232,11 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
 #[test]
 fn a_cpu_spinner_is_held_to_its_share() {
     let site = Site::new();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.script(
         "spin",
         &format!(
-            "python3 -c 'while True: pass' &\necho $! > \"$PWD/spinner\"\nexec '{}' sample-service\n",
+            "python3 -c 'while True: pass' &\necho $! > \"$STATE_DIRECTORY/spinner\"\nexec '{}' sample-service\n",
             bin.display()
         ),
     );
@@ -1104,7 +1244,7 @@ fn a_cpu_spinner_is_held_to_its_share() {
     let policy = limited(&site, r#"{"cpu_pct": 50}"#);
     let out = site.deploy(port, "spin", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let spinner: i32 = std::fs::read_to_string(site.root().join("releases/spin/spinner"))
+    let spinner: i32 = std::fs::read_to_string(site.root().join("data/spinner"))
         .unwrap()
         .trim()
         .parse()

@@ -89,7 +89,7 @@ fn a_port_held_by_a_dead_deployers_candidate_is_taken_back_by_the_next_deploy() 
     site.add_sample("v3", "");
     assert_eq!(deploy(&site, "v1", &ports).status.code(), Some(0));
     let before = site.log_lines().len();
-    let mut deployer = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut deployer = std::process::Command::new(crate::common::bin())
         .args(["deploy", "edge-svc", "v2", "--ports", &ports, "--root"])
         .arg(site.root())
         .stderr(std::process::Stdio::null())

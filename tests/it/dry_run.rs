@@ -45,7 +45,7 @@ fn site_with_v1_live() -> (Site, u16) {
     let output = site.root().join("releases/v1/edge-svc.output");
     assert!(wait_for(10, || std::fs::read_to_string(&output)
         .is_ok_and(|text| text.contains("ready from"))));
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.script(
         "v2",
         &format!(

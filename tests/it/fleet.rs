@@ -28,7 +28,7 @@ impl Fleet {
             dir: tempfile::tempdir().unwrap(),
             hosts: 10,
         };
-        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        let bin = crate::common::bin();
         let first_port = |block: u16| -> u16 {
             let range = ten_ports(block);
             range
@@ -112,7 +112,7 @@ impl Fleet {
                 "edge",
             ])
             .args(["--hosts", &moving.to_string(), "--rollgate"])
-            .arg(assert_cmd::cargo::cargo_bin("rollgate"))
+            .arg(crate::common::bin())
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -193,7 +193,7 @@ fn three_hosts(
         dir: tempfile::tempdir().unwrap(),
         hosts: 3,
     };
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     let mut inventory = String::from("[edge]\n");
     for host in 0..fleet.hosts {
         let root = fleet.root(host);

@@ -27,7 +27,7 @@ fn record(n: usize, version: &str) -> String {
 
 /// `rollgate log follow ARGS`, its stdout's lines collected as they come.
 fn follow(args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut child = std::process::Command::new(crate::common::bin())
         .args(["log", "follow"])
         .args(args)
         .stdout(Stdio::piped())

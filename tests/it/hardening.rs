@@ -101,7 +101,7 @@ fn defect_01_a_hangup_during_promote_does_not_cut_the_switch_short() {
     fields["drain_ms"] = 0.into();
     fields["previous"] = previous;
     left_candidate(&site, port, "t-hup", fields);
-    let mut promote = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut promote = std::process::Command::new(crate::common::bin())
         .args(["promote", "edge-svc", "--root"])
         .arg(site.root())
         .stderr(std::process::Stdio::null())
@@ -171,7 +171,7 @@ fn defect_04_a_rollback_leaves_nothing_of_the_candidates_process_group() {
 #[test]
 fn defect_04_an_old_release_whose_worker_ignores_sigterm_is_stopped_whole() {
     let site = Site::new();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     // The leader exits on SIGTERM; the worker it started ignores it.
     site.script(
         "v1",
@@ -241,7 +241,7 @@ fn defect_06_a_huge_output_file_is_neither_read_whole_nor_quoted() {
     let out = std::process::Command::new("/usr/bin/time")
         .args(["-f", "%M", "-o"])
         .arg(&measured)
-        .arg(assert_cmd::cargo::cargo_bin("rollgate"))
+        .arg(crate::common::bin())
         .args([
             "deploy",
             "edge-svc",
@@ -379,7 +379,7 @@ fn defect_02_with_umask_077_the_state_files_stay_readable_by_a_proxy_of_another_
         .arg("-c")
         .arg(format!(
             "umask 077; exec '{}' deploy edge-svc {port} v1 --root '{}'",
-            assert_cmd::cargo::cargo_bin("rollgate").display(),
+            crate::common::bin().display(),
             site.root().display()
         ))
         .output()
@@ -450,7 +450,7 @@ fn defect_02_a_drain_the_proxy_does_not_confirm_keeps_the_old_release_for_the_dr
     );
     site.release("v2", "");
     let started = std::time::Instant::now();
-    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut deploy = std::process::Command::new(crate::common::bin())
         .args([
             "deploy",
             "edge-svc",

@@ -49,7 +49,7 @@ fn run_check(dir: &Path, query: Query) -> (Option<i32>, String) {
     let out = std::process::Command::new("sh")
         .arg(repo().join("lab/check.sh"))
         .current_dir(dir)
-        .env("ROLLGATE", assert_cmd::cargo::cargo_bin("rollgate"))
+        .env("ROLLGATE", crate::common::bin())
         .env("NU", nushell())
         .env("QUERY", query.file())
         .output()
@@ -222,7 +222,7 @@ fn the_checker_picks_nushell_when_it_can_and_says_so_when_it_cannot() {
         command
             .arg(repo().join("lab/check.sh"))
             .current_dir(repo().join("lab/solution"))
-            .env("ROLLGATE", assert_cmd::cargo::cargo_bin("rollgate"))
+            .env("ROLLGATE", crate::common::bin())
             .env("NU", nu)
             .env_remove("QUERY");
         if let Some(query) = query {
@@ -326,7 +326,7 @@ fn the_nushell_solution_and_rollgates_summary_agree() {
 fn the_projects_own_check_passes() {
     let out = std::process::Command::new("sh")
         .arg(repo().join("check.sh"))
-        .env("ROLLGATE", assert_cmd::cargo::cargo_bin("rollgate"))
+        .env("ROLLGATE", crate::common::bin())
         .output()
         .unwrap();
     assert_eq!(

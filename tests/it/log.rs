@@ -543,7 +543,7 @@ fn a_log_truncated_while_it_is_read_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let line = "{\"ts\":1790000000.5,\"event\":\"candidate_started\",\"version\":\"v1\",\"detail\":\"port 8001; pid 1001; deadline 1500 ms (policy); poll 100 ms\",\"service\":\"edge-svc\",\"port\":8001}\n";
     let path = write(dir.path(), "rotated.log", &line.repeat(400_000));
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let child = std::process::Command::new(crate::common::bin())
         .args(["log", "summary"])
         .arg(&path)
         .stdout(std::process::Stdio::piped())
@@ -602,7 +602,7 @@ fn a_reader_that_goes_away_ends_the_rows_quietly() {
         ));
     }
     let path = write(dir.path(), "long.log", &text);
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut child = std::process::Command::new(crate::common::bin())
         .args(["log", "history", "--format", "csv"])
         .arg(&path)
         .stdout(std::process::Stdio::piped())

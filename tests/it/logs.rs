@@ -57,7 +57,7 @@ fn logs_print_the_live_release_and_follow_it_across_a_deploy() {
     let said = tempfile::NamedTempFile::new().unwrap();
     let printed = tempfile::NamedTempFile::new().unwrap();
     let follower = ReleaseProcess(
-        Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        Command::new(crate::common::bin())
             .args(["logs", "edge-svc", "-f", "--root"])
             .arg(site.root())
             .stdout(Stdio::from(printed.reopen().unwrap()))

@@ -89,13 +89,12 @@ fn errno_fails_the_gate_at_once_with_its_reason() {
 fn ready_1_from_outside_the_releases_process_group_does_not_pass_the_gate() {
     let site = Site::new();
     // The release says nothing itself; it leaves its NOTIFY_SOCKET where the test finds it.
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
-    let told = site.root().join("notify-socket");
+    let bin = crate::common::bin();
+    let told = site.root().join("data/notify-socket");
     site.script(
         "v1",
         &format!(
-            "printf %s \"$NOTIFY_SOCKET\" > '{}'\nexec '{}' sample-service --readyz-status 503\n",
-            told.display(),
+            "printf %s \"$NOTIFY_SOCKET\" > \"$STATE_DIRECTORY/notify-socket\"\nexec '{}' sample-service --readyz-status 503\n",
             bin.display()
         ),
     );
@@ -235,7 +234,7 @@ fn one_wave_of_v2(
     probe: &str,
     block: u16,
 ) -> (Output, String) {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.release("v1", "--readyz-status 503 --notify --ready-after-ms 50");
     site.script(
         "v2",
@@ -332,7 +331,7 @@ impl Drop for Supervisor {
 
 fn supervise(site: &Site, extra: &[&str]) -> Supervisor {
     Supervisor(
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        std::process::Command::new(crate::common::bin())
             .args(["up", "--supervise", "--backoff-ms", "50", "--root"])
             .arg(site.root())
             .args(extra)

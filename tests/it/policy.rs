@@ -680,7 +680,7 @@ fn export_matches_nickel_1_18_byte_for_byte() {
 fn colour_only_on_a_terminal_and_never_with_no_color() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "bad.ncl", &policy_with("poll_ms", "49"));
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     // `script` gives the command a terminal.
     let on_terminal = |no_color: bool| {
         let mut cmd = std::process::Command::new("script");
@@ -765,7 +765,7 @@ fn checks_under_a_tight_address_space_limit() {
         "nested.ncl",
         &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
     );
-    let binary = assert_cmd::cargo::cargo_bin("rollgate");
+    let binary = crate::common::bin();
     let limited = |file: &str| {
         std::process::Command::new("sh")
             .env_remove("NICKEL_IMPORT_PATH")
@@ -879,7 +879,7 @@ fn one_call_over_a_mixed_corpus_judges_each_file_as_alone() {
 fn an_evaluator_dies_with_its_rollgate() {
     let dir = tempfile::tempdir().unwrap();
     let forever = write(dir.path(), "forever.ncl", ENDLESS_POLICY);
-    let mut parent = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut parent = std::process::Command::new(crate::common::bin())
         .args(["policy", "export", "--timeout-ms", "600000"])
         .arg(&forever)
         .stdout(std::process::Stdio::null())

@@ -771,7 +771,7 @@ fn defect_09_out_of_descriptors_the_proxy_backs_off_and_recovers() {
     site.release("v1", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
     let port = free_port();
-    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+    let mut command = std::process::Command::new(crate::common::bin());
     command
         .args([
             "proxy",

@@ -43,7 +43,7 @@ fn policy(site: &Site, surge_pct: u32, unavailable_pct: u32, extra: &str) -> Str
 }
 
 fn rollout_in_background(site: &Site, args: &[&str]) -> std::process::Child {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    std::process::Command::new(crate::common::bin())
         .args(args)
         .arg("--root")
         .arg(site.root())
@@ -439,7 +439,7 @@ fn defect_11_supervise_finishes_a_dead_deployers_watch_before_restarting_anythin
     let out = site.deploy(free_port(), "v1", &["--watch-ms", "0"]);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     // Supervising since before the deploy.
-    let mut supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut supervisor = std::process::Command::new(crate::common::bin())
         .args(["up", "--supervise", "--root"])
         .arg(site.root())
         .stdout(std::process::Stdio::null())
@@ -479,7 +479,7 @@ fn the_workers_of_a_live_replica_are_not_taken_for_strays_after_a_crash() {
     let site = Site::new();
     // A release that is a shell running the service as its child (not exec'd): the child is a
     // worker of the release and carries the rollout's token too.
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     for version in ["v1", "v2"] {
         site.script(version, &format!("'{}' sample-service\n", bin.display()));
     }

@@ -100,7 +100,7 @@ fn verify(manifest: &Path, pins: &[&str], threshold: usize, extra: &[&str]) -> R
 fn release_dir(dir: &Path) -> PathBuf {
     let folder = dir.join("dist");
     std::fs::create_dir_all(&folder).unwrap();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     write(
         &folder,
         "edge-svc",
@@ -471,9 +471,16 @@ fn a_root_with_a_trust_file_runs_only_signed_releases_never_below_its_floor() {
         std::fs::read(site.root().join("releases/v14/edge-svc")).unwrap()
     );
     {
-        use std::os::unix::fs::PermissionsExt;
+        // Read-only, in a folder only its service's group (and rollgate) may enter.
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let mode = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o500);
+        assert_eq!(mode, 0o555);
+        let folder = std::fs::metadata(copy.parent().unwrap()).unwrap();
+        assert_eq!(folder.permissions().mode() & 0o777, 0o750);
+        let user: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(site.root().join("service-user.json")).unwrap())
+                .unwrap();
+        assert_eq!(u64::from(folder.gid()), user["gid"].as_u64().unwrap());
     }
     let promoted = site
         .log_lines()
@@ -643,7 +650,7 @@ fn a_signed_rollout_raises_the_floor_even_when_a_resume_finishes_it() {
 
     // v15's rollgate is killed in its soak; the resume that finishes it raises the floor.
     s.signed_release("v15", 15, "");
-    let mut running = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut running = std::process::Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", "v15", "--soak", "2s", "--root"])
         .arg(site.root())
         .stdout(std::process::Stdio::null())

@@ -59,7 +59,7 @@ fn picture(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 fn release_folder(dir: &Path) -> PathBuf {
     let folder = dir.join("app");
     std::fs::create_dir_all(folder.join("conf/deep")).unwrap();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     write(
         &folder,
         "edge-svc",
@@ -318,7 +318,7 @@ fn a_release_add_killed_at_any_moment_leaves_no_version_half_made() {
     let mut seen_whole = 0;
     for round in 0..20u64 {
         let version = format!("k{round}");
-        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        let mut child = std::process::Command::new(crate::common::bin())
             .args(["release", "add", "edge-svc", &version])
             .arg(&folder)
             .arg("--root")
@@ -378,7 +378,13 @@ fn python_app(dir: &Path, greeting: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let app = dir.join(format!("app-{greeting}"));
     std::fs::create_dir_all(&app).unwrap();
-    let venv = std::process::Command::new("python3")
+    // The system's interpreter, which every user may run: the release runs as its service's
+    // own uid, and a venv links to the interpreter that made it (not one under /root).
+    let python = ["/usr/bin/python3", "python3"]
+        .into_iter()
+        .find(|p| !p.starts_with('/') || Path::new(p).exists())
+        .unwrap();
+    let venv = std::process::Command::new(python)
         .args(["-m", "venv", "--without-pip", "venv"])
         .current_dir(&app)
         .output()

@@ -197,7 +197,7 @@ fn a_prune_killed_at_any_moment_leaves_nothing_half_removed() {
     let work = tempfile::tempdir().unwrap();
     let folder = work.path().join("big");
     std::fs::create_dir_all(folder.join("data")).unwrap();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     write(
         &folder,
         "edge-svc",
@@ -324,7 +324,7 @@ fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
         "policy.yaml",
         "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  output_max_bytes: 1048576\n  output_keep: 3\n",
     );
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     let line = "a line of output from v1, as fast as a busy release writes it";
     // About 20 MB/s from a child of the release, for as long as the release runs.
     site.add_release(

@@ -54,7 +54,7 @@ fn control(site: &Site, what: &[&str]) -> Output {
 }
 
 fn rollout_in_background(site: &Site, version: &str, args: &[&str]) -> std::process::Child {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    std::process::Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", version, "--root"])
         .arg(site.root())
         .args(args)
@@ -297,7 +297,7 @@ fn ten_replicas_move_in_waves_behind_the_proxy_with_no_failed_request_and_the_bu
 fn a_wave_that_fails_pauses_itself_and_abort_with_rollback_returns_every_replica() {
     let site = Site::new();
     let proxy = ten_of_v1(&site, 1);
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     // Waves of 1, 2, 5, 10: wave 2 holds slots 2, 3 and 4, where v3 is never ready.
     site.script(
         "v3",
@@ -454,7 +454,7 @@ fn a_required_replica_not_confirmed_by_the_release_deadline_aborts_with_its_caus
 fn a_required_failure_aborts_at_once_a_best_effort_one_under_the_ratio_does_not_and_left_behind_stays(
 ) {
     let site = Site::new();
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     install(&site, 4, 3);
     // v2 exits at boot on slot 1 only.
     site.script(

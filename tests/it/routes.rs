@@ -27,7 +27,7 @@ impl RoutedProxy {
     pub fn start(config: &Path, port: u16, roots: &[&Path]) -> RoutedProxy {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("proxy.err");
-        let child = Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        let child = Command::new(crate::common::bin())
             .args(["proxy", "--config"])
             .arg(config)
             .stderr(std::fs::File::create(&log).unwrap())
@@ -544,7 +544,7 @@ fn analysed_policy(site: &Site, soak_ms: u64) -> PathBuf {
 }
 
 fn rollout_in_background(site: &Site, version: &str, policy: &Path) -> std::process::Child {
-    Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    Command::new(crate::common::bin())
         .args(["rollout", "edge-svc", version, "--root"])
         .arg(site.root())
         .args(["--policy", policy.to_str().unwrap()])

@@ -8,7 +8,7 @@ use crate::common::*;
 
 /// What `rollgate ARGS` prints on a terminal `width` columns wide.
 fn on_terminal(width: u16, args: &[&str]) -> String {
-    let rollgate = assert_cmd::cargo::cargo_bin("rollgate");
+    let rollgate = crate::common::bin();
     let quoted: Vec<String> = std::iter::once(rollgate.display().to_string())
         .chain(args.iter().map(|a| a.to_string()))
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))

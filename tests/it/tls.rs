@@ -143,7 +143,7 @@ impl TlsProxy {
         let log = site
             .root()
             .join(format!("proxy-{tls}-{}.stderr", free_port()));
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+        let mut command = Command::new(crate::common::bin());
         command
             .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
             .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
@@ -1547,7 +1547,7 @@ fn routes_over_tls_come_from_the_config_file_by_name_and_a_misdirected_request_i
     );
     // Killed and reaped however the test ends.
     let _proxy = ReleaseProcess(
-        Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        Command::new(crate::common::bin())
             .args(["proxy", "--config"])
             .arg(&config)
             .stderr(std::process::Stdio::null())

@@ -115,7 +115,7 @@ fn up_restores_every_replica_on_its_port() {
 
 /// `v1` crashes at boot while `crash` exists in the root, else serves; deployed and live.
 fn crashable(site: &Site) -> u16 {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.script(
         "v1",
         &format!(
@@ -140,7 +140,7 @@ impl Drop for Supervisor {
 
 fn supervisor(site: &Site) -> Supervisor {
     Supervisor(
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        std::process::Command::new(crate::common::bin())
             .args(["up", "--supervise", "--backoff-ms", "50", "--root"])
             .arg(site.root())
             .stdout(std::process::Stdio::null())
@@ -245,7 +245,7 @@ fn one_up_brings_up_and_supervises_every_root_it_is_given() {
     );
     // Supervised together: a release of either root that exits comes back.
     let supervisor = Supervisor(
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        std::process::Command::new(crate::common::bin())
             .args(["up", "--supervise", "--backoff-ms", "50", "--root"])
             .arg(a.root())
             .arg("--root")

@@ -86,7 +86,7 @@ fn a_healthy_release_is_promoted_after_its_watch_and_only_then_the_previous_one_
     site.release("v2", "");
     let policy = policy(&site, 1500);
     let port = free_port();
-    let mut deploy = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut deploy = std::process::Command::new(crate::common::bin())
         .args(["deploy", "edge-svc", &port.to_string(), "v2", "--root"])
         .arg(site.root())
         .args(["--policy", &policy])

@@ -248,7 +248,7 @@ fn a_receiver_down_for_ten_seconds_gets_everything_once_it_is_back() {
         Some(&["promoted", "replica_ready"]),
     );
     let console_port = free_port();
-    let mut sender = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut sender = std::process::Command::new(crate::common::bin())
         .args([
             "console",
             "--listen",
@@ -314,7 +314,7 @@ fn a_sender_killed_mid_delivery_loses_nothing() {
     roll(&site, "v2");
     let logged = records_after(&site, before);
     // Killed while a slow receiver holds its third or fourth request.
-    let mut sender = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut sender = std::process::Command::new(crate::common::bin())
         .args(["webhooks", "send", "--root"])
         .arg(site.root())
         .stdout(std::process::Stdio::null())

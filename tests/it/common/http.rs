@@ -23,7 +23,7 @@ impl Proxy {
 
     /// A proxy on `port` (one that replaces a proxy killed there).
     pub fn start_on(site: &Site, port: u16, extra: &[&str]) -> Proxy {
-        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        let child = std::process::Command::new(crate::common::bin())
             .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
             .arg(site.root())
             .args(extra)

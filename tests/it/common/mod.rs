@@ -11,8 +11,52 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The rollgate binary the tests run, reachable by every user: releases run as a uid of their
+/// own service (issue 59) and exec it by this path (`rollgate sample-service`), so a binary
+/// under a folder only root may enter (cargo's target folder under /root) is linked (or copied)
+/// once into a folder of the system's temporary one that everyone may enter.
+pub fn bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let built = assert_cmd::cargo::cargo_bin("rollgate");
+        if reachable_by_everyone(&built) {
+            return built;
+        }
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = std::fs::metadata(&built).expect("binary built");
+        let dir = std::env::temp_dir().join("rollgate-it-bin").join(format!(
+            "{}-{}-{}",
+            meta.ino(),
+            meta.len(),
+            meta.mtime_nsec()
+        ));
+        let reachable = dir.join("rollgate");
+        if !reachable.is_file() {
+            std::fs::create_dir_all(&dir).unwrap();
+            for d in [dir.parent().unwrap(), dir.as_path()] {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            let partial = dir.join(format!("rollgate.{}", std::process::id()));
+            if std::fs::hard_link(&built, &partial).is_err() {
+                std::fs::copy(&built, &partial).unwrap();
+            }
+            std::fs::rename(&partial, &reachable).unwrap();
+        }
+        reachable
+    })
+    .clone()
+}
+
+/// Whether every folder above `file` lets others search it.
+fn reachable_by_everyone(file: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    file.ancestors()
+        .skip(1)
+        .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
 pub fn rollgate() -> assert_cmd::Command {
-    let mut cmd = assert_cmd::Command::cargo_bin("rollgate").expect("binary built");
+    let mut cmd = assert_cmd::Command::new(bin());
     cmd.env_remove("NICKEL_IMPORT_PATH").env("NO_COLOR", "1");
     cmd
 }
@@ -63,7 +107,7 @@ impl Site {
 
     /// `releases/<version>/edge-svc` running `rollgate sample-service <args>`.
     pub fn release(&self, version: &str, args: &str) {
-        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        let bin = crate::common::bin();
         self.script(
             version,
             &format!("exec '{}' sample-service {args}\n", bin.display()),
@@ -100,7 +144,7 @@ impl Site {
 
     /// [`Site::add_release`] of `rollgate sample-service <args>`.
     pub fn add_sample(&self, version: &str, args: &str) {
-        let bin = assert_cmd::cargo::cargo_bin("rollgate");
+        let bin = crate::common::bin();
         self.add_release(
             version,
             &format!("exec '{}' sample-service {args}\n", bin.display()),
@@ -150,7 +194,7 @@ impl Site {
     /// Starts a deploy in the background and waits until its candidate_started line is logged.
     pub fn deploy_in_background(&self, version: &str, deadline_ms: &str) -> std::process::Child {
         let before = self.log_lines().len();
-        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+        let child = std::process::Command::new(crate::common::bin())
             .args([
                 "deploy",
                 "edge-svc",
@@ -323,7 +367,7 @@ pub fn start_release_process(site: &Site, version: &str, port: u16) -> ReleasePr
     use std::os::unix::process::CommandExt;
     let dir = site.root().join("releases").join(version);
     std::fs::create_dir_all(&dir).unwrap();
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let child = std::process::Command::new(crate::common::bin())
         .arg("sample-service")
         .current_dir(&dir)
         .env("PORT", port.to_string())
@@ -669,7 +713,7 @@ pub fn ten_ports(block: u16) -> String {
 /// `releases/<version>/edge-svc`: the sample service, except on replica `slot`, where it exits
 /// at boot (a release that fails on one replica only).
 pub fn fails_on_slot(site: &Site, version: &str, slot: usize) {
-    let bin = assert_cmd::cargo::cargo_bin("rollgate");
+    let bin = crate::common::bin();
     site.script(
         version,
         &format!(
@@ -722,7 +766,7 @@ impl Console {
     pub fn start(roots: &[&Path], extra: &[&str]) -> Console {
         use std::io::BufRead;
         let port = free_port();
-        let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"));
+        let mut command = std::process::Command::new(crate::common::bin());
         command.arg("console");
         for root in roots {
             command.arg("--root").arg(root);
@@ -778,7 +822,7 @@ pub fn make_executable(path: &Path) {
 
 /// `rollgate secret set NAME` with the value on standard input.
 pub fn set_secret(site: &Site, name: &str, value: &str) -> std::process::Output {
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rollgate"))
+    let mut child = std::process::Command::new(crate::common::bin())
         .args(["secret", "set", name, "--root"])
         .arg(site.root())
         .stdin(std::process::Stdio::piped())

@@ -1,0 +1,375 @@
+//! A user per service (issue 59): the uid and gid a service's releases run as, and the folders
+//! that belong to it.
+//!
+//! A service (one root) runs as the user its policy names (`isolation.user = "edge"`, an
+//! existing user of the host, never root) or else as a uid of its own that rollgate allocates
+//! from [`FIRST_UID`]..=[`LAST_UID`] — above systemd's `DynamicUser=` range (61184–65519) and
+//! `nobody` (65534), below the ranges `/etc/subuid` hands out (from 100000) — skipping every
+//! uid or gid the host's user database knows. The allocation is recorded twice, so it is stable
+//! across deploys and reboots and two services never share a uid:
+//!
+//! - in the root, `ROOT/service-user.json` (`{"uid": 70001, "gid": 70001}`);
+//! - host-wide, one file per uid under [`REGISTRY`] naming the root that holds it, claimed
+//!   under a lock. A claim whose root is gone, or no longer records that uid, is reclaimed.
+//!
+//! What belongs to the service's user: its state folder (`ROOT/data`, given as
+//! `STATE_DIRECTORY` and `HOME`) and its private temporary folder (`ROOT/tmp`, `TMPDIR`), both
+//! mode 0700. Its release folders are rollgate's (root) with the service's group, mode 0750:
+//! readable by the service, not writable by it, closed to every other service. The root's
+//! secrets and rollgate's own state stay rollgate's.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The first and last uid rollgate allocates to a service (the same number as its gid).
+pub const FIRST_UID: u32 = 70_000;
+pub const LAST_UID: u32 = 79_999;
+/// The host-wide record of which root holds which allocated uid.
+pub const REGISTRY: &str = "/var/lib/rollgate/uids";
+/// In a root: the user its releases run as.
+pub const RECORD_FILE: &str = "service-user.json";
+/// In a root: the service's own writable state, kept across releases.
+pub const DATA_DIR: &str = "data";
+/// In a root: the service's private temporary folder.
+pub const TMP_DIR: &str = "tmp";
+
+/// Who a service's releases run as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceUser {
+    pub uid: u32,
+    pub gid: u32,
+    /// The existing user the policy named; none for an allocated uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for ServiceUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "user {name} (uid {}, gid {})", self.uid, self.gid),
+            None => write!(f, "uid {} (its own, allocated)", self.uid),
+        }
+    }
+}
+
+/// Whether rollgate can run a release as another user at all (it is root).
+pub fn can_switch_user() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The user `root`'s releases run as: the one `named` (the policy's `isolation.user`), else the
+/// uid the root records, else a new one from the range, recorded.
+pub fn for_service(root: &Path, named: Option<&str>) -> std::io::Result<ServiceUser> {
+    let found = match named {
+        Some(name) => existing_user(name),
+        None => own_uid(root),
+    };
+    found.map_err(std::io::Error::other)
+}
+
+/// The uid `root` records and still holds, else a new one.
+fn own_uid(root: &Path) -> Result<ServiceUser, String> {
+    if let Some(user) = read_record(&root.join(RECORD_FILE))? {
+        if user.name.is_none() && holds(root, user.uid)? {
+            return Ok(user);
+        }
+    }
+    allocate(root)
+}
+
+/// An existing user of this host, by name; never root.
+fn existing_user(name: &str) -> Result<ServiceUser, String> {
+    let user = nix::unistd::User::from_name(name)
+        .map_err(|e| format!("isolation.user = \"{name}\": cannot read the user database: {e}"))?
+        .ok_or_else(|| {
+            format!("isolation.user = \"{name}\": no such user on this host (see /etc/passwd)")
+        })?;
+    if user.uid.is_root() {
+        return Err(format!(
+            "isolation.user = \"{name}\" is root: a release runs as root only with isolation.enabled = false"
+        ));
+    }
+    Ok(ServiceUser {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        name: Some(name.to_string()),
+    })
+}
+
+fn read_record(path: &Path) -> Result<Option<ServiceUser>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Whether the registry's claim on `uid` is `root`'s (claimed now if nobody holds it).
+fn holds(root: &Path, uid: u32) -> Result<bool, String> {
+    let _lock = lock_registry()?;
+    match claim_holder(uid) {
+        Some(holder) if holder == root => Ok(true),
+        Some(holder) if !is_stale(&holder, uid) => Ok(false),
+        _ => write_claim(uid, root).map(|()| true),
+    }
+}
+
+/// A new uid for `root`: the first in the range that no user or group of the host has and no
+/// live root holds; recorded in the registry, then in the root.
+fn allocate(root: &Path) -> Result<ServiceUser, String> {
+    let _lock = lock_registry()?;
+    for uid in FIRST_UID..=LAST_UID {
+        if host_knows(uid) {
+            continue;
+        }
+        if let Some(holder) = claim_holder(uid) {
+            if holder == root || !is_stale(&holder, uid) {
+                continue;
+            }
+        }
+        write_claim(uid, root)?;
+        let user = ServiceUser {
+            uid,
+            gid: uid,
+            name: None,
+        };
+        let mut bytes = serde_json::to_vec(&user).map_err(|e| e.to_string())?;
+        bytes.push(b'\n');
+        let record = root.join(RECORD_FILE);
+        super::files::write_atomically(&record, &bytes)
+            .map_err(|e| format!("cannot write {}: {e}", record.display()))?;
+        return Ok(user);
+    }
+    Err(format!(
+        "no free uid left in {FIRST_UID}-{LAST_UID} (every one is held by a root listed in {REGISTRY}, or is a user or group of this host)"
+    ))
+}
+
+/// Whether the host's user or group database has this number.
+fn host_knows(id: u32) -> bool {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(id));
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(id));
+    !matches!((user, group), (Ok(None), Ok(None)))
+}
+
+/// The root that claims `uid`, if any.
+fn claim_holder(uid: u32) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(Path::new(REGISTRY).join(uid.to_string())).ok()?;
+    Some(PathBuf::from(text.trim_end_matches('\n')))
+}
+
+/// A claim nobody needs any more: its root is gone, or records another user.
+fn is_stale(holder: &Path, uid: u32) -> bool {
+    match read_record(&holder.join(RECORD_FILE)) {
+        Ok(Some(user)) => user.uid != uid || user.name.is_some(),
+        Ok(None) => true,
+        // Unreadable but there: keep it rather than hand the uid out twice.
+        Err(_) => !holder.exists(),
+    }
+}
+
+fn write_claim(uid: u32, root: &Path) -> Result<(), String> {
+    let path = Path::new(REGISTRY).join(uid.to_string());
+    let mut text = root.as_os_str().as_encoded_bytes().to_vec();
+    text.push(b'\n');
+    super::files::write_atomically(&path, &text)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The registry's lock, held while a uid is looked at and claimed.
+fn lock_registry() -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    std::fs::create_dir_all(REGISTRY).map_err(|e| format!("cannot create {REGISTRY}: {e}"))?;
+    let path = Path::new(REGISTRY).join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| format!("cannot lock {}: {e}", path.display()))
+}
+
+/// The folders a service's release is given, made (or handed over) for its user.
+#[derive(Debug, Clone)]
+pub struct Folders {
+    /// `STATE_DIRECTORY` and `HOME`: kept across releases.
+    pub data: PathBuf,
+    /// `TMPDIR`.
+    pub tmp: PathBuf,
+}
+
+/// The service's own folders under `root`, and its release folders (where it runs, where its
+/// executable is: a signed release runs from its verified copy) readable by it: made for
+/// `user` (or left rollgate's own where there is none: an unconfined release). The root itself
+/// and `releases/` get search permission for others (never listing) so that a release can
+/// reach its folder.
+pub fn prepare(
+    root: &Path,
+    release_dirs: &[&Path],
+    user: Option<&ServiceUser>,
+) -> std::io::Result<Folders> {
+    let folders = Folders {
+        data: root.join(DATA_DIR),
+        tmp: root.join(TMP_DIR),
+    };
+    let prepared = [&folders.data, &folders.tmp]
+        .into_iter()
+        .try_for_each(|dir| make_private(dir, user))
+        .and_then(|()| match user {
+            Some(user) => release_dirs
+                .iter()
+                .try_for_each(|dir| open_the_way(root, dir, user.gid)),
+            None => Ok(()),
+        });
+    prepared.map(|()| folders).map_err(std::io::Error::other)
+}
+
+/// Every folder from the root down to the release's (`releases/`, or a verified copy's
+/// `.verified/`) searchable by others, never listable; the release folder the service's.
+fn open_the_way(root: &Path, release_dir: &Path, gid: u32) -> Result<(), String> {
+    let inside = release_dir.parent().into_iter().flat_map(Path::ancestors);
+    for dir in inside.take_while(|dir| dir.starts_with(root)) {
+        add_mode(dir, 0o001)?;
+    }
+    give_group(release_dir, gid)
+}
+
+/// `dir`, made if missing, mode 0700, owned by `user` (the whole tree handed over when it
+/// belonged to someone else: the service's user changed).
+fn make_private(dir: &Path, user: Option<&ServiceUser>) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot prepare {}: {e}", dir.display());
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail(e)),
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    let (uid, gid) = match user {
+        Some(u) => (u.uid, u.gid),
+        None => (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ),
+    };
+    let meta = std::fs::symlink_metadata(dir).map_err(fail)?;
+    if meta.uid() != uid || meta.gid() != gid {
+        hand_over(dir, uid, gid).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// Gives `path` and everything under it to `uid`:`gid` (links themselves, never what they
+/// point at).
+fn hand_over(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            hand_over(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+fn add_mode(dir: &Path, bits: u32) -> Result<(), String> {
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & bits != bits {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | bits))
+            .map_err(|e| format!("cannot change the mode of {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The release folder: rollgate's, with the service's group, mode 0750.
+fn give_group(release_dir: &Path, gid: u32) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot prepare {}: {e}", release_dir.display());
+    let meta = std::fs::metadata(release_dir).map_err(fail)?;
+    if meta.gid() != gid {
+        std::os::unix::fs::chown(release_dir, None, Some(gid)).map_err(fail)?;
+    }
+    if meta.permissions().mode() & 0o7777 != 0o750 {
+        std::fs::set_permissions(release_dir, std::fs::Permissions::from_mode(0o750))
+            .map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// Why `user` cannot execute `file`, said as the folder or file that stops it and the way out;
+/// None when nothing in its path does.
+pub fn why_unreachable(file: &Path, user: &ServiceUser) -> Option<String> {
+    let mut path = PathBuf::from("/");
+    let components: Vec<_> = file.components().skip(1).collect();
+    for (n, component) in components.iter().enumerate() {
+        let meta = std::fs::metadata(&path).ok()?;
+        if !allows(&meta, user, 0o1) {
+            return Some(format!(
+                "{user} cannot enter {} (mode {:04o}, owner uid {}): give others search permission (chmod o+x {}), or name a user who can in isolation.user",
+                path.display(),
+                meta.permissions().mode() & 0o7777,
+                meta.uid(),
+                path.display()
+            ));
+        }
+        path.push(component);
+        if n + 1 == components.len() {
+            let meta = std::fs::metadata(&path).ok()?;
+            if !allows(&meta, user, 0o5) {
+                return Some(format!(
+                    "{user} cannot read and execute {} (mode {:04o}, owner uid {}): chmod o+rx it",
+                    path.display(),
+                    meta.permissions().mode() & 0o7777,
+                    meta.uid()
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Whether `meta`'s mode gives `user` every bit of `wanted` (rwx as 4, 2, 1).
+fn allows(meta: &std::fs::Metadata, user: &ServiceUser, wanted: u32) -> bool {
+    let mode = meta.permissions().mode();
+    let bits = if meta.uid() == user.uid {
+        mode >> 6
+    } else if meta.gid() == user.gid {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & wanted == wanted
+}
+
+/// Who a service's releases would run as, said without allocating or writing anything (for a
+/// dry run).
+pub fn planned(root: &Path, named: Option<&str>) -> String {
+    if !can_switch_user() {
+        return format!(
+            "rollgate's own user (uid {}): only root can run a release as another user",
+            nix::unistd::geteuid()
+        );
+    }
+    if let Some(name) = named {
+        return match existing_user(name) {
+            Ok(user) => user.to_string(),
+            Err(e) => format!("REFUSED: {e}"),
+        };
+    }
+    match read_record(&root.join(RECORD_FILE)) {
+        Ok(Some(user)) if user.name.is_none() => {
+            format!("uid {} (its own, recorded in {RECORD_FILE})", user.uid)
+        }
+        _ => format!("a uid of its own from {FIRST_UID}-{LAST_UID}, allocated at its first start"),
+    }
+}
+
+/// The real uid process `pid` runs as (`/proc/PID/status`), if it exists.
+pub fn uid_of(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
