@@ -469,7 +469,8 @@ fn confinement_words(settings: &Settings) -> String {
     }
     let unheld = l.unheld();
     format!(
-        "no new privileges, no capability, no supplementary group; {tree}; limits: {}{}",
+        "no new privileges, no capability, no supplementary group; {}; {tree}; limits: {}{}",
+        crate::host::filesystem::describe(),
         if limits.is_empty() {
             "none".to_string()
         } else {

@@ -61,6 +61,8 @@ struct Live {
     limits: crate::host::cgroup::Limits,
     /// The existing user it runs as (policy `isolation.user`); none: the service's own uid.
     user: Option<String>,
+    /// Folders it may write besides its own.
+    writable: Vec<std::path::PathBuf>,
 }
 
 impl Live {
@@ -93,6 +95,10 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
         let unconfined = settings.as_ref().is_some_and(|s| s.unconfined);
         let limits = settings.as_ref().map(|s| s.limits).unwrap_or_default();
         let user = settings.as_ref().and_then(|s| s.user.clone());
+        let writable = settings
+            .as_ref()
+            .map(|s| s.writable.clone())
+            .unwrap_or_default();
         let probe = settings.map(|s| s.probe).unwrap_or_default();
         return Ok(set
             .replicas
@@ -111,6 +117,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                 unconfined,
                 limits,
                 user: user.clone(),
+                writable: writable.clone(),
             })
             .collect());
     }
@@ -124,6 +131,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             unconfined: p.unconfined,
             limits: p.limits,
             user: p.user,
+            writable: p.writable,
             service: p.service,
             slot: None,
             version: p.version,
@@ -189,6 +197,7 @@ async fn start(
         limits: live.limits,
         root: &root.0,
         user: live.user.as_deref(),
+        writable: &live.writable,
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);

@@ -81,6 +81,7 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
             unconfined: false,
             limits: Default::default(),
             user: None,
+            writable: Vec::new(),
             listen: None,
             analysis: None,
         },
@@ -135,6 +136,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         unconfined: rollout.settings.unconfined,
         limits: rollout.settings.limits,
         user: rollout.settings.user.clone(),
+        writable: rollout.settings.writable.clone(),
     });
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {

@@ -48,6 +48,8 @@ pub struct Settings {
     pub limits: crate::host::cgroup::Limits,
     /// The existing user its releases run as (`isolation.user`); none: the service's own uid.
     pub user: Option<String>,
+    /// Folders its releases may write besides their own (`isolation.writable`).
+    pub writable: Vec<std::path::PathBuf>,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -121,6 +123,10 @@ pub fn resolve_with_watch(
         unconfined,
         limits,
         user: isolation.and_then(|i| i.user.clone()),
+        writable: isolation
+            .and_then(|i| i.writable.as_ref())
+            .map(|w| w.iter().map(std::path::PathBuf::from).collect())
+            .unwrap_or_default(),
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -241,6 +247,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             unconfined: s.unconfined,
             limits: s.limits,
             user: s.user.clone(),
+            writable: s.writable.clone(),
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -400,6 +407,7 @@ pub(super) mod tests {
             unconfined: false,
             limits: Default::default(),
             user: None,
+            writable: Vec::new(),
         }
     }
 

@@ -257,6 +257,7 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
         unconfined: rollout.settings.unconfined,
         limits: rollout.settings.limits,
         user: rollout.settings.user.clone(),
+        writable: rollout.settings.writable.clone(),
     };
     // The same process stays live since it was switched to (only its fallback may change).
     if let Some(live) = root.read_pointer().ok().flatten() {

@@ -461,6 +461,7 @@ impl Executor {
                         limits: self.rollout.settings.limits,
                         root: &root.0,
                         user: self.rollout.settings.user.as_deref(),
+                        writable: &self.rollout.settings.writable,
                     })?;
                     Ok((child, socket))
                 })

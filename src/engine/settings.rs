@@ -260,6 +260,7 @@ fn resolved(
             unconfined: gate.unconfined,
             limits: gate.limits,
             user: gate.user,
+            writable: gate.writable,
         },
         classes,
     })

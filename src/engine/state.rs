@@ -154,6 +154,9 @@ pub struct Settings {
     /// The existing user its releases run as (policy `isolation.user`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Folders its releases may write besides their own (policy `isolation.writable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -629,6 +629,7 @@ mod tests {
                 unconfined: false,
                 limits: Default::default(),
                 user: None,
+                writable: Vec::new(),
                 listen: None,
                 analysis: None,
             },

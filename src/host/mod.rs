@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod config;
 pub mod fault;
 pub mod files;
+pub mod filesystem;
 pub mod hooks;
 pub mod identity;
 pub mod journal;

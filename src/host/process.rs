@@ -180,6 +180,8 @@ pub struct Launch<'a> {
     pub root: &'a Path,
     /// The existing user the policy names (`isolation.user`); none: the service's own uid.
     pub user: Option<&'a str>,
+    /// Folders it may write besides its own (`isolation.writable`).
+    pub writable: &'a [std::path::PathBuf],
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -250,10 +252,20 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let listen = launch.listen;
     let confined = launch.confined;
     let switch_to = user.as_ref().map(|u| (u.uid, u.gid));
+    // Its filesystem, built here (it opens and allocates), enforced in the child.
+    let mut fence = match confined {
+        true => Some(super::filesystem::ruleset(&super::filesystem::Reach {
+            release: &release_dirs,
+            writable: &[&folders.data, &folders.tmp],
+            listed: launch.writable,
+        })?),
+        false => None,
+    };
     // Its own cgroup, where the host has one to give: every process it starts stays in it.
     let entry = super::cgroup::entry(&launch.limits);
-    // SAFETY: setsid, dup2, fcntl and the cgroup entry's open, write and close are
-    // async-signal-safe and touch nothing of the parent. In
+    // SAFETY: setsid, dup2, fcntl, the cgroup entry's open, write and close, the credential
+    // calls and Landlock's prctl and restrict_self are system calls that touch nothing of the
+    // parent (the ruleset was built before the fork; its fd is closed after). In
     // the child, whatever was at fd 3 was close-on-exec (rollgate opens everything so), so
     // putting the socket there loses nothing the release would have had.
     unsafe {
@@ -267,6 +279,9 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             }
             if let Some((uid, gid)) = switch_to {
                 become_user(uid, gid)?;
+            }
+            if let Some(fence) = fence.take() {
+                super::filesystem::enforce(fence)?;
             }
             if let Some(fd) = listen {
                 let first = super::listen::FIRST_FD;

@@ -59,6 +59,9 @@ pub struct Pointer {
     /// The existing user it runs as (policy `isolation.user`): `up` starts it as that user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Folders it may write besides its own (policy `isolation.writable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -161,6 +161,7 @@ pub struct IsolationPolicy {
     pub cpu_pct: Option<u64>,
     pub nofile: Option<u64>,
     pub user: Option<String>,
+    pub writable: Option<Vec<String>>,
 }
 
 /// The policy's `analysis` as written (every field optional; the contract bounds them).

@@ -1135,6 +1135,89 @@ fn each_service_runs_as_a_uid_of_its_own_which_owns_only_its_state() {
     assert_eq!(b.pointer().unwrap()["version"], "v2");
 }
 
+/// Issue 59, a filesystem it cannot escape: a confined release reads the system and its own
+/// release, but not another root's files or /tmp even where their modes let everyone in, and
+/// writes only its state, its TMPDIR and what `isolation.writable` lists; unconfined, the same
+/// acts succeed (so the test can fail).
+#[test]
+fn a_release_reaches_only_the_system_its_release_and_what_the_policy_lists() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = crate::common::bin();
+    let (site, other) = (Site::new(), Site::new());
+    let open_to_all = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    // Another root's file and a file in a folder of /tmp, both readable and writable by all.
+    let theirs = write(other.root(), "notes", "other service's notes\n");
+    open_to_all(&theirs, 0o666);
+    let loose = tempfile::tempdir().unwrap();
+    open_to_all(loose.path(), 0o777);
+    let listed = tempfile::tempdir().unwrap();
+    open_to_all(listed.path(), 0o777);
+    let acts = format!(
+        "out=\"$STATE_DIRECTORY/$ROLLGATE_VERSION\"\n\
+         head -c 4 /etc/hostname >/dev/null 2>&1 && echo ok > \"$out-system\"\n\
+         cat ./edge-svc >/dev/null 2>&1 && echo ok > \"$out-release\"\n\
+         cat '{theirs}' > \"$out-theirs\" 2>&1\n\
+         touch '{loose}/x' 2> \"$out-tmp\" && echo written >> \"$out-tmp\"\n\
+         touch '{listed}/x' 2> \"$out-listed\" && echo written >> \"$out-listed\"\n\
+         exec '{bin}' sample-service\n",
+        theirs = theirs.display(),
+        loose = loose.path().display(),
+        listed = listed.path().display(),
+        bin = bin.display()
+    );
+    site.script("v1", &acts);
+    site.script("v2", &acts);
+    let policy = |isolation: &str| {
+        write(
+            site.root(),
+            "fs.json",
+            &format!(
+                r#"{{"edge_svc": {{"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
+                    "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
+            ),
+        )
+        .display()
+        .to_string()
+    };
+    let read = |name: &str| {
+        std::fs::read_to_string(site.root().join(format!("data/{name}")))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let confined = policy(&format!(
+        r#"{{"writable": ["{}"]}}"#,
+        listed.path().display()
+    ));
+    let out = site.deploy(free_port(), "v1", &["--policy", &confined]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(read("v1-system"), "ok");
+    assert_eq!(read("v1-release"), "ok");
+    assert!(
+        read("v1-theirs").contains("Permission denied"),
+        "{}",
+        read("v1-theirs")
+    );
+    assert!(
+        read("v1-tmp").contains("Permission denied"),
+        "{}",
+        read("v1-tmp")
+    );
+    assert_eq!(read("v1-listed"), "written");
+    assert!(!loose.path().join("x").exists());
+
+    let out = site.deploy(
+        free_port(),
+        "v2",
+        &["--policy", &policy(r#"{"enabled": false}"#)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(read("v2-theirs"), "other service's notes");
+    assert_eq!(read("v2-tmp"), "written");
+}
+
 /// A policy whose `isolation` sets these limits (and no watch).
 fn limited(site: &Site, isolation: &str) -> String {
     write(
@@ -1163,9 +1246,10 @@ fn memory_pids_and_open_files_are_held_to_the_policys_limits_and_an_oom_kill_is_
     let policy = limited(&site, r#"{"memory_mb": 64}"#);
     let dry = site.deploy(free_port(), "hog", &["--policy", &policy, "--dry-run"]);
     assert!(
-        stdout(&dry).contains(
-            "no new privileges, no capability, no supplementary group; its own process tree under "
-        ) && stdout(&dry).contains("limits: memory 64 MiB"),
+        stdout(&dry)
+            .contains("no new privileges, no capability, no supplementary group; Landlock ABI ")
+            && stdout(&dry).contains("; its own process tree under ")
+            && stdout(&dry).contains("limits: memory 64 MiB"),
         "{}",
         stdout(&dry)
     );
