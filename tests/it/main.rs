@@ -20,6 +20,7 @@ mod fleet;
 mod follow;
 mod hardening;
 mod hooks;
+mod hostile;
 mod lab;
 mod layers;
 mod listen;
