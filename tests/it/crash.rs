@@ -149,6 +149,7 @@ fn assert_whole(site: &Site, k: u64) {
         );
     }
     assert!(!pool_versions(site).is_empty(), "K={k}: the pool is empty");
+    assert_trees(site, k);
     // A signed root's floor is the last release promoted there, whoever promoted it.
     if let Some(floor) = json(site, "release-floor") {
         let promoted = site
@@ -185,6 +186,44 @@ fn assert_whole(site: &Site, k: u64) {
         hooks.lines().count() <= 1,
         "K={k}: post hooks ran more than once: {hooks}"
     );
+}
+
+/// Issue 59: every release process that runs is in a tree of its own under rollgate's, and no
+/// tree of a release that no longer runs is left behind (the sweep takes empty trees only once
+/// they are 10 s old, so a tree left by the crash is still there when this looks).
+fn assert_trees(site: &Site, k: u64) {
+    let base = crate::deploy::cgroup_base();
+    if base.is_empty() {
+        return;
+    }
+    for pid in site.processes() {
+        let carries_token = std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|b| *b == 0)
+                .any(|var| var.starts_with(b"ROLLGATE_DEPLOY_TOKEN="))
+        });
+        let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        assert!(
+            !carries_token || groups.lines().any(|l| l.starts_with("0::/rollgate/")),
+            "K={k}: release process {pid} is in no tree of rollgate's: {groups}"
+        );
+    }
+    let logged: std::collections::BTreeSet<i64> = site
+        .log_lines()
+        .iter()
+        .filter_map(|l| l["pid"].as_i64())
+        .collect();
+    let trees: Vec<String> = std::fs::read_dir(&base)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    for pid in logged.iter().filter(|pid| !alive(**pid as i32)) {
+        let prefix = format!("{pid}-");
+        let left: Vec<&String> = trees.iter().filter(|t| t.starts_with(&prefix)).collect();
+        assert!(
+            left.is_empty(),
+            "K={k}: the tree of stopped release {pid} is left behind: {left:?}"
+        );
+    }
 }
 
 struct Scenario<'a> {

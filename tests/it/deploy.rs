@@ -909,7 +909,7 @@ fn a_setsid_daemon_of_a_retired_release_dies_with_it() {
 
 /// The v2 hierarchy rollgate keeps release trees in (`/sys/fs/cgroup/unified` on this hybrid
 /// machine, `/sys/fs/cgroup` on a pure v2 host).
-fn cgroup_base() -> String {
+pub(crate) fn cgroup_base() -> String {
     ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
         .into_iter()
         .find(|m| std::path::Path::new(m).join("rollgate").is_dir())
