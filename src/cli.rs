@@ -324,6 +324,11 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// Count nothing (only to measure what counting costs: bench/proxy_bench.sh).
         #[arg(long, hide = true)]
         no_counting: bool,
+        /// Serve as this user: bind the listeners and the control socket and read the
+        /// certificates as root, then switch to NAME (its group, no other) for serving
+        /// (docs/isolation.md). The ACME state folder is handed to it.
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
         /// Serve HTTPS on ADDR (TLS 1.3 and 1.2; HTTP/2 or HTTP/1.1 by ALPN); plain HTTP on
         /// --listen then answers every request with a 308 to https.
         #[arg(long, value_name = "ADDR")]

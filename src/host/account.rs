@@ -265,7 +265,7 @@ fn make_private(dir: &Path, user: Option<&ServiceUser>) -> Result<(), String> {
 
 /// Gives `path` and everything under it to `uid`:`gid` (links themselves, never what they
 /// point at).
-fn hand_over(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+pub fn hand_over(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
     if std::fs::symlink_metadata(path)?.is_dir() {
         for entry in std::fs::read_dir(path)? {

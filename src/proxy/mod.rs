@@ -82,6 +82,8 @@ pub struct Options {
     pub metrics_listen: Option<SocketAddr>,
     /// Count what each release answers (off only to measure what counting costs).
     pub counting: bool,
+    /// Serve as this user once everything is bound (`--user`).
+    pub user: Option<String>,
     /// Where to serve TLS (none: plain HTTP only). With it, `listen` redirects to https.
     pub tls_listen: Option<SocketAddr>,
     /// The certificates TLS serves, by name (`--tls-cert NAME=CERT,KEY`).
@@ -195,6 +197,25 @@ pub fn run(options: Options) -> Result<(), Error> {
     serve(options, serves, resolver)
 }
 
+/// `--user NAME`: the proxy leaves root for NAME (its primary group, no supplementary one;
+/// real, effective and saved ids alike, so it cannot come back), after handing it the ACME
+/// state folder it renews certificates into. Every thread at once: glibc's wrappers.
+fn become_user(name: &str, acme_state: Option<&std::path::Path>) -> Result<(), Error> {
+    use nix::unistd::{setgroups, setresgid, setresuid, User};
+    let refused = |why: String| Error::Refused(format!("--user {name}: {why}"));
+    let user = User::from_name(name)
+        .map_err(|e| refused(format!("cannot read the user database: {e}")))?
+        .ok_or_else(|| refused("no such user on this host (see /etc/passwd)".into()))?;
+    if let Some(state) = acme_state {
+        crate::host::account::hand_over(state, user.uid.as_raw(), user.gid.as_raw())
+            .map_err(|e| refused(format!("cannot hand {} to it: {e}", state.display())))?;
+    }
+    setgroups(&[])
+        .and_then(|()| setresgid(user.gid, user.gid, user.gid))
+        .and_then(|()| setresuid(user.uid, user.uid, user.uid))
+        .map_err(|e| refused(format!("cannot switch to it: {e} (only root can)")))
+}
+
 fn serve(
     options: Options,
     serves: Serves,
@@ -302,6 +323,10 @@ fn serve(
             }
         })
         .map_err(|e| Error::Refused(e.to_string()))?;
+    // Everything privileged is done: listeners, the control socket, the certificates.
+    if let Some(name) = &options.user {
+        become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
+    }
     let said = match &config {
         Some(_) => reload::describe(&router, resolver.as_deref()),
         None => router.routes[0].service.root_text.clone(),

@@ -1314,3 +1314,58 @@ fn a_kept_connection_the_release_closed_while_idle_is_not_used_again() {
     }
     assert_eq!(accepted.load(Ordering::SeqCst), 6);
 }
+
+/// Issue 59: `proxy --user NAME` binds and reads as root, then serves as NAME (no other group),
+/// following the live release through a deploy; a user the host does not have is refused
+/// before anything is served.
+#[test]
+fn proxy_user_serves_as_that_user_and_follows_a_deploy() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = crate::common::http::Proxy::start(&site, &["--user", "nobody"]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.child.id())).unwrap();
+    let ids = |field: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(ids("Uid:"), "65534 65534 65534 65534");
+    assert_eq!(ids("Groups:"), "");
+    let version = || {
+        crate::common::http::Conn::open(proxy.port)
+            .and_then(|mut c| c.get("/", ""))
+            .map(|a| a.body)
+            .unwrap_or_default()
+    };
+    assert!(version().contains("v1"), "{}", version());
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(10, || version().contains("v2")), "{}", version());
+
+    let refused = rollgate()
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--user",
+        ])
+        .arg("no-such-user-here")
+        .arg("--root")
+        .arg(Site::new().root())
+        .timeout(std::time::Duration::from_secs(20))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--user no-such-user-here: no such user on this host"),
+        "{}",
+        stderr(&refused)
+    );
+}
