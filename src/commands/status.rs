@@ -222,9 +222,17 @@ fn confinement(p: &crate::engine::LiveStatus) -> String {
     .into_iter()
     .flatten()
     .collect();
+    let own_user = !crate::host::account::can_switch_user();
     format!(
         "yes ({}no privileges; tree {}; limits {})",
-        p.uid.map(|uid| format!("uid {uid}; ")).unwrap_or_default(),
+        p.uid
+            .map(|uid| match own_user {
+                true => format!(
+                    "uid {uid}, rollgate's own: NOT a user of its own, only root can switch users; "
+                ),
+                false => format!("uid {uid}; "),
+            })
+            .unwrap_or_default(),
         p.tree.as_deref().unwrap_or("none: its process group"),
         if limits.is_empty() {
             "none".into()

@@ -39,8 +39,10 @@ pub fn base() -> Option<&'static Path> {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(_) => return None,
         }
-        // A tree must be makeable and enterable: `cgroup.kill` is what ends one (Linux 5.14).
-        base.join("cgroup.procs").is_file().then_some(base)
+        // A tree must be makeable and enterable (`cgroup.kill` is what ends one, Linux 5.14):
+        // the folder there may be root's while rollgate runs as another user.
+        let writable = nix::unistd::access(&base, nix::unistd::AccessFlags::W_OK).is_ok();
+        (writable && base.join("cgroup.procs").is_file()).then_some(base)
     })
     .as_deref()
 }

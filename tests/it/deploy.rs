@@ -1218,6 +1218,58 @@ fn a_release_reaches_only_the_system_its_release_and_what_the_policy_lists() {
     assert_eq!(read("v2-tmp"), "written");
 }
 
+/// Issue 59, rollgate not root: it does what an unprivileged process can (no new privileges,
+/// Landlock) and says what it could not — no user of the service's own, no tree where the
+/// cgroup folder is root's — in `--dry-run` and `status`, and the deploy still works.
+#[test]
+fn a_rollgate_that_is_not_root_confines_what_it_can_and_says_what_it_cannot() {
+    use std::os::unix::process::CommandExt;
+    let site = Site::new();
+    site.release("v1", "");
+    let nobody = 65534;
+    for entry in [
+        site.root().to_path_buf(),
+        site.root().join("releases"),
+        site.root().join("releases/v1"),
+        site.root().join("releases/v1/edge-svc"),
+    ] {
+        std::os::unix::fs::chown(&entry, Some(nobody), Some(nobody)).unwrap();
+    }
+    let as_nobody = |args: &[&str]| {
+        std::process::Command::new(crate::common::bin())
+            .args(args)
+            .arg("--root")
+            .arg(site.root())
+            .uid(nobody)
+            .gid(nobody)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    let port = free_port().to_string();
+    let dry = as_nobody(&["deploy", "edge-svc", &port, "v1", "--dry-run"]);
+    assert!(
+        stdout(&dry).contains(
+            "rollgate's own user (uid 65534): only root can run a release as another user"
+        ) && stdout(&dry).contains("its process group (no writable cgroup v2 hierarchy here)"),
+        "{}",
+        stdout(&dry)
+    );
+    let out = as_nobody(&["deploy", "edge-svc", &port, "v1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = as_nobody(&["status"]);
+    assert!(
+        stdout(&status).contains(
+            "yes (uid 65534, rollgate's own: NOT a user of its own, only root can switch users; no privileges; tree none: its process group;"
+        ),
+        "{}",
+        stdout(&status)
+    );
+    let pid = site.live_pid().unwrap();
+    let own = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(own.contains("NoNewPrivs:\t1"), "{own}");
+}
+
 /// A policy whose `isolation` sets these limits (and no watch).
 fn limited(site: &Site, isolation: &str) -> String {
     write(
