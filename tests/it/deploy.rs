@@ -957,18 +957,8 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
     );
 
     // The way out: the same acts allowed, and the deploy says it is not confined.
-    let unconfined = write(
-        site.root(),
-        "unconfined.json",
-        r#"{"edge_svc": {"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
-            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
-            "isolation": {"enabled": false}}}"#,
-    );
-    let out = site.deploy(
-        free_port(),
-        "v2",
-        &["--policy", unconfined.to_str().unwrap()],
-    );
+    let unconfined = limited(&site, r#"{"enabled": false}"#);
+    let out = site.deploy(free_port(), "v2", &["--policy", &unconfined]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("v2 runs NOT confined"),
@@ -1107,19 +1097,7 @@ fn each_service_runs_as_a_uid_of_its_own_which_owns_only_its_state() {
     assert_eq!(read(&a, "v1-own-secret"), "hunter2");
 
     // A named user instead; root is refused before anything starts.
-    let named = |user: &str| {
-        write(
-            b.root(),
-            "named.json",
-            &format!(
-                r#"{{"edge_svc": {{"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
-                    "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
-                    "isolation": {{"user": "{user}"}}}}}}"#
-            ),
-        )
-        .display()
-        .to_string()
-    };
+    let named = |user: &str| limited(&b, &format!(r#"{{"user": "{user}"}}"#));
     b.script("v2", &acts(&a));
     let out = b.deploy(free_port(), "v2", &["--policy", &named("nobody")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -1169,18 +1147,7 @@ fn a_release_reaches_only_the_system_its_release_and_what_the_policy_lists() {
     );
     site.script("v1", &acts);
     site.script("v2", &acts);
-    let policy = |isolation: &str| {
-        write(
-            site.root(),
-            "fs.json",
-            &format!(
-                r#"{{"edge_svc": {{"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
-                    "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
-            ),
-        )
-        .display()
-        .to_string()
-    };
+    let policy = |isolation: &str| limited(&site, isolation);
     let read = |name: &str| {
         std::fs::read_to_string(site.root().join(format!("data/{name}")))
             .unwrap_or_default()
@@ -1272,16 +1239,7 @@ fn a_rollgate_that_is_not_root_confines_what_it_can_and_says_what_it_cannot() {
 
 /// A policy whose `isolation` sets these limits (and no watch).
 fn limited(site: &Site, isolation: &str) -> String {
-    write(
-        site.root(),
-        "limited.json",
-        &format!(
-            r#"{{"edge_svc": {{"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
-                "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
-        ),
-    )
-    .display()
-    .to_string()
+    isolation_policy(site, 30_000, isolation)
 }
 
 /// Issue 59, limits: a release that touches more memory than `isolation.memory_mb` is killed by

@@ -97,17 +97,9 @@ fn hostile(site: &Site, version: &str, other: &Site, proxy_pid: u32, marker: &st
     );
 }
 
+/// The acts take seconds before the release serves (2 GiB, 2000 forks): a generous deadline.
 fn policy(site: &Site, isolation: &str) -> String {
-    write(
-        site.root(),
-        "hostile-policy.json",
-        &format!(
-            r#"{{"edge_svc": {{"progress_deadline_ms": 120000, "poll_ms": 100, "max_unavailable_pct": 0,
-                "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
-        ),
-    )
-    .display()
-    .to_string()
+    isolation_policy(site, 120_000, isolation)
 }
 
 fn acts(site: &Site, version: &str) -> serde_json::Map<String, serde_json::Value> {

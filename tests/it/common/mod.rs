@@ -821,6 +821,21 @@ pub fn make_executable(path: &Path) {
 }
 
 /// `rollgate secret set NAME` with the value on standard input.
+/// A policy for `edge_svc` with this readiness deadline, no watch, and this `isolation`
+/// (a JSON object), written into the root; its path.
+pub fn isolation_policy(site: &Site, deadline_ms: u64, isolation: &str) -> String {
+    write(
+        site.root(),
+        "isolation-policy.json",
+        &format!(
+            r#"{{"edge_svc": {{"progress_deadline_ms": {deadline_ms}, "poll_ms": 100, "max_unavailable_pct": 0,
+                "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0, "isolation": {isolation}}}}}"#
+        ),
+    )
+    .display()
+    .to_string()
+}
+
 pub fn set_secret(site: &Site, name: &str, value: &str) -> std::process::Output {
     let mut child = std::process::Command::new(crate::common::bin())
         .args(["secret", "set", name, "--root"])
