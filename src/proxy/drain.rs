@@ -239,17 +239,23 @@ pub async fn listen(root: &Path) -> Result<UnixListener, Fault> {
             ),
         ));
     }
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).map_err(|e| {
+    // Bound under a private name, restricted, then renamed into place: the socket never
+    // appears at its real path with the umask's mode (a peer is still checked by uid in `serve`).
+    let staging = root.join(format!(".{SOCKET_FILE}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&staging);
+    let listener = UnixListener::bind(&staging).map_err(|e| {
         Fault::unwritable(&path, format!("cannot listen on {}: {e}", path.display()))
     })?;
-    // Someone connecting between bind and chmod is still checked by uid in `serve`.
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
-        Fault::unwritable(
-            &path,
-            format!("cannot restrict {} to its owner: {e}", path.display()),
-        )
-    })?;
+    let placed = std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))
+        .and_then(|()| {
+            std::fs::rename(&staging, &path)
+                .map_err(|e| format!("cannot place {}: {e}", path.display()))
+        });
+    if let Err(why) = placed {
+        let _ = std::fs::remove_file(&staging);
+        return Err(Fault::unwritable(&path, why));
+    }
     Ok(listener)
 }
 
