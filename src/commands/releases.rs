@@ -36,6 +36,10 @@ pub struct Listed {
     pub last_outcome: Option<String>,
     /// `live`, `fallback`, `in_flight`, `last_good`, `floor`, `replica`.
     pub marks: Vec<&'static str>,
+    /// How its running processes are held, as the kernel says (`uid 70001, confined`); none
+    /// when none of it runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs_as: Vec<String>,
 }
 
 /// The releases of the root, oldest install first.
@@ -137,6 +141,7 @@ fn describe(
         config,
         last_outcome: outcomes.get(version).cloned(),
         marks: marks.of_version(version),
+        runs_as: marks.held_as(version),
     })
 }
 
@@ -148,6 +153,8 @@ struct Marks {
     last_good: Option<String>,
     floor: Option<String>,
     replicas: Vec<String>,
+    /// Every running process the root names, by version.
+    running: Vec<(String, i32)>,
 }
 
 impl Marks {
@@ -179,7 +186,33 @@ impl Marks {
             replicas: replicas
                 .map(|set| set.replicas.iter().map(|r| r.version.clone()).collect())
                 .unwrap_or_default(),
+            running: pointer
+                .into_iter()
+                .flat_map(|p| {
+                    std::iter::once((p.version.clone(), p.pid))
+                        .chain(p.fallback.iter().map(|f| (f.version.clone(), f.pid)))
+                })
+                .chain(
+                    replicas
+                        .into_iter()
+                        .flat_map(|set| set.replicas.iter().map(|r| (r.version.clone(), r.pid))),
+                )
+                .collect(),
         })
+    }
+
+    /// How `version`'s running processes are held, each different way once.
+    fn held_as(&self, version: &str) -> Vec<String> {
+        let mut said: Vec<String> = Vec::new();
+        for (_, pid) in self.running.iter().filter(|(v, _)| v == version) {
+            if let Some(held) = crate::host::account::held_as(*pid) {
+                let words = held.to_string();
+                if !said.contains(&words) {
+                    said.push(words);
+                }
+            }
+        }
+        said
     }
 
     fn of_version(&self, version: &str) -> Vec<&'static str> {
@@ -226,11 +259,11 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
             .collect()),
         Format::Csv => {
             let mut out = String::from(
-                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks\n",
+                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks,runs_as\n",
             );
             for l in &listed {
                 out.push_str(&format!(
-                    "{},{},{},{},{},{},{},{},{}\n",
+                    "{},{},{},{},{},{},{},{},{},\"{}\"\n",
                     l.version,
                     l.installed_at.map_or(String::new(), |t| format!("{t:.3}")),
                     l.size.map_or(String::new(), |s| s.to_string()),
@@ -240,6 +273,7 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     l.config.as_deref().unwrap_or(""),
                     l.last_outcome.as_deref().unwrap_or(""),
                     l.marks.join(" "),
+                    l.runs_as.join("; "),
                 ));
             }
             Ok(out)
@@ -262,8 +296,16 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     "config",
                     "last_outcome",
                     "marks",
+                    "runs as",
                 ],
-                &["version", "installed", "digest", "last_outcome", "marks"],
+                &[
+                    "version",
+                    "installed",
+                    "digest",
+                    "last_outcome",
+                    "marks",
+                    "runs as",
+                ],
             );
             for l in &listed {
                 grid.push(vec![
@@ -275,6 +317,11 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     l.config.as_deref().unwrap_or("-").into(),
                     l.last_outcome.clone().unwrap_or_else(|| "-".into()).into(),
                     l.marks.join(", ").into(),
+                    match l.runs_as.is_empty() {
+                        true => "-".to_string(),
+                        false => l.runs_as.join("; "),
+                    }
+                    .into(),
                 ]);
             }
             Ok(grid.render(layout))

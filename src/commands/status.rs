@@ -206,40 +206,19 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
 
 /// How the live release runs: without privileges (or not), its tree, its limits.
 fn confinement(p: &crate::engine::LiveStatus) -> String {
-    if !p.confined {
-        return format!(
-            "NO: isolation.enabled = false, rollgate's own privileges{}",
-            p.uid.map(|uid| format!(" (uid {uid})")).unwrap_or_default()
-        );
-    }
-    let l = &p.limits;
-    let limits: Vec<String> = [
-        l.memory_mb.map(|mb| format!("memory {mb} MiB")),
-        l.pids.map(|n| format!("{n} processes")),
-        l.cpu_pct.map(|pct| format!("{pct} % of a core")),
-        l.nofile.map(|n| format!("{n} open files")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let own_user = !crate::host::account::can_switch_user();
-    format!(
-        "yes ({}no privileges; tree {}; limits {})",
-        p.uid
-            .map(|uid| match own_user {
-                true => format!(
-                    "uid {uid}, rollgate's own: NOT a user of its own, only root can switch users; "
-                ),
-                false => format!("uid {uid}; "),
-            })
-            .unwrap_or_default(),
-        p.tree.as_deref().unwrap_or("none: its process group"),
-        if limits.is_empty() {
-            "none".into()
-        } else {
-            limits.join(", ")
-        }
-    )
+    use crate::render::confinement::{words, Held, Limits};
+    words(&Held {
+        confined: p.confined,
+        uid: p.uid,
+        own_user: p.own_user,
+        tree: p.tree.as_deref(),
+        limits: Limits {
+            memory_mb: p.limits.memory_mb,
+            pids: p.limits.pids,
+            cpu_pct: p.limits.cpu_pct,
+            nofile: p.limits.nofile,
+        },
+    })
 }
 
 /// `4 replicas: 3 on v2 (3 running), 1 on v1 (1 running)`.

@@ -188,11 +188,25 @@ impl Voice for DeployVoice {
 
     fn note(&self, note: &Note, rollout: &Rollout, words: &Words, root: &Root) -> Option<Said> {
         let tail = match note.event {
-            LogEvent::RolledBack => crate::host::output::quote_settled(
-                &root.output_path(&rollout.to, &rollout.service),
-                3,
-                crate::host::output::SETTLE,
-            ),
+            LogEvent::RolledBack => {
+                let said = crate::host::output::quote_settled(
+                    &root.output_path(&rollout.to, &rollout.service),
+                    3,
+                    crate::host::output::SETTLE,
+                );
+                // A confined release refused something by the kernel: which rule, and the
+                // policy line that allows it.
+                let hint = match rollout.settings.unconfined {
+                    true => None,
+                    false => {
+                        crate::host::confine::hint(&said, &root.0, &root.release_dir(&rollout.to))
+                    }
+                };
+                match hint {
+                    Some(hint) => format!("{said} [{hint}]"),
+                    None => said,
+                }
+            }
             _ => String::new(),
         };
         line(note, rollout, words, root, &tail).map(Said::Deploy)

@@ -305,7 +305,12 @@ impl Executor {
             Phase::Running | Phase::Paused => return,
         };
         let facts = self.voice.hook_facts(r, hook);
-        match r.hooks.run(hook, &self.context.root.0, &facts).await {
+        let isolation = r.settings.isolation();
+        match r
+            .hooks
+            .run(hook, &self.context.root.0, &facts, &isolation)
+            .await
+        {
             Some(Ok(ran)) => {
                 let _ = self.say(self.voice.hook_ended(r, LogEvent::HookRan, ran));
             }

@@ -101,7 +101,12 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
         }
         match start
             .hooks
-            .run(Hook::PreDeploy, &start.root.0, &prepared.facts)
+            .run(
+                Hook::PreDeploy,
+                &start.root.0,
+                &prepared.facts,
+                &prepared.rollout.settings.isolation(),
+            )
             .await
         {
             Some(Ok(ran)) => log_hook(&start, &prepared, journal::LogEvent::HookRan, ran)?,

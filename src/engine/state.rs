@@ -159,6 +159,18 @@ pub struct Settings {
     pub writable: Vec<std::path::PathBuf>,
 }
 
+impl Settings {
+    /// How its releases, and so its hooks, are confined.
+    pub fn isolation(&self) -> crate::host::hooks::Isolation<'_> {
+        crate::host::hooks::Isolation {
+            confined: !self.unconfined,
+            user: self.user.as_deref(),
+            writable: &self.writable,
+            limits: &self.limits,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollout {
     pub id: String,

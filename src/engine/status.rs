@@ -81,6 +81,8 @@ pub struct LiveStatus {
     /// The uid it runs as, read from the kernel while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// Its uid is rollgate's own: rollgate is not root, so it cannot give a service a user.
+    pub own_user: bool,
 }
 
 /// A single deploy in flight.
@@ -273,6 +275,7 @@ fn live_status(
         uid: running
             .then(|| crate::host::account::uid_of(p.pid))
             .flatten(),
+        own_user: !crate::host::account::can_switch_user(),
     })
 }
 

@@ -373,3 +373,39 @@ pub fn uid_of(pid: i32) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// How a running process is held, as the kernel says it (`/proc/PID/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HeldAs {
+    pub uid: u32,
+    /// `NoNewPrivs: 1` and no effective capability: confined as rollgate starts a release.
+    pub confined: bool,
+}
+
+impl std::fmt::Display for HeldAs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.confined {
+            true => write!(f, "uid {}, confined", self.uid),
+            false => write!(f, "uid {}, NOT confined", self.uid),
+        }
+    }
+}
+
+/// How process `pid` is held, if it runs.
+pub fn held_as(pid: i32) -> Option<HeldAs> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+    };
+    let uid = field("Uid:")?.parse().ok()?;
+    let no_new_privs = field("NoNewPrivs:").as_deref() == Some("1");
+    let no_capability = field("CapEff:").is_some_and(|caps| caps.chars().all(|c| c == '0'));
+    Some(HeldAs {
+        uid,
+        confined: no_new_privs && no_capability,
+    })
+}

@@ -5,9 +5,11 @@
 //!
 //! Only the cgroup v2 hierarchy is used here, for tracking and killing (no controller, no
 //! limit): `/sys/fs/cgroup` on a pure v2 host, `/sys/fs/cgroup/unified` on a hybrid one. The
-//! trees live under `rollgate/` there, each named after its release process's identity
-//! (`PID-STARTTIME`), so any later rollgate (the next deploy, recovery after a kill -9, `up`)
-//! finds a release's tree from the pid and start time the root's records already keep.
+//! trees live under `rollgate/` there, each named after the run that started it and its
+//! release process's identity (`TOKEN~PID-STARTTIME`), so any later rollgate finds a release's
+//! tree from the pid and start time the root's records keep (the next deploy, `up`), and
+//! recovery after a kill -9 finds every tree a run started from its token alone — even one
+//! whose pid was never recorded, whose leader is gone, or whose daemon cleared its environment.
 //!
 //! The child makes its tree and enters it itself, between fork and exec, named after its own
 //! pid and start time (a v2 cgroup cannot be renamed once made, so it is born with its name).
@@ -146,7 +148,7 @@ impl Knob {
 }
 
 /// The way into a tree of its own, for a release process to take between fork and exec: it
-/// makes `BASE/PID-STARTTIME` (its own identity, read from `/proc/self/stat`), writes its
+/// makes `BASE/LABEL~PID-STARTTIME` (its run's label and its own identity, read from `/proc/self/stat`), writes its
 /// limits there, and writes itself into it (and into each v1 controller's folder of the same
 /// name, on a hybrid host). Everything it needs is made before the fork; in the child it makes
 /// only async-signal-safe system calls and writes into buffers on its stack.
@@ -156,12 +158,14 @@ pub struct Entry {
     /// the tree, entered last.
     knobs: Vec<Knob>,
     nofile: Option<u64>,
+    /// `LABEL~`, the start of the tree's name.
+    label: Vec<u8>,
 }
 
 /// The way into a tree for the next release process, with these limits, where the host gives
 /// one. Trees whose processes all exited on their own (nobody stopped them) are removed on
 /// the way.
-pub fn entry(limits: &Limits) -> Option<Entry> {
+pub fn entry(limits: &Limits, label: &str) -> Option<Entry> {
     let base = base()?;
     sweep(base);
     let mut knobs = limits.knobs(base);
@@ -171,7 +175,23 @@ pub fn entry(limits: &Limits) -> Option<Entry> {
     Some(Entry {
         knobs,
         nofile: limits.nofile,
+        label: format!("{}{LABEL_END}", label_of(label)).into_bytes(),
     })
+}
+
+/// Ends the label in a tree's name (`TOKEN~PID-STARTTIME`).
+const LABEL_END: char = '~';
+
+/// `label` as a tree's name can hold it: letters, digits, `.`, `-` and `_`; anything else `_`.
+fn label_of(label: &str) -> String {
+    label
+        .chars()
+        .take(128)
+        .map(|c| match c.is_ascii_alphanumeric() || ".-_".contains(c) {
+            true => c,
+            false => '_',
+        })
+        .collect()
 }
 
 /// How old an empty tree must be before a sweep removes it: a child may be between making its
@@ -266,6 +286,7 @@ impl Entry {
             let mut path = StackPath::default();
             let named = path.push(&knob.base)
                 && path.push(b"/")
+                && path.push(&self.label)
                 && path.push(pid)
                 && path.push(b"-")
                 && path.push(start);
@@ -380,16 +401,66 @@ fn decimal(mut n: u64, buffer: &mut [u8; 20]) -> &[u8] {
     &buffer[at..]
 }
 
-fn name_of(who: &Identity) -> PathBuf {
-    base()
-        .unwrap_or(Path::new("/nonexistent"))
-        .join(format!("{}-{}", who.pid, who.start_time))
+/// The end of the name of `who`'s tree.
+fn identity_part(who: &Identity) -> String {
+    format!("{}-{}", who.pid, who.start_time)
+}
+
+/// The trees under the base whose name passes `wanted` (label, identity).
+fn trees(wanted: impl Fn(&str, &str) -> bool) -> Vec<Tree> {
+    let Some(Ok(entries)) = base().map(std::fs::read_dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            // A tree made by a rollgate before labels: its identity alone.
+            let (label, identity) = name.rsplit_once(LABEL_END).unwrap_or(("", &name));
+            wanted(label, identity)
+        })
+        .map(|e| Tree { dir: e.path() })
+        .filter(|t| t.dir.is_dir())
+        .collect()
 }
 
 /// The tree of a release process rollgate started (None: started without one).
 pub fn of(who: &Identity) -> Option<Tree> {
-    let dir = name_of(who);
-    dir.is_dir().then_some(Tree { dir })
+    let identity = identity_part(who);
+    trees(|_, id| id == identity).into_iter().next()
+}
+
+/// The trees a run labelled `label` started (its token), each with its leader's identity as
+/// its name says (the leader may be gone; the tree is still its).
+pub fn started_by(label: &str) -> Vec<(Tree, Identity)> {
+    let label = label_of(label);
+    labelled(|l| l == label)
+}
+
+/// The trees of every run whose label starts with `prefix` (a rollout's replicas), with each
+/// one's label.
+pub fn started_by_prefix(prefix: &str) -> Vec<(Tree, Identity, String)> {
+    let prefix = label_of(prefix);
+    let found = labelled(|l| l.starts_with(&prefix));
+    found
+        .into_iter()
+        .map(|(tree, who)| {
+            let label = tree.label();
+            (tree, who, label)
+        })
+        .collect()
+}
+
+/// The populated trees whose label passes `wanted`; the empty ones are removed on the way
+/// (they are asked for by a run's recovery, under its root's lock: nothing of that run is
+/// still starting).
+fn labelled(wanted: impl Fn(&str) -> bool) -> Vec<(Tree, Identity)> {
+    trees(|label, _| wanted(label))
+        .into_iter()
+        .filter(|tree| tree.is_populated() || !tree.remove())
+        .filter_map(|tree| Some((tree.clone(), tree.leader()?)))
+        .collect()
 }
 
 /// A release's tree: every process it started, wherever they went.
@@ -399,6 +470,27 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// The identity its name says its leader had.
+    pub fn leader(&self) -> Option<Identity> {
+        let name = self.dir.file_name()?.to_str()?;
+        let identity = name.rsplit_once(LABEL_END).map_or(name, |(_, id)| id);
+        let (pid, start) = identity.split_once('-')?;
+        Some(Identity {
+            pid: pid.parse().ok()?,
+            start_time: start.parse().ok()?,
+        })
+    }
+
+    /// The label its name starts with (the run's token, as a name holds it).
+    pub fn label(&self) -> String {
+        let name = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        name.and_then(|n| n.rsplit_once(LABEL_END).map(|(label, _)| label.to_string()))
+            .unwrap_or_default()
+    }
+
     /// Where it is in the cgroup filesystem.
     pub fn path(&self) -> &Path {
         &self.dir
@@ -458,7 +550,8 @@ fn v1_folders(name: &std::ffi::OsStr) -> Vec<PathBuf> {
 /// When the kernel killed a process of `who`'s tree for reaching its memory limit: that limit,
 /// in MiB (`memory.events`'s `oom_kill` on v2, `memory.oom_control`'s on v1).
 pub fn out_of_memory(who: &Identity) -> Option<u64> {
-    let name = format!("{}-{}", who.pid, who.start_time);
+    let v2 = of(who)?.dir;
+    let name = v2.file_name()?.to_os_string();
     let killed = |text: &str| {
         text.lines()
             .filter_map(|l| l.strip_prefix("oom_kill "))
@@ -470,7 +563,6 @@ pub fn out_of_memory(who: &Identity) -> Option<u64> {
             .and_then(|t| t.trim().parse::<u64>().ok())
             .map(|bytes| bytes >> 20)
     };
-    let v2 = name_of(who);
     if std::fs::read_to_string(v2.join("memory.events")).is_ok_and(|t| killed(&t)) {
         return limit_mb(v2.join("memory.max"));
     }
@@ -500,11 +592,19 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_is_named_after_its_process_identity() {
-        let who = Identity {
-            pid: 4242,
-            start_time: 987654,
+    fn a_tree_is_named_after_its_run_and_its_process_identity() {
+        let tree = Tree {
+            dir: PathBuf::from("/x/rollgate/r17.42-0-7.1~4242-987654"),
         };
-        assert!(name_of(&who).ends_with("4242-987654"));
+        let leader = tree.leader().unwrap();
+        assert_eq!((leader.pid, leader.start_time), (4242, 987654));
+        assert_eq!(tree.label(), "r17.42-0-7.1");
+        let old = Tree {
+            dir: PathBuf::from("/x/rollgate/4242-987654"),
+        };
+        assert_eq!(old.leader().unwrap().pid, 4242);
+        assert_eq!(old.label(), "");
+        assert_eq!(label_of("up-12-3"), "up-12-3");
+        assert_eq!(label_of("a/b~c"), "a_b_c");
     }
 }

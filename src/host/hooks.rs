@@ -2,9 +2,13 @@
 //! `post_promote` and `post_rollback` (their failure is logged and never undoes the outcome).
 //! Each runs in the folder of the release it is about, with that release's configuration and
 //! secrets in its environment (a migration needs the database password the release gets) and
-//! what happened in `ROLLGATE_*` variables, in its own process group, killed whole at
-//! `timeout_ms`. Its output, the last 64 KiB of it, is kept in `releases/VERSION/HOOK.output`
-//! and the end of it quoted in the log line that says how it went.
+//! what happened in `ROLLGATE_*` variables. It is confined as its service's releases are (the
+//! same user, no privileges, the same filesystem rules plus its own folder to read, a cgroup
+//! of its own with the same limits; `isolation.enabled = false` lifts it for hooks too), and
+//! its whole tree ends with it: when it exits (what it left running is killed, as systemd does
+//! for a oneshot unit) or at `timeout_ms`. Its output, the last 64 KiB of it, is kept in
+//! `releases/VERSION/HOOK.output` and the end of it quoted in the log line that says how it
+//! went.
 
 use crate::defaults;
 use std::path::{Path, PathBuf};
@@ -51,6 +55,16 @@ impl Hook {
             Hook::PostRollback => "post_rollback",
         }
     }
+}
+
+/// How the service's releases are confined (the policy's `isolation`): its hooks are so too.
+#[derive(Debug, Clone, Copy)]
+pub struct Isolation<'a> {
+    /// False only where the policy says `isolation.enabled = false`.
+    pub confined: bool,
+    pub user: Option<&'a str>,
+    pub writable: &'a [PathBuf],
+    pub limits: &'a super::cgroup::Limits,
 }
 
 /// What a hook is told, as `ROLLGATE_*` variables.
@@ -123,6 +137,7 @@ impl Hooks {
         hook: Hook,
         root: &Path,
         facts: &Facts,
+        isolation: &Isolation<'_>,
     ) -> Option<Result<String, Fault>> {
         let command = self.command(hook)?;
         Some(
@@ -131,6 +146,7 @@ impl Hooks {
                 command,
                 root,
                 facts,
+                isolation,
                 Duration::from_millis(self.timeout_ms),
             )
             .await
@@ -181,6 +197,7 @@ async fn run_command(
     command: &[String],
     root: &Path,
     facts: &Facts,
+    isolation: &Isolation<'_>,
     limit: Duration,
 ) -> Result<String, String> {
     let (program, args) = command
@@ -188,8 +205,32 @@ async fn run_command(
         .ok_or_else(|| format!("hooks.{} is empty", hook.name()))?;
     let (folder, config) = release_context(root, &facts.version)
         .map_err(|why| format!("hook {} ({program}): {why}", hook.name()))?;
+    let could_not_start =
+        |e: std::io::Error| format!("hook {} ({program}) could not start: {e}", hook.name());
+    // Its release folder as a release's (made readable to the service's user); its own folder
+    // (beside the policy file) only read, and left as it is.
+    let release: Vec<&Path> = match folder == root {
+        true => Vec::new(),
+        false => vec![folder.as_path()],
+    };
+    let own_folder: Vec<&Path> = Path::new(program).parent().into_iter().collect();
+    let confinement = super::confine::Confinement::prepare(&super::confine::Rules {
+        root,
+        confined: isolation.confined,
+        user: isolation.user,
+        release: &release,
+        readable: &own_folder,
+        writable: isolation.writable,
+        limits: isolation.limits,
+        label: &format!("hook-{}", hook.name()),
+    })
+    .map_err(could_not_start)?;
+    let user = confinement.user.clone();
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    confinement.give_folders(&mut command);
+    confinement.install(&mut command, || Ok(()));
+    let mut child = command
         .args(args)
         .current_dir(&folder)
         .envs(config)
@@ -207,11 +248,15 @@ async fn run_command(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("hook {} ({program}) could not start: {e}", hook.name()))?;
+        .map_err(|e| super::confine::Confinement::explain(user.as_ref(), Path::new(program), e))
+        .map_err(could_not_start)?;
     let pid = child.id().map(|p| p as i32);
+    // Its tree (made before exec, so there now): what ends the hook ends all it started.
+    let tree = pid
+        .and_then(super::identity::Identity::of)
+        .and_then(|who| super::cgroup::of(&who));
     // The hook is judged by its exit, not by the end of its output: a background process it
     // started may hold the pipes open long after it exited. What is read is bounded.
     let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -244,6 +289,15 @@ async fn run_command(
             .await;
         }
     }
+    // Whatever it left running ends with it (its output was judged by its exit already).
+    if let Some(tree) = &tree {
+        tree.kill();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while tree.is_populated() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tree.remove();
+    }
     for reader in &readers {
         reader.abort();
     }
@@ -265,7 +319,8 @@ async fn run_command(
         )),
         Ok((Err(e), _)) => Err(format!("hook {} ({program}): {e}", hook.name())),
         Err(()) => {
-            // Its leader is still unreaped (the wait is pending), so the group id is ours.
+            // Its leader is still unreaped (the wait is pending), so the group id is ours (the
+            // tree, where there is one, was ended above).
             if let Some(pid) = pid.filter(|p| *p > 1) {
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(pid),

@@ -7,6 +7,7 @@
 pub mod account;
 pub mod cgroup;
 pub mod config;
+pub mod confine;
 pub mod fault;
 pub mod files;
 pub mod filesystem;

@@ -194,16 +194,21 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let config = super::config::Config::of_release(launch.workdir)
         .and_then(|config| config.resolve(launch.secrets))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
-    // Who it runs as (confined, where rollgate can switch user: it is root), and the folders
-    // that are the service's own.
-    let user = match launch.confined && super::account::can_switch_user() {
-        true => Some(super::account::for_service(launch.root, launch.user)?),
-        false => None,
-    };
+    // Who it runs as, its folders, its filesystem and its cgroup (see `confine`).
     let release_dirs: Vec<&Path> = std::iter::once(launch.workdir)
         .chain(launch.executable.parent())
         .collect();
-    let folders = super::account::prepare(launch.root, &release_dirs, user.as_ref())?;
+    let confinement = super::confine::Confinement::prepare(&super::confine::Rules {
+        root: launch.root,
+        confined: launch.confined,
+        user: launch.user,
+        release: &release_dirs,
+        readable: &[],
+        writable: launch.writable,
+        limits: &launch.limits,
+        label: launch.token,
+    })?;
+    let user = confinement.user.clone();
     let output = std::fs::File::from(super::output::start(launch.output, launch.rotation)?);
     if let Some(user) = &user {
         std::os::unix::fs::fchown(&output, Some(user.uid), Some(user.gid))?;
@@ -225,10 +230,8 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .current_dir(launch.workdir)
         .env("PORT", launch.port.to_string())
         .env("ROLLGATE_VERSION", launch.version)
-        .env("ROLLGATE_DEPLOY_TOKEN", launch.token)
-        .env("STATE_DIRECTORY", &folders.data)
-        .env("HOME", &folders.data)
-        .env("TMPDIR", &folders.tmp);
+        .env("ROLLGATE_DEPLOY_TOKEN", launch.token);
+    confinement.give_folders(&mut command);
     if let Some(slot) = launch.slot {
         command.env("ROLLGATE_SLOT", slot.to_string());
     }
@@ -250,117 +253,53 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .stdout(output.try_clone()?)
         .stderr(output);
     let listen = launch.listen;
-    let confined = launch.confined;
-    let switch_to = user.as_ref().map(|u| (u.uid, u.gid));
-    // Its filesystem, built here (it opens and allocates), enforced in the child.
-    let mut fence = match confined {
-        true => Some(super::filesystem::ruleset(&super::filesystem::Reach {
-            release: &release_dirs,
-            writable: &[&folders.data, &folders.tmp],
-            listed: launch.writable,
-        })?),
-        false => None,
-    };
-    // Its own cgroup, where the host has one to give: every process it starts stays in it.
-    let entry = super::cgroup::entry(&launch.limits);
-    // SAFETY: setsid, dup2, fcntl, the cgroup entry's open, write and close, the credential
-    // calls and Landlock's prctl and restrict_self are system calls that touch nothing of the
-    // parent (the ruleset was built before the fork; its fd is closed after). In
-    // the child, whatever was at fd 3 was close-on-exec (rollgate opens everything so), so
-    // putting the socket there loses nothing the release would have had.
-    unsafe {
-        command.pre_exec(move || {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            if let Some(entry) = &entry {
-                entry.enter();
-            }
-            if confined {
-                drop_privileges();
-            }
-            if let Some((uid, gid)) = switch_to {
-                become_user(uid, gid)?;
-            }
-            if let Some(fence) = fence.take() {
-                super::filesystem::enforce(fence)?;
-            }
-            if let Some(fd) = listen {
-                let first = super::listen::FIRST_FD;
-                if fd == first {
-                    let flags = nix::fcntl::FdFlag::empty();
-                    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
-                        .map_err(std::io::Error::from)?;
-                } else if libc::dup2(fd, first) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    command.spawn().map_err(|e| match (&user, e.kind()) {
-        (Some(user), std::io::ErrorKind::PermissionDenied) => {
-            match super::account::why_unreachable(launch.executable, user) {
-                Some(why) => std::io::Error::new(e.kind(), why),
-                None => e,
+    // In the child, last: the held socket at fd 3. Whatever was there was close-on-exec
+    // (rollgate opens everything so), so putting the socket there loses nothing the release
+    // would have had; dup2 and fcntl are system calls.
+    confinement.install(&mut command, move || {
+        if let Some(fd) = listen {
+            let first = super::listen::FIRST_FD;
+            if fd == first {
+                let flags = nix::fcntl::FdFlag::empty();
+                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
+                    .map_err(std::io::Error::from)?;
+            // SAFETY: dup2 takes two integers.
+            } else if unsafe { libc::dup2(fd, first) } < 0 {
+                return Err(std::io::Error::last_os_error());
             }
         }
-        _ => e,
-    })
+        Ok(())
+    });
+    command
+        .spawn()
+        .map_err(|e| super::confine::Confinement::explain(user.as_ref(), launch.executable, e))
 }
 
-/// In the child, after [`drop_privileges`]: the service's gid, then its uid, real, effective and
-/// saved alike (so nothing can switch back; the kernel clears every capability as the uid
-/// leaves 0). Raw system calls: only this thread exists in the child, and glibc's wrappers
-/// would try to reach the parent's other threads.
-fn become_user(uid: u32, gid: u32) -> std::io::Result<()> {
-    // SAFETY: both take only integers.
-    unsafe {
-        if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
-            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// In the child between fork and exec (issue 59's "no privileges"): no new privileges
-/// (`PR_SET_NO_NEW_PRIVS`: a setuid binary inside the release gains nothing), every capability
-/// dropped from the bounding set (so the exec, even as root, grants none: no port below 1024,
-/// no raw socket, no ptrace of another user's process, no capability-guarded call) and the
-/// ambient set cleared, and supplementary groups cleared. Best effort where rollgate itself is
-/// unprivileged: it cannot drop what it does not hold, and no-new-privileges always holds.
-///
-/// Only raw system calls: `setgroups` through `syscall(2)`, not glibc's wrapper, which would
-/// try to reach the parent's other threads.
-fn drop_privileges() {
-    // SAFETY: prctl and setgroups take only integers and a null pointer; no memory is touched.
-    unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        );
-        // Every capability the kernel knows (CAP_LAST_CAP is 40 on 6.x; 63 bounds any future
-        // one): a number past the last fails with EINVAL, which ends nothing.
-        for capability in 0..64 {
-            libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
-        }
-    }
-}
-
-/// Finds processes started with `ROLLGATE_DEPLOY_TOKEN=token`: the candidate of a deployer
-/// that died between spawning it and recording its pid.
+/// The release processes a run with this token started: the candidate of a deployer that died
+/// between spawning it and recording its pid. Found by the cgroup trees labelled with the
+/// token where the host gives trees (a tree whose leader is gone still names it, and stopping
+/// it ends what is left); by `ROLLGATE_DEPLOY_TOKEN=token` in `/proc/*/environ` where not.
 pub fn find_by_token(token: &str) -> Vec<Identity> {
+    if super::cgroup::base().is_some() {
+        return super::cgroup::started_by(token)
+            .into_iter()
+            .map(|(_, who)| who)
+            .collect();
+    }
     let needle = format!("ROLLGATE_DEPLOY_TOKEN={token}");
     find_by_environment(|var| var == needle.as_bytes())
 }
 
-/// Finds every process whose token starts with `prefix` (all the replicas a rollout started).
+/// Every release process a run whose token starts with `prefix` started (all the replicas a
+/// rollout started), with its token; by cgroup where the host gives trees, as
+/// [`find_by_token`].
 pub fn find_by_token_prefix(prefix: &str) -> Vec<(Identity, String)> {
+    if super::cgroup::base().is_some() {
+        return super::cgroup::started_by_prefix(prefix)
+            .into_iter()
+            .map(|(_, who, token)| (who, token))
+            .collect();
+    }
     let needle = format!("ROLLGATE_DEPLOY_TOKEN={prefix}");
     let found = find_by_environment(|var| var.starts_with(needle.as_bytes()));
     found

@@ -2,6 +2,7 @@
 //! rollgate's style, CSV fields, and times and durations for a person. Knows nothing of deploys,
 //! rollouts or logs.
 
+pub mod confinement;
 pub mod page;
 pub mod page_model;
 pub mod table;

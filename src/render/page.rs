@@ -127,6 +127,20 @@ fn live(state: &RootView) -> String {
             if live.answering { "answering" } else { "not answering" }
         )),
     }
+    if let Some((live, confined)) = state.live.as_ref().and_then(|l| Some((l, l.confined?))) {
+        let words = super::confinement::words(&super::confinement::Held {
+            confined,
+            uid: live.uid,
+            own_user: live.own_user,
+            tree: live.tree.as_deref(),
+            limits: live.limits,
+        });
+        html.push_str(&format!(
+            "<p class=\"held\">confined: <span class=\"{}\">{}</span></p>",
+            if confined { "good" } else { "bad" },
+            escape(&words)
+        ));
+    }
     if let Some(replicas) = &state.replicas {
         html.push_str("<table class=\"replicas\"><tr><th>slot</th><th>version</th><th>port</th><th>pid</th><th>up for</th><th>answering</th><th>class</th></tr>");
         for replica in replicas {

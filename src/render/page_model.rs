@@ -112,6 +112,12 @@ pub struct LiveView {
     pub pid: Option<i32>,
     pub live_for_s: Option<f64>,
     pub answering: bool,
+    /// How it is held (absent from an older console's API: nothing said).
+    pub confined: Option<bool>,
+    pub uid: Option<u32>,
+    pub own_user: bool,
+    pub tree: Option<String>,
+    pub limits: super::confinement::Limits,
 }
 
 /// One replica of the pool.

@@ -188,6 +188,16 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
         .last()
         .is_some_and(|(e, v)| e == "promoted" && v == "v2")));
     assert!(wait_for(20, || browser.text().contains("promoted")));
+    // Issue 59: how the live release is held, as `status` says it.
+    if let Ok(record) = std::fs::read_to_string(site.root().join("service-user.json")) {
+        let uid = serde_json::from_str::<serde_json::Value>(&record).unwrap()["uid"].clone();
+        let held = format!("confined: yes (uid {uid}; no privileges; tree ");
+        assert!(
+            wait_for(20, || browser.text().contains(&held)),
+            "{}",
+            browser.text()
+        );
+    }
     browser.screenshot("console-promoted");
 }
 

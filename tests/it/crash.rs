@@ -181,7 +181,7 @@ fn assert_whole(site: &Site, k: u64) {
         let pid = pointer["pid"].as_i64().unwrap() as i32;
         assert!(alive(pid), "K={k}: the live release {pid} does not run");
     }
-    let hooks = std::fs::read_to_string(site.root().join("hooks.out")).unwrap_or_default();
+    let hooks = std::fs::read_to_string(hooks_out(site)).unwrap_or_default();
     assert!(
         hooks.lines().count() <= 1,
         "K={k}: post hooks ran more than once: {hooks}"
@@ -217,12 +217,32 @@ fn assert_trees(site: &Site, k: u64) {
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .collect();
     for pid in logged.iter().filter(|pid| !alive(**pid as i32)) {
-        let prefix = format!("{pid}-");
-        let left: Vec<&String> = trees.iter().filter(|t| t.starts_with(&prefix)).collect();
+        let identity = format!("~{pid}-");
+        let left: Vec<&String> = trees.iter().filter(|t| t.contains(&identity)).collect();
         assert!(
             left.is_empty(),
             "K={k}: the tree of stopped release {pid} is left behind: {left:?}"
         );
+    }
+    // No empty tree of this root's runs is left (trees are named `TOKEN~PID-STARTTIME`).
+    let tokens: std::collections::BTreeSet<String> = site
+        .log_lines()
+        .iter()
+        .filter_map(|l| l["token"].as_str().map(str::to_string))
+        .collect();
+    for tree in &trees {
+        let Some((label, _)) = tree.split_once('~') else {
+            continue;
+        };
+        if tokens.contains(label) {
+            let procs =
+                std::fs::read_to_string(format!("{base}/{tree}/cgroup.procs")).unwrap_or_default();
+            assert!(
+                !procs.trim().is_empty()
+                    || !std::path::Path::new(&format!("{base}/{tree}")).exists(),
+                "K={k}: the empty tree {tree} of this root's run is left behind"
+            );
+        }
     }
 }
 
@@ -312,7 +332,7 @@ fn install_v1(site: &Site, block: u16, replicas: usize, surge_pct: u32, unavaila
     ];
     let out = rollgate_run(site, &args, None);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    std::fs::remove_file(site.root().join("hooks.out")).unwrap();
+    std::fs::remove_file(hooks_out(site)).unwrap();
 }
 
 fn rollout_v2(site: &Site) -> Vec<String> {

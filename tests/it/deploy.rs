@@ -603,17 +603,30 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
     let site = Site::new();
     first_release(&site);
     let port = free_port();
-    let mut orphan = std::process::Command::new(crate::common::bin())
+    let token = "token-from-a-dead-run";
+    // Where the host gives cgroup trees, the candidate is found by its tree (labelled with the
+    // run's token), even with no token left in its environment; elsewhere by its environment.
+    let base = cgroup_base();
+    let mut orphan = std::process::Command::new(crate::common::bin());
+    orphan
         .arg("sample-service")
         .current_dir(site.root())
-        .env("PORT", port.to_string())
-        .env("ROLLGATE_DEPLOY_TOKEN", "token-from-a-dead-run")
-        .spawn()
-        .unwrap();
+        .env("PORT", port.to_string());
+    if base.is_empty() {
+        orphan.env("ROLLGATE_DEPLOY_TOKEN", token);
+    }
+    let mut orphan = orphan.spawn().unwrap();
+    if !base.is_empty() {
+        let pid = orphan.id() as i32;
+        let tree =
+            std::path::Path::new(&base).join(format!("{token}~{pid}-{}", start_time_of(pid)));
+        std::fs::create_dir(&tree).unwrap();
+        std::fs::write(tree.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
     left_candidate(
         &site,
         port,
-        "token-from-a-dead-run",
+        token,
         serde_json::json!({"stage": "spawning", "started_at": 1.0}),
     );
     site.release("v3", "");
@@ -628,6 +641,14 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
     );
     assert!(wait_for(5, || !alive(orphan.id() as i32)));
     orphan.wait().unwrap();
+    // And its tree with it.
+    if !base.is_empty() {
+        let left = std::fs::read_dir(&base)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(token));
+        assert!(!left, "the orphan's tree is left behind");
+    }
 }
 
 #[test]
@@ -901,10 +922,22 @@ fn a_setsid_daemon_of_a_retired_release_dies_with_it() {
     );
     // Its tree is gone too; v2's is there.
     let v2 = site.live_pid().unwrap();
-    let tree = |pid: i32| {
-        std::path::Path::new(&cgroup_base()).join(format!("{pid}-{}", start_time_of(pid)))
-    };
-    assert!(tree(v2).is_dir(), "{}", tree(v2).display());
+    let tree = tree_of(v2).expect("v2 has a tree");
+    assert!(
+        tree.file_name().unwrap().to_string_lossy().contains('~'),
+        "named after its run: {}",
+        tree.display()
+    );
+}
+
+/// The cgroup tree rollgate made for release process `pid` (`BASE/TOKEN~PID-STARTTIME`).
+pub(crate) fn tree_of(pid: i32) -> Option<std::path::PathBuf> {
+    let identity = format!("~{pid}-{}", start_time_of(pid));
+    std::fs::read_dir(cgroup_base())
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(&identity))
+        .map(|e| e.path())
 }
 
 /// The v2 hierarchy rollgate keeps release trees in (`/sys/fs/cgroup/unified` on this hybrid
@@ -955,6 +988,20 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
         "{}",
         read("v1", "raw")
     );
+    // `release list` says how the running release is held, as the kernel says it.
+    let runs_as = |version: &str| {
+        crate::release_list::list(&site)
+            .into_iter()
+            .find(|l| l["version"] == version)
+            .map(|l| l["runs_as"].clone())
+    };
+    let uid = std::fs::read_to_string(site.root().join("service-user.json"))
+        .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["uid"].clone())
+        .unwrap();
+    assert_eq!(
+        runs_as("v1"),
+        Some(serde_json::json!([format!("uid {uid}, confined")]))
+    );
 
     // The way out: the same acts allowed, and the deploy says it is not confined.
     let unconfined = limited(&site, r#"{"enabled": false}"#);
@@ -983,6 +1030,10 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
         "{started}"
     );
     assert_eq!(site.pointer().unwrap()["unconfined"], true);
+    assert_eq!(
+        runs_as("v2"),
+        Some(serde_json::json!(["uid 0, NOT confined"]))
+    );
 }
 
 /// Issue 59, a user per service: each service's releases run as a uid of its own from
@@ -1476,5 +1527,56 @@ fn ready_then_hog(site: &Site, version: &str, after_s: f64) {
              http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), Ready).serve_forever()\n\
              PY\n"
         ),
+    );
+}
+
+/// Issue 59: a release that relied on being root (it writes beside its code, it binds port 80)
+/// fails confined with the rule that stopped it and the policy line that allows it, on the
+/// terminal and in the log — not a bare EACCES.
+#[test]
+fn a_release_that_relied_on_being_root_fails_naming_the_rule_and_the_policy_line() {
+    if !crate::hooks::nix_is_root() {
+        return;
+    }
+    let site = Site::new();
+    site.script(
+        "v1",
+        "/usr/bin/python3 -c \"open('$PWD/cache.db', 'w')\"\nsleep 30\n",
+    );
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    let release = site.root().join("releases/v1");
+    assert!(
+        said.contains(&format!(
+            "Permission denied: '{}/cache.db'",
+            release.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("is in the release folder, which its user only reads")
+            && said.contains("$STATE_DIRECTORY")
+            && said.contains("isolation.writable"),
+        "{said}"
+    );
+    let logged = site.log_lines().last().cloned().unwrap();
+    assert_eq!(logged["event"], "rolled_back");
+    assert!(
+        logged["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is in the release folder"),
+        "{logged}"
+    );
+
+    site.script("v2", "exec /usr/bin/python3 -m http.server 80\n");
+    let out = site.deploy(free_port(), "v2", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no privileges, so a port below 1024 is refused")
+            && stderr(&out).contains("isolation.enabled = false"),
+        "{}",
+        stderr(&out)
     );
 }

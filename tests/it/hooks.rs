@@ -55,7 +55,7 @@ fn a_failing_pre_deploy_refuses_with_nothing_started() {
         "{pre_deploy: [./check.sh, --strict]}",
         &[("check", "echo \"change freeze: $1\" >&2\nexit 4\n")],
     );
-    site.script("v2", "touch \"$(dirname \"$0\")/started\"\nsleep 30\n");
+    site.script("v2", "touch \"$STATE_DIRECTORY/started\"\nsleep 30\n");
     let before = site.log_lines().len();
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -78,7 +78,7 @@ fn a_failing_pre_deploy_refuses_with_nothing_started() {
         "{detail}"
     );
     assert_eq!(site.pointer().unwrap()["version"], "v1");
-    assert!(!site.root().join("releases/v2/started").exists());
+    assert!(!site.root().join("data/started").exists());
 }
 
 #[test]
@@ -115,18 +115,18 @@ fn post_hooks_see_what_happened() {
         &site,
         "{pre_deploy: [./pre.sh], post_promote: [./promoted.sh], post_rollback: [./rolled-back.sh]}",
         &[
-            ("pre", "env > \"$ROLLGATE_ROOT/pre.env\"\n"),
-            ("promoted", "env > \"$ROLLGATE_ROOT/promoted.env\"\n"),
-            ("rolled-back", "env > \"$ROLLGATE_ROOT/rolled-back.env\"\n"),
+            ("pre", "env > \"$STATE_DIRECTORY/pre.env\"\n"),
+            ("promoted", "env > \"$STATE_DIRECTORY/promoted.env\"\n"),
+            ("rolled-back", "env > \"$STATE_DIRECTORY/rolled-back.env\"\n"),
         ],
     );
     site.release("v2", "");
     let v2_port = free_port();
     let out = site.deploy(v2_port, "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let pre = facts(&site.root().join("pre.env"));
+    let pre = facts(&site.root().join("data/pre.env"));
     assert_eq!(pre["ROLLGATE_HOOK"], "pre_deploy");
-    let promoted = facts(&site.root().join("promoted.env"));
+    let promoted = facts(&site.root().join("data/promoted.env"));
     assert_eq!(promoted["ROLLGATE_HOOK"], "post_promote");
     assert_eq!(promoted["ROLLGATE_SERVICE"], "edge-svc");
     assert_eq!(promoted["ROLLGATE_VERSION"], "v2");
@@ -134,12 +134,12 @@ fn post_hooks_see_what_happened() {
     assert_eq!(promoted["ROLLGATE_PORTS"], v2_port.to_string());
     assert_eq!(promoted["ROLLGATE_PREVIOUS_PORTS"], v1_port.to_string());
     assert_eq!(promoted["ROLLGATE_REASON"], "");
-    assert!(!site.root().join("rolled-back.env").exists());
+    assert!(!site.root().join("data/rolled-back.env").exists());
 
     site.release("v3", "--readyz-status 503");
     let out = site.deploy(free_port(), "v3", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let rolled_back = facts(&site.root().join("rolled-back.env"));
+    let rolled_back = facts(&site.root().join("data/rolled-back.env"));
     assert_eq!(rolled_back["ROLLGATE_VERSION"], "v3");
     assert_eq!(rolled_back["ROLLGATE_PREVIOUS_VERSION"], "v2");
     assert_eq!(rolled_back["ROLLGATE_REASON"], "not ready after 500 ms");
@@ -182,7 +182,7 @@ fn a_rollouts_post_promote_sees_every_new_replicas_port() {
     let policy = policy(
         &site,
         "{post_promote: [./promoted.sh]}",
-        &[("promoted", "env > \"$ROLLGATE_ROOT/promoted.env\"\n")],
+        &[("promoted", "env > \"$STATE_DIRECTORY/promoted.env\"\n")],
     );
     let first = port_block(10);
     let ports = format!("{first}-{}", first + 9);
@@ -191,7 +191,7 @@ fn a_rollouts_post_promote_sees_every_new_replicas_port() {
         &["--replicas", "3", "--policy", &policy, "--ports", &ports],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let promoted = facts(&site.root().join("promoted.env"));
+    let promoted = facts(&site.root().join("data/promoted.env"));
     assert_eq!(promoted["ROLLGATE_VERSION"], "v1");
     assert_eq!(
         promoted["ROLLGATE_PORTS"].split(',').count(),
@@ -215,7 +215,80 @@ fn a_hook_that_exits_at_once_is_judged_by_its_exit_not_by_a_background_child_hol
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(site.pointer().unwrap()["version"], "v2");
+    // Issue 59: what a hook leaves running ends with it (its cgroup is killed as it exits).
+    if !crate::deploy::cgroup_base().is_empty() {
+        assert!(
+            wait_for(5, || !a_process_mentions(&marker)),
+            "the hook's background child outlived it"
+        );
+    }
     send_signal_to_marker(&marker);
+}
+
+/// Issue 59: a hook runs as its service's releases do — the service's uid, no privileges, the
+/// same filesystem rules — and `isolation.enabled = false` gives it rollgate's own back.
+#[test]
+fn a_hook_runs_confined_as_its_service_unless_isolation_is_off() {
+    if !nix_is_root() {
+        return;
+    }
+    let site = Site::new();
+    v1_live(&site);
+    let acts = "id -u > \"$STATE_DIRECTORY/$ROLLGATE_HOOK.uid\"\n\
+                grep NoNewPrivs /proc/self/status >> \"$STATE_DIRECTORY/$ROLLGATE_HOOK.uid\"\n\
+                (echo x > \"$ROLLGATE_ROOT/escaped\") 2>/dev/null && echo wrote-root >> \"$STATE_DIRECTORY/$ROLLGATE_HOOK.uid\"\n\
+                (ls /root) >/dev/null 2>&1 && echo listed-root >> \"$STATE_DIRECTORY/$ROLLGATE_HOOK.uid\"\n\
+                exit 0\n";
+    let confined = policy(&site, "{pre_deploy: [./acts.sh]}", &[("acts", acts)]);
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--policy", &confined]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(site.root().join("service-user.json")).unwrap(),
+    )
+    .unwrap();
+    let said = std::fs::read_to_string(site.root().join("data/pre_deploy.uid")).unwrap();
+    let mut lines = said.lines();
+    assert_eq!(
+        lines.next(),
+        Some(record["uid"].to_string().as_str()),
+        "{said}"
+    );
+    assert_eq!(
+        lines
+            .next()
+            .map(str::split_whitespace)
+            .and_then(|mut w| w.nth(1)),
+        Some("1"),
+        "{said}"
+    );
+    assert_eq!(
+        lines.next(),
+        None,
+        "a confined hook reached what it must not: {said}"
+    );
+    assert!(!site.root().join("escaped").exists());
+
+    // Off: rollgate's own user and privileges, and it can write in the root.
+    let off = std::fs::read_to_string(&confined).unwrap() + "  isolation:\n    enabled: false\n";
+    std::fs::write(&confined, off).unwrap();
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &["--policy", &confined]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = std::fs::read_to_string(site.root().join("data/pre_deploy.uid")).unwrap();
+    assert!(said.starts_with("0\n"), "{said}");
+    assert!(
+        said.contains("wrote-root") && said.contains("listed-root"),
+        "{said}"
+    );
+    assert!(site.root().join("escaped").exists());
+}
+
+pub(crate) fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
 /// Ends the background process a hook left (by its marker argument).

@@ -182,3 +182,52 @@ fn a_hostile_release_is_refused_all_twelve_acts_and_allowed_them_unconfined() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(wait_for(10, || !a_process_mentions(&marker)));
 }
+
+/// Issue 59: the daemon of a release whose rollgate was killed (kill -9, mid-gate) dies when
+/// recovery runs at the next deploy — found by its release's cgroup tree, though it left the
+/// release's session and cleared its environment (no token for a scan of environments to find).
+#[test]
+fn a_daemon_left_by_a_release_whose_rollgate_was_killed_dies_when_recovery_runs() {
+    let site = Site::new();
+    let marker = format!(
+        "{}.{}",
+        6000 + std::process::id() % 1000,
+        std::process::id()
+    );
+    site.script(
+        "v1",
+        &format!(
+            "env -i setsid sh -c 'sleep {marker}' </dev/null >/dev/null 2>&1 &\nexec sleep 300\n"
+        ),
+    );
+    let mut deployer = site.deploy_in_background("v1", "60000");
+    assert!(
+        wait_for(10, || a_process_mentions(&marker)),
+        "the daemon started"
+    );
+    deployer.kill().unwrap();
+    deployer.wait().unwrap();
+    assert!(
+        a_process_mentions(&marker),
+        "the daemon outlives its rollgate until recovery"
+    );
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(10, || !a_process_mentions(&marker)),
+        "the daemon outlived recovery"
+    );
+    let abandoned = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "rolled_back" && l["version"] == "v1")
+        .expect("v1's deploy is settled as abandoned");
+    assert!(
+        abandoned["detail"]
+            .as_str()
+            .unwrap()
+            .contains("died before an outcome"),
+        "{abandoned}"
+    );
+}

@@ -325,7 +325,7 @@ fn defect_07_a_pause_that_loses_the_race_with_the_rollouts_end_is_refused_and_ru
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    let hooks = || std::fs::read_to_string(site.root().join("hooks.out")).unwrap();
+    let hooks = || std::fs::read_to_string(hooks_out(&site)).unwrap();
     assert_eq!(hooks().lines().count(), 1);
     // As the pause is asked, the rollout is still running and its rollgate holds the lock;
     // then it completes and lets go without taking the request.

@@ -5,7 +5,7 @@ use crate::common::*;
 
 use serde_json::Value;
 
-fn list(site: &Site) -> Vec<Value> {
+pub(crate) fn list(site: &Site) -> Vec<Value> {
     let out = rollgate()
         .args(["release", "list", "--format", "json", "--root"])
         .arg(site.root())

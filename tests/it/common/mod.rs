@@ -691,9 +691,15 @@ pub fn hook_recorder(site: &Site) {
     let path = write(
         site.root(),
         "post.sh",
-        "#!/bin/sh\necho \"$ROLLGATE_HOOK $ROLLGATE_VERSION\" >> \"$(dirname \"$0\")/hooks.out\"\n",
+        "#!/bin/sh\necho \"$ROLLGATE_HOOK $ROLLGATE_VERSION\" >> \"$STATE_DIRECTORY/hooks.out\"\n",
     );
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Where [`hook_recorder`]'s hook writes: the service's state folder (a hook runs confined as
+/// its releases do, and writes only there).
+pub fn hooks_out(site: &Site) -> std::path::PathBuf {
+    site.root().join("data/hooks.out")
 }
 
 /// Ten ports for one test (its `block`): a test binary's blocks sit together at a place chosen

@@ -1,0 +1,301 @@
+//! What a service's process is started inside (issue 59): its user, its folders, its
+//! filesystem rules and its cgroup, prepared in the parent and taken on by the child between
+//! fork and exec. Everything rollgate starts for a service goes through here — a release
+//! process ([`super::process::spawn`]) and a hook ([`super::hooks`]) alike — so that
+//! confinement is never one command's option.
+
+use std::path::{Path, PathBuf};
+
+use landlock::RulesetCreated;
+
+use super::account::{Folders, ServiceUser};
+use super::cgroup::{Entry, Limits};
+
+/// What a process of a service is to be confined by.
+pub struct Rules<'a> {
+    /// The service's root: where its user is recorded and its own folders are.
+    pub root: &'a Path,
+    /// False only where the policy says `isolation.enabled = false`.
+    pub confined: bool,
+    /// The existing user the policy names (`isolation.user`); none: the service's own uid.
+    pub user: Option<&'a str>,
+    /// Its release folders: made readable to its user, read and executed under Landlock.
+    pub release: &'a [&'a Path],
+    /// Folders it only reads and executes, left as they are (a hook's own folder).
+    pub readable: &'a [&'a Path],
+    /// Folders it may write besides its own (`isolation.writable`).
+    pub writable: &'a [PathBuf],
+    /// What it may use.
+    pub limits: &'a Limits,
+    /// What its cgroup is named after (the run's token): recovery finds it by this.
+    pub label: &'a str,
+}
+
+/// A confinement made ready for one child.
+pub struct Confinement {
+    /// Who it runs as; none where rollgate cannot switch user (it is not root) or the policy
+    /// turned confinement off.
+    pub user: Option<ServiceUser>,
+    /// The service's own folders (`STATE_DIRECTORY`/`HOME`, `TMPDIR`).
+    pub folders: Folders,
+    confined: bool,
+    fence: Option<RulesetCreated>,
+    entry: Option<Entry>,
+}
+
+impl Confinement {
+    /// Allocates or finds the service's user, makes its folders, builds the filesystem rules and
+    /// the way into a cgroup of its own. Nothing is started yet.
+    pub fn prepare(rules: &Rules) -> std::io::Result<Confinement> {
+        let user = match rules.confined && super::account::can_switch_user() {
+            true => Some(super::account::for_service(rules.root, rules.user)?),
+            false => None,
+        };
+        let folders = super::account::prepare(rules.root, rules.release, user.as_ref())?;
+        let fence = match rules.confined {
+            true => {
+                let reach: Vec<&Path> = rules
+                    .release
+                    .iter()
+                    .chain(rules.readable)
+                    .copied()
+                    .collect();
+                Some(super::filesystem::ruleset(&super::filesystem::Reach {
+                    release: &reach,
+                    writable: &[&folders.data, &folders.tmp],
+                    listed: rules.writable,
+                })?)
+            }
+            false => None,
+        };
+        Ok(Confinement {
+            user,
+            folders,
+            confined: rules.confined,
+            fence,
+            entry: super::cgroup::entry(rules.limits, rules.label),
+        })
+    }
+
+    /// The service's folders in the child's environment.
+    pub fn give_folders(&self, command: &mut tokio::process::Command) {
+        command
+            .env("STATE_DIRECTORY", &self.folders.data)
+            .env("HOME", &self.folders.data)
+            .env("TMPDIR", &self.folders.tmp);
+    }
+
+    /// Makes the child take it on, between fork and exec: a session of its own, its cgroup,
+    /// no privileges, its user, its filesystem rules, then `also` (the last system calls
+    /// before exec).
+    pub fn install(
+        mut self,
+        command: &mut tokio::process::Command,
+        also: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
+    ) {
+        let switch_to = self.user.as_ref().map(|u| (u.uid, u.gid));
+        let confined = self.confined;
+        let entry = self.entry.take();
+        let mut fence = self.fence.take();
+        // SAFETY: setsid, the cgroup entry's open, write and close, the credential calls and
+        // Landlock's prctl and restrict_self are system calls that touch nothing of the parent
+        // (the ruleset was built before the fork; its fd is closed after); `also` is held to
+        // the same rule by its callers.
+        unsafe {
+            command.pre_exec(move || {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                if let Some(entry) = &entry {
+                    entry.enter();
+                }
+                if confined {
+                    drop_privileges();
+                }
+                if let Some((uid, gid)) = switch_to {
+                    become_user(uid, gid)?;
+                }
+                if let Some(fence) = fence.take() {
+                    super::filesystem::enforce(fence)?;
+                }
+                also()
+            });
+        }
+    }
+
+    /// A start refused for permission, said as the folder or file that stops its user from
+    /// reaching `program` and the way out (the error as it was otherwise).
+    pub fn explain(
+        user: Option<&ServiceUser>,
+        program: &Path,
+        e: std::io::Error,
+    ) -> std::io::Error {
+        match (user, e.kind()) {
+            (Some(user), std::io::ErrorKind::PermissionDenied) => {
+                match super::account::why_unreachable(program, user) {
+                    Some(why) => std::io::Error::new(e.kind(), why),
+                    None => e,
+                }
+            }
+            _ => e,
+        }
+    }
+}
+
+/// In the child, after [`drop_privileges`]: the service's gid, then its uid, real, effective and
+/// saved alike (so nothing can switch back; the kernel clears every capability as the uid
+/// leaves 0). Raw system calls: only this thread exists in the child, and glibc's wrappers
+/// would try to reach the parent's other threads.
+fn become_user(uid: u32, gid: u32) -> std::io::Result<()> {
+    // SAFETY: both take only integers.
+    unsafe {
+        if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// In the child between fork and exec (issue 59's "no privileges"): no new privileges
+/// (`PR_SET_NO_NEW_PRIVS`: a setuid binary inside the release gains nothing), every capability
+/// dropped from the bounding set (so the exec, even as root, grants none: no port below 1024,
+/// no raw socket, no ptrace of another user's process, no capability-guarded call) and the
+/// ambient set cleared, and supplementary groups cleared. Best effort where rollgate itself is
+/// unprivileged: it cannot drop what it does not hold, and no-new-privileges always holds.
+///
+/// Only raw system calls: `setgroups` through `syscall(2)`, not glibc's wrapper, which would
+/// try to reach the parent's other threads.
+fn drop_privileges() {
+    // SAFETY: prctl and setgroups take only integers and a null pointer; no memory is touched.
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        // Every capability the kernel knows (CAP_LAST_CAP is 40 on 6.x; 63 bounds any future
+        // one): a number past the last fails with EINVAL, which ends nothing.
+        for capability in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
+        }
+    }
+}
+
+/// Why a confined release that failed may have failed, when its own words say the kernel
+/// refused it something: the rule that did and the policy line that allows it (a release
+/// that relied on being root otherwise shows a bare EACCES). None when its words say nothing
+/// of the kind.
+pub fn hint(said: &str, root: &Path, release: &Path) -> Option<String> {
+    let lower = said.to_ascii_lowercase();
+    let refused = [
+        "permission denied",
+        "eacces",
+        "operation not permitted",
+        "eperm",
+        "read-only file system",
+        "erofs",
+    ]
+    .iter()
+    .any(|words| lower.contains(words));
+    if !refused {
+        return None;
+    }
+    let about_a_port = ["bind", "listen", "eaddr", "address"]
+        .iter()
+        .any(|w| lower.contains(w))
+        || privileged_port(said).is_some();
+    if about_a_port {
+        let port =
+            privileged_port(said).map_or("a port below 1024".to_string(), |p| format!("port {p}"));
+        return Some(format!(
+            "confined: a release has no privileges, so {port} is refused; listen on $PORT (rollgate's proxy serves 80 and 443), or set isolation.enabled = false in the policy to run it with rollgate's own"
+        ));
+    }
+    let data = root.join(super::account::DATA_DIR);
+    match refused_path(said) {
+        Some(path) if path.starts_with(release) || path.starts_with(root.join("releases")) => Some(format!(
+            "confined: {} is in the release folder, which its user only reads; write into $STATE_DIRECTORY ({}) or $TMPDIR, or list the folder in the policy's isolation.writable",
+            path.display(),
+            data.display()
+        )),
+        Some(path) => Some(format!(
+            "confined: Landlock lets a release write only $STATE_DIRECTORY, $TMPDIR and the policy's isolation.writable, and read the system and its release; to reach {} add its folder to isolation.writable (\"isolation\": {{\"writable\": [\"{}\"]}}), or set isolation.enabled = false",
+            path.display(),
+            path.parent().unwrap_or(&path).display()
+        )),
+        None => Some(format!(
+            "confined: it runs as its service's own user with no privileges, writing only $STATE_DIRECTORY ({}), $TMPDIR and the policy's isolation.writable; see docs/isolation.md",
+            data.display()
+        )),
+    }
+}
+
+/// The first absolute path in `said` (quoted or bare), trimmed of the punctuation around it.
+fn refused_path(said: &str) -> Option<PathBuf> {
+    said.split(|c: char| c.is_whitespace() || "'\"`,()[]".contains(c))
+        .map(|word| word.trim_end_matches([':', '.', ';']))
+        .find(|word| word.len() > 1 && word.starts_with('/') && !word.starts_with("//"))
+        .map(PathBuf::from)
+}
+
+/// A port below 1024 named as `HOST:N` (an address: `0.0.0.0:80`, `[::]:443`, `:80`) or
+/// `port N` in `said`; a time of day (`10:30:15`) is no port.
+fn privileged_port(said: &str) -> Option<u16> {
+    let addresses = said
+        .split(|c: char| c.is_whitespace() || "'\"`,()[]".contains(c))
+        .filter_map(|word| word.rsplit_once(':'))
+        .filter(|(host, _)| {
+            host.is_empty() || host.contains('.') || *host == "localhost" || host.ends_with(':')
+        })
+        .filter_map(|(_, port)| port.trim_end_matches(['.', ';']).parse::<u16>().ok());
+    let named = said.split("port ").skip(1).filter_map(|text| {
+        let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u16>().ok()
+    });
+    addresses.chain(named).find(|port| (1..1024).contains(port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_in_a_releases_words_is_explained_by_the_rule_that_made_it() {
+        let root = Path::new("/srv/app");
+        let release = Path::new("/srv/app/releases/v2");
+        // Python writing beside its code.
+        let said = "PermissionError: [Errno 13] Permission denied: '/srv/app/releases/v2/cache.db'";
+        let why = hint(said, root, release).unwrap();
+        assert!(
+            why.contains("release folder") && why.contains("$STATE_DIRECTORY (/srv/app/data)"),
+            "{why}"
+        );
+        // Node writing into /var/log.
+        let said = "Error: EACCES: permission denied, open '/var/log/app.log'";
+        let why = hint(said, root, release).unwrap();
+        assert!(why.contains("\"writable\": [\"/var/log\"]"), "{why}");
+        // A port below 1024, in both shapes.
+        let said = "Error: listen EACCES: permission denied 0.0.0.0:80";
+        assert!(hint(said, root, release)
+            .unwrap()
+            .contains("port 80 is refused"));
+        let said = "[ERROR] Can't connect to ('', 443) | PermissionError: [Errno 13] Permission denied (bind)";
+        assert!(hint(said, root, release)
+            .unwrap()
+            .contains("a port below 1024"));
+        // Nothing refused: nothing to add.
+        assert_eq!(
+            hint(
+                "ModuleNotFoundError: No module named 'flask'",
+                root,
+                release
+            ),
+            None
+        );
+        assert_eq!(privileged_port("at 10:30:15 on :8080"), None);
+    }
+}
