@@ -468,6 +468,42 @@ The demo stops the live release at the end, so nothing is left running; the file
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         program: Vec<std::ffi::OsString>,
     },
+    /// Runs a container release's container to its end through the Docker Engine: its output
+    /// on stdout and stderr, stopped (SIGTERM, the grace, kill) when this process is asked to
+    /// stop, its exit code this one's. Started by rollgate for a container release, not by
+    /// hand (see `host::container`).
+    #[command(hide = true, name = "container-run")]
+    ContainerRun {
+        /// The image ID (`sha256:…`).
+        #[arg(long)]
+        image: String,
+        /// The container's name.
+        #[arg(long)]
+        name: Option<String>,
+        /// A label, `KEY=VALUE` (prefixed `dev.rollgate.`).
+        #[arg(long, value_name = "KEY=VALUE")]
+        label: Vec<String>,
+        /// An environment variable of this process the container gets.
+        #[arg(long, value_name = "NAME")]
+        pass: Vec<String>,
+        /// `UID:GID` the container runs as.
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        memory_mb: Option<u64>,
+        #[arg(long)]
+        pids: Option<u64>,
+        #[arg(long)]
+        cpu_pct: Option<u64>,
+        #[arg(long)]
+        nofile: Option<u64>,
+        /// A folder mounted read-write at the same path.
+        #[arg(long, value_name = "PATH")]
+        bind: Vec<PathBuf>,
+        /// How long a stop waits after SIGTERM before the container is killed.
+        #[arg(long, default_value_t = 10_000)]
+        grace_ms: u64,
+    },
     /// Holds a service's listening socket for its root and hands a copy to each release
     /// rollgate starts (SCM_RIGHTS on ROOT/listen.sock). Started by rollgate when a policy
     /// has `listen`, not by hand.
@@ -898,7 +934,8 @@ content or 100000 entries; a --manifest that does not verify against ROOT/trust.
         service: String,
         /// The release's version: its folder's name under releases/.
         version: String,
-        /// An executable, a folder holding SERVICE, or a .tar.gz/.tgz archive of such a folder.
+        /// An executable, a folder holding SERVICE, a .tar.gz/.tgz archive of such a folder, or
+        /// an image: `docker-archive:FILE.tar` (what `docker save` writes; see docs/containers.md).
         source: PathBuf,
         #[command(flatten)]
         target: RootArgs,

@@ -38,6 +38,28 @@ fn listen_exec(name: &str, program: &[std::ffi::OsString]) -> ExitCode {
     ExitCode::from(127)
 }
 
+/// `rollgate container-run`: the container's exit code as this process's (a code past 255, or
+/// none, is 255); what went wrong with the engine on stderr, exit 125 as `docker run` does.
+fn container_run(spec: &rollgate::host::container::RunSpec) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("rollgate container-run: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    match runtime.block_on(rollgate::host::container::run(spec)) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(255)),
+        Err(why) => {
+            eprintln!("rollgate container-run: {why}");
+            ExitCode::from(125)
+        }
+    }
+}
+
 /// mimalloc for every command (see Cargo.toml): the proxy's hot path allocates per request.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -63,6 +85,39 @@ fn main() -> ExitCode {
         }
         // A release's start with its held socket: no runtime, only the exec.
         Command::ListenExec { name, program } => listen_exec(&name, &program),
+        // A container release's supervisor: one small runtime, no output of its own.
+        Command::ContainerRun {
+            image,
+            name,
+            label,
+            pass,
+            user,
+            memory_mb,
+            pids,
+            cpu_pct,
+            nofile,
+            bind,
+            grace_ms,
+        } => {
+            let spec = rollgate::host::container::RunSpec {
+                name: name.unwrap_or_else(|| format!("rollgate-{}", std::process::id())),
+                image,
+                labels: label
+                    .iter()
+                    .filter_map(|l| l.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                pass,
+                user,
+                memory_mb,
+                pids,
+                cpu_pct,
+                nofile,
+                binds: bind,
+                grace: Duration::from_millis(grace_ms),
+            };
+            container_run(&spec)
+        }
         command => match run(command) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {
@@ -156,7 +211,10 @@ fn run(command: Command) -> Result<u8, Error> {
             listen,
             backlog,
         } => rollgate::commands::hold::run(&target.root, listen, backlog),
-        Command::SampleService(_) | Command::OutputPump { .. } | Command::ListenExec { .. } => {
+        Command::SampleService(_)
+        | Command::OutputPump { .. }
+        | Command::ListenExec { .. }
+        | Command::ContainerRun { .. } => {
             unreachable!("run by main before the commands")
         }
         Command::Proxy {

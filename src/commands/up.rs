@@ -198,6 +198,7 @@ async fn start(
         root: &root.0,
         user: live.user.as_deref(),
         writable: &live.writable,
+        grace: crate::defaults::GRACE,
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
     let pid = child.id().map_or(0, |p| p as i32);

@@ -467,6 +467,7 @@ impl Executor {
                         root: &root.0,
                         user: self.rollout.settings.user.as_deref(),
                         writable: &self.rollout.settings.writable,
+                        grace: Duration::from_millis(self.rollout.settings.grace_ms),
                     })?;
                     Ok((child, socket))
                 })

@@ -39,6 +39,9 @@ pub struct Confinement {
     /// The service's own folders (`STATE_DIRECTORY`/`HOME`, `TMPDIR`).
     pub folders: Folders,
     confined: bool,
+    /// The child becomes `user` (false: it keeps rollgate's uid and hands `user` on, as a
+    /// container release's supervisor hands it to the engine).
+    switch_user: bool,
     fence: Option<RulesetCreated>,
     entry: Option<Entry>,
 }
@@ -72,9 +75,17 @@ impl Confinement {
             user,
             folders,
             confined: rules.confined,
+            switch_user: true,
             fence,
             entry: super::cgroup::entry(rules.limits, rules.label),
         })
+    }
+
+    /// The child keeps rollgate's uid (with no privileges and the same filesystem rules): it
+    /// hands the service's user on rather than becoming it (a container's supervisor, which
+    /// must reach the engine's socket).
+    pub fn keep_own_uid(&mut self) {
+        self.switch_user = false;
     }
 
     /// The service's folders in the child's environment.
@@ -93,7 +104,11 @@ impl Confinement {
         command: &mut tokio::process::Command,
         also: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
     ) {
-        let switch_to = self.user.as_ref().map(|u| (u.uid, u.gid));
+        let switch_to = self
+            .user
+            .as_ref()
+            .filter(|_| self.switch_user)
+            .map(|u| (u.uid, u.gid));
         let confined = self.confined;
         let entry = self.entry.take();
         let mut fence = self.fence.take();

@@ -8,6 +8,7 @@ pub mod account;
 pub mod cgroup;
 pub mod config;
 pub mod confine;
+pub mod container;
 pub mod fault;
 pub mod files;
 pub mod filesystem;

@@ -182,6 +182,9 @@ pub struct Launch<'a> {
     pub user: Option<&'a str>,
     /// Folders it may write besides its own (`isolation.writable`).
     pub writable: &'a [std::path::PathBuf],
+    /// How long a stop waits after SIGTERM (a container release's supervisor stops its
+    /// container within it).
+    pub grace: Duration,
 }
 
 /// Starts the candidate in its own session (so its process group can be signalled as one and it
@@ -194,20 +197,36 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let config = super::config::Config::of_release(launch.workdir)
         .and_then(|config| config.resolve(launch.secrets))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
+    // A container release runs through its supervisor, which holds the container's limits
+    // and user for the engine (see `container`).
+    let image = super::container::ImageRelease::of_release(launch.workdir)?;
+    if image.is_some() && launch.listen.is_some() {
+        return Err(std::io::Error::other(
+            "a held socket (policy `listen`) reaches a process release only; a container release listens on $PORT itself",
+        ));
+    }
     // Who it runs as, its folders, its filesystem and its cgroup (see `confine`).
     let release_dirs: Vec<&Path> = std::iter::once(launch.workdir)
         .chain(launch.executable.parent())
         .collect();
-    let confinement = super::confine::Confinement::prepare(&super::confine::Rules {
+    let no_limits = super::cgroup::Limits::default();
+    let mut confinement = super::confine::Confinement::prepare(&super::confine::Rules {
         root: launch.root,
         confined: launch.confined,
         user: launch.user,
         release: &release_dirs,
         readable: &[],
         writable: launch.writable,
-        limits: &launch.limits,
+        limits: if image.is_some() {
+            &no_limits
+        } else {
+            &launch.limits
+        },
         label: launch.token,
     })?;
+    if image.is_some() {
+        confinement.keep_own_uid();
+    }
     let user = confinement.user.clone();
     let output = std::fs::File::from(super::output::start(launch.output, launch.rotation)?);
     if let Some(user) = &user {
@@ -215,15 +234,17 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     }
     // With a held socket the release starts through `rollgate listen-exec`, which names its own
     // pid in LISTEN_PID and execs the release in place (same pid, same start time).
-    let mut command = match launch.listen {
-        Some(_) => {
+    let passed: Vec<String> = config.iter().map(|(name, _)| name.clone()).collect();
+    let mut command = match (&image, launch.listen) {
+        (Some(image), _) => supervisor(image, launch, &confinement, passed),
+        (None, Some(_)) => {
             let mut trampoline = tokio::process::Command::new("/proc/self/exe");
             trampoline
                 .args(["listen-exec", "--name", super::listen::FD_NAME, "--"])
                 .arg(launch.executable);
             trampoline
         }
-        None => tokio::process::Command::new(launch.executable),
+        (None, None) => tokio::process::Command::new(launch.executable),
     };
     command.envs(config);
     command
@@ -273,6 +294,84 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     command
         .spawn()
         .map_err(|e| super::confine::Confinement::explain(user.as_ref(), launch.executable, e))
+}
+
+/// The supervisor of a container release (`rollgate container-run`): the image, the run's
+/// labels, the names of the variables the container gets (their values travel in the
+/// supervisor's environment, never on a command line), the service's user and limits, its
+/// folders mounted at the same paths.
+fn supervisor(
+    image: &super::container::ImageRelease,
+    launch: &Launch,
+    confinement: &super::confine::Confinement,
+    config: Vec<String>,
+) -> tokio::process::Command {
+    let service = launch
+        .executable
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut command = tokio::process::Command::new("/proc/self/exe");
+    command.args(["container-run", "--image", &image.image]);
+    let token: String = launch
+        .token
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    command.args([
+        "--name",
+        &format!("rollgate-{service}-{}-{token}", launch.version),
+    ]);
+    let root = launch.root.display().to_string();
+    for (key, value) in [
+        ("service", service.as_str()),
+        ("version", launch.version),
+        ("root", root.as_str()),
+        ("token", launch.token),
+    ] {
+        command.arg("--label").arg(format!("{key}={value}"));
+    }
+    let fixed = [
+        "PORT",
+        "ROLLGATE_VERSION",
+        "ROLLGATE_DEPLOY_TOKEN",
+        "ROLLGATE_SLOT",
+        "STATE_DIRECTORY",
+        "HOME",
+        "TMPDIR",
+    ];
+    for name in fixed.iter().map(|n| n.to_string()).chain(config) {
+        command.arg("--pass").arg(name);
+    }
+    if let Some(user) = &confinement.user {
+        command
+            .arg("--user")
+            .arg(format!("{}:{}", user.uid, user.gid));
+    }
+    let limits = &launch.limits;
+    for (flag, value) in [
+        ("--memory-mb", limits.memory_mb),
+        ("--pids", limits.pids),
+        ("--cpu-pct", limits.cpu_pct),
+        ("--nofile", limits.nofile),
+    ] {
+        if let Some(value) = value {
+            command.arg(flag).arg(value.to_string());
+        }
+    }
+    let folders = [&confinement.folders.data, &confinement.folders.tmp];
+    for folder in folders.into_iter().chain(launch.writable) {
+        command.arg("--bind").arg(folder);
+    }
+    // Within the grace rollgate gives it, with a moment left for the supervisor's own exit.
+    let grace = launch.grace.saturating_sub(Duration::from_millis(500));
+    command.arg("--grace-ms").arg(grace.as_millis().to_string());
+    command
 }
 
 /// The release processes a run with this token started: the candidate of a deployer that died

@@ -143,15 +143,25 @@ fn stage_and_rename(
     releases: &Path,
     staging: &Path,
 ) -> Result<Installed, Error> {
-    let source = std::path::absolute(request.source).unwrap_or(request.source.to_path_buf());
+    let image = request
+        .source
+        .to_str()
+        .and_then(crate::host::container::ImageSource::parse);
+    let source = match &image {
+        Some(image) => PathBuf::from(image.describe()),
+        None => std::path::absolute(request.source).unwrap_or(request.source.to_path_buf()),
+    };
     let content = staging.join("content");
-    let kind = fill(
-        &source,
-        &content,
-        request.service,
-        request.root,
-        &mut Budget::of(request),
-    )?;
+    let kind = match &image {
+        Some(image) => fill_image(image, &content, request.service)?,
+        None => fill(
+            &source,
+            &content,
+            request.service,
+            request.root,
+            &mut Budget::of(request),
+        )?,
+    };
     // An archive of a folder may hold the folder itself: its one top entry is the release.
     let tree = release_root(&content, request.service);
     let executable = tree.join(request.service);
@@ -333,6 +343,36 @@ fn fill(
     fs::create_dir(content).map_err(|e| failed("create", content, e))?;
     copy_file(source, &content.join(service), 0o755, budget)?;
     Ok("file")
+}
+
+/// A container release (issue 60): the image loaded into the Docker Engine, and a folder that
+/// pins it — `image.json` (its image ID and source) and the launcher `SERVICE`, which names the
+/// same digest (so a manifest signing the release pins the image).
+fn fill_image(
+    image: &crate::host::container::ImageSource,
+    content: &Path,
+    service: &str,
+) -> Result<&'static str, Error> {
+    use crate::host::container;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(format!("cannot start the engine's client: {e}")))?;
+    let id = runtime
+        .block_on(container::install(image))
+        .map_err(|e| refused(format!("{}: {e}", image.describe())))?;
+    let record = container::ImageRelease {
+        image: id.clone(),
+        source: image.describe(),
+    };
+    fs::create_dir(content).map_err(|e| failed("create", content, e))?;
+    let text = serde_json::to_string_pretty(&record).expect("an image record serializes") + "\n";
+    write_synced(&content.join(container::IMAGE_FILE), text.as_bytes())?;
+    let launcher = content.join(service);
+    write_synced(&launcher, container::launcher(&id).as_bytes())?;
+    fs::set_permissions(&launcher, fs::Permissions::from_mode(0o755))
+        .map_err(|e| failed("make executable", &launcher, e))?;
+    Ok("image")
 }
 
 /// The folder to rename in: `content` itself, or its one top folder when the executable is

@@ -10,6 +10,7 @@ mod cli;
 mod config;
 mod console;
 mod console_browser;
+mod containers;
 mod crash;
 mod deploy;
 mod deploy_ports;

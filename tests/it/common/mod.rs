@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod engine;
 pub mod http;
 
 use std::path::{Path, PathBuf};

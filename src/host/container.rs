@@ -1,0 +1,367 @@
+//! Container releases (issue 60): an OCI image is a release, run by the Docker Engine through
+//! its API (bollard), never by shelling out to `docker`.
+//!
+//! A container release is a release folder like any other: `image.json` pins the image by the
+//! engine's image ID (`sha256:…`, the digest of its config: a tag moved later changes nothing),
+//! and the launcher `SERVICE` names the same digest, so the release's digests and a signed
+//! manifest pin the image. What rollgate starts for it, through the one seam every release
+//! takes (`process::spawn`), is `rollgate container-run`: a small supervisor that creates the
+//! container (labelled with service, version, root and the run's token), starts it, copies its
+//! output to the release's output file, waits for it, and stops it (SIGTERM, the grace, then
+//! kill) when it is itself asked to stop. So a container release is gated, watched, stopped and
+//! recovered as a process release is: its supervisor is the process rollgate knows.
+//!
+//! The engine is found at `DOCKER_HOST` (`unix://PATH`), else `/var/run/docker.sock`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+/// In a container release's folder: the image it runs.
+pub const IMAGE_FILE: &str = "image.json";
+/// The labels every container rollgate starts carries (`dev.rollgate.service`, ...).
+pub const LABEL_PREFIX: &str = "dev.rollgate.";
+/// Where the engine is when `DOCKER_HOST` does not say.
+const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+/// How long one call to the engine may take (loading a large archive included).
+const ENGINE_TIMEOUT_S: u64 = 600;
+
+/// `releases/VERSION/image.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRelease {
+    /// The engine's image ID (`sha256:` and the digest of the image's config).
+    pub image: String,
+    /// Where it came from, as given (`docker-archive:/abs/app.tar`).
+    pub source: String,
+}
+
+impl ImageRelease {
+    /// The image release in `dir`, if it is one.
+    pub fn of_release(dir: &Path) -> std::io::Result<Option<ImageRelease>> {
+        let path = dir.join(IMAGE_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })
+    }
+}
+
+/// The kinds of image source `release add` takes, as `KIND:WHERE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// What `docker save` writes.
+    DockerArchive(PathBuf),
+}
+
+impl ImageSource {
+    /// `docker-archive:FILE.tar`; None when `given` is no image source (a file or folder).
+    pub fn parse(given: &str) -> Option<ImageSource> {
+        let file = given.strip_prefix("docker-archive:")?;
+        Some(ImageSource::DockerArchive(
+            std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file)),
+        ))
+    }
+
+    /// As the record keeps it (an absolute path).
+    pub fn describe(&self) -> String {
+        match self {
+            ImageSource::DockerArchive(file) => format!("docker-archive:{}", file.display()),
+        }
+    }
+}
+
+/// The engine, at `DOCKER_HOST` or the default socket, speaking the newest API version both
+/// know (Debian's Engine 20.10 speaks 1.41).
+pub async fn engine() -> std::io::Result<Docker> {
+    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| format!("unix://{DEFAULT_SOCKET}"));
+    let Some(path) = host.strip_prefix("unix://") else {
+        return Err(std::io::Error::other(format!(
+            "DOCKER_HOST={host}: rollgate reaches the engine on its Unix socket only (unix://PATH)"
+        )));
+    };
+    let unreachable = |e: bollard::errors::Error| {
+        std::io::Error::other(format!("the Docker Engine at {path} does not answer: {e} (is dockerd running? DOCKER_HOST names another socket)"))
+    };
+    Docker::connect_with_socket(path, ENGINE_TIMEOUT_S, bollard::API_DEFAULT_VERSION)
+        .map_err(unreachable)?
+        .negotiate_version()
+        .await
+        .map_err(unreachable)
+}
+
+/// Loads the image `source` holds into the engine and says its image ID. An archive must hold
+/// exactly one image.
+pub async fn install(source: &ImageSource) -> std::io::Result<String> {
+    let docker = engine().await?;
+    let ImageSource::DockerArchive(file) = source;
+    let opened = tokio::fs::File::open(file).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot read {}: {e}", file.display()))
+    })?;
+    let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(opened));
+    let mut said = docker.import_image(
+        bollard::query_parameters::ImportImageOptions {
+            quiet: true,
+            ..Default::default()
+        },
+        body,
+        None,
+    );
+    let mut loaded = Vec::new();
+    while let Some(info) = said.next().await {
+        let info = info.map_err(|e| {
+            std::io::Error::other(format!(
+                "the engine refused {} as a `docker save` archive: {e}",
+                file.display()
+            ))
+        })?;
+        let line = info.stream.unwrap_or_default();
+        for line in line.lines() {
+            if let Some(id) = line.trim().strip_prefix("Loaded image ID: ") {
+                loaded.push(id.to_string());
+            } else if let Some(name) = line.trim().strip_prefix("Loaded image: ") {
+                loaded.push(name.to_string());
+            }
+        }
+    }
+    let [one] = loaded.as_slice() else {
+        return Err(std::io::Error::other(format!(
+            "{} holds {} images ({}); a release is one image: `docker save` one",
+            file.display(),
+            loaded.len(),
+            loaded.join(", ")
+        )));
+    };
+    let inspected = docker.inspect_image(one).await.map_err(|e| {
+        std::io::Error::other(format!(
+            "the engine loaded {one} but cannot say what it is: {e}"
+        ))
+    })?;
+    inspected
+        .id
+        .filter(|id| id.starts_with("sha256:"))
+        .ok_or_else(|| std::io::Error::other(format!("the engine gave {one} no sha256 image ID")))
+}
+
+/// The launcher a container release holds as its executable: it names the image's digest (so
+/// the release's digest and a signed manifest pin the image) and runs it as rollgate does.
+pub fn launcher(image: &str) -> String {
+    format!(
+        "#!/bin/sh\n\
+         # A container release: the image {image}, run by rollgate through the Docker Engine.\n\
+         # rollgate starts it itself (`rollgate container-run`); this file pins the image.\n\
+         exec rollgate container-run --image {image} \"$@\"\n"
+    )
+}
+
+/// How `container-run` runs one container.
+#[derive(Debug, Clone, Default)]
+pub struct RunSpec {
+    pub image: String,
+    /// The container's name: unique per run.
+    pub name: String,
+    /// `service`, `version`, `root`, `token` (prefixed with [`LABEL_PREFIX`]).
+    pub labels: Vec<(String, String)>,
+    /// Names of this process's environment variables the container gets (values are read
+    /// here, never put on a command line).
+    pub pass: Vec<String>,
+    /// `UID:GID`; none: the image's own user.
+    pub user: Option<String>,
+    pub memory_mb: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_pct: Option<u64>,
+    pub nofile: Option<u64>,
+    /// Folders mounted read-write at the same path (its state folder, `isolation.writable`).
+    pub binds: Vec<PathBuf>,
+    /// How long a stop waits for the container after SIGTERM before it is killed.
+    pub grace: Duration,
+}
+
+/// `rollgate container-run`: runs the container to its end and says how it ended (its exit
+/// code). Its output goes to this process's stdout and stderr (the release's output file).
+pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
+    let docker = engine().await?;
+    let created = docker
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(spec.name.clone()),
+                ..Default::default()
+            }),
+            container_body(spec),
+        )
+        .await
+        .map_err(|e| {
+            std::io::Error::other(format!("the engine refused to create {}: {e}", spec.name))
+        })?;
+    let id = created.id;
+    let ended = supervise(&docker, &id, spec).await;
+    // Gone whatever happened: a container rollgate no longer runs is not left behind.
+    let _ = docker
+        .remove_container(
+            &id,
+            Some(bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await;
+    ended
+}
+
+fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
+    use bollard::models::{HostConfig, ResourcesUlimits};
+    let env: Vec<String> = spec
+        .pass
+        .iter()
+        .filter_map(|name| Some(format!("{name}={}", std::env::var(name).ok()?)))
+        .collect();
+    let labels: HashMap<String, String> = spec
+        .labels
+        .iter()
+        .map(|(k, v)| (format!("{LABEL_PREFIX}{k}"), v.clone()))
+        .collect();
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let memory = spec.memory_mb.map(|mb| as_i64(mb << 20));
+    let host = HostConfig {
+        network_mode: Some("host".into()),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            "rw,nosuid,nodev".to_string(),
+        )])),
+        binds: Some(
+            spec.binds
+                .iter()
+                .map(|p| format!("{0}:{0}:rw", p.display()))
+                .collect(),
+        ),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        memory,
+        memory_swap: memory,
+        pids_limit: spec.pids.map(as_i64),
+        nano_cpus: spec.cpu_pct.map(|pct| as_i64(pct) * 10_000_000),
+        ulimits: spec.nofile.map(|n| {
+            vec![ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(as_i64(n)),
+                hard: Some(as_i64(n)),
+            }]
+        }),
+        init: Some(true),
+        ..Default::default()
+    };
+    bollard::models::ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        user: spec.user.clone(),
+        env: Some(env),
+        labels: Some(labels),
+        host_config: Some(host),
+        ..Default::default()
+    }
+}
+
+/// Starts the container, copies its output, and waits for its end; asked to stop (SIGTERM or
+/// SIGINT to this process), stops it with the grace.
+async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    docker.start_container(id, None).await.map_err(|e| {
+        std::io::Error::other(format!("the engine could not start {}: {e}", spec.name))
+    })?;
+    let mut output = docker.logs(
+        id,
+        Some(bollard::query_parameters::LogsOptions {
+            follow: true,
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        }),
+    );
+    // Written as it comes (blocking writes to the output file's pump: this process does
+    // nothing else meanwhile).
+    let copy = async {
+        use std::io::Write;
+        while let Some(Ok(piece)) = output.next().await {
+            let _ = match piece {
+                bollard::container::LogOutput::StdErr { message } => {
+                    std::io::stderr().write_all(&message)
+                }
+                other => std::io::stdout().write_all(&other.into_bytes()),
+            };
+        }
+        let _ = std::io::stdout().flush();
+    };
+    let mut waited = docker.wait_container(id, None);
+    let wait = async {
+        match waited.next().await {
+            Some(Ok(ended)) => ended.status_code,
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(_)) | None => 255,
+        }
+    };
+    tokio::pin!(copy, wait);
+    let mut copying = true;
+    let code = loop {
+        tokio::select! {
+            code = &mut wait => break code,
+            () = &mut copy, if copying => copying = false,
+            _ = term.recv() => stop(docker, id, spec.grace).await,
+            _ = interrupt.recv() => stop(docker, id, spec.grace).await,
+        }
+    };
+    // What it wrote last is still on its way: a moment for it.
+    if copying {
+        let _ = tokio::time::timeout(Duration::from_millis(500), copy).await;
+    }
+    if let Ok(inspected) = docker.inspect_container(id, None).await {
+        if inspected.state.and_then(|s| s.oom_killed) == Some(true) {
+            eprintln!(
+                "rollgate container-run: killed: out of memory at its {} MiB limit",
+                spec.memory_mb.unwrap_or(0)
+            );
+        }
+    }
+    Ok(i32::try_from(code).unwrap_or(255))
+}
+
+/// SIGTERM to the container, and SIGKILL after `grace` (the engine's stop).
+async fn stop(docker: &Docker, id: &str, grace: Duration) {
+    let seconds = i32::try_from(grace.as_secs().max(1)).unwrap_or(i32::MAX);
+    let _ = docker
+        .stop_container(
+            id,
+            Some(bollard::query_parameters::StopContainerOptions {
+                t: Some(seconds),
+                ..Default::default()
+            }),
+        )
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_source_is_named_by_its_kind() {
+        assert_eq!(
+            ImageSource::parse("docker-archive:/srv/app.tar"),
+            Some(ImageSource::DockerArchive(PathBuf::from("/srv/app.tar")))
+        );
+        assert_eq!(ImageSource::parse("/srv/app.tar"), None);
+        let launcher = launcher("sha256:abc");
+        assert!(launcher.contains("--image sha256:abc"));
+    }
+}

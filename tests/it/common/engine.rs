@@ -1,0 +1,210 @@
+//! The Docker Engine the container tests use, and the images they deploy, made here without any
+//! registry: a root filesystem holding rollgate (stripped) and the libraries `ldd` lists,
+//! imported with `docker import` (its command `rollgate sample-service ARGS`), then written out
+//! with `docker save` as a user would hand it to `rollgate release add`.
+//!
+//! The engine is the one at `ROLLGATE_TEST_DOCKER_HOST` (.ci/run starts Debian's `dockerd` on a
+//! private socket and says where); without it, a private `dockerd` is started here on
+//! [`PRIVATE_SOCKET`] if the host has one installed, and left running for the next test run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+/// Where a test run's own engine listens when none is named.
+const PRIVATE_SOCKET: &str = "/run/rollgate-it-docker/docker.sock";
+
+/// `unix://PATH` of an engine that answers.
+pub fn docker_host() -> String {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let host = std::env::var("ROLLGATE_TEST_DOCKER_HOST")
+            .unwrap_or_else(|_| format!("unix://{PRIVATE_SOCKET}"));
+        if !answers(&host) {
+            start_private_engine(&host);
+        }
+        host
+    })
+    .clone()
+}
+
+/// The `docker` client (a test's tool, never rollgate's) aimed at the test engine.
+pub fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker")
+        .args(args)
+        .env("DOCKER_HOST", docker_host())
+        .output()
+        .expect("the docker client runs (Debian's docker.io, as .ci/run installs)")
+}
+
+fn answers(host: &str) -> bool {
+    Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .env("DOCKER_HOST", host)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn start_private_engine(host: &str) {
+    let socket = host.trim_start_matches("unix://");
+    let run = Path::new(socket).parent().expect("a socket in a folder");
+    std::fs::create_dir_all(run).unwrap();
+    let data = Path::new("/var/lib/rollgate-it-docker");
+    let started = Command::new("dockerd")
+        .args(["--iptables=false", "--ip6tables=false", "--bridge=none"])
+        .arg("-H")
+        .arg(host)
+        .arg("--data-root")
+        .arg(data.join("data"))
+        .arg("--exec-root")
+        .arg(run.join("exec"))
+        .arg("--pidfile")
+        .arg(run.join("dockerd.pid"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    assert!(
+        started.is_ok(),
+        "no Docker Engine at {host} and no dockerd to start: install Debian's docker.io (.ci/run does)"
+    );
+    assert!(
+        super::wait_for(60, || answers(host)),
+        "the private dockerd at {host} did not come up"
+    );
+}
+
+/// A `docker save` archive of an image whose command is `rollgate sample-service ARGS`, made
+/// once per binary and arguments (and kept between runs under /tmp).
+pub fn sample_image(args: &[&str]) -> PathBuf {
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let folder = images_folder();
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        args.hash(&mut hasher);
+        hasher.finish()
+    };
+    let archive = folder.join(format!("sample-{key:016x}.tar"));
+    if archive.is_file() {
+        return archive;
+    }
+    let tag = format!(
+        "rollgate-it/sample:{}-{key:016x}",
+        folder.file_name().unwrap().to_string_lossy()
+    );
+    let mut command = vec!["/bin/rollgate".to_string(), "sample-service".to_string()];
+    command.extend(args.iter().map(|a| a.to_string()));
+    let change = format!("CMD {}", serde_json::to_string(&command).unwrap());
+    let rootfs = rootfs(&folder);
+    let imported = docker(&[
+        "import",
+        "--change",
+        &change,
+        rootfs.to_str().unwrap(),
+        &tag,
+    ]);
+    assert!(imported.status.success(), "docker import: {imported:?}");
+    let partial = folder.join(format!("sample-{key:016x}.tar.{}", std::process::id()));
+    let saved = docker(&["save", "-o", partial.to_str().unwrap(), &tag]);
+    assert!(saved.status.success(), "docker save: {saved:?}");
+    std::fs::rename(&partial, &archive).unwrap();
+    archive
+}
+
+/// The image folder of this build of rollgate (its binary's identity names it).
+fn images_folder() -> PathBuf {
+    let bin = super::bin();
+    let identity = bin
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(&bin).unwrap();
+            format!("{}-{}", meta.ino(), meta.mtime())
+        });
+    let all = std::env::temp_dir().join("rollgate-it-images");
+    let folder = all.join(&identity);
+    if !folder.is_dir() {
+        // Another build's images are of no more use (each is a copy of a binary).
+        for old in std::fs::read_dir(&all).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_dir_all(old.path());
+        }
+        std::fs::create_dir_all(&folder).unwrap();
+    }
+    folder
+}
+
+/// The root filesystem tarball: rollgate stripped, at /bin/rollgate, with its libraries.
+fn rootfs(folder: &Path) -> PathBuf {
+    let tarball = folder.join("rootfs.tar");
+    if tarball.is_file() {
+        return tarball;
+    }
+    let tree = folder.join(format!("rootfs.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tree);
+    for dir in ["bin", "tmp", "etc"] {
+        std::fs::create_dir_all(tree.join(dir)).unwrap();
+    }
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(tree.join("bin/rollgate"))
+        .arg(super::bin())
+        .status()
+        .unwrap();
+    assert!(stripped.success());
+    let ldd = Command::new("ldd").arg(super::bin()).output().unwrap();
+    for library in String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+    {
+        let inside = tree.join(library.trim_start_matches('/'));
+        std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+        std::fs::copy(library, &inside).unwrap();
+    }
+    std::fs::write(tree.join("etc/passwd"), "root:x:0:0:root:/:/bin/rollgate\n").unwrap();
+    let partial = folder.join(format!("rootfs.tar.{}", std::process::id()));
+    let packed = Command::new("tar")
+        .arg("-C")
+        .arg(&tree)
+        .arg("-cf")
+        .arg(&partial)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(packed.success());
+    std::fs::rename(&partial, &tarball).unwrap();
+    let _ = std::fs::remove_dir_all(&tree);
+    tarball
+}
+
+/// The containers of the test engine that carry `dev.rollgate.root=ROOT`, with their labels
+/// and state (`docker ps -a`).
+pub fn containers_of(root: &Path) -> Vec<serde_json::Value> {
+    let listed = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=dev.rollgate.root={}", root.display()),
+        "--format",
+        "{{json .}}",
+    ]);
+    String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// `docker inspect` of one container.
+pub fn inspect(id: &str) -> serde_json::Value {
+    let out = docker(&["inspect", id]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    all[0].clone()
+}
+
+/// Waits for the engine to have `count` containers of `root`, up to `seconds`.
+pub fn wait_for_containers(root: &Path, count: usize, seconds: u64) -> bool {
+    super::wait_for(seconds, || containers_of(root).len() == count)
+}

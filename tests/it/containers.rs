@@ -1,0 +1,140 @@
+//! Container releases (issue 60) through the real Docker Engine: an image from a `docker save`
+//! archive is installed pinned by its digest and deployed through the same gate as a process
+//! release, confined by the engine, and gone when it is retired.
+
+use crate::common::engine::{containers_of, docker, docker_host, inspect, sample_image};
+use crate::common::*;
+
+/// `rollgate ARGS --root ROOT` with the test engine as `DOCKER_HOST`.
+fn run(site: &Site, args: &[&str]) -> std::process::Output {
+    rollgate()
+        .args(args)
+        .arg("--root")
+        .arg(site.root())
+        .env("DOCKER_HOST", docker_host())
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap()
+}
+
+fn add_image(site: &Site, version: &str, archive: &std::path::Path) -> std::process::Output {
+    let source = format!("docker-archive:{}", archive.display());
+    run(site, &["release", "add", "edge-svc", version, &source])
+}
+
+fn deploy(site: &Site, version: &str) -> std::process::Output {
+    let port = free_port().to_string();
+    run(
+        site,
+        &[
+            "deploy",
+            "edge-svc",
+            &port,
+            version,
+            "--deadline-ms",
+            "30000",
+        ],
+    )
+}
+
+#[test]
+fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
+    let site = Site::new();
+    let archive = sample_image(&[]);
+    let out = add_image(&site, "v1", &archive);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Pinned by the engine's image ID, in the record and in the launcher a manifest signs.
+    let release = site.root().join("releases/v1");
+    let image: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(release.join("image.json")).unwrap())
+            .unwrap();
+    let id = image["image"].as_str().unwrap().to_string();
+    assert!(id.starts_with("sha256:") && id.len() == 71, "{image}");
+    assert_eq!(
+        image["source"],
+        format!("docker-archive:{}", archive.display())
+    );
+    let launcher = std::fs::read_to_string(release.join("edge-svc")).unwrap();
+    assert!(launcher.contains(&format!("--image {id}")), "{launcher}");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(release.join("release.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["kind"], "image");
+    // The same archive again: the same release, nothing changed.
+    let again = add_image(&site, "v1", &archive);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+
+    // Deployed through the gate: live, answering as v1 (its version reached the container).
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    let answer = crate::common::http::Conn::open(port)
+        .unwrap()
+        .get("/", "")
+        .unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    // One container, labelled with the run, confined by the engine as the service's user.
+    let running = containers_of(site.root());
+    assert_eq!(running.len(), 1, "{running:?}");
+    let container = inspect(running[0]["ID"].as_str().unwrap());
+    let labels = &container["Config"]["Labels"];
+    assert_eq!(labels["dev.rollgate.service"], "edge-svc");
+    assert_eq!(labels["dev.rollgate.version"], "v1");
+    assert_eq!(container["Image"], id.as_str());
+    let uid = std::fs::read_to_string(site.root().join("service-user.json"))
+        .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["uid"].clone())
+        .unwrap();
+    assert_eq!(container["Config"]["User"], format!("{uid}:{uid}"));
+    let host = &container["HostConfig"];
+    assert_eq!(host["NetworkMode"], "host");
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["CapDrop"], serde_json::json!(["ALL"]));
+    assert_eq!(
+        host["SecurityOpt"],
+        serde_json::json!(["no-new-privileges"])
+    );
+
+    // A release that exits at boot is rolled back with a process release's words, and its
+    // container is gone.
+    let out = add_image(
+        &site,
+        "v2",
+        &sample_image(&["--exit-after-ms", "0", "--exit-code", "3"]),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v2");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let rolled_back = site.log_lines().last().cloned().unwrap();
+    assert_eq!(rolled_back["event"], "rolled_back");
+    assert!(
+        rolled_back["detail"]
+            .as_str()
+            .unwrap()
+            .contains("exit status: 3"),
+        "{rolled_back}"
+    );
+    assert!(wait_for(20, || containers_of(site.root()).len() == 1));
+
+    // A good v3 replaces v1, whose container is removed once it is retired.
+    let out = add_image(&site, "v3", &sample_image(&["--ready-after-ms", "200"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v3");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(20, || {
+            let left = containers_of(site.root());
+            left.len() == 1
+                && left[0]["Labels"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("dev.rollgate.version=v3")
+        }),
+        "{:?}",
+        containers_of(site.root())
+    );
+    // Stopped at the end: nothing of the test left in the engine.
+    let stop = site.live_pid().unwrap();
+    send_signal(stop, 15);
+    assert!(wait_for(30, || containers_of(site.root()).is_empty()));
+    let _ = docker(&["image", "ls"]);
+}
