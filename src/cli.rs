@@ -473,37 +473,7 @@ The demo stops the live release at the end, so nothing is left running; the file
     /// stop, its exit code this one's. Started by rollgate for a container release, not by
     /// hand (see `host::container`).
     #[command(hide = true, name = "container-run")]
-    ContainerRun {
-        /// The image ID (`sha256:…`).
-        #[arg(long)]
-        image: String,
-        /// The container's name.
-        #[arg(long)]
-        name: Option<String>,
-        /// A label, `KEY=VALUE` (prefixed `dev.rollgate.`).
-        #[arg(long, value_name = "KEY=VALUE")]
-        label: Vec<String>,
-        /// An environment variable of this process the container gets.
-        #[arg(long, value_name = "NAME")]
-        pass: Vec<String>,
-        /// `UID:GID` the container runs as.
-        #[arg(long)]
-        user: Option<String>,
-        #[arg(long)]
-        memory_mb: Option<u64>,
-        #[arg(long)]
-        pids: Option<u64>,
-        #[arg(long)]
-        cpu_pct: Option<u64>,
-        #[arg(long)]
-        nofile: Option<u64>,
-        /// A folder mounted read-write at the same path.
-        #[arg(long, value_name = "PATH")]
-        bind: Vec<PathBuf>,
-        /// How long a stop waits after SIGTERM before the container is killed.
-        #[arg(long, default_value_t = 10_000)]
-        grace_ms: u64,
-    },
+    ContainerRun(ContainerRunArgs),
     /// Holds a service's listening socket for its root and hands a copy to each release
     /// rollgate starts (SCM_RIGHTS on ROOT/listen.sock). Started by rollgate when a policy
     /// has `listen`, not by hand.
@@ -1287,4 +1257,38 @@ pub enum SecretCommand {
         #[command(flatten)]
         target: RootArgs,
     },
+}
+
+/// `rollgate container-run`'s words (see `host::container::RunSpec`).
+#[derive(Debug, clap::Args)]
+pub struct ContainerRunArgs {
+    /// The image ID (`sha256:…`).
+    #[arg(long)]
+    pub image: String,
+    /// The container's name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A label, `KEY=VALUE` (prefixed `dev.rollgate.`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub label: Vec<String>,
+    /// An environment variable of this process the container gets.
+    #[arg(long, value_name = "NAME")]
+    pub pass: Vec<String>,
+    /// `UID:GID` the container runs as.
+    #[arg(long)]
+    pub user: Option<String>,
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    #[arg(long)]
+    pub pids: Option<u64>,
+    #[arg(long)]
+    pub cpu_pct: Option<u64>,
+    #[arg(long)]
+    pub nofile: Option<u64>,
+    /// A folder mounted read-write at the same path.
+    #[arg(long, value_name = "PATH")]
+    pub bind: Vec<PathBuf>,
+    /// How long a stop waits after SIGTERM before the container is killed.
+    #[arg(long, default_value_t = 10_000)]
+    pub grace_ms: u64,
 }

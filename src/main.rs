@@ -40,7 +40,27 @@ fn listen_exec(name: &str, program: &[std::ffi::OsString]) -> ExitCode {
 
 /// `rollgate container-run`: the container's exit code as this process's (a code past 255, or
 /// none, is 255); what went wrong with the engine on stderr, exit 125 as `docker run` does.
-fn container_run(spec: &rollgate::host::container::RunSpec) -> ExitCode {
+fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
+    let spec = rollgate::host::container::RunSpec {
+        name: args
+            .name
+            .unwrap_or_else(|| format!("rollgate-{}", std::process::id())),
+        image: args.image,
+        labels: args
+            .label
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        pass: args.pass,
+        user: args.user,
+        memory_mb: args.memory_mb,
+        pids: args.pids,
+        cpu_pct: args.cpu_pct,
+        nofile: args.nofile,
+        binds: args.bind,
+        grace: Duration::from_millis(args.grace_ms),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -51,7 +71,7 @@ fn container_run(spec: &rollgate::host::container::RunSpec) -> ExitCode {
             return ExitCode::from(125);
         }
     };
-    match runtime.block_on(rollgate::host::container::run(spec)) {
+    match runtime.block_on(rollgate::host::container::run(&spec)) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(255)),
         Err(why) => {
             eprintln!("rollgate container-run: {why}");
@@ -86,38 +106,7 @@ fn main() -> ExitCode {
         // A release's start with its held socket: no runtime, only the exec.
         Command::ListenExec { name, program } => listen_exec(&name, &program),
         // A container release's supervisor: one small runtime, no output of its own.
-        Command::ContainerRun {
-            image,
-            name,
-            label,
-            pass,
-            user,
-            memory_mb,
-            pids,
-            cpu_pct,
-            nofile,
-            bind,
-            grace_ms,
-        } => {
-            let spec = rollgate::host::container::RunSpec {
-                name: name.unwrap_or_else(|| format!("rollgate-{}", std::process::id())),
-                image,
-                labels: label
-                    .iter()
-                    .filter_map(|l| l.split_once('='))
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                pass,
-                user,
-                memory_mb,
-                pids,
-                cpu_pct,
-                nofile,
-                binds: bind,
-                grace: Duration::from_millis(grace_ms),
-            };
-            container_run(&spec)
-        }
+        Command::ContainerRun(args) => container_run(args),
         command => match run(command) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {
@@ -214,7 +203,7 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::SampleService(_)
         | Command::OutputPump { .. }
         | Command::ListenExec { .. }
-        | Command::ContainerRun { .. } => {
+        | Command::ContainerRun(_) => {
             unreachable!("run by main before the commands")
         }
         Command::Proxy {
