@@ -191,6 +191,21 @@ pub struct RunSpec {
 /// code). Its output goes to this process's stdout and stderr (the release's output file).
 pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
     let docker = engine().await?;
+    let root = spec
+        .labels
+        .iter()
+        .find(|(k, _)| k == "root")
+        .map(|(_, v)| v.clone());
+    if let Some(root) = &root {
+        sweep(&docker, root).await;
+    }
+    // Its supervisor, named on it: a container whose supervisor is gone is an orphan.
+    let me = super::identity::Identity::of(std::process::id() as i32)
+        .map(|who| format!("{}-{}", who.pid, who.start_time))
+        .unwrap_or_default();
+    let mut spec = spec.clone();
+    spec.labels.push((SUPERVISOR_LABEL.into(), me));
+    let spec = &spec;
     let created = docker
         .create_container(
             Some(bollard::query_parameters::CreateContainerOptions {
@@ -216,6 +231,69 @@ pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
         )
         .await;
     ended
+}
+
+/// The label naming the supervisor (`PID-STARTTIME`) that runs a container.
+const SUPERVISOR_LABEL: &str = "supervisor";
+
+/// Removes the containers of `root` whose supervisor is gone: it was killed (SIGKILL after
+/// its grace, a reboot) before it could stop and remove its container. Each is said on stderr
+/// (the new release's output file). Best effort: the engine's refusal leaves it for the next.
+pub async fn sweep(docker: &Docker, root: &str) {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_PREFIX}root={root}")],
+    )]);
+    let Ok(found) = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+    else {
+        return;
+    };
+    for container in found {
+        let labels = container.labels.unwrap_or_default();
+        let supervisor = labels
+            .get(&format!("{LABEL_PREFIX}{SUPERVISOR_LABEL}"))
+            .and_then(|s| s.split_once('-'))
+            .and_then(|(pid, start)| {
+                Some(super::identity::Identity {
+                    pid: pid.parse().ok()?,
+                    start_time: start.parse().ok()?,
+                })
+            });
+        if supervisor.is_some_and(|who| who.is_running()) {
+            continue;
+        }
+        let Some(id) = container.id else { continue };
+        let removed = docker
+            .remove_container(
+                &id,
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        if removed.is_ok() {
+            eprintln!(
+                "rollgate container-run: removed container {} ({} {}): its supervisor is gone",
+                container
+                    .names
+                    .and_then(|n| n.first().cloned())
+                    .unwrap_or(id),
+                labels
+                    .get(&format!("{LABEL_PREFIX}service"))
+                    .map_or("", String::as_str),
+                labels
+                    .get(&format!("{LABEL_PREFIX}version"))
+                    .map_or("", String::as_str),
+            );
+        }
+    }
 }
 
 fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {

@@ -138,3 +138,65 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
     let _ = docker(&["image", "ls"]);
 }
+
+/// A container whose supervisor was killed (SIGKILL: it could not stop and remove it) is an
+/// orphan: the next container started for the root removes it, and says so.
+#[test]
+fn a_container_whose_supervisor_was_killed_is_removed_by_the_next_start() {
+    let site = Site::new();
+    let out = add_image(&site, "v1", &sample_image(&[]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    send_signal(site.live_pid().unwrap(), 9);
+    // The container runs on with nobody to stop it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let orphans = containers_of(site.root());
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert!(orphans[0]["State"] == "running", "{orphans:?}");
+
+    let out = add_image(&site, "v2", &sample_image(&["--ready-after-ms", "200"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let left = containers_of(site.root());
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0]["Labels"]
+            .as_str()
+            .unwrap()
+            .contains("dev.rollgate.version=v2"),
+        "{left:?}"
+    );
+    let said = std::fs::read_to_string(site.root().join("releases/v2/edge-svc.output")).unwrap();
+    assert!(
+        said.contains("(edge-svc v1): its supervisor is gone"),
+        "{said}"
+    );
+    send_signal(site.live_pid().unwrap(), 15);
+    assert!(wait_for(30, || containers_of(site.root()).is_empty()));
+}
+
+/// Container releases v1 and v2 (sample-service) in `site`, copied from releases installed
+/// once per test run (each install loads the whole archive into the engine).
+pub(crate) fn installed_images(site: &Site) {
+    static TEMPLATE: std::sync::OnceLock<Site> = std::sync::OnceLock::new();
+    let template = TEMPLATE.get_or_init(|| {
+        let template = Site::new();
+        for (version, args) in [("v1", vec![]), ("v2", vec!["--ready-after-ms", "100"])] {
+            let out = add_image(&template, version, &sample_image(&args));
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        template
+    });
+    std::fs::create_dir_all(site.root().join("releases")).unwrap();
+    for version in ["v1", "v2"] {
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(template.root().join("releases").join(version))
+            .arg(site.root().join("releases"))
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+}

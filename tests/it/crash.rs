@@ -37,6 +37,8 @@ fn rollgate_run(site: &Site, args: &[&str], fault: Option<u64>) -> Output {
         .arg("--root")
         .arg(site.root())
         .env("NO_COLOR", "1")
+        // A container release's scenario reaches the test engine (nothing else asks for it).
+        .env("DOCKER_HOST", crate::common::engine::docker_host_named())
         .timeout(Duration::from_secs(60));
     if let Some(k) = fault {
         command.env("ROLLGATE_FAULT", format!("kill-after-action:{k}"));
@@ -186,6 +188,30 @@ fn assert_whole(site: &Site, k: u64) {
         hooks.lines().count() <= 1,
         "K={k}: post hooks ran more than once: {hooks}"
     );
+    if site.root().join("releases/v1/image.json").is_file() {
+        assert_containers(site, k, &named);
+    }
+}
+
+/// Issue 60: every container of a container root is run by a supervisor a state file names;
+/// none is left that rollgate does not know.
+fn assert_containers(site: &Site, k: u64, named: &[i64]) {
+    use crate::common::engine::{containers_of, inspect};
+    for container in containers_of(site.root()) {
+        let inspected = inspect(container["ID"].as_str().unwrap());
+        let supervisor = inspected["Config"]["Labels"]["dev.rollgate.supervisor"]
+            .as_str()
+            .and_then(|s| s.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i64>().ok());
+        let state = &inspected["State"]["Status"];
+        // A container on its way out (its supervisor stopped, removing it) is no stray.
+        let leaving = supervisor.is_some_and(|pid| !alive(pid as i32)) && state != "running";
+        assert!(
+            leaving || supervisor.is_some_and(|pid| named.contains(&pid)),
+            "K={k}: container {} ({state}) is run by no process a state file names: {supervisor:?}, named {named:?}",
+            container["Names"]
+        );
+    }
 }
 
 /// Issue 59: every release process that runs is in a tree of its own under rollgate's, and no
@@ -471,6 +497,36 @@ fn a_deploy_whose_watch_passes_killed_after_any_action_is_finished_or_undone_by_
     let covered = every_action(Scenario {
         setup: &|site| deployed_v1(site, 4, ""),
         run: &deploy_v2(4),
+        next: &up,
+        undone: Some(rolled_back_to_v1()),
+        starts_anew: true,
+    });
+    assert!(covered > 5, "only {covered} actions");
+}
+
+/// Issue 60: a container release's deploy killed after any action is finished or undone by
+/// `up`, with no container left that no state file's supervisor runs.
+#[test]
+fn a_container_deploy_killed_after_any_action_is_finished_or_undone_by_up() {
+    let covered = every_action(Scenario {
+        setup: &|site| {
+            crate::containers::installed_images(site);
+            let port = first_port(42);
+            let out = rollgate_run(
+                site,
+                &[
+                    "deploy",
+                    "edge-svc",
+                    &port.to_string(),
+                    "v1",
+                    "--watch-ms",
+                    "0",
+                ],
+                None,
+            );
+            assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+        },
+        run: &deploy_v2(42),
         next: &up,
         undone: Some(rolled_back_to_v1()),
         starts_anew: true,

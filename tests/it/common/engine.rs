@@ -14,12 +14,17 @@ use std::sync::{Mutex, OnceLock};
 /// Where a test run's own engine listens when none is named.
 const PRIVATE_SOCKET: &str = "/run/rollgate-it-docker/docker.sock";
 
+/// `unix://PATH` of the test engine, as rollgate is told it (`DOCKER_HOST`); nothing started.
+pub fn docker_host_named() -> String {
+    std::env::var("ROLLGATE_TEST_DOCKER_HOST")
+        .unwrap_or_else(|_| format!("unix://{PRIVATE_SOCKET}"))
+}
+
 /// `unix://PATH` of an engine that answers.
 pub fn docker_host() -> String {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
-        let host = std::env::var("ROLLGATE_TEST_DOCKER_HOST")
-            .unwrap_or_else(|_| format!("unix://{PRIVATE_SOCKET}"));
+        let host = docker_host_named();
         if !answers(&host) {
             start_private_engine(&host);
         }
@@ -207,4 +212,13 @@ pub fn inspect(id: &str) -> serde_json::Value {
 /// Waits for the engine to have `count` containers of `root`, up to `seconds`.
 pub fn wait_for_containers(root: &Path, count: usize, seconds: u64) -> bool {
     super::wait_for(seconds, || containers_of(root).len() == count)
+}
+
+/// Removes every container of `root` (a test's end).
+pub fn remove_containers_of(root: &Path) {
+    for container in containers_of(root) {
+        if let Some(id) = container["ID"].as_str() {
+            let _ = docker(&["rm", "-f", id]);
+        }
+    }
 }

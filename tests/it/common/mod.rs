@@ -272,6 +272,15 @@ impl Drop for Site {
         for pid in self.processes() {
             unsafe { libc_kill(pid, 9) };
         }
+        // A container root's containers outlive their killed supervisors: removed here.
+        let has_images = std::fs::read_dir(self.root().join("releases"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|release| release.path().join("image.json").is_file());
+        if has_images {
+            engine::remove_containers_of(self.root());
+        }
     }
 }
 
