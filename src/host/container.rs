@@ -35,8 +35,11 @@ const ENGINE_TIMEOUT_S: u64 = 600;
 pub struct ImageRelease {
     /// The engine's image ID (`sha256:` and the digest of the image's config).
     pub image: String,
-    /// Where it came from, as given (`docker-archive:/abs/app.tar`).
+    /// Where it came from, as given (`docker-archive:/abs/app.tar`, `registry/app:1.4`).
     pub source: String,
+    /// Pulled from a registry: the manifest's digest there (`registry/app@sha256:…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_digest: Option<String>,
 }
 
 impl ImageRelease {
@@ -62,23 +65,60 @@ impl ImageRelease {
 pub enum ImageSource {
     /// What `docker save` writes.
     DockerArchive(PathBuf),
+    /// A reference pulled through the engine: `registry/app:1.4` or `registry/app@sha256:…`.
+    Registry { repository: String, tag: String },
 }
 
 impl ImageSource {
-    /// `docker-archive:FILE.tar`; None when `given` is no image source (a file or folder).
+    /// `docker-archive:FILE.tar`, or a registry reference with a tag or a digest
+    /// (`registry.example.com/app:1.4`, `…/app@sha256:…`) that names no file here; None when
+    /// `given` is no image source (a file or folder).
     pub fn parse(given: &str) -> Option<ImageSource> {
-        let file = given.strip_prefix("docker-archive:")?;
-        Some(ImageSource::DockerArchive(
-            std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file)),
-        ))
+        if let Some(file) = given.strip_prefix("docker-archive:") {
+            return Some(ImageSource::DockerArchive(
+                std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file)),
+            ));
+        }
+        if Path::new(given).exists() || !is_reference(given) {
+            return None;
+        }
+        let (repository, tag) = match given.split_once('@') {
+            Some((repository, digest)) => (repository, digest),
+            None => {
+                // The tag is after the last `:` of the last path part (a registry's port is
+                // before a `/`).
+                let last = given.rfind('/').map_or(0, |at| at + 1);
+                match given[last..].rfind(':') {
+                    Some(at) => (&given[..last + at], &given[last + at + 1..]),
+                    None => (given, "latest"),
+                }
+            }
+        };
+        Some(ImageSource::Registry {
+            repository: repository.to_string(),
+            tag: tag.to_string(),
+        })
     }
 
-    /// As the record keeps it (an absolute path).
+    /// As the record keeps it (an absolute path, or the reference).
     pub fn describe(&self) -> String {
         match self {
             ImageSource::DockerArchive(file) => format!("docker-archive:{}", file.display()),
+            ImageSource::Registry { repository, tag } if tag.starts_with("sha256:") => {
+                format!("{repository}@{tag}")
+            }
+            ImageSource::Registry { repository, tag } => format!("{repository}:{tag}"),
         }
     }
+}
+
+/// Whether `given` reads as an image reference with a tag or digest: lower-case names,
+/// digits, `.`, `-`, `_`, `/`, one `:tag` or `@sha256:…`, a registry host first.
+fn is_reference(given: &str) -> bool {
+    let allowed = given
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:@".contains(c));
+    allowed && given.contains('/') && (given.contains(':') || given.contains('@'))
 }
 
 /// The engine, at `DOCKER_HOST` or the default socket, speaking the newest API version both
@@ -100,11 +140,65 @@ pub async fn engine() -> std::io::Result<Docker> {
         .map_err(unreachable)
 }
 
-/// Loads the image `source` holds into the engine and says its image ID. An archive must hold
-/// exactly one image.
-pub async fn install(source: &ImageSource) -> std::io::Result<String> {
+/// Loads or pulls the image `source` names into the engine and says what it is: its image ID
+/// and, pulled from a registry, the manifest digest there.
+pub async fn install(source: &ImageSource) -> std::io::Result<(String, Option<String>)> {
     let docker = engine().await?;
-    let ImageSource::DockerArchive(file) = source;
+    match source {
+        ImageSource::DockerArchive(file) => Ok((load(&docker, file).await?, None)),
+        ImageSource::Registry { repository, tag } => pull(&docker, repository, tag).await,
+    }
+}
+
+/// Pulls `repository:tag` (or `@digest`) and pins it: the image ID, and the digest the
+/// registry gave for this repository.
+async fn pull(
+    docker: &Docker,
+    repository: &str,
+    tag: &str,
+) -> std::io::Result<(String, Option<String>)> {
+    let reference = match tag.starts_with("sha256:") {
+        true => format!("{repository}@{tag}"),
+        false => format!("{repository}:{tag}"),
+    };
+    let mut said = docker.create_image(
+        Some(bollard::query_parameters::CreateImageOptions {
+            from_image: Some(repository.to_string()),
+            tag: Some(tag.to_string()),
+            ..Default::default()
+        }),
+        None,
+        None,
+    );
+    while let Some(step) = said.next().await {
+        step.map_err(|e| {
+            std::io::Error::other(format!("the engine could not pull {reference}: {e}"))
+        })?;
+    }
+    let inspected = docker.inspect_image(&reference).await.map_err(|e| {
+        std::io::Error::other(format!(
+            "the engine pulled {reference} but cannot say what it is: {e}"
+        ))
+    })?;
+    let id = inspected
+        .id
+        .filter(|id| id.starts_with("sha256:"))
+        .ok_or_else(|| {
+            std::io::Error::other(format!("the engine gave {reference} no sha256 image ID"))
+        })?;
+    let digest = inspected
+        .repo_digests
+        .unwrap_or_default()
+        .into_iter()
+        .find(|d| {
+            d.split_once('@')
+                .is_some_and(|(repo, _)| repo == repository)
+        });
+    Ok((id, digest))
+}
+
+/// Loads a `docker save` archive (exactly one image) and says its image ID.
+async fn load(docker: &Docker, file: &Path) -> std::io::Result<String> {
     let opened = tokio::fs::File::open(file).await.map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot read {}: {e}", file.display()))
     })?;
@@ -439,6 +533,27 @@ mod tests {
             Some(ImageSource::DockerArchive(PathBuf::from("/srv/app.tar")))
         );
         assert_eq!(ImageSource::parse("/srv/app.tar"), None);
+        assert_eq!(ImageSource::parse("app.tar"), None);
+        let pulled = |repository: &str, tag: &str| {
+            Some(ImageSource::Registry {
+                repository: repository.into(),
+                tag: tag.into(),
+            })
+        };
+        assert_eq!(
+            ImageSource::parse("127.0.0.1:5000/app:1.4"),
+            pulled("127.0.0.1:5000/app", "1.4")
+        );
+        assert_eq!(
+            ImageSource::parse("registry.example.com/team/app@sha256:ab12"),
+            pulled("registry.example.com/team/app", "sha256:ab12")
+        );
+        assert_eq!(
+            ImageSource::parse("127.0.0.1:5000/app@sha256:ab12")
+                .unwrap()
+                .describe(),
+            "127.0.0.1:5000/app@sha256:ab12"
+        );
         let launcher = launcher("sha256:abc");
         assert!(launcher.contains("--image sha256:abc"));
     }

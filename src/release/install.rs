@@ -358,12 +358,13 @@ fn fill_image(
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(format!("cannot start the engine's client: {e}")))?;
-    let id = runtime
+    let (id, repo_digest) = runtime
         .block_on(container::install(image))
         .map_err(|e| refused(format!("{}: {e}", image.describe())))?;
     let record = container::ImageRelease {
         image: id.clone(),
         source: image.describe(),
+        repo_digest,
     };
     fs::create_dir(content).map_err(|e| failed("create", content, e))?;
     let text = serde_json::to_string_pretty(&record).expect("an image record serializes") + "\n";

@@ -200,3 +200,180 @@ pub(crate) fn installed_images(site: &Site) {
         assert!(copied.success());
     }
 }
+
+/// An image pulled from a registry by reference is pinned by digest: a tag moved on the
+/// registry after `release add` changes nothing of what deploys.
+#[test]
+fn an_image_pulled_by_reference_is_pinned_and_a_moved_tag_changes_nothing() {
+    use crate::common::engine::{image_id, loaded_tag, registry};
+    let site = Site::new();
+    let good = loaded_tag(&sample_image(&[]));
+    let bad = loaded_tag(&sample_image(&["--readyz-status", "503"]));
+    let repository = format!("{}/rollgate-it/app-{}", registry(), std::process::id());
+    let reference = format!("{repository}:1");
+    let push = |image: &str| {
+        assert!(docker(&["tag", image, &reference]).status.success());
+        let pushed = docker(&["push", &reference]);
+        assert!(pushed.status.success(), "docker push: {pushed:?}");
+    };
+    push(&good);
+    let out = run(&site, &["release", "add", "edge-svc", "v1", &reference]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pinned = |version: &str| -> serde_json::Value {
+        let path = site.root().join(format!("releases/{version}/image.json"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let v1 = pinned("v1");
+    assert_eq!(v1["image"], image_id(&good).as_str());
+    assert_eq!(v1["source"], reference.as_str());
+    let digest = v1["repo_digest"].as_str().unwrap().to_string();
+    assert!(
+        digest.starts_with(&format!("{repository}@sha256:")),
+        "{digest}"
+    );
+
+    // The tag moves to an image that is never ready; v1 still deploys what it pinned.
+    push(&bad);
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let running = containers_of(site.root());
+    assert_eq!(
+        inspect(running[0]["ID"].as_str().unwrap())["Image"],
+        image_id(&good).as_str()
+    );
+    // A new install of the tag gets the moved image; one by digest gets the first.
+    let out = run(&site, &["release", "add", "edge-svc", "v2", &reference]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(pinned("v2")["image"], image_id(&bad).as_str());
+    let out = run(&site, &["release", "add", "edge-svc", "v3", &digest]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(pinned("v3")["image"], image_id(&good).as_str());
+    // A reference the registry does not have is refused, nothing installed.
+    let missing = format!("{repository}:no-such-tag");
+    let out = run(&site, &["release", "add", "edge-svc", "v4", &missing]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("could not pull"), "{}", stderr(&out));
+    assert!(!site.root().join("releases/v4").exists());
+}
+
+/// A container release replaces another behind the proxy under load: users get no failed
+/// request, and the new release answers once it is live.
+#[test]
+fn a_container_release_goes_live_behind_the_proxy_with_no_failed_request() {
+    let site = Site::new();
+    installed_images(&site);
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let proxy = crate::common::http::Proxy::start(&site, &[]);
+    let load = crate::common::http::Load::kept(proxy.port, 4, std::time::Duration::from_millis(2));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = deploy(&site, "v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seen = load.finish();
+    let failed = seen.iter().filter(|(status, _, _)| *status != 200).count();
+    assert_eq!(failed, 0, "{} of {} failed", failed, seen.len());
+    assert!(seen.len() > 100, "only {} requests", seen.len());
+    assert!(seen.iter().any(|(_, body, _)| body == "v1"));
+    assert_eq!(seen.last().map(|(_, body, _)| body.as_str()), Some("v2"));
+}
+
+/// Four container replicas behind the proxy; a canary container serving 10 % 500s is judged
+/// by users' traffic and rolled back by its numbers, as a process release is.
+#[test]
+fn a_container_canary_serving_500s_is_rolled_back_by_the_traffic_judge() {
+    let site = Site::new();
+    installed_images(&site);
+    let out = add_image(&site, "v3", &sample_image(&["--error-rate", "0.1"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ports = ten_ports(43);
+    let out = run(
+        &site,
+        &[
+            "rollout",
+            "edge-svc",
+            "v1",
+            "--replicas",
+            "4",
+            "--ports",
+            &ports,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(containers_of(site.root()).len(), 4);
+    let proxy = crate::common::http::Proxy::start(&site, &[]);
+    let load = crate::common::http::Load::kept(proxy.port, 4, std::time::Duration::from_millis(2));
+    let policy = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 30000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "replicas": 4, "waves": [25, 100],
+            "soak_ms": 30000, "analysis": {"min_requests": 100, "interval_ms": 1000, "on_fail": "rollback"}}}"#,
+    );
+    let out = run(
+        &site,
+        &[
+            "rollout",
+            "edge-svc",
+            "v3",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    drop(load.finish());
+    drop(proxy);
+    assert_eq!(out.status.code(), Some(1), "rolled back: {}", stderr(&out));
+    let failed = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "analysis")
+        .expect("an analysis line");
+    assert_eq!(failed["analysis"]["verdict"], "fail", "{failed}");
+    assert!(
+        failed["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("canary 5xx "),
+        "{failed}"
+    );
+    // The canary's container is gone; v1's four serve on.
+    assert!(wait_for(20, || {
+        let left = containers_of(site.root());
+        left.len() == 4
+            && left.iter().all(|c| {
+                c["Labels"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("dev.rollgate.version=v1")
+            })
+    }));
+}
+
+/// A container release never ready is rolled back at its deadline with a process release's
+/// words, and its container is stopped and removed.
+#[test]
+fn a_container_never_ready_is_rolled_back_at_its_deadline() {
+    let site = Site::new();
+    installed_images(&site);
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = add_image(&site, "v3", &sample_image(&["--readyz-status", "503"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &["deploy", "edge-svc", &port, "v3", "--deadline-ms", "1500"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let rolled_back = site.log_lines().last().cloned().unwrap();
+    assert_eq!(rolled_back["event"], "rolled_back");
+    assert!(
+        rolled_back["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("not ready after 1500 ms"),
+        "{rolled_back}"
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    assert!(wait_for(20, || containers_of(site.root()).len() == 1));
+}

@@ -222,3 +222,78 @@ pub fn remove_containers_of(root: &Path) {
         }
     }
 }
+
+/// The tag of the image in `archive`, loaded into the test engine (`docker load`).
+pub fn loaded_tag(archive: &Path) -> String {
+    let out = docker(&["load", "-i", archive.to_str().unwrap()]);
+    assert!(out.status.success(), "docker load: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Loaded image: ").map(str::to_string))
+        .expect("a tagged image")
+}
+
+/// The image ID the engine has for `reference`.
+pub fn image_id(reference: &str) -> String {
+    let out = docker(&["image", "inspect", "--format", "{{.Id}}", reference]);
+    assert!(out.status.success(), "docker image inspect: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `HOST:PORT` of a registry on 127.0.0.1 (Debian's docker-registry): the one at
+/// `ROLLGATE_TEST_REGISTRY` (.ci/run starts it), else one started here and reused by later runs.
+pub fn registry() -> String {
+    static REGISTRY: OnceLock<String> = OnceLock::new();
+    REGISTRY
+        .get_or_init(|| {
+            if let Ok(address) = std::env::var("ROLLGATE_TEST_REGISTRY") {
+                return address;
+            }
+            let dir = Path::new("/var/lib/rollgate-it-registry");
+            let noted = dir.join("address");
+            if let Ok(address) = std::fs::read_to_string(&noted) {
+                if registry_answers(address.trim()) {
+                    return address.trim().to_string();
+                }
+            }
+            std::fs::create_dir_all(dir.join("data")).unwrap();
+            let address = format!("127.0.0.1:{}", super::free_port());
+            let config = dir.join("config.yml");
+            std::fs::write(
+                &config,
+                format!(
+                    "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
+                    dir.join("data").display()
+                ),
+            )
+            .unwrap();
+            Command::new("docker-registry")
+                .arg("serve")
+                .arg(&config)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("Debian's docker-registry (.ci/run installs it)");
+            assert!(
+                super::wait_for(30, || registry_answers(&address)),
+                "the registry at {address} did not come up"
+            );
+            std::fs::write(&noted, &address).unwrap();
+            address
+        })
+        .clone()
+}
+
+fn registry_answers(address: &str) -> bool {
+    std::net::TcpStream::connect(address).is_ok_and(|mut stream| {
+        use std::io::{Read, Write};
+        let asked = stream.write_all(
+            format!("GET /v2/ HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        let mut answer = String::new();
+        asked.is_ok()
+            && stream.read_to_string(&mut answer).is_ok()
+            && answer.starts_with("HTTP/1.1 200")
+    })
+}
