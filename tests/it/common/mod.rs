@@ -33,6 +33,11 @@ pub fn bin() -> PathBuf {
         ));
         let reachable = dir.join("rollgate");
         if !reachable.is_file() {
+            // Another build's copy is of no more use: a hard link keeps its 270 MB alive.
+            let all = dir.parent().unwrap();
+            for old in std::fs::read_dir(all).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_dir_all(old.path());
+            }
             std::fs::create_dir_all(&dir).unwrap();
             for d in [dir.parent().unwrap(), dir.as_path()] {
                 std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
