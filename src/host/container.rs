@@ -65,6 +65,9 @@ impl ImageRelease {
 pub enum ImageSource {
     /// What `docker save` writes.
     DockerArchive(PathBuf),
+    /// A tar of an OCI image layout (`skopeo copy … oci-archive:`, `buildah push`, BuildKit's
+    /// `--output type=oci`).
+    OciArchive(PathBuf),
     /// A reference pulled through the engine: `registry/app:1.4` or `registry/app@sha256:…`.
     Registry { repository: String, tag: String },
 }
@@ -74,10 +77,13 @@ impl ImageSource {
     /// (`registry.example.com/app:1.4`, `…/app@sha256:…`) that names no file here; None when
     /// `given` is no image source (a file or folder).
     pub fn parse(given: &str) -> Option<ImageSource> {
+        let absolute =
+            |file: &str| std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file));
         if let Some(file) = given.strip_prefix("docker-archive:") {
-            return Some(ImageSource::DockerArchive(
-                std::path::absolute(file).unwrap_or_else(|_| PathBuf::from(file)),
-            ));
+            return Some(ImageSource::DockerArchive(absolute(file)));
+        }
+        if let Some(file) = given.strip_prefix("oci-archive:") {
+            return Some(ImageSource::OciArchive(absolute(file)));
         }
         if Path::new(given).exists() || !is_reference(given) {
             return None;
@@ -104,6 +110,7 @@ impl ImageSource {
     pub fn describe(&self) -> String {
         match self {
             ImageSource::DockerArchive(file) => format!("docker-archive:{}", file.display()),
+            ImageSource::OciArchive(file) => format!("oci-archive:{}", file.display()),
             ImageSource::Registry { repository, tag } if tag.starts_with("sha256:") => {
                 format!("{repository}@{tag}")
             }
@@ -146,6 +153,12 @@ pub async fn install(source: &ImageSource) -> std::io::Result<(String, Option<St
     let docker = engine().await?;
     match source {
         ImageSource::DockerArchive(file) => Ok((load(&docker, file).await?, None)),
+        ImageSource::OciArchive(file) => {
+            // The engine (20.10) loads `docker save` archives: the layout's manifest is said
+            // as one, with the same blobs, in a temporary file.
+            let converted = super::oci::as_docker_archive(file)?;
+            Ok((load(&docker, converted.path()).await?, None))
+        }
         ImageSource::Registry { repository, tag } => pull(&docker, repository, tag).await,
     }
 }

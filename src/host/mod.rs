@@ -19,6 +19,7 @@ pub mod listen;
 pub mod lock;
 pub mod names;
 pub mod notify;
+pub mod oci;
 pub mod output;
 pub mod probe;
 pub mod process;

@@ -377,3 +377,55 @@ fn a_container_never_ready_is_rolled_back_at_its_deadline() {
     assert_eq!(site.pointer().unwrap()["version"], "v1");
     assert!(wait_for(20, || containers_of(site.root()).len() == 1));
 }
+
+/// An OCI image layout archive (written by skopeo, its layers compressed) installs as the same
+/// image and deploys; a file that is no layout is refused with nothing installed.
+#[test]
+fn an_oci_archive_installs_and_deploys() {
+    use crate::common::engine::oci_archive;
+    let site = Site::new();
+    let archive = sample_image(&[]);
+    let oci = oci_archive(&archive);
+    let out = run(
+        &site,
+        &[
+            "release",
+            "add",
+            "edge-svc",
+            "v1",
+            &format!("oci-archive:{}", oci.display()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let image: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(site.root().join("releases/v1/image.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(image["source"], format!("oci-archive:{}", oci.display()));
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    let answer = crate::common::http::Conn::open(port)
+        .unwrap()
+        .get("/", "")
+        .unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    // A docker-archive given as an OCI one: refused, named, nothing installed.
+    let out = run(
+        &site,
+        &[
+            "release",
+            "add",
+            "edge-svc",
+            "v2",
+            &format!("oci-archive:{}", archive.display()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not an OCI image layout archive: no index.json"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!site.root().join("releases/v2").exists());
+}

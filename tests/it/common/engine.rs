@@ -297,3 +297,23 @@ fn registry_answers(address: &str) -> bool {
             && answer.starts_with("HTTP/1.1 200")
     })
 }
+
+/// The image of a `docker save` archive as an OCI image layout archive, written by skopeo (a
+/// tool nobody here wrote), kept beside it.
+pub fn oci_archive(docker_archive: &Path) -> PathBuf {
+    let oci = docker_archive.with_extension("oci.tar");
+    if oci.is_file() {
+        return oci;
+    }
+    let partial = docker_archive.with_extension(format!("oci.{}", std::process::id()));
+    let _ = std::fs::remove_file(&partial);
+    let copied = Command::new("skopeo")
+        .arg("copy")
+        .arg(format!("docker-archive:{}", docker_archive.display()))
+        .arg(format!("oci-archive:{}", partial.display()))
+        .output()
+        .expect("Debian's skopeo (.ci/run installs it)");
+    assert!(copied.status.success(), "skopeo copy: {copied:?}");
+    std::fs::rename(&partial, &oci).unwrap();
+    oci
+}
