@@ -429,3 +429,89 @@ fn an_oci_archive_installs_and_deploys() {
     );
     assert!(!site.root().join("releases/v2").exists());
 }
+
+/// A signed manifest pins the image: it signs the release's `image.json` and launcher, so a
+/// manifest made for one image refuses another, with nothing installed.
+#[test]
+fn a_manifest_pinning_another_image_is_refused() {
+    let site = Site::new();
+    let key = site.root().join("signer.pem");
+    let out = rollgate()
+        .args(["release", "keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pin = stdout(&out).lines().next().unwrap().to_string();
+    write(
+        site.root(),
+        "trust.json",
+        &serde_json::json!({"pins": [pin], "threshold": 1}).to_string(),
+    );
+    let good = sample_image(&[]);
+    // The folder rollgate makes for the good image, signed as the publisher would sign it.
+    let scratch = Site::new();
+    let out = add_image(&scratch, "v1", &good);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let signed = scratch.root().join("signed");
+    std::fs::create_dir(&signed).unwrap();
+    for file in ["image.json", "edge-svc"] {
+        std::fs::copy(
+            scratch.root().join("releases/v1").join(file),
+            signed.join(file),
+        )
+        .unwrap();
+    }
+    let sign = |version: &str, sequence: &str| {
+        let out = rollgate()
+            .args(["release", "sign"])
+            .arg(&signed)
+            .args([
+                "--service",
+                "edge-svc",
+                "--version",
+                version,
+                "--sequence",
+                sequence,
+            ])
+            .arg("--key")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        signed.join("manifest.json")
+    };
+    let install = |version: &str, archive: &std::path::Path, manifest: &std::path::Path| {
+        let source = format!("docker-archive:{}", archive.display());
+        run(
+            &site,
+            &[
+                "release",
+                "add",
+                "edge-svc",
+                version,
+                &source,
+                "--manifest",
+                manifest.to_str().unwrap(),
+            ],
+        )
+    };
+    let out = install("v1", &good, &sign("v1", "1"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(site.root().join("releases/v1/release.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["signed"], true);
+    // The same signature over another image: refused.
+    let other = sample_image(&["--ready-after-ms", "100"]);
+    let out = install("v2", &other, &sign("v2", "2"));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was installed")
+            && stderr(&out).contains("the manifest says"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!site.root().join("releases/v2").exists());
+}
