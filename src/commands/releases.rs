@@ -335,6 +335,8 @@ pub struct Pruned {
     pub removed: Vec<String>,
     /// Older than the newest `keep`, kept all the same: (version, why).
     pub protected: Vec<(String, String)>,
+    /// Images rollgate installed that no root keeps any more, removed from the engine.
+    pub images: Vec<String>,
 }
 
 /// `rollgate release prune --keep N [--dry-run]`: keeps the newest `keep` releases and every
@@ -370,7 +372,17 @@ fn prune_releases(
                 .push((release.version.clone(), "never deployed".into()));
         } else if release.marks.is_empty() {
             if !dry_run {
+                let image = crate::host::container::ImageRelease::of_release(
+                    &folder.join(&release.version),
+                )
+                .ok()
+                .flatten();
                 crate::release::install::remove(&folder, &release.version)?;
+                if let Some(image) = image {
+                    pruned
+                        .images
+                        .extend(forget_unless_kept(&folder, &state.0, &image.image));
+                }
             }
             pruned.removed.push(release.version.clone());
         } else {
@@ -380,6 +392,25 @@ fn prune_releases(
         }
     }
     Ok(pruned)
+}
+
+/// The root no longer holds `image` unless another of its releases runs it; then the engine
+/// removes it if rollgate installed it and no other root holds it (`container::forget`).
+fn forget_unless_kept(releases: &Path, root: &Path, image: &str) -> Option<String> {
+    let still_held = std::fs::read_dir(releases)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            crate::host::container::ImageRelease::of_release(&e.path())
+                .ok()
+                .flatten()
+        })
+        .any(|other| other.image == image);
+    match still_held {
+        true => None,
+        false => crate::host::container::forget(image, root),
+    }
 }
 
 /// Starts a run through the engine's front door and, once its release went live, applies the
@@ -408,10 +439,15 @@ pub fn prune_after_promotion(root: &Path, policy: Option<&crate::policy::Rollout
         return;
     }
     match prune_releases(root, keep as usize, false, true) {
-        Ok(pruned) if !pruned.removed.is_empty() => eprintln!(
-            "rollgate: keep_releases = {keep}: removed {}",
-            pruned.removed.join(" ")
-        ),
+        Ok(pruned) if !pruned.removed.is_empty() => {
+            eprintln!(
+                "rollgate: keep_releases = {keep}: removed {}",
+                pruned.removed.join(" ")
+            );
+            for image in &pruned.images {
+                eprintln!("rollgate: keep_releases = {keep}: {image}");
+            }
+        }
         Ok(_) => {}
         Err(e) => eprintln!("rollgate: keep_releases = {keep}: not pruned now: {e}"),
     }
@@ -427,6 +463,9 @@ pub fn said(pruned: &Pruned, dry_run: bool) -> String {
     }
     for (version, why) in &pruned.protected {
         out.push_str(&format!("kept {version}: {why}\n"));
+    }
+    for image in &pruned.images {
+        out.push_str(&format!("{image}\n"));
     }
     out
 }

@@ -147,20 +147,166 @@ pub async fn engine() -> std::io::Result<Docker> {
         .map_err(unreachable)
 }
 
-/// Loads or pulls the image `source` names into the engine and says what it is: its image ID
-/// and, pulled from a registry, the manifest digest there.
-pub async fn install(source: &ImageSource) -> std::io::Result<(String, Option<String>)> {
+/// What `install` put in the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// The image ID.
+    pub image: String,
+    /// Pulled from a registry: the manifest digest there.
+    pub repo_digest: Option<String>,
+    /// The engine did not have the image before: rollgate installed it (and retention may
+    /// remove it once no root keeps it). An image that was there already is never removed.
+    pub fresh: bool,
+}
+
+/// Loads or pulls the image `source` names into the engine and says what it is.
+pub async fn install(source: &ImageSource) -> std::io::Result<Installed> {
     let docker = engine().await?;
+    let had = |id: String| {
+        let docker = &docker;
+        async move { docker.inspect_image(&id).await.is_ok() }
+    };
     match source {
-        ImageSource::DockerArchive(file) => Ok((load(&docker, file).await?, None)),
+        ImageSource::DockerArchive(file) => {
+            let before = match super::oci::docker_archive_config(file)? {
+                Some(id) => had(id).await,
+                None => false,
+            };
+            let image = load(&docker, file).await?;
+            Ok(Installed {
+                image,
+                repo_digest: None,
+                fresh: !before,
+            })
+        }
         ImageSource::OciArchive(file) => {
             // The engine (20.10) loads `docker save` archives: the layout's manifest is said
             // as one, with the same blobs, in a temporary file.
             let converted = super::oci::as_docker_archive(file)?;
-            Ok((load(&docker, converted.path()).await?, None))
+            let before = match super::oci::docker_archive_config(converted.path())? {
+                Some(id) => had(id).await,
+                None => false,
+            };
+            let image = load(&docker, converted.path()).await?;
+            Ok(Installed {
+                image,
+                repo_digest: None,
+                fresh: !before,
+            })
         }
-        ImageSource::Registry { repository, tag } => pull(&docker, repository, tag).await,
+        ImageSource::Registry { repository, tag } => {
+            let reference = source.describe();
+            let before = docker
+                .inspect_image(&reference)
+                .await
+                .ok()
+                .and_then(|i| i.id);
+            let (image, repo_digest) = pull(&docker, repository, tag).await?;
+            let fresh = before.as_deref() != Some(image.as_str());
+            Ok(Installed {
+                image,
+                repo_digest,
+                fresh,
+            })
+        }
     }
+}
+
+/// Where rollgate keeps, host-wide, which roots hold a release of each image it installed
+/// (`IMAGES/HEX/roots/…`) and whether it installed it (`IMAGES/HEX/installed`).
+const IMAGES: &str = "/var/lib/rollgate/images";
+
+fn image_folder(image: &str) -> Option<PathBuf> {
+    let hex = image.strip_prefix("sha256:")?;
+    hex.chars()
+        .all(|c| c.is_ascii_hexdigit())
+        .then(|| Path::new(IMAGES).join(hex))
+}
+
+fn claim_file(folder: &Path, root: &Path) -> PathBuf {
+    use sha2::Digest;
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    let digest = sha2::Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let name: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    folder.join("roots").join(name)
+}
+
+/// Records that `root` holds a release of `image` (and, `fresh`, that rollgate installed it).
+/// Best effort: without the record, retention only keeps an image it would have removed.
+pub fn claim(image: &str, root: &Path, fresh: bool) {
+    let Some(folder) = image_folder(image) else {
+        return;
+    };
+    let file = claim_file(&folder, root);
+    if let Some(roots) = file.parent() {
+        let _ = std::fs::create_dir_all(roots);
+    }
+    if fresh && !folder.join("installed").exists() {
+        let _ = std::fs::write(folder.join("installed"), image);
+    }
+    let _ = std::fs::write(file, root.as_os_str().as_encoded_bytes());
+}
+
+/// `root` no longer holds a release of `image`: its claim goes, and when no root claims the
+/// image and rollgate installed it, the engine removes it (refused while a container uses it:
+/// then the next prune tries again). Says what was removed.
+pub fn forget(image: &str, root: &Path) -> Option<String> {
+    let folder = image_folder(image)?;
+    let _ = std::fs::remove_file(claim_file(&folder, root));
+    // A claim holds while its root still has a release of the image (a root removed by hand
+    // leaves a claim that holds nothing).
+    let holds = |claimant: &Path| {
+        std::fs::read_dir(claimant.join("releases"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| ImageRelease::of_release(&e.path()).ok().flatten())
+            .any(|release| release.image == image)
+    };
+    let mut claimed = false;
+    for entry in std::fs::read_dir(folder.join("roots"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let claimant = std::fs::read(entry.path())
+            .map(|bytes| PathBuf::from(String::from_utf8_lossy(&bytes).into_owned()))
+            .ok();
+        match claimant.is_some_and(|root| holds(&root)) {
+            true => claimed = true,
+            false => {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    if claimed || !folder.join("installed").is_file() {
+        return None;
+    }
+    let image = image.to_string();
+    // A runtime of its own on a thread of its own: callers may be inside one already.
+    let removed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime.block_on(async {
+            let docker = engine().await.ok()?;
+            docker
+                .remove_image(
+                    &image,
+                    None::<bollard::query_parameters::RemoveImageOptions>,
+                    None,
+                )
+                .await
+                .ok()
+                .map(|_| image)
+        })
+    })
+    .join()
+    .ok()
+    .flatten()?;
+    let _ = std::fs::remove_dir_all(&folder);
+    Some(format!("image {removed} removed from the engine"))
 }
 
 /// Pulls `repository:tag` (or `@digest`) and pins it: the image ID, and the digest the

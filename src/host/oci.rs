@@ -165,3 +165,26 @@ pub fn as_docker_archive(file: &Path) -> std::io::Result<tempfile::NamedTempFile
         .sync_all()?;
     Ok(out)
 }
+
+/// The image ID a `docker save` archive holds (its `manifest.json`'s one `Config`, named
+/// `HEX.json` or `blobs/sha256/HEX`), read without loading it; None when it says none.
+pub fn docker_archive_config(file: &Path) -> std::io::Result<Option<String>> {
+    #[derive(Deserialize)]
+    struct Entry {
+        #[serde(rename = "Config")]
+        config: String,
+    }
+    let Some(bytes) = member(file, "manifest.json")? else {
+        return Ok(None);
+    };
+    let entries: Vec<Entry> = serde_json::from_slice(&bytes).unwrap_or_default();
+    let [entry] = entries.as_slice() else {
+        return Ok(None);
+    };
+    let name = entry.config.rsplit('/').next().unwrap_or("");
+    let hex = name.strip_suffix(".json").unwrap_or(name);
+    Ok(
+        (hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()))
+            .then(|| format!("sha256:{hex}")),
+    )
+}

@@ -153,7 +153,7 @@ fn stage_and_rename(
     };
     let content = staging.join("content");
     let kind = match &image {
-        Some(image) => fill_image(image, &content, request.service)?,
+        Some(image) => fill_image(image, &content, request.service, request.root)?,
         None => fill(
             &source,
             &content,
@@ -352,19 +352,24 @@ fn fill_image(
     image: &crate::host::container::ImageSource,
     content: &Path,
     service: &str,
+    root: &Path,
 ) -> Result<&'static str, Error> {
     use crate::host::container;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(format!("cannot start the engine's client: {e}")))?;
-    let (id, repo_digest) = runtime
+    let installed = runtime
         .block_on(container::install(image))
         .map_err(|e| refused(format!("{}: {e}", image.describe())))?;
+    // Claimed for the root from now (retention keeps what a root holds; a claim whose
+    // release never lands only keeps an image a little longer).
+    container::claim(&installed.image, root, installed.fresh);
+    let id = installed.image;
     let record = container::ImageRelease {
         image: id.clone(),
         source: image.describe(),
-        repo_digest,
+        repo_digest: installed.repo_digest,
     };
     fs::create_dir(content).map_err(|e| failed("create", content, e))?;
     let text = serde_json::to_string_pretty(&record).expect("an image record serializes") + "\n";

@@ -297,6 +297,8 @@ fn a_container_canary_serving_500s_is_rolled_back_by_the_traffic_judge() {
             "4",
             "--ports",
             &ports,
+            "--deadline-ms",
+            "30000",
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -514,4 +516,52 @@ fn a_manifest_pinning_another_image_is_refused() {
         stderr(&out)
     );
     assert!(!site.root().join("releases/v2").exists());
+}
+
+/// Retention removes from the engine the images rollgate installed once no root holds a
+/// release of them, and never an image the engine had before (someone else's).
+#[test]
+fn retention_removes_only_images_rollgate_installed_and_no_root_keeps() {
+    use crate::common::engine::{image_id, loaded_tag};
+    let (first, second) = (Site::new(), Site::new());
+    // Images of this test alone: two rollgate installs, one the engine had already.
+    let archive = |n: &str| sample_image(&["--work-us", n]);
+    let (a, b, theirs) = (archive("7"), archive("8"), archive("9"));
+    let (a_tag, b_tag) = (loaded_tag(&a), loaded_tag(&b));
+    let theirs_id = image_id(&loaded_tag(&theirs));
+    let (a_id, b_id) = (image_id(&a_tag), image_id(&b_tag));
+    for tag in [&a_tag, &b_tag] {
+        let removed = docker(&["rmi", tag]);
+        assert!(removed.status.success(), "{removed:?}");
+    }
+    for (site, version, archive) in [
+        (&first, "v1", &a),
+        (&first, "v2", &b),
+        (&first, "v3", &theirs),
+        (&second, "w1", &a),
+    ] {
+        let out = add_image(site, version, archive);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let present = |id: &str| docker(&["image", "inspect", id]).status.success();
+    assert!(present(&a_id) && present(&b_id) && present(&theirs_id));
+
+    let out = run(&first, &["release", "prune", "--keep", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("image {b_id} removed")),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!present(&b_id), "b: installed by rollgate, held by no root");
+    assert!(present(&a_id), "a: the second root still holds it");
+    assert!(
+        present(&theirs_id),
+        "the engine had it before rollgate: never removed"
+    );
+
+    let out = run(&second, &["release", "prune", "--keep", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!present(&a_id), "{}", stdout(&out));
+    assert!(present(&theirs_id));
 }

@@ -521,12 +521,19 @@ fn a_container_deploy_killed_after_any_action_is_finished_or_undone_by_up() {
                     "v1",
                     "--watch-ms",
                     "0",
+                    "--deadline-ms",
+                    "30000",
                 ],
                 None,
             );
             assert_eq!(out.status.code(), Some(0), "{}", said(&out));
         },
-        run: &deploy_v2(42),
+        // A container starts in a tenth of a second here, seconds on a loaded machine.
+        run: &|site| {
+            let mut run = deploy_v2(42)(site);
+            run.extend(args(&["--deadline-ms", "30000"]));
+            run
+        },
         next: &up,
         undone: Some(rolled_back_to_v1()),
         starts_anew: true,
