@@ -565,3 +565,64 @@ fn retention_removes_only_images_rollgate_installed_and_no_root_keeps() {
     assert!(!present(&a_id), "{}", stdout(&out));
     assert!(present(&theirs_id));
 }
+
+/// Issue 60's acceptance: the confinement issue's hostile release, built into an image and
+/// deployed with the default settings (plus its limits) beside a live service with a secret and
+/// behind a proxy, is refused every act by the engine's confinement. Inside the container no
+/// process outside it can be seen, so the deployer is stood for by this test's own process
+/// (another root-owned process of the host).
+#[test]
+fn a_hostile_container_release_is_refused_all_twelve_acts() {
+    use crate::common::engine::python_image;
+    let other = Site::new();
+    assert_eq!(set_secret(&other, "db", "hunter2").status.code(), Some(0));
+    other.release("v1", "");
+    write(other.root(), "releases/v1/secrets", "DB_PASSWORD=db\n");
+    let out = other.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let site = Site::new();
+    let proxy = crate::common::http::Proxy::start(&site, &[]);
+    let out = add_image(&site, "v1", &python_image(crate::hostile::HOSTILE));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let marker = format!(
+        "{}.{}",
+        7000 + std::process::id() % 1000,
+        std::process::id()
+    );
+    let env = crate::hostile::targets(&other, proxy.child.id(), &marker)
+        + &format!("DEPLOYER={}\n", std::process::id());
+    write(site.root(), "releases/v1/env", &env);
+    let limits = isolation_policy(&site, 120_000, r#"{"memory_mb": 1024, "pids": 512}"#);
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &["deploy", "edge-svc", &port, "v1", "--policy", &limits],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let confined = crate::hostile::acts(&site, "v1");
+    let refused: Vec<&String> = confined
+        .iter()
+        .filter(|(_, said)| said.as_str().is_some_and(|s| s.starts_with("refused")))
+        .map(|(act, _)| act)
+        .collect();
+    assert_eq!(refused.len(), 14, "{confined:#?}");
+    // The daemon it left dies with its container when the next deploy retires it.
+    assert!(
+        wait_for(10, || a_process_mentions(&marker)),
+        "the daemon started"
+    );
+    let out = add_image(&site, "v2", &sample_image(&[]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(20, || !a_process_mentions(&marker)),
+        "the daemon outlived its retired container"
+    );
+    assert!(alive(other.live_pid().unwrap()));
+    assert_eq!(
+        std::fs::read_to_string(other.root().join("secrets/db")).unwrap(),
+        "hunter2"
+    );
+}

@@ -8,9 +8,10 @@ use crate::common::*;
 
 /// The acts, each recorded in `$STATE_DIRECTORY/$ROLLGATE_VERSION-acts.json` as "allowed" or
 /// "refused: why", then the release serves.
-const HOSTILE: &str = r#"
+pub(crate) const HOSTILE: &str = r#"
 import json, os, signal, socket, subprocess, sys
-OTHER, OTHER_PID, PROXY_PID, MARKER = "@OTHER@", @OTHER_PID@, @PROXY_PID@, "@MARKER@"
+OTHER, MARKER = os.environ["HOSTILE_OTHER"], os.environ["HOSTILE_MARKER"]
+OTHER_PID, PROXY_PID = int(os.environ["HOSTILE_OTHER_PID"]), int(os.environ["HOSTILE_PROXY_PID"])
 results = {}
 def act(name, attempt):
     try:
@@ -75,23 +76,31 @@ with open("%s/%s-acts.json" % (os.environ["STATE_DIRECTORY"], os.environ["ROLLGA
     json.dump(results, f)
 "#;
 
-/// A hostile release `version` in `site`, aimed at `other` (its live pid) and the proxy.
+/// What the hostile script aims at, as its environment says it (`NAME=VALUE` lines).
+pub(crate) fn targets(other: &Site, proxy_pid: u32, marker: &str) -> String {
+    format!(
+        "HOSTILE_OTHER={}\nHOSTILE_OTHER_PID={}\nHOSTILE_PROXY_PID={proxy_pid}\nHOSTILE_MARKER={marker}\n",
+        other.root().display(),
+        other.live_pid().unwrap()
+    )
+}
+
+/// A hostile release `version` in `site`, aimed at `other` (its live pid), the proxy and the
+/// deployer (its parent).
 fn hostile(site: &Site, version: &str, other: &Site, proxy_pid: u32, marker: &str) {
-    let other_pid = other.live_pid().unwrap();
-    let script = HOSTILE
-        .replace("@OTHER@", &other.root().display().to_string())
-        .replace("@OTHER_PID@", &other_pid.to_string())
-        .replace("@PROXY_PID@", &proxy_pid.to_string())
-        .replace("@MARKER@", marker);
     write(
         site.root(),
         &format!("releases/{version}/hostile.py"),
-        &script,
+        HOSTILE,
     );
+    let exported: String = targets(other, proxy_pid, marker)
+        .lines()
+        .map(|line| format!("export {line}\n"))
+        .collect();
     site.script(
         version,
         &format!(
-            "DEPLOYER=$PPID python3 ./hostile.py\nexec '{}' sample-service\n",
+            "{exported}DEPLOYER=$PPID python3 ./hostile.py\nexec '{}' sample-service\n",
             crate::common::bin().display()
         ),
     );
@@ -102,7 +111,7 @@ fn policy(site: &Site, isolation: &str) -> String {
     isolation_policy(site, 120_000, isolation)
 }
 
-fn acts(site: &Site, version: &str) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn acts(site: &Site, version: &str) -> serde_json::Map<String, serde_json::Value> {
     let path = site.root().join(format!("data/{version}-acts.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     match serde_json::from_str(&text).unwrap() {

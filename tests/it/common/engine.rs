@@ -144,11 +144,18 @@ fn images_folder() -> PathBuf {
 
 /// The root filesystem tarball: rollgate stripped, at /bin/rollgate, with its libraries.
 fn rootfs(folder: &Path) -> PathBuf {
-    let tarball = folder.join("rootfs.tar");
+    build_rootfs(folder, "rootfs", &[], &[])
+}
+
+/// A root filesystem tarball `NAME.tar` in `folder` (made once): rollgate stripped at
+/// /bin/rollgate, the host's `programs` at the same paths, every library `ldd` lists for them,
+/// and the host's `folders` copied whole.
+fn build_rootfs(folder: &Path, name: &str, programs: &[&str], folders: &[&str]) -> PathBuf {
+    let tarball = folder.join(format!("{name}.tar"));
     if tarball.is_file() {
         return tarball;
     }
-    let tree = folder.join(format!("rootfs.{}", std::process::id()));
+    let tree = folder.join(format!("{name}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tree);
     for dir in ["bin", "tmp", "etc"] {
         std::fs::create_dir_all(tree.join(dir)).unwrap();
@@ -160,17 +167,41 @@ fn rootfs(folder: &Path) -> PathBuf {
         .status()
         .unwrap();
     assert!(stripped.success());
-    let ldd = Command::new("ldd").arg(super::bin()).output().unwrap();
-    for library in String::from_utf8_lossy(&ldd.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-    {
-        let inside = tree.join(library.trim_start_matches('/'));
+    let bin = super::bin();
+    let binaries: Vec<&Path> = std::iter::once(bin.as_path())
+        .chain(programs.iter().map(Path::new))
+        .collect();
+    let copy_in = |from: &Path, to: &Path| {
+        let inside = tree.join(to.strip_prefix("/").unwrap());
         std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
-        std::fs::copy(library, &inside).unwrap();
+        std::fs::copy(from, &inside).unwrap();
+    };
+    for binary in &binaries {
+        if *binary != bin.as_path() {
+            // At the path it is named by, whatever link led there on the host.
+            copy_in(&std::fs::canonicalize(binary).unwrap(), binary);
+        }
+        let ldd = Command::new("ldd").arg(binary).output().unwrap();
+        for library in String::from_utf8_lossy(&ldd.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            copy_in(Path::new(library), Path::new(library));
+        }
+    }
+    for copied in folders {
+        let inside = tree.join(copied.trim_start_matches('/'));
+        std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+        let done = Command::new("cp")
+            .arg("-a")
+            .arg(copied)
+            .arg(&inside)
+            .status()
+            .unwrap();
+        assert!(done.success());
     }
     std::fs::write(tree.join("etc/passwd"), "root:x:0:0:root:/:/bin/rollgate\n").unwrap();
-    let partial = folder.join(format!("rootfs.tar.{}", std::process::id()));
+    let partial = folder.join(format!("{name}.tar.{}", std::process::id()));
     let packed = Command::new("tar")
         .arg("-C")
         .arg(&tree)
@@ -183,6 +214,71 @@ fn rootfs(folder: &Path) -> PathBuf {
     std::fs::rename(&partial, &tarball).unwrap();
     let _ = std::fs::remove_dir_all(&tree);
     tarball
+}
+
+/// A `docker save` archive of an image with Python, a shell, `setsid` and `sleep` beside
+/// rollgate, whose command runs `script` (at /script.py) with Python, then serves as
+/// `rollgate sample-service`. Made once per binary and script.
+pub fn python_image(script: &str) -> PathBuf {
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let folder = images_folder();
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        script.hash(&mut hasher);
+        hasher.finish()
+    };
+    let archive = folder.join(format!("python-{key:016x}.tar"));
+    if archive.is_file() {
+        return archive;
+    }
+    let base = build_rootfs(
+        &folder,
+        "rootfs-python",
+        &[
+            "/usr/bin/python3",
+            "/bin/sh",
+            "/usr/bin/setsid",
+            "/usr/bin/sleep",
+        ],
+        &["/usr/lib/python3.11"],
+    );
+    // The script as one more layer: a tarball of the base with it added.
+    let with_script = folder.join(format!("python-{key:016x}.rootfs.tar"));
+    std::fs::copy(&base, &with_script).unwrap();
+    let staged = folder.join(format!("script-{key:016x}"));
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("script.py"), script).unwrap();
+    let appended = Command::new("tar")
+        .arg("-rf")
+        .arg(&with_script)
+        .arg("-C")
+        .arg(&staged)
+        .arg("script.py")
+        .status()
+        .unwrap();
+    assert!(appended.success());
+    let tag = format!(
+        "rollgate-it/python:{}-{key:016x}",
+        folder.file_name().unwrap().to_string_lossy()
+    );
+    let change = r#"CMD ["/bin/sh", "-c", "/usr/bin/python3 /script.py; exec /bin/rollgate sample-service"]"#;
+    let imported = docker(&[
+        "import",
+        "--change",
+        change,
+        with_script.to_str().unwrap(),
+        &tag,
+    ]);
+    assert!(imported.status.success(), "docker import: {imported:?}");
+    let partial = folder.join(format!("python-{key:016x}.tar.{}", std::process::id()));
+    let saved = docker(&["save", "-o", partial.to_str().unwrap(), &tag]);
+    assert!(saved.status.success(), "docker save: {saved:?}");
+    std::fs::rename(&partial, &archive).unwrap();
+    let _ = std::fs::remove_file(&with_script);
+    let _ = std::fs::remove_dir_all(&staged);
+    archive
 }
 
 /// The containers of the test engine that carry `dev.rollgate.root=ROOT`, with their labels
