@@ -541,6 +541,47 @@ fn a_container_deploy_killed_after_any_action_is_finished_or_undone_by_up() {
     assert!(covered > 5, "only {covered} actions");
 }
 
+/// Issue 60: a rollout of three container replicas killed after any action is finished by
+/// resume, with no container left that no state file's supervisor runs.
+#[test]
+fn a_container_rollout_killed_after_any_action_is_finished_by_resume() {
+    let covered = every_action(Scenario {
+        setup: &|site| {
+            crate::containers::installed_images(site);
+            // The test policy, with a deadline a container meets on a loaded machine.
+            let file = policy(site, 34, 0);
+            let text = std::fs::read_to_string(&file).unwrap().replace(
+                "\"progress_deadline_ms\": 3000",
+                "\"progress_deadline_ms\": 30000",
+            );
+            std::fs::write(&file, text).unwrap();
+            let range = ten_ports(44);
+            let out = rollgate_run(
+                site,
+                &[
+                    "rollout",
+                    "edge-svc",
+                    "v1",
+                    "--replicas",
+                    "3",
+                    "--ports",
+                    &range,
+                    "--policy",
+                    file.to_str().unwrap(),
+                ],
+                None,
+            );
+            assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+            std::fs::remove_file(hooks_out(site)).unwrap();
+        },
+        run: &rollout_v2,
+        next: &resume,
+        undone: None,
+        starts_anew: true,
+    });
+    assert!(covered > 10, "only {covered} actions");
+}
+
 #[test]
 fn a_deploy_switched_back_in_its_watch_killed_after_any_action_ends_on_the_old_release() {
     let covered = every_action(Scenario {
