@@ -60,6 +60,7 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
         nofile: args.nofile,
         binds: args.bind,
         grace: Duration::from_millis(args.grace_ms),
+        cgroup_parent: None,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -503,9 +503,14 @@ impl Tree {
             .unwrap_or_default()
     }
 
-    /// Whether any process is left in it.
+    /// Whether any process is left in it or in a cgroup under it (a container's, which the
+    /// engine makes inside its supervisor's tree): `cgroup.events` says so for the whole
+    /// subtree; its own members where the file is not there.
     pub fn is_populated(&self) -> bool {
-        !self.members().is_empty()
+        match std::fs::read_to_string(self.dir.join("cgroup.events")) {
+            Ok(events) => events.lines().any(|l| l.trim() == "populated 1"),
+            Err(_) => !self.members().is_empty(),
+        }
     }
 
     /// Sends `signal` to every process in it.

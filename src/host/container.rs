@@ -438,6 +438,8 @@ pub struct RunSpec {
     pub binds: Vec<PathBuf>,
     /// How long a stop waits for the container after SIGTERM before it is killed.
     pub grace: Duration,
+    /// The cgroup the container's own goes under (set by `run`, see [`cgroup_parent`]).
+    pub cgroup_parent: Option<String>,
 }
 
 /// `rollgate container-run`: runs the container to its end and says how it ended (its exit
@@ -458,6 +460,7 @@ pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
         .unwrap_or_default();
     let mut spec = spec.clone();
     spec.labels.push((SUPERVISOR_LABEL.into(), me));
+    spec.cgroup_parent = cgroup_parent(&docker).await;
     let spec = &spec;
     let created = docker
         .create_container(
@@ -484,6 +487,30 @@ pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
         )
         .await;
     ended
+}
+
+/// The supervisor's own tree (`/rollgate/TOKEN~PID-STARTTIME`), as the container's cgroup
+/// parent, where the engine manages cgroups by their paths (`cgroupfs`): runc then makes the
+/// container's cgroup inside it, on the v2 hierarchy as on the v1 controllers, so the
+/// container's processes are in the tree rollgate stops — `cgroup.kill` of a supervisor that
+/// outlived its grace ends its container's processes too. With systemd managing the engine's
+/// cgroups (slices, not paths) the engine's own place is kept.
+async fn cgroup_parent(docker: &Docker) -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let tree = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim()
+        .to_string();
+    if !tree.starts_with("/rollgate/") {
+        return None;
+    }
+    let info = docker.info().await.ok()?;
+    matches!(
+        info.cgroup_driver,
+        Some(bollard::models::SystemInfoCgroupDriverEnum::CGROUPFS)
+    )
+    .then_some(tree)
 }
 
 /// The label naming the supervisor (`PID-STARTTIME`) that runs a container.
@@ -590,6 +617,7 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
             }]
         }),
         init: Some(true),
+        cgroup_parent: spec.cgroup_parent.clone(),
         ..Default::default()
     };
     bollard::models::ContainerCreateBody {

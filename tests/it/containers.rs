@@ -93,6 +93,23 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
         host["SecurityOpt"],
         serde_json::json!(["no-new-privileges"])
     );
+    // Its processes are in its supervisor's tree: stopping the tree ends them.
+    if !crate::deploy::cgroup_base().is_empty() {
+        let unified = |pid: i64| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+                .unwrap_or_default()
+        };
+        let supervisor = unified(site.live_pid().unwrap() as i64);
+        let inside = unified(container["State"]["Pid"].as_i64().unwrap());
+        assert!(supervisor.starts_with("/rollgate/"), "{supervisor}");
+        assert!(
+            inside.starts_with(&format!("{supervisor}/")),
+            "{inside} is not under {supervisor}"
+        );
+    }
 
     // A release that exits at boot is rolled back with a process release's words, and its
     // container is gone.
