@@ -1291,4 +1291,7 @@ pub struct ContainerRunArgs {
     /// How long a stop waits after SIGTERM before the container is killed.
     #[arg(long, default_value_t = 10_000)]
     pub grace_ms: u64,
+    /// The engine's defaults instead of rollgate's confinement (`isolation.enabled = false`).
+    #[arg(long)]
+    pub unconfined: bool,
 }

@@ -61,6 +61,7 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
         binds: args.bind,
         grace: Duration::from_millis(args.grace_ms),
         cgroup_parent: None,
+        unconfined: args.unconfined,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

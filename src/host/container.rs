@@ -440,6 +440,9 @@ pub struct RunSpec {
     pub grace: Duration,
     /// The cgroup the container's own goes under (set by `run`, see [`cgroup_parent`]).
     pub cgroup_parent: Option<String>,
+    /// `isolation.enabled = false`: the engine's defaults (the image's user, Docker's default
+    /// capabilities, a writable root) instead of rollgate's confinement.
+    pub unconfined: bool,
 }
 
 /// `rollgate container-run`: runs the container to its end and says how it ended (its exit
@@ -590,9 +593,10 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
         .collect();
     let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let memory = spec.memory_mb.map(|mb| as_i64(mb << 20));
+    let confined = !spec.unconfined;
     let host = HostConfig {
         network_mode: Some("host".into()),
-        readonly_rootfs: Some(true),
+        readonly_rootfs: Some(confined),
         tmpfs: Some(HashMap::from([(
             "/tmp".to_string(),
             "rw,nosuid,nodev".to_string(),
@@ -603,8 +607,8 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
                 .map(|p| format!("{0}:{0}:rw", p.display()))
                 .collect(),
         ),
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
+        cap_drop: confined.then(|| vec!["ALL".into()]),
+        security_opt: confined.then(|| vec!["no-new-privileges".into()]),
         memory,
         memory_swap: memory,
         pids_limit: spec.pids.map(as_i64),

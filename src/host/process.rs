@@ -368,6 +368,9 @@ fn supervisor(
     for folder in folders.into_iter().chain(launch.writable) {
         command.arg("--bind").arg(folder);
     }
+    if !launch.confined {
+        command.arg("--unconfined");
+    }
     // Within the grace rollgate gives it, with a moment left for the supervisor's own exit.
     let grace = launch.grace.saturating_sub(Duration::from_millis(500));
     command.arg("--grace-ms").arg(grace.as_millis().to_string());

@@ -643,3 +643,32 @@ fn a_hostile_container_release_is_refused_all_twelve_acts() {
         "hunter2"
     );
 }
+
+/// `isolation.enabled = false` gives a container the engine's defaults — the image's user,
+/// Docker's default capabilities, a writable root — and the deploy says it is not confined.
+#[test]
+fn a_container_with_isolation_off_gets_the_engines_defaults() {
+    let site = Site::new();
+    installed_images(&site);
+    let open = isolation_policy(&site, 30_000, r#"{"enabled": false}"#);
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &["deploy", "edge-svc", &port, "v1", "--policy", &open],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("runs NOT confined"),
+        "{}",
+        stderr(&out)
+    );
+    let running = containers_of(site.root());
+    let container = inspect(running[0]["ID"].as_str().unwrap());
+    assert_eq!(container["Config"]["User"], "");
+    assert_eq!(container["HostConfig"]["ReadonlyRootfs"], false);
+    assert!(
+        container["HostConfig"]["CapDrop"].is_null(),
+        "{}",
+        container["HostConfig"]
+    );
+}
