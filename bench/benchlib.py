@@ -37,3 +37,24 @@ def pct(xs, p):
     lo = int(k)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def sample_release(root, version, rollgate):
+    """releases/VERSION/edge-svc in ROOT: a launcher of ROLLGATE's sample-service."""
+    import os
+    d = os.path.join(root, "releases", version)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "edge-svc")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\nexec '{rollgate}' sample-service\n")
+    os.chmod(path, 0o755)
+
+
+def started_to_switch(root):
+    """Milliseconds from the last `candidate_started` in ROOT's log to `current`'s promoted_at."""
+    import json, os
+    with open(os.path.join(root, "deploy.log")) as f:
+        lines = [json.loads(l) for l in f.read().splitlines()]
+    started = [l for l in lines if l["event"] == "candidate_started"][-1]["ts"]
+    with open(os.path.join(root, "current")) as f:
+        return (json.load(f)["promoted_at"] - started) * 1000

@@ -8,7 +8,7 @@ Usage: python3 bench/confine_bench.py ROLLGATE RUNS
 """
 import json, os, subprocess, sys, tempfile
 
-from benchlib import port_block, pct
+from benchlib import port_block, pct, sample_release, started_to_switch
 
 rollgate, runs = sys.argv[1], int(sys.argv[2])
 
@@ -22,29 +22,13 @@ def policy(root, enabled):
     return path
 
 
-def release(root, version):
-    d = os.path.join(root, "releases", version); os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "edge-svc")
-    with open(path, "w") as f:
-        f.write(f"#!/bin/sh\nexec '{rollgate}' sample-service\n")
-    os.chmod(path, 0o755)
-
-
-def started_to_switch(root):
-    with open(os.path.join(root, "deploy.log")) as f:
-        lines = [json.loads(l) for l in f.read().splitlines()]
-    started = [l for l in lines if l["event"] == "candidate_started"][-1]["ts"]
-    with open(os.path.join(root, "current")) as f:
-        return (json.load(f)["promoted_at"] - started) * 1000
-
-
 took = {True: [], False: []}
 with tempfile.TemporaryDirectory() as root:
     ports = port_block(2)
     policies = {enabled: policy(root, enabled) for enabled in (True, False)}
     for i in range(runs):
         for enabled in ((True, False) if i % 2 == 0 else (False, True)):
-            v = f"v{i}-{enabled}"; release(root, v)
+            v = f"v{i}-{enabled}"; sample_release(root, v, rollgate)
             out = subprocess.run([rollgate, "deploy", "edge-svc", v, "--ports", ports, "--root", root,
                                   "--policy", policies[enabled]], capture_output=True, text=True)
             assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ Usage: DOCKER_HOST=unix:///… python3 bench/container_bench.py ROLLGATE ARCHIVE
 """
 import json, os, re, shutil, subprocess, sys, tempfile, time
 
-from benchlib import free_port, pct
+from benchlib import free_port, pct, sample_release, started_to_switch
 
 rollgate, archive, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 seconds = int(sys.argv[4]) if len(sys.argv) > 4 else 5
@@ -26,22 +26,6 @@ def policy(root):
                                 "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
                                 "keep_releases": 0, "stop_grace_ms": 2000}}, f)
     return path
-
-
-def process_release(root, version):
-    d = os.path.join(root, "releases", version); os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "edge-svc")
-    with open(path, "w") as f:
-        f.write(f"#!/bin/sh\nexec '{rollgate}' sample-service\n")
-    os.chmod(path, 0o755)
-
-
-def started_to_switch(root):
-    with open(os.path.join(root, "deploy.log")) as f:
-        lines = [json.loads(l) for l in f.read().splitlines()]
-    started = [l for l in lines if l["event"] == "candidate_started"][-1]["ts"]
-    with open(os.path.join(root, "current")) as f:
-        return (json.load(f)["promoted_at"] - started) * 1000
 
 
 def deploy(root, version, pol):
@@ -79,7 +63,7 @@ with tempfile.TemporaryDirectory() as base:
         for kind in (("process", "container") if i % 2 == 0 else ("container", "process")):
             root, v = roots[kind], f"v{i}"
             if kind == "process":
-                process_release(root, v)
+                sample_release(root, v, rollgate)
             else:
                 shutil.copytree(os.path.join(root, "releases", "c0"), os.path.join(root, "releases", v))
             took[kind].append(deploy(root, v, pols[kind]))

@@ -182,8 +182,9 @@ pub fn entry(limits: &Limits, label: &str) -> Option<Entry> {
 /// Ends the label in a tree's name (`TOKEN~PID-STARTTIME`).
 const LABEL_END: char = '~';
 
-/// `label` as a tree's name can hold it: letters, digits, `.`, `-` and `_`; anything else `_`.
-fn label_of(label: &str) -> String {
+/// `label` as a tree's name (or a container's) can hold it: letters, digits, `.`, `-` and `_`;
+/// anything else `_`.
+pub fn label_of(label: &str) -> String {
     label
         .chars()
         .take(128)

@@ -480,16 +480,21 @@ pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
     let id = created.id;
     let ended = supervise(&docker, &id, spec).await;
     // Gone whatever happened: a container rollgate no longer runs is not left behind.
-    let _ = docker
+    let _ = remove(&docker, &id).await;
+    ended
+}
+
+/// Removes a container, running or not.
+async fn remove(docker: &Docker, id: &str) -> Result<(), bollard::errors::Error> {
+    docker
         .remove_container(
-            &id,
+            id,
             Some(bollard::query_parameters::RemoveContainerOptions {
                 force: true,
                 ..Default::default()
             }),
         )
-        .await;
-    ended
+        .await
 }
 
 /// The supervisor's own tree (`/rollgate/TOKEN~PID-STARTTIME`), as the container's cgroup
@@ -552,16 +557,7 @@ pub async fn sweep(docker: &Docker, root: &str) {
             continue;
         }
         let Some(id) = container.id else { continue };
-        let removed = docker
-            .remove_container(
-                &id,
-                Some(bollard::query_parameters::RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-            )
-            .await;
-        if removed.is_ok() {
+        if remove(docker, &id).await.is_ok() {
             eprintln!(
                 "rollgate container-run: removed container {} ({} {}): its supervisor is gone",
                 container

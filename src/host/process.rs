@@ -312,17 +312,7 @@ fn supervisor(
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let mut command = tokio::process::Command::new("/proc/self/exe");
     command.args(["container-run", "--image", &image.image]);
-    let token: String = launch
-        .token
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let token = super::cgroup::label_of(launch.token);
     command.args([
         "--name",
         &format!("rollgate-{service}-{}-{token}", launch.version),

@@ -22,6 +22,22 @@ fn add_image(site: &Site, version: &str, archive: &std::path::Path) -> std::proc
     run(site, &["release", "add", "edge-svc", version, &source])
 }
 
+/// A release's `image.json`.
+fn pinned(site: &Site, version: &str) -> serde_json::Value {
+    let path = site.root().join(format!("releases/{version}/image.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// What the live release answers to `GET /` on its own port.
+fn live_answer(site: &Site) -> (u16, String) {
+    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    let answer = crate::common::http::Conn::open(port)
+        .unwrap()
+        .get("/", "")
+        .unwrap();
+    (answer.status, answer.body)
+}
+
 fn deploy(site: &Site, version: &str) -> std::process::Output {
     let port = free_port().to_string();
     run(
@@ -45,9 +61,7 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Pinned by the engine's image ID, in the record and in the launcher a manifest signs.
     let release = site.root().join("releases/v1");
-    let image: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(release.join("image.json")).unwrap())
-            .unwrap();
+    let image = pinned(&site, "v1");
     let id = image["image"].as_str().unwrap().to_string();
     assert!(id.starts_with("sha256:") && id.len() == 71, "{image}");
     assert_eq!(
@@ -67,12 +81,7 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
     // Deployed through the gate: live, answering as v1 (its version reached the container).
     let out = deploy(&site, "v1");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
-    let answer = crate::common::http::Conn::open(port)
-        .unwrap()
-        .get("/", "")
-        .unwrap();
-    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    assert_eq!(live_answer(&site), (200, "v1".to_string()));
     // One container, labelled with the run, confined by the engine as the service's user.
     let running = containers_of(site.root());
     assert_eq!(running.len(), 1, "{running:?}");
@@ -236,11 +245,7 @@ fn an_image_pulled_by_reference_is_pinned_and_a_moved_tag_changes_nothing() {
     push(&good);
     let out = run(&site, &["release", "add", "edge-svc", "v1", &reference]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let pinned = |version: &str| -> serde_json::Value {
-        let path = site.root().join(format!("releases/{version}/image.json"));
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-    };
-    let v1 = pinned("v1");
+    let v1 = pinned(&site, "v1");
     assert_eq!(v1["image"], image_id(&good).as_str());
     assert_eq!(v1["source"], reference.as_str());
     let digest = v1["repo_digest"].as_str().unwrap().to_string();
@@ -261,10 +266,10 @@ fn an_image_pulled_by_reference_is_pinned_and_a_moved_tag_changes_nothing() {
     // A new install of the tag gets the moved image; one by digest gets the first.
     let out = run(&site, &["release", "add", "edge-svc", "v2", &reference]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(pinned("v2")["image"], image_id(&bad).as_str());
+    assert_eq!(pinned(&site, "v2")["image"], image_id(&bad).as_str());
     let out = run(&site, &["release", "add", "edge-svc", "v3", &digest]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(pinned("v3")["image"], image_id(&good).as_str());
+    assert_eq!(pinned(&site, "v3")["image"], image_id(&good).as_str());
     // A reference the registry does not have is refused, nothing installed.
     let missing = format!("{repository}:no-such-tag");
     let out = run(&site, &["release", "add", "edge-svc", "v4", &missing]);
@@ -416,19 +421,11 @@ fn an_oci_archive_installs_and_deploys() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let image: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(site.root().join("releases/v1/image.json")).unwrap(),
-    )
-    .unwrap();
+    let image = pinned(&site, "v1");
     assert_eq!(image["source"], format!("oci-archive:{}", oci.display()));
     let out = deploy(&site, "v1");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
-    let answer = crate::common::http::Conn::open(port)
-        .unwrap()
-        .get("/", "")
-        .unwrap();
-    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    assert_eq!(live_answer(&site), (200, "v1".to_string()));
     // A docker-archive given as an OCI one: refused, named, nothing installed.
     let out = run(
         &site,
