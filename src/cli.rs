@@ -1294,4 +1294,7 @@ pub struct ContainerRunArgs {
     /// The engine's defaults instead of rollgate's confinement (`isolation.enabled = false`).
     #[arg(long)]
     pub unconfined: bool,
+    /// An open file rollgate hands over, where an OOM kill of the container is recorded.
+    #[arg(long, value_name = "FD")]
+    pub verdict_fd: Option<i32>,
 }

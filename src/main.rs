@@ -62,6 +62,10 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
         grace: Duration::from_millis(args.grace_ms),
         cgroup_parent: None,
         unconfined: args.unconfined,
+        verdict: args
+            .verdict_fd
+            .and_then(handed_file)
+            .map(std::sync::Arc::new),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -80,6 +84,16 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
             ExitCode::from(125)
         }
     }
+}
+
+/// The file behind `fd`, where it is one this process was handed open (never a number that
+/// names nothing or a standard stream).
+fn handed_file(fd: i32) -> Option<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let open = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_ok();
+    // SAFETY: an open descriptor past the standard streams that nothing else in this process
+    // owns (rollgate passed it to be this file's, and nothing here has opened any yet).
+    (fd > 2 && open).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// mimalloc for every command (see Cargo.toml): the proxy's hot path allocates per request.

@@ -200,22 +200,49 @@ pub fn label_of(label: &str) -> String {
 const SWEEP_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Removes the empty trees under `base` older than [`SWEEP_AFTER`] (a populated one cannot be
-/// removed: `rmdir` refuses it).
+/// removed: `rmdir` refuses it), the verdicts of runs with no tree, and the v1 folders of trees
+/// already gone (left by a rollgate
+/// killed between the two removals, or by one older than this rule).
 fn sweep(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let old_enough = entry
+    let aged = |entry: &std::fs::DirEntry| {
+        entry
             .metadata()
             .and_then(|m| m.modified())
             .ok()
             .and_then(|made| made.elapsed().ok())
-            .is_some_and(|age| age > SWEEP_AFTER);
-        if old_enough && entry.path().is_dir() {
-            let tree = Tree { dir: entry.path() };
-            if !tree.is_populated() {
-                tree.remove();
+            .is_some_and(|age| age > SWEEP_AFTER)
+    };
+    let old_enough = |entry: &std::fs::DirEntry| entry.path().is_dir() && aged(entry);
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten().filter(|e| old_enough(e)) {
+        let tree = Tree { dir: entry.path() };
+        if !tree.is_populated() {
+            tree.remove();
+        }
+    }
+    let labels: std::collections::HashSet<String> =
+        trees(|_, _| true).iter().map(Tree::label).collect();
+    for entry in std::fs::read_dir(VERDICTS).into_iter().flatten().flatten() {
+        let label = entry.file_name().to_string_lossy().into_owned();
+        if aged(&entry) && !labels.contains(&label) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    for hierarchy in hierarchies.flatten() {
+        let ours = hierarchy.path().join(FOLDER);
+        if ours == base {
+            continue;
+        }
+        for entry in std::fs::read_dir(&ours).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let a_tree = name.to_string_lossy().contains(LABEL_END);
+            if a_tree && old_enough(&entry) && !base.join(&name).exists() {
+                let _ = std::fs::remove_dir(entry.path());
             }
         }
     }
@@ -514,6 +541,15 @@ impl Tree {
         }
     }
 
+    /// Whether a cgroup was made inside it (a container's, by the engine).
+    pub fn has_inner(&self) -> bool {
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| entry.path().is_dir())
+    }
+
     /// Sends `signal` to every process in it.
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         for pid in self.members().into_iter().filter(|p| *p > 1) {
@@ -537,26 +573,35 @@ impl Tree {
                 let _ = std::fs::remove_dir(folder);
             }
         }
-        std::fs::remove_dir(&self.dir).is_ok()
+        let removed = std::fs::remove_dir(&self.dir).is_ok();
+        if removed {
+            let _ = std::fs::remove_file(Path::new(VERDICTS).join(self.label()));
+        }
+        removed
     }
 }
 
-/// The v1 controllers that may hold a release's limits (a hybrid host).
-const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
-
-/// The v1 controllers' folders named `name` (a release's limits on a hybrid host).
+/// The v1 hierarchies' folders named `name`: those rollgate made for a release's limits on a
+/// hybrid host (memory, pids, cpu), and those the container engine made in every hierarchy it
+/// mounts (blkio, cpuset, devices, freezer, `name=systemd`…) for a container whose cgroup
+/// parent is the tree. Empty once the tree is: removed with it.
 fn v1_folders(name: &std::ffi::OsStr) -> Vec<PathBuf> {
-    V1_CONTROLLERS
-        .iter()
-        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(FOLDER).join(name))
-        .filter(|p| p.is_dir())
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return Vec::new();
+    };
+    hierarchies
+        .flatten()
+        .map(|h| h.path().join(FOLDER).join(name))
+        .filter(|p| !p.starts_with(base().unwrap_or(Path::new("/"))) && p.is_dir())
         .collect()
 }
 
 /// When the kernel killed a process of `who`'s tree for reaching its memory limit: that limit,
-/// in MiB (`memory.events`'s `oom_kill` on v2, `memory.oom_control`'s on v1).
+/// in MiB (`memory.events`'s `oom_kill` on v2, `memory.oom_control`'s on v1; a container
+/// supervisor's verdict where the count went with the container's own cgroup).
 pub fn out_of_memory(who: &Identity) -> Option<u64> {
-    let v2 = of(who)?.dir;
+    let tree = of(who)?;
+    let v2 = &tree.dir;
     let name = v2.file_name()?.to_os_string();
     let killed = |text: &str| {
         text.lines()
@@ -576,7 +621,36 @@ pub fn out_of_memory(who: &Identity) -> Option<u64> {
     if std::fs::read_to_string(v1.join("memory.oom_control")).is_ok_and(|t| killed(&t)) {
         return limit_mb(v1.join("memory.limit_in_bytes"));
     }
-    None
+    std::fs::read_to_string(Path::new(VERDICTS).join(tree.label()))
+        .ok()
+        .and_then(|said| said.trim().parse().ok())
+}
+
+/// Where a container's supervisor says its container was killed for its memory limit. The
+/// kernel counts an OOM kill on the victim's own cgroup — on v1, there only — and the engine
+/// removes a container's cgroup as it ends, so by the time rollgate reads the tree the count is
+/// gone; the supervisor learned it from the engine. One file per run label, root's, on tmpfs
+/// (gone at a reboot, as the trees are); removed with its tree.
+const VERDICTS: &str = "/run/rollgate/verdicts";
+
+/// The file a supervisor of a run labelled `label` writes its verdict in, made empty and opened
+/// for it by rollgate (it cannot open files under /run itself: its filesystem rules say so).
+/// None where this host keeps no trees (nothing would read it).
+pub fn verdict_file(label: &str) -> Option<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    base()?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(VERDICTS)
+        .ok()?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(Path::new(VERDICTS).join(label_of(label)))
+        .ok()
 }
 
 #[cfg(test)]

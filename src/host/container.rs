@@ -147,6 +147,11 @@ pub async fn engine() -> std::io::Result<Docker> {
         .map_err(unreachable)
 }
 
+/// Whether the release in `dir` is a container release (it has an `image.json`).
+pub fn is_image_release(dir: &Path) -> bool {
+    dir.join(IMAGE_FILE).is_file()
+}
+
 /// What `install` put in the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installed {
@@ -423,7 +428,8 @@ pub struct RunSpec {
     pub image: String,
     /// The container's name: unique per run.
     pub name: String,
-    /// `service`, `version`, `root`, `token` (prefixed with [`LABEL_PREFIX`]).
+    /// `service`, `version`, `root`, `token`, `release` (its folder), `port` (prefixed with
+    /// [`LABEL_PREFIX`]).
     pub labels: Vec<(String, String)>,
     /// Names of this process's environment variables the container gets (values are read
     /// here, never put on a command line).
@@ -443,6 +449,8 @@ pub struct RunSpec {
     /// `isolation.enabled = false`: the engine's defaults (the image's user, Docker's default
     /// capabilities, a writable root) instead of rollgate's confinement.
     pub unconfined: bool,
+    /// Where an OOM kill is recorded for rollgate to read (see `cgroup::verdict_file`).
+    pub verdict: Option<std::sync::Arc<std::fs::File>>,
 }
 
 /// `rollgate container-run`: runs the container to its end and says how it ended (its exit
@@ -519,6 +527,30 @@ async fn cgroup_parent(docker: &Docker) -> Option<String> {
         Some(bollard::models::SystemInfoCgroupDriverEnum::CGROUPFS)
     )
     .then_some(tree)
+}
+
+/// Removes the containers the supervisor `who` ran (after it was killed, so it could not).
+/// Best effort, as the sweep: what the engine refuses now the next start of the root removes.
+pub async fn remove_supervised_by(who: &super::identity::Identity) {
+    let Ok(docker) = engine().await else {
+        return;
+    };
+    let label = format!(
+        "{LABEL_PREFIX}{SUPERVISOR_LABEL}={}-{}",
+        who.pid, who.start_time
+    );
+    let filters = HashMap::from([("label".to_string(), vec![label])]);
+    let found = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .unwrap_or_default();
+    for id in found.into_iter().filter_map(|c| c.id) {
+        let _ = remove(&docker, &id).await;
+    }
 }
 
 /// The label naming the supervisor (`PID-STARTTIME`) that runs a container.
@@ -684,16 +716,122 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
     if copying {
         let _ = tokio::time::timeout(Duration::from_millis(500), copy).await;
     }
-    if let Ok(inspected) = docker.inspect_container(id, None).await {
-        if inspected.state.and_then(|s| s.oom_killed) == Some(true) {
-            eprintln!(
-                "rollgate container-run: killed: out of memory at its {} MiB limit",
-                spec.memory_mb.unwrap_or(0)
-            );
+    let out_of_memory = docker
+        .inspect_container(id, None)
+        .await
+        .ok()
+        .and_then(|inspected| inspected.state?.oom_killed)
+        == Some(true);
+    if out_of_memory {
+        let limit_mb = spec.memory_mb.unwrap_or(0);
+        eprintln!("rollgate container-run: killed: out of memory at its {limit_mb} MiB limit");
+        if let Some(verdict) = &spec.verdict {
+            use std::io::Write;
+            let _ = (&**verdict).write_all(format!("{limit_mb}\n").as_bytes());
         }
     }
     Ok(i32::try_from(code).unwrap_or(255))
 }
+
+/// How an exec probe run inside a container ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEnd {
+    /// Its exit code (none: it was killed).
+    Exited(Option<i64>),
+    /// Still running at its timeout: killed then.
+    TimedOut,
+    /// It could not be run: why.
+    Failed(String),
+}
+
+/// Runs an exec probe's `command` inside the running container of the release in `release`
+/// that serves `port` (the engine's exec: as the container's user, in its working directory,
+/// with `PORT` set), for at most `timeout`. The engine cannot stop an exec, so one that
+/// outlives its timeout is killed by its pid on the host.
+pub async fn exec_inside(
+    release: &Path,
+    port: u16,
+    command: &[String],
+    timeout: Duration,
+) -> ExecEnd {
+    let failed = |what: &str, e: &dyn std::fmt::Display| ExecEnd::Failed(format!("{what}: {e}"));
+    let docker = match engine().await {
+        Ok(docker) => docker,
+        Err(e) => return failed("the engine", &e),
+    };
+    let filters = HashMap::from([
+        (
+            "label".to_string(),
+            vec![
+                format!("{LABEL_PREFIX}release={}", release.display()),
+                format!("{LABEL_PREFIX}port={port}"),
+            ],
+        ),
+        ("status".to_string(), vec!["running".to_string()]),
+    ]);
+    let found = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await;
+    let id = match found.map(|list| list.into_iter().find_map(|c| c.id)) {
+        Ok(Some(id)) => id,
+        Ok(None) => return ExecEnd::Failed("its container is not running yet".into()),
+        Err(e) => return failed("listing its container", &e),
+    };
+    let created = docker
+        .create_exec(
+            &id,
+            bollard::exec::CreateExecOptions::<String> {
+                cmd: Some(command.to_vec()),
+                env: Some(vec![format!("PORT={port}")]),
+                attach_stdout: Some(false),
+                attach_stderr: Some(false),
+                ..Default::default()
+            },
+        )
+        .await;
+    let exec = match created {
+        Ok(created) => created.id,
+        Err(e) => return failed("the engine's exec", &e),
+    };
+    let started = docker
+        .start_exec(
+            &exec,
+            Some(bollard::exec::StartExecOptions {
+                detach: true,
+                ..Default::default()
+            }),
+        )
+        .await;
+    if let Err(e) = started {
+        return failed("the engine's exec", &e);
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let inspected = match docker.inspect_exec(&exec).await {
+            Ok(inspected) => inspected,
+            Err(e) => return failed("the engine's exec", &e),
+        };
+        if inspected.running != Some(true) {
+            return ExecEnd::Exited(inspected.exit_code);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            if let Some(pid) = inspected.pid.and_then(|p| i32::try_from(p).ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            return ExecEnd::TimedOut;
+        }
+        tokio::time::sleep(EXEC_POLL).await;
+    }
+}
+
+/// How often a running exec is asked whether it ended (the engine has no wait for an exec).
+const EXEC_POLL: Duration = Duration::from_millis(20);
 
 /// SIGTERM to the container, and SIGKILL after `grace` (the engine's stop).
 async fn stop(docker: &Docker, id: &str, grace: Duration) {

@@ -418,6 +418,9 @@ impl Subject {
                 bounded(timeout, http(self.port, path, &host)).await
             }
             Target::Tcp => bounded(timeout, tcp(self.port)).await,
+            Target::Exec { command } if super::container::is_image_release(&self.workdir) => {
+                exec_inside(command, &self.workdir, self.port, timeout).await
+            }
             Target::Exec { command } => exec(command, &self.workdir, self.port, timeout).await,
             Target::Notify {
                 confirm,
@@ -563,6 +566,17 @@ async fn exec(command: &[String], workdir: &Path, port: u16, timeout: Duration) 
         group.0 = None;
     }
     probe
+}
+
+/// An exec probe of a container release: run inside its container (see
+/// `container::exec_inside`).
+async fn exec_inside(command: &[String], release: &Path, port: u16, timeout: Duration) -> Probe {
+    use super::container::ExecEnd;
+    match super::container::exec_inside(release, port, command, timeout).await {
+        ExecEnd::Exited(code) => Probe::Command(code.and_then(|c| i32::try_from(c).ok())),
+        ExecEnd::TimedOut => Probe::TimedOut(timeout),
+        ExecEnd::Failed(why) => Probe::Failed(why),
+    }
 }
 
 /// Kills an exec probe's process group when the probe ends without its leader's exit: at its

@@ -98,7 +98,7 @@ const AFTER_KILL: Duration = Duration::from_secs(2);
 /// pid whose start time differs (it was reused).
 pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
     if let Some(tree) = super::cgroup::of(&who) {
-        return stop_tree(&tree, grace).await;
+        return stop_tree(&tree, &who, grace).await;
     }
     let target = stop_target(&who);
     if !target.remains() {
@@ -115,8 +115,9 @@ pub async fn stop_group(who: Identity, grace: Duration) -> Stopped {
 
 /// Stops a release's whole tree: SIGTERM to every process in it, up to `grace` for all of them
 /// to exit, then `cgroup.kill`; the empty tree is removed. A daemon that left the release's
-/// process group goes with it.
-async fn stop_tree(tree: &super::cgroup::Tree, grace: Duration) -> Stopped {
+/// process group goes with it. A container's supervisor killed before it removed its container
+/// (the engine was slow to stop it): the container, dead with the tree, is removed here.
+async fn stop_tree(tree: &super::cgroup::Tree, who: &Identity, grace: Duration) -> Stopped {
     let gone = |limit: Duration| wait_until_empty(limit, || tree.is_populated());
     if !tree.is_populated() {
         tree.remove();
@@ -127,8 +128,12 @@ async fn stop_tree(tree: &super::cgroup::Tree, grace: Duration) -> Stopped {
         tree.remove();
         return Stopped::Terminated;
     }
+    let holds_a_container = tree.has_inner();
     tree.kill();
     gone(AFTER_KILL).await;
+    if holds_a_container {
+        super::container::remove_supervised_by(who).await;
+    }
     tree.remove();
     Stopped::Killed
 }
@@ -274,6 +279,16 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .stdout(output.try_clone()?)
         .stderr(output);
     let listen = launch.listen;
+    // A container supervisor's verdict file, open for it (see `cgroup::verdict_file`).
+    let verdict = image
+        .as_ref()
+        .and_then(|_| super::cgroup::verdict_file(launch.token));
+    let verdict_fd = verdict
+        .as_ref()
+        .map(|file| std::os::fd::AsRawFd::as_raw_fd(file));
+    if let Some(fd) = verdict_fd {
+        command.arg("--verdict-fd").arg(fd.to_string());
+    }
     // In the child, last: the held socket at fd 3. Whatever was there was close-on-exec
     // (rollgate opens everything so), so putting the socket there loses nothing the release
     // would have had; dup2 and fcntl are system calls.
@@ -288,6 +303,11 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             } else if unsafe { libc::dup2(fd, first) } < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+        }
+        if let Some(fd) = verdict_fd {
+            let flags = nix::fcntl::FdFlag::empty();
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
+                .map_err(std::io::Error::from)?;
         }
         Ok(())
     });
@@ -318,11 +338,15 @@ fn supervisor(
         &format!("rollgate-{service}-{}-{token}", launch.version),
     ]);
     let root = launch.root.display().to_string();
+    let release = launch.workdir.display().to_string();
+    let port = launch.port.to_string();
     for (key, value) in [
         ("service", service.as_str()),
         ("version", launch.version),
         ("root", root.as_str()),
         ("token", launch.token),
+        ("release", release.as_str()),
+        ("port", port.as_str()),
     ] {
         command.arg("--label").arg(format!("{key}={value}"));
     }

@@ -38,6 +38,18 @@ fn live_answer(site: &Site) -> (u16, String) {
     (answer.status, answer.body)
 }
 
+/// Waits (up to 20 s) until the root's containers are `count` containers, all of `version`.
+fn only_containers_of(site: &Site, version: &str, count: usize) -> bool {
+    let label = format!("dev.rollgate.version={version}");
+    wait_for(20, || {
+        let left = containers_of(site.root());
+        left.len() == count
+            && left
+                .iter()
+                .all(|c| c["Labels"].as_str().unwrap_or("").contains(&label))
+    })
+}
+
 fn deploy(site: &Site, version: &str) -> std::process::Output {
     let port = free_port().to_string();
     run(
@@ -103,6 +115,7 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
         serde_json::json!(["no-new-privileges"])
     );
     // Its processes are in its supervisor's tree: stopping the tree ends them.
+    let mut v1_tree = String::new();
     if !crate::deploy::cgroup_base().is_empty() {
         let unified = |pid: i64| {
             std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
@@ -118,6 +131,7 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
             inside.starts_with(&format!("{supervisor}/")),
             "{inside} is not under {supervisor}"
         );
+        v1_tree = supervisor;
     }
 
     // A release that exits at boot is rolled back with a process release's words, and its
@@ -147,17 +161,22 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
     let out = deploy(&site, "v3");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        wait_for(20, || {
-            let left = containers_of(site.root());
-            left.len() == 1
-                && left[0]["Labels"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("dev.rollgate.version=v3")
-        }),
+        only_containers_of(&site, "v3", 1),
         "{:?}",
         containers_of(site.root())
     );
+    // Nothing of v1's tree is left in any cgroup hierarchy: the engine made the container's
+    // parent in each v1 one (blkio, cpuset, freezer…), and those go with the tree.
+    if !v1_tree.is_empty() {
+        let left = || {
+            std::fs::read_dir("/sys/fs/cgroup")
+                .unwrap()
+                .map(|h| h.unwrap().path().join(v1_tree.trim_start_matches('/')))
+                .filter(|p| p.exists())
+                .collect::<Vec<_>>()
+        };
+        assert!(wait_for(20, || left().is_empty()), "{:?}", left());
+    }
     // Stopped at the end: nothing of the test left in the engine.
     let stop = site.live_pid().unwrap();
     send_signal(stop, 15);
@@ -361,16 +380,7 @@ fn a_container_canary_serving_500s_is_rolled_back_by_the_traffic_judge() {
         "{failed}"
     );
     // The canary's container is gone; v1's four serve on.
-    assert!(wait_for(20, || {
-        let left = containers_of(site.root());
-        left.len() == 4
-            && left.iter().all(|c| {
-                c["Labels"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("dev.rollgate.version=v1")
-            })
-    }));
+    assert!(only_containers_of(&site, "v1", 4));
 }
 
 /// A container release never ready is rolled back at its deadline with a process release's
@@ -667,5 +677,160 @@ fn a_container_with_isolation_off_gets_the_engines_defaults() {
         container["HostConfig"]["CapDrop"].is_null(),
         "{}",
         container["HostConfig"]
+    );
+}
+
+/// A container that touches more memory than `isolation.memory_mb` is killed by the kernel, and
+/// the rollback says so in a process release's words (not "exit status: 137").
+#[test]
+fn a_container_killed_for_its_memory_limit_is_rolled_back_saying_so() {
+    use crate::common::engine::python_image;
+    let site = Site::new();
+    let hog = "b = bytearray(256 << 20)\nimport time\ntime.sleep(60)\n";
+    let out = add_image(&site, "v1", &python_image(hog));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let limits = isolation_policy(&site, 30_000, r#"{"memory_mb": 64}"#);
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &["deploy", "edge-svc", &port, "v1", "--policy", &limits],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        site.last_detail()
+            .starts_with("candidate killed: out of memory at its 64 MiB limit before ready"),
+        "{}",
+        site.last_detail()
+    );
+    assert!(wait_for(20, || containers_of(site.root()).is_empty()));
+}
+
+/// An exec probe of a container release runs inside its container — as its user, with `PORT`
+/// set, seeing the image's files — and one that fails keeps it from going live; one that
+/// hangs is killed at its timeout.
+#[test]
+fn an_exec_probe_runs_inside_the_container() {
+    use crate::common::engine::python_image;
+    let site = Site::new();
+    let out = add_image(&site, "v1", &python_image("print('booted')\n"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let probe_policy = |version: &str, command: serde_json::Value, deadline_ms: u64| {
+        let policy = serde_json::json!({"edge_svc": {
+            "progress_deadline_ms": deadline_ms, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
+            "probe": {"kind": "exec", "command": command, "timeout_ms": 1000}}});
+        write(
+            site.root(),
+            &format!("exec-{version}.json"),
+            &policy.to_string(),
+        )
+        .display()
+        .to_string()
+    };
+    // Only inside the container is there a /script.py; the probe says what it saw in its exit.
+    let inside = serde_json::json!(["/usr/bin/python3", "-c",
+        "import os, sys; sys.exit(0 if os.path.exists('/script.py') and os.getuid() != 0 and os.environ['PORT'] == sys.argv[1] else 4)"]);
+    let port = free_port();
+    let mut command = inside.clone();
+    command
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!(port.to_string()));
+    let policy = probe_policy("v1", command, 30_000);
+    let out = run(
+        &site,
+        &[
+            "deploy",
+            "edge-svc",
+            &port.to_string(),
+            "v1",
+            "--policy",
+            &policy,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!std::path::Path::new("/script.py").exists());
+
+    // A probe that fails inside: never ready, rolled back with its exit status.
+    let out = add_image(&site, "v2", &python_image("print('booted again')\n"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let failing = serde_json::json!(["/bin/sh", "-c", "exit 3"]);
+    let policy = probe_policy("v2", failing, 4_000);
+    let out = run(
+        &site,
+        &[
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v2",
+            "--policy",
+            &policy,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        site.last_detail().contains("exit status 3"),
+        "{}",
+        site.last_detail()
+    );
+    // One that hangs is killed at its timeout (the engine cannot stop an exec): probes every
+    // 100 ms for 4 s never pile up inside the container.
+    let marker = format!("41.{}", std::process::id());
+    let hanging = serde_json::json!(["/usr/bin/sleep", marker]);
+    let policy = probe_policy("v2", hanging, 4_000);
+    let deploying = std::sync::atomic::AtomicBool::new(true);
+    let (out, most) = std::thread::scope(|scope| {
+        let counter = scope.spawn(|| {
+            let mut most = 0;
+            while deploying.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(processes_mentioning(&marker));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            most
+        });
+        let port = free_port().to_string();
+        let out = run(
+            &site,
+            &["deploy", "edge-svc", &port, "v2", "--policy", &policy],
+        );
+        deploying.store(false, std::sync::atomic::Ordering::Relaxed);
+        (out, counter.join().unwrap())
+    });
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        site.last_detail().contains("1000 ms"),
+        "{}",
+        site.last_detail()
+    );
+    assert!((1..=2).contains(&most), "{most} hung probes at once");
+    assert_eq!(live_answer(&site), (200, "v1".to_string()));
+}
+
+/// A container that ignores SIGTERM outlives the grace its supervisor was given: rollgate kills
+/// the tree (the container's processes with it), and the container, which its supervisor could
+/// no longer remove, is removed then — not left for the next start to sweep.
+#[test]
+fn a_container_killed_past_its_grace_is_removed_with_its_supervisor() {
+    let site = Site::new();
+    installed_images(&site);
+    let out = add_image(&site, "v3", &sample_image(&["--ignore-sigterm"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v3");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &["deploy", "edge-svc", &port, "v1", "--grace-ms", "1000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = format!("{:?}", site.log_lines());
+    assert!(
+        said.contains("old release v3 killed (ignored SIGTERM for the grace period)"),
+        "{said}"
+    );
+    assert!(
+        only_containers_of(&site, "v1", 1),
+        "{:?}",
+        containers_of(site.root())
     );
 }

@@ -330,6 +330,9 @@ fn a_sender_killed_mid_delivery_loses_nothing() {
     let got = receiver.received();
     let mut unique: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
     unique.dedup();
+    // The log as the second send found it: on a loaded machine the rollout's last records
+    // (a retired replica's) may land after `roll` returned, and they are sent too.
+    let logged = records_after(&site, before);
     assert_eq!(unique.len(), logged.len(), "every record arrived");
     assert!(
         got.len() <= logged.len() + 1,

@@ -217,16 +217,17 @@ fn build_rootfs(folder: &Path, name: &str, programs: &[&str], folders: &[&str]) 
 }
 
 /// A `docker save` archive of an image with Python, a shell, `setsid` and `sleep` beside
-/// rollgate, whose command runs `script` (at /script.py) with Python, then serves as
-/// `rollgate sample-service`. Made once per binary and script.
+/// rollgate, whose command runs `script` (at /script.py) with Python, then, if it succeeded,
+/// serves as `rollgate sample-service` (a script that fails ends the container). Made once per binary and script.
 pub fn python_image(script: &str) -> PathBuf {
     static MAKING: Mutex<()> = Mutex::new(());
     let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let folder = images_folder();
+    let change = r#"CMD ["/bin/sh", "-c", "/usr/bin/python3 /script.py && exec /bin/rollgate sample-service"]"#;
     let key = {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        script.hash(&mut hasher);
+        (script, change).hash(&mut hasher);
         hasher.finish()
     };
     let archive = folder.join(format!("python-{key:016x}.tar"));
@@ -263,7 +264,6 @@ pub fn python_image(script: &str) -> PathBuf {
         "rollgate-it/python:{}-{key:016x}",
         folder.file_name().unwrap().to_string_lossy()
     );
-    let change = r#"CMD ["/bin/sh", "-c", "/usr/bin/python3 /script.py; exec /bin/rollgate sample-service"]"#;
     let imported = docker(&[
         "import",
         "--change",

@@ -665,10 +665,16 @@ fn port_blocks_of_mixed_lengths_never_share_a_port_across_the_wrap() {
 /// Whether any process on the machine has `marker` in its command line (to find what a probe
 /// or a hook left behind).
 pub fn a_process_mentions(marker: &str) -> bool {
+    processes_mentioning(marker) > 0
+}
+
+/// How many processes on the machine have `marker` in their command line.
+pub fn processes_mentioning(marker: &str) -> usize {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .any(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(marker))
+        .count()
 }
 
 /// The version of each replica in `replicas.json`, by slot.
