@@ -119,6 +119,88 @@ impl ImageSource {
     }
 }
 
+/// The root's secret that holds registry credentials: what `docker login` writes
+/// (`~/.docker/config.json`, its `auths`), set with `rollgate secret set registry-auth`.
+pub const REGISTRY_SECRET: &str = "registry-auth";
+
+/// The registry a repository is pulled from: its first part where that names a host (a `.`,
+/// a `:` port, or `localhost`), else Docker Hub.
+fn registry_host(repository: &str) -> &str {
+    match repository.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
+/// The credentials for pulling `repository`, from the root's [`REGISTRY_SECRET`] (none when
+/// the secret is not set or names no credentials for that registry). They go to the engine in
+/// its request's header, never on a command line or in a log; a secret that cannot be read is
+/// an error naming it and what it should hold, never quoting it.
+pub fn registry_credentials(
+    secrets: &Path,
+    repository: &str,
+) -> Result<Option<bollard::auth::DockerCredentials>, String> {
+    if !secrets.join(REGISTRY_SECRET).is_file() {
+        return Ok(None);
+    }
+    let text = super::config::read_secret(secrets, REGISTRY_SECRET).map_err(|e| e.to_string())?;
+    let host = registry_host(repository);
+    let wanted = |key: &str| {
+        let bare = key
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        let bare = bare.split('/').next().unwrap_or(bare);
+        bare == host || (host == "docker.io" && bare == "index.docker.io")
+    };
+    let malformed = |why: &str| {
+        format!(
+            "the secret {REGISTRY_SECRET} {why}: it holds what `docker login` writes, {{\"auths\": {{\"HOST\": {{\"auth\": base64 of USER:PASSWORD}}}}}} (or \"username\" and \"password\")"
+        )
+    };
+    let config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|_| malformed("is not JSON"))?;
+    let auths = config
+        .get("auths")
+        .and_then(|a| a.as_object())
+        .ok_or_else(|| malformed("has no \"auths\""))?;
+    let Some(entry) = auths.iter().find(|(key, _)| wanted(key)).map(|(_, e)| e) else {
+        return Ok(None);
+    };
+    let field = |name: &str| entry.get(name).and_then(|v| v.as_str()).map(String::from);
+    let (username, password) = match (field("username"), field("password"), field("auth")) {
+        (Some(username), Some(password), _) => (username, password),
+        (_, _, Some(auth)) => {
+            use base64::Engine;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(auth.trim())
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .ok_or_else(|| {
+                    malformed(&format!(
+                        "has an \"auth\" for {host} that is not base64 text"
+                    ))
+                })?;
+            let (username, password) = decoded.split_once(':').ok_or_else(|| {
+                malformed(&format!("has an \"auth\" for {host} without USER:PASSWORD"))
+            })?;
+            (username.to_string(), password.to_string())
+        }
+        _ => {
+            return Err(malformed(&format!(
+                "has an entry for {host} with no credentials"
+            )))
+        }
+    };
+    Ok(Some(bollard::auth::DockerCredentials {
+        username: Some(username),
+        password: Some(password),
+        serveraddress: Some(host.to_string()),
+        ..Default::default()
+    }))
+}
+
 /// Whether `given` reads as an image reference with a tag or digest: lower-case names,
 /// digits, `.`, `-`, `_`, `/`, one `:tag` or `@sha256:…`, a registry host first.
 fn is_reference(given: &str) -> bool {
@@ -164,8 +246,12 @@ pub struct Installed {
     pub fresh: bool,
 }
 
-/// Loads or pulls the image `source` names into the engine and says what it is.
-pub async fn install(source: &ImageSource) -> std::io::Result<Installed> {
+/// Loads or pulls the image `source` names into the engine and says what it is; a pull
+/// presents `credentials` (see [`registry_credentials`]).
+pub async fn install(
+    source: &ImageSource,
+    credentials: Option<bollard::auth::DockerCredentials>,
+) -> std::io::Result<Installed> {
     let docker = engine().await?;
     let had = |id: String| {
         let docker = &docker;
@@ -206,7 +292,7 @@ pub async fn install(source: &ImageSource) -> std::io::Result<Installed> {
                 .await
                 .ok()
                 .and_then(|i| i.id);
-            let (image, repo_digest) = pull(&docker, repository, tag).await?;
+            let (image, repo_digest) = pull(&docker, repository, tag, credentials).await?;
             let fresh = before.as_deref() != Some(image.as_str());
             Ok(Installed {
                 image,
@@ -320,7 +406,9 @@ async fn pull(
     docker: &Docker,
     repository: &str,
     tag: &str,
+    credentials: Option<bollard::auth::DockerCredentials>,
 ) -> std::io::Result<(String, Option<String>)> {
+    let had_credentials = credentials.is_some();
     let reference = match tag.starts_with("sha256:") {
         true => format!("{repository}@{tag}"),
         false => format!("{repository}:{tag}"),
@@ -332,11 +420,18 @@ async fn pull(
             ..Default::default()
         }),
         None,
-        None,
+        credentials,
     );
     while let Some(step) = said.next().await {
         step.map_err(|e| {
-            std::io::Error::other(format!("the engine could not pull {reference}: {e}"))
+            let hint = match had_credentials {
+                true => String::new(),
+                false => format!(
+                    " (no credentials for {} in the root's secret {REGISTRY_SECRET})",
+                    registry_host(repository)
+                ),
+            };
+            std::io::Error::other(format!("the engine could not pull {reference}: {e}{hint}"))
         })?;
     }
     let inspected = docker.inspect_image(&reference).await.map_err(|e| {
@@ -850,6 +945,53 @@ async fn stop(docker: &Docker, id: &str, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registry_credentials_are_found_by_the_references_registry() {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(registry_host("127.0.0.1:5000/app"), "127.0.0.1:5000");
+        assert_eq!(registry_host("localhost/app"), "localhost");
+        assert_eq!(registry_host("team/app"), "docker.io");
+        let secrets = std::env::temp_dir().join(format!("rollgate-creds-{}", std::process::id()));
+        std::fs::create_dir_all(&secrets).unwrap();
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(registry_credentials(&secrets, "reg.example/app"), Ok(None));
+        let file = secrets.join(REGISTRY_SECRET);
+        let set = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        // base64("ann:s3cret:x"): a password may hold a colon.
+        set(
+            r#"{"auths": {"https://reg.example/v2/": {"auth": "YW5uOnMzY3JldDp4"},
+            "https://index.docker.io/v1/": {"username": "bob", "password": "pw"}}}"#,
+        );
+        let found = registry_credentials(&secrets, "reg.example/app")
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.username.as_deref(), Some("ann"));
+        assert_eq!(found.password.as_deref(), Some("s3cret:x"));
+        assert_eq!(found.serveraddress.as_deref(), Some("reg.example"));
+        let hub = registry_credentials(&secrets, "team/app").unwrap().unwrap();
+        assert_eq!(hub.username.as_deref(), Some("bob"));
+        assert_eq!(
+            registry_credentials(&secrets, "other.example/app"),
+            Ok(None)
+        );
+        set(r#"{"auths": {"reg.example": {"auth": "not base64!"}}}"#);
+        let said = registry_credentials(&secrets, "reg.example/app").unwrap_err();
+        assert!(
+            said.contains("not base64") && !said.contains("not base64!"),
+            "{said}"
+        );
+        set("hunter2");
+        let said = registry_credentials(&secrets, "reg.example/app").unwrap_err();
+        assert!(
+            said.contains("is not JSON") && !said.contains("hunter2"),
+            "{said}"
+        );
+        std::fs::remove_dir_all(&secrets).unwrap();
+    }
 
     #[test]
     fn an_image_source_is_named_by_its_kind() {

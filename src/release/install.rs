@@ -359,8 +359,15 @@ fn fill_image(
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(format!("cannot start the engine's client: {e}")))?;
+    let credentials = match image {
+        container::ImageSource::Registry { repository, .. } => {
+            let secrets = crate::host::config::secrets_dir(root);
+            container::registry_credentials(&secrets, repository).map_err(refused)?
+        }
+        _ => None,
+    };
     let installed = runtime
-        .block_on(container::install(image))
+        .block_on(container::install(image, credentials))
         .map_err(|e| refused(format!("{}: {e}", image.describe())))?;
     // Claimed for the root from now (retention keeps what a root holds; a claim whose
     // release never lands only keeps an image a little longer).

@@ -834,3 +834,86 @@ fn a_container_killed_past_its_grace_is_removed_with_its_supervisor() {
         containers_of(site.root())
     );
 }
+
+/// A registry that asks for a password: the pull presents the credentials in the root's secret
+/// `registry-auth` (what `docker login` writes), and they never show in an output, the log or
+/// the release; without them, or with a wrong password, the install is refused saying where
+/// credentials go.
+#[test]
+fn a_private_registry_is_pulled_from_with_the_roots_credentials() {
+    use crate::common::engine::{image_id, loaded_tag, AuthRegistry};
+    let registry = AuthRegistry::start();
+    let site = Site::new();
+    let good = loaded_tag(&sample_image(&[]));
+    let reference = format!("{}/rollgate-it/private:1", registry.address);
+    assert!(registry
+        .docker(&["tag", &good, &reference])
+        .status
+        .success());
+    let pushed = registry.docker(&["push", &reference]);
+    assert!(pushed.status.success(), "docker push: {pushed:?}");
+    // Only the registry has the tag now.
+    assert!(registry.docker(&["rmi", &reference]).status.success());
+
+    let add = |version: &str| run(&site, &["release", "add", "edge-svc", version, &reference]);
+    let out = add("v1");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let hint = format!(
+        "no credentials for {} in the root's secret registry-auth",
+        registry.address
+    );
+    assert!(stderr(&out).contains(&hint), "{}", stderr(&out));
+    assert!(!site.root().join("releases/v1").exists());
+
+    // A wrong password: refused, and the wrong one is not said either.
+    let wrong = registry.login_file().replace(
+        &registry_auth(&registry.user, &registry.password),
+        &registry_auth(&registry.user, "not-it"),
+    );
+    assert_ne!(wrong, registry.login_file());
+    assert_eq!(
+        set_secret(&site, "registry-auth", &wrong).status.code(),
+        Some(0)
+    );
+    let out = add("v1");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("not-it"), "{}", stderr(&out));
+    assert!(!site.root().join("releases/v1").exists());
+
+    let login = registry.login_file();
+    assert_eq!(
+        set_secret(&site, "registry-auth", &login).status.code(),
+        Some(0)
+    );
+    let out = add("v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(pinned(&site, "v1")["image"], image_id(&good).as_str());
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(live_answer(&site), (200, "v1".to_string()));
+    // Nowhere but in the secret.
+    let listed = run(&site, &["release", "list", "edge-svc"]);
+    for (what, text) in [
+        (
+            "the deploy's output",
+            format!("{}{}", stdout(&out), stderr(&out)),
+        ),
+        ("release list", stdout(&listed)),
+        (
+            "the log",
+            std::fs::read_to_string(site.root().join("deploy.log")).unwrap(),
+        ),
+        (
+            "the release",
+            std::fs::read_to_string(site.root().join("releases/v1/image.json")).unwrap(),
+        ),
+    ] {
+        assert!(!text.contains(&registry.password), "{what}: {text}");
+    }
+}
+
+/// What `docker login` keeps for a user and password (`auth`: base64 of `USER:PASSWORD`).
+fn registry_auth(user: &str, password: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+}

@@ -413,3 +413,131 @@ pub fn oci_archive(docker_archive: &Path) -> PathBuf {
     std::fs::rename(&partial, &oci).unwrap();
     oci
 }
+
+/// A registry that asks for a password (Debian's docker-registry with TLS and an htpasswd
+/// file), stopped when dropped.
+pub struct AuthRegistry {
+    pub address: String,
+    pub user: String,
+    pub password: String,
+    /// A docker client configuration logged in to it (`docker --config DIR`).
+    pub client: PathBuf,
+    child: std::process::Child,
+    dir: PathBuf,
+}
+
+impl Drop for AuthRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl AuthRegistry {
+    /// Starts one on a free loopback port: a self-signed certificate made with openssl (the
+    /// engine trusts a loopback registry without verifying it), a bcrypt password made with
+    /// Debian's Python, and a docker client logged in.
+    pub fn start() -> AuthRegistry {
+        let dir = std::env::temp_dir().join(format!(
+            "rollgate-it-auth-registry-{}-{}",
+            std::process::id(),
+            super::free_port()
+        ));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let address = format!("127.0.0.1:{}", super::free_port());
+        let made = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
+            .args([
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "openssl: {made:?}");
+        let user = "deployer".to_string();
+        let password = format!("pw-{}-{}", std::process::id(), super::free_port());
+        let hashed = Command::new("/usr/bin/python3")
+            .args(["-W", "ignore", "-c"])
+            .arg("import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))")
+            .arg(&password)
+            .output()
+            .unwrap();
+        assert!(hashed.status.success(), "bcrypt: {hashed:?}");
+        let hash = String::from_utf8_lossy(&hashed.stdout).trim().to_string();
+        std::fs::write(dir.join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {address}\n  tls:\n    certificate: {dir}/cert.pem\n    key: {dir}/key.pem\nauth:\n  htpasswd:\n    realm: rollgate-it\n    path: {dir}/htpasswd\n",
+                data = dir.join("data").display(),
+                dir = dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("Debian's docker-registry (.ci/run installs it)");
+        let client = dir.join("client");
+        let registry = AuthRegistry {
+            address,
+            user,
+            password,
+            client,
+            child,
+            dir,
+        };
+        assert!(super::wait_for(30, || std::net::TcpStream::connect(
+            &registry.address
+        )
+        .is_ok()));
+        let login = registry.docker(&[
+            "login",
+            &registry.address,
+            "-u",
+            &registry.user,
+            "--password-stdin",
+        ]);
+        assert!(login.status.success(), "docker login: {login:?}");
+        registry
+    }
+
+    /// The docker client, logged in to this registry (the password on its stdin).
+    pub fn docker(&self, args: &[&str]) -> std::process::Output {
+        use std::io::Write;
+        let mut child = Command::new("docker")
+            .arg("--config")
+            .arg(&self.client)
+            .args(args)
+            .env("DOCKER_HOST", docker_host())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _ = child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(self.password.as_bytes());
+        child.wait_with_output().unwrap()
+    }
+
+    /// What `docker login` wrote: the client's config.json.
+    pub fn login_file(&self) -> String {
+        std::fs::read_to_string(self.client.join("config.json")).unwrap()
+    }
+}
