@@ -1,7 +1,9 @@
-//! `rollgate proxy`: an HTTP/1.1 reverse proxy in front of the live release, so a switch costs
-//! users no failed request. It forwards each request to the release `current` names, follows a
-//! switch at once, lets requests already sent to the old release finish, and tells the deployer
-//! (over `ROOT/proxy.sock`, see `drain.rs`) when the old release has drained.
+//! `rollgate proxy`: the host's front door — a reverse proxy for HTTP/1.1 and HTTP/2, with TLS
+//! (certificates by file or ACME, chosen by SNI), routes by host and path, and maintenance —
+//! in front of each service's live release, so a switch costs users no failed request. It
+//! forwards each request to the release `current` names, follows a switch at once, lets
+//! requests already sent to the old release finish, and tells the deployer (over
+//! `ROOT/proxy.sock`, see `drain.rs`) when the old release has drained.
 
 /// Drives a hyper server connection (`connection`, any of hyper's: HTTP/1, upgradeable,
 /// HTTP/2) until it ends, or until `stop` (a `watch::Receiver<bool>`) changes: then it is shut

@@ -107,3 +107,36 @@ fn the_contracts_ranges_are_the_ones_the_code_has() {
         .collect();
     assert_eq!(ranges, expected);
 }
+
+/// docs/architecture.md names every source file, so a newcomer can find any of them there, and
+/// names none that is gone.
+#[test]
+fn the_architecture_page_names_every_source_file() {
+    let page = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let mut files = Vec::new();
+    let mut folders = vec![repo().join("src")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path.strip_prefix(repo()).unwrap().display().to_string());
+            }
+        }
+    }
+    let unnamed: Vec<&String> = files
+        .iter()
+        .filter(|f| !page.contains(&format!("`{f}`")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "not named in docs/architecture.md: {unnamed:?}"
+    );
+    let named_gone: Vec<&str> = page
+        .split('`')
+        .filter(|word| word.starts_with("src/") && word.ends_with(".rs"))
+        .filter(|word| !repo().join(word).is_file())
+        .collect();
+    assert!(named_gone.is_empty(), "named but gone: {named_gone:?}");
+}
