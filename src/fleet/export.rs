@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+pub use super::workload::{Document, Workload};
 use crate::error::Error;
 use crate::policy::{self, EvalOptions, ExportAs, RolloutSettings};
 
@@ -41,30 +42,10 @@ impl Engine {
     }
 }
 
-/// What the exported objects need that a policy does not say.
-#[derive(Debug, Clone)]
-pub struct Workload {
-    /// The container image (Kubernetes and Argo); without it the object is a fragment to merge
-    /// into one that names its image.
-    pub image: Option<String>,
-    /// The port the service listens on: the container's `http` port, which the probe checks,
-    /// and `PORT` in its environment, as rollgate gives it to a release.
-    pub port: u16,
-    /// Refuse to export a policy that would lose something.
-    pub strict: bool,
-}
-
 /// One engine's documents for every entry, and what they could not express (each line
 /// prefixed with its entry's name).
 #[derive(Debug)]
 pub struct Exported {
-    pub text: String,
-    pub lost: Vec<String>,
-}
-
-/// One entry's document, and what of the entry it could not express.
-#[derive(Debug)]
-pub struct Document {
     pub text: String,
     pub lost: Vec<String>,
 }
@@ -138,26 +119,4 @@ pub fn entries(path: &Path, opts: &EvalOptions) -> Result<Vec<(String, RolloutSe
                 .map_err(|e| refused(format!("entry `{name}` is not a rollout policy ({e})")))
         })
         .collect()
-}
-
-/// What none of the engines can say, whatever it is: rollgate's own steps around a release.
-pub fn lost_everywhere(settings: &RolloutSettings, engine: &str) -> Vec<String> {
-    let mut lost = Vec::new();
-    if let Some(hooks) = &settings.hooks {
-        let named: Vec<&str> = [
-            ("pre_deploy", hooks.pre_deploy.is_some()),
-            ("post_promote", hooks.post_promote.is_some()),
-            ("post_rollback", hooks.post_rollback.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(name, set)| set.then_some(name))
-        .collect();
-        if !named.is_empty() {
-            lost.push(format!(
-                "hooks ({}): {engine} runs no rollgate hooks",
-                named.join(", ")
-            ));
-        }
-    }
-    lost
 }

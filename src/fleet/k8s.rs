@@ -9,8 +9,8 @@
 use crate::defaults;
 use serde_json::{json, Value};
 
-use super::export::{lost_everywhere, Document, Workload};
 use super::pod::{self, seconds_up};
+use super::workload::{lost_everywhere, Document, Workload};
 use super::Inexpressible;
 use crate::engine::budgets::wave_sizes;
 use crate::policy::{OnStall, RolloutSettings};

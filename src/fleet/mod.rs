@@ -18,9 +18,10 @@
 
 pub mod argo;
 pub mod export;
-pub mod k8s;
-pub mod nomad;
+mod k8s;
+mod nomad;
 mod pod;
+mod workload;
 mod yaml;
 
 use crate::defaults;

@@ -84,7 +84,7 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, Inexpressible>
     if settings.on_stall == OnStall::Escalate {
         lost.push("on_stall = 'escalate: Nomad fails the deployment (AutoRevert is off)".into());
     }
-    lost.extend(super::export::lost_everywhere(settings, "Nomad"));
+    lost.extend(super::workload::lost_everywhere(settings, "Nomad"));
     let probe = match &settings.probe {
         Some(policy) => {
             Spec::from_policy(policy).map_err(|e| Inexpressible::new(name, e.to_string()))?

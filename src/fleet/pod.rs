@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::export::Workload;
+use super::workload::Workload;
 use super::Inexpressible;
 use crate::host::probe::{Spec, Target};
 use crate::policy::RolloutSettings;

@@ -529,3 +529,171 @@ fn commands_name_only_the_engines_front_door() {
     }
     assert_eq!(breaks, Vec::<String>::new());
 }
+
+/// The files of one folder (`src/FOLDER/*.rs`) each with the siblings it names: `super::NAME`
+/// or `crate::FOLDER::NAME` for a sibling file, any other item through `super::` (or the
+/// folder's path) for `mod.rs`; `mod.rs` names a child by `NAME::` or `self::NAME`. Comments
+/// and the unit tests at the end of a file are left out.
+fn sibling_edges(folder: &str, files: &[(String, String)]) -> Vec<(String, String)> {
+    let stems: Vec<&str> = files.iter().map(|(stem, _)| stem.as_str()).collect();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut edges = Vec::new();
+    for (stem, text) in files {
+        let code: String = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or("")
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut named: Vec<String> = Vec::new();
+        let through = [format!("crate::{folder}::"), "super::".to_string()];
+        for prefix in through.iter().filter(|_| stem != "mod") {
+            for (at, _) in code.match_indices(prefix.as_str()) {
+                let after = &code[at + prefix.len()..];
+                let names: Vec<String> = match after.strip_prefix('{') {
+                    Some(group) => group
+                        .split('}')
+                        .next()
+                        .unwrap_or("")
+                        .split(',')
+                        .map(|n| ident(n.trim()))
+                        .collect(),
+                    None => vec![ident(after)],
+                };
+                for name in names.into_iter().filter(|n| !n.is_empty()) {
+                    let target = match stems.contains(&name.as_str()) {
+                        true => name,
+                        false => "mod".to_string(),
+                    };
+                    named.push(target);
+                }
+            }
+        }
+        if stem == "mod" {
+            for sibling in stems.iter().filter(|s| **s != "mod") {
+                let bare = format!("{sibling}::");
+                let mentioned = code.match_indices(&bare).any(|(at, _)| {
+                    at == 0 || {
+                        let before = code[..at].chars().last().unwrap_or(' ');
+                        !(before.is_ascii_alphanumeric() || before == '_' || before == ':')
+                    }
+                });
+                if mentioned || code.contains(&format!("self::{sibling}")) {
+                    named.push(sibling.to_string());
+                }
+            }
+        }
+        for target in named {
+            let edge = (stem.clone(), target);
+            if edge.0 != edge.1 && !edges.contains(&edge) {
+                edges.push(edge);
+            }
+        }
+    }
+    edges
+}
+
+/// A circle among the edges, if there is one (the files on it, the first one repeated last).
+fn a_circle(edges: &[(String, String)]) -> Option<Vec<String>> {
+    fn walk(
+        at: &str,
+        edges: &[(String, String)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let mut circle = path[start..].to_vec();
+            circle.push(at.to_string());
+            return Some(circle);
+        }
+        if done.iter().any(|d| d == at) {
+            return None;
+        }
+        path.push(at.to_string());
+        for (_, to) in edges.iter().filter(|(from, _)| from == at) {
+            if let Some(circle) = walk(to, edges, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.push(at.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    edges
+        .iter()
+        .find_map(|(from, _)| walk(from, edges, &mut Vec::new(), &mut done))
+}
+
+/// The files of `src/FOLDER/` (one level) by stem, with their text.
+fn folder_files(folder: &str) -> Vec<(String, String)> {
+    let dir = repo().join("src").join(folder);
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| {
+            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+            (stem, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn the_circle_checker_finds_a_circle_through_grouped_imports_and_the_parent() {
+    let files = |texts: &[(&str, &str)]| -> Vec<(String, String)> {
+        texts
+            .iter()
+            .map(|(s, t)| (s.to_string(), t.to_string()))
+            .collect()
+    };
+    let circle = files(&[
+        ("a", "use super::{b, Shared};\n"),
+        ("b", "fn f() { super::c::g() }\n"),
+        ("c", "use crate::x::a::Thing; // super::b in a comment\n"),
+        ("mod", "pub struct Shared;\n"),
+    ]);
+    assert_eq!(
+        a_circle(&sibling_edges("x", &circle)),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    let line = files(&[
+        (
+            "a",
+            "use super::b;\n#[cfg(test)]\nmod tests { use super::*; use super::super::c; }\n",
+        ),
+        ("b", "use super::Shared;\n"),
+        ("c", "use super::a;\n"),
+        ("mod", "pub struct Shared;\n"),
+    ]);
+    assert_eq!(a_circle(&sibling_edges("x", &line)), None);
+    let through_parent = files(&[
+        ("a", "use super::Shared;\n"),
+        ("mod", "pub use a::Thing;\n"),
+    ]);
+    assert!(a_circle(&sibling_edges("x", &through_parent)).is_some());
+}
+
+#[test]
+fn the_fleet_s_files_form_no_circle() {
+    let edges = sibling_edges("fleet", &folder_files("fleet"));
+    assert_eq!(a_circle(&edges), None, "{edges:?}");
+    // Only the export names the engines.
+    for engine in ["k8s", "argo", "nomad"] {
+        let naming: Vec<&String> = edges
+            .iter()
+            .filter(|(_, to)| to == engine)
+            .map(|(from, _)| from)
+            .collect();
+        assert_eq!(naming, ["export"], "{engine} named by {naming:?}");
+    }
+}
