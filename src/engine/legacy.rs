@@ -1,6 +1,6 @@
 //! The `candidate` record older rollgates wrote for a deploy in flight: read into the engine's
-//! terms ([`from_candidate`]) so one recovery finishes both, and written as the state's view
-//! ([`candidate_view`]) for whatever still reads it. Pure: nothing here touches a file.
+//! terms ([`from_candidate`]) so one recovery finishes both (the view the state writes of a
+//! deploy is `state::candidate_view`). Pure: nothing here touches a file.
 
 use super::state::{
     Phase, Process, Rollout, Settings, Single, Slot, SlotState, NO_RELEASE_DEADLINE_S,
@@ -108,64 +108,5 @@ pub fn from_candidate(left: &Candidate, pointer: Option<&Pointer>) -> Rollout {
         unsettled: true,
         post_hook_started: false,
         last_analysis: None,
-    }
-}
-
-/// The `candidate` record of a single deploy in flight, as deploys have always written it.
-pub fn candidate_view(rollout: &Rollout) -> Candidate {
-    let s = rollout.slot(0);
-    let single = rollout.single.as_ref();
-    let recorded = rollout.new_process().filter(|p| p.pid > 0);
-    let watching = s.fallback.is_some() && rollout.soak_until.is_some();
-    let stage = match (s.held, watching, recorded) {
-        (true, _, _) => Stage::Escalated,
-        (false, true, _) => Stage::Watching,
-        (false, false, Some(_)) => Stage::Running,
-        (false, false, None) => Stage::Spawning,
-    };
-    let previous = single.and_then(|x| x.previous.as_ref()).map(|p| Pointer {
-        service: rollout.service.clone(),
-        version: p.version.clone(),
-        port: p.port,
-        pid: p.pid,
-        start_time: p.start_time,
-        promoted_at: 0.0,
-        fallback: None,
-        probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
-        listen: rollout.settings.listen,
-        unconfined: rollout.settings.unconfined,
-        limits: rollout.settings.limits,
-        user: rollout.settings.user.clone(),
-        writable: rollout.settings.writable.clone(),
-    });
-    let watch = match (watching, rollout.soak_until, single) {
-        (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {
-            until,
-            poll_ms: rollout.settings.poll_ms,
-            failures: single.watch_failures,
-            gate_detail: single.gate_detail.clone().unwrap_or_default(),
-            gate_elapsed_ms: single.gate_elapsed_ms.unwrap_or(0),
-            switch_detail: single.switch_detail.clone(),
-            watcher_pid: single.watcher_pid,
-        }),
-        _ => None,
-    };
-    Candidate {
-        service: rollout.service.clone(),
-        version: rollout.to.clone(),
-        port: rollout.settings.ports.0,
-        token: rollout.id.clone(),
-        pid: recorded.map(|p| p.pid),
-        start_time: recorded.map(|p| p.start_time),
-        stage,
-        deployer_pid: single.map_or(0, |x| x.deployer_pid),
-        started_at: rollout.started_at,
-        grace_ms: rollout.settings.grace_ms,
-        drain_ms: rollout.settings.drain_ms,
-        previous,
-        signed: rollout.signed.clone(),
-        probe: rollout.settings.probe.clone(),
-        watch,
-        hooks: rollout.hooks.clone(),
     }
 }

@@ -38,7 +38,10 @@ mod outcome;
 pub mod plan;
 mod record;
 mod recover;
+mod retire;
+mod rollout_voice;
 mod run;
+mod runtime;
 pub mod settings;
 mod start;
 mod state;
@@ -48,22 +51,18 @@ mod tasks;
 pub mod view;
 mod voice;
 
-use std::time::{Duration, Instant};
-
 pub use ask::{ask, watch, Ask};
 pub use outcome::{Ending, Outcome, Stream};
 pub use recover::record_restart;
 pub(crate) use recover::recover_leaving_escalated;
+pub use run::WATCHER_OUTPUT;
+pub use runtime::runtime;
 pub use start::{beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, Start};
 pub use state::{Phase, Rollout, SlotState};
 pub use status::{service_of, LiveStatus, ReplicaStatus, RootStatus};
 
-use crate::error::{refused, Error};
+use crate::error::Error;
 use crate::host::state::Root;
-use crate::proxy::drain;
-
-/// Where a background watcher (`deploy --no-wait`) writes its output, in the root.
-pub const WATCHER_OUTPUT: &str = "watcher.output";
 
 /// `rollgate rollback` took a promoted release from users: its `rolled_back` line, with how
 /// long they had it and what it answered them (`record::log_rolled_back_in_production`).
@@ -81,29 +80,4 @@ pub fn record_rolled_back_in_production(
 /// `status`, `rollout status`, `release list` and the console read. Only the engine writes it.
 pub fn saved_run(root: &Root) -> Result<Option<Rollout>, Error> {
     Ok(state::load(root)?)
-}
-
-/// The single-threaded runtime every command that drives the engine runs on.
-pub fn runtime() -> Result<tokio::runtime::Runtime, Error> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| refused(format!("cannot start the async runtime: {e}")))
-}
-
-/// Asks a proxy serving the root to finish the old release's requests. Unless it confirms (or
-/// there is no proxy), it may still be routing to the old release, so the old release is kept
-/// for the whole drain timeout before it is stopped.
-pub(crate) async fn drain_before_stop(root: &Root, port: u16, drain_ms: u64) -> String {
-    let limit = Duration::from_millis(drain_ms).min(crate::host::MAX_WAIT);
-    let asked = Instant::now();
-    let answer = drain::request(&root.0, port, limit).await;
-    if judge::drain_confirmed(&answer) {
-        return format!("{answer}; ");
-    }
-    tokio::time::sleep(limit.saturating_sub(asked.elapsed())).await;
-    format!(
-        "{answer}; the proxy did not confirm, so the old release was kept for the {} ms drain timeout; ",
-        limit.as_millis()
-    )
 }

@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use super::drain_before_stop;
 use super::legacy;
+use super::retire::drain_before_stop;
 use super::run::{Context, Executor, Redo};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{Action, Event, Note};

@@ -16,9 +16,9 @@ use tokio::task::JoinHandle;
 
 use super::analysis::{Finding, OnFail, OnInconclusive, Verdict};
 use super::control;
-use super::drain_before_stop;
 use super::fault;
 use super::record::{append, log_analysis, log_deploy, log_outcome, write_pool};
+use super::retire::drain_before_stop;
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use super::tasks::{
@@ -26,7 +26,7 @@ use super::tasks::{
     Purpose,
 };
 use super::view as render;
-use super::voice::{self, Behaviour, Reverted, Said, Voice, Words};
+use super::voice::{Behaviour, Reverted, Said, Voice, Words};
 use crate::error::Error;
 use crate::host::identity::Identity;
 use crate::host::journal::{self, LogEvent};
@@ -145,7 +145,7 @@ impl Executor {
             rollout.unsettled = true;
         }
         let (sender, receiver) = unbounded_channel();
-        let voice = voice::of(&rollout);
+        let voice = voice_of(&rollout);
         let behaviour = voice.behaviour();
         let progress = render::Progress::new(behaviour.progress_line);
         Executor {
@@ -1139,7 +1139,7 @@ impl Executor {
         let root = &self.context.root;
         let exe = std::env::current_exe()
             .map_err(|e| failed(format!("cannot find rollgate's own executable: {e}")))?;
-        let output = std::fs::File::create(root.0.join(crate::engine::WATCHER_OUTPUT))
+        let output = std::fs::File::create(root.0.join(WATCHER_OUTPUT))
             .map_err(|e| failed(format!("cannot create the watcher's output: {e}")))?;
         let err = output.try_clone().map_err(|e| failed(e.to_string()))?;
         let child = std::process::Command::new(exe)
@@ -1274,3 +1274,14 @@ pub(crate) async fn stop_recorded(recorded: &Process, grace: Duration) -> String
         false => said.join(", "),
     }
 }
+
+/// The voice of a run, picked once: a deploy's when it is one, else a rollout's.
+fn voice_of(rollout: &Rollout) -> &'static dyn Voice {
+    match rollout.single {
+        Some(_) => &super::deploy_voice::DeployVoice,
+        None => &super::rollout_voice::RolloutVoice,
+    }
+}
+
+/// Where a background watcher (`deploy --no-wait`) writes its output, in the root.
+pub const WATCHER_OUTPUT: &str = "watcher.output";

@@ -7,7 +7,9 @@ use crate::host::fault::Fault;
 use crate::host::files::{checked, read_json, write_atomically};
 use crate::host::identity::Identity;
 use crate::host::names::check_name;
-use crate::host::state::{too_many, Replica, ReplicaClass, ReplicaSet, Root, MAX_SLOTS};
+use crate::host::state::{
+    too_many, Candidate, Pointer, Replica, ReplicaClass, ReplicaSet, Root, Stage, MAX_SLOTS,
+};
 
 pub const ROLLOUT_FILE: &str = "rollout.json";
 
@@ -390,7 +392,7 @@ pub fn save(root: &Root, rollout: &Rollout) -> Result<(), Fault> {
         .map_err(|e| Fault::unwritable(&path, format!("cannot write {}: {e}", path.display())))?;
     if rollout.single.is_some() {
         // Most saves leave the view as it was: it is rewritten only when it changes.
-        let view = super::legacy::candidate_view(rollout);
+        let view = candidate_view(rollout);
         if root.read_candidate().ok().flatten().as_ref() != Some(&view) {
             let path = root.candidate_path();
             root.write_candidate(&view).map_err(|e| {
@@ -503,5 +505,64 @@ impl Rollout {
     /// A single deploy whose outcome is not on record: its deployer died (or failed) first.
     pub fn unsettled_deploy(&self) -> bool {
         self.single.as_ref().is_some_and(|s| !s.settled)
+    }
+}
+
+/// The `candidate` record of a single deploy in flight, as deploys have always written it.
+pub fn candidate_view(rollout: &Rollout) -> Candidate {
+    let s = rollout.slot(0);
+    let single = rollout.single.as_ref();
+    let recorded = rollout.new_process().filter(|p| p.pid > 0);
+    let watching = s.fallback.is_some() && rollout.soak_until.is_some();
+    let stage = match (s.held, watching, recorded) {
+        (true, _, _) => Stage::Escalated,
+        (false, true, _) => Stage::Watching,
+        (false, false, Some(_)) => Stage::Running,
+        (false, false, None) => Stage::Spawning,
+    };
+    let previous = single.and_then(|x| x.previous.as_ref()).map(|p| Pointer {
+        service: rollout.service.clone(),
+        version: p.version.clone(),
+        port: p.port,
+        pid: p.pid,
+        start_time: p.start_time,
+        promoted_at: 0.0,
+        fallback: None,
+        probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
+        listen: rollout.settings.listen,
+        unconfined: rollout.settings.unconfined,
+        limits: rollout.settings.limits,
+        user: rollout.settings.user.clone(),
+        writable: rollout.settings.writable.clone(),
+    });
+    let watch = match (watching, rollout.soak_until, single) {
+        (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {
+            until,
+            poll_ms: rollout.settings.poll_ms,
+            failures: single.watch_failures,
+            gate_detail: single.gate_detail.clone().unwrap_or_default(),
+            gate_elapsed_ms: single.gate_elapsed_ms.unwrap_or(0),
+            switch_detail: single.switch_detail.clone(),
+            watcher_pid: single.watcher_pid,
+        }),
+        _ => None,
+    };
+    Candidate {
+        service: rollout.service.clone(),
+        version: rollout.to.clone(),
+        port: rollout.settings.ports.0,
+        token: rollout.id.clone(),
+        pid: recorded.map(|p| p.pid),
+        start_time: recorded.map(|p| p.start_time),
+        stage,
+        deployer_pid: single.map_or(0, |x| x.deployer_pid),
+        started_at: rollout.started_at,
+        grace_ms: rollout.settings.grace_ms,
+        drain_ms: rollout.settings.drain_ms,
+        previous,
+        signed: rollout.signed.clone(),
+        probe: rollout.settings.probe.clone(),
+        watch,
+        hooks: rollout.hooks.clone(),
     }
 }

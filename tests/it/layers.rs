@@ -684,6 +684,15 @@ fn the_circle_checker_finds_a_circle_through_grouped_imports_and_the_parent() {
 }
 
 #[test]
+fn the_engine_s_files_form_no_circle() {
+    // mod.rs is the front door: it names the files behind it, none of them names it back.
+    let edges = sibling_edges("engine", &folder_files("engine"));
+    assert_eq!(a_circle(&edges), None, "{edges:?}");
+    let back: Vec<&(String, String)> = edges.iter().filter(|(_, to)| to == "mod").collect();
+    assert!(back.is_empty(), "{back:?}");
+}
+
+#[test]
 fn the_fleet_s_files_form_no_circle() {
     let edges = sibling_edges("fleet", &folder_files("fleet"));
     assert_eq!(a_circle(&edges), None, "{edges:?}");
