@@ -168,11 +168,32 @@ pub const ANALYSIS_INCONCLUSIVE_WAIT_MS: u64 = 10_000;
 /// warm-up period: a busy service's first seconds are a small share of a soak's requests.
 pub const ANALYSIS_WARMUP_MS: u64 = 0;
 
-/// `docs/policy.md`'s table of policy fields: what each is for, its range and its default.
-// Long on purpose: a table, one row per policy field, in the order docs/policy.md shows them.
+/// `docs/policy.md`'s table of policy fields: what each is for, its range and its default, one
+/// row per field in the order the page shows them (each group's rows in a function below).
 pub fn policy_table() -> String {
-    let waves = WAVES.map(|w| w.to_string()).join(", ");
-    let rows: Vec<(&str, String, String, &str)> = vec![
+    let rows = [
+        gate_fields(),
+        rollout_fields(),
+        readiness_fields(),
+        given_fields(),
+    ]
+    .concat();
+    let mut table =
+        String::from("| field | allowed | default | what it is for |\n| --- | --- | --- | --- |\n");
+    for (field, allowed, default, meaning) in rows {
+        table.push_str(&format!(
+            "| `{field}` | {allowed} | {default} | {meaning} |\n"
+        ));
+    }
+    table
+}
+
+/// One row of the policy table: the field, what it allows, its default, what it is for.
+type FieldRow = (&'static str, String, String, &'static str);
+
+/// How a release is gated, let in beside the others, and stopped.
+fn gate_fields() -> Vec<FieldRow> {
+    vec![
         (
             "progress_deadline_ms",
             range("progress_deadline_ms"),
@@ -215,6 +236,13 @@ pub fn policy_table() -> String {
             ms(DRAIN),
             "how long a proxy may take to finish the old release's requests",
         ),
+    ]
+}
+
+/// A rollout's replicas, its waves and its deadlines.
+fn rollout_fields() -> Vec<FieldRow> {
+    let waves = WAVES.map(|w| w.to_string()).join(", ");
+    vec![
         (
             "replicas",
             range("replicas"),
@@ -257,84 +285,88 @@ pub fn policy_table() -> String {
             "'best_effort".into(),
             "per slot (\"0\", \"1\", ...)",
         ),
-        (
-            "probe",
-            "'http, 'tcp, 'exec, 'notify".into(),
-            format!(
-                "'http GET {PROBE_PATH} = {PROBE_STATUS}, {} ms each",
-                ms(PROBE_TIMEOUT)
-            ),
-            "how a release proves it is ready",
+    ]
+}
+
+/// How readiness is proven and watched, and which releases are kept.
+fn readiness_fields() -> Vec<FieldRow> {
+    vec![
+    (
+        "probe",
+        "'http, 'tcp, 'exec, 'notify".into(),
+        format!(
+            "'http GET {PROBE_PATH} = {PROBE_STATUS}, {} ms each",
+            ms(PROBE_TIMEOUT)
         ),
-        (
-            "watch_ms",
-            "0-3600000".into(),
-            ms(WATCH),
-            "after a switch, how long the new release is watched beside the previous one",
+        "how a release proves it is ready",
+    ),
+    (
+        "watch_ms",
+        "0-3600000".into(),
+        ms(WATCH),
+        "after a switch, how long the new release is watched beside the previous one",
+    ),
+    (
+        "watch_failures",
+        "1-100".into(),
+        WATCH_FAILURES.to_string(),
+        "failed probes in a row that switch back",
+    ),
+    (
+        "keep_releases",
+        "0-1000".into(),
+        format!("{KEEP_RELEASES} (0 keeps all)"),
+        "after each promotion, the newest releases kept (older ones go unless the root needs them)",
+    ),
+    ]
+}
+
+/// What a release is given and run inside: ports, output, a held socket, a traffic judge, confinement, hooks.
+fn given_fields() -> Vec<FieldRow> {
+    vec![
+    (
+        "ports",
+        "\"A-B\", 1-65535, A below B".into(),
+        "none (give PORT or --ports)".into(),
+        "the ports a candidate may take when the command names none: the lowest neither live nor the fallback, and free",
+    ),
+    (
+        "output_max_bytes",
+        "65536-17179869184".into(),
+        OUTPUT_MAX_BYTES.to_string(),
+        "a release's output file is rotated at this size",
+    ),
+    (
+        "output_keep",
+        "1-100".into(),
+        OUTPUT_KEEP.to_string(),
+        "output files kept per release and slot, the one being written among them",
+    ),
+    (
+        "listen",
+        "address (an IP and a port), backlog (1-65535)".into(),
+        format!("none (releases bind their own port); backlog {LISTEN_BACKLOG}"),
+        "a socket rollgate holds and hands to each release as fd 3 (`LISTEN_FDS`): the live release and the candidate accept on it, so none is refused",
+    ),
+    (
+        "analysis",
+        "min_requests (1-10000000), max_error_increase_pct (0-100), max_latency_ratio (1-100), latency_quantile (0.5-0.999), confidence (0.5-0.999999), interval_ms (500-600000), on_fail ('pause, 'rollback), on_inconclusive ('pass, 'pause), inconclusive_wait_ms (0-3600000), warmup_ms (0-3600000)".into(),
+        format!(
+            "none (no traffic judge); min_requests {ANALYSIS_MIN_REQUESTS}, max_error_increase_pct {ANALYSIS_MAX_ERROR_INCREASE_PCT}, max_latency_ratio {ANALYSIS_MAX_LATENCY_RATIO}, latency_quantile {ANALYSIS_LATENCY_QUANTILE}, confidence {ANALYSIS_CONFIDENCE}, interval_ms {ANALYSIS_INTERVAL_MS}, on_fail 'pause, on_inconclusive 'pass, inconclusive_wait_ms {ANALYSIS_INCONCLUSIVE_WAIT_MS}, warmup_ms {ANALYSIS_WARMUP_MS}"
         ),
-        (
-            "watch_failures",
-            "1-100".into(),
-            WATCH_FAILURES.to_string(),
-            "failed probes in a row that switch back",
-        ),
-        (
-            "keep_releases",
-            "0-1000".into(),
-            format!("{KEEP_RELEASES} (0 keeps all)"),
-            "after each promotion, the newest releases kept (older ones go unless the root needs them)",
-        ),
-        (
-            "ports",
-            "\"A-B\", 1-65535, A below B".into(),
-            "none (give PORT or --ports)".into(),
-            "the ports a candidate may take when the command names none: the lowest neither live nor the fallback, and free",
-        ),
-        (
-            "output_max_bytes",
-            "65536-17179869184".into(),
-            OUTPUT_MAX_BYTES.to_string(),
-            "a release's output file is rotated at this size",
-        ),
-        (
-            "output_keep",
-            "1-100".into(),
-            OUTPUT_KEEP.to_string(),
-            "output files kept per release and slot, the one being written among them",
-        ),
-        (
-            "listen",
-            "address (an IP and a port), backlog (1-65535)".into(),
-            format!("none (releases bind their own port); backlog {LISTEN_BACKLOG}"),
-            "a socket rollgate holds and hands to each release as fd 3 (`LISTEN_FDS`): the live release and the candidate accept on it, so none is refused",
-        ),
-        (
-            "analysis",
-            "min_requests (1-10000000), max_error_increase_pct (0-100), max_latency_ratio (1-100), latency_quantile (0.5-0.999), confidence (0.5-0.999999), interval_ms (500-600000), on_fail ('pause, 'rollback), on_inconclusive ('pass, 'pause), inconclusive_wait_ms (0-3600000), warmup_ms (0-3600000)".into(),
-            format!(
-                "none (no traffic judge); min_requests {ANALYSIS_MIN_REQUESTS}, max_error_increase_pct {ANALYSIS_MAX_ERROR_INCREASE_PCT}, max_latency_ratio {ANALYSIS_MAX_LATENCY_RATIO}, latency_quantile {ANALYSIS_LATENCY_QUANTILE}, confidence {ANALYSIS_CONFIDENCE}, interval_ms {ANALYSIS_INTERVAL_MS}, on_fail 'pause, on_inconclusive 'pass, inconclusive_wait_ms {ANALYSIS_INCONCLUSIVE_WAIT_MS}, warmup_ms {ANALYSIS_WARMUP_MS}"
-            ),
-            "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
-        ),
-        (
-            "isolation",
-            "enabled (true, false), memory_mb (16-1048576), pids (8-4194304), cpu_pct (1-100000), nofile (16-1048576)".into(),
-            "enabled true; no limit".into(),
-            "releases run without privileges and in a process tree of their own (docs/isolation.md); false runs them with rollgate's own, said by every deploy",
-        ),
-        (
-            "hooks",
-            "pre_deploy, post_promote, post_rollback, timeout_ms (100-600000)".into(),
-            format!("none; timeout_ms {}", ms(HOOK_TIMEOUT)),
-            "commands run around a deploy or a rollout",
-        ),
-    ];
-    let mut table =
-        String::from("| field | allowed | default | what it is for |\n| --- | --- | --- | --- |\n");
-    for (field, allowed, default, meaning) in rows {
-        table.push_str(&format!(
-            "| `{field}` | {allowed} | {default} | {meaning} |\n"
-        ));
-    }
-    table
+        "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
+    ),
+    (
+        "isolation",
+        "enabled (true, false), memory_mb (16-1048576), pids (8-4194304), cpu_pct (1-100000), nofile (16-1048576)".into(),
+        "enabled true; no limit".into(),
+        "releases run without privileges and in a process tree of their own (docs/isolation.md); false runs them with rollgate's own, said by every deploy",
+    ),
+    (
+        "hooks",
+        "pre_deploy, post_promote, post_rollback, timeout_ms (100-600000)".into(),
+        format!("none; timeout_ms {}", ms(HOOK_TIMEOUT)),
+        "commands run around a deploy or a rollout",
+    ),
+    ]
 }

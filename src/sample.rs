@@ -137,53 +137,19 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
         },
         false => None,
     };
-    let port = args
-        .port
-        .or_else(|| std::env::var("PORT").ok().and_then(|p| p.parse().ok()));
-    let Some(port) = port else {
-        eprintln!("sample-service: set PORT or --port");
-        return std::process::ExitCode::from(2);
+    let (port, mut listeners) = match bind(&args) {
+        Ok(bound) => bound,
+        Err(code) => return code,
     };
     let version = std::env::var("ROLLGATE_VERSION").unwrap_or_else(|_| "unknown".into());
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let bound = if args.threads > 1 {
-        crate::proxy::reuseport_listeners(address, usize::from(args.threads))
-    } else {
-        std::net::TcpListener::bind(address)
-            .and_then(|l| l.set_nonblocking(true).map(|()| vec![l]))
-            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}")))
-    };
-    let mut listeners = match bound {
-        Ok(listeners) => listeners.into_iter(),
-        Err(e) => {
-            eprintln!("sample-service: {e}");
-            return std::process::ExitCode::from(3);
-        }
-    };
     let Some(Ok(listener)) = listeners.next().map(TcpListener::from_std) else {
-        eprintln!("sample-service: cannot use the listener on {address}");
+        eprintln!("sample-service: cannot use the listener on 127.0.0.1:{port}");
         return std::process::ExitCode::from(3);
     };
     // Extra threads only serve; this one also watches for SIGTERM and the exit timer, and the
     // process ends when it returns.
     for extra in listeners {
-        let (args, version) = (args.clone(), version.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            runtime.block_on(async move {
-                let Ok(listener) = TcpListener::from_std(extra) else {
-                    return;
-                };
-                loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        serve_connection(stream, &args, &version, started);
-                    }
-                }
-            });
-        });
+        serve_on_a_thread(extra, args.clone(), version.clone(), started);
     }
     eprintln!("sample-service {version}: listening on 127.0.0.1:{port}");
     if args.readyz_status.is_none() && !args.hang_readyz {
@@ -240,16 +206,7 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                     // lives on in its holder and the next release), the answers owed are given.
                     drop(held.take());
                     let _ = shutdown.send(true);
-                    let waited = Instant::now();
-                    while open.load(std::sync::atomic::Ordering::SeqCst) > 0
-                        && waited.elapsed() < Duration::from_secs(30)
-                    {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    eprintln!(
-                        "sample-service: SIGTERM, stopped accepting; exiting with {} connection(s) still open",
-                        open.load(std::sync::atomic::Ordering::SeqCst)
-                    );
+                    answer_what_is_owed(&open).await;
                     stopping();
                     return std::process::ExitCode::SUCCESS;
                 } else {
@@ -272,6 +229,75 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
             }
         }
     }
+}
+
+/// Its port (`--port`, else `PORT`) and its listeners on 127.0.0.1 (one per thread with
+/// `--threads`), or the exit code that says why not.
+fn bind(
+    args: &SampleArgs,
+) -> Result<(u16, std::vec::IntoIter<std::net::TcpListener>), std::process::ExitCode> {
+    let port = args
+        .port
+        .or_else(|| std::env::var("PORT").ok().and_then(|p| p.parse().ok()));
+    let Some(port) = port else {
+        eprintln!("sample-service: set PORT or --port");
+        return Err(std::process::ExitCode::from(2));
+    };
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let bound = if args.threads > 1 {
+        crate::proxy::reuseport_listeners(address, usize::from(args.threads))
+    } else {
+        std::net::TcpListener::bind(address)
+            .and_then(|l| l.set_nonblocking(true).map(|()| vec![l]))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}")))
+    };
+    match bound {
+        Ok(listeners) => Ok((port, listeners.into_iter())),
+        Err(e) => {
+            eprintln!("sample-service: {e}");
+            Err(std::process::ExitCode::from(3))
+        }
+    }
+}
+
+/// Serves `listener` on a thread of its own, for as long as the process lives.
+fn serve_on_a_thread(
+    listener: std::net::TcpListener,
+    args: SampleArgs,
+    version: String,
+    started: Instant,
+) {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        runtime.block_on(async move {
+            let Ok(listener) = TcpListener::from_std(listener) else {
+                return;
+            };
+            loop {
+                if let Ok((stream, _)) = listener.accept().await {
+                    serve_connection(stream, &args, &version, started);
+                }
+            }
+        });
+    });
+}
+
+/// Waits (up to 30 s) for the connections it accepted to be answered, and says how many were
+/// left open.
+async fn answer_what_is_owed(open: &std::sync::atomic::AtomicUsize) {
+    let waited = Instant::now();
+    while open.load(std::sync::atomic::Ordering::SeqCst) > 0
+        && waited.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "sample-service: SIGTERM, stopped accepting; exiting with {} connection(s) still open",
+        open.load(std::sync::atomic::Ordering::SeqCst)
+    );
 }
 
 /// The notify side of the service, as a `Type=notify` unit's service would speak it.

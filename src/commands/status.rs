@@ -22,9 +22,20 @@ pub fn status(root: std::path::PathBuf, format: Format, layout: Layout) -> Resul
     Ok(table(&status, now, layout))
 }
 
-/// The status as a person reads it: the live release, the pool, the run, the last outcomes.
+/// The status as a person reads it: the live release, the proxy's side, the run, the last
+/// outcomes.
 fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
     let mut rows: Vec<(String, String)> = Vec::new();
+    live_rows(status, &mut rows);
+    front_rows(status, now, &mut rows);
+    in_flight_rows(status, now, &mut rows);
+    let mut out = figures_table(&rows);
+    out.push_str(&last_outcomes(status, layout));
+    out
+}
+
+/// The live release: what, where, since when, whether it answers, how it is confined.
+fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
     match &status.live {
         None => rows.push(("live".into(), "(nothing promoted yet)".into())),
         Some(p) => {
@@ -62,6 +73,10 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
             rows.push(("confined".into(), confinement(p)));
         }
     }
+}
+
+/// The pool, the held socket, the certificates, the traffic mode and the proxy's routes.
+fn front_rows(status: &RootStatus, now: f64, rows: &mut Vec<(String, String)>) {
     if let Some(replicas) = &status.replicas {
         rows.push(("pool".into(), pool_line(replicas)));
     }
@@ -145,6 +160,10 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
     for route in status.routes.iter().flatten() {
         rows.push(("proxy route".into(), route.clone()));
     }
+}
+
+/// The last rollout, the deploy in flight and its watch.
+fn in_flight_rows(status: &RootStatus, now: f64, rows: &mut Vec<(String, String)>) {
     if let Some(rollout) = &status.rollout {
         rows.push(("last rollout".into(), rollout.line.clone()));
     }
@@ -187,7 +206,11 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
             ));
         }
     }
-    let mut out = figures_table(&rows);
+}
+
+/// The last outcomes, as a grid under the figures (nothing when there are none).
+fn last_outcomes(status: &RootStatus, layout: Layout) -> String {
+    let mut out = String::new();
     if !status.recent.is_empty() {
         let mut t = Grid::new(["when", "outcome", "version", "detail"], &[]);
         for outcome in &status.recent {

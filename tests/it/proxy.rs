@@ -1325,8 +1325,8 @@ fn proxy_user_serves_as_that_user_and_follows_a_deploy() {
     site.release("v2", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
     let proxy = crate::common::http::Proxy::start(&site, &["--user", "nobody"]);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.child.id())).unwrap();
     let ids = |field: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.child.id())).unwrap();
         status
             .lines()
             .find(|l| l.starts_with(field))
@@ -1336,7 +1336,13 @@ fn proxy_user_serves_as_that_user_and_follows_a_deploy() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    assert_eq!(ids("Uid:"), "65534 65534 65534 65534");
+    // It listens as root and then becomes the user: on a loaded machine a moment after the
+    // port answers.
+    assert!(
+        wait_for(10, || ids("Uid:") == "65534 65534 65534 65534"),
+        "{}",
+        ids("Uid:")
+    );
     assert_eq!(ids("Groups:"), "");
     let version = || {
         crate::common::http::Conn::open(proxy.port)
