@@ -222,11 +222,17 @@ fn sweep(base: &Path) {
             tree.remove();
         }
     }
-    let labels: std::collections::HashSet<String> =
-        trees(|_, _| true).iter().map(Tree::label).collect();
+    // The trees are listed only when a verdict is old enough to be a stray's (most sweeps
+    // find none).
+    let mut labels: Option<std::collections::HashSet<String>> = None;
     for entry in std::fs::read_dir(VERDICTS).into_iter().flatten().flatten() {
+        if !aged(&entry) {
+            continue;
+        }
+        let labels =
+            labels.get_or_insert_with(|| trees(|_, _| true).iter().map(Tree::label).collect());
         let label = entry.file_name().to_string_lossy().into_owned();
-        if aged(&entry) && !labels.contains(&label) {
+        if !labels.contains(&label) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

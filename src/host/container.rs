@@ -562,7 +562,8 @@ pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
     }
     // Its supervisor, named on it: a container whose supervisor is gone is an orphan.
     let me = super::identity::Identity::of(std::process::id() as i32)
-        .map(|who| format!("{}-{}", who.pid, who.start_time))
+        .as_ref()
+        .map(supervisor_label)
         .unwrap_or_default();
     let mut spec = spec.clone();
     spec.labels.push((SUPERVISOR_LABEL.into(), me));
@@ -630,19 +631,8 @@ pub async fn remove_supervised_by(who: &super::identity::Identity) {
     let Ok(docker) = engine().await else {
         return;
     };
-    let label = format!(
-        "{LABEL_PREFIX}{SUPERVISOR_LABEL}={}-{}",
-        who.pid, who.start_time
-    );
-    let filters = HashMap::from([("label".to_string(), vec![label])]);
-    let found = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await
-        .unwrap_or_default();
+    let label = format!("{SUPERVISOR_LABEL}={}", supervisor_label(who));
+    let found = labelled(&docker, &[label], false).await.unwrap_or_default();
     for id in found.into_iter().filter_map(|c| c.id) {
         let _ = remove(&docker, &id).await;
     }
@@ -651,22 +641,42 @@ pub async fn remove_supervised_by(who: &super::identity::Identity) {
 /// The label naming the supervisor (`PID-STARTTIME`) that runs a container.
 const SUPERVISOR_LABEL: &str = "supervisor";
 
-/// Removes the containers of `root` whose supervisor is gone: it was killed (SIGKILL after
-/// its grace, a reboot) before it could stop and remove its container. Each is said on stderr
-/// (the new release's output file). Best effort: the engine's refusal leaves it for the next.
-pub async fn sweep(docker: &Docker, root: &str) {
-    let filters = HashMap::from([(
+/// A supervisor as its label names it.
+fn supervisor_label(who: &super::identity::Identity) -> String {
+    format!("{}-{}", who.pid, who.start_time)
+}
+
+/// The containers carrying every label in `labels` (`KEY=VALUE`, [`LABEL_PREFIX`] added
+/// here): stopped ones too, unless `running_only`.
+async fn labelled(
+    docker: &Docker,
+    labels: &[String],
+    running_only: bool,
+) -> Result<Vec<bollard::models::ContainerSummary>, bollard::errors::Error> {
+    let mut filters = HashMap::from([(
         "label".to_string(),
-        vec![format!("{LABEL_PREFIX}root={root}")],
+        labels
+            .iter()
+            .map(|l| format!("{LABEL_PREFIX}{l}"))
+            .collect(),
     )]);
-    let Ok(found) = docker
+    if running_only {
+        filters.insert("status".to_string(), vec!["running".to_string()]);
+    }
+    docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
+            all: !running_only,
             filters: Some(filters),
             ..Default::default()
         }))
         .await
-    else {
+}
+
+/// Removes the containers of `root` whose supervisor is gone: it was killed (SIGKILL after
+/// its grace, a reboot) before it could stop and remove its container. Each is said on stderr
+/// (the new release's output file). Best effort: the engine's refusal leaves it for the next.
+pub async fn sweep(docker: &Docker, root: &str) {
+    let Ok(found) = labelled(docker, &[format!("root={root}")], false).await else {
         return;
     };
     for container in found {
@@ -854,22 +864,11 @@ pub async fn exec_inside(
         Ok(docker) => docker,
         Err(e) => return failed("the engine", &e),
     };
-    let filters = HashMap::from([
-        (
-            "label".to_string(),
-            vec![
-                format!("{LABEL_PREFIX}release={}", release.display()),
-                format!("{LABEL_PREFIX}port={port}"),
-            ],
-        ),
-        ("status".to_string(), vec!["running".to_string()]),
-    ]);
-    let found = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await;
+    let labels = [
+        format!("release={}", release.display()),
+        format!("port={port}"),
+    ];
+    let found = labelled(&docker, &labels, true).await;
     let id = match found.map(|list| list.into_iter().find_map(|c| c.id)) {
         Ok(Some(id)) => id,
         Ok(None) => return ExecEnd::Failed("its container is not running yet".into()),
