@@ -338,7 +338,7 @@ SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
         /// that names no host or one nothing else covers; without it such a client gets a TLS
         /// alert). Repeatable. SIGHUP reads every file again; a bad one keeps the old set.
         #[arg(long = "tls-cert", value_name = "NAME=CERT,KEY")]
-        tls_certs: Vec<rollgate::proxy::tls::CertSpec>,
+        tls_certs: Vec<rollgate::proxy::certs::CertSpec>,
         /// Answers over TLS say `Strict-Transport-Security: max-age=31536000`.
         #[arg(long)]
         hsts: bool,

@@ -21,7 +21,7 @@ use statrs::distribution::{ContinuousCDF, DiscreteCDF, Hypergeometric, Normal};
 use crate::defaults;
 use crate::host::fault::Fault;
 use crate::policy::AnalysisPolicy;
-use crate::proxy::drain::{CountsLine, ReleaseCounts};
+use crate::proxy::control::{CountsLine, ReleaseCounts};
 
 /// What a failed analysis does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use super::voice::{Behaviour, Line, Reverted, Said, Voice, Words};
 use crate::host::hooks::{Facts, Hook};
 use crate::host::journal::LogEvent;
 use crate::host::state::Root;
-use crate::proxy::drain::Drain;
+use crate::proxy::control::Drain;
 
 /// `candidate_started`, as a deploy has always said it.
 pub fn started(rollout: &Rollout, process: &Process) -> String {

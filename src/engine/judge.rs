@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::host::probe::{Probe, Spec as ProbeSpec};
-use crate::proxy::drain::Drain;
+use crate::proxy::control::Drain;
 
 /// Something the gate observed.
 #[derive(Debug, Clone, PartialEq)]

@@ -182,7 +182,7 @@ pub(crate) fn exposure(
     live_s: f64,
     ended_by: String,
 ) -> journal::Exposure {
-    let counts = crate::proxy::drain::counts_now(&root.0, std::time::Duration::from_millis(500))
+    let counts = crate::proxy::control::counts_now(&root.0, std::time::Duration::from_millis(500))
         .ok()
         .map(|now| super::analysis::Side::between(None, &now, version));
     journal::Exposure {

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::judge;
 use crate::host::state::Root;
-use crate::proxy::drain;
+use crate::proxy::control;
 
 /// Asks a proxy serving the root to finish the old release's requests. Unless it confirms (or
 /// there is no proxy), it may still be routing to the old release, so the old release is kept
@@ -12,7 +12,7 @@ use crate::proxy::drain;
 pub(crate) async fn drain_before_stop(root: &Root, port: u16, drain_ms: u64) -> String {
     let limit = Duration::from_millis(drain_ms).min(crate::host::MAX_WAIT);
     let asked = Instant::now();
-    let answer = drain::request(&root.0, port, limit).await;
+    let answer = control::request(&root.0, port, limit).await;
     if judge::drain_confirmed(&answer) {
         return format!("{answer}; ");
     }

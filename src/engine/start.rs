@@ -235,7 +235,7 @@ fn prepare_rollout(
 /// The pid of the proxy serving `root`, if one gives its counts (the traffic judge reads them);
 /// refused (with why) otherwise.
 pub fn proxy_counts(root: &Root) -> Result<u32, Error> {
-    crate::proxy::drain::counts_now(&root.0, std::time::Duration::from_secs(2))
+    crate::proxy::control::counts_now(&root.0, std::time::Duration::from_secs(2))
         .map(|line| line.pid)
         .map_err(|why| refused(format!("the policy asks for analysis, but {why}")))
 }

@@ -36,7 +36,7 @@ pub struct RootStatus {
     /// The TLS of the proxy serving the root (`--tls-listen`): its certificates, the last
     /// reload and the handshakes; none without a proxy or without TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<crate::proxy::tls::TlsLine>,
+    pub tls: Option<crate::proxy::certs::TlsLine>,
     /// What `rollgate traffic` set for the service (none: never set, serving).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<crate::host::traffic::Traffic>,
@@ -190,11 +190,14 @@ impl RootStatus {
                 .is_running(),
                 holder,
             }),
-            tls: crate::proxy::drain::tls_now(&root.0, std::time::Duration::from_millis(500)),
+            tls: crate::proxy::control::tls_now(&root.0, std::time::Duration::from_millis(500)),
             // An unreadable file is the traffic command's to say; the status stands.
             traffic: crate::host::traffic::read(&root.0).ok().flatten(),
-            routes: crate::proxy::drain::routes_now(&root.0, std::time::Duration::from_millis(500))
-                .filter(|routes| !routes.is_empty()),
+            routes: crate::proxy::control::routes_now(
+                &root.0,
+                std::time::Duration::from_millis(500),
+            )
+            .filter(|routes| !routes.is_empty()),
             // A log that cannot be read leaves the rest of the status standing.
             recent: recent(root),
         })

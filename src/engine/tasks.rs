@@ -232,7 +232,7 @@ const COUNTS_TIMEOUT: Duration = Duration::from_secs(2);
 /// from another proxy than the first (it restarted) start fresh, and the verdict says so.
 pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSender<Message>) {
     use crate::engine::analysis::{judge, Finding, Side};
-    use crate::proxy::drain::counts;
+    use crate::proxy::control::counts;
     let began = journal::now();
     let window_ms = ((until - began).max(0.0) * 1000.0) as u64;
     let interval = Duration::from_millis(judging.settings.interval_ms);
@@ -313,7 +313,7 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
                     None => Side::between(from, &now, &judging.baseline),
                 };
                 if base.is_none() {
-                    base = Some(crate::proxy::drain::CountsLine {
+                    base = Some(crate::proxy::control::CountsLine {
                         releases: Vec::new(),
                         ..now.clone()
                     });

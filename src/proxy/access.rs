@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::front::{push_decimal, push_ip};
+use super::wire::{host_name_bytes, push_decimal, push_ip};
 use crate::host::output::{shift, Rotation};
 
 pub const ACCESS_FILE: &str = "access.log";
@@ -258,7 +258,7 @@ impl Begun {
         line.extend_from_slice(b",\"route\":");
         json_string(&mut line, route.as_bytes(), false);
         line.extend_from_slice(b",\"host\":");
-        json_string(&mut line, super::router::host_name_bytes(host), true);
+        json_string(&mut line, host_name_bytes(host), true);
         line.extend_from_slice(b",\"method\":");
         json_string(&mut line, method.as_bytes(), false);
         line.extend_from_slice(b",\"path\":");

@@ -26,7 +26,7 @@ use instant_acme::{
     NewOrder, OrderStatus, RetryPolicy,
 };
 
-use super::tls::{unix_now, Pem, Resolver, TlsError};
+use super::certs::{unix_now, Pem, Resolver, TlsError};
 use crate::host::files::{write_atomically_with_mode, PRIVATE_FILE_MODE};
 
 /// The ACME settings (`--acme-*`).
@@ -280,7 +280,7 @@ async fn order(
                 tokens.push(token);
             }
             Challenge::TlsAlpn01 => {
-                let certified = super::tls::alpn_challenge_certificate(
+                let certified = super::certs::alpn_challenge_certificate(
                     name,
                     key_authorization.digest().as_ref(),
                 )

@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::certs::CertSpec;
 use super::router::HostPattern;
-use super::tls::CertSpec;
 use crate::host::state::Root;
 
 /// A config file that cannot be served, where and why.
@@ -261,7 +261,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         let spec: CertSpec = cert
             .get_ref()
             .parse()
-            .map_err(|e: super::tls::TlsError| at(cert.span(), format!("tls_cert: {e}")))?;
+            .map_err(|e: super::certs::TlsError| at(cert.span(), format!("tls_cert: {e}")))?;
         settings.tls_certs.push(spec.relative_to(file));
     }
 

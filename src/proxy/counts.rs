@@ -13,7 +13,7 @@
 //! 2^27 µs (134 s); anything longer falls in the last bucket.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Answers by status class: 1xx (an upgrade's 101), 2xx, 3xx, 4xx, 5xx.
 pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -160,6 +160,25 @@ impl Default for Snapshot {
             misses: [0; MISSES.len()],
             latency_sum_us: 0,
             latency: vec![0; BUCKETS],
+        }
+    }
+}
+
+/// What a proxy knows about itself that a reader of its counts needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// Unix time in milliseconds: counts from another start are not comparable.
+    pub at_ms: u64,
+    pub pid: u32,
+}
+
+impl Started {
+    pub fn now() -> Started {
+        Started {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            pid: std::process::id(),
         }
     }
 }

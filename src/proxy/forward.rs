@@ -9,65 +9,25 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Frame, Incoming};
-use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
+use hyper::header::{
+    HeaderName, HeaderValue, CONNECTION, HOST, STRICT_TRANSPORT_SECURITY, UPGRADE,
+};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::access::{self, AccessLog};
+use super::failure::Failure;
 use super::idle::{Activity, BoxError, IdleBody, Watched};
-use super::router::{self, Picked};
-use super::routes::{Lease, View};
+use super::leases::{Lease, View};
+use super::pass::{self, Outcome, Replay, Routed, Shared};
 use super::service::Service;
-use super::upstream::{self, Upstreams};
+use super::upstream::{self, UpstreamBody, Upstreams};
+use super::wire::{self, no_route, HOP_BY_HOP, HSTS};
 
-/// A request body on its way to the release, failing if the client stops sending it; or none.
-pub type UpstreamBody = Either<IdleBody<Incoming>, http_body_util::Empty<Bytes>>;
-
-/// What every request needs to know.
-pub struct Shared {
-    /// This serving thread's copy of the routes in force: which service takes a request.
-    pub router: router::Local,
-    /// This serving thread's turn among equally busy replicas.
-    pub turns: std::sync::atomic::AtomicUsize,
-    /// This serving thread's idle connections to releases.
-    pub idle: Arc<upstream::Idle>,
-    /// Response header naming the release that answered, if enabled.
-    pub version_header: Option<HeaderName>,
-    /// A request or response body with no data for this long is cut.
-    pub body_idle: Duration,
-    /// An upgraded tunnel with no byte either way for this long is closed.
-    pub tunnel_idle: Duration,
-    /// Keep the client's `X-Forwarded-For` and append to it (behind another proxy); otherwise
-    /// it is replaced, so a client cannot forge where it comes from.
-    pub trust_forwarded: bool,
-    /// This serving thread's number: its shard of every release's counts.
-    pub thread: usize,
-    /// Whether answers are counted (`counts.rs`); off only to measure what counting costs.
-    pub counting: bool,
-    /// A request head must arrive within this (slowloris); also the longest idle time between
-    /// two requests of a connection.
-    pub header_read_timeout: Duration,
-    /// Largest request head accepted; a larger one is hyper's to refuse (431).
-    pub max_header_bytes: usize,
-}
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never passed on
-/// (on `front`'s path the framing of an answer is written anew). Made once, not parsed from
-/// text on each request.
-pub const HOP_BY_HOP: [HeaderName; 8] = [
-    CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    hyper::header::PROXY_AUTHENTICATE,
-    hyper::header::PROXY_AUTHORIZATION,
-    hyper::header::TE,
-    hyper::header::TRAILER,
-    hyper::header::TRANSFER_ENCODING,
-    UPGRADE,
-];
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
@@ -313,10 +273,9 @@ async fn answer(
             .get(HOST)
             .map_or(&b""[..], |h| h.as_bytes());
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-        ctx.router
-            .with(|router| match router.pick(host, path.as_bytes()) {
-                Picked::Route(route) => {
-                    let misdirected = router.misdirected(host, client.sni.as_deref());
+        ctx.router.with(|router| {
+            match pass::route(router, host, path.as_bytes(), client.sni.as_deref()) {
+                Routed::To(route) => {
                     let forwarded = route.forwarded(path);
                     let changed = (forwarded != path).then(|| forwarded.into_owned());
                     if let Some(log) = route
@@ -340,45 +299,47 @@ async fn answer(
                         );
                         *logged = Some((route.service.clone(), Box::new(begun)));
                     }
-                    Ok((route.service.clone(), changed, misdirected))
+                    Ok((route.service.clone(), changed))
                 }
-                Picked::NoRoute => Err(router::host_name(host)),
-            })
+                Routed::Misdirected => Err(None),
+                Routed::NoRoute => Err(Some(wire::host_name(host))),
+            }
+        })
     };
     let service =
         match routed {
-            Ok((_, _, true)) => return Ok(plain(
+            Err(None) => return Ok(plain(
                 StatusCode::MISDIRECTED_REQUEST,
                 "this connection's TLS name is not the request's host: connect again for that host"
                     .into(),
             )),
-            Ok((service, forwarded, false)) => {
+            Err(Some(host)) => return Ok(plain(StatusCode::NOT_FOUND, no_route(&host))),
+            Ok((service, forwarded)) => {
                 if let Some(path) = forwarded.and_then(|p| p.parse::<hyper::Uri>().ok()) {
                     *request.uri_mut() = path;
                 }
                 service
             }
-            Err(host) => return Ok(plain(StatusCode::NOT_FOUND, no_route(&host))),
         };
-    if !service.gate.serving() {
-        let json = request
+    let wants_json = || {
+        request
             .headers()
             .get_all(hyper::header::ACCEPT)
             .iter()
-            .any(|v| super::traffic::wants_json(v.as_bytes()));
-        if let super::traffic::Passage::Refused(refusal) = service.gate.pass(json).await {
-            let mut response = Response::new(Body::Plain(Full::new(Bytes::from(refusal.body))));
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            let headers = response.headers_mut();
-            headers.insert(
-                hyper::header::CONTENT_TYPE,
-                HeaderValue::from_static(refusal.content_type),
-            );
-            if let Some(seconds) = refusal.retry_after {
-                headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
-            }
-            return Ok(response);
+            .any(|v| super::traffic::wants_json(v.as_bytes()))
+    };
+    if let Some(refusal) = pass::gate(&service, wants_json).await {
+        let mut response = Response::new(Body::Plain(Full::new(Bytes::from(refusal.body))));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        let headers = response.headers_mut();
+        headers.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static(refusal.content_type),
+        );
+        if let Some(seconds) = refusal.retry_after {
+            headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        return Ok(response);
     }
     let headers = request.headers_mut();
     strip_hop_by_hop(headers);
@@ -408,97 +369,27 @@ async fn answer(
     // method (GET, HEAD, OPTIONS, TRACE) also when the connection broke before any answer (the
     // replica died under it). A request with a body is sent once: its body cannot be replayed.
     let (parts, body) = request.into_parts();
-    let replayable = !upgrade && hyper::body::Body::size_hint(&body).exact() == Some(0);
-    let safe = matches!(
-        parts.method,
-        hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS | hyper::Method::TRACE
-    );
-    let mut body = Some(body);
-    // A request without a body is sent as a copy of its head, kept for a retry; one with a
-    // body goes once, its head moved.
-    let mut parts = Some(parts);
-    let mut refused_by: Vec<u16> = Vec::new();
-    let mut refusals: Vec<String> = Vec::new();
-    let (lease, mut response) = loop {
-        let (lease, pool_size, kept) = {
-            let mut reused = client.reused.lock().expect("connection state");
-            let Reused { views, upstreams } = &mut *reused;
-            let at = match views.iter().position(|(id, _)| *id == service.id) {
-                Some(at) => at,
-                None => {
-                    views.push((service.id, View::default()));
-                    views.len() - 1
-                }
-            };
-            let seen = views[at].1.generation();
-            let lease = service
-                .routes
-                .lease_in(&mut views[at].1, &refused_by, &ctx.turns);
-            if views[at].1.generation() != seen {
-                // Connections to releases no service of this connection still has go.
-                upstreams.keep_only(|port| views.iter().any(|(_, v)| v.has_port(port)));
-            }
-            let kept = lease.as_ref().and_then(|l| upstreams.take(l.target.port));
-            (lease, views[at].1.pool_size(), kept)
-        };
-        let Some(lease) = lease else {
-            return Ok(plain(
-                if refusals.is_empty() {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
-                    StatusCode::BAD_GATEWAY
-                },
-                no_release_took_it(&service.root_text, &refusals, pool_size),
-            ));
-        };
-        let port = lease.target.port;
-        let sent = ctx.counting.then(Instant::now);
-        let request = match (replayable, parts.as_ref()) {
-            (true, Some(head)) => Some(copy_without_body(head)),
-            _ => parts.take().map(|head| {
-                let body = match body.take() {
-                    Some(incoming) => {
-                        Either::Left(IdleBody::new(incoming, ctx.body_idle, "request body"))
-                    }
-                    None => Either::Right(http_body_util::Empty::new()),
-                };
-                Request::from_parts(head, body)
-            }),
-        };
-        let Some(request) = request else {
-            return Ok(plain(
-                StatusCode::BAD_GATEWAY,
-                "no replica took the request".into(),
-            ));
-        };
-        let result = through_hyper(client, kept, port, request).await;
-        if let Some(sent) = sent {
-            let counts = &lease.target.counts;
-            match &result {
-                Ok(response) => {
-                    counts.answered(ctx.thread, response.status().as_u16(), sent.elapsed())
-                }
-                Err(e) => counts.missed(ctx.thread, e.miss()),
-            }
-        }
-        match result {
-            Ok(response) => break (lease, response),
-            Err(e) => {
-                let refused = e.is_refused();
-                let lost = safe && e.is_lost_connection();
-                // Another replica may take it (the last one's failure is told as it is).
-                let retry_possible = pool_size > refused_by.len() + 1;
-                if (refused || lost) && replayable && retry_possible && parts.is_some() {
-                    refused_by.push(port);
-                    refusals.push(format!("{} on 127.0.0.1:{port}", lease.target.version));
-                    continue;
-                }
-                return Ok(plain(
-                    StatusCode::BAD_GATEWAY,
-                    release_failed(&lease.target.version, port, refused, pool_size),
-                ));
-            }
-        }
+    let replay = Replay {
+        safe: matches!(
+            parts.method,
+            hyper::Method::GET
+                | hyper::Method::HEAD
+                | hyper::Method::OPTIONS
+                | hyper::Method::TRACE
+        ),
+        again: !upgrade && hyper::body::Body::size_hint(&body).exact() == Some(0),
+    };
+    let mut sender = Forwarding {
+        client,
+        body_idle: ctx.body_idle,
+        kept: None,
+        head: Some(parts),
+        body: Some(body),
+        again: replay.again,
+    };
+    let (lease, mut response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
+        Outcome::Answered(lease, response) => (lease, response),
+        Outcome::Own(status, words) => return Ok(plain(status, words)),
     };
 
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -548,6 +439,69 @@ async fn answer(
     ))
 }
 
+/// Sends a request over hyper's client for the request pass (`pass.rs`), over the
+/// connection to the release this client connection keeps, if any.
+struct Forwarding<'a> {
+    client: &'a Client,
+    body_idle: Duration,
+    /// The kept connection to the release the last lease named, taken with the lease.
+    kept: Option<hyper::client::conn::http1::SendRequest<UpstreamBody>>,
+    /// The request's head: copied for each try when it can be sent again, else moved once.
+    head: Option<hyper::http::request::Parts>,
+    body: Option<Incoming>,
+    again: bool,
+}
+
+impl pass::Sender for Forwarding<'_> {
+    type Answer = Response<Incoming>;
+
+    fn lease(
+        &mut self,
+        service: &Service,
+        tried: &[u16],
+        turns: &std::sync::atomic::AtomicUsize,
+    ) -> (Option<Lease>, usize) {
+        let mut reused = self.client.reused.lock().expect("connection state");
+        let Reused { views, upstreams } = &mut *reused;
+        let at = match views.iter().position(|(id, _)| *id == service.id) {
+            Some(at) => at,
+            None => {
+                views.push((service.id, View::default()));
+                views.len() - 1
+            }
+        };
+        let seen = views[at].1.generation();
+        let lease = service.routes.lease_in(&mut views[at].1, tried, turns);
+        if views[at].1.generation() != seen {
+            // Connections to releases no service of this connection still has go.
+            upstreams.keep_only(|port| views.iter().any(|(_, v)| v.has_port(port)));
+        }
+        self.kept = lease.as_ref().and_then(|l| upstreams.take(l.target.port));
+        (lease, views[at].1.pool_size())
+    }
+
+    async fn send(&mut self, lease: &Lease) -> Result<Response<Incoming>, Failure> {
+        let request = match (self.again, self.head.as_ref()) {
+            (true, Some(head)) => copy_without_body(head),
+            _ => {
+                let head = self.head.take().ok_or(Failure::Spent)?;
+                let body = match self.body.take() {
+                    Some(incoming) => {
+                        Either::Left(IdleBody::new(incoming, self.body_idle, "request body"))
+                    }
+                    None => Either::Right(http_body_util::Empty::new()),
+                };
+                Request::from_parts(head, body)
+            }
+        };
+        through_hyper(self.client, self.kept.take(), lease.target.port, request).await
+    }
+
+    fn status(answer: &Response<Incoming>) -> u16 {
+        answer.status().as_u16()
+    }
+}
+
 /// Sends a request with a body, or an upgrade, over hyper's client (`upstream`); the
 /// connection goes back to the client's set for its next request unless a tunnel took it.
 async fn through_hyper(
@@ -555,7 +509,7 @@ async fn through_hyper(
     kept: Option<hyper::client::conn::http1::SendRequest<UpstreamBody>>,
     port: u16,
     request: Request<UpstreamBody>,
-) -> Result<Response<Incoming>, upstream::Failure> {
+) -> Result<Response<Incoming>, Failure> {
     let (response, sender) = upstream::send(kept, port, request).await?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         let mut reused = client.reused.lock().expect("connection state");
@@ -576,40 +530,6 @@ fn copy_without_body(head: &hyper::http::request::Parts) -> Request<UpstreamBody
     *request.version_mut() = head.version;
     *request.headers_mut() = head.headers.clone();
     request
-}
-
-/// The 404's words: no route of the proxy's config takes this host (or this path of it).
-pub fn no_route(host: &str) -> String {
-    if host.is_empty() {
-        "no service here: the request names no host, and no route takes every host".into()
-    } else {
-        format!("no service here answers for {host} (no route of this proxy takes it)")
-    }
-}
-
-/// Why no release answered: nothing is live (503), or every replica tried refused (502).
-pub fn no_release_took_it(root: &str, refusals: &[String], pool_size: usize) -> String {
-    if refusals.is_empty() {
-        format!("no live release: nothing under {root} is live yet")
-    } else {
-        // The pool's size tells a refusal by every replica from a pool of one.
-        format!(
-            "release {} refused the connection ({} of {} in the pool tried)",
-            refusals.join(", "),
-            refusals.len(),
-            pool_size
-        )
-    }
-}
-
-/// The 502's words when the release a request went to failed it.
-pub fn release_failed(version: &str, port: u16, refused: bool, pool_size: usize) -> String {
-    let what = if refused {
-        "refused the connection"
-    } else {
-        "failed"
-    };
-    format!("release {version} on 127.0.0.1:{port} {what} (pool of {pool_size})")
 }
 
 /// A response body that holds its request's lease until it is finished or dropped, so a
@@ -643,6 +563,21 @@ impl Drop for Leased {
             );
         }
     }
+}
+
+/// `answer` with `Strict-Transport-Security` set when `hsts` (hyper's side of a TLS
+/// connection; `front.rs` writes [`HSTS_LINE`] itself).
+pub(super) async fn with_hsts<E>(
+    answer: impl std::future::Future<Output = Result<Response<Body>, E>>,
+    hsts: bool,
+) -> Result<Response<Body>, E> {
+    let mut response = answer.await?;
+    if hsts {
+        response
+            .headers_mut()
+            .insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
+    }
+    Ok(response)
 }
 
 #[cfg(test)]

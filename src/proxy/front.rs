@@ -25,9 +25,9 @@
 //! and finishes the request in progress.
 
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -43,13 +43,14 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::access;
-use super::forward::{self, Shared, HOP_BY_HOP};
+use super::failure::Failure;
+use super::forward;
+use super::leases::Lease;
+use super::pass::{self, Outcome, Replay, Routed, Shared};
 use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
-use super::router::Picked;
 use super::service::Service;
-use super::traffic::Passage;
-use super::upstream::{Failure, Idle};
-use super::MIN_HEADER_BYTES;
+use super::upstream::Idle;
+use super::wire::{self, push_decimal, push_ip, HOP_BY_HOP, HSTS_LINE, MIN_HEADER_BYTES};
 
 /// The longest request target served here; hyper answers a longer one 414 (its own limit).
 const MAX_TARGET_BYTES: usize = u16::MAX as usize - 1;
@@ -330,16 +331,13 @@ impl<S: ClientStream> Front<S> {
         let mut no_route = None;
         let mut json = false;
         let mut misdirected = false;
+        let sni = match &self.over {
+            Over::Tls { sni, .. } => sni.as_deref(),
+            Over::Plain => None,
+        };
         let forwarded = self.ctx.router.with(|router| {
-            if let Over::Tls { sni, .. } = &self.over {
-                // Another host than the one TLS was set up for: hyper answers 421.
-                misdirected = router.misdirected(host.unwrap_or(b""), sni.as_deref());
-                if misdirected {
-                    return String::new();
-                }
-            }
-            match router.pick(host.unwrap_or(b""), target.as_bytes()) {
-                Picked::Route(route) => {
+            match pass::route(router, host.unwrap_or(b""), target.as_bytes(), sni) {
+                Routed::To(route) => {
                     if self.service.as_ref().map(|s| s.id) != Some(route.service.id) {
                         self.service = Some(route.service.clone());
                     }
@@ -351,8 +349,13 @@ impl<S: ClientStream> Front<S> {
                     }
                     route.forwarded(target).into_owned()
                 }
-                Picked::NoRoute => {
-                    no_route = Some(super::router::host_name(host.unwrap_or(b"")));
+                Routed::NoRoute => {
+                    no_route = Some(wire::host_name(host.unwrap_or(b"")));
+                    String::new()
+                }
+                // Another host than the one TLS was set up for: hyper answers 421.
+                Routed::Misdirected => {
+                    misdirected = true;
                     String::new()
                 }
             }
@@ -472,113 +475,43 @@ impl<S: ClientStream> Front<S> {
         let service = match (&asked.no_route, &self.service) {
             (None, Some(service)) => service.clone(),
             (host, _) => {
-                let text = forward::no_route(host.as_deref().unwrap_or(""));
+                let text = wire::no_route(host.as_deref().unwrap_or(""));
                 let last = last();
                 return self.say(StatusCode::NOT_FOUND, &text, last).await && !last;
             }
         };
-        if !service.gate.serving() {
-            if let Passage::Refused(refusal) = service.gate.pass(asked.json).await {
-                let last = last();
-                let refused = self
-                    .own(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        refusal.content_type,
-                        refusal.retry_after,
-                        &refusal.body,
-                        last,
-                    )
-                    .await;
-                return refused && !last;
-            }
+        if let Some(refusal) = pass::gate(&service, || asked.json).await {
+            let last = last();
+            let refused = self
+                .own(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    refusal.content_type,
+                    refusal.retry_after,
+                    &refusal.body,
+                    last,
+                )
+                .await;
+            return refused && !last;
         }
-        let mut refused_by: Vec<u16> = Vec::new();
-        let mut refusals: Vec<String> = Vec::new();
-        loop {
-            let (lease, pool_size) = {
-                let mut view = service.view(ctx.thread);
-                let lease = service.routes.lease_in(&mut view, &refused_by, &ctx.turns);
-                let seen = Some((service.id, view.generation()));
-                if seen != self.seen {
-                    // Another generation of the same service's table: connections to releases
-                    // it no longer has go (one kept for another service stays).
-                    if self.seen.map(|(id, _)| id) == Some(service.id) {
-                        self.kept.wires.retain(|(port, _)| view.has_port(*port));
-                    }
-                    self.seen = seen;
-                }
-                (lease, view.pool_size())
-            };
-            let Some(lease) = lease else {
-                let status = if refusals.is_empty() {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
-                    StatusCode::BAD_GATEWAY
-                };
-                let text = forward::no_release_took_it(&service.root_text, &refusals, pool_size);
+        let replay = Replay {
+            safe: asked.safe,
+            again: true,
+        };
+        let mut sender = Relaying {
+            front: self,
+            asked,
+            stop,
+            logging,
+        };
+        match pass::to_a_release(&ctx, &service, &mut sender, replay).await {
+            Outcome::Answered(lease, (wire, answer, said_last)) => {
+                let reusable = self.pass_body(wire, lease.target.port, answer).await;
+                drop(lease);
+                reusable && !said_last
+            }
+            Outcome::Own(status, words) => {
                 let last = last();
-                return self.say(status, &text, last).await && !last;
-            };
-            let target = &lease.target;
-            let port = target.port;
-            if logging {
-                let (version, slot) = self.released.get_or_insert_with(|| (Vec::new(), 0));
-                version.clear();
-                version.extend_from_slice(target.version.as_bytes());
-                *slot = target.slot;
-            }
-            let kept = match self.kept.wires.iter().position(|(p, _)| *p == port) {
-                Some(at) => Some(self.kept.wires.swap_remove(at).1),
-                None => ctx.idle.take_wire(port),
-            };
-            let sent = ctx.counting.then(std::time::Instant::now);
-            let version_header = ctx
-                .version_header
-                .as_ref()
-                .zip(target.header_value.as_ref());
-            let output = &mut self.output;
-            let hsts = self.over.hsts();
-            let mut said_last = false;
-            let result = relay::exchange(kept, port, &self.upstream_head, asked.safe, |buffer| {
-                said_last = last();
-                let wrote = Written {
-                    head_request: asked.head,
-                    last: said_last,
-                    version_header,
-                    hsts,
-                };
-                answer_head(buffer, &wrote, output)
-            })
-            .await;
-            if let Some(sent) = sent {
-                match &result {
-                    Ok((_, answer)) => {
-                        target
-                            .counts
-                            .answered(ctx.thread, answer.status, sent.elapsed())
-                    }
-                    Err(e) => target.counts.missed(ctx.thread, e.miss()),
-                }
-            }
-            match result {
-                Ok((wire, answer)) => {
-                    let reusable = self.pass_body(wire, port, answer).await;
-                    drop(lease);
-                    return reusable && !said_last;
-                }
-                Err(e) => {
-                    let refused = e.is_refused();
-                    let lost = asked.safe && e.is_lost_connection();
-                    // Another replica may take it (the last one's failure is told as it is).
-                    if (refused || lost) && pool_size > refused_by.len() + 1 {
-                        refused_by.push(port);
-                        refusals.push(format!("{} on 127.0.0.1:{port}", target.version));
-                        continue;
-                    }
-                    let text = forward::release_failed(&target.version, port, refused, pool_size);
-                    let last = last();
-                    return self.say(StatusCode::BAD_GATEWAY, &text, last).await && !last;
-                }
+                self.say(status, &words, last).await && !last
             }
         }
     }
@@ -687,7 +620,7 @@ impl<S: ClientStream> Front<S> {
         }
         push_date(out);
         if self.over.hsts() {
-            out.extend_from_slice(super::tls::HSTS_LINE);
+            out.extend_from_slice(HSTS_LINE);
         }
         if close {
             out.extend_from_slice(b"connection: close\r\n");
@@ -724,7 +657,7 @@ impl<S: ClientStream> Front<S> {
         let client = Arc::new(client);
         let write_idle = client.write_idle.clone();
         let service = service_fn(move |request| {
-            super::tls::with_hsts(forward::handle(request, ctx.clone(), client.clone()), hsts)
+            forward::with_hsts(forward::handle(request, ctx.clone(), client.clone()), hsts)
         });
         let io = Prefixed {
             prefix: input,
@@ -909,7 +842,7 @@ fn answer_head(
             push_header(out, name.as_str().as_bytes(), value.as_bytes());
         }
         if hsts {
-            out.extend_from_slice(super::tls::HSTS_LINE);
+            out.extend_from_slice(HSTS_LINE);
         }
         if last {
             out.extend_from_slice(b"connection: close\r\n");
@@ -921,6 +854,88 @@ fn answer_head(
             framing,
             reusable,
         }));
+    }
+}
+
+/// Sends a request head over the kept HTTP/1.1 connections of a client connection, for the
+/// request pass (`pass.rs`); the answer's head is rewritten into the client's `output` as it
+/// comes.
+struct Relaying<'a, S> {
+    front: &'a mut Front<S>,
+    asked: &'a Asked,
+    stop: &'a watch::Receiver<bool>,
+    /// The request's access log line is written: the release it went to is noted.
+    logging: bool,
+}
+
+impl<S: ClientStream> pass::Sender for Relaying<'_, S> {
+    /// The connection the answer's body is behind, the answer's head, and whether it told
+    /// the client it is the last on the connection.
+    type Answer = (Wire, Answer, bool);
+
+    fn lease(
+        &mut self,
+        service: &Service,
+        tried: &[u16],
+        turns: &AtomicUsize,
+    ) -> (Option<Lease>, usize) {
+        let front = &mut *self.front;
+        let mut view = service.view(front.ctx.thread);
+        let lease = service.routes.lease_in(&mut view, tried, turns);
+        let seen = Some((service.id, view.generation()));
+        if seen != front.seen {
+            // Another generation of the same service's table: connections to releases it no
+            // longer has go (one kept for another service stays).
+            if front.seen.map(|(id, _)| id) == Some(service.id) {
+                front.kept.wires.retain(|(port, _)| view.has_port(*port));
+            }
+            front.seen = seen;
+        }
+        (lease, view.pool_size())
+    }
+
+    async fn send(&mut self, lease: &Lease) -> Result<Self::Answer, Failure> {
+        let front = &mut *self.front;
+        let target = &lease.target;
+        let port = target.port;
+        if self.logging {
+            let (version, slot) = front.released.get_or_insert_with(|| (Vec::new(), 0));
+            version.clear();
+            version.extend_from_slice(target.version.as_bytes());
+            *slot = target.slot;
+        }
+        let kept = match front.kept.wires.iter().position(|(p, _)| *p == port) {
+            Some(at) => Some(front.kept.wires.swap_remove(at).1),
+            None => front.ctx.idle.take_wire(port),
+        };
+        let version_header = front
+            .ctx
+            .version_header
+            .as_ref()
+            .zip(target.header_value.as_ref());
+        let output = &mut front.output;
+        let hsts = front.over.hsts();
+        let (asked, stop) = (self.asked, self.stop);
+        let mut said_last = false;
+        let (wire, answer) =
+            relay::exchange(kept, port, &front.upstream_head, asked.safe, |buffer| {
+                // Decided when the answer's head is written, so a proxy told to stop while the
+                // release works tells the client too.
+                said_last = asked.close || *stop.borrow();
+                let wrote = Written {
+                    head_request: asked.head,
+                    last: said_last,
+                    version_header,
+                    hsts,
+                };
+                answer_head(buffer, &wrote, output)
+            })
+            .await?;
+        Ok((wire, answer, said_last))
+    }
+
+    fn status(answer: &Self::Answer) -> u16 {
+        answer.1.status
     }
 }
 
@@ -946,35 +961,6 @@ fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
         out.extend_from_slice(reason);
     }
     out.extend_from_slice(b"\r\n");
-}
-
-pub(super) fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
-pub(super) fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                push_decimal(out, u64::from(octet));
-            }
-        }
-        IpAddr::V6(v6) => out.extend_from_slice(v6.to_string().as_bytes()),
-    }
 }
 
 /// `date: <now>\r\n`, the text made at most once a second per thread.

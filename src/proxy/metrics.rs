@@ -29,29 +29,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::counts::{bucket_ceiling, bucket_floor, Snapshot, BUCKETS, CLASSES, MISSES};
-use super::drain::{CountsLine, ReleaseCounts};
-use super::routes::Routes;
+use super::counts::{bucket_ceiling, Snapshot, Started, BUCKETS, CLASSES, MISSES};
 use super::service::Service;
-
-/// What a proxy knows about itself that a reader of its counts needs.
-#[derive(Debug, Clone, Copy)]
-pub struct Started {
-    /// Unix time in milliseconds: counts from another start are not comparable.
-    pub at_ms: u64,
-    pub pid: u32,
-}
-
-impl Started {
-    pub fn now() -> Started {
-        Started {
-            at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            pid: std::process::id(),
-        }
-    }
-}
 
 /// A label value as the text format wants it: backslash, double quote and newline escaped.
 fn label(value: &str) -> String {
@@ -216,7 +195,7 @@ fn route_label(service: &Service, by_route: bool) -> String {
 }
 
 /// The TLS series: handshakes, failed handshakes by reason, and each certificate's days left.
-pub fn render_tls(tls: &super::tls::TlsLine) -> String {
+pub fn render_tls(tls: &super::certs::TlsLine) -> String {
     let mut out = String::new();
     series(
         &mut out,
@@ -263,54 +242,12 @@ pub fn render_tls(tls: &super::tls::TlsLine) -> String {
     out
 }
 
-/// The counts as one JSON line, for the engine (`counts` on `ROOT/proxy.sock`). The histogram
-/// is sparse: `[bucket floor in µs, bucket ceiling in µs, count]` for each bucket counted in.
-pub fn counts_line(routes: &Routes, started: Started) -> String {
-    let line = CountsLine {
-        started_ms: started.at_ms,
-        pid: started.pid,
-        releases: routes
-            .counted()
-            .into_iter()
-            .map(|(release, slot, seen)| release_counts(release, slot, &seen))
-            .collect(),
-    };
-    match serde_json::to_string(&line) {
-        Ok(text) => text + "\n",
-        Err(e) => format!("error cannot write the counts: {e}\n"),
-    }
-}
-
-fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts {
-    let by_name = |names: &[&str], counts: &[u64]| {
-        names
-            .iter()
-            .zip(counts)
-            .map(|(name, count)| (name.to_string(), *count))
-            .collect()
-    };
-    ReleaseCounts {
-        release,
-        slot,
-        answers: by_name(&CLASSES, &seen.answers),
-        misses: by_name(&MISSES, &seen.misses),
-        latency_sum_us: seen.latency_sum_us,
-        latency_us: seen
-            .latency
-            .iter()
-            .enumerate()
-            .filter(|(_, count)| **count > 0)
-            .map(|(index, count)| [bucket_floor(index), bucket_ceiling(index), *count])
-            .collect(),
-    }
-}
-
 /// Serves `/metrics` on `listener` until the runtime stops.
 pub async fn serve(
     listener: TcpListener,
     router: Arc<super::router::Current>,
     started: Started,
-    tls: Option<Arc<super::tls::Resolver>>,
+    tls: Option<Arc<super::certs::Resolver>>,
 ) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {

@@ -3,7 +3,22 @@
 //! in front of each service's live release, so a switch costs users no failed request. It
 //! forwards each request to the release `current` names, follows a switch at once, lets
 //! requests already sent to the old release finish, and tells the deployer (over
-//! `ROOT/proxy.sock`, see `drain.rs`) when the old release has drained.
+//! `ROOT/proxy.sock`, see `control.rs`) when the old release has drained.
+//!
+//! The files stand in layers; each names only files of the layers below it (held by
+//! `tests/it/layers.rs`), so a reader can start at the bottom and never meet a name from above:
+//!
+//! 0. the wire (`wire.rs`: bytes rollgate writes, hop-by-hop headers, host names, the words of
+//!    its own answers), `counts.rs`, `idle.rs`, `traffic.rs` (the gate), `certs.rs` (the
+//!    certificate store and SNI resolver), `failure.rs` (why no answer came);
+//! 1. `acme.rs`, `relay.rs` (HTTP/1.1 bytes to a release), `upstream.rs` (kept connections);
+//! 2. `leases.rs` (which release gets a request), `watch.rs`, `access.rs`, `service.rs`,
+//!    `router.rs` (which service, by host and path);
+//! 3. `pass.rs` (one request's pass: route, gate, lease, send, retry — written once), then the
+//!    front ends on it: `forward.rs` (hyper's) and `front.rs` (the HTTP/1.1 fast path);
+//! 4. `tls.rs` (TLS accept, ALPN, the redirect to https);
+//! 5. `config.rs`, `metrics.rs`, `control.rs` (`ROOT/proxy.sock`), `reload.rs`, and this file:
+//!    the options and the server loop.
 
 /// Drives a hyper server connection (`connection`, any of hyper's: HTTP/1, upgradeable,
 /// HTTP/2) until it ends, or until `stop` (a `watch::Receiver<bool>`) changes: then it is shut
@@ -24,22 +39,26 @@ macro_rules! serve_until_stopped {
 
 pub mod access;
 pub mod acme;
+pub mod certs;
 pub mod config;
+pub mod control;
 mod counts;
-pub mod drain;
+mod failure;
 mod forward;
 mod front;
 mod idle;
+mod leases;
 mod metrics;
+mod pass;
 mod relay;
 pub mod reload;
 mod router;
-mod routes;
 mod service;
 pub mod tls;
 mod traffic;
 mod upstream;
 mod watch;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,7 +71,7 @@ use tokio::sync::Semaphore;
 
 use crate::error::Error;
 use crate::host::state::Root;
-use forward::Shared;
+use pass::Shared;
 
 /// Limits and knobs, each with a documented default.
 #[derive(Debug, Clone)]
@@ -89,7 +108,7 @@ pub struct Options {
     /// Where to serve TLS (none: plain HTTP only). With it, `listen` redirects to https.
     pub tls_listen: Option<SocketAddr>,
     /// The certificates TLS serves, by name (`--tls-cert NAME=CERT,KEY`).
-    pub tls_certs: Vec<tls::CertSpec>,
+    pub tls_certs: Vec<certs::CertSpec>,
     /// Answers over TLS carry `Strict-Transport-Security`.
     pub hsts: bool,
     /// Certificates from ACME for these names (`--acme-*`).
@@ -105,9 +124,6 @@ pub struct Options {
     /// Log one request in N (`--access-log-sample`; None: the file's, else every one).
     pub access_sample: Option<u64>,
 }
-
-/// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
-pub const MIN_HEADER_BYTES: usize = 8192;
 
 /// What the proxy serves: one root, or a config's routes.
 enum Serves {
@@ -172,7 +188,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
     };
     // A certificate that cannot be served refuses the start (exit 2), naming the file.
-    let refused = |e: tls::TlsError| Error::Refused(e.to_string());
+    let refused = |e: certs::TlsError| Error::Refused(e.to_string());
     if let Some(acme) = &options.acme {
         if options.tls_listen.is_none() {
             return Err(Error::Refused(
@@ -187,7 +203,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         .map_or(&[][..], |a| a.names.as_slice());
     let resolver = match options.tls_listen {
         Some(_) => Some(Arc::new(
-            tls::Resolver::new(options.tls_certs.clone(), acme_names).map_err(refused)?,
+            certs::Resolver::new(options.tls_certs.clone(), acme_names).map_err(refused)?,
         )),
         None if !options.tls_certs.is_empty() => {
             return Err(Error::Refused(
@@ -221,7 +237,7 @@ fn become_user(name: &str, acme_state: Option<&std::path::Path>) -> Result<(), E
 fn serve(
     options: Options,
     serves: Serves,
-    resolver: Option<Arc<tls::Resolver>>,
+    resolver: Option<Arc<certs::Resolver>>,
 ) -> Result<(), Error> {
     let version_header = options
         .version_header
@@ -278,7 +294,7 @@ fn serve(
         _ => None,
     };
     let tls_port = tls_front.as_ref().map(|(_, _, bound, _)| bound.port());
-    let started = metrics::Started::now();
+    let started = counts::Started::now();
     let metrics_listener = options
         .metrics_listen
         .map(|address| {
@@ -648,12 +664,12 @@ enum Kind {
         tls_port: u16,
         http01: acme::Http01Answers,
         /// Which names https serves: a host it does not is not sent there.
-        resolver: Arc<tls::Resolver>,
+        resolver: Arc<certs::Resolver>,
     },
     /// TLS, then HTTP/2 or HTTP/1.1 to the releases.
     Tls {
         acceptor: tokio_rustls::TlsAcceptor,
-        resolver: Arc<tls::Resolver>,
+        resolver: Arc<certs::Resolver>,
         hsts: bool,
     },
 }

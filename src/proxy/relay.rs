@@ -22,7 +22,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::upstream::{Failure, Reusable};
+use super::failure::Failure;
 
 /// The largest answer head read from a release (hyper's client allows about 400 KB; a release
 /// that sends more than this is broken, not busy).
@@ -74,12 +74,6 @@ impl Wire {
 
     pub async fn fill(&mut self) -> std::io::Result<usize> {
         std::future::poll_fn(|cx| self.poll_fill(cx)).await
-    }
-}
-
-impl Reusable for Wire {
-    fn still_open(&self) -> bool {
-        Wire::still_open(self)
     }
 }
 

@@ -13,14 +13,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::access;
+use super::certs;
 use super::config::{self, ProxyConfig, RouteSpec};
-use super::metrics::Started;
+use super::counts::Started;
 use super::router::{Current, HostPattern, Route, Router};
-use super::service::{Running, Service};
-use super::tls;
+use super::service::Service;
+use super::{control, watch};
 use crate::host::fault::Fault;
 use crate::host::state::Root;
 
@@ -29,7 +30,7 @@ pub struct Services {
     running: Vec<Running>,
     threads: usize,
     started: Started,
-    tls: Option<Arc<tls::Resolver>>,
+    tls: Option<Arc<certs::Resolver>>,
     /// How routes log (`--access-log-*`), and whether a route that does not say logs.
     access: access::Settings,
     /// `--access-log`: every route logs whatever the file says.
@@ -37,14 +38,14 @@ pub struct Services {
     /// The file's `access_log`: routes that do not say log.
     access_by_default: bool,
     /// The routes in force in words, for `routes` on every root's proxy.sock.
-    in_force: super::drain::RoutesInForce,
+    in_force: super::control::RoutesInForce,
 }
 
 impl Services {
     pub fn new(
         threads: usize,
         started: Started,
-        tls: Option<Arc<tls::Resolver>>,
+        tls: Option<Arc<certs::Resolver>>,
         access: access::Settings,
         access_by_default: bool,
     ) -> Services {
@@ -284,7 +285,7 @@ fn route_lines(router: &Router) -> Vec<String> {
 /// a warning naming the route hosts no certificate or ACME name covers (https refuses their
 /// handshake, and plain HTTP answers them 421 rather than redirect). A warning, not a refusal:
 /// a certificate may follow the route (a file renewed on the next reload, an ACME name added).
-pub fn describe(router: &Router, tls: Option<&tls::Resolver>) -> String {
+pub fn describe(router: &Router, tls: Option<&certs::Resolver>) -> String {
     let routes = route_lines(router);
     let mut said = format!(
         "{} route{}: {}",
@@ -306,7 +307,7 @@ pub fn describe(router: &Router, tls: Option<&tls::Resolver>) -> String {
 
 /// The route hosts (exact names and wildcards; `*` takes whatever comes) that https has no
 /// certificate for.
-fn uncovered_hosts(router: &Router, resolver: &tls::Resolver) -> Vec<String> {
+fn uncovered_hosts(router: &Router, resolver: &certs::Resolver) -> Vec<String> {
     let mut uncovered: Vec<String> = Vec::new();
     for pattern in router.routes.iter().flat_map(|route| &route.hosts) {
         let name = match pattern {
@@ -420,5 +421,75 @@ pub fn ask(file: &Path, timeout: std::time::Duration) -> Result<String, crate::e
         Some(("reloaded", said)) => Ok(said.to_string()),
         Some(("error", why)) => Err(crate::error::Error::Refused(why.to_string())),
         _ => Err(failed(format!("unexpected answer {:?}", line.trim()))),
+    }
+}
+
+/// A service's followers while it is configured; dropping it stops them and takes its
+/// `proxy.sock` away (the deployer then sees no proxy for that root).
+pub struct Running {
+    pub service: Arc<Service>,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Running {
+    /// Serves `service` (the same root, changed by a reload) from now on; a new access log
+    /// gets its flusher (one a reload dropped is flushed a last time when its last request
+    /// ends).
+    pub fn replace(&mut self, service: Service) {
+        let logs_now = match (&self.service.access, &service.access) {
+            (Some(was), Some(now)) => !Arc::ptr_eq(was, now),
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if logs_now {
+            if let Some(log) = &service.access {
+                self.tasks.push(access::start(log));
+            }
+        }
+        self.service = Arc::new(service);
+    }
+}
+
+impl Running {
+    /// Binds the service's `proxy.sock` (refused if another proxy answers there) and starts
+    /// following its pointer. Must run on the proxy's main runtime.
+    pub async fn start(
+        service: Arc<Service>,
+        started: Started,
+        tls: Option<Arc<certs::Resolver>>,
+        in_force: control::RoutesInForce,
+    ) -> Result<Running, Fault> {
+        let socket = control::listen(&service.root.0).await?;
+        let reread = Arc::new(Notify::new());
+        let follow = tokio::spawn(watch::follow(
+            service.root.clone(),
+            service.routes.clone(),
+            service.gate.clone(),
+            reread.clone(),
+        ));
+        let answer = tokio::spawn(control::serve(
+            socket,
+            service.root.clone(),
+            service.routes.clone(),
+            reread,
+            started,
+            tls,
+            service.gate.clone(),
+            in_force,
+        ));
+        let mut tasks = vec![follow.abort_handle(), answer.abort_handle()];
+        if let Some(log) = &service.access {
+            tasks.push(access::start(log));
+        }
+        Ok(Running { service, tasks })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = std::fs::remove_file(control::socket_path(&self.service.root.0));
     }
 }

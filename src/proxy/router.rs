@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::service::Service;
+use super::wire::host_name_bytes;
 
 /// A route's host: an exact name (lowercase, no port), `*.domain`, or any host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,25 +219,6 @@ impl Router {
     }
 }
 
-/// A Host header's name as bytes, as they came: without spaces, a port, or the trailing dot of
-/// a full name (`[::1]:80` is `::1`).
-pub fn host_name_bytes(host: &[u8]) -> &[u8] {
-    let host = host.trim_ascii();
-    let name = match host.strip_prefix(b"[") {
-        Some(v6) => v6.split(|b| *b == b']').next().unwrap_or(b""),
-        None => match host.iter().rposition(|b| *b == b':') {
-            Some(at) if host[at + 1..].iter().all(u8::is_ascii_digit) => &host[..at],
-            _ => host,
-        },
-    };
-    name.strip_suffix(b".").unwrap_or(name)
-}
-
-/// A Host header's name: lowercase, without a port or the trailing dot of a full name.
-pub fn host_name(host: &[u8]) -> String {
-    String::from_utf8_lossy(host_name_bytes(host)).to_ascii_lowercase()
-}
-
 /// The router in force, shared by every thread; replaced whole by a reload.
 pub struct Current {
     router: RwLock<Arc<Router>>,
@@ -396,10 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn host_names_are_read_without_port_case_or_trailing_dot() {
-        assert_eq!(host_name(b"App.Example.COM:443"), "app.example.com");
-        assert_eq!(host_name(b"app.example.com."), "app.example.com");
-        assert_eq!(host_name(b"[::1]:8080"), "::1");
+    fn host_patterns_are_read_without_case_and_refuse_a_scheme_or_port() {
         assert!(HostPattern::parse("https://a.com").is_err());
         assert!(HostPattern::parse("a.com:80").is_err());
         assert!(HostPattern::parse("*.").is_err());

@@ -1,23 +1,19 @@
 //! One service the proxy serves: a root (its releases, `current`, `replicas.json`,
-//! `deploy.log`), the table of which of its releases gets the next request (`routes.rs`), and
+//! `deploy.log`), the table of which of its releases gets the next request (`leases.rs`), and
 //! one view of that table per serving thread. A proxy with `--root` serves one; with
 //! `--config` one per `[[route]]` (`router.rs` chooses between them by host and path).
 //!
 //! A service's followers (the watch on its pointer, the answers on its `proxy.sock`) run on the
-//! proxy's main runtime while the service is configured ([`Running`]); requests hold the
-//! service by `Arc`, so a service a reload removed finishes what it has in flight.
+//! proxy's main runtime while the service is configured (`Running`, in `reload.rs`); requests
+//! hold the service by `Arc`, so a service a reload removed finishes what it has in flight.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
-
 use super::access::{self, AccessLog};
-use super::metrics::Started;
-use super::routes::{Routes, View};
+use super::leases::{Routes, View};
 use super::traffic::Gate;
-use super::{drain, tls, watch};
-use crate::host::fault::Fault;
+use super::watch;
 use crate::host::state::Root;
 
 /// One root served, as requests see it.
@@ -101,75 +97,5 @@ impl Service {
         // A thread that panicked while holding its view leaves a view that is only stale.
         let view = &self.views[thread % self.views.len()];
         view.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// A service's followers while it is configured; dropping it stops them and takes its
-/// `proxy.sock` away (the deployer then sees no proxy for that root).
-pub struct Running {
-    pub service: Arc<Service>,
-    tasks: Vec<tokio::task::AbortHandle>,
-}
-
-impl Running {
-    /// Serves `service` (the same root, changed by a reload) from now on; a new access log
-    /// gets its flusher (one a reload dropped is flushed a last time when its last request
-    /// ends).
-    pub fn replace(&mut self, service: Service) {
-        let logs_now = match (&self.service.access, &service.access) {
-            (Some(was), Some(now)) => !Arc::ptr_eq(was, now),
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        if logs_now {
-            if let Some(log) = &service.access {
-                self.tasks.push(access::start(log));
-            }
-        }
-        self.service = Arc::new(service);
-    }
-}
-
-impl Running {
-    /// Binds the service's `proxy.sock` (refused if another proxy answers there) and starts
-    /// following its pointer. Must run on the proxy's main runtime.
-    pub async fn start(
-        service: Arc<Service>,
-        started: Started,
-        tls: Option<Arc<tls::Resolver>>,
-        in_force: drain::RoutesInForce,
-    ) -> Result<Running, Fault> {
-        let socket = drain::listen(&service.root.0).await?;
-        let reread = Arc::new(Notify::new());
-        let follow = tokio::spawn(watch::follow(
-            service.root.clone(),
-            service.routes.clone(),
-            service.gate.clone(),
-            reread.clone(),
-        ));
-        let answer = tokio::spawn(drain::serve(
-            socket,
-            service.root.clone(),
-            service.routes.clone(),
-            reread,
-            started,
-            tls,
-            service.gate.clone(),
-            in_force,
-        ));
-        let mut tasks = vec![follow.abort_handle(), answer.abort_handle()];
-        if let Some(log) = &service.access {
-            tasks.push(access::start(log));
-        }
-        Ok(Running { service, tasks })
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-        let _ = std::fs::remove_file(drain::socket_path(&self.service.root.0));
     }
 }

@@ -6,93 +6,20 @@
 //! next client connection finds them: a client that opens a connection per request still
 //! reuses the connection to the release, as nginx's `keepalive` does per worker.
 
-use std::io::ErrorKind;
-
-use hyper::body::Incoming;
+use http_body_util::Either;
+use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
 use std::sync::Arc;
 
-use super::counts::Miss;
-use super::forward::UpstreamBody;
+use super::failure::{classify, Failure};
+use super::idle::IdleBody;
 use super::relay::Wire;
 
-/// Why a request did not get an answer from a release.
-#[derive(Debug)]
-pub enum Failure {
-    /// No connection could be made (ConnectionRefused: nothing listens; nothing was sent).
-    Connect(std::io::Error),
-    /// The connection broke or closed before an answer came: the request may have been read.
-    Lost(hyper::Error),
-    /// Anything else the exchange failed on.
-    Other(hyper::Error),
-    /// The connection broke or closed before the answer was whole (`relay`).
-    Broken(std::io::Error),
-    /// The release's answer was not HTTP as RFC 9112 allows it (`relay`).
-    Garbled(String),
-}
-
-impl Failure {
-    /// The release refused the connection: nothing was sent, any request may go elsewhere.
-    pub fn is_refused(&self) -> bool {
-        matches!(self, Failure::Connect(e) if e.kind() == ErrorKind::ConnectionRefused)
-    }
-
-    /// How the counts file it (`counts.rs`).
-    pub fn miss(&self) -> Miss {
-        match self {
-            _ if self.is_refused() => Miss::Refused,
-            Failure::Connect(_) | Failure::Lost(_) | Failure::Broken(_) => Miss::Reset,
-            Failure::Other(_) | Failure::Garbled(_) => Miss::Other,
-        }
-    }
-
-    /// No answer came because the connection could not be made or broke: a safe method may be
-    /// sent again to another release.
-    pub fn is_lost_connection(&self) -> bool {
-        matches!(
-            self,
-            Failure::Connect(_) | Failure::Lost(_) | Failure::Broken(_)
-        )
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Connect(e) => write!(f, "connect: {e}"),
-            Failure::Lost(e) | Failure::Other(e) => write!(f, "{e}"),
-            Failure::Broken(e) => write!(f, "{e}"),
-            Failure::Garbled(what) => write!(f, "the release sent {what}"),
-        }
-    }
-}
-
-fn classify(e: hyper::Error) -> Failure {
-    let lost = e.is_incomplete_message() || e.is_closed() || e.is_canceled() || {
-        let mut source = std::error::Error::source(&e);
-        let mut broken = false;
-        while let Some(cause) = source {
-            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-                broken |= matches!(
-                    io.kind(),
-                    ErrorKind::ConnectionReset
-                        | ErrorKind::ConnectionAborted
-                        | ErrorKind::BrokenPipe
-                );
-            }
-            source = cause.source();
-        }
-        broken
-    };
-    if lost {
-        Failure::Lost(e)
-    } else {
-        Failure::Other(e)
-    }
-}
+/// A request body on its way to the release, failing if the client stops sending it; or none.
+pub type UpstreamBody = Either<IdleBody<Incoming>, http_body_util::Empty<Bytes>>;
 
 /// Idle connections to releases kept by one serving thread, of each kind (see [`Idle`]). Clients
 /// that connect per request keep about as many connections to the release busy as they have
@@ -108,6 +35,12 @@ pub trait Reusable {
 impl Reusable for SendRequest<UpstreamBody> {
     fn still_open(&self) -> bool {
         !self.is_closed()
+    }
+}
+
+impl Reusable for Wire {
+    fn still_open(&self) -> bool {
+        Wire::still_open(self)
     }
 }
 

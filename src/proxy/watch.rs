@@ -10,7 +10,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::routes::{Member, Routes, Switched};
+use super::leases::{Member, Routes, Switched};
 use super::traffic::Gate;
 use crate::host::fault::Fault;
 use crate::host::state::{Root, POINTER_FILE, REPLICAS_FILE};

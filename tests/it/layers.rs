@@ -707,6 +707,34 @@ fn the_fleet_s_files_form_no_circle() {
     }
 }
 
+#[test]
+fn the_proxy_s_files_form_no_circle() {
+    // Layers, each naming only those below it (docs/architecture.md): the wire and the
+    // certificate store at the bottom, the server loop (mod.rs) on top, named by nothing.
+    let edges = sibling_edges("proxy", &folder_files("proxy"));
+    assert_eq!(a_circle(&edges), None, "{edges:?}");
+    let names = |file: &str| -> Vec<&str> {
+        edges
+            .iter()
+            .filter(|(from, _)| from == file)
+            .map(|(_, to)| to.as_str())
+            .collect()
+    };
+    for leaf in ["wire", "counts", "idle", "traffic", "certs"] {
+        assert_eq!(names(leaf), Vec::<&str>::new(), "{leaf} names the proxy");
+    }
+    let back: Vec<&(String, String)> = edges.iter().filter(|(_, to)| to == "mod").collect();
+    assert!(back.is_empty(), "{back:?}");
+    // Both front ends go through the one request pass.
+    for front_end in ["front", "forward"] {
+        assert!(
+            names(front_end).contains(&"pass"),
+            "{front_end}: {:?}",
+            names(front_end)
+        );
+    }
+}
+
 /// The functions in `src/` longer than `limit` lines, as `path:name` (brace-counted, string
 /// and character literals and comments left out).
 fn long_functions(limit: usize) -> Vec<String> {

@@ -1,6 +1,10 @@
-//! The drain handshake between the deployer and a proxy serving the same root.
+//! A service's control socket, `ROOT/proxy.sock`: how the deployer, the canary's judge and
+//! `status` talk to the proxy serving that root, one request line and one answer line each —
+//! `drain <port>` (below), `counts` (what each release answered, as one JSON line), `tls` (the
+//! certificates and handshakes), `traffic` (the gate's mode) and `routes` (the config's routes
+//! in force). Both sides are here: the proxy's answers and the callers' requests.
 //!
-//! The proxy listens on the Unix socket `ROOT/proxy.sock`. After switching `current`, the
+//! The drain handshake: after switching `current`, the
 //! deployer connects and sends one line, `drain <old-port>\n`. The proxy re-reads the pointer
 //! (so it has switched too), waits until no request is in flight to the release it retired on
 //! that port, and answers `drained <old-port> <waited-ms>\n`. Only then does the deployer send
@@ -21,8 +25,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 
-use super::metrics::{counts_line, Started};
-use super::routes::Routes;
+use super::counts::{bucket_ceiling, bucket_floor, Snapshot, Started, CLASSES, MISSES};
+use super::leases::Routes;
 use super::watch::refresh;
 use crate::host::fault::Fault;
 use crate::host::state::Root;
@@ -92,6 +96,48 @@ pub struct ReleaseCounts {
     pub misses: std::collections::BTreeMap<String, u64>,
     pub latency_sum_us: u64,
     pub latency_us: Vec<[u64; 3]>,
+}
+
+/// The counts as one JSON line, for the engine (`counts` on `ROOT/proxy.sock`). The histogram
+/// is sparse: `[bucket floor in µs, bucket ceiling in µs, count]` for each bucket counted in.
+pub fn counts_line(routes: &Routes, started: Started) -> String {
+    let line = CountsLine {
+        started_ms: started.at_ms,
+        pid: started.pid,
+        releases: routes
+            .counted()
+            .into_iter()
+            .map(|(release, slot, seen)| release_counts(release, slot, &seen))
+            .collect(),
+    };
+    match serde_json::to_string(&line) {
+        Ok(text) => text + "\n",
+        Err(e) => format!("error cannot write the counts: {e}\n"),
+    }
+}
+
+fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts {
+    let by_name = |names: &[&str], counts: &[u64]| {
+        names
+            .iter()
+            .zip(counts)
+            .map(|(name, count)| (name.to_string(), *count))
+            .collect()
+    };
+    ReleaseCounts {
+        release,
+        slot,
+        answers: by_name(&CLASSES, &seen.answers),
+        misses: by_name(&MISSES, &seen.misses),
+        latency_sum_us: seen.latency_sum_us,
+        latency_us: seen
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, count)| **count > 0)
+            .map(|(index, count)| [bucket_floor(index), bucket_ceiling(index), *count])
+            .collect(),
+    }
 }
 
 /// Why a proxy gave no counts: nobody serves the root, or the exchange failed (refused, timed
@@ -273,7 +319,7 @@ enum Asked {
     Drain(u16),
     /// `counts`: what each release answered (`metrics::counts_line`).
     Counts,
-    /// `tls`: the certificates served and the handshakes counted (`tls::TlsLine`).
+    /// `tls`: the certificates served and the handshakes counted (`certs::TlsLine`).
     Tls,
     /// `traffic`: what the proxy lets through to this root's releases now (`serving`,
     /// `maintenance`, `paused`): what it took from `traffic.json`.
@@ -294,7 +340,7 @@ pub async fn serve(
     routes: Arc<Routes>,
     switched: Arc<Notify>,
     started: Started,
-    tls: Option<Arc<super::tls::Resolver>>,
+    tls: Option<Arc<super::certs::Resolver>>,
     gate: Arc<super::traffic::Gate>,
     in_force: RoutesInForce,
 ) {
@@ -337,7 +383,7 @@ pub async fn serve(
 }
 
 /// The proxy's TLS as one JSON line (`tls` on the socket); `off` without `--tls-listen`.
-fn tls_line(tls: Option<&super::tls::Resolver>) -> String {
+fn tls_line(tls: Option<&super::certs::Resolver>) -> String {
     match tls.map(|resolver| serde_json::to_string(&resolver.line())) {
         None => "off\n".into(),
         Some(Ok(line)) => line + "\n",
@@ -347,25 +393,28 @@ fn tls_line(tls: Option<&super::tls::Resolver>) -> String {
 
 /// What a proxy serving `root` says of its TLS: None when it serves none (or no proxy serves
 /// the root, or it is an older rollgate); for `status`, which shows it beside the live release.
-pub fn tls_now(root: &Path, timeout: Duration) -> Option<super::tls::TlsLine> {
-    use std::io::{BufRead, Write};
-    let mut stream = std::os::unix::net::UnixStream::connect(socket_path(root)).ok()?;
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
-    stream.write_all(b"tls\n").ok()?;
-    let mut line = String::new();
-    std::io::BufReader::new(stream).read_line(&mut line).ok()?;
-    serde_json::from_str(&line).ok()
+pub fn tls_now(root: &Path, timeout: Duration) -> Option<super::certs::TlsLine> {
+    json_answer(root, "tls", timeout)
 }
 
 /// The routes of the proxy serving `root`, in words: None when no proxy serves it (or it is
 /// an older rollgate), empty for a proxy of one `--root`.
 pub fn routes_now(root: &Path, timeout: Duration) -> Option<Vec<String>> {
+    json_answer(root, "routes", timeout)
+}
+
+/// The proxy's one-line JSON answer to `asked`, read within `timeout`; None when nobody
+/// answers or the line is not what the caller reads.
+fn json_answer<T: serde::de::DeserializeOwned>(
+    root: &Path,
+    asked: &str,
+    timeout: Duration,
+) -> Option<T> {
     use std::io::{BufRead, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(socket_path(root)).ok()?;
     let _ = stream.set_read_timeout(Some(timeout));
     let _ = stream.set_write_timeout(Some(timeout));
-    stream.write_all(b"routes\n").ok()?;
+    stream.write_all(format!("{asked}\n").as_bytes()).ok()?;
     let mut line = String::new();
     std::io::BufReader::new(stream).read_line(&mut line).ok()?;
     serde_json::from_str(&line).ok()
