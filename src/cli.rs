@@ -265,126 +265,7 @@ path prefix and a root (docs/proxy.md); a request no route takes gets 404. SIGHU
 file that does not parse is refused at its line and column and the routes in force go on.
 SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
     #[command(args_conflicts_with_subcommands = true)]
-    Proxy {
-        #[command(subcommand)]
-        action: Option<ProxyAction>,
-        /// Address to listen on (else the config file's `listen`) [default: 127.0.0.1:8080]
-        #[arg(long, value_name = "ADDR")]
-        listen: Option<std::net::SocketAddr>,
-        /// Folder holding releases/, current, deploy.log: the one service served [default: .].
-        #[arg(long, value_name = "DIR", conflicts_with = "config")]
-        root: Option<PathBuf>,
-        /// Serve the routes of this TOML file (one [[route]] per service: host, path_prefix,
-        /// strip_prefix, root, service) and its settings (the flags' names: listen,
-        /// tls_listen, tls_cert, hsts, acme_*); a flag given wins over the file.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// Add this response header naming the release that answered (off by default: it
-        /// tells the world your versions).
-        #[arg(long, value_name = "NAME")]
-        version_header: Option<String>,
-        /// Connections served at once, upgraded tunnels included; more wait in the accept
-        /// queue.
-        #[arg(long, value_name = "N", default_value_t = rollgate::defaults::PROXY_MAX_CONNECTIONS,
-              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        max_connections: u32,
-        /// A client must send its request headers within this (slowloris guard); also the
-        /// idle timeout of a keep-alive connection.
-        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_HEADER_READ_TIMEOUT_MS,
-              value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-        header_read_timeout_ms: u64,
-        /// Largest request head accepted, in bytes (larger: 431). At least 8192, the smallest
-        /// buffer the HTTP parser works with.
-        #[arg(long, value_name = "BYTES", default_value_t = rollgate::defaults::PROXY_MAX_HEADER_BYTES,
-              value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
-        max_header_bytes: u32,
-        /// A request or response body that sends nothing for this long is cut (the client
-        /// gets 502 or a closed connection), and so is a client that reads nothing of an
-        /// answer for this long, so slow clients cannot hold every slot.
-        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_BODY_IDLE_TIMEOUT_MS,
-              value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-        body_idle_timeout_ms: u64,
-        /// An upgraded connection (WebSocket) where no byte moves either way for this long is
-        /// closed.
-        #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_TUNNEL_IDLE_TIMEOUT_MS,
-              value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
-        tunnel_idle_timeout_ms: u64,
-        /// The proxy sits behind another proxy: append to the client's X-Forwarded-For
-        /// instead of replacing it (otherwise any client could claim any address).
-        #[arg(long)]
-        trust_forwarded: bool,
-        /// Serving threads, each with its own listener and upstream pool. Default: one per
-        /// core. Fewer leave more CPU to the releases on a small host.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
-        threads: Option<u16>,
-        /// Serve the counts of what each release answered at http://ADDR/metrics, in
-        /// Prometheus' text format (docs/analysis.md lists the series).
-        #[arg(long, value_name = "ADDR")]
-        metrics_listen: Option<std::net::SocketAddr>,
-        /// Count nothing (only to measure what counting costs: bench/proxy_bench.sh).
-        #[arg(long, hide = true)]
-        no_counting: bool,
-        /// Serve as this user: bind the listeners and the control socket and read the
-        /// certificates as root, then switch to NAME (its group, no other) for serving
-        /// (docs/isolation.md). The ACME state folder is handed to it.
-        #[arg(long, value_name = "NAME")]
-        user: Option<String>,
-        /// Serve HTTPS on ADDR (TLS 1.3 and 1.2; HTTP/2 or HTTP/1.1 by ALPN); plain HTTP on
-        /// --listen then answers every request with a 308 to https.
-        #[arg(long, value_name = "ADDR")]
-        tls_listen: Option<std::net::SocketAddr>,
-        /// A certificate to serve over TLS, chosen by the name the client asks for (SNI):
-        /// NAME=CERT,KEY with PEM files, NAME a host, `*.domain`, or `default` (for a client
-        /// that names no host or one nothing else covers; without it such a client gets a TLS
-        /// alert). Repeatable. SIGHUP reads every file again; a bad one keeps the old set.
-        #[arg(long = "tls-cert", value_name = "NAME=CERT,KEY")]
-        tls_certs: Vec<rollgate::proxy::certs::CertSpec>,
-        /// Answers over TLS say `Strict-Transport-Security: max-age=31536000`.
-        #[arg(long)]
-        hsts: bool,
-        /// Get certificates from this ACME (RFC 8555) directory for each --acme-name (Let's
-        /// Encrypt: https://acme-v02.api.letsencrypt.org/directory; its staging, ZeroSSL,
-        /// step-ca or a private CA work the same). Needs --tls-listen and --acme-state.
-        #[arg(long, value_name = "URL", requires_all = ["acme_state", "tls_listen"])]
-        acme_directory: Option<String>,
-        /// The ACME account's contact (`mailto:ops@example.com`). Repeatable.
-        #[arg(long, value_name = "URI", requires = "acme_directory")]
-        acme_contact: Vec<String>,
-        /// A CA file (PEM) to trust the ACME directory's HTTPS with (a private or test CA).
-        #[arg(long, value_name = "PEM", requires = "acme_directory")]
-        acme_ca_file: Option<std::path::PathBuf>,
-        /// Where the account and the certificates are kept (made 0700; files 0600). A restart
-        /// reuses them: no new order while a certificate is good.
-        #[arg(long, value_name = "DIR", requires = "acme_directory")]
-        acme_state: Option<std::path::PathBuf>,
-        /// A name to get a certificate for. Repeatable. Only these are ever ordered, never a
-        /// name a client asks for.
-        #[arg(long, value_name = "NAME", requires = "acme_directory")]
-        acme_name: Vec<String>,
-        /// How the ACME server checks the names: http-01 (answered on --listen, which must be
-        /// port 80 to the server) or tls-alpn-01 (answered on --tls-listen, port 443 to it).
-        #[arg(long, value_name = "TYPE", default_value = "http-01",
-              value_parser = ["http-01", "tls-alpn-01"])]
-        acme_challenge: String,
-        /// Write one JSON line per request to ROOT/access.log of each route (ts, route, host,
-        /// method, path, status, bytes, duration_ms, release, slot, client, request_id), for
-        /// `rollgate log query --access`. Rotated by size like a release's output.
-        #[arg(long)]
-        access_log: bool,
-        /// Rotate the access log when it would pass this [default: 20971520].
-        #[arg(long, value_name = "BYTES")]
-        access_log_max_bytes: Option<u64>,
-        /// Access log files kept in all, the one written among them [default: 5].
-        #[arg(long, value_name = "N")]
-        access_log_keep: Option<u64>,
-        /// Keep the query string on the logged path (off: a query may carry tokens).
-        #[arg(long)]
-        access_log_query: bool,
-        /// Log one request in N (each serving thread counts its own) [default: 1, every
-        /// request: the log's counts then equal what clients got].
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-        access_log_sample: Option<u64>,
-    },
+    Proxy(ProxyArgs),
     /// What the proxy lets through to a service: maintenance (503 and a page), a pause
     /// (requests wait), or serving again. Kept in ROOT/traffic.json; logged in deploy.log.
     #[command(after_help = "Examples:
@@ -553,6 +434,129 @@ pub enum TrafficAction {
 }
 
 /// What `rollgate proxy` may be asked besides serving.
+/// `rollgate proxy`'s words (its flags, or `reload`).
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    #[command(subcommand)]
+    pub action: Option<ProxyAction>,
+    /// Address to listen on (else the config file's `listen`) [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Folder holding releases/, current, deploy.log: the one service served [default: .].
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
+    pub root: Option<PathBuf>,
+    /// Serve the routes of this TOML file (one [[route]] per service: host, path_prefix,
+    /// strip_prefix, root, service) and its settings (the flags' names: listen,
+    /// tls_listen, tls_cert, hsts, acme_*); a flag given wins over the file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Add this response header naming the release that answered (off by default: it
+    /// tells the world your versions).
+    #[arg(long, value_name = "NAME")]
+    pub version_header: Option<String>,
+    /// Connections served at once, upgraded tunnels included; more wait in the accept
+    /// queue.
+    #[arg(long, value_name = "N", default_value_t = rollgate::defaults::PROXY_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// A client must send its request headers within this (slowloris guard); also the
+    /// idle timeout of a keep-alive connection.
+    #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_HEADER_READ_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub header_read_timeout_ms: u64,
+    /// Largest request head accepted, in bytes (larger: 431). At least 8192, the smallest
+    /// buffer the HTTP parser works with.
+    #[arg(long, value_name = "BYTES", default_value_t = rollgate::defaults::PROXY_MAX_HEADER_BYTES,
+          value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
+    pub max_header_bytes: u32,
+    /// A request or response body that sends nothing for this long is cut (the client
+    /// gets 502 or a closed connection), and so is a client that reads nothing of an
+    /// answer for this long, so slow clients cannot hold every slot.
+    #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_BODY_IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub body_idle_timeout_ms: u64,
+    /// An upgraded connection (WebSocket) where no byte moves either way for this long is
+    /// closed.
+    #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_TUNNEL_IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub tunnel_idle_timeout_ms: u64,
+    /// The proxy sits behind another proxy: append to the client's X-Forwarded-For
+    /// instead of replacing it (otherwise any client could claim any address).
+    #[arg(long)]
+    pub trust_forwarded: bool,
+    /// Serving threads, each with its own listener and upstream pool. Default: one per
+    /// core. Fewer leave more CPU to the releases on a small host.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: Option<u16>,
+    /// Serve the counts of what each release answered at http://ADDR/metrics, in
+    /// Prometheus' text format (docs/analysis.md lists the series).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Count nothing (only to measure what counting costs: bench/proxy_bench.sh).
+    #[arg(long, hide = true)]
+    pub no_counting: bool,
+    /// Serve as this user: bind the listeners and the control socket and read the
+    /// certificates as root, then switch to NAME (its group, no other) for serving
+    /// (docs/isolation.md). The ACME state folder is handed to it.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Serve HTTPS on ADDR (TLS 1.3 and 1.2; HTTP/2 or HTTP/1.1 by ALPN); plain HTTP on
+    /// --listen then answers every request with a 308 to https.
+    #[arg(long, value_name = "ADDR")]
+    pub tls_listen: Option<std::net::SocketAddr>,
+    /// A certificate to serve over TLS, chosen by the name the client asks for (SNI):
+    /// NAME=CERT,KEY with PEM files, NAME a host, `*.domain`, or `default` (for a client
+    /// that names no host or one nothing else covers; without it such a client gets a TLS
+    /// alert). Repeatable. SIGHUP reads every file again; a bad one keeps the old set.
+    #[arg(long = "tls-cert", value_name = "NAME=CERT,KEY")]
+    pub tls_certs: Vec<rollgate::proxy::certs::CertSpec>,
+    /// Answers over TLS say `Strict-Transport-Security: max-age=31536000`.
+    #[arg(long)]
+    pub hsts: bool,
+    /// Get certificates from this ACME (RFC 8555) directory for each --acme-name (Let's
+    /// Encrypt: https://acme-v02.api.letsencrypt.org/directory; its staging, ZeroSSL,
+    /// step-ca or a private CA work the same). Needs --tls-listen and --acme-state.
+    #[arg(long, value_name = "URL", requires_all = ["acme_state", "tls_listen"])]
+    pub acme_directory: Option<String>,
+    /// The ACME account's contact (`mailto:ops@example.com`). Repeatable.
+    #[arg(long, value_name = "URI", requires = "acme_directory")]
+    pub acme_contact: Vec<String>,
+    /// A CA file (PEM) to trust the ACME directory's HTTPS with (a private or test CA).
+    #[arg(long, value_name = "PEM", requires = "acme_directory")]
+    pub acme_ca_file: Option<std::path::PathBuf>,
+    /// Where the account and the certificates are kept (made 0700; files 0600). A restart
+    /// reuses them: no new order while a certificate is good.
+    #[arg(long, value_name = "DIR", requires = "acme_directory")]
+    pub acme_state: Option<std::path::PathBuf>,
+    /// A name to get a certificate for. Repeatable. Only these are ever ordered, never a
+    /// name a client asks for.
+    #[arg(long, value_name = "NAME", requires = "acme_directory")]
+    pub acme_name: Vec<String>,
+    /// How the ACME server checks the names: http-01 (answered on --listen, which must be
+    /// port 80 to the server) or tls-alpn-01 (answered on --tls-listen, port 443 to it).
+    #[arg(long, value_name = "TYPE", default_value = "http-01",
+          value_parser = ["http-01", "tls-alpn-01"])]
+    pub acme_challenge: String,
+    /// Write one JSON line per request to ROOT/access.log of each route (ts, route, host,
+    /// method, path, status, bytes, duration_ms, release, slot, client, request_id), for
+    /// `rollgate log query --access`. Rotated by size like a release's output.
+    #[arg(long)]
+    pub access_log: bool,
+    /// Rotate the access log when it would pass this [default: 20971520].
+    #[arg(long, value_name = "BYTES")]
+    pub access_log_max_bytes: Option<u64>,
+    /// Access log files kept in all, the one written among them [default: 5].
+    #[arg(long, value_name = "N")]
+    pub access_log_keep: Option<u64>,
+    /// Keep the query string on the logged path (off: a query may carry tokens).
+    #[arg(long)]
+    pub access_log_query: bool,
+    /// Log one request in N (each serving thread counts its own) [default: 1, every
+    /// request: the log's counts then equal what clients got].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub access_log_sample: Option<u64>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ProxyAction {
     /// Ask the proxy serving a config file to read it again: routes added, removed or changed

@@ -9,6 +9,7 @@ pub mod deploys;
 pub mod fleet;
 pub mod log;
 pub mod policy;
+pub mod proxy;
 pub mod release;
 
 use std::io::{IsTerminal, Write};

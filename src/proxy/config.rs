@@ -163,29 +163,52 @@ pub fn read(file: &Path) -> Result<ProxyConfig, ConfigError> {
     parse(file, &text)
 }
 
-/// Checks `text`, the contents of `file` (relative roots are taken from the file's folder).
-pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
-    let at = |span: std::ops::Range<usize>, message: String| {
-        let (line, column) = line_and_column(text, span.start);
+/// Where the config's values were written: an error names the file, line and column.
+struct Source<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    /// The error `message` about the value written at `span`.
+    fn at(&self, span: std::ops::Range<usize>, message: String) -> ConfigError {
+        let (line, column) = line_and_column(self.text, span.start);
         ConfigError {
-            file: file.to_path_buf(),
+            file: self.file.to_path_buf(),
             line,
             column,
             message,
         }
-    };
+    }
+}
+
+/// Checks `text`, the contents of `file` (relative roots are taken from the file's folder).
+pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
+    let source = Source { file, text };
     let written: Written = toml::from_str(text).map_err(|e| {
         // toml's message opens with its own "TOML parse error at line…" and a snippet; the
         // position is said once, in the file:line:column form, with toml's last words.
         let message = e.message().trim().to_string();
-        at(e.span().unwrap_or(0..0), message)
+        source.at(e.span().unwrap_or(0..0), message)
     })?;
+    let settings = settings(&source, &written)?;
+    let routes = routes(&source, &written.route)?;
+    Ok(ProxyConfig {
+        file: file.to_path_buf(),
+        settings,
+        routes,
+    })
+}
+
+/// The proxy's own settings, each checked where it was written.
+fn settings(source: &Source<'_>, written: &Written) -> Result<Settings, ConfigError> {
+    let file = source.file;
     let address = |value: &Option<Spanned<String>>, key: &str| {
         value
             .as_ref()
             .map(|v| {
                 v.get_ref().parse::<std::net::SocketAddr>().map_err(|_| {
-                    at(
+                    source.at(
                         v.span(),
                         format!(
                             "{key} = {:?} is not an address: expected IP:PORT, such as 0.0.0.0:443",
@@ -201,10 +224,10 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         metrics_listen: address(&written.metrics_listen, "metrics_listen")?,
         tls_listen: address(&written.tls_listen, "tls_listen")?,
         hsts: written.hsts,
-        acme_directory: written.acme_directory,
-        acme_contact: written.acme_contact,
-        acme_ca_file: written.acme_ca_file.map(|p| beside(file, &p)),
-        acme_state: written.acme_state.map(|p| beside(file, &p)),
+        acme_directory: written.acme_directory.clone(),
+        acme_contact: written.acme_contact.clone(),
+        acme_ca_file: written.acme_ca_file.as_ref().map(|p| beside(file, p)),
+        acme_state: written.acme_state.as_ref().map(|p| beside(file, p)),
         access_log: written.access_log,
         access_log_max_bytes: written.access_log_max_bytes.as_ref().map(|v| *v.get_ref()),
         access_log_keep: written.access_log_keep.as_ref().map(|v| *v.get_ref()),
@@ -227,7 +250,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
             true => written.access_log_keep.as_ref().map(|v| v.span()),
             false => written.access_log_max_bytes.as_ref().map(|v| v.span()),
         };
-        return Err(at(
+        return Err(source.at(
             span.unwrap_or(0..0),
             e.to_string()
                 .replace("output_max_bytes", "access_log_max_bytes")
@@ -239,7 +262,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         .as_ref()
         .filter(|v| *v.get_ref() == 0)
     {
-        return Err(at(
+        return Err(source.at(
             sample.span(),
             "access_log_sample = 0: log one request in N, N at least 1 (1: every request)".into(),
         ));
@@ -250,7 +273,7 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
                 settings.acme_challenge = Some(challenge.get_ref().clone())
             }
             other => {
-                return Err(at(
+                return Err(source.at(
                     challenge.span(),
                     format!("acme_challenge = {other:?}: expected \"http-01\" or \"tls-alpn-01\""),
                 ))
@@ -261,107 +284,130 @@ pub fn parse(file: &Path, text: &str) -> Result<ProxyConfig, ConfigError> {
         let spec: CertSpec = cert
             .get_ref()
             .parse()
-            .map_err(|e: super::certs::TlsError| at(cert.span(), format!("tls_cert: {e}")))?;
+            .map_err(|e: super::certs::TlsError| {
+                source.at(cert.span(), format!("tls_cert: {e}"))
+            })?;
         settings.tls_certs.push(spec.relative_to(file));
     }
+    Ok(settings)
+}
 
-    if written.route.is_empty() {
+/// The routes, each checked, and none taking what an earlier one takes (a root, a service
+/// name, a host at the same path prefix).
+fn routes(
+    source: &Source<'_>,
+    written: &[Spanned<WrittenRoute>],
+) -> Result<Vec<RouteSpec>, ConfigError> {
+    if written.is_empty() {
         return Err(ConfigError {
-            file: file.to_path_buf(),
+            file: source.file.to_path_buf(),
             line: 0,
             column: 0,
             message: "no [[route]]: a proxy config names at least one route (host and root)".into(),
         });
     }
     let mut routes: Vec<(RouteSpec, std::ops::Range<usize>)> = Vec::new();
-    for written_route in &written.route {
+    for written_route in written {
         let route = written_route.get_ref();
-        let hosts: Vec<String> = match route.host.get_ref() {
-            Hosts::One(host) => vec![host.clone()],
-            Hosts::Several(hosts) => hosts.clone(),
-        };
-        if hosts.is_empty() {
-            return Err(at(
-                route.host.span(),
-                "host = []: name at least one host".into(),
-            ));
-        }
-        let hosts = hosts
-            .iter()
-            .map(|h| HostPattern::parse(h))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| at(route.host.span(), format!("host: {e}")))?;
-        let prefix = match &route.path_prefix {
-            None => "/".to_string(),
-            Some(prefix) => path_prefix(prefix.get_ref())
-                .map_err(|e| at(prefix.span(), format!("path_prefix: {e}")))?,
-        };
-        let written_root = route.root.get_ref();
-        let root = Root::existing(beside(file, written_root))
-            .and_then(|r| {
-                std::fs::canonicalize(&r.0)
-                    .map_err(|_| crate::host::fault::Fault::NotARoot { path: r.0.clone() })
-            })
-            .map_err(|e| at(route.root.span(), format!("root: {e}")))?;
-        let service = match &route.service {
-            Some(name) => {
-                let text = name.get_ref();
-                crate::host::names::check_name("service", text)
-                    .map_err(|e| at(name.span(), e.to_string()))?;
-                text.clone()
-            }
-            None => default_service_name(&root),
-        };
-        let spec = RouteSpec {
-            service,
-            hosts,
-            prefix,
-            strip_prefix: route.strip_prefix,
-            root,
-            access_log: route.access_log,
-        };
+        let spec = route_spec(source, route)?;
         let span = written_route.span();
-        for (earlier, earlier_span) in &routes {
-            let (line, _) = line_and_column(text, earlier_span.start);
-            if earlier.root == spec.root {
-                return Err(at(
-                    route.root.span(),
-                    format!(
-                        "root {} is already served by the route at line {line}; one root is one route (a route takes several hosts: host = [\"a\", \"b\"])",
-                        spec.root.display()
-                    ),
-                ));
-            }
-            if earlier.service == spec.service {
-                return Err(at(
-                    span.clone(),
-                    format!(
-                        "service {:?} is already the route's at line {line}; give this one another `service` name",
-                        spec.service
-                    ),
-                ));
-            }
-            if let Some(host) = spec
-                .hosts
-                .iter()
-                .find(|h| earlier.prefix == spec.prefix && earlier.hosts.contains(h))
-            {
-                return Err(at(
-                    route.host.span(),
-                    format!(
-                        "host {host} with path_prefix {:?} is already the route's at line {line}",
-                        spec.prefix
-                    ),
-                ));
-            }
-        }
+        no_clash(source, &routes, &spec, route, span.clone())?;
         routes.push((spec, span));
     }
-    Ok(ProxyConfig {
-        file: file.to_path_buf(),
-        settings,
-        routes: routes.into_iter().map(|(spec, _)| spec).collect(),
+    Ok(routes.into_iter().map(|(spec, _)| spec).collect())
+}
+
+/// One `[[route]]`, checked: its hosts, path prefix, root and service name.
+fn route_spec(source: &Source<'_>, route: &WrittenRoute) -> Result<RouteSpec, ConfigError> {
+    let hosts: Vec<String> = match route.host.get_ref() {
+        Hosts::One(host) => vec![host.clone()],
+        Hosts::Several(hosts) => hosts.clone(),
+    };
+    if hosts.is_empty() {
+        return Err(source.at(
+            route.host.span(),
+            "host = []: name at least one host".into(),
+        ));
+    }
+    let hosts = hosts
+        .iter()
+        .map(|h| HostPattern::parse(h))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| source.at(route.host.span(), format!("host: {e}")))?;
+    let prefix = match &route.path_prefix {
+        None => "/".to_string(),
+        Some(prefix) => path_prefix(prefix.get_ref())
+            .map_err(|e| source.at(prefix.span(), format!("path_prefix: {e}")))?,
+    };
+    let written_root = route.root.get_ref();
+    let root = Root::existing(beside(source.file, written_root))
+        .and_then(|r| {
+            std::fs::canonicalize(&r.0)
+                .map_err(|_| crate::host::fault::Fault::NotARoot { path: r.0.clone() })
+        })
+        .map_err(|e| source.at(route.root.span(), format!("root: {e}")))?;
+    let service = match &route.service {
+        Some(name) => {
+            let text = name.get_ref();
+            crate::host::names::check_name("service", text)
+                .map_err(|e| source.at(name.span(), e.to_string()))?;
+            text.clone()
+        }
+        None => default_service_name(&root),
+    };
+    Ok(RouteSpec {
+        service,
+        hosts,
+        prefix,
+        strip_prefix: route.strip_prefix,
+        root,
+        access_log: route.access_log,
     })
+}
+
+/// Err when `spec` takes what a route written before it takes.
+fn no_clash(
+    source: &Source<'_>,
+    earlier_routes: &[(RouteSpec, std::ops::Range<usize>)],
+    spec: &RouteSpec,
+    route: &WrittenRoute,
+    span: std::ops::Range<usize>,
+) -> Result<(), ConfigError> {
+    for (earlier, earlier_span) in earlier_routes {
+        let (line, _) = line_and_column(source.text, earlier_span.start);
+        if earlier.root == spec.root {
+            return Err(source.at(
+                route.root.span(),
+                format!(
+                    "root {} is already served by the route at line {line}; one root is one route (a route takes several hosts: host = [\"a\", \"b\"])",
+                    spec.root.display()
+                ),
+            ));
+        }
+        if earlier.service == spec.service {
+            return Err(source.at(
+                span,
+                format!(
+                    "service {:?} is already the route's at line {line}; give this one another `service` name",
+                    spec.service
+                ),
+            ));
+        }
+        if let Some(host) = spec
+            .hosts
+            .iter()
+            .find(|h| earlier.prefix == spec.prefix && earlier.hosts.contains(h))
+        {
+            return Err(source.at(
+                route.host.span(),
+                format!(
+                    "host {host} with path_prefix {:?} is already the route's at line {line}",
+                    spec.prefix
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A route's service name when it gives none (and `--root`'s): the root folder's name.

@@ -25,6 +25,7 @@ use super::idle::{Activity, BoxError, IdleBody, Watched};
 use super::leases::{Lease, View};
 use super::pass::{self, Outcome, Replay, Routed, Shared};
 use super::service::Service;
+use super::traffic::Refusal;
 use super::upstream::{self, UpstreamBody, Upstreams};
 use super::wire::{self, no_route, HOP_BY_HOP, HSTS};
 
@@ -241,86 +242,13 @@ async fn answer(
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
-    // An HTTP/2 request names its host in `:authority` (the URI), not in a Host header; the
-    // release is spoken to in HTTP/1.1, where Host says it.
-    if request.version() == hyper::Version::HTTP_2 {
-        *request.version_mut() = hyper::Version::HTTP_11;
-        let authority = request
-            .uri()
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
-        if let Some(authority) = authority {
-            request.headers_mut().entry(HOST).or_insert(authority);
-        }
+    if let Err(refused) = in_the_releases_form(&mut request) {
+        return Ok(refused);
     }
-    // The release is sent the origin form (`/path?query`); a client's absolute form
-    // (`GET http://host/path`) is cut down to it.
-    if request.uri().scheme().is_some() || request.uri().authority().is_some() {
-        let origin = request
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .parse::<hyper::Uri>();
-        match origin {
-            Ok(origin) => *request.uri_mut() = origin,
-            Err(_) => return Ok(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
-        }
-    }
-    // The route: which service takes it, and the path its release is sent.
-    let routed = {
-        let host = request
-            .headers()
-            .get(HOST)
-            .map_or(&b""[..], |h| h.as_bytes());
-        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-        ctx.router.with(|router| {
-            match pass::route(router, host, path.as_bytes(), client.sni.as_deref()) {
-                Routed::To(route) => {
-                    let forwarded = route.forwarded(path);
-                    let changed = (forwarded != path).then(|| forwarded.into_owned());
-                    if let Some(log) = route
-                        .service
-                        .access
-                        .as_ref()
-                        .filter(|log| log.samples(ctx.thread))
-                    {
-                        let request_id = request
-                            .headers()
-                            .get("x-request-id")
-                            .and_then(|v| access::given_request_id(v.as_bytes()));
-                        let begun = access::Begun::new(
-                            log,
-                            Vec::with_capacity(256),
-                            &route.service.name,
-                            host,
-                            request.method().as_str(),
-                            path,
-                            request_id,
-                        );
-                        *logged = Some((route.service.clone(), Box::new(begun)));
-                    }
-                    Ok((route.service.clone(), changed))
-                }
-                Routed::Misdirected => Err(None),
-                Routed::NoRoute => Err(Some(wire::host_name(host))),
-            }
-        })
+    let service = match route(&mut request, ctx, client, logged) {
+        Ok(service) => service,
+        Err(own) => return Ok(own),
     };
-    let service =
-        match routed {
-            Err(None) => return Ok(plain(
-                StatusCode::MISDIRECTED_REQUEST,
-                "this connection's TLS name is not the request's host: connect again for that host"
-                    .into(),
-            )),
-            Err(Some(host)) => return Ok(plain(StatusCode::NOT_FOUND, no_route(&host))),
-            Ok((service, forwarded)) => {
-                if let Some(path) = forwarded.and_then(|p| p.parse::<hyper::Uri>().ok()) {
-                    *request.uri_mut() = path;
-                }
-                service
-            }
-        };
     let wants_json = || {
         request
             .headers()
@@ -329,40 +257,9 @@ async fn answer(
             .any(|v| super::traffic::wants_json(v.as_bytes()))
     };
     if let Some(refusal) = pass::gate(&service, wants_json).await {
-        let mut response = Response::new(Body::Plain(Full::new(Bytes::from(refusal.body))));
-        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        let headers = response.headers_mut();
-        headers.insert(
-            hyper::header::CONTENT_TYPE,
-            HeaderValue::from_static(refusal.content_type),
-        );
-        if let Some(seconds) = refusal.retry_after {
-            headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        return Ok(response);
+        return Ok(refused(refusal));
     }
-    let headers = request.headers_mut();
-    strip_hop_by_hop(headers);
-    if !headers.contains_key(HOST) {
-        headers.insert(HOST, HeaderValue::from_static("localhost"));
-    }
-    let earlier = headers
-        .get(&X_FORWARDED_FOR)
-        .and_then(|v| v.to_str().ok())
-        .filter(|_| ctx.trust_forwarded);
-    let forwarded_for = match earlier {
-        Some(earlier) => HeaderValue::from_str(&format!("{earlier}, {}", client.peer.ip())).ok(),
-        None => client.address.clone(),
-    };
-    if let Some(value) = forwarded_for {
-        headers.insert(X_FORWARDED_FOR, value);
-    }
-    let proto = if client.tls { "https" } else { "http" };
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    if let Some(value) = upgrade_value {
-        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        headers.insert(UPGRADE, value);
-    }
+    add_proxy_headers(request.headers_mut(), ctx, client, upgrade_value);
 
     // A request without a body can be sent again: if a replica refuses the connection (it
     // is stopping, or gone before the state said so), the next least busy one gets it; a safe
@@ -387,40 +284,197 @@ async fn answer(
         body: Some(body),
         again: replay.again,
     };
-    let (lease, mut response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
+    let (lease, response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
         Outcome::Answered(lease, response) => (lease, response),
         Outcome::Own(status, words) => return Ok(plain(status, words)),
     };
+    match client_upgrade {
+        Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            Ok(tunnel(response, client_upgrade, lease, ctx, client))
+        }
+        _ => Ok(leased(response, lease, ctx)),
+    }
+}
 
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_upgrade) = client_upgrade {
-            let upstream_upgrade = hyper::upgrade::on(&mut response);
-            let idle = ctx.tunnel_idle;
-            // A tunnel is idle only when nothing moves either way (`tunnel_idle`), not when
-            // one write waits for the body idle time.
-            client
-                .write_idle
-                .store(millis(idle), std::sync::atomic::Ordering::Relaxed);
-            let slot = client.slot.clone();
-            tokio::spawn(async move {
-                // The lease and the connection slot live as long as the tunnel.
-                let _lease = lease;
-                let _slot = slot;
-                if let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) {
-                    let activity = Activity::new();
-                    let mut client = Watched::new(TokioIo::new(client), activity.clone());
-                    let mut upstream = Watched::new(TokioIo::new(upstream), activity.clone());
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-                        _ = activity.idle_for(idle) => {}
-                    }
-                }
-            });
-            let (parts, _) = response.into_parts();
-            return Ok(Response::from_parts(parts, Body::Empty));
+/// The request as the release is spoken to: HTTP/1.1, where Host names the host (an HTTP/2
+/// request names it in `:authority`), and the origin form (`/path?query`) of the target (a
+/// client's absolute form, `GET http://host/path`, is cut down to it). Err: the 400 to answer.
+fn in_the_releases_form(request: &mut Request<Incoming>) -> Result<(), Response<Body>> {
+    if request.version() == hyper::Version::HTTP_2 {
+        *request.version_mut() = hyper::Version::HTTP_11;
+        let authority = request
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
+        if let Some(authority) = authority {
+            request.headers_mut().entry(HOST).or_insert(authority);
         }
     }
+    if request.uri().scheme().is_some() || request.uri().authority().is_some() {
+        let origin = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse::<hyper::Uri>();
+        match origin {
+            Ok(origin) => *request.uri_mut() = origin,
+            Err(_) => return Err(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
+        }
+    }
+    Ok(())
+}
 
+/// The pass's first step for this request: the service that takes it, with its target
+/// rewritten to the path its release is sent, and its access log line begun when the route
+/// logs. Err: rollgate's own answer (404 no route, 421 another TLS name's host).
+fn route(
+    request: &mut Request<Incoming>,
+    ctx: &Shared,
+    client: &Client,
+    logged: &mut Option<(Arc<Service>, Box<access::Begun>)>,
+) -> Result<Arc<Service>, Response<Body>> {
+    let routed = {
+        let host = request
+            .headers()
+            .get(HOST)
+            .map_or(&b""[..], |h| h.as_bytes());
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        ctx.router.with(|router| {
+            let (route, misdirected) =
+                match pass::route(router, host, path.as_bytes(), client.sni.as_deref()) {
+                    Routed::To(route) => (route, false),
+                    Routed::Misdirected(route) => (route, true),
+                    Routed::NoRoute => {
+                        let words = no_route(&wire::host_name(host));
+                        return Err(plain(StatusCode::NOT_FOUND, words));
+                    }
+                };
+            if let Some(log) = route
+                .service
+                .access
+                .as_ref()
+                .filter(|log| log.samples(ctx.thread))
+            {
+                let request_id = request
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| access::given_request_id(v.as_bytes()));
+                let begun = access::Begun::new(
+                    log,
+                    Vec::with_capacity(256),
+                    &route.service.name,
+                    host,
+                    request.method().as_str(),
+                    path,
+                    request_id,
+                );
+                *logged = Some((route.service.clone(), Box::new(begun)));
+            }
+            if misdirected {
+                return Err(plain(
+                    StatusCode::MISDIRECTED_REQUEST,
+                    "this connection's TLS name is not the request's host: connect again for \
+                     that host"
+                        .into(),
+                ));
+            }
+            let forwarded = route.forwarded(path);
+            let changed = (forwarded != path).then(|| forwarded.into_owned());
+            Ok((route.service.clone(), changed))
+        })
+    };
+    let (service, forwarded) = routed?;
+    if let Some(path) = forwarded.and_then(|p| p.parse::<hyper::Uri>().ok()) {
+        *request.uri_mut() = path;
+    }
+    Ok(service)
+}
+
+/// The gate's 503 (maintenance, or a pause that ran out), as the gate worded it.
+fn refused(refusal: Refusal) -> Response<Body> {
+    let mut response = Response::new(Body::Plain(Full::new(Bytes::from(refusal.body))));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static(refusal.content_type),
+    );
+    if let Some(seconds) = refusal.retry_after {
+        headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The headers a proxy owes the release: hop-by-hop ones out, a Host, `X-Forwarded-For` (the
+/// client's own replaced unless trusted) and `-Proto`, and an upgrade's two headers back in.
+fn add_proxy_headers(
+    headers: &mut hyper::HeaderMap,
+    ctx: &Shared,
+    client: &Client,
+    upgrade_value: Option<HeaderValue>,
+) {
+    strip_hop_by_hop(headers);
+    if !headers.contains_key(HOST) {
+        headers.insert(HOST, HeaderValue::from_static("localhost"));
+    }
+    let earlier = headers
+        .get(&X_FORWARDED_FOR)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| ctx.trust_forwarded);
+    let forwarded_for = match earlier {
+        Some(earlier) => HeaderValue::from_str(&format!("{earlier}, {}", client.peer.ip())).ok(),
+        None => client.address.clone(),
+    };
+    if let Some(value) = forwarded_for {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+    let proto = if client.tls { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    if let Some(value) = upgrade_value {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(UPGRADE, value);
+    }
+}
+
+/// A release's 101 to an upgrade: the client is told it, and the two upgraded connections are
+/// joined in a task of their own, which holds the lease and the connection's slot as long as
+/// the tunnel is open and closes it once nothing moves either way for `tunnel_idle`.
+fn tunnel(
+    mut response: Response<Incoming>,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+    lease: Lease,
+    ctx: &Shared,
+    client: &Client,
+) -> Response<Body> {
+    let upstream_upgrade = hyper::upgrade::on(&mut response);
+    let idle = ctx.tunnel_idle;
+    // A tunnel is idle only when nothing moves either way (`tunnel_idle`), not when one write
+    // waits for the body idle time.
+    client
+        .write_idle
+        .store(millis(idle), std::sync::atomic::Ordering::Relaxed);
+    let slot = client.slot.clone();
+    tokio::spawn(async move {
+        // The lease and the connection slot live as long as the tunnel.
+        let _lease = lease;
+        let _slot = slot;
+        if let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) {
+            let activity = Activity::new();
+            let mut client = Watched::new(TokioIo::new(client), activity.clone());
+            let mut upstream = Watched::new(TokioIo::new(upstream), activity.clone());
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                _ = activity.idle_for(idle) => {}
+            }
+        }
+    });
+    let (parts, _) = response.into_parts();
+    Response::from_parts(parts, Body::Empty)
+}
+
+/// The release's answer for the client: hop-by-hop headers out (a 101 keeps its own), the
+/// version header in, and a body that holds the lease until it has been sent.
+fn leased(response: Response<Incoming>, lease: Lease, ctx: &Shared) -> Response<Body> {
     let keep_upgrade = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let (mut parts, body) = response.into_parts();
     if !keep_upgrade {
@@ -429,14 +483,14 @@ async fn answer(
     if let (Some(name), Some(value)) = (&ctx.version_header, &lease.target.header_value) {
         parts.headers.insert(name.clone(), value.clone());
     }
-    Ok(Response::from_parts(
+    Response::from_parts(
         parts,
         Body::Leased(Leased {
             body: IdleBody::new(body, ctx.body_idle, "response body"),
             lease,
             line: None,
         }),
-    ))
+    )
 }
 
 /// Sends a request over hyper's client for the request pass (`pass.rs`), over the

@@ -354,7 +354,7 @@ impl<S: ClientStream> Front<S> {
                     String::new()
                 }
                 // Another host than the one TLS was set up for: hyper answers 421.
-                Routed::Misdirected => {
+                Routed::Misdirected(_) => {
                     misdirected = true;
                     String::new()
                 }

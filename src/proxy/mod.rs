@@ -234,20 +234,14 @@ fn become_user(name: &str, acme_state: Option<&std::path::Path>) -> Result<(), E
         .map_err(|e| refused(format!("cannot switch to it: {e} (only root can)")))
 }
 
+/// The proxy's life once its options are read: bind, start the services, leave root, serve on
+/// every core until SIGTERM or SIGINT, then finish the requests in flight.
 fn serve(
     options: Options,
     serves: Serves,
     resolver: Option<Arc<certs::Resolver>>,
 ) -> Result<(), Error> {
-    let version_header = options
-        .version_header
-        .as_deref()
-        .map(|name| {
-            HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("`{name}` is not a valid header name"))
-        })
-        .transpose()
-        .map_err(Error::Failed)?;
+    let version_header = version_header(&options)?;
     // One single-threaded runtime per serving thread (one per core unless --threads), each with
     // its own listener on the same port (SO_REUSEPORT: the kernel spreads connections) and its
     // own upstream pool: a request never crosses threads. Only the routing tables are shared.
@@ -257,90 +251,24 @@ fn serve(
             .clamp(1, 16)
     });
     raise_open_file_limit();
-    let listen_at = options.listen.unwrap_or_else(|| {
-        crate::defaults::PROXY_LISTEN
-            .parse()
-            .expect("the default address")
-    });
-    // Held for the proxy's life: a second rollgate proxy on this address fails here.
-    let _claim = claim_address(listen_at).map_err(Error::Failed)?;
+    let fronts = Fronts::bind(&options, resolver.as_ref(), threads)?;
     let control = match &serves {
         Serves::Config(config) => Some(reload::listen(&config.file)?),
         Serves::Root(_) => None,
     };
-    let listeners =
-        reuseport_listeners(listen_at, threads).map_err(|e| Error::Failed(e.to_string()))?;
-    let listen = listeners[0]
-        .local_addr()
-        .map_err(|e| Error::Failed(e.to_string()))?;
-    // TLS: its own listeners, one per thread like the plain ones, claimed the same way.
-    let tls_front = match (options.tls_listen, &resolver) {
-        (Some(address), Some(resolver)) => {
-            let claim = claim_address(address).map_err(Error::Failed)?;
-            let listeners =
-                reuseport_listeners(address, threads).map_err(|e| Error::Failed(e.to_string()))?;
-            let bound = listeners[0]
-                .local_addr()
-                .map_err(|e| Error::Failed(e.to_string()))?;
-            let config =
-                tls::server_config(resolver.clone()).map_err(|e| Error::Failed(e.to_string()))?;
-            Some((
-                claim,
-                listeners,
-                bound,
-                tokio_rustls::TlsAcceptor::from(config),
-            ))
-        }
-        _ => None,
-    };
-    let tls_port = tls_front.as_ref().map(|(_, _, bound, _)| bound.port());
     let started = counts::Started::now();
-    let metrics_listener = options
-        .metrics_listen
-        .map(|address| {
-            std::net::TcpListener::bind(address)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| format!("cannot serve /metrics on {address}: {e}"))
-        })
-        .transpose()
-        .map_err(Error::Failed)?;
+    let metrics_listener = metrics_listener(&options)?;
     // The main thread's runtime: it follows every service's pointer, answers its proxy.sock
     // and the reloads, and serves connections like the other threads.
     let runtime = current_thread().map_err(Error::Failed)?;
-    let rotation =
-        crate::host::output::Rotation::from_policy(options.access_max_bytes, options.access_keep)
-            .map_err(|e| {
-            Error::Refused(
-                e.to_string()
-                    .replace("output_max_bytes", "--access-log-max-bytes")
-                    .replace("output_keep", "--access-log-keep"),
-            )
-        })?;
-    let mut services = reload::Services::new(
-        threads,
-        started,
+    let (services, router, config) = start_services(
+        &runtime,
+        &options,
+        serves,
         resolver.clone(),
-        access::Settings {
-            rotation,
-            query: options.access_query,
-            sample: options.access_sample.unwrap_or(1),
-        },
-        options.access_log,
-    );
-    let (router, config) = runtime
-        .block_on(async {
-            match serves {
-                Serves::Root(root) => services.single(root).await.map(|r| (r, None)),
-                Serves::Config(config) => {
-                    services.log_by_default(config.settings.access_log);
-                    services
-                        .apply(&config.routes)
-                        .await
-                        .map(|r| (r, Some(config)))
-                }
-            }
-        })
-        .map_err(|e| Error::Refused(e.to_string()))?;
+        started,
+        threads,
+    )?;
     // Everything privileged is done: listeners, the control socket, the certificates.
     if let Some(name) = &options.user {
         become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
@@ -350,79 +278,27 @@ fn serve(
         None => router.routes[0].service.root_text.clone(),
     };
     let current = Arc::new(router::Current::new(router));
-    let slots = Arc::new(Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut tls_listeners = tls_front
-        .as_ref()
-        .map(|(_, listeners, _, _)| {
-            listeners
-                .iter()
-                .map(|l| l.try_clone().map_err(|e| e.to_string()))
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .transpose()
-        .map_err(Error::Failed)?
-        .map(|l| l.into_iter());
-    let acceptor = tls_front
-        .as_ref()
-        .map(|(_, _, _, acceptor)| acceptor.clone());
-    let tls_resolver = resolver.clone();
-    let hsts = options.hsts;
     let http01: acme::Http01Answers = Default::default();
-    let mut core = |(thread, listener): (usize, std::net::TcpListener)| {
-        let shared = Arc::new(Shared {
-            router: router::Local::new(current.clone()),
-            turns: Default::default(),
-            idle: Default::default(),
-            version_header: version_header.clone(),
-            body_idle: options.body_idle,
-            tunnel_idle: options.tunnel_idle,
-            trust_forwarded: options.trust_forwarded,
-            thread,
-            counting: options.counting,
-            header_read_timeout: options.header_read_timeout,
-            max_header_bytes: options.max_header_bytes,
-        });
-        let tls = match (
-            tls_listeners.as_mut().and_then(Iterator::next),
-            &acceptor,
-            &tls_resolver,
-        ) {
-            (Some(listener), Some(acceptor), Some(tls_resolver)) => Some(Core {
-                listener,
-                shared: shared.clone(),
-                slots: slots.clone(),
-                stop: stop_rx.clone(),
-                kind: Kind::Tls {
-                    acceptor: acceptor.clone(),
-                    resolver: tls_resolver.clone(),
-                    hsts,
-                },
-            }),
-            _ => None,
-        };
-        let plain = Core {
-            listener,
-            shared,
-            slots: slots.clone(),
-            stop: stop_rx.clone(),
-            kind: match (tls_port, &tls_resolver) {
-                (Some(port), Some(resolver)) => Kind::Redirect {
-                    tls_port: port,
-                    http01: http01.clone(),
-                    resolver: resolver.clone(),
-                },
-                _ => Kind::Plain,
-            },
-        };
-        Cores { plain, tls }
+    let making = Making {
+        options: &options,
+        version_header,
+        current: current.clone(),
+        resolver: resolver.clone(),
+        tls: fronts
+            .tls
+            .as_ref()
+            .map(|tls| (tls.acceptor.clone(), tls.bound.port())),
+        slots: Arc::new(Semaphore::new(options.max_connections)),
+        stop: stop_rx,
+        http01: http01.clone(),
     };
-    let mut listeners = listeners.into_iter().enumerate();
-    let first = core(listeners.next().expect("at least one core"));
-    let others: Vec<Cores> = listeners.map(&mut core).collect();
+    let (listen, tls_bound) = (fronts.listen, fronts.tls.as_ref().map(|tls| tls.bound));
+    let (mut cores, _claims) = fronts.into_cores(&making);
+    let first = cores.remove(0);
 
     let result = std::thread::scope(|scope| {
-        for other in others {
+        for other in cores {
             scope.spawn(move || match current_thread() {
                 Ok(runtime) => runtime.block_on(other.serve()),
                 Err(e) => eprintln!("rollgate proxy: a core did not start: {e}"),
@@ -444,78 +320,17 @@ fn serve(
             if let (Some(settings), Some(resolver)) = (options.acme.clone(), resolver.clone()) {
                 tokio::spawn(acme::keep(settings, resolver, http01.clone()));
             }
-            let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-            match (config, control) {
-                // With a config, SIGHUP and `proxy reload` read the file (and the certificate
-                // files) again; the services belong to the reloading task from now on.
-                (Some(config), Some(control)) => {
-                    let (asks, asked) = tokio::sync::mpsc::channel(16);
-                    tokio::spawn(reload::serve(control, asks.clone()));
-                    tokio::spawn(reload::keep(
-                        services,
-                        config.file.clone(),
-                        *config,
-                        current.clone(),
-                        asked,
-                    ));
-                    tokio::spawn(async move {
-                        while sighup.recv().await.is_some() {
-                            let _ = asks.send(reload::Ask { reply: None }).await;
-                        }
-                    });
-                }
-                _ => {
-                    let resolver = resolver.clone();
-                    tokio::spawn(async move {
-                        let _services = services;
-                        while sighup.recv().await.is_some() {
-                            let Some(resolver) = &resolver else { continue };
-                            match resolver.reload() {
-                                Ok(()) => eprintln!("rollgate proxy: SIGHUP: certificates read again"),
-                                Err(e) => eprintln!(
-                                    "rollgate proxy: SIGHUP: certificates not reloaded, the ones in force go on: {e}"
-                                ),
-                            }
-                        }
-                    });
-                }
+            follow_reloads(services, config, control, &current, resolver.clone())?;
+            if let Some(bound) = tls_bound {
+                eprintln!(
+                    "rollgate proxy: TLS on {bound} (plain HTTP on {listen} redirects to it)"
+                );
             }
-            let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-            let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-            if let Some((_, _, bound, _)) = &tls_front {
-                eprintln!("rollgate proxy: TLS on {bound} (plain HTTP on {listen} redirects to it)");
-            }
-            let router = current.get();
-            let live = |service: &service::Service| match service.routes.pool().as_slice() {
-                [] => "nothing live yet".into(),
-                pool => format!(
-                    "live: {}",
-                    pool.iter()
-                        .map(|t| format!("{} on port {}", t.version, t.port))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
-            let lives: Vec<String> = router
-                .services()
-                .iter()
-                .map(|s| match router.by_host {
-                    true => format!("{}: {}", s.name, live(s)),
-                    false => live(s),
-                })
-                .collect();
             eprintln!(
                 "rollgate proxy: listening on {listen} for {said} ({}; {threads} thread(s))",
-                lives.join("; ")
+                what_is_live(&current.get())
             );
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = sigterm.recv() => {}
-                    _ = sigint.recv() => {}
-                }
-                eprintln!("rollgate proxy: stopping; finishing in-flight requests");
-                let _ = stop_tx.send(true);
-            });
+            stop_on_a_signal(stop_tx)?;
             first.serve().await;
             Ok::<(), String>(())
         })
@@ -525,6 +340,321 @@ fn serve(
     result.map_err(Error::Failed)?;
     eprintln!("rollgate proxy: stopped");
     Ok(())
+}
+
+/// `--version-header NAME`, checked to be a header name.
+fn version_header(options: &Options) -> Result<Option<HeaderName>, Error> {
+    options
+        .version_header
+        .as_deref()
+        .map(|name| {
+            HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| Error::Failed(format!("`{name}` is not a valid header name")))
+        })
+        .transpose()
+}
+
+/// `--metrics-listen`'s socket, bound now (before leaving root).
+fn metrics_listener(options: &Options) -> Result<Option<std::net::TcpListener>, Error> {
+    options
+        .metrics_listen
+        .map(|address| {
+            std::net::TcpListener::bind(address)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| Error::Failed(format!("cannot serve /metrics on {address}: {e}")))
+        })
+        .transpose()
+}
+
+/// The services of `serves` (one root, or a config's routes), started on the main runtime: the
+/// services, the router over them, and the config they came from.
+fn start_services(
+    runtime: &tokio::runtime::Runtime,
+    options: &Options,
+    serves: Serves,
+    resolver: Option<Arc<certs::Resolver>>,
+    started: counts::Started,
+    threads: usize,
+) -> Result<
+    (
+        reload::Services,
+        router::Router,
+        Option<Box<config::ProxyConfig>>,
+    ),
+    Error,
+> {
+    let rotation =
+        crate::host::output::Rotation::from_policy(options.access_max_bytes, options.access_keep)
+            .map_err(|e| {
+            Error::Refused(
+                e.to_string()
+                    .replace("output_max_bytes", "--access-log-max-bytes")
+                    .replace("output_keep", "--access-log-keep"),
+            )
+        })?;
+    let mut services = reload::Services::new(
+        threads,
+        started,
+        resolver,
+        access::Settings {
+            rotation,
+            query: options.access_query,
+            sample: options.access_sample.unwrap_or(1),
+        },
+        options.access_log,
+    );
+    let (router, config) = runtime
+        .block_on(async {
+            match serves {
+                Serves::Root(root) => services.single(root).await.map(|r| (r, None)),
+                Serves::Config(config) => {
+                    services.log_by_default(config.settings.access_log);
+                    services
+                        .apply(&config.routes)
+                        .await
+                        .map(|r| (r, Some(config)))
+                }
+            }
+        })
+        .map_err(|e| Error::Refused(e.to_string()))?;
+    Ok((services, router, config))
+}
+
+/// With a config, SIGHUP and `proxy reload` read the file (and the certificate files) again;
+/// the services belong to the reloading task from now on. With one root, SIGHUP reads the
+/// certificate files again.
+fn follow_reloads(
+    services: reload::Services,
+    config: Option<Box<config::ProxyConfig>>,
+    control: Option<std::os::unix::net::UnixListener>,
+    current: &Arc<router::Current>,
+    resolver: Option<Arc<certs::Resolver>>,
+) -> Result<(), String> {
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    if let (Some(config), Some(control)) = (config, control) {
+        let (asks, asked) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(reload::serve(control, asks.clone()));
+        tokio::spawn(reload::keep(
+            services,
+            config.file.clone(),
+            *config,
+            current.clone(),
+            asked,
+        ));
+        tokio::spawn(async move {
+            while sighup.recv().await.is_some() {
+                let _ = asks.send(reload::Ask { reply: None }).await;
+            }
+        });
+        return Ok(());
+    }
+    tokio::spawn(async move {
+        let _services = services;
+        while sighup.recv().await.is_some() {
+            let Some(resolver) = &resolver else { continue };
+            match resolver.reload() {
+                Ok(()) => eprintln!("rollgate proxy: SIGHUP: certificates read again"),
+                Err(e) => eprintln!(
+                    "rollgate proxy: SIGHUP: certificates not reloaded, the ones in force go on: {e}"
+                ),
+            }
+        }
+    });
+    Ok(())
+}
+
+/// What each service has live, for the line the proxy says when it starts.
+fn what_is_live(router: &router::Router) -> String {
+    let live = |service: &service::Service| match service.routes.pool().as_slice() {
+        [] => "nothing live yet".into(),
+        pool => format!(
+            "live: {}",
+            pool.iter()
+                .map(|t| format!("{} on port {}", t.version, t.port))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let lives: Vec<String> = router
+        .services()
+        .iter()
+        .map(|s| match router.by_host {
+            true => format!("{}: {}", s.name, live(s)),
+            false => live(s),
+        })
+        .collect();
+    lives.join("; ")
+}
+
+/// SIGTERM or SIGINT tells every core to stop: they finish the requests in flight.
+fn stop_on_a_signal(stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sigterm.recv() => {}
+            _ = sigint.recv() => {}
+        }
+        eprintln!("rollgate proxy: stopping; finishing in-flight requests");
+        let _ = stop.send(true);
+    });
+    Ok(())
+}
+
+/// The proxy's listening sockets, claimed (no second proxy on the same address) and bound
+/// before it leaves root: plain HTTP, one per serving thread, and TLS's beside them.
+struct Fronts {
+    plain: Vec<std::net::TcpListener>,
+    /// The plain address bound (its port, when 0 was asked for).
+    listen: SocketAddr,
+    plain_claim: Option<std::os::unix::net::UnixListener>,
+    tls: Option<TlsFront>,
+}
+
+struct TlsFront {
+    listeners: Vec<std::net::TcpListener>,
+    bound: SocketAddr,
+    claim: Option<std::os::unix::net::UnixListener>,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl Fronts {
+    fn bind(
+        options: &Options,
+        resolver: Option<&Arc<certs::Resolver>>,
+        threads: usize,
+    ) -> Result<Fronts, Error> {
+        let failed = |e: std::io::Error| Error::Failed(e.to_string());
+        let listen_at = options.listen.unwrap_or_else(|| {
+            crate::defaults::PROXY_LISTEN
+                .parse()
+                .expect("the default address")
+        });
+        // Held for the proxy's life: a second rollgate proxy on this address fails here.
+        let plain_claim = claim_address(listen_at).map_err(Error::Failed)?;
+        let plain = reuseport_listeners(listen_at, threads).map_err(failed)?;
+        let listen = plain[0].local_addr().map_err(failed)?;
+        // TLS: its own listeners, one per thread like the plain ones, claimed the same way.
+        let tls = match (options.tls_listen, resolver) {
+            (Some(address), Some(resolver)) => {
+                let claim = claim_address(address).map_err(Error::Failed)?;
+                let listeners = reuseport_listeners(address, threads).map_err(failed)?;
+                let bound = listeners[0].local_addr().map_err(failed)?;
+                let config = tls::server_config(resolver.clone())
+                    .map_err(|e| Error::Failed(e.to_string()))?;
+                Some(TlsFront {
+                    listeners,
+                    bound,
+                    claim,
+                    acceptor: tokio_rustls::TlsAcceptor::from(config),
+                })
+            }
+            _ => None,
+        };
+        Ok(Fronts {
+            plain,
+            listen,
+            plain_claim,
+            tls,
+        })
+    }
+
+    /// One serving thread's listeners each (the first is the main thread's), and the claims
+    /// on the addresses, to hold while they serve.
+    fn into_cores(
+        self,
+        making: &Making<'_>,
+    ) -> (Vec<Cores>, Vec<std::os::unix::net::UnixListener>) {
+        let mut claims: Vec<std::os::unix::net::UnixListener> =
+            self.plain_claim.into_iter().collect();
+        let mut tls_listeners = match self.tls {
+            Some(tls) => {
+                claims.extend(tls.claim);
+                tls.listeners.into_iter().map(Some).collect()
+            }
+            None => Vec::new(),
+        }
+        .into_iter();
+        let cores = self
+            .plain
+            .into_iter()
+            .enumerate()
+            .map(|(thread, plain)| making.core(thread, plain, tls_listeners.next().flatten()))
+            .collect();
+        (cores, claims)
+    }
+}
+
+/// What every serving thread is made from.
+struct Making<'a> {
+    options: &'a Options,
+    version_header: Option<HeaderName>,
+    current: Arc<router::Current>,
+    resolver: Option<Arc<certs::Resolver>>,
+    /// With TLS on: its acceptor and the port https is served on.
+    tls: Option<(tokio_rustls::TlsAcceptor, u16)>,
+    slots: Arc<Semaphore>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    http01: acme::Http01Answers,
+}
+
+impl Making<'_> {
+    /// Serving thread number `thread`: its share of the proxy, its plain listener (which
+    /// redirects to https while TLS is on) and its TLS listener.
+    fn core(
+        &self,
+        thread: usize,
+        plain: std::net::TcpListener,
+        tls: Option<std::net::TcpListener>,
+    ) -> Cores {
+        let options = self.options;
+        let shared = Arc::new(Shared {
+            router: router::Local::new(self.current.clone()),
+            turns: Default::default(),
+            idle: Default::default(),
+            version_header: self.version_header.clone(),
+            body_idle: options.body_idle,
+            tunnel_idle: options.tunnel_idle,
+            trust_forwarded: options.trust_forwarded,
+            thread,
+            counting: options.counting,
+            header_read_timeout: options.header_read_timeout,
+            max_header_bytes: options.max_header_bytes,
+        });
+        let listening = |listener, kind| Core {
+            listener,
+            shared: shared.clone(),
+            slots: self.slots.clone(),
+            stop: self.stop.clone(),
+            kind,
+        };
+        match (&self.tls, &self.resolver) {
+            (Some((acceptor, tls_port)), Some(resolver)) => Cores {
+                plain: listening(
+                    plain,
+                    Kind::Redirect {
+                        tls_port: *tls_port,
+                        http01: self.http01.clone(),
+                        resolver: resolver.clone(),
+                    },
+                ),
+                tls: tls.map(|listener| {
+                    listening(
+                        listener,
+                        Kind::Tls {
+                            acceptor: acceptor.clone(),
+                            resolver: resolver.clone(),
+                            hsts: options.hsts,
+                        },
+                    )
+                }),
+            },
+            _ => Cores {
+                plain: listening(plain, Kind::Plain),
+                tls: None,
+            },
+        }
+    }
 }
 
 fn current_thread() -> Result<tokio::runtime::Runtime, String> {

@@ -56,8 +56,9 @@ pub enum Routed<'r> {
     To(&'r Route),
     /// Nowhere: no route takes its host and path (404).
     NoRoute,
-    /// To a host another TLS name was set up for: the client is to connect again (421).
-    Misdirected,
+    /// To a host another TLS name was set up for: the client is to connect again (421). The
+    /// route it would take, whose access log still notes the request.
+    Misdirected(&'r Route),
 }
 
 /// Step one: the route for a request naming `host` and `path`, on a connection whose TLS
@@ -69,7 +70,7 @@ pub fn route<'r>(
     sni: Option<&str>,
 ) -> Routed<'r> {
     match router.pick(host, path) {
-        Picked::Route(_) if router.misdirected(host, sni) => Routed::Misdirected,
+        Picked::Route(route) if router.misdirected(host, sni) => Routed::Misdirected(route),
         Picked::Route(route) => Routed::To(route),
         Picked::NoRoute => Routed::NoRoute,
     }
