@@ -257,7 +257,6 @@ fn finish_escalated(service: &str, root: PathBuf, promote: bool) -> Result<Outco
         // and the log line must not leave a switch half-recorded.
         let _signals = Signals::install()?;
         let _lock = lock::acquire(&root.lock_path())?;
-        recover::adopt_legacy(&root)?;
         let held = state::load(&root)?.filter(|r| r.unsettled_deploy() && r.slot(0).held);
         if held.is_none() {
             // A promote or abort that died after its decision (or any other dead rollgate's

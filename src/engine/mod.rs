@@ -18,7 +18,7 @@
 //! - `gate` and `judge`: the readiness gate every replica passes and the verdicts it reaches;
 //! - `voice` and `deploy_voice`: the words of a rollout's and a deploy's lines;
 //! - `recover`: after a crash, the state matched against what runs, so a restart is one more
-//!   pass (a deploy's included; `legacy` reads the `candidate` record older rollgates wrote);
+//!   pass (a deploy's included);
 //! - `control`: pause/resume/abort requests from another process; `view` and `status`: how a
 //!   run and a root are shown.
 //!
@@ -33,7 +33,6 @@ mod deploy_voice;
 mod fault;
 mod gate;
 mod judge;
-mod legacy;
 mod outcome;
 pub mod plan;
 mod record;

@@ -7,12 +7,10 @@
 //! rollout's token that the state does not name is stopped.
 //!
 //! [`recover`] is the one entry point every command that takes a root calls under its lock: a
-//! deploy is the engine's one-replica case, so its state file says what it had done (a
-//! `candidate` record an older rollgate left is read into the same terms first).
+//! deploy is the engine's one-replica case, so its state file says what it had done.
 
 use std::time::Duration;
 
-use super::legacy;
 use super::retire::drain_before_stop;
 use super::run::{Context, Executor, Redo};
 use super::state::{self, Phase, Process, Rollout, SlotState};
@@ -31,7 +29,6 @@ use crate::host::state::Root;
 /// (refused with what to run). A rollout: an ended one is settled, a running one is paused
 /// with every replica serving (see [`finish`]).
 pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
-    adopt_legacy(root)?;
     match state::load(root)? {
         Some(left) if left.unsettled_deploy() => finish_deploy(root, left).await,
         Some(left) if left.single.is_none() => finish(root, left).await,
@@ -43,7 +40,6 @@ pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
 /// an escalated deploy is left waiting for its person. The release it would replace is live and
 /// is started meanwhile: after a reboot, nothing waits on a decision to serve.
 pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), Error> {
-    adopt_legacy(root)?;
     if let Some(left) = state::load(root)? {
         if left.unsettled_deploy() && left.slot(0).held && !is_switched(root, &left)? {
             return Ok(());
@@ -218,23 +214,6 @@ pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), Error> {
     let mut signals = Signals::install()?;
     executor.run(event, &mut signals).await?;
     Ok(())
-}
-
-/// A `candidate` record an older rollgate left: the same deploy in the engine's terms, saved
-/// as the state file, so one recovery finishes both.
-pub(crate) fn adopt_legacy(root: &Root) -> Result<(), Error> {
-    let Some(left) = root.read_candidate()? else {
-        return Ok(());
-    };
-    let saved = state::load(root)?;
-    if saved.is_some_and(|r| r.unsettled_deploy() && r.id == left.token) {
-        // The view of the deploy the state file holds.
-        return Ok(());
-    }
-    // Saved as the state file, the record is rewritten as that state's view.
-    let pointer = root.read_pointer()?;
-    state::save(root, &legacy::from_candidate(&left, pointer.as_ref()))
-        .map_err(|e| refused(e.to_string()))
 }
 
 /// Whether `current` names the deploy's new process: the switch happened, whatever else the

@@ -6,8 +6,8 @@
 //! - `candidate`: the deploy in flight as deploys have always recorded it, written *before*
 //!   the candidate is spawned (with a token the candidate carries in its environment). A deploy
 //!   runs on the rollout engine, whose state (`rollout.json`) is the truth; this record is its
-//!   view, rewritten with it and removed with it. One left by an older rollgate is read into
-//!   that state by the next command (`engine::recover`'s `adopt_legacy`).
+//!   view, rewritten with it and removed with it, for `status`, `release list` and the dry
+//!   runs; nothing recovers from it.
 
 use std::fs::{self, File};
 use std::path::PathBuf;

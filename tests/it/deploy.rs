@@ -580,7 +580,7 @@ fn a_switch_made_by_a_deployer_that_then_died_is_recorded_and_finished() {
     let mut fields = process_fields(pid);
     fields["started_at"] = 1.0.into();
     fields["previous"] = old_pointer;
-    left_candidate(&site, port, "t", fields);
+    left_deploy(&site, port, "t", fields);
 
     site.release("v3", "");
     let out = site.deploy(free_port(), "v3", &[]);
@@ -623,7 +623,7 @@ fn a_candidate_whose_pid_was_never_recorded_is_found_by_its_token() {
         std::fs::create_dir(&tree).unwrap();
         std::fs::write(tree.join("cgroup.procs"), pid.to_string()).unwrap();
     }
-    left_candidate(
+    left_deploy(
         &site,
         port,
         token,

@@ -39,7 +39,7 @@ fn interrupted_promote(site: &Site) -> (i32, u16, ReleaseProcess) {
     fields["grace_ms"] = 3000.into();
     fields["drain_ms"] = 1000.into();
     fields["previous"] = previous;
-    left_candidate(site, port, "t-escalated", fields);
+    left_deploy(site, port, "t-escalated", fields);
     (a, port, b)
 }
 
@@ -100,7 +100,7 @@ fn defect_01_a_hangup_during_promote_does_not_cut_the_switch_short() {
     fields["grace_ms"] = 3000.into();
     fields["drain_ms"] = 0.into();
     fields["previous"] = previous;
-    left_candidate(&site, port, "t-hup", fields);
+    left_deploy(&site, port, "t-hup", fields);
     let mut promote = std::process::Command::new(crate::common::bin())
         .args(["promote", "edge-svc", "--root"])
         .arg(site.root())
@@ -302,7 +302,7 @@ fn defect_07_a_crash_after_logging_promoted_leaves_one_outcome() {
     let mut fields = process_fields(b_pid);
     fields["started_at"] = started.into();
     fields["previous"] = previous;
-    left_candidate(&site, port, "t-7", fields);
+    left_deploy(&site, port, "t-7", fields);
     logged(&site, "candidate_started", "v2", "t-7", started);
     logged(&site, "promoted", "v2", "t-7", started + 0.2);
 
@@ -325,7 +325,7 @@ fn defect_07_a_crash_after_logging_rolled_back_leaves_one_outcome() {
     first_release(&site);
     let previous = site.pointer().unwrap();
     let started = now();
-    left_candidate(
+    left_deploy(
         &site,
         free_port(),
         "t-7b",
@@ -418,7 +418,7 @@ fn defect_03_promote_and_abort_of_a_record_with_absurd_numbers_do_not_panic() {
     for verb in ["promote", "abort"] {
         let site = Site::new();
         first_release(&site);
-        left_candidate(
+        left_deploy(
             &site,
             1,
             "t-absurd",
@@ -499,7 +499,7 @@ fn a_legacy_record_left_in_its_watch_is_finished_by_one_final_probe() {
     fields["watch"] = serde_json::json!({"until": 1.0, "poll_ms": 50, "failures": 3,
         "gate_detail": "ready after 120 ms (2 probes)", "gate_elapsed_ms": 120,
         "switch_detail": "no proxy; "});
-    left_candidate(&site, port, "t-watching", fields);
+    left_deploy(&site, port, "t-watching", fields);
 
     site.release("v3", "");
     let out = site.deploy(free_port(), "v3", &["--watch-ms", "0"]);

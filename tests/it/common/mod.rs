@@ -561,21 +561,79 @@ pub fn nushell() -> PathBuf {
         .clone()
 }
 
-/// Writes the candidate record a dead deployer (pid 999999) left for v2 of edge-svc: stage
-/// `running`, no pid yet, started now, 2 s grace, no previous release; `fields` override any of
-/// these (`pid` and `start_time` for a process that runs, `stage`, `previous`, ...).
-pub fn left_candidate(site: &Site, port: u16, token: &str, fields: serde_json::Value) {
+/// A deploy today's rollgate left in flight, as its engine saves it (`rollout.json`: one
+/// replica in slot 0, a single deploy's record), for the crash tests. `fields` in a deploy's
+/// words: `stage` ("spawning": no process yet, "running": gating, "escalated": held at its
+/// deadline for a person, "watching": switched and watched), `pid` and `start_time` of its
+/// process, `previous` (the pointer it replaces), `started_at`, `grace_ms`, `drain_ms`,
+/// `deployer_pid` and `watch` (`until`, `poll_ms`, `failures`, `gate_detail`,
+/// `gate_elapsed_ms`, `switch_detail`). The slot has switched when `current` names its process.
+pub fn left_deploy(site: &Site, port: u16, token: &str, fields: serde_json::Value) {
+    use serde_json::{json, Value};
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    let mut record = serde_json::json!({"service": "edge-svc", "version": "v2", "port": port,
-        "token": token, "pid": null, "start_time": null, "stage": "running",
-        "deployer_pid": 999999, "started_at": started, "grace_ms": 2000, "previous": null});
+    let mut given = json!({"stage": "running", "pid": null, "start_time": null,
+        "deployer_pid": 999999, "started_at": started, "grace_ms": 2000, "drain_ms": 0,
+        "previous": null, "watch": null});
     for (key, value) in fields.as_object().expect("fields are an object") {
-        record[key] = value.clone();
+        given[key] = value.clone();
     }
-    write(site.root(), "candidate", &record.to_string());
+    let stage = given["stage"].as_str().expect("a stage").to_string();
+    let process = |p: &Value, token: &str| match p.is_null() {
+        true => Value::Null,
+        false => json!({"version": p["version"], "port": p["port"], "pid": p["pid"],
+            "start_time": p["start_time"], "token": token}),
+    };
+    let previous = process(&given["previous"], "");
+    let candidate = json!({"version": "v2", "port": port, "pid": given["pid"].as_i64().unwrap_or(0),
+        "start_time": given["start_time"].as_u64().unwrap_or(0), "token": token});
+    let pointer: Value = std::fs::read_to_string(site.root().join("current"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    let switched = !given["pid"].is_null()
+        && pointer["pid"] == given["pid"]
+        && pointer["port"] == json!(port)
+        && pointer["version"] == "v2";
+    let held = stage == "escalated";
+    let watch = &given["watch"];
+    let mut slot = json!({"slot": 0, "class": "required", "state": "upgrading",
+        "live": previous, "candidate": candidate, "wave": 0,
+        "from_version": given["previous"]["version"], "retiring": null, "left_pool": false,
+        "started": given["started_at"], "finished": null, "error": null, "held": held});
+    if switched {
+        slot["state"] = "succeeded".into();
+        slot["candidate"] = Value::Null;
+        slot["live"] = candidate.clone();
+        let kept = if stage == "watching" {
+            "fallback"
+        } else {
+            "retiring"
+        };
+        slot[kept] = previous.clone();
+    }
+    let rollout = json!({
+        "id": token, "service": "edge-svc", "from": given["previous"]["version"], "to": "v2",
+        "started_at": given["started_at"],
+        "phase": if held { "paused" } else { "running" },
+        "settings": {"replicas": 1, "surge": 1, "unavailable": 0, "progress_deadline_ms": 0,
+            "poll_ms": if watch.is_null() { json!(100) } else { watch["poll_ms"].clone() },
+            "min_ready_ms": 0, "soak_ms": 0, "max_failure_ratio": 0.0,
+            "grace_ms": given["grace_ms"], "drain_ms": given["drain_ms"],
+            "release_deadline": given["started_at"].as_f64().unwrap_or(0.0) + 100.0 * 365.0 * 86400.0,
+            "ports": [port, port], "wave_percents": [100], "keep_fallback": true},
+        "waves": [[0]], "wave": 0, "slots": [slot],
+        "soak_until": if switched && stage == "watching" { watch["until"].clone() } else { Value::Null },
+        "pause_reason": null, "abort_cause": null,
+        "single": {"deployer_pid": given["deployer_pid"], "previous": previous,
+            "deadline_source": "", "watch_failures": if watch.is_null() { json!(1) } else { watch["failures"].clone() },
+            "gate_detail": watch["gate_detail"], "gate_elapsed_ms": watch["gate_elapsed_ms"],
+            "switch_detail": if watch.is_null() { json!("") } else { watch["switch_detail"].clone() }},
+        "unsettled": true,
+    });
+    write(site.root(), "rollout.json", &rollout.to_string());
 }
 
 /// `{"pid", "start_time"}` of a running process, as a record names it.
