@@ -419,7 +419,7 @@ fn the_front_door_counts_do_not_grow() {
             0,
         ),
         (
-            r#"grep -rnE "(state|rollout_state)::(save|clear)\(" src | grep -vE "^src/engine/(run|recover|start|state)\.rs" | wc -l"#,
+            r#"grep -rnE "(state|rollout_state)::(save|clear)\(" src | grep -vE "^src/engine/(run/[a-z_]+|recover|start|state)\.rs" | wc -l"#,
             0,
         ),
         (
@@ -631,17 +631,42 @@ fn a_circle(edges: &[(String, String)]) -> Option<Vec<String>> {
         .find_map(|(from, _)| walk(from, edges, &mut Vec::new(), &mut done))
 }
 
-/// The files of `src/FOLDER/` (one level) by stem, with their text.
+/// The files of `src/FOLDER/` (one level) by stem, with their text. A module in a folder of
+/// its own (`NAME/mod.rs` and its children) counts as one file NAME: its children's words for
+/// the folder's files (`super::super::X`) are its own (`super::X`), and what they take from
+/// NAME itself (`use super::*`) is no sibling.
 fn folder_files(folder: &str) -> Vec<(String, String)> {
     let dir = repo().join("src").join(folder);
+    let module_folder = |p: &std::path::Path| -> String {
+        let mut text = std::fs::read_to_string(p.join("mod.rs")).unwrap();
+        let mut children: Vec<std::path::PathBuf> = std::fs::read_dir(p)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|c| c.extension().is_some_and(|e| e == "rs") && !c.ends_with("mod.rs"))
+            .collect();
+        children.sort();
+        for child in children {
+            let child = std::fs::read_to_string(child).unwrap();
+            let own = child.split("#[cfg(test)]").next().unwrap_or("");
+            text.push_str(
+                &own.replace("use super::*;", "")
+                    .replace("super::super::", "super::"),
+            );
+        }
+        text
+    };
     let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .filter(|p| p.extension().is_some_and(|e| e == "rs") || p.join("mod.rs").is_file())
         .map(|p| {
             let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
-            (stem, std::fs::read_to_string(&p).unwrap())
+            match p.is_dir() {
+                true => (stem, module_folder(&p)),
+                false => (stem, std::fs::read_to_string(&p).unwrap()),
+            }
         })
         .collect();
     files.sort();

@@ -1,0 +1,541 @@
+//! The executor's process lifecycle: a replica started and gated, swapped into the pool,
+//! retired, stopped, switched back to the release it replaced, reverted and restored, and the
+//! watcher `deploy --no-wait` leaves behind. Each change is recorded before it is made.
+
+use super::*;
+
+impl Executor {
+    /// Records a process for the slot, then spawns and gates it.
+    pub(super) async fn start(
+        &mut self,
+        slot: usize,
+        purpose: Purpose,
+        version: String,
+    ) -> Result<(), Error> {
+        let Some(port) = self.free_port() else {
+            let (first, last) = self.rollout.settings.ports;
+            return self.gate_failed(
+                slot,
+                purpose,
+                format!("no free port in {first}-{last} for replica {slot}"),
+            );
+        };
+        self.spawned += 1;
+        let token = format!(
+            "{}-{slot}-{}.{}",
+            self.rollout.id,
+            std::process::id(),
+            self.spawned
+        );
+        let mut recorded = Process {
+            version: version.clone(),
+            port,
+            pid: 0,
+            start_time: 0,
+            token: token.clone(),
+        };
+        self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
+        self.save()?;
+        let root = &self.context.root;
+        let executable = self.executable_for(&version);
+        let output = if self.behaviour.numbered_replicas {
+            root.replica_output_path(&version, &self.rollout.service, slot)
+        } else {
+            root.output_path(&version, &self.rollout.service)
+        };
+        let probe = &self.rollout.settings.probe;
+        let listen_fd = self
+            .context
+            .listen
+            .as_ref()
+            .map(std::os::fd::AsRawFd::as_raw_fd);
+        let started = match (&self.rollout.settings.listen, listen_fd) {
+            (Some(spec), None) => Err(std::io::Error::other(format!(
+                "the socket on {} is held by no holder that answers ({})",
+                spec.address,
+                crate::host::listen::holder_socket(&root.0).display()
+            ))),
+            _ => Ok(()),
+        };
+        // The notification socket is bound before the process starts: nothing it says early
+        // is lost.
+        let started = started.and_then(|()| {
+            probe
+                .is_notify()
+                .then(|| notify::Socket::bind(&notify::address_for(&token)))
+                .transpose()
+                .and_then(|socket| {
+                    let child = process::spawn(&process::Launch {
+                        executable: &executable,
+                        workdir: &root.release_dir(&version),
+                        output: &output,
+                        port,
+                        version: &version,
+                        token: &token,
+                        slot: self.behaviour.numbered_replicas.then_some(slot),
+                        notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
+                        secrets: &crate::host::config::secrets_dir(&root.0),
+                        rotation: self.rollout.settings.output,
+                        listen: listen_fd,
+                        confined: !self.rollout.settings.unconfined,
+                        limits: self.rollout.settings.limits,
+                        root: &root.0,
+                        user: self.rollout.settings.user.as_deref(),
+                        writable: &self.rollout.settings.writable,
+                        grace: Duration::from_millis(self.rollout.settings.grace_ms),
+                    })?;
+                    Ok((child, socket))
+                })
+        });
+        let child = match started {
+            Ok((child, socket)) => {
+                if let Some(socket) = socket {
+                    let group = child.id().map_or(0, |p| p as i32);
+                    self.notifiers
+                        .insert(token.clone(), socket.listen(group, false));
+                }
+                child
+            }
+            Err(e) => {
+                self.rollout.slot_mut(slot).candidate = None;
+                self.save()?;
+                let reason = format!("cannot start {}: {e}", executable.display());
+                if self.behaviour.start_failure_refuses {
+                    return Err(Error::Refused(reason));
+                }
+                return self.gate_failed(slot, purpose, reason);
+            }
+        };
+        let pid = child.id().map_or(0, |p| p as i32);
+        recorded.pid = pid;
+        recorded.start_time = Identity::of(pid).map_or(0, |i| i.start_time);
+        self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
+        self.save()?;
+        self.say(self.voice.started(&self.rollout, &recorded, slot, purpose))?;
+        self.gate(slot, purpose, child, &version, port, token);
+        Ok(())
+    }
+
+    /// Gates a started process in a task of its own, which reports back as a message; the
+    /// task is kept by slot (with, where the gate owns the signals, the way to interrupt it).
+    pub(super) fn gate(
+        &mut self,
+        slot: usize,
+        purpose: Purpose,
+        child: tokio::process::Child,
+        version: &str,
+        port: u16,
+        token: String,
+    ) {
+        let timing = GateTiming::of(&self.rollout);
+        let subject = self.subject(version, port, &token);
+        let sender = self.sender.clone();
+        let task_token = token.clone();
+        let owns_signals = self.behaviour.gate_owns_signals;
+        let (interrupt, interrupted) = match owns_signals {
+            true => {
+                let (sender, receiver) = oneshot::channel();
+                (Some(sender), Some(receiver))
+            }
+            false => (None, None),
+        };
+        let progress = owns_signals
+            .then(|| crate::host::progress::Progress::new(version, timing.gate.deadline));
+        let handle = tokio::spawn(async move {
+            let gated = gate_replica(child, subject, timing, interrupted, progress).await;
+            let _ = sender.send(Message::Gate {
+                slot,
+                token: task_token,
+                gated,
+            });
+        });
+        self.tasks.insert(
+            slot,
+            Task {
+                purpose,
+                token,
+                handle,
+                interrupt,
+            },
+        );
+    }
+
+    /// A gate that could not even start: the same paths as one that failed.
+    pub(super) fn gate_failed(
+        &mut self,
+        slot: usize,
+        purpose: Purpose,
+        reason: String,
+    ) -> Result<(), Error> {
+        match purpose {
+            Purpose::Upgrade | Purpose::Restore => {
+                self.queued.push_back(Event::Failed { slot, reason });
+                Ok(())
+            }
+            Purpose::BringBack => {
+                self.brought_back_failed(slot, reason)?;
+                // The slot's candidate place is free again: a resumed rollout may start it.
+                self.queued.push_back(Event::Tick);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn brought_back_failed(&mut self, slot: usize, reason: String) -> Result<(), Error> {
+        let s = self.rollout.slot_mut(slot);
+        let message = format!("its previous version did not come back: {reason}");
+        s.error = Some(match s.error.take() {
+            Some(first) => format!("{first}; {message}"),
+            None => message.clone(),
+        });
+        let wave = s.wave;
+        self.save()?;
+        let to = self.rollout.to.clone();
+        self.log_plain(LogEvent::ReplicaFailed, &to, Some(slot), wave, message)
+    }
+
+    pub(super) fn log_restored(&mut self, slot: usize) -> Result<(), Error> {
+        let s = self.rollout.slot(slot);
+        let Some(live) = s.live.clone() else {
+            return Ok(());
+        };
+        let wave = s.wave;
+        self.log(
+            LogEvent::ReplicaRestored,
+            &live,
+            Some(slot),
+            wave,
+            format!(
+                "replica {slot} back on {} (port {}, pid {})",
+                live.version, live.port, live.pid
+            ),
+        )
+    }
+
+    /// The slot's gated process joins the pool; the one it replaces is drained and stopped, or
+    /// drained and kept running as the pool's fallback through the watch.
+    pub(super) async fn swap_in(&mut self, slot: usize, keep_previous: bool) -> Result<(), Error> {
+        let s = self.rollout.slot_mut(slot);
+        // The planner's `Ready` made the swap in the state it saved; outside it (a bring-back,
+        // a restore, a swap redone after a crash) it is made and saved here first.
+        if let Some(new) = s.candidate.take() {
+            let old = s.live.replace(new);
+            match keep_previous {
+                true => s.fallback = old,
+                false => s.retiring = old,
+            }
+            self.save()?;
+        }
+        let durability = self.write_pool()?;
+        let Some(kept) = self
+            .rollout
+            .slot(slot)
+            .fallback
+            .clone()
+            .filter(|_| keep_previous)
+        else {
+            let retired = self.stop_retiring(slot).await?;
+            let kept_words = self.voice.swapped(
+                &mut self.rollout,
+                &mut self.words,
+                durability.as_deref(),
+                retired,
+            );
+            if kept_words {
+                self.save()?;
+            }
+            return Ok(());
+        };
+        let drained = drain_before_stop(
+            &self.context.root,
+            kept.port,
+            self.rollout.settings.drain_ms,
+        )
+        .await;
+        if let Some(said) =
+            self.voice
+                .switched(&mut self.rollout, &kept, durability.as_deref(), &drained)
+        {
+            self.save()?;
+            self.say(said)?;
+        }
+        Ok(())
+    }
+
+    /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
+    /// the fallback finish) and stopped.
+    pub(super) async fn drop_fallback(&mut self, slot: usize) -> Result<(), Error> {
+        let s = self.rollout.slot_mut(slot);
+        let Some(kept) = s.fallback.take() else {
+            return Ok(());
+        };
+        s.retiring = Some(kept);
+        self.save()?;
+        self.write_pool()?;
+        self.words.retired = self.stop_retiring(slot).await?;
+        self.words.watched = true;
+        Ok(())
+    }
+
+    /// Takes the slot's live process out of the pool, then drains and stops it.
+    pub(super) async fn retire_live(&mut self, slot: usize) -> Result<(), Error> {
+        let s = self.rollout.slot_mut(slot);
+        let Some(live) = s.live.take() else {
+            return Ok(());
+        };
+        s.retiring = Some(live);
+        self.save()?;
+        self.write_pool()?;
+        self.stop_retiring(slot).await.map(drop)
+    }
+
+    /// Drains and stops the slot's retiring process; says how ("drained ...; old release v1
+    /// stopped (SIGTERM)"), None when there was none.
+    pub(crate) async fn stop_retiring(&mut self, slot: usize) -> Result<Option<String>, Error> {
+        let Some(old) = self.rollout.slot(slot).retiring.clone() else {
+            return Ok(None);
+        };
+        let settings = &self.rollout.settings;
+        let drained = drain_before_stop(&self.context.root, old.port, settings.drain_ms).await;
+        let stopped =
+            process::stop_group(old.identity(), Duration::from_millis(settings.grace_ms)).await;
+        self.rollout.slot_mut(slot).retiring = None;
+        self.save()?;
+        Ok(Some(format!(
+            "{drained}old release {} {stopped}",
+            old.version
+        )))
+    }
+
+    /// Stops the slot's process being gated (found by its token if its pid was never
+    /// recorded); says how.
+    pub(super) async fn stop_candidate(&mut self, slot: usize) -> Result<String, Error> {
+        if let Some(task) = self.tasks.remove(&slot) {
+            task.handle.abort();
+        }
+        let Some(candidate) = self.rollout.slot(slot).candidate.clone() else {
+            return Ok(process::Stopped::AlreadyGone.to_string());
+        };
+        let grace = Duration::from_millis(self.rollout.settings.grace_ms);
+        let stopped = stop_recorded(&candidate, grace).await;
+        self.rollout.slot_mut(slot).candidate = None;
+        self.save()?;
+        Ok(stopped)
+    }
+
+    /// After the switch, in the watch: the kept previous release serves again at once (it was
+    /// only drained), and the new one is stopped.
+    pub(super) async fn switch_back(&mut self, slot: usize, kept: Process) -> Result<(), Error> {
+        let s = self.rollout.slot_mut(slot);
+        s.fallback = None;
+        let previous = if kept.identity().is_running() {
+            s.retiring = s.live.replace(kept.clone());
+            self.save()?;
+            match self.write_pool()? {
+                None => format!("switched back to {}", kept.version),
+                Some(durability) => {
+                    format!("switched back to {} (current {durability})", kept.version)
+                }
+            }
+        } else {
+            // It is gone too (a reboot took both): the pointer still goes back to it, so the
+            // pointer, the log and what `up` starts agree that the new release is not live.
+            s.retiring = s.live.replace(kept.clone());
+            self.save()?;
+            self.write_pool()?;
+            format!(
+                "WARNING previous release {} is not running; `current` names it again for `rollgate up` to start",
+                kept.version
+            )
+        };
+        // It failed: nothing to drain for.
+        let mut stopped = process::Stopped::AlreadyGone.to_string();
+        if let Some(failed) = self.rollout.slot(slot).retiring.clone() {
+            let grace = Duration::from_millis(self.rollout.settings.grace_ms);
+            stopped = process::stop_group(failed.identity(), grace)
+                .await
+                .to_string();
+        }
+        self.rollout.slot_mut(slot).retiring = None;
+        self.save()?;
+        self.words.reverted = Some(Reverted {
+            in_watch: true,
+            previous,
+            stopped,
+        });
+        Ok(())
+    }
+
+    /// Whether the previous release still answers after a candidate was stopped, in the words
+    /// of a rollback's line.
+    pub(super) async fn previous_answers(&self, slot: usize) -> String {
+        let Some(old) = self.rollout.slot(slot).live.clone() else {
+            return "no release was live".into();
+        };
+        match self
+            .subject(&old.version, old.port, &old.token)
+            .check()
+            .await
+        {
+            (true, _) => format!("old release {} still answering", old.version),
+            // Its notifications go to nobody here: that it runs is what can be said.
+            (false, Probe::Unwatched) if old.identity().is_running() => {
+                format!("old release {} still running", old.version)
+            }
+            (false, other) => format!(
+                "WARNING old release {} not answering ({other})",
+                old.version
+            ),
+        }
+    }
+
+    /// The slot's new process failed or is no longer wanted: stop it; the previous version
+    /// serves the slot again (its kept fallback, or started anew if it had left the pool).
+    pub(super) async fn revert(&mut self, slot: usize) -> Result<(), Error> {
+        let stopped = self.stop_candidate(slot).await?;
+        if let Some(kept) = self.rollout.slot(slot).fallback.clone() {
+            return self.switch_back(slot, kept).await;
+        }
+        if !self.behaviour.revert_brings_back {
+            // The previous release never left: what it is doing is what a rollback says.
+            let previous = self.previous_answers(slot).await;
+            self.words.reverted = Some(Reverted {
+                in_watch: false,
+                previous,
+                stopped,
+            });
+            return Ok(());
+        }
+        let to = self.rollout.to.clone();
+        let s = self.rollout.slot(slot);
+        let from = s.from_version.clone();
+        if s.live.as_ref().is_some_and(|l| l.version == to) && from.as_deref() != Some(&to) {
+            // Swapped in, then failed in the soak.
+            self.retire_live(slot).await?;
+        }
+        let s = self.rollout.slot(slot);
+        if s.live.is_none() {
+            if let Some(from) = from {
+                return self.start(slot, Purpose::BringBack, from).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Restores run within the surge budget (or, with none, the unavailable one).
+    pub(super) async fn start_restores(&mut self) -> Result<(), Error> {
+        let settings = &self.rollout.settings;
+        let beside = settings.surge > 0;
+        let at_once = if beside {
+            settings.surge
+        } else {
+            settings.unavailable.max(1)
+        };
+        while !self.restores.is_empty()
+            && self
+                .tasks
+                .values()
+                .filter(|t| t.purpose == Purpose::Restore)
+                .count()
+                < at_once
+        {
+            let Some(slot) = self.restores.pop_front() else {
+                break;
+            };
+            match self.rollout.slot(slot).from_version.clone() {
+                // A slot the rollout added: the baseline has no replica there.
+                None => {
+                    self.retire_live(slot).await?;
+                    self.queued.push_back(Event::Restored { slot });
+                }
+                Some(from) => {
+                    if !beside {
+                        self.retire_live(slot).await?;
+                    }
+                    self.start(slot, Purpose::Restore, from).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lowest port of the range that no recorded process holds and that binds now.
+    pub(super) fn free_port(&self) -> Option<u16> {
+        let held: Vec<u16> = self.rollout.processes().map(|p| p.port).collect();
+        let (first, last) = self.rollout.settings.ports;
+        (first..=last).find(|port| {
+            !held.contains(port) && std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok()
+        })
+    }
+
+    pub(super) fn executable_for(&self, version: &str) -> PathBuf {
+        let root = &self.context.root;
+        if version == self.rollout.to {
+            return self.context.executable.clone();
+        }
+        // A signed release that once ran here runs from the copy that was verified then.
+        let verified = root
+            .0
+            .join(".verified")
+            .join(version)
+            .join(&self.rollout.service);
+        if verified.is_file() {
+            verified
+        } else {
+            root.executable(version, &self.rollout.service)
+        }
+    }
+
+    /// `deploy --no-wait`: a detached `rollgate watch` takes the watch over once this rollgate
+    /// lets go of the lock; its pid goes into the state, so `status` shows it.
+    pub(super) fn leave_watcher(&mut self) -> Result<(), Error> {
+        use std::os::unix::process::CommandExt;
+        let root = &self.context.root;
+        let exe = std::env::current_exe()
+            .map_err(|e| failed(format!("cannot find rollgate's own executable: {e}")))?;
+        let output = std::fs::File::create(root.0.join(WATCHER_OUTPUT))
+            .map_err(|e| failed(format!("cannot create the watcher's output: {e}")))?;
+        let err = output.try_clone().map_err(|e| failed(e.to_string()))?;
+        let child = std::process::Command::new(exe)
+            .args([
+                "watch",
+                &self.rollout.service,
+                "--token",
+                &self.rollout.id,
+                "--root",
+            ])
+            .arg(&root.0)
+            .stdin(std::process::Stdio::null())
+            .stdout(output)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| failed(format!("cannot start the watcher: {e}")))?;
+        self.voice.watcher_left(&mut self.rollout, child.id());
+        self.save()?;
+        if let Some(soak) = self.soak.take() {
+            soak.abort();
+        }
+        self.detached = Some(child.id());
+        Ok(())
+    }
+}
+
+/// Stops a recorded process's group, found by its token when its pid was never recorded (the
+/// start was cut short); says how ("stopped (SIGTERM)", or "pid N stopped (SIGTERM), ...").
+pub(crate) async fn stop_recorded(recorded: &Process, grace: Duration) -> String {
+    if recorded.pid > 0 {
+        return process::stop_group(recorded.identity(), grace)
+            .await
+            .to_string();
+    }
+    let mut said = Vec::new();
+    for who in process::find_by_token(&recorded.token) {
+        let stopped = process::stop_group(who, grace).await;
+        said.push(format!("pid {} {stopped}", who.pid));
+    }
+    match said.is_empty() {
+        true => process::Stopped::AlreadyGone.to_string(),
+        false => said.join(", "),
+    }
+}
