@@ -245,19 +245,9 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
             pid: kept.pid,
         });
     let mut pointer = Pointer {
-        service: rollout.service.clone(),
-        version: first.version.clone(),
-        port: first.port,
-        pid: first.pid,
-        start_time: first.start_time,
         promoted_at: journal::now(),
         fallback,
-        probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
-        listen: rollout.settings.listen,
-        unconfined: rollout.settings.unconfined,
-        limits: rollout.settings.limits,
-        user: rollout.settings.user.clone(),
-        writable: rollout.settings.writable.clone(),
+        ..rollout.pointer_to(&first.version, first.port, first.pid, first.start_time)
     };
     // The same process stays live since it was switched to (only its fallback may change).
     if let Some(live) = root.read_pointer().ok().flatten() {

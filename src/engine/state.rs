@@ -282,6 +282,35 @@ impl Slot {
 }
 
 impl Rollout {
+    /// The pointer naming `version` on `port` (process `pid`, started at `start_time`) as
+    /// live, with what the rollout's settings say of how it runs (probe, listening socket,
+    /// confinement); promoted at 0 and without a fallback until the caller says otherwise.
+    pub(crate) fn pointer_to(
+        &self,
+        version: &str,
+        port: u16,
+        pid: i32,
+        start_time: u64,
+    ) -> Pointer {
+        Pointer {
+            service: self.service.clone(),
+            version: version.to_string(),
+            port,
+            pid,
+            start_time,
+            promoted_at: 0.0,
+            fallback: None,
+            probe: crate::host::probe::Spec::unless_default(&self.settings.probe),
+            listen: self.settings.listen,
+            unconfined: self.settings.unconfined,
+            limits: self.settings.limits,
+            user: self.settings.user.clone(),
+            writable: self.settings.writable.clone(),
+        }
+    }
+}
+
+impl Rollout {
     pub fn slot(&self, slot: usize) -> &Slot {
         &self.slots[slot]
     }
@@ -520,21 +549,9 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         (false, false, Some(_)) => Stage::Running,
         (false, false, None) => Stage::Spawning,
     };
-    let previous = single.and_then(|x| x.previous.as_ref()).map(|p| Pointer {
-        service: rollout.service.clone(),
-        version: p.version.clone(),
-        port: p.port,
-        pid: p.pid,
-        start_time: p.start_time,
-        promoted_at: 0.0,
-        fallback: None,
-        probe: crate::host::probe::Spec::unless_default(&rollout.settings.probe),
-        listen: rollout.settings.listen,
-        unconfined: rollout.settings.unconfined,
-        limits: rollout.settings.limits,
-        user: rollout.settings.user.clone(),
-        writable: rollout.settings.writable.clone(),
-    });
+    let previous = single
+        .and_then(|x| x.previous.as_ref())
+        .map(|p| rollout.pointer_to(&p.version, p.port, p.pid, p.start_time));
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {
             until,

@@ -599,36 +599,17 @@ fn sibling_edges(folder: &str, files: &[(String, String)]) -> Vec<(String, Strin
     edges
 }
 
-/// A circle among the edges, if there is one (the files on it, the first one repeated last).
+/// A circle among the edges, if there is one (the files on it, the first one repeated last):
+/// [`cycle`] over the graph the edges make.
 fn a_circle(edges: &[(String, String)]) -> Option<Vec<String>> {
-    fn walk(
-        at: &str,
-        edges: &[(String, String)],
-        path: &mut Vec<String>,
-        done: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(start) = path.iter().position(|p| p == at) {
-            let mut circle = path[start..].to_vec();
-            circle.push(at.to_string());
-            return Some(circle);
+    let mut graph: Vec<(String, Vec<String>)> = Vec::new();
+    for (from, to) in edges {
+        match graph.iter_mut().find(|(node, _)| node == from) {
+            Some((_, named)) => named.push(to.clone()),
+            None => graph.push((from.clone(), vec![to.clone()])),
         }
-        if done.iter().any(|d| d == at) {
-            return None;
-        }
-        path.push(at.to_string());
-        for (_, to) in edges.iter().filter(|(from, _)| from == at) {
-            if let Some(circle) = walk(to, edges, path, done) {
-                return Some(circle);
-            }
-        }
-        path.pop();
-        done.push(at.to_string());
-        None
     }
-    let mut done = Vec::new();
-    edges
-        .iter()
-        .find_map(|(from, _)| walk(from, edges, &mut Vec::new(), &mut done))
+    cycle(&graph)
 }
 
 /// The files of `src/FOLDER/` (one level) by stem, with their text. A module in a folder of

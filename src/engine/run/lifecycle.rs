@@ -265,28 +265,35 @@ impl Executor {
     /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
     /// the fallback finish) and stopped.
     pub(super) async fn drop_fallback(&mut self, slot: usize) -> Result<(), Error> {
-        let s = self.rollout.slot_mut(slot);
-        let Some(kept) = s.fallback.take() else {
+        if self.rollout.slot(slot).fallback.is_none() {
             return Ok(());
-        };
-        s.retiring = Some(kept);
-        self.save()?;
-        self.write_pool()?;
-        self.words.retired = self.stop_retiring(slot).await?;
+        }
+        self.words.retired = self.retire(slot, |s| s.fallback.take()).await?;
         self.words.watched = true;
         Ok(())
     }
 
     /// Takes the slot's live process out of the pool, then drains and stops it.
     pub(super) async fn retire_live(&mut self, slot: usize) -> Result<(), Error> {
+        self.retire(slot, |s| s.live.take()).await.map(drop)
+    }
+
+    /// The process `take` moves out of the slot is recorded as retiring, saved, out of the
+    /// pool, then drained and stopped (how, as [`Executor::stop_retiring`] says); None when
+    /// the slot had none.
+    async fn retire(
+        &mut self,
+        slot: usize,
+        take: impl FnOnce(&mut state::Slot) -> Option<Process>,
+    ) -> Result<Option<String>, Error> {
         let s = self.rollout.slot_mut(slot);
-        let Some(live) = s.live.take() else {
-            return Ok(());
+        let Some(leaving) = take(s) else {
+            return Ok(None);
         };
-        s.retiring = Some(live);
+        s.retiring = Some(leaving);
         self.save()?;
         self.write_pool()?;
-        self.stop_retiring(slot).await.map(drop)
+        self.stop_retiring(slot).await
     }
 
     /// Drains and stops the slot's retiring process; says how ("drained ...; old release v1

@@ -363,14 +363,7 @@ pub fn registry() -> String {
                 ),
             )
             .unwrap();
-            Command::new("docker-registry")
-                .arg("serve")
-                .arg(&config)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("Debian's docker-registry (.ci/run installs it)");
+            serve_registry(&config);
             assert!(
                 super::wait_for(30, || registry_answers(&address)),
                 "the registry at {address} did not come up"
@@ -483,14 +476,7 @@ impl AuthRegistry {
             ),
         )
         .unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("Debian's docker-registry (.ci/run installs it)");
+        let child = serve_registry(&config);
         let client = dir.join("client");
         let registry = AuthRegistry {
             address,
@@ -540,4 +526,16 @@ impl AuthRegistry {
     pub fn login_file(&self) -> String {
         std::fs::read_to_string(self.client.join("config.json")).unwrap()
     }
+}
+
+/// Debian's docker-registry serving the `config` file, quiet.
+fn serve_registry(config: &std::path::Path) -> std::process::Child {
+    Command::new("docker-registry")
+        .arg("serve")
+        .arg(config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("Debian's docker-registry (.ci/run installs it)")
 }
