@@ -821,13 +821,8 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
     if copying {
         let _ = tokio::time::timeout(Duration::from_millis(500), copy).await;
     }
-    let out_of_memory = docker
-        .inspect_container(id, None)
-        .await
-        .ok()
-        .and_then(|inspected| inspected.state?.oom_killed)
-        == Some(true);
-    if out_of_memory {
+    let may_be_late = code == 137 && spec.memory_mb.is_some();
+    if oom_killed(docker, id, may_be_late).await {
         let limit_mb = spec.memory_mb.unwrap_or(0);
         eprintln!("rollgate container-run: killed: out of memory at its {limit_mb} MiB limit");
         if let Some(verdict) = &spec.verdict {
@@ -836,6 +831,27 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
         }
     }
     Ok(i32::try_from(code).unwrap_or(255))
+}
+
+/// Whether the engine says the kernel's OOM killer ended the container. The engine sets
+/// `OOMKilled` from an OOM event of its own, which can land after the exit it reported: a
+/// container SIGKILLed (137) under a memory limit is asked again, for up to a second.
+async fn oom_killed(docker: &Docker, id: &str, may_be_late: bool) -> bool {
+    let tries = if may_be_late { 10 } else { 1 };
+    for attempt in 1..=tries {
+        let said = docker
+            .inspect_container(id, None)
+            .await
+            .ok()
+            .and_then(|inspected| inspected.state?.oom_killed);
+        if said == Some(true) {
+            return true;
+        }
+        if attempt < tries {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    false
 }
 
 /// How an exec probe run inside a container ended.
