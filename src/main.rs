@@ -61,6 +61,7 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
         binds: args.bind,
         grace: Duration::from_millis(args.grace_ms),
         cgroup_parent: None,
+        volumes: Vec::new(),
         unconfined: args.unconfined,
         verdict: args
             .verdict_fd
@@ -199,7 +200,12 @@ fn run(command: Command) -> Result<u8, Error> {
                 since,
                 lines,
             };
-            let (mut out, mut said) = (std::io::stdout().lock(), std::io::stderr());
+            let (stdout, mut said) = (std::io::stdout().lock(), std::io::stderr());
+            // A release's bytes reach a terminal escaped (issue 66); a pipe gets them as written.
+            let mut out: Box<dyn std::io::Write> = match std::io::IsTerminal::is_terminal(&stdout) {
+                true => Box::new(rollgate::host::output::Printable::new(stdout)),
+                false => Box::new(stdout),
+            };
             rollgate::commands::logs::run(&request, &mut out, &mut said)?;
             Ok(error::SUCCESS)
         }

@@ -3,11 +3,14 @@
 //! token. What it shows is read from the roots' files (`status`'s view of each); what it does
 //! goes through exactly the functions the CLI calls, so a refusal reads as the CLI words it.
 //!
-//! Security: loopback by default; a state change needs the token (`ROOT/console.token`, made
+//! Security: loopback by default; every route needs the token (`ROOT/console.token`, made
 //! 0600 at the first start, printed once as a link that sets it as a cookie, or sent as
-//! `Authorization: Bearer`) and a same-origin request (`Origin` / `Sec-Fetch-Site`); without
-//! both, 403 and nothing changes. `--read-only` has no buttons and no state-changing
-//! endpoints. Binding beyond loopback needs the token file to exist already.
+//! `Authorization: Bearer`) — reads too, `--read-only` included (issue 66: a confined release
+//! may reach 127.0.0.1, and the console shows every root's history and output tails that its
+//! files keep from it); without it, 401 and nothing is shown. A state change also needs a
+//! same-origin request (`Origin` / `Sec-Fetch-Site`); without both, 403 and nothing changes.
+//! `--read-only` has no buttons and no state-changing endpoints. Binding beyond loopback needs
+//! the token file to exist already.
 //!
 //! While it runs (and is not read-only) it also sends the roots' webhooks (`crate::webhooks`).
 
@@ -87,11 +90,8 @@ pub fn run(options: Options) -> Result<(), Error> {
             token_path.display()
         )));
     }
-    // A read-only console changes nothing and needs no token (nor makes one).
-    let (token, made) = match options.read_only {
-        true => (String::new(), false),
-        false => token(&token_path)?,
-    };
+    // Read-only or not, what it shows is behind the token.
+    let (token, made) = token(&token_path)?;
     let listener = std::net::TcpListener::bind(options.listen)
         .map_err(|e| error::refused(format!("cannot listen on {}: {e}", options.listen)))?;
     listener
@@ -100,13 +100,15 @@ pub fn run(options: Options) -> Result<(), Error> {
     let address = listener
         .local_addr()
         .map_err(|e| Error::Failed(e.to_string()))?;
-    if options.read_only {
-        eprintln!("rollgate console: http://{address}/ (read-only)");
-    } else if made {
-        eprintln!("rollgate console: http://{address}/?token={token} (this link sets the token; it is in {})", token_path.display());
+    let read_only = match options.read_only {
+        true => " (read-only)",
+        false => "",
+    };
+    if made {
+        eprintln!("rollgate console: http://{address}/?token={token}{read_only} (this link sets the token; it is in {})", token_path.display());
     } else {
         eprintln!(
-            "rollgate console: http://{address}/ (its token is in {})",
+            "rollgate console: http://{address}/{read_only} (its token is in {})",
             token_path.display()
         );
     }
@@ -233,8 +235,14 @@ async fn handle(request: Request<Incoming>, console: Arc<Console>) -> Response<B
     let path = request.uri().path().to_string();
     let query = request.uri().query().unwrap_or("").to_string();
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let token_link = request.method() == Method::GET
+        && parts.as_slice() == [""]
+        && query_value(&query, "token").is_some();
+    if !token_link && !authorized(&console, &request) {
+        return unauthorized(parts.first() == Some(&"api"));
+    }
     match (request.method().clone(), parts.as_slice()) {
-        (Method::GET, [""]) => page_response(&console, &query, &request).await,
+        (Method::GET, [""]) => page_response(&console, &query).await,
         (Method::GET, ["api", "v1", "roots"]) => {
             let mut states = Vec::new();
             for index in 0..console.roots.len() {
@@ -273,6 +281,26 @@ async fn handle(request: Request<Incoming>, console: Arc<Console>) -> Response<B
         ),
         _ => not_found(&format!("page {path}")),
     }
+}
+
+/// 401: no token, nothing shown (the API answers in JSON, the page in words).
+fn unauthorized(api: bool) -> Response<Body> {
+    let why = "this console needs its token: open the link `rollgate console` printed when it made it, or send `Authorization: Bearer TOKEN` (the token is in ROOT/console.token)";
+    let mut response = match api {
+        true => json_response(
+            StatusCode::UNAUTHORIZED,
+            &json!({ "error": why, "class": "refused", "exit_code": error::REFUSED }),
+        ),
+        false => full(
+            StatusCode::UNAUTHORIZED,
+            "text/plain; charset=utf-8",
+            format!("{why}\n"),
+        ),
+    };
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 fn query_value(query: &str, name: &str) -> Option<String> {
@@ -326,14 +354,10 @@ fn history(root: &Root, limit: usize) -> Vec<Value> {
         .collect()
 }
 
-async fn page_response(
-    console: &Console,
-    query: &str,
-    request: &Request<Incoming>,
-) -> Response<Body> {
+async fn page_response(console: &Console, query: &str) -> Response<Body> {
     // The printed link: the token becomes a cookie, and the address bar loses it.
     if let Some(given) = query_value(query, "token") {
-        if !console.read_only && same_token(&given, &console.token) {
+        if same_token(&given, &console.token) {
             let mut response = full(StatusCode::SEE_OTHER, "text/plain", "");
             let cookie = format!("{COOKIE}={given}; Path=/; HttpOnly; SameSite=Strict");
             if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -366,7 +390,8 @@ async fn page_response(
         .zip(&histories)
         .map(|(state, history)| page::Section::read(state, history))
         .collect();
-    let actions = !console.read_only && authorized(console, request);
+    // Only an authorized request reaches the page (see `handle`).
+    let actions = !console.read_only;
     let said = query_value(query, "said");
     full(
         StatusCode::OK,

@@ -173,9 +173,7 @@ async fn start(
         None => None,
     };
     let socket = match live.probe.is_notify() {
-        true => {
-            Some(notify::Socket::bind(&notify::address_for(&token)).map_err(|e| e.to_string())?)
-        }
+        true => Some(notify::Socket::for_token(&token).map_err(|e| e.to_string())?),
         false => None,
     };
     let mut child = process::spawn(&process::Launch {

@@ -167,7 +167,16 @@ pub(crate) async fn run(
             if let Some(progress) = watchers.progress {
                 progress.finish();
             }
-            gate.verdict = verdict;
+            gate.verdict = match (verdict, &who) {
+                // Ready by its port only if the candidate is what listens there.
+                (Verdict::Ready, Some(who)) if subject.probes_its_port() => {
+                    match crate::host::ports::held_by_another(subject.port, who) {
+                        Some(why) => Verdict::Impostor(why),
+                        None => Verdict::Ready,
+                    }
+                }
+                (verdict, _) => verdict,
+            };
             return gate;
         }
     }

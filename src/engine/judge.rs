@@ -27,6 +27,9 @@ pub enum Verdict {
     Interrupted(&'static str),
     /// The release said it failed (a notify probe's `ERRNO=`, or its watchdog).
     Reported(String),
+    /// The probes passed, but what answered them was not the candidate (another process
+    /// listens on its port): said as who holds it.
+    Impostor(String),
 }
 
 /// The gate's judge: the first of ready (`success_threshold` passing probes in a row), exited,
@@ -125,6 +128,7 @@ pub fn reason(verdict: &Verdict, deadline: Duration) -> String {
         Verdict::Stalled => format!("not ready after {} ms", deadline.as_millis()),
         Verdict::Interrupted(signal) => format!("interrupted by {signal}"),
         Verdict::Reported(what) => format!("{what} before ready"),
+        Verdict::Impostor(why) => why.clone(),
     }
 }
 

@@ -98,6 +98,9 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
                 "rollgate: isolation.enabled = false: {} {} runs NOT confined, with rollgate's own privileges",
                 start.service, start.version
             );
+        } else if let Some(weaker) = crate::host::filesystem::weaker_here() {
+            // Never silently weaker: once per deploy, what this kernel cannot hold.
+            eprintln!("rollgate: {} {} is confined less than it could be: {weaker}", start.service, start.version);
         }
         match start
             .hooks

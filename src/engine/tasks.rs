@@ -122,9 +122,10 @@ pub(super) async fn gate_replica(
             }
         }
         Verdict::Stalled => GateEnd::Stalled(reason),
-        Verdict::Exited(_) | Verdict::Interrupted(_) | Verdict::Reported(_) => {
-            GateEnd::Failed(reason)
-        }
+        Verdict::Exited(_)
+        | Verdict::Interrupted(_)
+        | Verdict::Reported(_)
+        | Verdict::Impostor(_) => GateEnd::Failed(reason),
     };
     Gated {
         end,

@@ -18,6 +18,7 @@
 //! readable by the service, not writable by it, closed to every other service. The root's
 //! secrets and rollgate's own state stay rollgate's.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -62,11 +63,22 @@ pub fn can_switch_user() -> bool {
 /// The user `root`'s releases run as: the one `named` (the policy's `isolation.user`), else the
 /// uid the root records, else a new one from the range, recorded.
 pub fn for_service(root: &Path, named: Option<&str>) -> std::io::Result<ServiceUser> {
+    // One root, one uid, however it is named (through a link, with `..`): the registry
+    // records the root's one canonical path.
+    let root = std::fs::canonicalize(root)?;
     let found = match named {
         Some(name) => existing_user(name),
-        None => own_uid(root),
+        None => own_uid(&root),
     };
     found.map_err(std::io::Error::other)
+}
+
+/// Whether two paths name the same folder (an older claim may name a root another way).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => a == b,
+    }
 }
 
 /// The uid `root` records and still holds, else a new one.
@@ -112,7 +124,7 @@ fn read_record(path: &Path) -> Result<Option<ServiceUser>, String> {
 fn holds(root: &Path, uid: u32) -> Result<bool, String> {
     let _lock = lock_registry()?;
     match claim_holder(uid) {
-        Some(holder) if holder == root => Ok(true),
+        Some(holder) if same_folder(&holder, root) => Ok(true),
         Some(holder) if !is_stale(&holder, uid) => Ok(false),
         _ => write_claim(uid, root).map(|()| true),
     }
@@ -127,7 +139,7 @@ fn allocate(root: &Path) -> Result<ServiceUser, String> {
             continue;
         }
         if let Some(holder) = claim_holder(uid) {
-            if holder == root || !is_stale(&holder, uid) {
+            if same_folder(&holder, root) || !is_stale(&holder, uid) {
                 continue;
             }
         }
@@ -162,14 +174,54 @@ fn claim_holder(uid: u32) -> Option<PathBuf> {
     Some(PathBuf::from(text.trim_end_matches('\n')))
 }
 
-/// A claim nobody needs any more: its root is gone, or records another user.
+/// A claim nobody needs any more: its root is gone, or records another user — and nothing of
+/// the uid is left (issue 66: a process, a System V IPC object, a file in the old root's own
+/// folders), so the next service given it inherits nothing.
 fn is_stale(holder: &Path, uid: u32) -> bool {
-    match read_record(&holder.join(RECORD_FILE)) {
+    let unneeded = match read_record(&holder.join(RECORD_FILE)) {
         Ok(Some(user)) => user.uid != uid || user.name.is_some(),
         Ok(None) => true,
         // Unreadable but there: keep it rather than hand the uid out twice.
         Err(_) => !holder.exists(),
+    };
+    unneeded && left_of(holder, uid).is_none()
+}
+
+/// Something of `uid` still on the host, said: a process running as it, an IPC object it owns,
+/// a file it owns in `root`'s state or temporary folder.
+pub fn left_of(root: &Path, uid: u32) -> Option<String> {
+    if let Some((pid, name)) = process_running_as(uid) {
+        return Some(format!("process {pid} ({name})"));
     }
+    if let Some(object) = super::ipc::owned_by(uid).into_iter().next() {
+        return Some(object.to_string());
+    }
+    [DATA_DIR, TMP_DIR]
+        .iter()
+        .find_map(|folder| owned_file(&root.join(folder), uid, 10_000))
+        .map(|path| format!("file {}", path.display()))
+}
+
+/// A file under `dir` (not following links) owned by `uid`, among at most `budget` entries.
+fn owned_file(dir: &Path, uid: u32, budget: usize) -> Option<PathBuf> {
+    let mut waiting = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(folder) = waiting.pop() {
+        for entry in std::fs::read_dir(&folder).ok()?.flatten() {
+            seen += 1;
+            if seen > budget {
+                return None;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.uid() == uid {
+                return Some(entry.path());
+            }
+            if meta.is_dir() {
+                waiting.push(entry.path());
+            }
+        }
+    }
+    None
 }
 
 fn write_claim(uid: u32, root: &Path) -> Result<(), String> {
@@ -240,7 +292,7 @@ fn open_the_way(root: &Path, release_dir: &Path, gid: u32) -> Result<(), String>
 }
 
 /// `dir`, made if missing, mode 0700, owned by `user` (the whole tree handed over when it
-/// belonged to someone else: the service's user changed).
+/// belonged to someone else: the service's user changed, and nothing of the old one runs).
 fn make_private(dir: &Path, user: Option<&ServiceUser>) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("cannot prepare {}: {e}", dir.display());
     match std::fs::create_dir(dir) {
@@ -249,30 +301,145 @@ fn make_private(dir: &Path, user: Option<&ServiceUser>) -> Result<(), String> {
         Err(e) => return Err(fail(e)),
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
-    let (uid, gid) = match user {
-        Some(u) => (u.uid, u.gid),
-        None => (
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        ),
+    // No user of its own (confinement off, or rollgate is not root): the release runs with
+    // rollgate's privileges, which reach the folder whoever owns it, so nothing changes hands
+    // (the service's user keeps its state for when confinement is on again).
+    let Some(ServiceUser { uid, gid, .. }) = user.cloned() else {
+        return Ok(());
     };
     let meta = std::fs::symlink_metadata(dir).map_err(fail)?;
     if meta.uid() != uid || meta.gid() != gid {
+        never_under_a_running_process(dir, meta.uid(), uid)?;
         hand_over(dir, uid, gid).map_err(fail)?;
     }
     Ok(())
 }
 
+/// A service's folder changes hands only when nothing runs as its owner (issue 66): a process
+/// of the old user could swap what the walk is about to change, and would lose its files
+/// under it. Root's own folders (an unconfined release's) and rollgate's are exempt: nothing
+/// that runs as them is confined anyway.
+fn never_under_a_running_process(dir: &Path, owner: u32, new_owner: u32) -> Result<(), String> {
+    if owner == 0 || owner == new_owner || owner == nix::unistd::geteuid().as_raw() {
+        return Ok(());
+    }
+    match process_running_as(owner) {
+        Some((pid, name)) => Err(format!(
+            "{} belongs to uid {owner}, and process {pid} ({name}) still runs as it: a service's folders never change hands under a running process. Keep isolation.user as the live release runs, or stop what runs as uid {owner} first",
+            dir.display()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Gives `path` and everything under it to `uid`:`gid` (links themselves, never what they
-/// point at).
+/// point at), walking by descriptor: `path` is opened once with `O_NOFOLLOW`, and every entry
+/// below is opened relative to its folder's descriptor with `O_PATH|O_NOFOLLOW` and changed
+/// through that descriptor (`fchownat(fd, "", AT_EMPTY_PATH)`). No path is ever resolved
+/// twice, so a folder swapped for a link while the walk runs (`renameat2(RENAME_EXCHANGE)`)
+/// leads nowhere outside: what is changed is what was opened. A file with more than one name
+/// that was not the tree's old owner's is left as it is (a hard link may name a file outside
+/// the tree).
 pub fn hand_over(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(path)?.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            hand_over(&entry?.path(), uid, gid)?;
+    use nix::fcntl::OFlag;
+    let top = open_at(None, path, OFlag::O_PATH | OFlag::O_NOFOLLOW)?;
+    let old_owner = nix::sys::stat::fstat(top.as_raw_fd())?.st_uid;
+    let mut folders: Vec<OwnedFd> = Vec::new();
+    if let Some(folder) = give(&top, old_owner, uid, gid)? {
+        folders.push(folder);
+    }
+    // Depth first; each folder is read whole before the next is opened, so the descriptors
+    // held are the folders waiting, never one per file.
+    while let Some(folder) = folders.pop() {
+        let names: Vec<std::ffi::CString> = {
+            let dup = nix::unistd::dup(folder.as_raw_fd())?;
+            let mut dir = nix::dir::Dir::from_fd(dup)?;
+            dir.iter()
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_owned())
+                .filter(|name| name.as_bytes() != b"." && name.as_bytes() != b"..")
+                .collect()
+        };
+        for name in names {
+            let entry = match open_at(
+                Some(&folder),
+                name.as_c_str(),
+                OFlag::O_PATH | OFlag::O_NOFOLLOW,
+            ) {
+                Ok(entry) => entry,
+                // Gone since the folder was read: nothing to give.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            if let Some(inner) = give(&entry, old_owner, uid, gid)? {
+                folders.push(inner);
+            }
         }
     }
     Ok(())
+}
+
+/// Gives what `held` (an `O_PATH` descriptor) names to `uid`:`gid`; a folder comes back opened
+/// for reading (relative to the descriptor, so the same folder) to be walked.
+fn give(held: &OwnedFd, old_owner: u32, uid: u32, gid: u32) -> std::io::Result<Option<OwnedFd>> {
+    use nix::fcntl::OFlag;
+    let meta = nix::sys::stat::fstat(held.as_raw_fd())?;
+    let kind = meta.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFDIR && meta.st_nlink > 1 && meta.st_uid != old_owner {
+        return Ok(None);
+    }
+    // SAFETY: an open descriptor, an empty NUL-terminated path and integers.
+    let changed = unsafe {
+        libc::fchownat(
+            held.as_raw_fd(),
+            c"".as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if changed != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    match kind == libc::S_IFDIR {
+        true => open_at(Some(held), c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY).map(Some),
+        false => Ok(None),
+    }
+}
+
+/// `openat(2)` relative to `folder` (or the working folder), close-on-exec, owned.
+fn open_at<P: ?Sized + nix::NixPath>(
+    folder: Option<&OwnedFd>,
+    path: &P,
+    flags: nix::fcntl::OFlag,
+) -> std::io::Result<OwnedFd> {
+    let fd = nix::fcntl::openat(
+        folder.map(AsRawFd::as_raw_fd),
+        path,
+        flags | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: openat just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A live process that runs as `uid` (real, effective, saved or filesystem id), with its
+/// command name: what stops the service's folders from changing hands under it.
+pub fn process_running_as(uid: u32) -> Option<(i32, String)> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+            let zombie = field("State:").is_some_and(|s| s.trim_start().starts_with(['Z', 'X']));
+            let ids = field("Uid:")?;
+            let runs_as = ids.split_whitespace().any(|id| id.parse() == Ok(uid));
+            (runs_as && !zombie).then(|| {
+                let name = field("Name:").unwrap_or("?").trim();
+                (pid, crate::host::output::printable(name))
+            })
+        })
 }
 
 fn add_mode(dir: &Path, bits: u32) -> Result<(), String> {
@@ -408,4 +575,98 @@ pub fn held_as(pid: i32) -> Option<HeldAs> {
         uid,
         confined: no_new_privs && no_capability,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 66's first attack, on the walk alone: while the state tree is handed over, a
+    /// folder in it is swapped again and again with a link to a root-only folder whose files
+    /// have the same names (`renameat2(RENAME_EXCHANGE)`). A walk by path follows the link
+    /// between one name and the next; the walk by descriptor never leaves the tree.
+    #[test]
+    fn a_hand_over_never_follows_a_folder_swapped_for_a_link_while_it_walks() {
+        if !can_switch_user() {
+            return; // Giving files to another uid needs root (CI runs as root).
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        let data = dir.path().join("data");
+        let inner = data.join("inner");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::create_dir_all(&inner).unwrap();
+        for n in 0..300 {
+            std::fs::write(outside.join(format!("file{n}")), "root's").unwrap();
+            std::fs::write(inner.join(format!("file{n}")), "the service's").unwrap();
+        }
+        std::os::unix::fs::symlink(&outside, data.join("link")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (stop, data) = (stop.clone(), data.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = nix::fcntl::renameat2(
+                        None,
+                        &data.join("inner"),
+                        None,
+                        &data.join("link"),
+                        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                    );
+                }
+            })
+        };
+        for round in 0..40u32 {
+            let owner = 70_500 + round % 2;
+            hand_over(&data, owner, owner).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        let taken: Vec<String> = std::fs::read_dir(&outside)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.metadata().unwrap().uid() != 0)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            taken.is_empty(),
+            "{} files outside the tree changed hands: {taken:?}",
+            taken.len()
+        );
+        assert_eq!(std::fs::metadata(&outside).unwrap().uid(), 0);
+        // The tree itself was handed over: every file in it is the last owner's.
+        let owners: std::collections::BTreeSet<u32> = ["inner", "link"]
+            .iter()
+            .map(|name| data.join(name))
+            .filter(|p| std::fs::symlink_metadata(p).unwrap().is_dir())
+            .flat_map(|p| std::fs::read_dir(p).unwrap().flatten())
+            .map(|e| e.metadata().unwrap().uid())
+            .collect();
+        assert_eq!(owners, [70_501].into_iter().collect());
+    }
+
+    #[test]
+    fn a_uid_with_a_process_left_is_not_handed_to_another_service() {
+        if !can_switch_user() {
+            return;
+        }
+        let gone = tempfile::tempdir().unwrap().path().join("gone-root");
+        let uid = 70_777;
+        assert!(left_of(&gone, uid).is_none());
+        assert!(
+            is_stale(&gone, uid),
+            "a root that is gone with nothing left"
+        );
+        let mut sleeper = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::uid(&mut sleeper, uid);
+        let mut sleeper = sleeper.arg("30").spawn().unwrap();
+        let left = left_of(&gone, uid);
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        let left = left.expect("a process of the uid is left");
+        assert!(
+            left.starts_with(&format!("process {} (sleep)", sleeper.id())),
+            "{left}"
+        );
+    }
 }

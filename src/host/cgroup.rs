@@ -497,6 +497,21 @@ fn labelled(wanted: impl Fn(&str) -> bool) -> Vec<(Tree, Identity)> {
         .collect()
 }
 
+/// Every process of the release `who` started: its tree's, a container's inside it included;
+/// where it has no tree, the processes of its session (every release leads one).
+pub fn members_of(who: &Identity) -> Vec<i32> {
+    if let Some(tree) = of(who) {
+        return tree.all_members();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| Identity::of(*pid).and_then(|p| p.session()) == Some(who.pid))
+        .collect()
+}
+
 /// A release's tree: every process it started, wherever they went.
 #[derive(Debug, Clone)]
 pub struct Tree {
@@ -535,6 +550,20 @@ impl Tree {
         std::fs::read_to_string(self.dir.join("cgroup.procs"))
             .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
             .unwrap_or_default()
+    }
+
+    /// The processes in it and in every cgroup under it (a container's).
+    pub fn all_members(&self) -> Vec<i32> {
+        let mut folders = vec![self.dir.clone()];
+        let mut members = Vec::new();
+        while let Some(folder) = folders.pop() {
+            if let Ok(text) = std::fs::read_to_string(folder.join("cgroup.procs")) {
+                members.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+            let inner = std::fs::read_dir(&folder).into_iter().flatten().flatten();
+            folders.extend(inner.map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+        members
     }
 
     /// Whether any process is left in it or in a cgroup under it (a container's, which the

@@ -29,6 +29,8 @@ pub struct Rules<'a> {
     pub limits: &'a Limits,
     /// What its cgroup is named after (the run's token): recovery finds it by this.
     pub label: &'a str,
+    /// The TCP ports it may bind (a release's `$PORT`; none for a hook).
+    pub ports: &'a [u16],
 }
 
 /// A confinement made ready for one child.
@@ -67,6 +69,7 @@ impl Confinement {
                     release: &reach,
                     writable: &[&folders.data, &folders.tmp],
                     listed: rules.writable,
+                    ports: rules.ports,
                 })?)
             }
             false => None,
@@ -97,8 +100,8 @@ impl Confinement {
     }
 
     /// Makes the child take it on, between fork and exec: a session of its own, its cgroup,
-    /// no privileges, its user, its filesystem rules, then `also` (the last system calls
-    /// before exec).
+    /// an IPC namespace of its own, no privileges, its user, its filesystem and network rules,
+    /// then `also` (the last system calls before exec).
     pub fn install(
         mut self,
         command: &mut tokio::process::Command,
@@ -123,6 +126,8 @@ impl Confinement {
                     entry.enter();
                 }
                 if confined {
+                    // Before the privileges go: making a namespace needs them.
+                    super::ipc::unshare_namespace();
                     drop_privileges();
                 }
                 if let Some((uid, gid)) = switch_to {

@@ -546,6 +546,26 @@ pub struct RunSpec {
     pub unconfined: bool,
     /// Where an OOM kill is recorded for rollgate to read (see `cgroup::verdict_file`).
     pub verdict: Option<std::sync::Arc<std::fs::File>>,
+    /// The folders the image declares as `VOLUME` (set by `run`): each gets a bounded tmpfs
+    /// instead of an anonymous volume (see [`container_body`]).
+    pub volumes: Vec<String>,
+}
+
+/// How big each of a container's own writable folders may grow (its `/tmp`, and a tmpfs over
+/// each `VOLUME` its image declares), in MiB. Memory: it counts toward the container's limit.
+pub const TMPFS_MB: u64 = 64;
+
+/// The folders an image declares as `VOLUME` (none where the engine cannot say).
+async fn declared_volumes(docker: &Docker, image: &str) -> Vec<String> {
+    let Ok(inspected) = docker.inspect_image(image).await else {
+        return Vec::new();
+    };
+    let mut volumes: Vec<String> = inspected
+        .config
+        .and_then(|config| config.volumes)
+        .unwrap_or_default();
+    volumes.sort();
+    volumes
 }
 
 /// `rollgate container-run`: runs the container to its end and says how it ended (its exit
@@ -568,6 +588,9 @@ pub async fn run(spec: &RunSpec) -> std::io::Result<i32> {
     let mut spec = spec.clone();
     spec.labels.push((SUPERVISOR_LABEL.into(), me));
     spec.cgroup_parent = cgroup_parent(&docker).await;
+    if !spec.unconfined {
+        spec.volumes = declared_volumes(&docker, &spec.image).await;
+    }
     let spec = &spec;
     let created = docker
         .create_container(
@@ -595,6 +618,9 @@ async fn remove(docker: &Docker, id: &str) -> Result<(), bollard::errors::Error>
             id,
             Some(bollard::query_parameters::RemoveContainerOptions {
                 force: true,
+                // Its anonymous volumes with it (none are made for a confined release: its
+                // image's VOLUMEs are tmpfs; an unconfined one's go here).
+                v: true,
                 ..Default::default()
             }),
         )
@@ -730,10 +756,15 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
     let host = HostConfig {
         network_mode: Some("host".into()),
         readonly_rootfs: Some(confined),
-        tmpfs: Some(HashMap::from([(
-            "/tmp".to_string(),
-            "rw,nosuid,nodev".to_string(),
-        )])),
+        // Its own writable folders are memory of a bounded size: /tmp, and each VOLUME its
+        // image declares (with a mount there, the engine makes no anonymous volume, which
+        // would take writes past the read-only root and outlive the container).
+        tmpfs: Some(
+            std::iter::once("/tmp".to_string())
+                .chain(spec.volumes.iter().cloned())
+                .map(|folder| (folder, format!("rw,nosuid,nodev,size={TMPFS_MB}m")))
+                .collect(),
+        ),
         binds: Some(
             spec.binds
                 .iter()

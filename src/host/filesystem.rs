@@ -19,8 +19,8 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated,
-    RulesetCreatedAttr, ABI,
+    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
 /// The newest ABI whose rights rollgate asks for. Later ABIs add rights rollgate does not
@@ -42,6 +42,9 @@ pub struct Reach<'a> {
     pub writable: &'a [&'a Path],
     /// The policy's `isolation.writable`.
     pub listed: &'a [PathBuf],
+    /// The TCP ports it may bind (its `$PORT`; none for a hook): every other is refused, so
+    /// it cannot take a port another service's next release was given (ABI 4).
+    pub ports: &'a [u16],
 }
 
 /// The Landlock ruleset for `reach`, ready for the child to enforce with [`enforce`].
@@ -60,10 +63,22 @@ pub fn ruleset(reach: &Reach) -> std::io::Result<RulesetCreated> {
     if let Ok(exe) = std::env::current_exe() {
         rules.push((exe, me));
     }
+    // Beyond the files (best effort, as above): binding a TCP port (ABI 4, Linux 6.7;
+    // connecting stays open), and the scopes (ABI 6, 6.12): no signal to a process outside
+    // this release's own domain — its own service's other release included, since each
+    // release process makes a domain of its own — and no connection to an abstract Unix
+    // socket made outside it.
     let mut created = Ruleset::default()
         .handle_access(all)
+        .and_then(|ruleset| ruleset.handle_access(AccessNet::BindTcp))
+        .and_then(|ruleset| ruleset.scope(Scope::from_all(ABI::V6)))
         .and_then(Ruleset::create)
         .map_err(fail)?;
+    for port in reach.ports {
+        created = created
+            .add_rule(NetPort::new(*port, AccessNet::BindTcp))
+            .map_err(fail)?;
+    }
     for (path, access) in rules {
         // A system folder this host does not have is nothing to grant.
         let Ok(fd) = PathFd::new(&path) else {
@@ -104,15 +119,74 @@ pub fn abi() -> u32 {
 pub fn describe() -> String {
     match abi() {
         0 => "NO filesystem rules: this kernel has no Landlock".into(),
-        n => format!(
-            "Landlock ABI {n}: reads the system and its release, writes only its state and tmp{}",
-            if n < 3 {
-                " (truncation and ioctls not restricted below ABI 3 and 5)"
-            } else if n < 5 {
-                " (device ioctls not restricted below ABI 5)"
-            } else {
-                ""
-            }
+        n => {
+            let missing = weaker_than_wanted(n);
+            format!(
+                "Landlock ABI {n}: reads the system and its release, writes only its state and tmp{}{}",
+                if n >= 4 { ", binds only its own port" } else { "" },
+                if missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (NOT restricted on this kernel: {})", missing.join("; "))
+                }
+            )
+        }
+    }
+}
+
+/// What this kernel cannot hold a release to, in words (None: everything rollgate asks for).
+pub fn weaker_here() -> Option<String> {
+    let abi = abi();
+    let missing = weaker_than_wanted(abi);
+    match (abi, missing.is_empty()) {
+        (_, true) => None,
+        (0, _) => Some("this kernel has no Landlock: NO filesystem or network rules, no scoping (see docs/isolation.md)".into()),
+        (n, false) => Some(format!(
+            "this kernel's Landlock is ABI {n}; NOT restricted: {} (see docs/isolation.md)",
+            missing.join("; ")
+        )),
+    }
+}
+
+/// What a release is not held to on a kernel with Landlock ABI `abi`, said in words: empty
+/// where the kernel has everything rollgate asks for.
+pub fn weaker_than_wanted(abi: u32) -> Vec<&'static str> {
+    let rules: [(u32, &str); 5] = [
+        (1, "reading and writing files outside its folders (ABI 1)"),
+        (3, "truncation (ABI 3)"),
+        (4, "binding another service's TCP port (ABI 4)"),
+        (5, "device ioctls (ABI 5)"),
+        (
+            6,
+            "signals to its own service's other release and abstract Unix sockets (ABI 6)",
         ),
+    ];
+    rules
+        .iter()
+        .filter(|(needs, _)| abi < *needs)
+        .map(|(_, what)| *what)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_missing_abi_is_said_and_a_full_one_says_nothing() {
+        assert_eq!(weaker_than_wanted(7), Vec::<&str>::new());
+        assert_eq!(weaker_than_wanted(6), Vec::<&str>::new());
+        let five = weaker_than_wanted(5);
+        assert_eq!(five.len(), 1);
+        assert!(five[0].contains("signals to its own service's other release"));
+        let three = weaker_than_wanted(3);
+        assert!(
+            three
+                .iter()
+                .any(|w| w.contains("another service's TCP port")),
+            "{three:?}"
+        );
+        assert!(!three.iter().any(|w| w.contains("truncation")), "{three:?}");
+        assert_eq!(weaker_than_wanted(0).len(), 5);
     }
 }

@@ -223,6 +223,7 @@ async fn run_command(
         writable: isolation.writable,
         limits: isolation.limits,
         label: &format!("hook-{}", hook.name()),
+        ports: &[],
     })
     .map_err(could_not_start)?;
     let user = confinement.user.clone();
@@ -366,5 +367,6 @@ fn quote(output: &[u8]) -> String {
         .map(|(i, _)| i)
         .find(|i| text.len() - i <= OUTPUT_QUOTED)
         .unwrap_or(0);
-    format!(": {}", text[start..].replace('\n', " | "))
+    let one_line = text[start..].replace('\n', " | ");
+    format!(": {}", super::output::printable(&one_line))
 }

@@ -1,11 +1,15 @@
 //! Readiness by notification: the subset of systemd's notify protocol (`sd_notify(3)`) that a
 //! release may speak to rollgate instead of being polled.
 //!
-//! Each release started with a `'notify` probe gets a datagram socket of its own in the
-//! abstract namespace, `NOTIFY_SOCKET=@rollgate/<token>` (no file to clean up after a crash,
-//! no path-length limit from the root's location). Whoever gates or watches the release binds
-//! that address: the deployer during the gate, the executor or a detached watcher during the
-//! watch, `up --supervise` afterwards; after a crash the next one binds it again.
+//! Each release started with a `'notify` probe gets a datagram socket of its own in rollgate's
+//! run folder, `NOTIFY_SOCKET=/run/rollgate/notify/<token>` (see `run_dir`: only rollgate may
+//! make a name there, so no other process can bind the release's socket first, as anyone could
+//! an abstract name; and a release under Landlock's scoping cannot reach an abstract socket made
+//! outside it). Whoever gates or watches the release binds that address, holding the claim
+//! `<token>.lock` while it reads: the deployer during the gate, the executor or a detached
+//! watcher during the watch, `up --supervise` afterwards; after a crash the next one binds it
+//! again. A release started by an earlier rollgate with an abstract address (`@rollgate/…`)
+//! is still read there.
 //!
 //! Only datagrams whose sender (its credentials, `SO_PASSCRED`) belongs to the release's own
 //! process group count; anything else is ignored and counted. A sender that has already exited
@@ -44,9 +48,23 @@ const STATUS_MAX: usize = 200;
 /// that is exiting while the detached watcher starts, say).
 pub const BIND_PATIENCE: Duration = Duration::from_millis(1000);
 
-/// The `NOTIFY_SOCKET` value for a release started with `token`.
-pub fn address_for(token: &str) -> String {
-    format!("@rollgate/{token}")
+/// The folder of rollgate's run folder the notification sockets are in.
+const FOLDER: &str = "notify";
+
+/// The `NOTIFY_SOCKET` value for a release started with `token`: a name in the run folder (the
+/// token itself where it is short and plain, else a digest of it).
+pub fn address_for(token: &str) -> std::io::Result<String> {
+    let folder = super::run_dir::folder(FOLDER, super::run_dir::Reach::Searchable)?;
+    let plain = token.len() <= 48
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        && !token.starts_with('.');
+    let name = match plain {
+        true => token.to_string(),
+        false => super::run_dir::short_name(token.as_bytes()),
+    };
+    Ok(folder.join(name).display().to_string())
 }
 
 /// The `NOTIFY_SOCKET` a running process was started with, if any.
@@ -149,24 +167,67 @@ fn printable(bytes: &[u8]) -> String {
 pub struct Socket {
     socket: UnixDatagram,
     address: String,
+    held: Option<Held>,
+}
+
+/// A socket's name in the run folder, and the claim on it: the name is removed before the
+/// claim is let go, so the next holder always binds a name of its own making.
+struct Held {
+    path: std::path::PathBuf,
+    _claim: super::run_dir::Claim,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl Socket {
-    /// Binds `address` (as `NOTIFY_SOCKET` gives it: `@name` for the abstract namespace),
-    /// waiting a moment for a previous holder to let go. Inside the runtime.
+    /// Binds the socket of the release started with `token`.
+    pub fn for_token(token: &str) -> std::io::Result<Socket> {
+        Socket::bind(&address_for(token)?)
+    }
+
+    /// Binds `address` (as `NOTIFY_SOCKET` gives it), waiting a moment for a previous holder to
+    /// let go. Inside the runtime.
     pub fn bind(address: &str) -> std::io::Result<Socket> {
         Socket::bind_within(address, BIND_PATIENCE)
     }
 
-    /// Binds `address`, waiting at most `patience` for a previous holder to let go.
+    /// Binds `address`, waiting at most `patience` for a previous holder to let go. Only
+    /// rollgate's addresses: a name in its run folder (or an earlier rollgate's abstract one).
     pub fn bind_within(address: &str, patience: Duration) -> std::io::Result<Socket> {
-        let name = address.strip_prefix('@').ok_or_else(|| {
+        let not_ours = || {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("{address:?} is not a rollgate notification address"),
             )
-        })?;
-        let unix = UnixAddr::new_abstract(name.as_bytes())?;
+        };
+        let (unix, held) = match address.strip_prefix('@') {
+            Some(name) if name.starts_with("rollgate/") => {
+                (UnixAddr::new_abstract(name.as_bytes())?, None)
+            }
+            Some(_) => return Err(not_ours()),
+            None => {
+                let path = std::path::PathBuf::from(address);
+                let folder = super::run_dir::folder(FOLDER, super::run_dir::Reach::Searchable)?;
+                let in_folder = path.parent() == Some(folder.as_path())
+                    && path
+                        .file_name()
+                        .is_some_and(|n| !n.as_encoded_bytes().starts_with(b"."));
+                if !in_folder {
+                    return Err(not_ours());
+                }
+                let held = claim_within(&path, address, patience)?;
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                (UnixAddr::new(&path)?, Some(held))
+            }
+        };
         let waited = std::time::Instant::now();
         loop {
             let fd = socket(
@@ -178,10 +239,20 @@ impl Socket {
             setsockopt(&fd, sockopt::PassCred, &true)?;
             match bind(fd.as_raw_fd(), &unix) {
                 Ok(()) => {
+                    if let Some(held) = &held {
+                        // The release runs as its service's user: it may send, and only
+                        // datagrams from its own process group count (see `read`).
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(
+                            &held.path,
+                            std::fs::Permissions::from_mode(0o666),
+                        )?;
+                    }
                     let socket = std::os::unix::net::UnixDatagram::from(fd);
                     return Ok(Socket {
                         socket: UnixDatagram::from_std(socket)?,
                         address: address.to_string(),
+                        held,
                     });
                 }
                 Err(nix::errno::Errno::EADDRINUSE) if waited.elapsed() < patience => {
@@ -206,7 +277,41 @@ impl Socket {
     pub fn listen(self, group: i32, live: bool) -> Notifier {
         let (sender, notices) = watch::channel(Notices::new(live));
         let reader = tokio::spawn(read(self.socket, group, sender));
-        Notifier { notices, reader }
+        Notifier {
+            notices,
+            reader,
+            _held: self.held,
+        }
+    }
+}
+
+/// The claim on the socket at `path`, waiting at most `patience` for its holder to let go.
+fn claim_within(
+    path: &std::path::Path,
+    address: &str,
+    patience: Duration,
+) -> std::io::Result<Held> {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    let waited = std::time::Instant::now();
+    loop {
+        match super::run_dir::claim(std::path::Path::new(&lock))? {
+            Some(claim) => {
+                return Ok(Held {
+                    path: path.to_path_buf(),
+                    _claim: claim,
+                })
+            }
+            None if waited.elapsed() < patience => std::thread::sleep(Duration::from_millis(10)),
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!(
+                        "cannot bind the notification socket {address}: another reader holds it"
+                    ),
+                ))
+            }
+        }
     }
 }
 
@@ -214,6 +319,8 @@ impl Socket {
 pub struct Notifier {
     notices: watch::Receiver<Notices>,
     reader: tokio::task::JoinHandle<()>,
+    /// Dropped after the reader is stopped: the name goes, then the claim.
+    _held: Option<Held>,
 }
 
 impl Notifier {
@@ -342,8 +449,12 @@ mod tests {
     }
 
     #[test]
-    fn addresses_round_trip_and_only_rollgates_are_bound() {
-        assert_eq!(address_for("r1-0-7.1"), "@rollgate/r1-0-7.1");
-        assert!(Socket::bind("/tmp/not-abstract").is_err());
+    fn addresses_are_names_in_the_run_folder_and_only_rollgates_are_bound() {
+        let address = address_for("r1-0-7.1").unwrap();
+        assert!(address.ends_with("/notify/r1-0-7.1"), "{address}");
+        let long = address_for(&"x".repeat(200)).unwrap();
+        assert!(long.len() < 108, "{long}");
+        assert!(Socket::bind("/tmp/not-in-the-run-folder").is_err());
+        assert!(Socket::bind("@somebody-else").is_err());
     }
 }

@@ -374,7 +374,7 @@ pub fn first_error(path: &Path) -> Option<String> {
                 .by_ref()
                 .find(|l| !l.trim().is_empty() && !l.starts_with(char::is_whitespace));
             if let Some(exception) = exception {
-                return Some(exception.to_string());
+                return Some(printable(exception));
             }
             break;
         }
@@ -382,7 +382,7 @@ pub fn first_error(path: &Path) -> Option<String> {
             first_looking = Some(line.to_string());
         }
     }
-    first_looking
+    first_looking.map(|line| printable(&line))
 }
 
 /// Whether a line of output reads as an error report.
@@ -402,6 +402,72 @@ fn looks_like_an_error(line: &str) -> bool {
         .split(|c: char| !c.is_alphanumeric() && c != '_')
         .any(|word| word.len() > 5 && word.ends_with("Error"));
     words_end_in_error || MARKS.iter().any(|mark| line.contains(mark))
+}
+
+/// A release's words made safe for a terminal and a log line (issue 66): every control
+/// character (C0, DEL, C1 — an escape sequence's start among them) and every bidirectional
+/// override is written as its escape (`\u{1b}`), so output that sets a window title, clears the
+/// screen or reorders the text reaches the operator as visible characters. Tabs become spaces.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\t' => out.push(' '),
+            c if c.is_control() || is_bidi_control(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A writer that passes a release's output on line by line, each made [`printable`]: for
+/// `rollgate logs` on a terminal.
+pub struct Printable<W: std::io::Write> {
+    inner: W,
+    line: Vec<u8>,
+}
+
+impl<W: std::io::Write> Printable<W> {
+    pub fn new(inner: W) -> Printable<W> {
+        Printable {
+            inner,
+            line: Vec::new(),
+        }
+    }
+
+    fn pass_on(&mut self) -> std::io::Result<()> {
+        let text = printable(&String::from_utf8_lossy(&self.line));
+        self.line.clear();
+        self.inner.write_all(text.as_bytes())
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Printable<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            match piece.strip_suffix(b"\n") {
+                Some(line) => {
+                    self.line.extend_from_slice(line);
+                    self.pass_on()?;
+                    self.inner.write_all(b"\n")?;
+                }
+                None => self.line.extend_from_slice(piece),
+            }
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.pass_on()?;
+        self.inner.flush()
+    }
+}
+
+/// The characters that reorder text as it is shown (embeddings, overrides, isolates).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// How much of the end of an output file is read to quote its last lines.
@@ -430,7 +496,7 @@ pub fn tail(path: &Path, lines: usize) -> String {
     if from > 0 && !kept.is_empty() {
         kept.remove(0);
     }
-    kept[kept.len().saturating_sub(lines)..].join(" | ")
+    printable(&kept[kept.len().saturating_sub(lines)..].join(" | "))
 }
 
 #[cfg(test)]

@@ -393,6 +393,19 @@ impl Subject {
         self.probe_target(&self.spec.target, limit).await
     }
 
+    /// Whether its probe connects to the release's port (HTTP or TCP, or a notify probe's
+    /// confirmation by either): what answers there must then be the release's own.
+    pub fn probes_its_port(&self) -> bool {
+        match &self.spec.target {
+            Target::Http { .. } | Target::Tcp => true,
+            Target::Notify {
+                confirm: Some(confirm),
+                ..
+            } => matches!(**confirm, Target::Http { .. } | Target::Tcp),
+            _ => false,
+        }
+    }
+
     /// Whether, as things stand, a poll would tell anything: a notify probe is not polled
     /// before `READY=1` (the notification wakes the gate), nor after it unless it confirms.
     pub fn polls(&self) -> bool {

@@ -228,6 +228,7 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             &launch.limits
         },
         label: launch.token,
+        ports: &[launch.port],
     })?;
     if image.is_some() {
         confinement.keep_own_uid();

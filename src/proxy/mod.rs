@@ -426,7 +426,7 @@ fn start_services(
 fn follow_reloads(
     services: reload::Services,
     config: Option<Box<config::ProxyConfig>>,
-    control: Option<std::os::unix::net::UnixListener>,
+    control: Option<reload::Control>,
     current: &Arc<router::Current>,
     resolver: Option<Arc<certs::Resolver>>,
 ) -> Result<(), String> {
@@ -507,14 +507,14 @@ struct Fronts {
     plain: Vec<std::net::TcpListener>,
     /// The plain address bound (its port, when 0 was asked for).
     listen: SocketAddr,
-    plain_claim: Option<std::os::unix::net::UnixListener>,
+    plain_claim: Option<crate::host::run_dir::Claim>,
     tls: Option<TlsFront>,
 }
 
 struct TlsFront {
     listeners: Vec<std::net::TcpListener>,
     bound: SocketAddr,
-    claim: Option<std::os::unix::net::UnixListener>,
+    claim: Option<crate::host::run_dir::Claim>,
     acceptor: tokio_rustls::TlsAcceptor,
 }
 
@@ -561,12 +561,8 @@ impl Fronts {
 
     /// One serving thread's listeners each (the first is the main thread's), and the claims
     /// on the addresses, to hold while they serve.
-    fn into_cores(
-        self,
-        making: &Making<'_>,
-    ) -> (Vec<Cores>, Vec<std::os::unix::net::UnixListener>) {
-        let mut claims: Vec<std::os::unix::net::UnixListener> =
-            self.plain_claim.into_iter().collect();
+    fn into_cores(self, making: &Making<'_>) -> (Vec<Cores>, Vec<crate::host::run_dir::Claim>) {
+        let mut claims: Vec<crate::host::run_dir::Claim> = self.plain_claim.into_iter().collect();
         let mut tls_listeners = match self.tls {
             Some(tls) => {
                 claims.extend(tls.claim);
@@ -678,14 +674,15 @@ fn raise_open_file_limit() {
 /// Makes sure nothing else serves `listen`. The serving sockets use `SO_REUSEPORT` (one per
 /// thread), which would also let a second proxy of the same user bind the address and take half
 /// of the traffic. So first: a plain bind without it, which fails if anyone listens there; and
-/// an abstract Unix socket named after the address, which two proxies starting at the same
-/// moment cannot both hold. The returned socket is the claim; keep it open.
-fn claim_address(listen: SocketAddr) -> Result<Option<std::os::unix::net::UnixListener>, String> {
+/// a claim on the address in rollgate's run folder (an exclusive lock no other user can take
+/// first, which two proxies starting at the same moment cannot both hold). The returned claim
+/// is held for the proxy's life.
+fn claim_address(listen: SocketAddr) -> Result<Option<crate::host::run_dir::Claim>, String> {
+    use crate::host::run_dir;
     use nix::sys::socket::{
         bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
     };
     use std::os::fd::AsRawFd;
-    use std::os::linux::net::SocketAddrExt;
     if listen.port() == 0 {
         // The kernel picks a free port: nobody else can be on it.
         return Ok(None);
@@ -695,13 +692,11 @@ fn claim_address(listen: SocketAddr) -> Result<Option<std::os::unix::net::UnixLi
             "{listen} is already served ({how}); a second proxy there would split its traffic. Stop the other one or pick another --listen address"
         )
     };
-    let name = format!("rollgate-proxy {listen}");
-    let claim = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .and_then(|address| std::os::unix::net::UnixListener::bind_addr(&address))
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => taken("by another rollgate proxy".into()),
-            _ => format!("cannot claim {listen}: {e}"),
-        })?;
+    let folder = run_dir::folder("proxy", run_dir::Reach::Private).map_err(|e| e.to_string())?;
+    let name = run_dir::short_name(listen.to_string().as_bytes());
+    let claim = run_dir::claim(&folder.join(format!("listen-{name}.lock")))
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| taken("by another rollgate proxy".into()))?;
     let family = if listen.is_ipv4() {
         AddressFamily::Inet
     } else {

@@ -6,8 +6,11 @@
 //! rebound. A file that does not parse, names a missing root or changes a listener is refused
 //! whole, and the config in force goes on serving.
 //!
-//! The control socket is an abstract Unix socket named after the config's absolute path: it
-//! leaves no file behind, and only the proxy's own user (or root) is answered.
+//! The control socket is a Unix socket in rollgate's run folder named after a digest of the
+//! config's absolute path (`/run/rollgate/proxy/config-….sock`, a folder only rollgate's user
+//! may enter, so no other process can take the name first), held with a claim beside it; only
+//! the proxy's own user (or root) is answered, and `proxy reload` asks only a proxy that
+//! listened as root or as its own user.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -324,35 +327,82 @@ fn uncovered_hosts(router: &Router, resolver: &certs::Resolver) -> Vec<String> {
     uncovered
 }
 
-/// The control socket's name for the config at `file`.
-fn control_name(file: &Path) -> String {
+/// The control socket's path for the config at `file`, and its claim's.
+fn control_paths(file: &Path) -> Result<(PathBuf, PathBuf), String> {
+    use crate::host::run_dir;
     let absolute = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
-    format!("rollgate-proxy-config {}", absolute.display())
+    let folder = run_dir::folder("proxy", run_dir::Reach::Private).map_err(|e| e.to_string())?;
+    let name = run_dir::short_name(absolute.as_os_str().as_encoded_bytes());
+    Ok((
+        folder.join(format!("config-{name}.sock")),
+        folder.join(format!("config-{name}.lock")),
+    ))
+}
+
+/// The control socket of a config, held: its name goes when it is dropped, then its claim.
+pub struct Control {
+    listener: std::os::unix::net::UnixListener,
+    path: PathBuf,
+    _claim: crate::host::run_dir::Claim,
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Binds the control socket of the config at `file`: refused if another proxy serves it.
-pub fn listen(file: &Path) -> Result<std::os::unix::net::UnixListener, crate::error::Error> {
+pub fn listen(file: &Path) -> Result<Control, crate::error::Error> {
     use crate::error::Error;
-    use std::os::linux::net::SocketAddrExt;
-    let name = control_name(file);
-    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .and_then(|address| std::os::unix::net::UnixListener::bind_addr(&address))
-        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => Error::Refused(format!(
+    use std::os::unix::fs::PermissionsExt;
+    let failed = |e: String| {
+        Error::Failed(format!(
+            "cannot open the control socket for {}: {e}",
+            file.display()
+        ))
+    };
+    let (path, lock) = control_paths(file).map_err(failed)?;
+    let claim = crate::host::run_dir::claim(&lock)
+        .map_err(|e| failed(e.to_string()))?
+        .ok_or_else(|| {
+            Error::Refused(format!(
                 "another rollgate proxy already serves {}; reload that one (rollgate proxy reload --config {})",
                 file.display(),
                 file.display()
-            )),
-            _ => Error::Failed(format!(
-                "cannot open the control socket for {}: {e}",
-                file.display()
-            )),
+            ))
+        })?;
+    // The name is this proxy's now: one left by a proxy that was killed goes.
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(failed(e.to_string())),
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&path)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .and_then(|listener| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map(|()| listener)
         })
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(Control {
+        listener,
+        path,
+        _claim: claim,
+    })
+}
+
+/// Whether a peer is rollgate's own user or root, by the credentials the kernel gives.
+fn trusted(cred: Option<(u32, i32)>) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    cred.is_some_and(|(uid, _)| uid == me || uid == 0)
 }
 
 /// Answers `reload` on the control socket until the runtime stops.
-pub async fn serve(listener: std::os::unix::net::UnixListener, asks: mpsc::Sender<Ask>) {
+pub async fn serve(control: Control, asks: mpsc::Sender<Ask>) {
+    let Ok(listener) = control.listener.try_clone() else {
+        return;
+    };
     let Ok(listener) = tokio::net::UnixListener::from_std(listener) else {
         return;
     };
@@ -363,11 +413,11 @@ pub async fn serve(listener: std::os::unix::net::UnixListener, asks: mpsc::Sende
         };
         let asks = asks.clone();
         tokio::spawn(async move {
-            let me = nix::unistd::geteuid().as_raw();
-            if !stream
+            let cred = stream
                 .peer_cred()
-                .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
-            {
+                .ok()
+                .map(|c| (c.uid(), c.pid().unwrap_or(0)));
+            if !trusted(cred) {
                 return;
             }
             let (read, mut write) = stream.into_split();
@@ -396,18 +446,27 @@ pub async fn serve(listener: std::os::unix::net::UnixListener, asks: mpsc::Sende
 /// what is in force now; Err: why not (no proxy serves it, or the file was refused).
 pub fn ask(file: &Path, timeout: std::time::Duration) -> Result<String, crate::error::Error> {
     use std::io::{BufRead, Write};
-    use std::os::linux::net::SocketAddrExt;
-    let name = control_name(file);
     let failed = |why: String| crate::error::Error::Failed(why);
-    let mut stream = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .and_then(|address| std::os::unix::net::UnixStream::connect_addr(&address))
-        .map_err(|_| {
-            failed(format!(
-                "no rollgate proxy serves {} (start one with rollgate proxy --config {})",
-                file.display(),
-                file.display()
-            ))
-        })?;
+    let (path, _) = control_paths(file).map_err(failed)?;
+    let mut stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| {
+        failed(format!(
+            "no rollgate proxy serves {} (start one with rollgate proxy --config {})",
+            file.display(),
+            file.display()
+        ))
+    })?;
+    // The folder is rollgate's alone; the peer is checked all the same (it listened as root,
+    // or as this user).
+    let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|c| (c.uid(), c.pid()));
+    if !trusted(cred) {
+        return Err(failed(format!(
+            "{} is held by uid {}, neither root nor this user: not asking it",
+            path.display(),
+            cred.map_or_else(|| "unknown".to_string(), |(uid, _)| uid.to_string())
+        )));
+    }
     let _ = stream.set_read_timeout(Some(timeout));
     let _ = stream.set_write_timeout(Some(timeout));
     stream

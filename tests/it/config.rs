@@ -433,15 +433,16 @@ fn rand_u64() -> u64 {
 }
 
 /// One HTTP/1.1 GET on 127.0.0.1 (the whole answer; an event stream is read for a second).
-fn http_get(port: u16, path: &str) -> String {
+fn http_get(console: &Console, path: &str) -> String {
     use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", console.port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(1)))
         .unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+        console.bearer()
     )
     .unwrap();
     let mut answer = Vec::new();
@@ -461,7 +462,7 @@ fn what_the_console_and_webhooks_say(site: &Site) -> String {
         "/api/v1/roots/edge-svc/history",
         "/api/v1/events?from=start",
     ] {
-        let answer = http_get(console.port, path);
+        let answer = http_get(&console, path);
         assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
         seen.push_str(&answer);
     }

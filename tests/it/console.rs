@@ -48,8 +48,14 @@ fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: 
     }
 }
 
-fn get_json(port: u16, path: &str) -> Value {
-    let answer = request(port, "GET", path, &[], "");
+fn get_json(console: &Console, path: &str) -> Value {
+    let answer = request(
+        console.port,
+        "GET",
+        path,
+        &[("Authorization", &console.bearer())],
+        "",
+    );
     assert_eq!(answer.status, 200, "{path}: {}", answer.body);
     serde_json::from_str(&answer.body).unwrap()
 }
@@ -114,19 +120,43 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
         0o600
     );
     assert!(wait_for(30, || get_json(
-        console.port,
+        &console,
         "/api/v1/roots/edge-svc"
     )["rollout"]["state"]
         == "running"));
-    let state = get_json(console.port, "/api/v1/roots");
+    let state = get_json(&console, "/api/v1/roots");
     assert_eq!(state[0]["service"], "edge-svc");
     assert_eq!(state[0]["rollout"]["version"], "v2");
     assert_eq!(state[0]["replicas"].as_array().map(Vec::len), Some(4));
 
-    // The page without the token shows no button; the link's cookie brings them.
-    let page = request(console.port, "GET", "/", &[], "");
+    // Issue 66: without the token nothing is shown, the page nor the API (a confined release
+    // reaches 127.0.0.1); the link's cookie brings the page and its buttons.
+    for path in [
+        "/",
+        "/api/v1/roots",
+        "/api/v1/roots/edge-svc/history",
+        "/api/v1/events",
+    ] {
+        let unread = request(console.port, "GET", path, &[], "");
+        assert_eq!(unread.status, 401, "{path}: {}", unread.body);
+        assert!(!unread.body.contains("edge-svc"), "{path}: {}", unread.body);
+    }
+    let wrong = request(
+        console.port,
+        "GET",
+        "/api/v1/roots",
+        &[("Authorization", "Bearer 00")],
+        "",
+    );
+    assert_eq!(wrong.status, 401);
+    let page = request(
+        console.port,
+        "GET",
+        "/",
+        &[("Authorization", &console.bearer())],
+        "",
+    );
     assert!(page.body.contains("Rollout v1 → v2"), "{}", page.body);
-    assert!(!page.body.contains("<button"));
     // The page read the API's state of a real rollout (replicas, slots, waves) and its history
     // into its typed view with nothing left over.
     assert!(!page.body.contains("could not be read"), "{}", page.body);
@@ -140,7 +170,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
     assert!(page.body.contains(">Pause</button>"), "{}", page.body);
 
-    // Without the token, or from another site: 403, and the rollout goes on.
+    // Without the token (401), or from another site (403): the rollout goes on.
     let refused = request(
         console.port,
         "POST",
@@ -148,7 +178,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
         &[("Content-Type", "application/json")],
         "{}",
     );
-    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.status, 401, "{}", refused.body);
     let cross_site = post(
         &console,
         "/api/v1/roots/edge-svc/rollout/pause",
@@ -185,7 +215,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     );
     assert_eq!(paused.status, 200, "{}", paused.body);
     assert!(wait_for(30, || rollout_state(&site) == "paused"));
-    let status = get_json(console.port, "/api/v1/roots/edge-svc");
+    let status = get_json(&console, "/api/v1/roots/edge-svc");
     assert_eq!(status["rollout"]["pause_reason"], "checking dashboards");
     assert_eq!(
         running.wait().unwrap().code(),
@@ -218,11 +248,11 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
     let resumed = resumed.join().unwrap();
     assert_eq!(resumed.status, 200, "{}", resumed.body);
     assert!(wait_for(60, || {
-        get_json(console.port, "/api/v1/roots/edge-svc/history?limit=5")
+        get_json(&console, "/api/v1/roots/edge-svc/history?limit=5")
             .as_array()
             .is_some_and(|h| h.last().is_some_and(|o| o["event"] == "rolled_back"))
     }));
-    let history = get_json(console.port, "/api/v1/roots/edge-svc/history?limit=5");
+    let history = get_json(&console, "/api/v1/roots/edge-svc/history?limit=5");
     assert_eq!(history.as_array().unwrap().len(), 2, "{history}");
     assert!(
         history[1]["reason"]
@@ -231,7 +261,7 @@ fn the_buttons_endpoints_pause_resume_and_abort_a_real_rollout_through_the_clis_
             .contains("bad numbers"),
         "{history}"
     );
-    let page = request(console.port, "GET", "/", &[], "");
+    let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
     assert!(page.body.contains("<svg class=\"timeline\""));
     assert!(page.body.contains("class=\"rolled_back\""));
     assert!(!page.body.contains("could not be read"), "{}", page.body);
@@ -244,18 +274,31 @@ fn read_only_has_no_button_and_no_endpoint_and_beyond_loopback_needs_a_token_fil
     // Two roots: one page, a section each.
     let second = Site::new();
     let console = Console::start(&[site.root(), second.root()], &["--read-only"]);
-    let roots = get_json(console.port, "/api/v1/roots");
+    // Issue 66: read-only shows nothing without the token either; it makes one (0600) and
+    // prints the link that sets it.
+    let unread = request(console.port, "GET", "/api/v1/roots", &[], "");
+    assert_eq!(unread.status, 401, "{}", unread.body);
+    assert_eq!(request(console.port, "GET", "/", &[], "").status, 401);
+    assert!(console.token.is_some(), "{}", console.link);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(site.root().join("console.token"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let roots = get_json(&console, "/api/v1/roots");
     assert_eq!(roots.as_array().map(Vec::len), Some(2), "{roots}");
     assert_ne!(roots[0]["service"], roots[1]["service"]);
-    assert_eq!(
-        console.token, None,
-        "a read-only console prints no token link"
+    let page = request(
+        console.port,
+        "GET",
+        "/",
+        &[("Authorization", &console.bearer())],
+        "",
     );
-    assert!(
-        !site.root().join("console.token").exists(),
-        "nor makes a token"
-    );
-    let page = request(console.port, "GET", "/", &[], "");
     assert_eq!(page.status, 200);
     assert_eq!(page.body.matches("<section id=\"root-").count(), 2);
     assert!(!page.body.contains("<button"));
@@ -270,7 +313,7 @@ fn read_only_has_no_button_and_no_endpoint_and_beyond_loopback_needs_a_token_fil
             console.port,
             "POST",
             &format!("/api/v1/roots/{}/{action}", "x"),
-            &[("Authorization", "Bearer anything")],
+            &[("Authorization", &console.bearer())],
             "",
         );
         assert_eq!(answer.status, 404, "{action}");
@@ -314,13 +357,16 @@ fn read_events(reader: &mut BufReader<TcpStream>, count: usize) -> Vec<(String, 
     events
 }
 
-fn open_stream(port: u16, path: &str, last_id: Option<&str>) -> BufReader<TcpStream> {
+fn open_stream(console: &Console, path: &str, last_id: Option<&str>) -> BufReader<TcpStream> {
+    let port = console.port;
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    let mut text =
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n");
+    let mut text = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\nAuthorization: {}\r\n",
+        console.bearer()
+    );
     if let Some(id) = last_id {
         text.push_str(&format!("Last-Event-ID: {id}\r\n"));
     }
@@ -355,7 +401,7 @@ fn the_event_stream_delivers_ten_thousand_records_in_order_and_resumes_through_r
     let log = site.root().join("deploy.log");
     records(&log, 0..10_000);
     let console = Console::start(&[site.root()], &["--read-only"]);
-    let mut stream = open_stream(console.port, "/api/v1/events?from=start", None);
+    let mut stream = open_stream(&console, "/api/v1/events?from=start", None);
     let first = read_events(&mut stream, 6_000);
     assert_eq!(
         first.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
@@ -366,7 +412,7 @@ fn the_event_stream_delivers_ten_thousand_records_in_order_and_resumes_through_r
     let last_id = first.last().unwrap().0.clone();
     std::fs::rename(&log, site.root().join("deploy.log.1")).unwrap();
     records(&log, 10_000..10_500);
-    let mut resumed = open_stream(console.port, "/api/v1/events", Some(&last_id));
+    let mut resumed = open_stream(&console, "/api/v1/events", Some(&last_id));
     let rest = read_events(&mut resumed, 4_500);
     assert_eq!(
         rest.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
@@ -447,13 +493,13 @@ fn status_json_and_the_console_api_are_the_same_model_field_for_field() {
     };
     // In the canary's soak: a slot moved, the others pending, a soak counting down.
     assert!(wait_for(60, || get_json(
-        console.port,
+        &console,
         "/api/v1/roots/edge-svc"
     )["rollout"]["soak_left_ms"]
         .is_u64()));
     for phase in ["soaking", "paused"] {
         let cli = status();
-        let api = get_json(console.port, "/api/v1/roots/edge-svc");
+        let api = get_json(&console, "/api/v1/roots/edge-svc");
         let mut found = Vec::new();
         differences(&cli, &api, "", 5_000.0, &mut found);
         assert_eq!(found, Vec::<String>::new(), "{phase}: {cli}\n{api}");
@@ -512,9 +558,7 @@ fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() 
         page.body
     );
     assert!(page.body.contains(">Maintenance</button>"), "{}", page.body);
-    assert!(!request(console.port, "GET", "/", &[], "")
-        .body
-        .contains(">Maintenance</button>"));
+    assert_eq!(request(console.port, "GET", "/", &[], "").status, 401);
 
     // Without the token: refused, nothing changed.
     let refused = request(
@@ -524,7 +568,7 @@ fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() 
         &[("Content-Type", "application/json")],
         "{}",
     );
-    assert_eq!(refused.status, 403);
+    assert_eq!(refused.status, 401);
     assert!(!site.root().join("traffic.json").exists());
 
     let done = post(
@@ -539,7 +583,7 @@ fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() 
         .as_str()
         .unwrap()
         .starts_with("edge-svc: maintenance (503, Retry-After 90 s"));
-    let state = get_json(console.port, "/api/v1/roots/edge-svc");
+    let state = get_json(&console, "/api/v1/roots/edge-svc");
     assert_eq!(state["traffic"]["mode"], "maintenance");
     assert_eq!(state["traffic"]["why"], "from the console");
     let page = request(console.port, "GET", "/", &[("Cookie", &cookie)], "");
@@ -561,7 +605,7 @@ fn the_traffic_buttons_put_a_service_in_maintenance_and_back_behind_the_token() 
     let resumed = post(&console, "/api/v1/roots/edge-svc/traffic/resume", "{}", &[]);
     assert_eq!(resumed.status, 200, "{}", resumed.body);
     assert_eq!(
-        get_json(console.port, "/api/v1/roots/edge-svc")["traffic"]["mode"],
+        get_json(&console, "/api/v1/roots/edge-svc")["traffic"]["mode"],
         "serving"
     );
 }
@@ -594,12 +638,18 @@ fn the_history_says_what_users_had_of_a_release_switched_back_in_its_watch() {
         r#"{"service":"edge-svc","version":"v1","port":1,"pid":0,"start_time":0,"promoted_at":101}"#,
     );
     let console = Console::start(&[site.root()], &["--read-only"]);
-    let history = get_json(console.port, "/api/v1/roots/edge-svc/history?limit=5");
+    let history = get_json(&console, "/api/v1/roots/edge-svc/history?limit=5");
     let words = "users had it for 3.2 s (612 requests through the proxy, 612 failed); ended by the traffic judge";
     assert_eq!(history[1]["users_had_it"], words, "{history}");
     assert_eq!(history[1]["exposure"]["requests"], 612, "{history}");
     assert!(history[0]["users_had_it"].is_null(), "{history}");
-    let page = request(console.port, "GET", "/", &[], "");
+    let page = request(
+        console.port,
+        "GET",
+        "/",
+        &[("Authorization", &console.bearer())],
+        "",
+    );
     assert!(page.body.contains(words), "{}", page.body);
     assert!(page.body.contains("<th>gate took</th>"), "{}", page.body);
 }

@@ -149,7 +149,15 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
     // Read-only first: the escalation shows, no button does, and the endpoint refuses.
     let read_only = Console::start(&[site.root()], &["--read-only"]);
     let browser = Browser::start();
+    // Issue 66: nothing without the token, read-only too; its link lets the browser in.
     browser.open(&format!("http://127.0.0.1:{}/", read_only.port));
+    assert!(
+        wait_for(20, || browser.text().contains("needs its token")),
+        "{}",
+        browser.text()
+    );
+    assert!(!browser.text().contains("escalated"));
+    browser.open(&read_only.token_link());
     assert!(
         wait_for(20, || browser.text().contains("escalated")),
         "{}",
@@ -166,17 +174,20 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
     drop(read_only);
 
     let console = Console::start(&[site.root()], &[]);
-    // Without the token: no buttons, and a request changes nothing (403).
+    // Without the token: no page, no buttons, and a request changes nothing (401). The
+    // read-only console's cookie was for the same token, so it is cleared first.
     browser.open(&format!("http://127.0.0.1:{}/", console.port));
-    assert!(wait_for(20, || browser.text().contains("escalated")));
+    browser.clear_cookies();
+    browser.open(&format!("http://127.0.0.1:{}/", console.port));
+    assert!(wait_for(20, || browser.text().contains("needs its token")));
     assert!(!browser.has("button"));
     let status = browser.script(
         "var r = new XMLHttpRequest(); r.open('POST', '/api/v1/roots/edge-svc/promote', false); r.send(); return r.status;",
     );
-    assert_eq!(status, 403);
+    assert_eq!(status, 401);
     assert_eq!(site.pointer().unwrap()["version"], "v1", "nothing changed");
 
-    browser.open(&console.link);
+    browser.open(&console.token_link());
     browser.screenshot("console-escalated");
     browser.click("button[data-action='promote']");
     assert!(

@@ -917,3 +917,54 @@ fn registry_auth(user: &str, password: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
 }
+
+/// Issue 66: an image that declares `VOLUME /vol` — an anonymous volume would take writes past
+/// the read-only root and outlive the container. The release writes 200 MiB there: a confined
+/// one gets a tmpfs of 64 MiB instead, and once it is retired no volume of it is left.
+#[test]
+fn an_images_volume_is_a_bounded_tmpfs_and_nothing_of_it_outlives_the_release() {
+    use crate::common::engine::python_image_with;
+    let writer = r#"
+import json, os
+written = 0
+try:
+    with open("/vol/fill", "wb") as f:
+        for _ in range(200):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1
+except OSError as e:
+    pass
+kind = [l.split()[2] for l in open("/proc/self/mounts") if l.split()[1] == "/vol"]
+with open(os.path.join(os.environ["STATE_DIRECTORY"], "vol.json"), "w") as f:
+    json.dump({"written_mib": written, "mounted_as": kind}, f)
+"#;
+    let volumes = || {
+        let out = docker(&["volume", "ls", "-q"]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let before = volumes();
+    let site = Site::new();
+    let out = add_image(&site, "v1", &python_image_with(writer, &["VOLUME /vol"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("data/vol.json")).unwrap())
+            .unwrap();
+    assert_eq!(said["mounted_as"], serde_json::json!(["tmpfs"]), "{said}");
+    let written = said["written_mib"].as_u64().unwrap();
+    assert!((1..=64).contains(&written), "{said}");
+    // Retired: its container goes, and no volume of it stays.
+    let out = add_image(&site, "v2", &sample_image(&[]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(only_containers_of(&site, "v2", 1));
+    let made: Vec<String> = volumes().difference(&before).cloned().collect();
+    assert_eq!(made, Vec::<String>::new(), "volumes left behind");
+}

@@ -1147,9 +1147,21 @@ fn each_service_runs_as_a_uid_of_its_own_which_owns_only_its_state() {
     );
     assert_eq!(read(&a, "v1-own-secret"), "hunter2");
 
-    // A named user instead; root is refused before anything starts.
+    // A named user instead. Issue 66: the state never changes hands under a running process
+    // of the old user — refused while v1 runs (naming it), done once it is gone.
     let named = |user: &str| limited(&b, &format!(r#"{{"user": "{user}"}}"#));
     b.script("v2", &acts(&a));
+    let live = b.live_pid().unwrap();
+    let out = b.deploy(free_port(), "v2", &["--policy", &named("nobody")]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains(&format!("belongs to uid {uid_b}, and process {live} ")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(b.pointer().unwrap()["version"], "v1");
+    send_signal(live, 9);
+    assert!(wait_for(10, || !alive(live)));
     let out = b.deploy(free_port(), "v2", &["--policy", &named("nobody")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(read(&b, "v2-uid"), "65534");

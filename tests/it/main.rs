@@ -5,6 +5,7 @@ mod common;
 
 mod access;
 mod analysis;
+mod attacks;
 mod bench_scripts;
 mod cli;
 mod config;

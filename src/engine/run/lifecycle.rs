@@ -62,7 +62,7 @@ impl Executor {
         let started = started.and_then(|()| {
             probe
                 .is_notify()
-                .then(|| notify::Socket::bind(&notify::address_for(&token)))
+                .then(|| notify::Socket::for_token(&token))
                 .transpose()
                 .and_then(|socket| {
                     let child = process::spawn(&process::Launch {

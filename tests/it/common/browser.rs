@@ -165,6 +165,12 @@ impl Browser {
             .expect("the page opens");
     }
 
+    /// Forgets every cookie of the current page's site (WebDriver's Delete All Cookies).
+    pub fn clear_cookies(&self) {
+        self.session_call("DELETE", "/cookie", None)
+            .expect("the cookies are deleted");
+    }
+
     /// The element `css` selects, once it is there (up to 20 s).
     pub fn find(&self, css: &str) -> String {
         let mut found = None;

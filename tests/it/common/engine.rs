@@ -220,6 +220,12 @@ fn build_rootfs(folder: &Path, name: &str, programs: &[&str], folders: &[&str]) 
 /// rollgate, whose command runs `script` (at /script.py) with Python, then, if it succeeded,
 /// serves as `rollgate sample-service` (a script that fails ends the container). Made once per binary and script.
 pub fn python_image(script: &str) -> PathBuf {
+    python_image_with(script, &[])
+}
+
+/// [`python_image`] with more Dockerfile instructions for `docker import --change`
+/// (`VOLUME /vol`).
+pub fn python_image_with(script: &str, more: &[&str]) -> PathBuf {
     static MAKING: Mutex<()> = Mutex::new(());
     let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let folder = images_folder();
@@ -227,7 +233,7 @@ pub fn python_image(script: &str) -> PathBuf {
     let key = {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (script, change).hash(&mut hasher);
+        (script, change, more).hash(&mut hasher);
         hasher.finish()
     };
     let archive = folder.join(format!("python-{key:016x}.tar"));
@@ -264,13 +270,12 @@ pub fn python_image(script: &str) -> PathBuf {
         "rollgate-it/python:{}-{key:016x}",
         folder.file_name().unwrap().to_string_lossy()
     );
-    let imported = docker(&[
-        "import",
-        "--change",
-        change,
-        with_script.to_str().unwrap(),
-        &tag,
-    ]);
+    let mut import = vec!["import", "--change", change];
+    for instruction in more {
+        import.extend(["--change", instruction]);
+    }
+    import.extend([with_script.to_str().unwrap(), tag.as_str()]);
+    let imported = docker(&import);
     assert!(imported.status.success(), "docker import: {imported:?}");
     let partial = folder.join(format!("python-{key:016x}.tar.{}", std::process::id()));
     let saved = docker(&["save", "-o", partial.to_str().unwrap(), &tag]);

@@ -838,6 +838,8 @@ pub struct Console {
     pub link: String,
     /// The token in that link, if there was one.
     pub token: Option<String>,
+    /// The console's token, from its file (every route asks for it).
+    pub secret: String,
 }
 
 impl Drop for Console {
@@ -878,12 +880,27 @@ impl Console {
                 .is_ok()),
             "the console did not listen: {first}"
         );
+        let secret = std::fs::read_to_string(roots[0].join("console.token"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         Console {
             child,
             port,
             link,
             token,
+            secret,
         }
+    }
+
+    /// The `Authorization` header's value that lets a request in.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.secret)
+    }
+
+    /// The link that sets the token's cookie, whether or not this start printed it.
+    pub fn token_link(&self) -> String {
+        format!("http://127.0.0.1:{}/?token={}", self.port, self.secret)
     }
 }
 
