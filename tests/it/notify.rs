@@ -6,7 +6,6 @@
 
 use crate::common::*;
 
-use std::os::linux::net::SocketAddrExt;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
