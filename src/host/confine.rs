@@ -229,11 +229,15 @@ pub fn hint(said: &str, root: &Path, release: &Path) -> Option<String> {
         .any(|w| lower.contains(w))
         || privileged_port(said).is_some();
     if about_a_port {
-        let port =
-            privileged_port(said).map_or("a port below 1024".to_string(), |p| format!("port {p}"));
-        return Some(format!(
-            "confined: a release has no privileges, so {port} is refused; listen on $PORT (rollgate's proxy serves 80 and 443), or set isolation.enabled = false in the policy to run it with rollgate's own"
-        ));
+        return Some(match (privileged_port(said), named_port(said)) {
+            (Some(port), _) => format!(
+                "confined: a release has no privileges, so port {port} is refused; listen on $PORT (rollgate's proxy serves 80 and 443), or set isolation.enabled = false in the policy to run it with rollgate's own"
+            ),
+            (None, Some(port)) => format!(
+                "confined: a release may bind only its own port, $PORT, so port {port} is refused (another service's release may be given it); listen on $PORT"
+            ),
+            (None, None) => "confined: a release has no privileges, so a port below 1024 is refused, and it may bind only its own port, $PORT; listen on $PORT (rollgate's proxy serves 80 and 443), or set isolation.enabled = false in the policy to run it with rollgate's own".to_string(),
+        });
     }
     let data = root.join(super::account::DATA_DIR);
     match refused_path(said) {
@@ -262,9 +266,19 @@ fn refused_path(said: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// A port below 1024 named as `HOST:N` (an address: `0.0.0.0:80`, `[::]:443`, `:80`) or
-/// `port N` in `said`; a time of day (`10:30:15`) is no port.
+/// A port below 1024 named in `said` (see [`ports_named`]).
 fn privileged_port(said: &str) -> Option<u16> {
+    ports_named(said).find(|port| (1..1024).contains(port))
+}
+
+/// The first port named in `said` (see [`ports_named`]).
+fn named_port(said: &str) -> Option<u16> {
+    ports_named(said).find(|port| *port > 0)
+}
+
+/// The ports named as `HOST:N` (an address: `0.0.0.0:80`, `[::]:443`, `:80`) or `port N` in
+/// `said`; a time of day (`10:30:15`) is no port.
+fn ports_named(said: &str) -> impl Iterator<Item = u16> + '_ {
     let addresses = said
         .split(|c: char| c.is_whitespace() || "'\"`,()[]".contains(c))
         .filter_map(|word| word.rsplit_once(':'))
@@ -276,7 +290,7 @@ fn privileged_port(said: &str) -> Option<u16> {
         let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
         digits.parse::<u16>().ok()
     });
-    addresses.chain(named).find(|port| (1..1024).contains(port))
+    addresses.chain(named)
 }
 
 #[cfg(test)]
@@ -317,5 +331,12 @@ mod tests {
             None
         );
         assert_eq!(privileged_port("at 10:30:15 on :8080"), None);
+        // Issue 66: a port of its own choosing, refused by Landlock's bind rule.
+        let said = "OSError: [Errno 13] Permission denied: bind to 127.0.0.1:8080";
+        let why = hint(said, root, release).unwrap();
+        assert!(
+            why.contains("may bind only its own port, $PORT, so port 8080 is refused"),
+            "{why}"
+        );
     }
 }

@@ -253,20 +253,35 @@ fn a_release_swapping_its_state_for_a_link_never_makes_root_give_it_another_fold
         std::fs::write(victim.path().join(format!("file{n}")), "root's").unwrap();
     }
     let site = Site::new();
+    // The swaps happen in a folder of its state that anyone may write, through a descriptor
+    // it opened before: once the walk has given `data/` away, a swap by path would be refused,
+    // but one relative to the held folder is not.
     let swapper = r#"
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 data = os.environ["STATE_DIRECTORY"]
-inner, link = os.path.join(data, "inner"), os.path.join(data, "link")
-os.makedirs(inner, exist_ok=True)
+shared = os.path.join(data, "shared")
+os.makedirs(os.path.join(shared, "inner"), exist_ok=True)
+os.chmod(shared, 0o777)
 for n in range(300):
-    open(os.path.join(inner, "file%d" % n), "w").close()
-if not os.path.lexists(link):
-    os.symlink(os.environ["VICTIM"], link)
+    open(os.path.join(shared, "inner", "file%d" % n), "w").close()
+if not os.path.lexists(os.path.join(shared, "link")):
+    os.symlink(os.environ["VICTIM"], os.path.join(shared, "link"))
+held = os.open(shared, os.O_RDONLY | os.O_DIRECTORY)
 open(os.path.join(data, "swapping"), "w").close()
-end = time.time() + 60
-while time.time() < end:
-    libc.renameat2(-100, inner.encode(), -100, link.encode(), 2)
+# A swap every few hundred microseconds (a walk of 600 names spans many), not a busy loop:
+# the machine runs other tests meanwhile. The test ends it by writing `stop` beside them.
+n = 0
+while True:
+    libc.renameat2(held, b"inner", held, b"link", 2)
+    time.sleep(0.0002)
+    n += 1
+    if n % 500 == 0:
+        try:
+            os.stat("stop", dir_fd=held)
+            break
+        except FileNotFoundError:
+            pass
 "#;
     write(site.root(), "releases/v1/swapper.py", swapper);
     site.script(
@@ -286,12 +301,6 @@ while time.time() < end:
     site.release("v2", "");
     let policy = isolation_policy(&site, 20_000, r#"{"user": "nobody"}"#);
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
-    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("still runs as it"),
-        "{}",
-        stderr(&out)
-    );
     let taken: Vec<String> = std::fs::read_dir(victim.path())
         .unwrap()
         .flatten()
@@ -303,8 +312,15 @@ while time.time() < end:
         "{} of the victim's files changed hands",
         taken.len()
     );
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("still runs as it"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(site.pointer().unwrap()["version"], "v1");
     assert!(alive(live));
+    std::fs::write(site.root().join("data/shared/stop"), "").unwrap();
     // Retired by a deploy as its own user: the swapper goes with its tree.
     let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
