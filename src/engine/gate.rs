@@ -167,10 +167,15 @@ pub(crate) async fn run(
             if let Some(progress) = watchers.progress {
                 progress.finish();
             }
-            gate.verdict = match (verdict, &who) {
-                // Ready by its port only if the candidate is what listens there.
+            gate.verdict = match (verdict, who) {
+                // Ready by its port only if the candidate is what listens there (read off
+                // /proc on the blocking pool: the other gates of a rollout go on meanwhile).
                 (Verdict::Ready, Some(who)) if subject.probes_its_port() => {
-                    match crate::host::ports::held_by_another(subject.port, who) {
+                    let port = subject.port;
+                    let held = tokio::task::spawn_blocking(move || {
+                        crate::host::ports::held_by_another(port, &who)
+                    });
+                    match held.await.ok().flatten() {
                         Some(why) => Verdict::Impostor(why),
                         None => Verdict::Ready,
                     }

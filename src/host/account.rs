@@ -125,7 +125,7 @@ fn holds(root: &Path, uid: u32) -> Result<bool, String> {
     let _lock = lock_registry()?;
     match claim_holder(uid) {
         Some(holder) if same_folder(&holder, root) => Ok(true),
-        Some(holder) if !is_stale(&holder, uid) => Ok(false),
+        Some(holder) if !is_stale(&holder, uid, &Leftovers::now()) => Ok(false),
         _ => write_claim(uid, root).map(|()| true),
     }
 }
@@ -134,12 +134,15 @@ fn holds(root: &Path, uid: u32) -> Result<bool, String> {
 /// live root holds; recorded in the registry, then in the root.
 fn allocate(root: &Path) -> Result<ServiceUser, String> {
     let _lock = lock_registry()?;
+    // One look at what every uid has left, not one per claim: the registry stays locked
+    // meanwhile, and every release start of the host waits for it.
+    let leftovers = Leftovers::now();
     for uid in FIRST_UID..=LAST_UID {
         if host_knows(uid) {
             continue;
         }
         if let Some(holder) = claim_holder(uid) {
-            if same_folder(&holder, root) || !is_stale(&holder, uid) {
+            if same_folder(&holder, root) || !is_stale(&holder, uid, &leftovers) {
                 continue;
             }
         }
@@ -177,29 +180,45 @@ fn claim_holder(uid: u32) -> Option<PathBuf> {
 /// A claim nobody needs any more: its root is gone, or records another user — and nothing of
 /// the uid is left (issue 66: a process, a System V IPC object, a file in the old root's own
 /// folders), so the next service given it inherits nothing.
-fn is_stale(holder: &Path, uid: u32) -> bool {
+fn is_stale(holder: &Path, uid: u32, leftovers: &Leftovers) -> bool {
     let unneeded = match read_record(&holder.join(RECORD_FILE)) {
         Ok(Some(user)) => user.uid != uid || user.name.is_some(),
         Ok(None) => true,
         // Unreadable but there: keep it rather than hand the uid out twice.
         Err(_) => !holder.exists(),
     };
-    unneeded && left_of(holder, uid).is_none()
+    unneeded && leftovers.of(holder, uid).is_none()
 }
 
-/// Something of `uid` still on the host, said: a process running as it, an IPC object it owns,
-/// a file it owns in `root`'s state or temporary folder.
-pub fn left_of(root: &Path, uid: u32) -> Option<String> {
-    if let Some((pid, name)) = process_running_as(uid) {
-        return Some(format!("process {pid} ({name})"));
+/// What the host's uids have left now, read once: a process of each, and its System V IPC
+/// objects in rollgate's namespace.
+struct Leftovers {
+    processes: std::collections::HashMap<u32, (i32, String)>,
+    ipc: Vec<super::ipc::Object>,
+}
+
+impl Leftovers {
+    fn now() -> Leftovers {
+        Leftovers {
+            processes: processes_by_uid(),
+            ipc: super::ipc::all(),
+        }
     }
-    if let Some(object) = super::ipc::owned_by(uid).into_iter().next() {
-        return Some(object.to_string());
+
+    /// Something of `uid` still on the host, said: a process running as it, an IPC object it
+    /// owns, a file it owns in `root`'s state or temporary folder.
+    fn of(&self, root: &Path, uid: u32) -> Option<String> {
+        if let Some((pid, name)) = self.processes.get(&uid) {
+            return Some(format!("process {pid} ({name})"));
+        }
+        if let Some(object) = self.ipc.iter().find(|o| o.uid == uid) {
+            return Some(object.to_string());
+        }
+        [DATA_DIR, TMP_DIR]
+            .iter()
+            .find_map(|folder| owned_file(&root.join(folder), uid, 10_000))
+            .map(|path| format!("file {}", path.display()))
     }
-    [DATA_DIR, TMP_DIR]
-        .iter()
-        .find_map(|folder| owned_file(&root.join(folder), uid, 10_000))
-        .map(|path| format!("file {}", path.display()))
 }
 
 /// A file under `dir` (not following links) owned by `uid`, among at most `budget` entries.
@@ -301,9 +320,9 @@ fn make_private(dir: &Path, user: Option<&ServiceUser>) -> Result<(), String> {
         Err(e) => return Err(fail(e)),
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
-    // No user of its own (confinement off, or rollgate is not root): the release runs with
-    // rollgate's privileges, which reach the folder whoever owns it, so nothing changes hands
-    // (the service's user keeps its state for when confinement is on again).
+    // No user of its own: confinement is off (the release runs as root, which reaches the
+    // folder whoever owns it, so nothing changes hands and the service's user keeps its state
+    // for when confinement is on again), or rollgate is not root (it made the folder itself).
     let Some(ServiceUser { uid, gid, .. }) = user.cloned() else {
         return Ok(());
     };
@@ -423,23 +442,38 @@ fn open_at<P: ?Sized + nix::NixPath>(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A live process that runs as `uid` (real, effective, saved or filesystem id), with its
-/// command name: what stops the service's folders from changing hands under it.
-pub fn process_running_as(uid: u32) -> Option<(i32, String)> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
-            let zombie = field("State:").is_some_and(|s| s.trim_start().starts_with(['Z', 'X']));
-            let ids = field("Uid:")?;
-            let runs_as = ids.split_whitespace().any(|id| id.parse() == Ok(uid));
-            (runs_as && !zombie).then(|| {
-                let name = field("Name:").unwrap_or("?").trim();
-                (pid, crate::host::output::printable(name))
-            })
-        })
+/// A live process that runs as `uid`, with its command name: what stops the service's folders
+/// from changing hands under it.
+fn process_running_as(uid: u32) -> Option<(i32, String)> {
+    processes_by_uid().remove(&uid)
+}
+
+/// A live process of every uid that has one (as its real, effective, saved or filesystem id),
+/// with its command name, from one pass over `/proc`.
+fn processes_by_uid() -> std::collections::HashMap<u32, (i32, String)> {
+    let mut found = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    let pids = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok());
+    for pid in pids {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+        if field("State:").is_some_and(|s| s.trim_start().starts_with(['Z', 'X'])) {
+            continue;
+        }
+        let name = crate::host::output::printable(field("Name:").unwrap_or("?").trim());
+        let ids = field("Uid:").unwrap_or("");
+        for uid in ids
+            .split_whitespace()
+            .filter_map(|id| id.parse::<u32>().ok())
+        {
+            found.entry(uid).or_insert_with(|| (pid, name.clone()));
+        }
+    }
+    found
 }
 
 fn add_mode(dir: &Path, bits: u32) -> Result<(), String> {
@@ -652,15 +686,16 @@ mod tests {
         }
         let gone = tempfile::tempdir().unwrap().path().join("gone-root");
         let uid = 70_777;
-        assert!(left_of(&gone, uid).is_none());
+        assert!(Leftovers::now().of(&gone, uid).is_none());
         assert!(
-            is_stale(&gone, uid),
+            is_stale(&gone, uid, &Leftovers::now()),
             "a root that is gone with nothing left"
         );
         let mut sleeper = std::process::Command::new("sleep");
         std::os::unix::process::CommandExt::uid(&mut sleeper, uid);
         let mut sleeper = sleeper.arg("30").spawn().unwrap();
-        let left = left_of(&gone, uid);
+        assert!(!is_stale(&gone, uid, &Leftovers::now()));
+        let left = Leftovers::now().of(&gone, uid);
         let _ = sleeper.kill();
         let _ = sleeper.wait();
         let left = left.expect("a process of the uid is left");

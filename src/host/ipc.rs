@@ -25,15 +25,14 @@ const KINDS: [(&str, &str, &str); 3] = [
     ("sem", "semaphore set", "semid"),
 ];
 
-/// Every object owned (or made) by `uid` in this IPC namespace.
-pub fn owned_by(uid: u32) -> Vec<Object> {
+/// Every object in this IPC namespace, once under each uid that owns (or made) it.
+pub fn all() -> Vec<Object> {
     KINDS
         .iter()
         .flat_map(|(file, kind, id_column)| {
             let text = std::fs::read_to_string(format!("/proc/sysvipc/{file}")).unwrap_or_default();
             parse(&text, kind, id_column)
         })
-        .filter(|object| object.uid == uid)
         .collect()
 }
 
