@@ -453,15 +453,26 @@ async fn abandon(root: &Root, rollout: &Rollout, error: Error) -> Error {
                 .to_string(),
                 None => process::Stopped::AlreadyGone.to_string(),
             };
-            // Nothing of it runs and `current` never named it: its record goes.
-            let cleared = state::clear(root);
             if error.is_refused() {
+                // Nothing of it runs and `current` never named it: its record goes.
+                let _ = state::clear(root);
                 return error;
             }
-            match cleared {
-                Ok(()) => format!("candidate {version} {stopped}; current unchanged"),
+            // Its attempt ends with its outcome line, then its record goes; where even that
+            // line cannot be written (the disk is full), the record stays, and the next
+            // command on the root finishes the attempt with it (issue 67, A).
+            let said = format!("candidate {version} {stopped}; current unchanged");
+            let logged = record::log_outcome(
+                root,
+                rollout,
+                crate::host::journal::LogEvent::RolledBack,
+                format!("{error}; {said}"),
+            );
+            match logged.and_then(|()| state::clear(root).map_err(Error::from)) {
+                Ok(()) => said,
                 Err(e) => format!(
-                    "candidate {version} {stopped}; current unchanged; {e}, the next deploy will"
+                    "{said}; {e}: its record stays in {} and the next command on the root logs its outcome",
+                    state_path.display()
                 ),
             }
         }

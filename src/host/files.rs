@@ -83,9 +83,49 @@ pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Resul
     synced.map_err(WriteError::NotDurable)
 }
 
-/// Opens `path` for appending, creating it with [`STATE_FILE_MODE`] whatever the umask.
-pub fn open_append(path: &Path) -> std::io::Result<File> {
+/// Appends `line` (which ends with a newline) to `path` as one whole line, made with the
+/// state files' mode if it is new, and fsynced. A line is never torn and never glued: a write
+/// that fails part-way (a full disk) is cut back to where the file ended, and a torn line an
+/// earlier run left at the end (it died between the part and the cut) is cut back to the
+/// last whole line before this one is written.
+pub fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
+    let mut file = open_append(path)?;
+    let whole = whole_lines_end(&file)?;
+    if whole < file.metadata()?.len() {
+        file.set_len(whole)?;
+    }
+    if let Err(e) = file.write_all(line) {
+        let _ = file.set_len(whole);
+        return Err(e);
+    }
+    file.sync_data()
+}
+
+/// Where the file's last whole line ends (its length when it ends with a newline, or is empty).
+fn whole_lines_end(file: &File) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let piece = &mut chunk[..(end - start) as usize];
+        file.read_exact_at(piece, start)?;
+        if end == len && piece.last() == Some(&b'\n') {
+            return Ok(len);
+        }
+        if let Some(at) = piece.iter().rposition(|b| *b == b'\n') {
+            return Ok(start + at as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// Opens `path` to append to it (and read its end), made with the state files' mode if new.
+fn open_append(path: &Path) -> std::io::Result<File> {
     match fs::OpenOptions::new()
+        .read(true)
         .append(true)
         .create_new(true)
         .mode(STATE_FILE_MODE)
@@ -96,7 +136,7 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
             Ok(file)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            fs::OpenOptions::new().append(true).open(path)
+            fs::OpenOptions::new().read(true).append(true).open(path)
         }
         Err(e) => Err(e),
     }
@@ -182,6 +222,31 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torn_last_line_is_cut_back_before_the_next_is_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("deploy.log");
+        append_line(&log, b"{\"n\":1}\n").unwrap();
+        // What a write cut short by a full disk leaves, from a run that died before its cut.
+        let mut torn = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        torn.write_all(b"{\"n\":2,\"det").unwrap();
+        append_line(&log, b"{\"n\":3}\n").unwrap();
+        assert_eq!(std::fs::read(&log).unwrap(), b"{\"n\":1}\n{\"n\":3}\n");
+        // A line longer than one read of the end, torn: cut back to the line before it.
+        let long = vec![b'x'; 100_000];
+        torn.write_all(&long).unwrap();
+        append_line(&log, b"{\"n\":4}\n").unwrap();
+        assert_eq!(
+            std::fs::read(&log).unwrap(),
+            b"{\"n\":1}\n{\"n\":3}\n{\"n\":4}\n"
+        );
+        // Nothing but a torn piece: cut to nothing.
+        let only = dir.path().join("only.log");
+        std::fs::write(&only, b"{\"n\"").unwrap();
+        append_line(&only, b"{}\n").unwrap();
+        assert_eq!(std::fs::read(&only).unwrap(), b"{}\n");
+    }
 
     #[test]
     fn read_at_most_takes_the_limit_and_refuses_one_byte_more() {

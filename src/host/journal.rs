@@ -1,6 +1,6 @@
 //! The deploy log: one JSON line per action, appended and fsynced before rollgate moves on.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -228,9 +228,7 @@ pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
         .collect();
     let mut line = crate::host::config::redact(&line, &forms).into_bytes();
     line.push(b'\n');
-    let mut file = crate::host::files::open_append(path)?;
-    file.write_all(&line)?;
-    file.sync_data()
+    crate::host::files::append_line(path, &line)
 }
 
 /// The entry as a JSON line, with the release's `config` (the digest of its env and its

@@ -216,6 +216,21 @@ fn defect_05_a_log_that_cannot_be_written_after_the_spawn_stops_the_candidate() 
     assert!(wait_for(5, || token_carriers(&site).is_empty()));
     assert_eq!(std::fs::read(site.root().join("current")).unwrap(), before);
     assert!(alive(live), "the live release is untouched");
+    // Issue 67, A: with no outcome line written, its record stays for the next command, which
+    // ends the attempt with one once the log can be written again.
+    assert!(err.contains("its record stays"), "{err}");
+    std::fs::remove_dir(site.root().join("deploy.log")).unwrap();
+    std::fs::rename(site.root().join("kept.log"), site.root().join("deploy.log")).unwrap();
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v2_outcomes: Vec<String> = site
+        .events()
+        .into_iter()
+        .filter(|(e, v)| v == "v2" && (e == "promoted" || e == "rolled_back"))
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(v2_outcomes, vec!["rolled_back"]);
     assert!(!site.root().join("candidate").exists());
 }
 
@@ -570,4 +585,99 @@ fn a_root_that_is_not_a_folder_is_refused_by_every_command_that_reads_one_in_the
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("nothing promoted yet"));
+}
+
+/// Issue 67, A and C: the disk fills while a deploy runs (here, the file size limit a full
+/// disk acts as: `RLIMIT_FSIZE` just past the candidate's first line, so its next line — the
+/// rollback of a candidate that never got ready — is cut short). The short line is cut back
+/// rather than glued to the next, the failed attempt still ends with exactly one outcome line
+/// (the next command writes it: the record was kept), and every line of the log is whole.
+#[test]
+fn defect_67a_a_write_cut_short_after_the_candidate_started_tears_no_line_and_loses_no_outcome() {
+    let site = Site::new();
+    first_release(&site);
+    // Inert lines first, so the limit is far above every other file the deploy writes.
+    let log = site.root().join("deploy.log");
+    let padding: String = (0..500)
+        .map(|n| {
+            format!("{{\"ts\":1796000000.{n},\"event\":\"hook_ran\",\"version\":\"v1\",\"detail\":\"padding {n} of the log so that its size limit is far above every state file\",\"service\":\"edge-svc\"}}\n")
+        })
+        .collect();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut file, padding.as_bytes()).unwrap();
+    drop(file);
+    let started = site
+        .log_lines()
+        .iter()
+        .find(|l| l["event"] == "candidate_started")
+        .map(|l| serde_json::to_string(l).unwrap().len() as u64)
+        .unwrap();
+    let limit = std::fs::metadata(&log).unwrap().len() + started + 64;
+    // A candidate that never gets ready: its rolled_back line is the one cut short.
+    site.release("v2", "--readyz-status 503");
+    let mut deploy = std::process::Command::new(crate::common::bin());
+    deploy
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v2",
+            "600",
+            "--root",
+        ])
+        .arg(site.root())
+        .env("NO_COLOR", "1");
+    // SAFETY: setrlimit and signal take integers; the child has one thread.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut deploy, move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let cap = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &cap) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = deploy.output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.ends_with('\n'),
+        "a torn last line: {:?}",
+        &text[text.len() - 200..]
+    );
+    let v2_started = text
+        .lines()
+        .filter(|l| {
+            l.contains("\"event\":\"candidate_started\"") && l.contains("\"version\":\"v2\"")
+        })
+        .count();
+    assert_eq!(
+        v2_started, 1,
+        "the candidate started (the cut came after it)"
+    );
+
+    // The next deploy, with room: the failed attempt is finished, and every line is whole.
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a torn line {l:?}: {e}")))
+        .collect();
+    let mut attempts: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in &lines {
+        let Some(token) = line["token"].as_str() else {
+            continue;
+        };
+        let outcome = matches!(line["event"].as_str(), Some("promoted" | "rolled_back"));
+        *attempts.entry(token.to_string()).or_default() += usize::from(outcome);
+    }
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    assert!(attempts.values().all(|n| *n == 1), "{attempts:?}");
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
 }
