@@ -1165,6 +1165,23 @@ Exit codes: 0 every file passed; 1 at least one failed; 2 usage.")]
         #[command(flatten)]
         eval: EvalArgs,
     },
+    /// Print the policy a service is held to: the one kept in its root for the live release
+    /// (or `--release V`), which every command not given `--policy` runs under.
+    #[command(after_help = "Examples:
+  rollgate policy show --root /srv/edge
+  rollgate policy show --root /srv/edge --release v3 | jq .kept.value.isolation
+
+Prints JSON: {\"version\": the release, \"kept\": {\"source\", \"sha256\", \"entry\", \"value\"}}, with
+\"kept\": null for a release deployed without a policy (the defaults).
+
+Exit codes: 0 printed; 2 no such root, or nothing is live and no --release was named.")]
+    Show {
+        #[command(flatten)]
+        target: RootArgs,
+        /// This release's kept policy instead of the live one's.
+        #[arg(long, value_name = "VERSION")]
+        release: Option<String>,
+    },
     /// Print the bundled RolloutPolicy contract.
     Contract,
 }

@@ -209,12 +209,16 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     crate::host::names::check_name("version", &request.version)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
-    let policy = load_policy(&request)?;
+    let chosen = load_policy(&request)?;
+    if let Some(chosen) = &chosen {
+        chosen.say_if_kept();
+    }
+    let policy = chosen.as_ref().map(|c| c.settings.clone());
     let port = request.port.resolve(&request.root, policy.as_ref())?;
     if port == 0 {
         return Err(refused("port 0 is not a port a release can be probed on"));
     }
-    let hooks = policy_hooks(policy.as_ref(), request.policy.as_deref())?;
+    let hooks = policy_hooks(policy.as_ref(), chosen.as_ref().map(|c| c.source()))?;
     let settings = request
         .resolve(policy.as_ref())
         .map_err(|e| refused(format!("policy refused: {e}")))?;
@@ -224,6 +228,7 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
     if request.give_service_config {
         give_service_config(&root, &request.version)?;
     }
+    super::preflight::keep(&root, &request.version, chosen.as_ref())?;
 
     let plan = Plan::Deploy {
         port,
@@ -255,9 +260,11 @@ pub(crate) fn give_service_config(root: &Root, version: &str) -> Result<(), Erro
     Ok(())
 }
 
-/// The request's policy entry, checked by the contract (None without `--policy`).
-fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Error> {
+/// The request's policy: its `--policy` entry, checked by the contract, else the one kept in
+/// the root (None: the defaults).
+fn load_policy(request: &Request) -> Result<Option<super::preflight::Chosen>, Error> {
     policy_entry(
+        &request.root,
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
         &request.service,

@@ -257,35 +257,47 @@ fn config_check(root: &Root, version: &str, give_service_config: bool) -> Result
 
 /// `rollgate deploy ... --dry-run`: the report, and whether the deploy would be refused.
 pub fn deploy(request: &Request) -> (String, bool) {
-    let policy = policy_of(
+    let chosen = policy_of(
+        &request.root,
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
         &request.service,
         &request.eval,
     );
-    refused_or_not(deploy_report(request, policy))
+    let source = chosen
+        .as_ref()
+        .ok()
+        .and_then(|c| c.as_ref().map(|c| c.source().to_path_buf()));
+    let policy = chosen.map(|c| c.map(|c| c.settings));
+    refused_or_not(deploy_report(request, policy, source.as_deref()))
 }
 
 /// `rollgate rollout ... --dry-run`: the report, and whether the rollout would be refused.
 pub fn rollout(request: &RolloutRequest) -> (String, bool) {
     let policy = policy_of(
+        &request.root,
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
         &request.service,
         &request.eval,
     );
-    refused_or_not(rollout_report(request, policy))
+    refused_or_not(rollout_report(
+        request,
+        policy.map(|c| c.map(|c| c.settings)),
+    ))
 }
 
-/// The request's policy entry, checked by the contract (None without `--policy`); a refusal
-/// is reported, not raised: the dry run goes on to say everything else it can.
+/// The request's policy entry, checked by the contract, else the one kept in the root (None:
+/// the defaults); a refusal is reported, not raised: the dry run goes on to say everything
+/// else it can.
 fn policy_of(
+    root: &std::path::Path,
     policy: Option<&std::path::Path>,
     entry: Option<&str>,
     service: &str,
     eval: &crate::policy::EvalOptions,
-) -> Result<Option<RolloutSettings>, String> {
-    preflight::policy_entry(policy, entry, service, eval).map_err(|e| e.to_string())
+) -> Result<Option<preflight::Chosen>, String> {
+    preflight::policy_entry(root, policy, entry, service, eval).map_err(|e| e.to_string())
 }
 
 fn refused_or_not(report: Result<String, Error>) -> (String, bool) {
@@ -298,6 +310,7 @@ fn refused_or_not(report: Result<String, Error>) -> (String, bool) {
 fn deploy_report(
     request: &Request,
     policy: Result<Option<RolloutSettings>, String>,
+    source: Option<&std::path::Path>,
 ) -> Result<String, Error> {
     let mut report = Report {
         title: format!(
@@ -345,7 +358,7 @@ fn deploy_report(
         policy.as_ref(),
     );
     watch_and_output_values(&mut report, request, &settings, policy.as_ref());
-    match preflight::policy_hooks(policy.as_ref(), request.policy.as_deref()) {
+    match preflight::policy_hooks(policy.as_ref(), source) {
         Ok(hooks) => hook_values(&mut report, &hooks),
         Err(e) => report.check(Err(e)),
     }

@@ -14,6 +14,7 @@ pub(crate) mod earlier;
 pub mod fleet_move;
 pub mod hold;
 pub mod logs;
+pub mod policy_show;
 pub(crate) mod preflight;
 pub mod releases;
 pub mod rollback;

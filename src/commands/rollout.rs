@@ -10,7 +10,7 @@ use crate::engine::{self, settings, view as render, Outcome, Plan, Start};
 use crate::error::{refused, Error};
 use crate::host::journal;
 use crate::host::state::Root;
-use crate::policy::{self, EvalOptions};
+use crate::policy::EvalOptions;
 use crate::render::{table::Layout, Format};
 
 /// `rollgate rollout SVC VERSION`.
@@ -27,9 +27,11 @@ pub struct Request {
     pub give_service_config: bool,
 }
 
-/// The request's policy entry, checked by the contract (None without `--policy`).
-fn load_policy(request: &Request) -> Result<Option<policy::RolloutSettings>, Error> {
+/// The request's policy: its `--policy` entry, checked by the contract, else the one kept in
+/// the root (None: the defaults).
+fn load_policy(request: &Request) -> Result<Option<preflight::Chosen>, Error> {
     preflight::policy_entry(
+        &request.root,
         request.policy.as_deref(),
         request.policy_entry.as_deref(),
         &request.service,
@@ -42,13 +44,18 @@ pub fn rollout(request: Request) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     crate::host::names::check_name("version", &request.version)?;
     // The policy is evaluated in a forked sandbox: before the runtime starts any thread.
-    let policy = load_policy(&request)?;
-    let hooks = preflight::policy_hooks(policy.as_ref(), request.policy.as_deref())?;
+    let chosen = load_policy(&request)?;
+    if let Some(chosen) = &chosen {
+        chosen.say_if_kept();
+    }
+    let policy = chosen.as_ref().map(|c| c.settings.clone());
+    let hooks = preflight::policy_hooks(policy.as_ref(), chosen.as_ref().map(|c| c.source()))?;
     let (root, executable) =
         preflight::release_executable(&request.root, &request.version, &request.service)?;
     if request.give_service_config {
         super::deploy::give_service_config(&root, &request.version)?;
     }
+    preflight::keep(&root, &request.version, chosen.as_ref())?;
 
     let plan = Plan::Rollout {
         args: request.args,

@@ -46,6 +46,10 @@ pub fn run_policy(command: PolicyCommand) -> Result<u8, Error> {
                 error::FAILED
             })
         }
+        PolicyCommand::Show { target, release } => printed(rollgate::commands::policy_show::show(
+            &target.root,
+            release.as_deref(),
+        )?),
         PolicyCommand::Contract => printed(policy::ROLLOUT_POLICY_NCL.to_string()),
     }
 }

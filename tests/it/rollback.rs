@@ -165,3 +165,63 @@ fn rollback_moves_a_replica_set_back_with_a_rollout() {
     let versions = replica_versions(&site);
     assert_eq!(versions, ["v1", "v1", "v1"]);
 }
+
+/// Issue 67, 1: the policy belongs to the service. A deploy given `--policy` keeps it in the
+/// root beside its release; a rollback and a deploy given none run under it — the user the
+/// live release runs as and its limits, not the defaults (a rollback that forgot the user
+/// once gave the state to another uid and broke the live service). `policy show` prints it.
+#[test]
+fn a_rollback_and_a_deploy_without_policy_run_under_the_policy_kept_in_the_root() {
+    let site = Site::new();
+    let policy = isolation_policy(&site, 20_000, r#"{"user": "nobody", "memory_mb": 256}"#);
+    let uid_of = |pid: i32| -> String {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let ids = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap();
+        ids.split_whitespace().next().unwrap().to_string()
+    };
+    for version in ["v1", "v2"] {
+        site.release(version, "");
+        let out = site.deploy(free_port(), version, &["--policy", &policy]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(uid_of(site.live_pid().unwrap()), "65534");
+    }
+    let out = rollback(&site, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("no --policy: the service's policy, kept in the root (entry edge_svc of"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    let live = site.live_pid().unwrap();
+    assert_eq!(
+        uid_of(live),
+        "65534",
+        "the rollback kept the service's user"
+    );
+    assert_eq!(site.pointer().unwrap()["limits"]["memory_mb"], 256);
+
+    site.release("v3", "");
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(uid_of(site.live_pid().unwrap()), "65534");
+
+    let shown = rollgate()
+        .args(["policy", "show", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["version"], "v3");
+    assert_eq!(shown["kept"]["entry"], "edge_svc");
+    assert_eq!(shown["kept"]["value"]["isolation"]["user"], "nobody");
+    let file = std::fs::read(&policy).unwrap();
+    use sha2_010::Digest;
+    let digest: String = sha2_010::Sha256::digest(&file)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(shown["kept"]["sha256"], digest.as_str());
+}
