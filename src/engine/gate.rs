@@ -31,11 +31,20 @@ impl Gate {
         if self.recent.is_empty() {
             return "none".into();
         }
-        self.recent
+        let said = self
+            .recent
             .iter()
             .map(Probe::to_string)
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", ");
+        match self.recent.back() {
+            // Django's ALLOWED_HOSTS, Rails' host authorization, a virtual host: the request
+            // reached the app, which refused the name it was asked by (issue 67, 4).
+            Some(Probe::Status(400 | 421)) => format!(
+                "{said} (the app may check the Host header: the probe sends 127.0.0.1:PORT unless the policy's probe.host names the host it serves, as probe = {{ host = \"app.example.com\" }})"
+            ),
+            _ => said,
+        }
     }
 }
 

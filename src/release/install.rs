@@ -954,7 +954,15 @@ pub fn remove(releases: &Path, version: &str) -> Result<(), Error> {
     let hidden = releases.join(format!("{REMOVING_PREFIX}{version}-{}", std::process::id()));
     fs::rename(&from, &hidden).map_err(|e| failed("rename out", &from, e))?;
     sync_dir(releases)?;
-    fs::remove_dir_all(&hidden).map_err(|e| failed("remove", &hidden, e))
+    fs::remove_dir_all(&hidden).map_err(|e| failed("remove", &hidden, e))?;
+    // The policy it ran under goes with it (a record of a release that is gone).
+    if let Some(root) = releases.parent() {
+        let kept = root
+            .join(crate::host::kept_policy::FOLDER)
+            .join(format!("{version}.json"));
+        let _ = fs::remove_file(kept);
+    }
+    Ok(())
 }
 
 /// Removes what a dead installer staged or a dead removal left (a `kill -9` mid-way).

@@ -250,3 +250,31 @@ fn up_waits_for_the_probe_the_release_was_deployed_with() {
     let mut conn = Conn::open(port).unwrap();
     assert_eq!(conn.get("/healthz", "").unwrap().status, 200);
 }
+
+/// Issue 67, 4: a probe answered 400 (or 421) reached an app that refused the Host it was
+/// asked by (Django's ALLOWED_HOSTS): the reason says so and names `probe.host`.
+#[test]
+fn a_probe_answered_400_says_the_app_may_check_the_host_and_names_probe_host() {
+    let site = Site::new();
+    site.release("v1", "--readyz-status 400");
+    let out = rollgate()
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v1",
+            "600",
+            "--root",
+        ])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let detail = site.last_detail();
+    assert!(detail.contains("last probes: HTTP 400"), "{detail}");
+    assert!(
+        detail.contains("the app may check the Host header") && detail.contains("probe.host"),
+        "{detail}"
+    );
+}
