@@ -53,6 +53,7 @@ pub fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
             };
             return printed(installed_words(
                 &release::install::add(&request)?,
+                &target.root,
                 &service,
                 &version,
             ));
@@ -123,17 +124,28 @@ pub fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
 /// What `release add` says of the release it installed (or found installed).
 pub fn installed_words(
     installed: &release::install::Installed,
+    root: &std::path::Path,
     service: &str,
     version: &str,
 ) -> String {
     match installed {
-        release::install::Installed::New(record) => format!(
-            "installed: {service} {version} ({} file{}, {} bytes, sha256 {})\n",
-            record.files,
-            if record.files == 1 { "" } else { "s" },
-            record.size,
-            record.sha256
-        ),
+        release::install::Installed::New(record) => {
+            // The whole tree's digest (what a manifest pins), and an image release's image.
+            let image = rollgate::host::container::ImageRelease::of_release(
+                &root.join("releases").join(version),
+            )
+            .ok()
+            .flatten()
+            .map_or_else(String::new, |image| format!("; image {}", image.image));
+            format!(
+                "installed: {service} {version} ({} file{}, {} bytes, sha256 {}; tree sha256 {}{image})\n",
+                record.files,
+                if record.files == 1 { "" } else { "s" },
+                record.size,
+                record.sha256,
+                record.tree_sha256
+            )
+        }
         release::install::Installed::Already(record) => format!(
             "already installed: {service} {version} (sha256 {})\n",
             record.sha256

@@ -29,7 +29,7 @@ use landlock::{
 const TARGET: ABI = ABI::V5;
 
 /// What the system gives every release to read and execute.
-const SYSTEM: [&str; 13] = [
+pub const SYSTEM: [&str; 13] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/run",
     "/proc", "/sys", "/nix",
 ];

@@ -186,6 +186,13 @@ fn stage_and_rename(
         }
         None => false,
     };
+    // Said, not refused: a release that runs unconfined, or never runs those scripts, is fine.
+    let installed_at = std::path::absolute(releases.join(request.version))
+        .unwrap_or_else(|_| releases.join(request.version));
+    let stranded = super::shebang::stranded(&tree, &installed_at, 5);
+    if !stranded.is_empty() {
+        eprintln!("{}", super::shebang::words(request.version, &stranded));
+    }
     let (size, files, tree_sha256) = digest_tree(&tree)?;
     let record = Record {
         service: request.service.into(),

@@ -76,6 +76,12 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
     let image = pinned(&site, "v1");
     let id = image["image"].as_str().unwrap().to_string();
     assert!(id.starts_with("sha256:") && id.len() == 71, "{image}");
+    // Issue 67, 6: `release add` says the image it pinned.
+    assert!(
+        stdout(&out).contains(&format!("; image {id})")),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(
         image["source"],
         format!("docker-archive:{}", archive.display())

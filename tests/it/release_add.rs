@@ -106,6 +106,15 @@ fn a_file_a_folder_and_an_archive_are_each_installed_whole_with_their_record() {
         stdout(&out)
     );
     let r = record(root, "v1");
+    // Issue 67, 6: the tree's digest too, the one a manifest pins.
+    assert!(
+        stdout(&out).contains(&format!(
+            "; tree sha256 {})",
+            r["tree_sha256"].as_str().unwrap()
+        )),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(r["kind"], "file");
     assert_eq!(r["sha256"], sha256_of(&folder.join("edge-svc")));
     assert_eq!(r["source"], folder.join("edge-svc").display().to_string());
@@ -518,5 +527,46 @@ fn the_default_retention_keeps_five_releases() {
             .unwrap()
             .count(),
         8
+    );
+}
+
+/// Issue 67, 3: a folder built as Python builds it — its virtual environment's console
+/// scripts start the interpreter by its absolute path in the build folder, out of a confined
+/// release's reach. `release add` installs it and says which scripts do, and the way out;
+/// scripts whose interpreter is the system's or the release's own are not named.
+#[test]
+fn release_add_names_scripts_whose_interpreter_is_outside_the_release() {
+    let site = Site::new();
+    let build = tempfile::tempdir().unwrap();
+    let script = |name: &str, text: &str| {
+        let path = write(build.path(), name, text);
+        make_executable(&path);
+    };
+    script(
+        "edge-svc",
+        "#!/bin/sh\nexec venv/bin/python -m gunicorn app\n",
+    );
+    let interpreter = format!("{}/venv/bin/python3", build.path().display());
+    script(
+        "venv/bin/gunicorn",
+        &format!("#!{interpreter}\nimport sys\n"),
+    );
+    script("venv/bin/flask", &format!("#!{interpreter}\nimport sys\n"));
+    script("tools/check", "#!/usr/bin/env python3\n");
+    let out = add(site.root(), "v1", build.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("2 scripts of v1 start an interpreter outside the release"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("venv/bin/gunicorn (#!{interpreter})")),
+        "{said}"
+    );
+    assert!(said.contains("-m gunicorn"), "{said}");
+    assert!(
+        !said.contains("tools/check") && !said.contains("edge-svc ("),
+        "{said}"
     );
 }

@@ -165,11 +165,19 @@ fn no_wait_leaves_a_recorded_watcher_that_finishes_the_watch() {
     let v1 = site.live_pid().unwrap();
     site.release("v2", "");
     let started = Instant::now();
-    let out = site.deploy(free_port(), "v2", &["--watch-ms", "1500", "--no-wait"]);
+    // A watch long enough that a deploy that waited for it could not be mistaken for one that
+    // did not, however loaded the machine (a 1.5 s watch against a 1.4 s bound was not).
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "8000", "--no-wait"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        started.elapsed() < Duration::from_millis(1400),
+        started.elapsed() < Duration::from_millis(7000),
         "it waited for the watch"
+    );
+    assert!(
+        !site
+            .events()
+            .contains(&("promoted".to_string(), "v2".to_string())),
+        "the watch ended before the deploy returned"
     );
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(site.root().join("candidate")).unwrap())
@@ -188,7 +196,7 @@ fn no_wait_leaves_a_recorded_watcher_that_finishes_the_watch() {
         stdout(&status)
     );
     assert!(alive(v1));
-    assert!(wait_for(10, || !site.root().join("candidate").exists()));
+    assert!(wait_for(30, || !site.root().join("candidate").exists()));
     assert!(wait_for(5, || !alive(watcher)));
     assert!(wait_for(5, || !alive(v1)));
     assert_eq!(site.log_lines().last().unwrap()["event"], "promoted");
