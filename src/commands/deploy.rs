@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use super::preflight::{policy_entry, policy_hooks, release_executable};
 use crate::engine::plan::{self, Settings};
-use crate::engine::{self, runtime, Outcome, Plan, Start};
+use crate::engine::{runtime, Outcome, Plan, PortChoice, Start};
 use crate::error::{refused, Error};
 use crate::host::fault::Fault;
 use crate::host::identity::Identity;
@@ -109,9 +109,9 @@ impl Positional {
 pub enum PortAsked {
     /// `PORT` on the command line.
     Given(u16),
-    /// Chosen by [`choose_port`] from `--ports` (`range`), else from the policy's `ports`;
-    /// without either, `otherwise` (a rollback's: the port the earlier release was live on), or
-    /// its refusal.
+    /// Chosen by the engine under the lock (`PortChoice::decide`) from `--ports` (`range`),
+    /// else from the policy's `ports`; without either, `otherwise` (a rollback's: the port the
+    /// earlier release was live on), or its refusal.
     Chosen {
         range: Option<String>,
         otherwise: Result<u16, String>,
@@ -127,22 +127,21 @@ impl PortAsked {
         }
     }
 
-    /// The port itself, under the same rule for `deploy`, `rollback` and `config set`.
-    pub fn resolve(
-        &self,
-        root: &std::path::Path,
-        policy: Option<&policy::RolloutSettings>,
-    ) -> Result<u16, Error> {
+    /// Where the port comes from, under the same rule for `deploy`, `rollback` and `config
+    /// set`: one given, or a range the engine chooses from.
+    pub fn resolve(&self, policy: Option<&policy::RolloutSettings>) -> Result<PortChoice, Error> {
         match self {
-            PortAsked::Given(port) => Ok(*port),
+            PortAsked::Given(port) => Ok(PortChoice::Given(*port)),
             PortAsked::Chosen { range, otherwise } => {
                 match (range, policy.and_then(|p| p.ports.as_ref())) {
-                    (Some(range), _) => choose_port(root, range, "--ports"),
-                    (None, Some(range)) => choose_port(root, range, "the policy's ports"),
+                    (Some(range), _) => port_range(range, "--ports"),
+                    (None, Some(range)) => port_range(range, "the policy's ports"),
                     // With a held socket the release is reached on it; PORT is only where its
                     // probe asks, so any free port serves.
-                    (None, None) if policy.is_some_and(|p| p.listen.is_some()) => probe_port(),
-                    (None, None) => otherwise.clone().map_err(refused),
+                    (None, None) if policy.is_some_and(|p| p.listen.is_some()) => {
+                        probe_port().map(PortChoice::Given)
+                    }
+                    (None, None) => otherwise.clone().map(PortChoice::Given).map_err(refused),
                 }
             }
         }
@@ -158,13 +157,10 @@ fn probe_port() -> Result<u16, Error> {
         .map_err(|e| refused(format!("no free port on 127.0.0.1 for the probe: {e}")))
 }
 
-/// The candidate's port from a range (`A-B`, at least two ports; `source` says where it was
-/// written): the lowest that is neither the live release's nor its fallback's and is free on
-/// 127.0.0.1 now, so the same command deploys release after release, alternating. A port
-/// held by the new process of a deploy whose rollgate died counts as free: the recovery this
-/// deploy runs under its lock stops that process first. The deploy checks it again under the
-/// lock, after that recovery.
-pub fn choose_port(root: &std::path::Path, range: &str, source: &str) -> Result<u16, Error> {
+/// A range (`A-B`, at least two ports; `source` says where it was written) to choose the
+/// candidate's port from: the engine chooses under the lock, after recovery
+/// ([`engine::PortChoice::decide`]).
+pub fn port_range(range: &str, source: &str) -> Result<PortChoice, Error> {
     let (first, last) = crate::engine::settings::parse_ports(range)
         .map_err(|e| refused(format!("{source}: {e}")))?;
     if first == last {
@@ -172,36 +168,11 @@ pub fn choose_port(root: &std::path::Path, range: &str, source: &str) -> Result<
             "{source} {range} holds one port; give at least two, so the candidate can start beside the live release"
         )));
     }
-    let root = Root::new(root.to_path_buf());
-    let live = root.read_pointer()?;
-    let taken: Vec<u16> = live
-        .iter()
-        .flat_map(|p| std::iter::once(p.port).chain(p.fallback.as_ref().map(|f| f.port)))
-        .collect();
-    let left_by_a_dead_deploy = engine::saved_run(&root)?
-        .filter(|left| left.unsettled_deploy())
-        .and_then(|left| left.new_process().map(|p| p.port));
-    (first..=last)
-        .find(|port| {
-            !taken.contains(port)
-                && (engine::port_free(*port).is_ok() || left_by_a_dead_deploy == Some(*port))
-        })
-        .ok_or_else(|| {
-            let taken = match taken.as_slice() {
-                [] => String::new(),
-                ports => format!(
-                    " ({} live or kept as the fallback)",
-                    ports
-                        .iter()
-                        .map(u16::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
-            refused(format!(
-                "no port of {source} {range} is free{taken}: the others are busy on 127.0.0.1"
-            ))
-        })
+    Ok(PortChoice::Range {
+        first,
+        last,
+        source: source.to_string(),
+    })
 }
 
 /// The whole deploy.
@@ -214,8 +185,8 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
         chosen.say_if_kept();
     }
     let policy = chosen.as_ref().map(|c| c.settings.clone());
-    let port = request.port.resolve(&request.root, policy.as_ref())?;
-    if port == 0 {
+    let port = request.port.resolve(policy.as_ref())?;
+    if port == PortChoice::Given(0) {
         return Err(refused("port 0 is not a port a release can be probed on"));
     }
     let hooks = policy_hooks(policy.as_ref(), chosen.as_ref().map(|c| c.source()))?;

@@ -328,7 +328,12 @@ fn deploy_report(
         request.policy.as_deref(),
         policy,
     );
-    let port = match request.port.resolve(&request.root, policy.as_ref()) {
+    // Chosen as the deploy would before its recovery (which may free one more of a range).
+    let chosen_port = request
+        .port
+        .resolve(policy.as_ref())
+        .and_then(|choice| choice.decide(&Root::new(request.root.clone())));
+    let port = match chosen_port {
         Ok(port) => port,
         Err(e) => {
             report.check(Err(e.to_string()));

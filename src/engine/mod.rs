@@ -56,7 +56,9 @@ pub use recover::record_restart;
 pub(crate) use recover::recover_leaving_escalated;
 pub use run::WATCHER_OUTPUT;
 pub use runtime::runtime;
-pub use start::{beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, Start};
+pub use start::{
+    beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, PortChoice, Start,
+};
 pub use state::{Phase, Rollout, SlotState};
 pub use status::{service_of, LiveStatus, ReplicaStatus, RootStatus};
 

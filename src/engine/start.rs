@@ -36,11 +36,72 @@ pub struct Start {
     pub plan: Plan,
 }
 
+/// Where a deploy's candidate goes: a port named, or one of a range, chosen here under the
+/// lock after recovery (issue 67, B): a deploy after a killed watch first finishes the dead
+/// one's switch, which frees the port the same range then offers again.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PortChoice {
+    Given(u16),
+    /// `first..=last` from `source` (`--ports`, the policy's `ports`).
+    Range {
+        first: u16,
+        last: u16,
+        source: String,
+    },
+}
+
+impl PortChoice {
+    /// The port: the one given, else the lowest of the range that is neither the live
+    /// release's nor its fallback's and is free on 127.0.0.1 now, so the same command deploys
+    /// release after release, alternating. A port held by the new process of a deploy whose
+    /// rollgate died counts as free (for a dry run, which runs no recovery: the deploy's
+    /// recovery stops that process first).
+    pub fn decide(&self, root: &Root) -> Result<u16, Error> {
+        let (first, last, source) = match self {
+            PortChoice::Given(port) => return Ok(*port),
+            PortChoice::Range {
+                first,
+                last,
+                source,
+            } => (first, last, source),
+        };
+        let live = root.read_pointer()?;
+        let taken: Vec<u16> = live
+            .iter()
+            .flat_map(|p| std::iter::once(p.port).chain(p.fallback.as_ref().map(|f| f.port)))
+            .collect();
+        let left_by_a_dead_deploy = super::saved_run(root)?
+            .filter(|left| left.unsettled_deploy())
+            .and_then(|left| left.new_process().map(|p| p.port));
+        (*first..=*last)
+            .find(|port| {
+                !taken.contains(port)
+                    && (port_free(*port).is_ok() || left_by_a_dead_deploy == Some(*port))
+            })
+            .ok_or_else(|| {
+                let taken = match taken.as_slice() {
+                    [] => String::new(),
+                    ports => format!(
+                        " ({} live or kept as the fallback)",
+                        ports
+                            .iter()
+                            .map(u16::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                refused(format!(
+                    "no port of {source} {first}-{last} is free{taken}: the others are busy on 127.0.0.1"
+                ))
+            })
+    }
+}
+
 /// What kind of run, with the numbers only it has.
 pub enum Plan {
     /// `rollgate deploy`: one candidate beside the live release, on `port`.
     Deploy {
-        port: u16,
+        port: PortChoice,
         /// Boxed: with its probe, socket, judge and limits, it is large beside a rollout's.
         settings: Box<DeploySettings>,
         /// `--no-wait`: leave the watch to a background watcher and end at the switch.
@@ -73,7 +134,10 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
         let _lock = lock::acquire(&start.root.lock_path())?;
         recover::recover(&start.root).await?;
         let prepared = match &start.plan {
-            Plan::Deploy { port, settings, .. } => prepare_deploy(&start, *port, settings)?,
+            Plan::Deploy { port, settings, .. } => {
+                let port = port.decide(&start.root)?;
+                prepare_deploy(&start, port, settings)?
+            }
             Plan::Rollout { args, policy } => {
                 match prepare_rollout(&start, args, policy.as_deref())? {
                     Some(prepared) => prepared,

@@ -360,3 +360,64 @@ fn the_pointer_keeps_the_switch_time_when_the_watch_drops_the_fallback() {
         ts("promoted")
     );
 }
+
+/// Issue 67, B: a deploy on a port range killed with -9 in its watch (`current` names the new
+/// release, the old one kept beside it as the fallback: both ports of the range in use). The
+/// next identical deploy chooses its port under the lock, after its recovery finished the
+/// dead one's switch and stopped the fallback — not before, where both ports looked taken and
+/// it was refused "no port of --ports A-B is free".
+#[test]
+fn a_deploy_after_one_killed_in_its_watch_finishes_that_switch_then_takes_the_freed_port() {
+    let site = Site::new();
+    let first = port_block(2);
+    let range = format!("{first}-{}", first + 1);
+    let deploy = |version: &str, extra: &[&str]| {
+        rollgate()
+            .args(["deploy", "edge-svc", version, "--ports", &range, "--root"])
+            .arg(site.root())
+            .args(extra)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    site.release("v1", "");
+    let out = deploy("v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site.release("v2", "");
+    let mut watching = std::process::Command::new(crate::common::bin())
+        .args([
+            "deploy",
+            "edge-svc",
+            "v2",
+            "--ports",
+            &range,
+            "--watch-ms",
+            "60000",
+            "--root",
+        ])
+        .arg(site.root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(30, || site
+        .events()
+        .contains(&("switched".to_string(), "v2".to_string()))));
+    watching.kill().unwrap();
+    watching.wait().unwrap();
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v2");
+    assert!(pointer["fallback"].is_object(), "{pointer}");
+
+    site.release("v3", "");
+    let out = deploy("v3", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = site.events();
+    let v2_outcomes: Vec<&String> = events
+        .iter()
+        .filter(|(e, v)| v == "v2" && (e == "promoted" || e == "rolled_back"))
+        .map(|(e, _)| e)
+        .collect();
+    assert_eq!(v2_outcomes, vec!["promoted"], "{events:?}");
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
+}
