@@ -70,7 +70,7 @@ impl PortChoice {
             .iter()
             .flat_map(|p| std::iter::once(p.port).chain(p.fallback.as_ref().map(|f| f.port)))
             .collect();
-        let left_by_a_dead_deploy = super::saved_run(root)?
+        let left_by_a_dead_deploy = state::load(root)?
             .filter(|left| left.unsettled_deploy())
             .and_then(|left| left.new_process().map(|p| p.port));
         (*first..=*last)

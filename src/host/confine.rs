@@ -121,6 +121,8 @@ impl Confinement {
         // the same rule by its callers.
         unsafe {
             command.pre_exec(move || {
+                // A release never holds its root's lock, not even until its exec.
+                super::lock::close_held_in_child();
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
                 if let Some(entry) = &entry {
                     entry.enter();

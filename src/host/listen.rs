@@ -246,9 +246,10 @@ fn start_holder(root: &Path, spec: &Spec) -> std::io::Result<()> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log);
-    // SAFETY: setsid is async-signal-safe and touches nothing of the parent.
+    // SAFETY: close and setsid are async-signal-safe and touch nothing of the parent.
     unsafe {
         command.pre_exec(|| {
+            super::lock::close_held_in_child();
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             Ok(())
         });

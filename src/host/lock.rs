@@ -11,7 +11,63 @@ use nix::fcntl::{Flock, FlockArg};
 use super::fault::Fault;
 
 pub struct Lock {
-    _file: Flock<File>,
+    file: Flock<File>,
+}
+
+/// The descriptors of the locks this process holds, for a child to close between fork and
+/// exec (issue 67, 10): a forked child shares the lock's open file, and would hold the root
+/// until its exec closed it (close-on-exec) — past its parent's death, if it was killed in
+/// that moment. Atomics, not a mutex: a child must not wait on a lock another thread held at
+/// the fork. -1: a free place.
+static HELD: [std::sync::atomic::AtomicI32; 8] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; 8];
+
+impl Lock {
+    fn held(file: Flock<File>) -> Lock {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        // More than eight roots locked at once: the ninth is closed at exec as before.
+        let _ = HELD.iter().find(|place| {
+            place
+                .compare_exchange(
+                    -1,
+                    fd,
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                )
+                .is_ok()
+        });
+        Lock { file }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        let fd = self.file.as_raw_fd();
+        for place in &HELD {
+            let _ = place.compare_exchange(
+                fd,
+                -1,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            );
+        }
+    }
+}
+
+/// In a child between fork and exec: closes its copies of the root locks its parent holds, so
+/// the child never holds a root (only `close(2)`, which a child may call there).
+pub fn close_held_in_child() {
+    for place in &HELD {
+        let fd = place.load(std::sync::atomic::Ordering::SeqCst);
+        if fd >= 0 {
+            // SAFETY: closes this process's copy of a descriptor; the parent's stays open.
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Takes the lock or says who holds it.
@@ -40,7 +96,7 @@ pub fn acquire(path: &Path) -> Result<Lock, Fault> {
             let _ = locked.rewind();
             let _ = writeln!(locked, "{}", std::process::id());
             let _ = locked.sync_data();
-            Ok(Lock { _file: locked })
+            Ok(Lock::held(locked))
         }
         Err((mut file, nix::Error::EWOULDBLOCK)) => {
             let mut holder = String::new();
@@ -101,6 +157,46 @@ fn holds(line: &str, major: u64, minor: u64, inode: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 67, 10: a child between fork and exec (here held there for a second) does not
+    /// hold its parent's root lock: once the parent dies, the next command takes it.
+    #[test]
+    fn a_child_between_fork_and_exec_does_not_hold_its_parents_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deploy.lock");
+        let held = acquire(&path).unwrap();
+        let spawner = std::thread::spawn(|| {
+            let mut child = std::process::Command::new("true");
+            // SAFETY: close and sleep are system calls.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut child, || {
+                    close_held_in_child();
+                    libc::sleep(1);
+                    Ok(())
+                });
+            }
+            child.status().unwrap()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // The parent dies (kill -9): its descriptor closes without an unlock.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&*held.file);
+        for place in &HELD {
+            let _ = place.compare_exchange(
+                fd,
+                -1,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            );
+        }
+        std::mem::forget(held);
+        // SAFETY: the forgotten lock's descriptor, closed once.
+        unsafe {
+            libc::close(fd);
+        }
+        let again = acquire(&path);
+        assert!(again.is_ok(), "the child kept the lock: {:?}", again.err());
+        assert!(spawner.join().unwrap().success());
+    }
 
     #[test]
     fn looking_at_the_lock_never_takes_it_from_someone_about_to() {

@@ -169,10 +169,12 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
         .stdin(std::process::Stdio::from(read))
         .stdout(std::process::Stdio::from(first))
         .stderr(std::process::Stdio::null());
-    // SAFETY: setsid and sigaction are async-signal-safe and touch nothing of the parent.
+    // SAFETY: close, setsid and sigaction are async-signal-safe and touch nothing of the
+    // parent.
     unsafe {
         command.pre_exec(|| {
             use nix::sys::signal::{signal, SigHandler, Signal};
+            super::lock::close_held_in_child();
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             for ignored in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
                 signal(ignored, SigHandler::SigIgn).map_err(std::io::Error::from)?;

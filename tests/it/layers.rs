@@ -447,6 +447,7 @@ const FRONT_DOOR: &[&str] = &[
     "start",
     "Start",
     "Plan",
+    "PortChoice",
     "ask",
     "Ask",
     "watch",

@@ -503,7 +503,16 @@ impl Executor {
         let output = std::fs::File::create(root.0.join(WATCHER_OUTPUT))
             .map_err(|e| failed(format!("cannot create the watcher's output: {e}")))?;
         let err = output.try_clone().map_err(|e| failed(e.to_string()))?;
-        let child = std::process::Command::new(exe)
+        let mut watcher = std::process::Command::new(exe);
+        // SAFETY: close is async-signal-safe: the watcher takes the lock itself once this
+        // rollgate lets go, and never holds it by inheritance.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut watcher, || {
+                crate::host::lock::close_held_in_child();
+                Ok(())
+            });
+        }
+        let child = watcher
             .args([
                 "watch",
                 &self.rollout.service,
