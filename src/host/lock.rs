@@ -44,15 +44,19 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         use std::os::fd::AsRawFd;
-        let fd = self.file.as_raw_fd();
-        for place in &HELD {
-            let _ = place.compare_exchange(
-                fd,
-                -1,
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-            );
-        }
+        no_longer_held(self.file.as_raw_fd());
+    }
+}
+
+/// The descriptor `fd` is no lock's any more: a child leaves it alone.
+fn no_longer_held(fd: i32) {
+    for place in &HELD {
+        let _ = place.compare_exchange(
+            fd,
+            -1,
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
 }
 
@@ -180,14 +184,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         // The parent dies (kill -9): its descriptor closes without an unlock.
         let fd = std::os::fd::AsRawFd::as_raw_fd(&*held.file);
-        for place in &HELD {
-            let _ = place.compare_exchange(
-                fd,
-                -1,
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-            );
-        }
+        no_longer_held(fd);
         std::mem::forget(held);
         // SAFETY: the forgotten lock's descriptor, closed once.
         unsafe {
