@@ -17,6 +17,7 @@ struct Line {
     version: Option<serde_json::Value>,
     service: Option<String>,
     port: Option<u16>,
+    detail: Option<String>,
 }
 
 /// A release that was live: its version and the port it was promoted on.
@@ -26,7 +27,9 @@ pub struct Earlier {
     pub port: Option<u16>,
 }
 
-/// The promotions of `service` in the log, oldest first (unreadable lines skipped).
+/// The promotions of `service` in the log, oldest first (unreadable lines skipped); a release
+/// a person rolled back out of production after its promotion (issue 67, 7) is no release to
+/// go back to: its earlier promotions are dropped (a later one counts again).
 fn promotions(root: &Root, service: &str) -> Result<Vec<Earlier>, String> {
     let path = root.log_path();
     let file = match std::fs::File::open(&path) {
@@ -40,9 +43,7 @@ fn promotions(root: &Root, service: &str) -> Result<Vec<Earlier>, String> {
         let Ok(line) = serde_json::from_slice::<Line>(&line) else {
             continue;
         };
-        if line.event.as_deref() != Some(LogEvent::Promoted.as_str())
-            || line.service.as_deref() != Some(service)
-        {
+        if line.service.as_deref() != Some(service) {
             continue;
         }
         let version = match line.version {
@@ -50,6 +51,18 @@ fn promotions(root: &Root, service: &str) -> Result<Vec<Earlier>, String> {
             Some(serde_json::Value::Number(n)) => n.to_string(),
             _ => continue,
         };
+        let taken_out = line.event.as_deref() == Some(LogEvent::RolledBack.as_str())
+            && line
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with(crate::host::journal::ROLLED_BACK_IN_PRODUCTION));
+        if taken_out {
+            found.retain(|earlier: &Earlier| earlier.version != version);
+            continue;
+        }
+        if line.event.as_deref() != Some(LogEvent::Promoted.as_str()) {
+            continue;
+        }
         found.push(Earlier {
             version,
             port: line.port,
@@ -110,6 +123,43 @@ mod tests {
         format!(
             r#"{{"ts":1,"event":"promoted","version":"{version}","detail":"","service":"edge-svc","port":{port}}}"#
         )
+    }
+
+    /// Issue 67, 7: after `rollback` from v2 to v1, v2 is no release to go back to (a second
+    /// rollback would bring the bad one back); promoted again later, it counts again.
+    #[test]
+    fn a_release_rolled_back_out_of_production_is_never_gone_back_to() {
+        let taken_out = format!(
+            r#"{{"ts":3,"event":"rolled_back","version":"v2","detail":"{}, back to v1; users had it","service":"edge-svc"}}"#,
+            crate::host::journal::ROLLED_BACK_IN_PRODUCTION
+        );
+        let lines = [
+            promoted("v1", 8001),
+            promoted("v2", 8002),
+            promoted("v1", 8001),
+            taken_out.clone(),
+        ];
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let (_dir, root) = root_with(&lines, &["v1", "v2"]);
+        let refused = previous_release(&root, "edge-svc", "v1").unwrap_err();
+        assert!(
+            refused.to_string().contains("nothing to roll back to"),
+            "{refused}"
+        );
+        let lines = [
+            promoted("v1", 8001),
+            promoted("v2", 8002),
+            promoted("v1", 8001),
+            taken_out,
+            promoted("v2", 8002),
+            promoted("v3", 8001),
+        ];
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let (_dir, root) = root_with(&lines, &["v1", "v2", "v3"]);
+        assert_eq!(
+            previous_release(&root, "edge-svc", "v3").unwrap().version,
+            "v2"
+        );
     }
 
     #[test]

@@ -160,7 +160,8 @@ pub(crate) fn log_rolled_back_in_production(
         "a person (rollgate rollback)".into(),
     );
     let detail = format!(
-        "rolled back after its promotion by rollgate rollback, back to {back_to}; {}",
+        "{}, back to {back_to}; {}",
+        journal::ROLLED_BACK_IN_PRODUCTION,
         exposure.words()
     );
     append(

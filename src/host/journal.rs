@@ -379,6 +379,10 @@ impl Outcome {
     }
 }
 
+/// How the `rolled_back` line of a release a person took out of production after its promotion
+/// (`rollgate rollback`) begins: that release is then no release to go back to.
+pub const ROLLED_BACK_IN_PRODUCTION: &str = "rolled back after its promotion by rollgate rollback";
+
 /// The events that end a release's attempt, as [`Outcome`]s.
 pub const OUTCOMES: [LogEvent; 3] = [
     LogEvent::Promoted,

@@ -225,3 +225,37 @@ fn a_rollback_and_a_deploy_without_policy_run_under_the_policy_kept_in_the_root(
         .collect();
     assert_eq!(shown["kept"]["sha256"], digest.as_str());
 }
+
+/// Issue 67, 7: a release a person rolled back out of production is never the one to go back
+/// to: after `rollback` from v2 to v1, a second `rollback` is refused (it used to bring v2, the
+/// bad one, back) and `release list` marks no release last_good.
+#[test]
+fn a_second_rollback_never_brings_back_the_release_the_first_took_out() {
+    let site = Site::new();
+    for version in ["v1", "v2"] {
+        site.release(version, "");
+        let out = site.deploy(free_port(), version, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = rollback(&site, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    let out = rollback(&site, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing to roll back to"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    let listed = rollgate()
+        .args(["release", "list", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert!(
+        !stdout(&listed).contains("last_good"),
+        "{}",
+        stdout(&listed)
+    );
+}
