@@ -190,28 +190,33 @@ fn is_stale(holder: &Path, uid: u32, leftovers: &Leftovers) -> bool {
     unneeded && leftovers.of(holder, uid).is_none()
 }
 
-/// What the host's uids have left now, read once: a process of each, and its System V IPC
-/// objects in rollgate's namespace.
+/// What the host's uids have left, read once and only when first asked (a claim whose root
+/// still needs its uid asks nothing): a process of each, and its System V IPC objects in
+/// rollgate's namespace.
 struct Leftovers {
-    processes: std::collections::HashMap<u32, (i32, String)>,
-    ipc: Vec<super::ipc::Object>,
+    read: std::cell::OnceCell<(
+        std::collections::HashMap<u32, (i32, String)>,
+        Vec<super::ipc::Object>,
+    )>,
 }
 
 impl Leftovers {
     fn now() -> Leftovers {
         Leftovers {
-            processes: processes_by_uid(),
-            ipc: super::ipc::all(),
+            read: std::cell::OnceCell::new(),
         }
     }
 
     /// Something of `uid` still on the host, said: a process running as it, an IPC object it
     /// owns, a file it owns in `root`'s state or temporary folder.
     fn of(&self, root: &Path, uid: u32) -> Option<String> {
-        if let Some((pid, name)) = self.processes.get(&uid) {
+        let (processes, ipc) = self
+            .read
+            .get_or_init(|| (processes_by_uid(), super::ipc::all()));
+        if let Some((pid, name)) = processes.get(&uid) {
             return Some(format!("process {pid} ({name})"));
         }
-        if let Some(object) = self.ipc.iter().find(|o| o.uid == uid) {
+        if let Some(object) = ipc.iter().find(|o| o.uid == uid) {
             return Some(object.to_string());
         }
         [DATA_DIR, TMP_DIR]
