@@ -12,7 +12,7 @@ use nickel_lang_core::serialize::{self, ExportFormat};
 
 use super::bundle::{contracts_dir, CONTRACT_FILE};
 use super::diagnostic::Diagnostic;
-use super::imports::{self, ImportRules};
+use super::imports::{self, ImportRules, Walked};
 use super::sandbox::{isolated, isolated_each};
 use super::PolicyError;
 
@@ -158,12 +158,17 @@ fn absolute(path: &Path) -> PathBuf {
 }
 
 /// The Nickel expression that evaluates one input with the contract applied to each of its
-/// entries, whatever its format. A Nickel file that applies `RolloutPolicy` itself gets it
-/// twice, which changes nothing; one that does not (a plain record of numbers, the most natural
+/// entries, whatever its format. A Nickel file that applies `RolloutPolicy` itself is taken as
+/// Nickel evaluates it (`imports::Walked`): applying the contract a second time would refuse
+/// what Nickel accepts — the fields merged into a checked record afterwards, which a closed
+/// contract then calls extra. One that does not (a plain record of numbers, the most natural
 /// file to write) is held to it all the same, so a misspelt field or a number out of range is
 /// refused in every format.
-fn checked_expression(path: &Path, contract: &Path) -> String {
+fn checked_expression(path: &Path, contract: &Path, walked: Walked) -> String {
     let (contract, input) = (nickel_string(contract), nickel_string(&absolute(path)));
+    if walked.applies_contract && InputKind::of(path) == InputKind::Nickel {
+        return format!("import {input}");
+    }
     match InputKind::of(path) {
         InputKind::Data => format!(
             "let {{ RolloutPolicy, .. }} = import {contract} in (import {input}) | {{ _ | RolloutPolicy }}"
@@ -274,15 +279,16 @@ pub(super) fn evaluate_each_checked(
     };
     let rules = import_rules(&imports, opts);
     isolated_each(paths, opts.timeout, cores, |i| {
-        if InputKind::of(&paths[i]) == InputKind::Nickel {
-            imports::check(&paths[i], &rules.for_input(&paths[i]))?;
-        }
+        let walked = match InputKind::of(&paths[i]) {
+            InputKind::Nickel => imports::check(&paths[i], &rules.for_input(&paths[i]))?,
+            InputKind::Data => Walked::default(),
+        };
         evaluate_here(
             &paths[i],
             format,
             purpose,
-            imports.clone(),
-            &contract,
+            (imports.clone(), &contract),
+            walked,
             opts.color,
         )
     })
@@ -293,12 +299,12 @@ fn evaluate_here(
     path: &Path,
     format: ExportFormat,
     purpose: Purpose,
-    imports: Vec<PathBuf>,
-    contract: &Path,
+    (imports, contract): (Vec<PathBuf>, &Path),
+    walked: Walked,
     color: bool,
 ) -> Result<Evaluated, PolicyError> {
     let checked = |imports, contract: &Path| {
-        let source = checked_expression(path, contract);
+        let source = checked_expression(path, contract, walked);
         let mut program = build(Main::Source(source, "<rollgate: checked policy>"), imports)?;
         let result = export_value(&mut program, format).map_err(|e| {
             PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color)))
@@ -317,7 +323,7 @@ fn evaluate_here(
         .map_err(|e| PolicyError::Nickel(Box::new(Diagnostic::from_nickel(&program, e, color))));
     abandon(program);
     let exported = exported?;
-    if purpose == Purpose::Export {
+    if purpose == Purpose::Export || walked.applies_contract {
         return Ok(exported);
     }
     let own_contract = contract_for(path, &imports, contract);
@@ -404,15 +410,6 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
         return vec![None; count];
     };
     let rules = import_rules(&imports, opts);
-    let inputs: Vec<(String, String)> = paths
-        .iter()
-        .map(|p| {
-            (
-                absolute(p).to_string_lossy().into_owned(),
-                checked_expression(p, &contract_for(p, &imports, &contract)),
-            )
-        })
-        .collect();
     // The batch gets the time limit of one file: a batch that overruns it (a runaway file) is
     // abandoned, and the one-by-one pass names the file, each with its own limit.
     let budget = opts.timeout;
@@ -420,14 +417,23 @@ pub fn evaluate_batch(paths: &[PathBuf], opts: &EvalOptions) -> Vec<Option<Resul
         // A syntax error would poison the shared program and cost a rebuild per broken file:
         // such files go straight to the lone pass.
         // So do files with a refused import: the lone pass words the refusal.
-        let mut results: Vec<Option<Result<(), ()>>> = paths
-            .iter()
-            .map(|p| {
-                let refused = InputKind::of(p) == InputKind::Nickel
-                    && imports::check(p, &rules.for_input(p)).is_err();
-                (refused || !parses(p)).then_some(Err(()))
-            })
-            .collect();
+        let mut results: Vec<Option<Result<(), ()>>> = Vec::with_capacity(count);
+        let mut inputs: Vec<(String, String)> = Vec::with_capacity(count);
+        for p in paths {
+            let walked = match InputKind::of(p) {
+                InputKind::Nickel => imports::check(p, &rules.for_input(p)),
+                InputKind::Data => Ok(Walked::default()),
+            };
+            results.push((walked.is_err() || !parses(p)).then_some(Err(())));
+            inputs.push((
+                absolute(p).to_string_lossy().into_owned(),
+                checked_expression(
+                    p,
+                    &contract_for(p, &imports, &contract),
+                    walked.unwrap_or_default(),
+                ),
+            ));
+        }
         loop {
             let remaining: Vec<usize> = (0..count).filter(|i| results[*i].is_none()).collect();
             if remaining.is_empty() {

@@ -13,13 +13,18 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use nickel_lang_core::ast::primop::PrimOp;
 use nickel_lang_core::ast::{Ast, AstAlloc, Import, InputFormat, Node};
 use nickel_lang_core::files::Files;
 use nickel_lang_core::parser::{grammar::TermParser, lexer::Lexer, ErrorTolerantParser};
 use nickel_lang_core::position::TermPos;
 use nickel_lang_core::traverse::{TraverseAlloc, TraverseControl};
 
+use super::bundle::CONTRACT_FILE;
 use super::PolicyError;
+
+/// The name the contract file gives the policy contract.
+const CONTRACT_NAME: &str = "RolloutPolicy";
 
 /// What an input may reach.
 #[derive(Debug, Clone)]
@@ -54,9 +59,21 @@ struct Found {
     offset: usize,
 }
 
+/// What the walk over an input's imports learnt besides their being allowed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Walked {
+    /// The input reaches a `rollout-policy.ncl` through its imports and a file it reaches names
+    /// `RolloutPolicy` (as a variable or a field): it applies the contract itself, so Nickel's
+    /// own evaluation has already held it to it — and to Nickel's rules, under which a record
+    /// the contract checked may be merged with more fields afterwards (the lesson's
+    /// `edge & { max_polls = ... }`).
+    pub applies_contract: bool,
+}
+
 /// Checks every import reachable from the Nickel file `input`. A file that does not parse is
 /// left to Nickel, whose diagnostic says more; an import Nickel cannot find is too.
-pub fn check(input: &Path, rules: &ImportRules) -> Result<(), PolicyError> {
+pub fn check(input: &Path, rules: &ImportRules) -> Result<Walked, PolicyError> {
+    let (mut reaches_contract, mut names_contract) = (false, false);
     let mut seen = HashSet::new();
     let mut queue = vec![input.to_path_buf()];
     while let Some(file) = queue.pop() {
@@ -72,10 +89,13 @@ pub fn check(input: &Path, rules: &ImportRules) -> Result<(), PolicyError> {
         if !may_import(&source) {
             continue;
         }
-        for found in imports_in(&file, &source) {
+        let (found_imports, names) = imports_in(&file, &source);
+        names_contract |= names;
+        for found in found_imports {
             let Some(target) = resolve(&file, &found.path, &rules.search) else {
                 continue;
             };
+            reaches_contract |= target.file_name() == Some(CONTRACT_FILE.as_ref());
             let refuse = |reason: String| {
                 let (line, column) = line_and_column(&source, found.offset);
                 PolicyError::Import {
@@ -107,7 +127,9 @@ pub fn check(input: &Path, rules: &ImportRules) -> Result<(), PolicyError> {
             }
         }
     }
-    Ok(())
+    Ok(Walked {
+        applies_contract: reaches_contract && names_contract,
+    })
 }
 
 /// Whether a source holds the `import` keyword, by Nickel's own lexer (comments and strings
@@ -125,17 +147,27 @@ fn may_import(source: &str) -> bool {
         })
 }
 
-/// Every path import in a Nickel source, with its byte offset.
-fn imports_in(file: &Path, source: &str) -> Vec<Found> {
+/// Every path import in a Nickel source, with its byte offset; and whether the source names
+/// the contract (`RolloutPolicy` as a variable, or as a field taken from a record).
+fn imports_in(file: &Path, source: &str) -> (Vec<Found>, bool) {
     let mut files = Files::empty();
     let id = files.add(file.as_os_str(), source);
     let alloc = AstAlloc::new();
     let Ok(ast) = TermParser::new().parse_strict(&alloc, id, Lexer::new(source)) else {
-        return Vec::new();
+        return (Vec::new(), false);
     };
     let mut found = Vec::new();
+    let mut names_contract = false;
     ast.traverse_ref(
         &mut |node: &Ast, _: &()| {
+            match &node.node {
+                Node::Var(name)
+                | Node::PrimOpApp {
+                    op: PrimOp::RecordStatAccess(name),
+                    ..
+                } if name.label() == CONTRACT_NAME => names_contract = true,
+                _ => {}
+            }
             if let Node::Import(Import::Path { path, format }) = &node.node {
                 found.push(Found {
                     path: PathBuf::from(*path),
@@ -150,7 +182,7 @@ fn imports_in(file: &Path, source: &str) -> Vec<Found> {
         },
         &(),
     );
-    found
+    (found, names_contract)
 }
 
 /// The file Nickel would load for `import "path"` written in `importer`: the first that exists

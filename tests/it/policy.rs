@@ -1157,3 +1157,73 @@ fn a_nickel_record_that_applies_no_contract_is_held_to_it_in_check_and_before_a_
     assert!(site.pointer().is_none(), "nothing was deployed");
     assert!(!site.root().join("deploy.log").exists() || site.events().is_empty());
 }
+
+/// Issue 67, 8: the lesson's own pattern — its closed contract beside the file, the checked
+/// record merged with `max_polls` afterwards — is what `nickel export` accepts, and
+/// `policy check` used to refuse it ("extra field `max_polls`") by applying the contract a
+/// second time. A file that imports the contract and never applies it is still held to it.
+#[test]
+fn the_lessons_closed_contract_and_a_field_merged_after_it_pass_as_nickel_has_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["policy.ncl", "rollout-policy.ncl"] {
+        std::fs::copy(
+            repo().join("lab/solution").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    let solution = dir.path().join("policy.ncl");
+    let check = |files: &[&std::path::Path]| {
+        rollgate()
+            .args(["policy", "check"])
+            .args(files)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    // Nickel's own reading: the entry exports with its merged field.
+    let exported = export(&solution, &[]);
+    assert_eq!(exported.status.code(), Some(0), "{}", stderr(&exported));
+    assert!(stdout(&exported).contains("\"max_polls\": 15"));
+    let out = check(&[&solution]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+
+    // Imported but never applied: the closed contract still refuses the extra field and the
+    // number out of range, alone and in a batch beside the lesson's file.
+    let unapplied = write(
+        dir.path(),
+        "unapplied.ncl",
+        "let { RolloutPolicy, .. } = import \"rollout-policy.ncl\" in\n{ edge_svc = { progress_deadline_ms = 1500, poll_ms = 100, max_unavailable_pct = 90,\n  max_surge_pct = 100, on_stall = 'rollback } }\n",
+    );
+    let out = check(&[&unapplied]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("max_unavailable_pct must be an integer from 0 to 25"),
+        "{}",
+        stdout(&out)
+    );
+    let out = check(&[&solution, &unapplied]);
+    assert!(
+        stdout(&out).contains("2 files checked: 1 ok, 1 failed"),
+        "{}",
+        stdout(&out)
+    );
+    // A deploy's preflight reads it as the check does.
+    let site = Site::new();
+    site.release("v1", "");
+    let policy = ["--policy", solution.to_str().unwrap(), "--dry-run"];
+    let out = site.deploy(free_port(), "v1", &policy);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
