@@ -940,6 +940,22 @@ release is never seen half-removed, and what a killed prune left is deleted by t
         #[arg(long)]
         dry_run: bool,
     },
+    /// Remove one release, whatever its age (a broken build frees its version name), unless it
+    /// is live, a fallback, in flight, running in a replica, the last good one or the floor.
+    #[command(after_help = "Example:
+  rollgate release rm v7 --root /srv/edge
+
+Refused (exit 2, nothing removed) for a release that is not installed or is marked in
+`release list`. Removed as prune removes: renamed out of releases/ first, then deleted.")]
+    Rm {
+        /// The release's version, as `release list` shows it.
+        version: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Say whether it would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Every installed release: when, size, digest, signed, config, its last outcome, and
     /// what it is now (live, fallback, in_flight, last_good, floor, replica).
     List {

@@ -36,7 +36,8 @@ pub const EXIT_CODES: [(u8, &str); 4] = [
          `pre_deploy` hook included; a `--dry-run` whose checks would refuse); `rollback` with \
          no earlier release installed; a pause, resume or abort of no running or paused rollout \
          (an unsigned, unverified or older release on a root with a trust file included); \
-         nothing to promote or abort; `abort` of a candidate that is already live",
+         nothing to promote or abort; `abort` of a candidate that is already live; `release rm` \
+         of a release not installed or marked (live, fallback, in flight, last good, floor)",
     ),
     (
         WAITING,

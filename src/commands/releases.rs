@@ -234,14 +234,20 @@ impl Marks {
     }
 }
 
-/// The last outcome (`promoted` or `rolled_back`) of each version in the root's log, read by
-/// the log's one outcomes reader from the end (the first one seen of a version is its last).
+/// The last outcome (`promoted`, `rolled_back`, or `refused` by its `pre_deploy` hook) of each
+/// version in the root's log, read by the log's one outcomes reader from the end (the first
+/// one seen of a version is its last).
 fn last_outcomes(root: &Root) -> Result<BTreeMap<String, String>, Error> {
     let mut last = BTreeMap::new();
-    journal::outcomes_backwards(&root.log_path(), |outcome| {
-        if outcome.event != LogEvent::Escalated {
-            last.entry(outcome.version)
-                .or_insert_with(|| outcome.event.as_str().to_string());
+    let events = [
+        LogEvent::Promoted,
+        LogEvent::RolledBack,
+        LogEvent::HookFailed,
+    ];
+    journal::events_backwards(&root.log_path(), &events, |outcome| {
+        if outcome.event != LogEvent::HookFailed || outcome.is_refusal() {
+            last.entry(outcome.version.clone())
+                .or_insert_with(|| outcome.word().to_string());
         }
         std::ops::ControlFlow::Continue(())
     })
@@ -372,17 +378,9 @@ fn prune_releases(
                 .push((release.version.clone(), "never deployed".into()));
         } else if release.marks.is_empty() {
             if !dry_run {
-                let image = crate::host::container::ImageRelease::of_release(
-                    &folder.join(&release.version),
-                )
-                .ok()
-                .flatten();
-                crate::release::install::remove(&folder, &release.version)?;
-                if let Some(image) = image {
-                    pruned
-                        .images
-                        .extend(forget_unless_kept(&folder, &state.0, &image.image));
-                }
+                pruned
+                    .images
+                    .extend(remove_installed(&state, &release.version)?);
             }
             pruned.removed.push(release.version.clone());
         } else {
@@ -391,6 +389,46 @@ fn prune_releases(
                 .push((release.version.clone(), release.marks.join(", ")));
         }
     }
+    Ok(pruned)
+}
+
+/// Removes one installed release crash-safely (renamed out of `releases/` first), and its
+/// image from the engine when nothing else holds it (what was removed is returned, said).
+/// The caller holds the root's lock and has found the release unmarked.
+fn remove_installed(root: &Root, version: &str) -> Result<Option<String>, Error> {
+    let folder = root.0.join("releases");
+    let image = crate::host::container::ImageRelease::of_release(&folder.join(version))
+        .ok()
+        .flatten();
+    crate::release::install::remove(&folder, version)?;
+    Ok(image.and_then(|image| forget_unless_kept(&folder, &root.0, &image.image)))
+}
+
+/// `rollgate release rm VERSION [--dry-run]`: one release removed, whatever its age — a broken
+/// build that never went live frees its version name — unless it is live, a fallback, in
+/// flight, running in a replica, the last good one or the signed floor (refused, exit 2, with
+/// the marks that keep it). Under the root's lock, as `prune`.
+pub fn remove(root: &Path, version: &str, dry_run: bool) -> Result<Pruned, Error> {
+    let state = Root::existing(root.to_path_buf())?;
+    let _lock = crate::host::lock::acquire(&state.lock_path())?;
+    let listed = releases(root)?;
+    let Some(release) = listed.iter().find(|r| r.version == version) else {
+        return Err(Error::Refused(format!(
+            "no release {version} is installed in {}/releases; `rollgate release list` names them",
+            root.display()
+        )));
+    };
+    if !release.marks.is_empty() {
+        return Err(Error::Refused(format!(
+            "{version} is {}: not removed (roll back or deploy another release first)",
+            release.marks.join(", ")
+        )));
+    }
+    let mut pruned = Pruned::default();
+    if !dry_run {
+        pruned.images.extend(remove_installed(&state, version)?);
+    }
+    pruned.removed.push(version.to_string());
     Ok(pruned)
 }
 

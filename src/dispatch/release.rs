@@ -32,6 +32,14 @@ pub fn run_release(command: ReleaseCommand) -> Result<u8, Error> {
             let pruned = rollgate::commands::releases::prune(&target.root, keep, dry_run)?;
             return printed(rollgate::commands::releases::said(&pruned, dry_run));
         }
+        ReleaseCommand::Rm {
+            version,
+            target,
+            dry_run,
+        } => {
+            let removed = rollgate::commands::releases::remove(&target.root, &version, dry_run)?;
+            return printed(rollgate::commands::releases::said(&removed, dry_run));
+        }
         ReleaseCommand::Add {
             service,
             version,

@@ -379,6 +379,28 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// A `hook_failed` line of a `pre_deploy` hook: the attempt it ends was refused before
+    /// anything started, and this line is all the log has of it.
+    pub fn is_refusal(&self) -> bool {
+        let hook = crate::host::hooks::Hook::PreDeploy.name();
+        self.event == LogEvent::HookFailed
+            && self
+                .detail
+                .strip_prefix("hook ")
+                .is_some_and(|words| words.starts_with(hook))
+    }
+
+    /// The attempt's outcome as `log history` and `release list` name it: the event's name,
+    /// `refused` for a refusal.
+    pub fn word(&self) -> &'static str {
+        match self.is_refusal() {
+            true => "refused",
+            false => self.event.as_str(),
+        }
+    }
+}
+
 /// How the `rolled_back` line of a release a person took out of production after its promotion
 /// (`rollgate rollback`) begins: that release is then no release to go back to.
 pub const ROLLED_BACK_IN_PRODUCTION: &str = "rolled back after its promotion by rollgate rollback";

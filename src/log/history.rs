@@ -20,6 +20,9 @@ pub enum Outcome {
     Escalated,
     /// Started, and the log says nothing more (a deploy in progress, or a crashed deployer).
     Unfinished,
+    /// Refused before anything started: its `pre_deploy` hook failed (the hook's line is the
+    /// attempt's only line).
+    Refused,
 }
 
 impl Outcome {
@@ -29,6 +32,7 @@ impl Outcome {
             Outcome::RolledBack => "rolled_back",
             Outcome::Escalated => "escalated",
             Outcome::Unfinished => "unfinished",
+            Outcome::Refused => "refused",
         }
     }
 }
@@ -362,7 +366,16 @@ impl Pairing {
             Some(HOOK_RAN | HOOK_FAILED) => {
                 let words = log.detail[i].as_deref().unwrap_or("");
                 let words = words.strip_prefix("hook ").unwrap_or(words);
-                if words.starts_with(crate::host::hooks::Hook::PreDeploy.name()) {
+                let pre_deploy = words.starts_with(crate::host::hooks::Hook::PreDeploy.name());
+                if pre_deploy && event == Some(HOOK_FAILED) {
+                    // A refused run: an attempt of its own, its only line this one.
+                    let mut attempt = new_attempt(Outcome::Refused);
+                    (attempt.started, attempt.finished) = (ts, ts);
+                    attempt.reason = Some(reason_of(words).into());
+                    note_hook(&mut attempt, words);
+                    attempts.push(attempt);
+                    self.earlier_open.resize(attempts.len(), None);
+                } else if pre_deploy {
                     self.hook_before = Some((self.seen, version.map(Box::from), words.to_string()));
                 } else if let Some(index) = self
                     .last_closed
@@ -808,7 +821,7 @@ mod tests {
 "#;
 
     #[test]
-    fn hooks_join_their_attempt_and_a_refusing_hook_joins_none() {
+    fn hooks_join_their_attempt_and_a_refusing_hook_is_a_refused_attempt_of_its_own() {
         let text = r#"{"ts":1,"event":"hook_failed","version":"v2","detail":"hook pre_deploy (./m.sh) failed with exit status: 1; the deploy was refused"}
 {"ts":2,"event":"hook_ran","version":"v2","detail":"hook pre_deploy (./m.sh) exited 0: migrated"}
 {"ts":3,"event":"candidate_started","version":"v2","detail":""}
@@ -824,15 +837,27 @@ mod tests {
         assert_eq!(
             hooks,
             [
+                Some("pre_deploy (./m.sh) failed with exit status: 1; the deploy was refused"),
                 Some(
                     "pre_deploy (./m.sh) exited 0: migrated / post_promote (./a.sh) exited 0: told"
                 ),
+                Some("pre_deploy (./m.sh) failed; the deploy was refused"),
                 Some("post_rollback (./r.sh) exited 0"),
             ]
         );
-        // The hooks change no outcome and no count.
-        assert_eq!(found.len(), 2);
-        assert_eq!(found[0].outcome, Outcome::Promoted);
+        let outcomes: Vec<Outcome> = found.iter().map(|a| a.outcome).collect();
+        use Outcome::*;
+        assert_eq!(outcomes, [Refused, Promoted, Refused, RolledBack]);
+        // A refusal is said with the hook's reason, and never changes which release is live.
+        assert_eq!(
+            found[2].reason.as_deref(),
+            Some("pre_deploy (./m.sh) failed")
+        );
+        assert_eq!(
+            (found[2].started, found[2].finished),
+            (Some(6.0), Some(6.0))
+        );
+        assert!(found[1].live_now && !found[2].live_now);
     }
 
     #[test]

@@ -79,6 +79,47 @@ fn a_failing_pre_deploy_refuses_with_nothing_started() {
     );
     assert_eq!(site.pointer().unwrap()["version"], "v1");
     assert!(!site.root().join("data/started").exists());
+
+    // Issue 67, 7: an attempt like any other — `log history` and `release list` say it was
+    // refused and why, and v1 stays the live release.
+    let json_lines = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = rollgate().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let log = site.root().join("deploy.log");
+    let history = json_lines(&["log", "history", "--format", "json", log.to_str().unwrap()]);
+    let refused = history.last().unwrap();
+    assert_eq!(refused["version"], "v2", "{history:?}");
+    assert_eq!(refused["outcome"], "refused", "{history:?}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("pre_deploy (") && r.contains("exit status: 4")),
+        "{refused}"
+    );
+    assert!(
+        history
+            .iter()
+            .any(|a| a["version"] == "v1" && a["live_now"] == true),
+        "{history:?}"
+    );
+    let root = site.root();
+    let listed = json_lines(&[
+        "release",
+        "list",
+        "--format",
+        "json",
+        "--root",
+        root.to_str().unwrap(),
+    ]);
+    let outcome =
+        |v: &str| listed.iter().find(|r| r["version"] == v).unwrap()["last_outcome"].clone();
+    assert_eq!(outcome("v2"), "refused", "{listed:?}");
+    assert_eq!(outcome("v1"), "promoted", "{listed:?}");
 }
 
 #[test]

@@ -378,3 +378,49 @@ fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
     }
     assert!(!a_process_mentions(marker), "the pump outlived its release");
 }
+
+/// Issue 67, 7: a broken release that never went live used to block its version name for
+/// good (prune keeps the newest, and there was no other way out). `release rm` removes it;
+/// a release the root needs is refused with its marks, and nothing is removed.
+#[test]
+fn release_rm_frees_a_broken_versions_name_and_refuses_what_the_root_needs() {
+    let site = Site::new();
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    site.add_sample("v1", "");
+    assert_eq!(deploy(&site, "v1", &ports, &[]).status.code(), Some(0));
+    site.add_release("v2", "exit 3\n");
+    let out = deploy(&site, "v2", &ports, &["--deadline-ms", "1500"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let rm = |version: &str, extra: &[&str]| {
+        rollgate()
+            .args(["release", "rm", version, "--root"])
+            .arg(site.root())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // The live one stays, said with its marks.
+    let out = rm("v1", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("v1 is live"), "{}", stderr(&out));
+    assert!(site.root().join("releases/v1/edge-svc").is_file());
+    // Not installed: refused.
+    let out = rm("v9", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no release v9"), "{}", stderr(&out));
+    // A dry run removes nothing.
+    let out = rm("v2", &["--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "would remove: v2\n");
+    assert!(site.root().join("releases/v2").is_dir());
+    let out = rm("v2", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "removed: v2\n");
+    assert!(!site.root().join("releases/v2").exists());
+    assert!(list(&site).iter().all(|l| l["version"] != "v2"));
+    // The name is free: a fixed build goes in under it, and deploys.
+    site.add_sample("v2", "");
+    assert_eq!(deploy(&site, "v2", &ports, &[]).status.code(), Some(0));
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}
