@@ -40,6 +40,9 @@ pub struct Listed {
     /// when none of it runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runs_as: Vec<String>,
+    /// An image release: the engine's image ID it is pinned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// The releases of the root, oldest install first.
@@ -142,6 +145,10 @@ fn describe(
         last_outcome: outcomes.get(version).cloned(),
         marks: marks.of_version(version),
         runs_as: marks.held_as(version),
+        image: crate::host::container::ImageRelease::of_release(dir)
+            .ok()
+            .flatten()
+            .map(|image| image.image),
     })
 }
 
@@ -201,11 +208,15 @@ impl Marks {
         })
     }
 
-    /// How `version`'s running processes are held, each different way once.
+    /// How `version`'s running processes (a container's, for an image release) are held,
+    /// each different way once.
     fn held_as(&self, version: &str) -> Vec<String> {
         let mut said: Vec<String> = Vec::new();
         for (_, pid) in self.running.iter().filter(|(v, _)| v == version) {
-            if let Some(held) = crate::host::account::held_as(*pid) {
+            let Some(who) = crate::host::identity::Identity::of(*pid) else {
+                continue;
+            };
+            for held in crate::host::account::work_held_as(&who) {
                 let words = held.to_string();
                 if !said.contains(&words) {
                     said.push(words);
@@ -265,11 +276,11 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
             .collect()),
         Format::Csv => {
             let mut out = String::from(
-                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks,runs_as\n",
+                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks,runs_as,image\n",
             );
             for l in &listed {
                 out.push_str(&format!(
-                    "{},{},{},{},{},{},{},{},{},\"{}\"\n",
+                    "{},{},{},{},{},{},{},{},{},\"{}\",{}\n",
                     l.version,
                     l.installed_at.map_or(String::new(), |t| format!("{t:.3}")),
                     l.size.map_or(String::new(), |s| s.to_string()),
@@ -280,6 +291,7 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     l.last_outcome.as_deref().unwrap_or(""),
                     l.marks.join(" "),
                     l.runs_as.join("; "),
+                    l.image.as_deref().unwrap_or(""),
                 ));
             }
             Ok(out)
@@ -303,6 +315,7 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     "last_outcome",
                     "marks",
                     "runs as",
+                    "image",
                 ],
                 &[
                     "version",
@@ -328,6 +341,11 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                         false => l.runs_as.join("; "),
                     }
                     .into(),
+                    // `sha256:` and the first 12 digits, as `docker images` shows an ID.
+                    l.image
+                        .as_deref()
+                        .map_or("-".into(), |id| id[..id.len().min(19)].to_string())
+                        .into(),
                 ]);
             }
             Ok(grid.render(layout))

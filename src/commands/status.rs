@@ -71,6 +71,9 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
                 ),
             ));
             rows.push(("confined".into(), confinement(p)));
+            if let Some(image) = &p.image {
+                rows.push(("image".into(), image.clone()));
+            }
         }
     }
 }

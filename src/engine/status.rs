@@ -83,6 +83,9 @@ pub struct LiveStatus {
     pub uid: Option<u32>,
     /// Its uid is rollgate's own: rollgate is not root, so it cannot give a service a user.
     pub own_user: bool,
+    /// An image release: the engine's image ID it is pinned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// A single deploy in flight.
@@ -275,10 +278,19 @@ fn live_status(
         confined: !p.unconfined,
         tree: crate::host::cgroup::of(&p.identity()).map(|t| t.path().display().to_string()),
         limits: p.limits,
+        // The container's uid for an image release, not its supervisor's.
         uid: running
-            .then(|| crate::host::account::uid_of(p.pid))
+            .then(|| {
+                crate::host::account::work_held_as(&p.identity())
+                    .first()
+                    .map(|h| h.uid)
+            })
             .flatten(),
         own_user: !crate::host::account::can_switch_user(),
+        image: crate::host::container::ImageRelease::of_release(&root.release_dir(&p.version))
+            .ok()
+            .flatten()
+            .map(|image| image.image),
     })
 }
 

@@ -597,6 +597,32 @@ impl std::fmt::Display for HeldAs {
     }
 }
 
+/// How the processes doing a release's work are held, each different way once: a container
+/// release's are the container's (in the cgroups the engine made inside its supervisor's tree;
+/// the supervisor, `container-run`, is rollgate's own and runs as root); any other release's is
+/// the process rollgate started. Empty when none of it runs.
+pub fn work_held_as(who: &super::identity::Identity) -> Vec<HeldAs> {
+    let mut workers = vec![who.pid];
+    if let Some(tree) = super::cgroup::of(who).filter(|tree| tree.has_inner()) {
+        let own = tree.members();
+        let inner: Vec<i32> = tree
+            .all_members()
+            .into_iter()
+            .filter(|pid| !own.contains(pid))
+            .collect();
+        if !inner.is_empty() {
+            workers = inner;
+        }
+    }
+    let mut said: Vec<HeldAs> = Vec::new();
+    for held in workers.into_iter().filter_map(held_as) {
+        if !said.contains(&held) {
+            said.push(held);
+        }
+    }
+    said
+}
+
 /// How process `pid` is held, if it runs.
 pub fn held_as(pid: i32) -> Option<HeldAs> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -139,6 +139,25 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
         );
         v1_tree = supervisor;
     }
+    // Issue 67, 6: `status` and `release list` say the container's uid (not its supervisor's
+    // root) and the image the release is pinned to.
+    let status = run(&site, &["status", "--format", "json"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(status["live"]["uid"], uid, "{status}");
+    assert_eq!(status["live"]["image"], id.as_str(), "{status}");
+    let listed = run(&site, &["release", "list", "--format", "json"]);
+    let v1 = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["version"] == "v1")
+        .unwrap();
+    assert_eq!(
+        v1["runs_as"],
+        serde_json::json!([format!("uid {uid}, confined")]),
+        "{v1}"
+    );
+    assert_eq!(v1["image"], id.as_str(), "{v1}");
 
     // A release that exits at boot is rolled back with a process release's words, and its
     // container is gone.
