@@ -242,11 +242,15 @@ pub fn looks(window_ms: u64, interval_ms: u64) -> u64 {
 }
 
 /// One side's numbers over a window: requests, errors (5xx and no answer), and the latency
-/// histogram as (floor µs, ceiling µs, count), sorted by floor.
+/// histogram as (floor µs, ceiling µs, count), sorted by floor. A try the proxy retried on
+/// another replica counts among the requests and errors (the release failed it) and in
+/// `retried` (the user did not: see [`Side::users_had`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Side {
     pub requests: u64,
     pub errors: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retried: u64,
     pub latency: Vec<(u64, u64, u64)>,
 }
 
@@ -268,16 +272,19 @@ impl Side {
     }
 
     fn add(&mut self, now: &ReleaseCounts, before: Option<&ReleaseCounts>) {
+        // A release is judged on every try it failed, the ones the proxy then retried on
+        // another replica included: it failed them all the same.
         let answered = |r: &ReleaseCounts| r.answers.values().sum::<u64>();
-        let failed = |r: &ReleaseCounts| {
-            r.answers.get("5xx").copied().unwrap_or(0) + r.misses.values().sum::<u64>()
-        };
-        let missed = |r: &ReleaseCounts| r.misses.values().sum::<u64>();
-        let (answered_before, failed_before, missed_before) =
-            before.map_or((0, 0, 0), |b| (answered(b), failed(b), missed(b)));
+        let missed = |r: &ReleaseCounts| r.misses.values().sum::<u64>() + r.retried;
+        let failed = |r: &ReleaseCounts| r.answers.get("5xx").copied().unwrap_or(0) + missed(r);
+        let (answered_before, failed_before, missed_before, retried_before) = before
+            .map_or((0, 0, 0, 0), |b| {
+                (answered(b), failed(b), missed(b), b.retried)
+            });
         self.requests +=
             (answered(now) + missed(now)).saturating_sub(answered_before + missed_before);
         self.errors += failed(now).saturating_sub(failed_before);
+        self.retried += now.retried.saturating_sub(retried_before);
         for &[floor, ceiling, count] in &now.latency_us {
             let earlier = before
                 .and_then(|b| b.latency_us.iter().find(|l| l[0] == floor))
@@ -291,6 +298,15 @@ impl Side {
                 None => self.latency.push((floor, ceiling, count)),
             }
         }
+    }
+
+    /// What users got from it: (requests it ended, of them failed) — the tries retried on
+    /// another replica were answered there, so they are neither here.
+    pub fn users_had(&self) -> (u64, u64) {
+        (
+            self.requests.saturating_sub(self.retried),
+            self.errors.saturating_sub(self.retried),
+        )
     }
 
     /// The error rate, in percent.
@@ -523,6 +539,7 @@ mod tests {
         Side {
             requests,
             errors,
+            retried: 0,
             latency: latency
                 .iter()
                 .map(|&(floor, count)| (floor, floor + floor / 8 + 1, count))
@@ -651,4 +668,8 @@ mod tests {
         };
         assert!((whole.alpha_per_test(60_000) - 0.01 / 4.0).abs() < 1e-12);
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -186,10 +186,12 @@ pub(crate) fn exposure(
     let counts = crate::proxy::control::counts_now(&root.0, std::time::Duration::from_millis(500))
         .ok()
         .map(|now| super::analysis::Side::between(None, &now, version));
+    let users_had = counts.as_ref().map(super::analysis::Side::users_had);
     journal::Exposure {
         live_s: live_s.max(0.0),
-        requests: counts.as_ref().map(|c| c.requests),
-        failed: counts.as_ref().map(|c| c.errors),
+        requests: users_had.map(|(requests, _)| requests),
+        failed: users_had.map(|(_, failed)| failed),
+        retried: counts.as_ref().map(|c| c.retried).filter(|n| *n > 0),
         ended_by,
     }
 }

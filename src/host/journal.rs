@@ -152,6 +152,10 @@ pub struct Exposure {
     pub requests: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<u64>,
+    /// Tries of its that failed and that the proxy then sent to another release, which
+    /// answered: not among `requests` or `failed` (the users did not see them fail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried: Option<u64>,
     /// `the traffic judge`, `the watch's probes`, `a person (rollgate rollback)`, ...
     pub ended_by: String,
 }
@@ -160,9 +164,13 @@ impl Exposure {
     /// In words, for a line's detail: `users had it for 3.2 s (612 requests, 612 failed);
     /// ended by the traffic judge`.
     pub fn words(&self) -> String {
+        let retried = self
+            .retried
+            .map(|n| format!("; {n} more retried on another release and answered there"))
+            .unwrap_or_default();
         let served = match (self.requests, self.failed) {
             (Some(requests), Some(failed)) => {
-                format!(" ({requests} requests through the proxy, {failed} failed)")
+                format!(" ({requests} requests through the proxy, {failed} failed{retried})")
             }
             _ => String::new(),
         };

@@ -94,6 +94,10 @@ pub struct ReleaseCounts {
     pub slot: u16,
     pub answers: std::collections::BTreeMap<String, u64>,
     pub misses: std::collections::BTreeMap<String, u64>,
+    /// Tries it gave no answer to that went on to another replica (not among `misses`: the
+    /// user's request did not fail with them). Absent from an older proxy's line.
+    #[serde(default)]
+    pub retried: u64,
     pub latency_sum_us: u64,
     pub latency_us: Vec<[u64; 3]>,
 }
@@ -129,6 +133,7 @@ fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts 
         slot,
         answers: by_name(&CLASSES, &seen.answers),
         misses: by_name(&MISSES, &seen.misses),
+        retried: seen.retried,
         latency_sum_us: seen.latency_sum_us,
         latency_us: seen
             .latency

@@ -78,6 +78,9 @@ pub fn bucket_ceiling(index: usize) -> u64 {
 struct Shard {
     answers: [AtomicU64; CLASSES.len()],
     misses: [AtomicU64; MISSES.len()],
+    /// Tries that got no answer and went on to another replica: the user's request was not
+    /// lost with them (it is counted where it ended).
+    retried: AtomicU64,
     /// Sum of the latencies counted, in microseconds.
     latency_sum: AtomicU64,
     latency: [AtomicU64; BUCKETS],
@@ -88,6 +91,7 @@ impl Default for Shard {
         Shard {
             answers: Default::default(),
             misses: Default::default(),
+            retried: AtomicU64::new(0),
             latency_sum: AtomicU64::new(0),
             latency: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -120,9 +124,14 @@ impl Counts {
         shard.latency_sum.fetch_add(micros, Ordering::Relaxed);
     }
 
-    /// A request got no answer.
+    /// A request got no answer, and none from another replica either: the user's failure.
     pub fn missed(&self, thread: usize, why: Miss) {
         self.shard(thread).misses[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A try got no answer and the request went on to another replica.
+    pub fn retried(&self, thread: usize) {
+        self.shard(thread).retried.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The shards added up, as of now.
@@ -135,6 +144,7 @@ impl Counts {
             for (sum, count) in total.misses.iter_mut().zip(&shard.misses) {
                 *sum += count.load(Ordering::Relaxed);
             }
+            total.retried += shard.retried.load(Ordering::Relaxed);
             total.latency_sum_us += shard.latency_sum.load(Ordering::Relaxed);
             for (sum, count) in total.latency.iter_mut().zip(&shard.latency) {
                 *sum += count.load(Ordering::Relaxed);
@@ -149,6 +159,7 @@ impl Counts {
 pub struct Snapshot {
     pub answers: [u64; CLASSES.len()],
     pub misses: [u64; MISSES.len()],
+    pub retried: u64,
     pub latency_sum_us: u64,
     pub latency: Vec<u64>,
 }
@@ -158,6 +169,7 @@ impl Default for Snapshot {
         Snapshot {
             answers: [0; CLASSES.len()],
             misses: [0; MISSES.len()],
+            retried: 0,
             latency_sum_us: 0,
             latency: vec![0; BUCKETS],
         }
@@ -220,9 +232,12 @@ mod tests {
         counts.answered(1, 503, Duration::from_millis(61));
         counts.answered(3, 302, Duration::from_micros(5));
         counts.missed(1, Miss::Refused);
+        counts.retried(0);
+        counts.retried(1);
         let seen = counts.snapshot();
         assert_eq!(seen.answers, [0, 1, 1, 0, 1]);
         assert_eq!(seen.misses, [1, 0, 0]);
+        assert_eq!(seen.retried, 2);
         assert_eq!(seen.latency_sum_us, 900 + 61_000 + 5);
         assert_eq!(seen.latency.iter().sum::<u64>(), 3);
         assert_eq!(seen.latency[bucket_of(61_000)], 1);

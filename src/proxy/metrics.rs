@@ -98,6 +98,20 @@ pub fn render(services: &[Arc<Service>], by_route: bool, started: Started) -> St
     }
     series(
         &mut out,
+        "rollgate_proxy_upstream_retries_total",
+        "counter",
+        "Tries a release gave no answer to that went on to another replica (not failures).",
+    );
+    for (route, version, slot, seen) in &counted {
+        let _ = writeln!(
+            out,
+            "rollgate_proxy_upstream_retries_total{{{route}release=\"{}\",slot=\"{slot}\"}} {}",
+            label(version),
+            seen.retried
+        );
+    }
+    series(
+        &mut out,
         "rollgate_proxy_answer_seconds",
         "histogram",
         "Time from sending a request to a release to its answer's head.",

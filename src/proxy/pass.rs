@@ -152,25 +152,31 @@ pub async fn to_a_release<S: Sender>(
         };
         let sent = ctx.counting.then(Instant::now);
         let result = sender.send(&lease).await;
-        if let Some(sent) = sent {
-            let counts = &lease.target.counts;
-            match &result {
-                Ok(answer) => counts.answered(ctx.thread, S::status(answer), sent.elapsed()),
-                Err(e) => counts.missed(ctx.thread, e.miss()),
-            }
-        }
+        let counts = ctx.counting.then_some(&lease.target.counts);
         let failure = match result {
-            Ok(answer) => return Outcome::Answered(lease, answer),
+            Ok(answer) => {
+                if let (Some(counts), Some(sent)) = (counts, sent) {
+                    counts.answered(ctx.thread, S::status(&answer), sent.elapsed());
+                }
+                return Outcome::Answered(lease, answer);
+            }
             Err(failure) => failure,
         };
         let target = &lease.target;
         let refused = failure.is_refused();
         let lost = replay.safe && failure.is_lost_connection();
-        // Another replica may take it (the last one's failure is told as it is).
+        // Another replica may take it (the last one's failure is told as it is). Counted as a
+        // retry, not a failure: what the user got is counted where the request ends.
         if (refused || lost) && replay.again && pool_size > tried.len() + 1 {
+            if let Some(counts) = counts {
+                counts.retried(ctx.thread);
+            }
             tried.push(target.port);
             refusals.push(format!("{} on 127.0.0.1:{}", target.version, target.port));
             continue;
+        }
+        if let Some(counts) = counts {
+            counts.missed(ctx.thread, failure.miss());
         }
         let words = release_failed(&target.version, target.port, refused, pool_size);
         return Outcome::Own(StatusCode::BAD_GATEWAY, words);

@@ -612,3 +612,61 @@ fn a_deploy_is_judged_in_its_watch_against_the_old_release_before_the_switch() {
     assert!(load.finish().iter().all(|(status, _, _)| *status != 0));
     drop(proxy);
 }
+
+/// Issue 67, 5: a release that stops answering in its watch has its requests retried by the
+/// proxy on the release it replaced, and users get every answer. Its exposure used to call
+/// those tries failed ("180 requests through the proxy, 1 failed" while the clients saw 0
+/// failures); they are now counted apart, as retries, and `log history` agrees with the
+/// clients.
+#[test]
+fn requests_retried_on_the_old_release_and_answered_there_are_not_called_failed() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::kept(proxy.port, 4, Duration::from_millis(2));
+    assert!(wait_for(60, || served_by(&site, "v1") >= 100));
+    // Serves, then its server ends while its process lives on: refused connections until the
+    // watch's probes roll it back.
+    let bin = crate::common::bin();
+    site.add_release(
+        "v2",
+        &format!(
+            "'{}' sample-service --exit-after-ms 1500 --exit-code 0\nsleep 60\n",
+            bin.display()
+        ),
+    );
+    let file = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 10000}}"#,
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let seen = load.finish();
+    assert_none_failed(&seen, "v2's watch");
+    let back = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "rolled_back")
+        .unwrap();
+    let exposure = &back["exposure"];
+    assert_eq!(exposure["failed"], 0, "{back}");
+    assert!(exposure["retried"].as_u64().unwrap_or(0) >= 1, "{back}");
+    assert!(
+        back["detail"].as_str().unwrap().contains(" 0 failed; "),
+        "{back}"
+    );
+    let history = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let v2 = stdout(&history)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["version"] == "v2")
+        .unwrap();
+    assert_eq!(v2["users_failed"], 0, "{v2}");
+}

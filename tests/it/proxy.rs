@@ -1153,7 +1153,7 @@ fn parsed_metrics(page: &str) -> Vec<(String, std::collections::BTreeMap<String,
 }
 
 /// Issue 38: the proxy counts every answer per release and slot, by status class, and the
-/// refusals of a dead replica; `/metrics` is read by a real parser and its counts equal the
+/// refusals of a dead replica (retried on the live one); `/metrics` is read by a real parser and its counts equal the
 /// client's own.
 #[test]
 fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
@@ -1230,13 +1230,20 @@ fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
             "{class}"
         );
     }
-    // Ties between the two replicas go in turn: some requests met the dead one first.
+    // Ties between the two replicas go in turn: some requests met the dead one first, and
+    // went on to the live one, which answered them: retries, not failures (issue 67, 5).
+    let retried = value(
+        "rollgate_proxy_upstream_retries_total",
+        &[("release", "gone"), ("slot", "1")],
+    )
+    .unwrap();
+    assert!(retried >= 1.0, "{retried}");
     let refused = value(
         "rollgate_proxy_upstream_failures_total",
         &[("release", "gone"), ("slot", "1"), ("reason", "refused")],
     )
     .unwrap();
-    assert!(refused >= 1.0, "{refused}");
+    assert_eq!(refused, 0.0);
     let answered_by_gone: f64 = samples
         .iter()
         .filter(|(n, l, _)| n == "rollgate_proxy_answers_total" && l["release"] == "gone")
