@@ -199,7 +199,13 @@ impl Voice for DeployVoice {
                 let hint = match rollout.settings.unconfined {
                     true => None,
                     false => {
-                        crate::host::confine::hint(&said, &root.0, &root.release_dir(&rollout.to))
+                        let release = root.release_dir(&rollout.to);
+                        let stranded = crate::release::shebang::stranded(&release, &release, 20);
+                        let stranded: Vec<_> = stranded
+                            .iter()
+                            .map(|s| (s.script.as_path(), s.interpreter.as_path()))
+                            .collect();
+                        crate::host::confine::hint(&said, &root.0, &release, &stranded)
                     }
                 };
                 match hint {

@@ -207,31 +207,58 @@ fn drop_privileges() {
     }
 }
 
+/// A script of the release whose `#!` interpreter is outside it and outside the system's
+/// folders (as `release add` found them): (the script relative to the release, the
+/// interpreter).
+pub type Stranded<'a> = (&'a Path, &'a Path);
+
 /// Why a confined release that failed may have failed, when its own words say the kernel
 /// refused it something: the rule that did and the policy line that allows it (a release
 /// that relied on being root otherwise shows a bare EACCES). None when its words say nothing
 /// of the kind.
-pub fn hint(said: &str, root: &Path, release: &Path) -> Option<String> {
-    let lower = said.to_ascii_lowercase();
-    let refused = [
-        "permission denied",
-        "eacces",
-        "operation not permitted",
-        "eperm",
-        "read-only file system",
-        "erofs",
-    ]
-    .iter()
-    .any(|words| lower.contains(words));
-    if !refused {
-        return None;
+///
+/// Read from the first line that tells of a refusal (lines split at newlines or at the ` | `
+/// an output quote joins them with): a path is taken from that line alone, so a file's refusal
+/// never gets a port's hint; what was being done (`bind`, `listen`) may be said on the two
+/// lines before it (a traceback's last frames), never further up (a server's earlier
+/// `Listening at: http://…`).
+pub fn hint(said: &str, root: &Path, release: &Path, stranded: &[Stranded]) -> Option<String> {
+    let data = root.join(super::account::DATA_DIR);
+    let lines: Vec<&str> = said.lines().flat_map(|l| l.split(" | ")).collect();
+    let at = lines.iter().position(|line| tells_of_a_refusal(line))?;
+    let line = lines[at];
+    let lower = line.to_ascii_lowercase();
+    let doing = lines[at.saturating_sub(2)..=at].join("\n").to_ascii_lowercase();
+    if let Some((script, interpreter)) = stranded.iter().find(|(script, _)| {
+        lower.contains("bad interpreter")
+            || script
+                .file_name()
+                .is_some_and(|name| line.contains(&*name.to_string_lossy()))
+    }) {
+        return Some(format!(
+            "confined: {} starts {} (its #! line), outside the release, which a confined release cannot run; run it through an interpreter inside the release (exec venv/bin/python -m gunicorn …, not venv/bin/gunicorn) or the system's, or build the environment at the path the release is installed at ({})",
+            script.display(),
+            interpreter.display(),
+            release.display()
+        ));
     }
-    let about_a_port = ["bind", "listen", "eaddr", "address"]
+    if SQLITE_CANNOT_WRITE
         .iter()
-        .any(|w| lower.contains(w))
-        || privileged_port(said).is_some();
+        .any(|words| lower.contains(words))
+    {
+        return Some(format!(
+            "confined: a database beside the code cannot be opened for writing (the release folder is read-only to its user, and SQLite writes a journal beside its file: Django's default db.sqlite3 is there); keep it in $STATE_DIRECTORY ({}), e.g. os.environ[\"STATE_DIRECTORY\"] + \"/db.sqlite3\"",
+            data.display()
+        ));
+    }
+    let path = refused_path(line);
+    let about_a_port = path.is_none()
+        && (["bind", "listen", "eaddr", "address"]
+            .iter()
+            .any(|w| doing.contains(w))
+            || privileged_port(line).is_some());
     if about_a_port {
-        return Some(match (privileged_port(said), named_port(said)) {
+        return Some(match (privileged_port(line), named_port(line)) {
             (Some(port), _) => format!(
                 "confined: a release has no privileges, so port {port} is refused; listen on $PORT (rollgate's proxy serves 80 and 443), or set isolation.enabled = false in the policy to run it with rollgate's own"
             ),
@@ -241,23 +268,45 @@ pub fn hint(said: &str, root: &Path, release: &Path) -> Option<String> {
             (None, None) => "confined: a release has no privileges, so a port below 1024 is refused, and it may bind only its own port, $PORT; listen on $PORT (rollgate's proxy serves 80 and 443), or set isolation.enabled = false in the policy to run it with rollgate's own".to_string(),
         });
     }
-    let data = root.join(super::account::DATA_DIR);
-    match refused_path(said) {
+    match path {
         Some(path) if path.starts_with(release) || path.starts_with(root.join("releases")) => Some(format!(
             "confined: {} is in the release folder, which its user only reads; write into $STATE_DIRECTORY ({}) or $TMPDIR, or list the folder in the policy's isolation.writable",
             path.display(),
             data.display()
         )),
         Some(path) => Some(format!(
-            "confined: Landlock lets a release write only $STATE_DIRECTORY, $TMPDIR and the policy's isolation.writable, and read the system and its release; to reach {} add its folder to isolation.writable (\"isolation\": {{\"writable\": [\"{}\"]}}), or set isolation.enabled = false",
+            "confined: Landlock lets a release read only the system's folders and its release, and write only $STATE_DIRECTORY, $TMPDIR and the policy's isolation.writable; {} is none of them. If the release reads it, ship it inside the release; if it writes there, add its folder to isolation.writable (\"isolation\": {{\"writable\": [\"{}\"]}}), or set isolation.enabled = false",
             path.display(),
             path.parent().unwrap_or(&path).display()
         )),
         None => Some(format!(
-            "confined: it runs as its service's own user with no privileges, writing only $STATE_DIRECTORY ({}), $TMPDIR and the policy's isolation.writable; see docs/isolation.md",
+            "confined: it runs as its service's own user with no privileges, reading only the system and its release and writing only $STATE_DIRECTORY ({}), $TMPDIR and the policy's isolation.writable; see docs/isolation.md",
             data.display()
         )),
     }
+}
+
+/// What SQLite says when it cannot write where its file is (no `EACCES` in its words).
+const SQLITE_CANNOT_WRITE: [&str; 2] = [
+    "unable to open database file",
+    "attempt to write a readonly database",
+];
+
+/// Whether a line of a release's output tells of something the kernel refused it.
+fn tells_of_a_refusal(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    [
+        "permission denied",
+        "eacces",
+        "operation not permitted",
+        "eperm",
+        "read-only file system",
+        "erofs",
+        "bad interpreter",
+    ]
+    .iter()
+    .chain(SQLITE_CANNOT_WRITE.iter())
+    .any(|words| lower.contains(words))
 }
 
 /// The first absolute path in `said` (quoted or bare), trimmed of the punctuation around it.
@@ -305,22 +354,22 @@ mod tests {
         let release = Path::new("/srv/app/releases/v2");
         // Python writing beside its code.
         let said = "PermissionError: [Errno 13] Permission denied: '/srv/app/releases/v2/cache.db'";
-        let why = hint(said, root, release).unwrap();
+        let why = hint(said, root, release, &[]).unwrap();
         assert!(
             why.contains("release folder") && why.contains("$STATE_DIRECTORY (/srv/app/data)"),
             "{why}"
         );
         // Node writing into /var/log.
         let said = "Error: EACCES: permission denied, open '/var/log/app.log'";
-        let why = hint(said, root, release).unwrap();
+        let why = hint(said, root, release, &[]).unwrap();
         assert!(why.contains("\"writable\": [\"/var/log\"]"), "{why}");
         // A port below 1024, in both shapes.
         let said = "Error: listen EACCES: permission denied 0.0.0.0:80";
-        assert!(hint(said, root, release)
+        assert!(hint(said, root, release, &[])
             .unwrap()
             .contains("port 80 is refused"));
         let said = "[ERROR] Can't connect to ('', 443) | PermissionError: [Errno 13] Permission denied (bind)";
-        assert!(hint(said, root, release)
+        assert!(hint(said, root, release, &[])
             .unwrap()
             .contains("a port below 1024"));
         // Nothing refused: nothing to add.
@@ -328,16 +377,53 @@ mod tests {
             hint(
                 "ModuleNotFoundError: No module named 'flask'",
                 root,
-                release
+                release,
+                &[]
             ),
             None
         );
         assert_eq!(privileged_port("at 10:30:15 on :8080"), None);
         // Issue 66: a port of its own choosing, refused by Landlock's bind rule.
         let said = "OSError: [Errno 13] Permission denied: bind to 127.0.0.1:8080";
-        let why = hint(said, root, release).unwrap();
+        let why = hint(said, root, release, &[]).unwrap();
         assert!(
             why.contains("may bind only its own port, $PORT, so port 8080 is refused"),
+            "{why}"
+        );
+    }
+
+    /// Issue 67, 3: the hints that misled a Django operator.
+    #[test]
+    fn a_database_a_file_read_outside_and_a_stranded_interpreter_each_get_their_own_hint() {
+        let root = Path::new("/srv/app");
+        let release = Path::new("/srv/app/releases/v2");
+        // Django's default sqlite file beside the code: no EACCES in SQLite's words.
+        let said = "  File \"django/db/backends/sqlite3/base.py\", line 206, in get_new_connection\ndjango.db.utils.OperationalError: unable to open database file";
+        let why = hint(said, root, release, &[]).unwrap();
+        assert!(why.contains("$STATE_DIRECTORY (/srv/app/data)"), "{why}");
+        assert!(why.contains("db.sqlite3"), "{why}");
+        // A file outside refused while a server's earlier line spoke of listening: the
+        // file's hint (read or write), never a port's.
+        let said = "[INFO] Listening at: http://127.0.0.1:8080 (12)\nPermissionError: [Errno 13] Permission denied: '/opt/shared/settings.json'";
+        let why = hint(said, root, release, &[]).unwrap();
+        assert!(!why.contains("port"), "{why}");
+        assert!(
+            why.contains("/opt/shared/settings.json is none of them")
+                && why.contains("ship it inside the release"),
+            "{why}"
+        );
+        // A venv's console script whose #! names the build folder: the interpreter, not the
+        // build folder made writable.
+        let (script, interpreter) = (
+            Path::new("venv/bin/gunicorn"),
+            Path::new("/build/app/venv/bin/python3"),
+        );
+        let said = "./edge-svc: 2: exec: venv/bin/gunicorn: Permission denied";
+        let why = hint(said, root, release, &[(script, interpreter)]).unwrap();
+        assert!(
+            why.contains("venv/bin/gunicorn starts /build/app/venv/bin/python3")
+                && why.contains("venv/bin/python -m gunicorn")
+                && !why.contains("writable"),
             "{why}"
         );
     }

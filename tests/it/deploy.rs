@@ -1591,4 +1591,48 @@ fn a_release_that_relied_on_being_root_fails_naming_the_rule_and_the_policy_line
         "{}",
         stderr(&out)
     );
+
+    // Issue 67, 3: Django's default database beside the code. SQLite says only "unable to
+    // open database file", which used to get no hint at all.
+    site.script(
+        "v3",
+        "/usr/bin/python3 -c \"import sqlite3; sqlite3.connect('db.sqlite3').execute('create table t (x)')\"\nsleep 30\n",
+    );
+    let out = site.deploy(free_port(), "v3", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("unable to open database file"), "{said}");
+    assert!(
+        said.contains("a database beside the code cannot be opened for writing")
+            && said.contains(&format!(
+                "$STATE_DIRECTORY ({})",
+                site.root().join("data").display()
+            )),
+        "{said}"
+    );
+
+    // A virtual environment's console script, built in another folder: its #! names an
+    // interpreter the release cannot run. The hint names the script and the interpreter, and
+    // never advises making the build folder writable.
+    let build = tempfile::tempdir().unwrap();
+    let python = build.path().join("venv/bin/python3");
+    std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+    // A copy, as a venv's own interpreter is (a link would be followed to /usr/bin).
+    std::fs::copy("/usr/bin/python3", &python).unwrap();
+    let script = site.root().join("releases/v4/venv/bin/gunicorn");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(&script, format!("#!{}\nprint('never')\n", python.display())).unwrap();
+    make_executable(&script);
+    site.script("v4", "exec venv/bin/gunicorn\n");
+    let out = site.deploy(free_port(), "v4", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!(
+            "venv/bin/gunicorn starts {} (its #! line)",
+            python.display()
+        )) && said.contains("venv/bin/python -m gunicorn"),
+        "{said}"
+    );
+    assert!(!said.contains("writable"), "{said}");
 }
