@@ -25,6 +25,9 @@ pub struct Report {
     pub would: Vec<String>,
     /// (passed, what)
     pub checks: Vec<(bool, String)>,
+    /// A `--policy` other than the service's kept one: the kept one's digest, and what it
+    /// would change field by field.
+    pub policy_changes: Option<(String, Vec<String>)>,
 }
 
 impl Report {
@@ -62,6 +65,22 @@ impl Report {
             .unwrap_or(0);
         for (name, value, source) in &self.values {
             let _ = writeln!(out, "  {name:width$}  {value}  ({source})");
+        }
+        if let Some((kept, changes)) = &self.policy_changes {
+            match changes.is_empty() {
+                true => {
+                    let _ = writeln!(
+                        out,
+                        "policy: the same fields as the service's kept policy (sha256 {kept})"
+                    );
+                }
+                false => {
+                    let _ = writeln!(out, "policy changes against the service's kept policy (sha256 {kept}), taking effect only if this release goes live:");
+                    for change in changes {
+                        let _ = writeln!(out, "  {change}");
+                    }
+                }
+            }
         }
         if !self.would.is_empty() {
             out.push_str("would:\n");
@@ -139,14 +158,45 @@ pub fn gate_values(
     );
 }
 
+/// A dry run's policy: the settings it would run by (a refusal in words), and what a
+/// `--policy` would change against the service's kept one.
+pub struct PolicyFacts {
+    pub settings: Result<Option<RolloutSettings>, String>,
+    pub changes: Option<(String, Vec<String>)>,
+}
+
+impl PolicyFacts {
+    /// From the chosen policy: a given `--policy` is compared with the root's kept one.
+    fn of(root: &std::path::Path, chosen: Result<Option<preflight::Chosen>, String>) -> Self {
+        let kept = Root::existing(root.to_path_buf()).ok().and_then(|root| {
+            crate::host::kept_policy::KeptPolicy::of_live(&root)
+                .ok()
+                .flatten()
+        });
+        let changes = match (&chosen, kept) {
+            (Ok(Some(chosen)), Some((_, kept))) if chosen.given => Some((
+                kept.short_digest().to_string(),
+                kept.changes_to(&chosen.kept),
+            )),
+            _ => None,
+        };
+        PolicyFacts {
+            settings: chosen.map(|c| c.map(|c| c.settings)),
+            changes,
+        }
+    }
+}
+
 /// The checks every dry run starts with: the names, and the policy (its refusal as a check).
 fn names_and_policy(
     report: &mut Report,
     service: &str,
     version: &str,
     file: Option<&std::path::Path>,
-    policy: Result<Option<RolloutSettings>, String>,
+    facts: PolicyFacts,
 ) -> Option<RolloutSettings> {
+    report.policy_changes = facts.changes;
+    let policy = facts.settings;
     report.check(
         crate::host::names::check_name("service", service)
             .and_then(|()| crate::host::names::check_name("version", version))
@@ -268,7 +318,7 @@ pub fn deploy(request: &Request) -> (String, bool) {
         .as_ref()
         .ok()
         .and_then(|c| c.as_ref().map(|c| c.source().to_path_buf()));
-    let policy = chosen.map(|c| c.map(|c| c.settings));
+    let policy = PolicyFacts::of(&request.root, chosen);
     refused_or_not(deploy_report(request, policy, source.as_deref()))
 }
 
@@ -283,7 +333,7 @@ pub fn rollout(request: &RolloutRequest) -> (String, bool) {
     );
     refused_or_not(rollout_report(
         request,
-        policy.map(|c| c.map(|c| c.settings)),
+        PolicyFacts::of(&request.root, policy),
     ))
 }
 
@@ -309,7 +359,7 @@ fn refused_or_not(report: Result<String, Error>) -> (String, bool) {
 
 fn deploy_report(
     request: &Request,
-    policy: Result<Option<RolloutSettings>, String>,
+    policy: PolicyFacts,
     source: Option<&std::path::Path>,
 ) -> Result<String, Error> {
     let mut report = Report {
@@ -575,10 +625,7 @@ fn deploy_would(
     ));
 }
 
-fn rollout_report(
-    request: &RolloutRequest,
-    policy: Result<Option<RolloutSettings>, String>,
-) -> Result<String, Error> {
+fn rollout_report(request: &RolloutRequest, policy: PolicyFacts) -> Result<String, Error> {
     use crate::engine::settings;
     let mut report = Report {
         title: format!(

@@ -76,6 +76,18 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
             }
         }
     }
+    rows.push((
+        "policy".into(),
+        match &status.policy {
+            Some(policy) => format!(
+                "entry {} of {}, sha256 {} (kept in the root: `rollgate policy show`)",
+                policy.entry,
+                policy.source,
+                &policy.sha256[..policy.sha256.len().min(12)]
+            ),
+            None => "(none kept: the defaults)".into(),
+        },
+    ));
 }
 
 /// The pool, the held socket, the certificates, the traffic mode and the proxy's routes.

@@ -43,6 +43,17 @@ pub struct RootStatus {
     /// The routes of the proxy config serving the root (none: no proxy, or one of `--root`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<Vec<String>>,
+    /// The policy the service is held to: the live release's record (none: the defaults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyStatus>,
+}
+
+/// The service's kept policy, as `status` names it (`rollgate policy show` prints it whole).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyStatus {
+    pub source: String,
+    pub entry: String,
+    pub sha256: String,
 }
 
 /// The root's socket holder, as it recorded itself, and whether it still runs.
@@ -137,7 +148,16 @@ impl RootStatus {
             Some(p) => Some(live_status(root, p, now)?),
             None => None,
         };
+        let policy = crate::host::kept_policy::KeptPolicy::of_live(root)
+            .ok()
+            .flatten()
+            .map(|(_, kept)| PolicyStatus {
+                source: kept.source.display().to_string(),
+                entry: kept.entry,
+                sha256: kept.sha256,
+            });
         Ok(RootStatus {
+            policy,
             service: service_of(root),
             root: root.0.display().to_string(),
             live,

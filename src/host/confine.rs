@@ -228,7 +228,9 @@ pub fn hint(said: &str, root: &Path, release: &Path, stranded: &[Stranded]) -> O
     let at = lines.iter().position(|line| tells_of_a_refusal(line))?;
     let line = lines[at];
     let lower = line.to_ascii_lowercase();
-    let doing = lines[at.saturating_sub(2)..=at].join("\n").to_ascii_lowercase();
+    let doing = lines[at.saturating_sub(2)..=at]
+        .join("\n")
+        .to_ascii_lowercase();
     if let Some((script, interpreter)) = stranded.iter().find(|(script, _)| {
         lower.contains("bad interpreter")
             || script

@@ -241,7 +241,8 @@ pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
 
 /// The entry as a JSON line, with the release's `config` (the digest of its env and its
 /// secrets' names) and those names (`secrets`) on the records that start or end a release's
-/// attempt, when the release has a config: "what changed between the good and the bad
+/// attempt, when the release has a config, and the SHA-256 of the policy file it runs under
+/// (`policy`, from its record in `policies/`): "what changed between the good and the bad
 /// release" then has an answer in the log. Never a secret's value.
 fn with_config(path: &Path, entry: &Entry) -> String {
     let starts_or_ends = matches!(
@@ -252,22 +253,30 @@ fn with_config(path: &Path, entry: &Entry) -> String {
             | LogEvent::Promoted
             | LogEvent::RolledBack
     );
-    let release = path
+    let root = path
         .parent()
         .filter(|_| starts_or_ends)
-        .filter(|_| crate::host::names::check_name("version", entry.version).is_ok())
-        .map(|root| root.join("releases").join(entry.version));
-    let config = release
+        .filter(|_| crate::host::names::check_name("version", entry.version).is_ok());
+    let policy =
+        root.and_then(|root| super::kept_policy::KeptPolicy::digest_of(root, entry.version));
+    let config = root
+        .map(|root| root.join("releases").join(entry.version))
         .filter(|dir| {
             dir.join(crate::host::config::ENV_FILE).is_file()
                 || dir.join(crate::host::config::SECRETS_FILE).is_file()
         })
         .and_then(|dir| crate::host::config::Config::of_release(&dir).ok());
-    let Some(config) = config else {
+    if config.is_none() && policy.is_none() {
         return serde_json::to_string(entry).expect("entries serialize");
-    };
+    }
     let mut value = serde_json::to_value(entry).expect("entries serialize");
     if let serde_json::Value::Object(map) = &mut value {
+        if let Some(policy) = policy {
+            map.insert("policy".into(), policy.into());
+        }
+        let Some(config) = config else {
+            return value.to_string();
+        };
         map.insert("config".into(), config.digest().into());
         if !config.secrets.is_empty() {
             let names: Vec<String> = config

@@ -114,9 +114,71 @@ impl KeptPolicy {
         }
     }
 
+    /// The SHA-256 of the policy file `version` of the root at `root` runs under, when it has
+    /// a record: what its log lines name (`policy`).
+    pub fn digest_of(root: &Path, version: &str) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Digest {
+            sha256: String,
+        }
+        let path = root.join(FOLDER).join(format!("{version}.json"));
+        let text = std::fs::read(path).ok()?;
+        serde_json::from_slice::<Digest>(&text)
+            .ok()
+            .map(|d| d.sha256)
+            .filter(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+
+    /// What would change, field by field, if `other` replaced this policy: `field: old → new`
+    /// (nested fields dotted, `(unset)` for a field one of them leaves out), in field order.
+    pub fn changes_to(&self, other: &KeptPolicy) -> Vec<String> {
+        let (mut before, mut after) = (Default::default(), Default::default());
+        flatten(&self.value, "", &mut before);
+        flatten(&other.value, "", &mut after);
+        let fields: std::collections::BTreeSet<&String> =
+            before.keys().chain(after.keys()).collect();
+        let unset = "(unset)".to_string();
+        fields
+            .into_iter()
+            .filter_map(|field| {
+                let (old, new) = (before.get(field), after.get(field));
+                (old != new).then(|| {
+                    format!(
+                        "{field}: {} → {}",
+                        old.unwrap_or(&unset),
+                        new.unwrap_or(&unset)
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// The digest in words (its first 12 hex digits), for a line that names the policy.
     pub fn short_digest(&self) -> &str {
         &self.sha256[..self.sha256.len().min(12)]
+    }
+}
+
+/// `value`'s leaves by dotted path (an object's fields recursed into; anything else, arrays
+/// included, as its JSON text).
+fn flatten(
+    value: &serde_json::Value,
+    prefix: &str,
+    into: &mut std::collections::BTreeMap<String, String>,
+) {
+    match value {
+        serde_json::Value::Object(fields) if !fields.is_empty() => {
+            for (name, inner) in fields {
+                let path = match prefix {
+                    "" => name.clone(),
+                    _ => format!("{prefix}.{name}"),
+                };
+                flatten(inner, &path, into);
+            }
+        }
+        leaf => {
+            into.insert(prefix.to_string(), leaf.to_string());
+        }
     }
 }
 
@@ -145,5 +207,35 @@ mod tests {
         let settings = read.settings(&KeptPolicy::path(&root, "v1")).unwrap();
         assert_eq!(settings.progress_deadline_ms, 5000);
         assert_eq!(KeptPolicy::of_release(&root, "v2").unwrap(), None);
+        assert_eq!(
+            KeptPolicy::digest_of(dir.path(), "v1").as_deref(),
+            Some(kept.sha256.as_str())
+        );
+        assert_eq!(KeptPolicy::digest_of(dir.path(), "v2"), None);
+    }
+
+    #[test]
+    fn changes_are_said_field_by_field_nested_fields_dotted() {
+        let kept = |value| KeptPolicy {
+            source: PathBuf::from("/p.json"),
+            sha256: String::new(),
+            entry: "edge_svc".into(),
+            value,
+        };
+        let before = kept(serde_json::json!({"poll_ms": 100, "watch_ms": 2000,
+            "isolation": {"user": "www", "memory_mb": 256}}));
+        let after = kept(
+            serde_json::json!({"poll_ms": 100, "probe": {"host": "example.com"},
+            "isolation": {"user": "app", "memory_mb": 256}}),
+        );
+        assert_eq!(
+            before.changes_to(&after),
+            [
+                "isolation.user: \"www\" → \"app\"",
+                "probe.host: (unset) → \"example.com\"",
+                "watch_ms: 2000 → (unset)",
+            ]
+        );
+        assert!(before.changes_to(&before).is_empty());
     }
 }

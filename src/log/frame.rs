@@ -295,6 +295,11 @@ pub fn attempts_with(attempts: &[Attempt], only: Option<&[&str]>) -> PolarsResul
         let configs: Vec<Option<&str>> = attempts.iter().map(Attempt::config).collect();
         columns.push(Series::new("config".into(), configs).into_column());
     }
+    // The policy each ran under, likewise only where a line names one.
+    if attempts.iter().any(|a| a.policy().is_some()) {
+        let policies: Vec<Option<&str>> = attempts.iter().map(Attempt::policy).collect();
+        columns.push(Series::new("policy".into(), policies).into_column());
+    }
     // What users had of the releases rolled back after they had them, likewise.
     if attempts.iter().any(|a| a.served().is_some()) {
         let requests: Vec<Option<u64>> = attempts

@@ -68,6 +68,8 @@ pub struct SignedFacts {
     pub sequence: Option<u64>,
     pub manifest_sha256: Option<Box<str>>,
     pub config: Option<Box<str>>,
+    /// The SHA-256 of the policy file it ran under (its record in the root's `policies/`).
+    pub policy: Option<Box<str>>,
     /// The hooks that ran for it, as their lines say (`pre_deploy (./migrate.sh) exited 0
     /// after 80 ms ...: migrated`), joined by ` / `.
     pub hooks: Option<Box<str>>,
@@ -88,6 +90,10 @@ impl SignedFacts {
                 .map(Box::from),
             config: log
                 .extra_value("config", i)
+                .and_then(|v| v.as_str())
+                .map(Box::from),
+            policy: log
+                .extra_value("policy", i)
                 .and_then(|v| v.as_str())
                 .map(Box::from),
             hooks: None,
@@ -114,6 +120,7 @@ impl SignedFacts {
                 sequence,
                 manifest_sha256,
                 config,
+                policy,
                 exposure,
                 ..
             } = *outcome;
@@ -123,6 +130,7 @@ impl SignedFacts {
                 facts.manifest_sha256 = manifest_sha256;
                 facts.config = config;
             }
+            facts.policy = facts.policy.take().or(policy);
             facts.exposure = exposure.or(facts.exposure.take());
         }
         Some(facts)
@@ -166,6 +174,11 @@ impl Attempt {
     /// The digest of the release's config, when it has one (`releases/VERSION/env`, `secrets`).
     pub fn config(&self) -> Option<&str> {
         self.signed.as_ref().and_then(|s| s.config.as_deref())
+    }
+
+    /// The SHA-256 of the policy file it ran under, where its lines name one.
+    pub fn policy(&self) -> Option<&str> {
+        self.signed.as_ref().and_then(|s| s.policy.as_deref())
     }
 
     /// The hooks that ran for it, as their lines said.

@@ -129,6 +129,7 @@ impl Needle {
 
 static MANIFEST_KEY: Needle = Needle::new(b"\"manifest_sha256\"");
 static CONFIG_KEY: Needle = Needle::new(b"\"config\"");
+static POLICY_KEY: Needle = Needle::new(b"\"policy\"");
 static EXPOSURE_KEY: Needle = Needle::new(b"\"exposure\"");
 static WAVE_KEY: Needle = Needle::new(b"\"wave\"");
 static ESCAPED_UNICODE: Needle = Needle::new(b"\\u");
@@ -227,7 +228,9 @@ impl Sink for Log {
             && (self.options.all_details
                 || !matches!(event.as_deref(), Some("candidate_started" | "promoted")));
         let release_fields = self.options.release_fields
-            && (MANIFEST_KEY.is_in(record.raw) || CONFIG_KEY.is_in(record.raw));
+            && (MANIFEST_KEY.is_in(record.raw)
+                || CONFIG_KEY.is_in(record.raw)
+                || POLICY_KEY.is_in(record.raw));
         // What users had of a release rolled back after they had it: history and stats both.
         let exposure_field = (self.options.release_fields || self.options.rollout_fields)
             && EXPOSURE_KEY.is_in(record.raw);
@@ -633,8 +636,9 @@ impl PartialEq for ExtraNames {
     }
 }
 
-/// The fields a signed deploy adds to its lines.
-pub const RELEASE_FIELDS: [&str; 3] = ["sequence", "manifest_sha256", "config"];
+/// The fields a release's attempt adds to its lines: a signed release's, its config's and its
+/// policy's digests.
+pub const RELEASE_FIELDS: [&str; 4] = ["sequence", "manifest_sha256", "config", "policy"];
 /// The fields a rollout adds to its lines.
 pub const ROLLOUT_FIELDS: [&str; 3] = ["token", "slot", "wave"];
 

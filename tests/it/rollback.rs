@@ -224,6 +224,53 @@ fn a_rollback_and_a_deploy_without_policy_run_under_the_policy_kept_in_the_root(
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(shown["kept"]["sha256"], digest.as_str());
+
+    // Every attempt's lines name the policy it ran under; `log history` and `status` too.
+    let named: Vec<serde_json::Value> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| {
+            l["version"] == "v3" && (l["event"] == "candidate_started" || l["event"] == "promoted")
+        })
+        .map(|l| l["policy"].clone())
+        .collect();
+    assert_eq!(named, [digest.as_str(), digest.as_str()]);
+    let history = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&history)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .all(|a| a["policy"] == digest.as_str()),
+        "{}",
+        stdout(&history)
+    );
+    let status = rollgate()
+        .args(["status", "--format", "json", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["policy"]["sha256"], digest.as_str(), "{status}");
+    assert_eq!(status["policy"]["entry"], "edge_svc", "{status}");
+
+    // A different --policy in a dry run: what it would change, field by field.
+    let wider = isolation_policy(&site, 20_000, r#"{"user": "nobody", "memory_mb": 512}"#);
+    site.release("v4", "");
+    let out = site.deploy(free_port(), "v4", &["--policy", &wider, "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "policy changes against the service's kept policy (sha256 {})",
+            &digest[..12]
+        )) && stdout(&out).contains("\n  isolation.memory_mb: 256 → 512\n"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("isolation.user"), "{}", stdout(&out));
 }
 
 /// Issue 67, 7: a release a person rolled back out of production is never the one to go back
