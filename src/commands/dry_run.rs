@@ -153,7 +153,7 @@ pub fn gate_values(
     );
     report.value(
         "probe",
-        settings.probe.describe(),
+        settings.launch.probe.describe(),
         source(false, has(|p| p.probe.is_some())),
     );
 }
@@ -444,7 +444,7 @@ fn deploy_report(
         &request.version,
         request.give_service_config,
     ));
-    if let Some(spec) = &settings.listen {
+    if let Some(spec) = &settings.launch.listen {
         report.would.push(holder_check(&root, spec));
     }
     if root.candidate_path().exists() {
@@ -487,7 +487,7 @@ fn watch_and_output_values(
             policy.is_some_and(|p| p.output_max_bytes.is_some() || p.output_keep.is_some()),
         ),
     );
-    if let Some(spec) = &settings.listen {
+    if let Some(spec) = &settings.launch.listen {
         report.value(
             "listen",
             format!(
@@ -502,11 +502,11 @@ fn watch_and_output_values(
         confinement_words(settings),
         source(false, policy.is_some_and(|p| p.isolation.is_some())),
     );
-    if !settings.unconfined {
+    if !settings.launch.unconfined {
         report.value(
             "runs as",
-            crate::host::account::planned(&request.root, settings.user.as_deref()),
-            source(false, settings.user.is_some()),
+            crate::host::account::planned(&request.root, settings.launch.user.as_deref()),
+            source(false, settings.launch.user.is_some()),
         );
     }
 }
@@ -514,14 +514,14 @@ fn watch_and_output_values(
 /// How the release would be confined, in words: what it runs without, where its tree would be,
 /// its limits, and what this host cannot hold.
 fn confinement_words(settings: &Settings) -> String {
-    if settings.unconfined {
+    if settings.launch.unconfined {
         return "NONE: isolation.enabled = false, it runs with rollgate's own privileges".into();
     }
     let tree = match crate::host::cgroup::base() {
         Some(base) => format!("its own process tree under {}", base.display()),
         None => "its process group (no writable cgroup v2 hierarchy here)".into(),
     };
-    let l = &settings.limits;
+    let l = &settings.launch.limits;
     let mut limits: Vec<String> = Vec::new();
     if let Some(mb) = l.memory_mb {
         limits.push(format!("memory {mb} MiB"));
@@ -584,12 +584,12 @@ fn deploy_would(
     live: Result<Option<crate::host::state::Pointer>, crate::host::fault::Fault>,
     root: &Root,
 ) {
-    let how = match settings.probe.is_notify() {
-        true => format!("wait for {}", settings.probe.describe()),
+    let how = match settings.launch.probe.is_notify() {
+        true => format!("wait for {}", settings.launch.probe.describe()),
         false => format!(
             "probe it every {} ms ({})",
             settings.poll.as_millis(),
-            settings.probe.describe()
+            settings.launch.probe.describe()
         ),
     };
     report.would.push(format!(

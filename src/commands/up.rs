@@ -51,18 +51,9 @@ struct Live {
     version: String,
     port: u16,
     identity: Identity,
-    /// How it proved readiness when it was deployed (the policy's probe, else `/readyz`).
-    probe: crate::host::probe::Spec,
-    /// The service's held socket, when it was deployed with one.
-    listen: Option<crate::host::listen::Spec>,
-    /// Its policy turned confinement off: started so again.
-    unconfined: bool,
-    /// What it may use: the same limits again.
-    limits: crate::host::cgroup::Limits,
-    /// The existing user it runs as (policy `isolation.user`); none: the service's own uid.
-    user: Option<String>,
-    /// Folders it may write besides its own.
-    writable: Vec<std::path::PathBuf>,
+    /// How it was started when it was deployed (its probe, held socket, confinement, limits,
+    /// user, writable folders): it is started and probed so again.
+    launch: crate::host::launch::LaunchRecord,
 }
 
 impl Live {
@@ -91,15 +82,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             .flatten()
             .filter(|r| r.service == set.service)
             .map(|r| r.settings);
-        let listen = settings.as_ref().and_then(|s| s.listen);
-        let unconfined = settings.as_ref().is_some_and(|s| s.unconfined);
-        let limits = settings.as_ref().map(|s| s.limits).unwrap_or_default();
-        let user = settings.as_ref().and_then(|s| s.user.clone());
-        let writable = settings
-            .as_ref()
-            .map(|s| s.writable.clone())
-            .unwrap_or_default();
-        let probe = settings.map(|s| s.probe).unwrap_or_default();
+        let launch = settings.map(|s| s.launch).unwrap_or_default();
         return Ok(set
             .replicas
             .into_iter()
@@ -112,12 +95,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
                     pid: r.pid,
                     start_time: r.start_time,
                 },
-                probe: probe.clone(),
-                listen,
-                unconfined,
-                limits,
-                user: user.clone(),
-                writable: writable.clone(),
+                launch: launch.clone(),
             })
             .collect());
     }
@@ -126,12 +104,7 @@ fn live_set(root: &Root) -> Result<Vec<Live>, String> {
         .map_err(|e| e.to_string())?
         .map(|p| Live {
             identity: p.identity(),
-            probe: p.probe.unwrap_or_default(),
-            listen: p.listen,
-            unconfined: p.unconfined,
-            limits: p.limits,
-            user: p.user,
-            writable: p.writable,
+            launch: p.launch,
             service: p.service,
             slot: None,
             version: p.version,
@@ -166,13 +139,13 @@ async fn start(
     };
     let token = format!("up-{}-{attempt}", std::process::id());
     // Its socket again from the root's holder (started now after a reboot: it binds it).
-    let held = match &live.listen {
+    let held = match &live.launch.listen {
         Some(spec) => {
             Some(crate::host::listen::obtain_or_hold(&root.0, spec).map_err(|e| e.to_string())?)
         }
         None => None,
     };
-    let socket = match live.probe.is_notify() {
+    let socket = match live.launch.probe.is_notify() {
         true => Some(notify::Socket::for_token(&token).map_err(|e| e.to_string())?),
         false => None,
     };
@@ -186,16 +159,13 @@ async fn start(
         slot: live.slot,
         notify: socket
             .as_ref()
-            .map(|s| (s.address(), live.probe.watchdog())),
+            .map(|s| (s.address(), live.launch.probe.watchdog())),
         secrets: &crate::host::config::secrets_dir(&root.0),
         // The policy is not at hand here: the defaults bound the restarted release's output.
         rotation: crate::host::output::Rotation::default(),
         listen: held.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
-        confined: !live.unconfined,
-        limits: live.limits,
+        record: &live.launch,
         root: &root.0,
-        user: live.user.as_deref(),
-        writable: &live.writable,
         grace: crate::defaults::GRACE,
     })
     .map_err(|e| format!("cannot start {}: {e}", executable.display()))?;
@@ -203,7 +173,7 @@ async fn start(
     let identity = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
     let notifier = socket.map(|socket| socket.listen(pid, false));
     let subject = crate::host::probe::Subject {
-        spec: live.probe.clone(),
+        spec: live.launch.probe.clone(),
         port: live.port,
         workdir: root.release_dir(&live.version),
         notices: notifier.as_ref().map(|n| n.notices()),
@@ -388,7 +358,7 @@ async fn once(root: &Root, options: &Options) -> Result<(Vec<(bool, String)>, Ve
 /// release proved readiness before), and lets go of those no longer live.
 fn read_notifications(set: &[Live], notifiers: &mut HashMap<Identity, Notifier>) {
     notifiers.retain(|who, _| set.iter().any(|l| l.identity == *who));
-    for live in set.iter().filter(|l| l.probe.is_notify()) {
+    for live in set.iter().filter(|l| l.launch.probe.is_notify()) {
         if live.identity.is_running() && !notifiers.contains_key(&live.identity) {
             // Not waiting for a holder: whoever holds it now watches it; try next round.
             if let Some(notifier) = Notifier::watch_live(live.identity.pid, Duration::ZERO) {
@@ -492,7 +462,7 @@ async fn stop_the_hung(
     for live in set.iter().filter(|l| l.identity.is_running()) {
         let Some(why) = notifiers
             .get(&live.identity)
-            .and_then(|n| hang(n, &live.probe))
+            .and_then(|n| hang(n, &live.launch.probe))
         else {
             continue;
         };

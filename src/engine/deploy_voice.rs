@@ -23,7 +23,7 @@ pub fn started(rollout: &Rollout, process: &Process) -> String {
         process.pid,
         rollout.settings.progress_deadline_ms,
         rollout.settings.poll_ms,
-        if rollout.settings.unconfined {
+        if rollout.settings.launch.unconfined {
             "; NOT confined (isolation.enabled = false): it runs with rollgate's own privileges"
         } else {
             ""
@@ -196,7 +196,7 @@ impl Voice for DeployVoice {
                 );
                 // A confined release refused something by the kernel: which rule, and the
                 // policy line that allows it.
-                let hint = match rollout.settings.unconfined {
+                let hint = match rollout.settings.launch.unconfined {
                     true => None,
                     false => {
                         let release = root.release_dir(&rollout.to);

@@ -12,6 +12,7 @@ use super::state::{
     NO_RELEASE_DEADLINE_S,
 };
 use crate::host::fault::Fault;
+use crate::host::launch::LaunchRecord;
 use crate::host::probe::Spec as ProbeSpec;
 use crate::host::state::{Pointer, ReplicaClass};
 use crate::host::MAX_WAIT;
@@ -32,24 +33,16 @@ pub struct Settings {
     pub drain: Duration,
     /// Where the deadline came from, for the log.
     pub deadline_source: &'static str,
-    pub probe: ProbeSpec,
+    /// How each release process of the run is started: its probe, held socket, confinement,
+    /// limits, user and writable folders — decided here, once.
+    pub launch: LaunchRecord,
     /// 0: no watch after the switch.
     pub watch: Duration,
     pub watch_failures: u32,
     /// How the release's output file is bounded.
     pub output: crate::host::output::Rotation,
-    /// The socket held for the service and handed to each release, if the policy asks.
-    pub listen: Option<crate::host::listen::Spec>,
     /// Judge the new release by the proxy's counts, if the policy asks (`analysis`).
     pub analysis: Option<crate::engine::analysis::Analysis>,
-    /// The policy turned confinement off (`isolation.enabled = false`).
-    pub unconfined: bool,
-    /// What each release may use (`isolation.memory_mb`, `pids`, `cpu_pct`, `nofile`).
-    pub limits: crate::host::cgroup::Limits,
-    /// The existing user its releases run as (`isolation.user`); none: the service's own uid.
-    pub user: Option<String>,
-    /// Folders its releases may write besides their own (`isolation.writable`).
-    pub writable: Vec<std::path::PathBuf>,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -117,9 +110,9 @@ pub fn resolve_with_watch(
         cpu_pct: isolation.and_then(|i| i.cpu_pct),
         nofile: isolation.and_then(|i| i.nofile),
     };
-    Ok(Settings {
+    let launch = LaunchRecord {
+        probe,
         listen,
-        analysis,
         unconfined,
         limits,
         user: isolation.and_then(|i| i.user.clone()),
@@ -127,6 +120,10 @@ pub fn resolve_with_watch(
             .and_then(|i| i.writable.as_ref())
             .map(|w| w.iter().map(std::path::PathBuf::from).collect())
             .unwrap_or_default(),
+    };
+    Ok(Settings {
+        launch,
+        analysis,
         output,
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
@@ -142,7 +139,6 @@ pub fn resolve_with_watch(
             defaults::DRAIN,
         ),
         deadline_source,
-        probe,
         watch: first_of(watch_arg, policy.and_then(|p| p.watch_ms), defaults::WATCH),
         watch_failures: watch_failures as u32,
     })
@@ -209,6 +205,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         pid: live.pid,
         start_time: live.start_time,
         token: String::new(),
+        launch: Some(live.launch.clone()),
     });
     // A first release is not watched: there is nothing to switch back to.
     let watch_ms = if previous.is_some() {
@@ -237,17 +234,12 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             release_deadline: asked.now + NO_RELEASE_DEADLINE_S,
             ports: (asked.port, asked.port),
             wave_percents: vec![100],
-            probe: s.probe.clone(),
             watch_ms,
             on_stall: s.on_stall,
             keep_fallback: true,
             output: s.output,
-            listen: s.listen,
             analysis: s.analysis.clone(),
-            unconfined: s.unconfined,
-            limits: s.limits,
-            user: s.user.clone(),
-            writable: s.writable.clone(),
+            launch: s.launch.clone(),
         },
         waves: vec![vec![0]],
         wave: 0,
@@ -402,12 +394,7 @@ pub(super) mod tests {
             start_time: 7,
             promoted_at: 1.0,
             fallback: None,
-            probe: None,
-            listen: None,
-            unconfined: false,
-            limits: Default::default(),
-            user: None,
-            writable: Vec::new(),
+            launch: Default::default(),
         }
     }
 
@@ -453,6 +440,7 @@ pub(super) mod tests {
             pid: 43,
             start_time: 8,
             token: "4242-100.5-0-4242.1".into(),
+            launch: None,
         });
         assert_eq!(r.new_process().map(|p| p.pid), Some(43));
         // Swapped in: the previous one is kept as the fallback; the new one is still told apart.

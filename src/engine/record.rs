@@ -238,6 +238,9 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
     let Some(first) = pool.replicas.first() else {
         return Ok(None);
     };
+    let Some(live) = rollout.slot(first.slot).live.as_ref() else {
+        return Ok(None);
+    };
     let fallback = rollout
         .slot(first.slot)
         .fallback
@@ -250,7 +253,7 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
     let mut pointer = Pointer {
         promoted_at: journal::now(),
         fallback,
-        ..rollout.pointer_to(&first.version, first.port, first.pid, first.start_time)
+        ..rollout.pointer_to(live)
     };
     // The same process stays live since it was switched to (only its fallback may change).
     if let Some(live) = root.read_pointer().ok().flatten() {

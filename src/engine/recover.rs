@@ -379,6 +379,7 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
     // fails it.
     let notifier = rollout
         .settings
+        .launch
         .probe
         .is_notify()
         .then(|| {
@@ -386,7 +387,7 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
         })
         .flatten();
     let subject = crate::host::probe::Subject {
-        spec: rollout.settings.probe.clone(),
+        spec: rollout.settings.launch.probe.clone(),
         port: new.port,
         workdir: root.release_dir(&new.version),
         notices: notifier.as_ref().map(|n| n.notices()),
@@ -504,6 +505,7 @@ mod tests {
             pid,
             start_time: 7,
             token: format!("r1-{pid}"),
+            launch: None,
         }
     }
 
@@ -516,6 +518,7 @@ mod tests {
             candidate: None,
             wave: Some(0),
             from_version: Some("v1".into()),
+            from_launch: None,
             retiring: None,
             left_pool: false,
             started: None,
@@ -548,16 +551,11 @@ mod tests {
                 release_deadline: 1e12,
                 ports: (9000, 9100),
                 wave_percents: vec![100],
-                probe: Default::default(),
                 watch_ms: 0,
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
-                unconfined: false,
-                limits: Default::default(),
-                user: None,
-                writable: Vec::new(),
-                listen: None,
+                launch: Default::default(),
                 analysis: None,
             },
             waves: vec![(0..slots.len()).collect()],

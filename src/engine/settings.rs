@@ -125,6 +125,7 @@ pub fn baseline(root: &Root, service: &str) -> Result<Vec<(usize, Process)>, Fau
                         pid: r.pid,
                         start_time: r.start_time,
                         token: String::new(),
+                        launch: None,
                     },
                 )
             })
@@ -142,6 +143,7 @@ pub fn baseline(root: &Root, service: &str) -> Result<Vec<(usize, Process)>, Fau
                     pid: p.pid,
                     start_time: p.start_time,
                     token: String::new(),
+                    launch: Some(p.launch),
                 },
             )
         })
@@ -249,18 +251,13 @@ fn resolved(
             release_deadline: release_deadline_ms as f64 / 1000.0,
             ports,
             wave_percents: waves,
-            probe: gate.probe,
             // A first install has nothing to go back to: `plan` clears it then.
             watch_ms: gate.watch.as_millis() as u64,
             on_stall: crate::policy::OnStall::Rollback,
             keep_fallback: false,
             output: gate.output,
-            listen: gate.listen,
             analysis: gate.analysis,
-            unconfined: gate.unconfined,
-            limits: gate.limits,
-            user: gate.user,
-            writable: gate.writable,
+            launch: gate.launch,
         },
         classes,
     })
@@ -469,6 +466,7 @@ mod tests {
             pid: 1000 + i32::from(port),
             start_time: 1,
             token: String::new(),
+            launch: None,
         }
     }
 

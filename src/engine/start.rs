@@ -157,7 +157,7 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",
         };
-        if prepared.rollout.settings.unconfined {
+        if prepared.rollout.settings.launch.unconfined {
             eprintln!(
                 "rollgate: isolation.enabled = false: {} {} runs NOT confined, with rollgate's own privileges",
                 start.service, start.version
@@ -334,7 +334,7 @@ fn judged_by_a_proxy(root: &Root, rollout: &mut Rollout) -> Result<(), Error> {
 /// The service's socket from the root's holder (started now if none answers), when the run's
 /// settings ask for one: refused if it cannot be had, before anything is recorded.
 fn held_socket(root: &Root, rollout: &Rollout) -> Result<Option<std::os::fd::OwnedFd>, Error> {
-    match &rollout.settings.listen {
+    match &rollout.settings.launch.listen {
         Some(spec) => crate::host::listen::obtain_or_hold(&root.0, spec)
             .map(Some)
             .map_err(|e| refused(format!("{e}; nothing was started"))),

@@ -58,6 +58,10 @@ pub struct Process {
     pub start_time: u64,
     /// Carried as `ROLLGATE_DEPLOY_TOKEN`, so a process whose pid never got recorded is found.
     pub token: String,
+    /// How it was started, when not as the run starts its new processes (the live release a
+    /// run found, and the previous release it brings back): see [`Rollout::launch_of`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<crate::host::launch::LaunchRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +78,11 @@ pub struct Slot {
     /// or a rollback brings back.
     #[serde(default)]
     pub from_version: Option<String>,
+    /// How the process of `from_version` was started (from `current`), so that a revert or a
+    /// rollback brings it back the way it ran — as its own user, within its own limits — not
+    /// as the run starts its new version. None: as the run's (a record older than this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_launch: Option<crate::host::launch::LaunchRecord>,
     /// A process out of the pool that is being drained and stopped, recorded first so that a
     /// crash mid-stop never leaves it running unnamed.
     #[serde(default)]
@@ -122,9 +131,6 @@ pub struct Settings {
     pub ports: (u16, u16),
     /// The wave percentages the plan came from.
     pub wave_percents: Vec<u64>,
-    /// How every replica proves readiness (the policy's probe; `GET /readyz` = 200 by default).
-    #[serde(default)]
-    pub probe: crate::host::probe::Spec,
     /// After the last wave: how long the new replicas are watched (as a soak) before the
     /// rollout is promoted (0 for a first install: nothing to go back to).
     #[serde(default)]
@@ -140,36 +146,19 @@ pub struct Settings {
     /// How each replica's output file is bounded (the policy's `output_max_bytes`, `output_keep`).
     #[serde(default)]
     pub output: crate::host::output::Rotation,
-    /// The socket held for the service and handed to each process as fd 3 (policy `listen`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub listen: Option<crate::host::listen::Spec>,
     /// The traffic judge's settings (policy `analysis`), if the policy asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<crate::engine::analysis::Analysis>,
-    /// The policy turned confinement off (`isolation.enabled = false`): its releases start
-    /// with rollgate's own privileges.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub unconfined: bool,
-    /// What each release may use (policy `isolation`).
-    #[serde(default, skip_serializing_if = "crate::host::cgroup::Limits::is_empty")]
-    pub limits: crate::host::cgroup::Limits,
-    /// The existing user its releases run as (policy `isolation.user`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Folders its releases may write besides their own (policy `isolation.writable`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub writable: Vec<std::path::PathBuf>,
+    /// How each new process of the run is started (the policy's probe, held socket,
+    /// confinement, limits, user and writable folders), decided when the run was planned.
+    #[serde(flatten)]
+    pub launch: crate::host::launch::LaunchRecord,
 }
 
 impl Settings {
     /// How its releases, and so its hooks, are confined.
     pub fn isolation(&self) -> crate::host::hooks::Isolation<'_> {
-        crate::host::hooks::Isolation {
-            confined: !self.unconfined,
-            user: self.user.as_deref(),
-            writable: &self.writable,
-            limits: &self.limits,
-        }
+        self.launch.isolation()
     }
 }
 
@@ -257,6 +246,7 @@ impl Slot {
             class,
             state,
             from_version: live.as_ref().map(|l| l.version.clone()),
+            from_launch: live.as_ref().and_then(|l| l.launch.clone()),
             live,
             candidate: None,
             wave: None,
@@ -285,28 +275,24 @@ impl Rollout {
     /// The pointer naming `version` on `port` (process `pid`, started at `start_time`) as
     /// live, with what the rollout's settings say of how it runs (probe, listening socket,
     /// confinement); promoted at 0 and without a fallback until the caller says otherwise.
-    pub(crate) fn pointer_to(
-        &self,
-        version: &str,
-        port: u16,
-        pid: i32,
-        start_time: u64,
-    ) -> Pointer {
+    /// `current` naming `process`, with the record it was started from.
+    pub(crate) fn pointer_to(&self, process: &Process) -> Pointer {
         Pointer {
             service: self.service.clone(),
-            version: version.to_string(),
-            port,
-            pid,
-            start_time,
+            version: process.version.clone(),
+            port: process.port,
+            pid: process.pid,
+            start_time: process.start_time,
             promoted_at: 0.0,
             fallback: None,
-            probe: crate::host::probe::Spec::unless_default(&self.settings.probe),
-            listen: self.settings.listen,
-            unconfined: self.settings.unconfined,
-            limits: self.settings.limits,
-            user: self.settings.user.clone(),
-            writable: self.settings.writable.clone(),
+            launch: self.launch_of(process).clone(),
         }
+    }
+
+    /// How `process` was started: its own record, else the run's (what every process the run
+    /// starts for its new version is started with).
+    pub fn launch_of<'a>(&'a self, process: &'a Process) -> &'a crate::host::launch::LaunchRecord {
+        process.launch.as_ref().unwrap_or(&self.settings.launch)
     }
 }
 
@@ -551,7 +537,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
     };
     let previous = single
         .and_then(|x| x.previous.as_ref())
-        .map(|p| rollout.pointer_to(&p.version, p.port, p.pid, p.start_time));
+        .map(|p| rollout.pointer_to(p));
     let watch = match (watching, rollout.soak_until, single) {
         (true, Some(until), Some(single)) => Some(crate::host::state::WatchRecord {
             until,
@@ -578,7 +564,7 @@ pub fn candidate_view(rollout: &Rollout) -> Candidate {
         drain_ms: rollout.settings.drain_ms,
         previous,
         signed: rollout.signed.clone(),
-        probe: rollout.settings.probe.clone(),
+        probe: rollout.settings.launch.probe.clone(),
         watch,
         hooks: rollout.hooks.clone(),
     }

@@ -272,7 +272,7 @@ fn live_status(
 ) -> Result<LiveStatus, Error> {
     let rt = super::runtime()?;
     let subject = probe::Subject {
-        spec: p.probe.clone().unwrap_or_default(),
+        spec: p.launch.probe.clone(),
         port: p.port,
         workdir: root.release_dir(&p.version),
         notices: None,
@@ -290,14 +290,17 @@ fn live_status(
         // Its notifications go to whoever watches it: here, running is all one can see.
         answering: passed || (said == Probe::Unwatched && running),
         readyz: Some(said.to_string()),
-        probe: p.probe.as_ref().map_or("readyz".into(), |s| s.describe()),
+        probe: match p.launch.probe == probe::Spec::default() {
+            true => "readyz".into(),
+            false => p.launch.probe.describe(),
+        },
         ended: (!running)
             .then(|| crate::host::cgroup::out_of_memory(&p.identity()))
             .flatten()
             .map(|mb| format!("killed: out of memory at its {mb} MiB limit")),
-        confined: !p.unconfined,
+        confined: !p.launch.unconfined,
         tree: crate::host::cgroup::of(&p.identity()).map(|t| t.path().display().to_string()),
-        limits: p.limits,
+        limits: p.launch.limits,
         // The container's uid for an image release, not its supervisor's.
         uid: running
             .then(|| {

@@ -621,16 +621,11 @@ mod tests {
                 release_deadline: 1000.0,
                 ports: (9000, 9999),
                 wave_percents: vec![1, 10, 50, 100],
-                probe: Default::default(),
                 watch_ms: 0,
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
-                unconfined: false,
-                limits: Default::default(),
-                user: None,
-                writable: Vec::new(),
-                listen: None,
+                launch: Default::default(),
                 analysis: None,
             },
             slots: slots
@@ -647,6 +642,7 @@ mod tests {
                             pid: 100 + slot as i32,
                             start_time: 1,
                             token: String::new(),
+                            launch: None,
                         }),
                     )
                 })
@@ -1061,6 +1057,7 @@ mod tests {
             pid,
             start_time: pid as u64,
             token: format!("t{pid}"),
+            launch: None,
         };
         let mut r = single(2000, OnStall::Rollback);
         r.slot_mut(0).live = Some(process("v1", 9000, 10));
@@ -1281,6 +1278,7 @@ mod tests {
                     pid: 500 + slot as i32,
                     start_time: 2,
                     token: format!("r1-{slot}"),
+                    launch: None,
                 });
             }
             Action::Swap { keep_previous, .. } => {
@@ -1308,6 +1306,7 @@ mod tests {
                         pid: 900 + slot as i32,
                         start_time: 3,
                         token: String::new(),
+                        launch: None,
                     });
                 }
             }

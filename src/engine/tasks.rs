@@ -86,7 +86,7 @@ impl GateTiming {
             gate: gate::Timing {
                 deadline,
                 poll: Duration::from_millis(s.poll_ms),
-                extend_max: s.probe.extend_max().min(beyond),
+                extend_max: s.launch.probe.extend_max().min(beyond),
             },
             min_ready: Duration::from_millis(s.min_ready_ms),
         }

@@ -17,6 +17,7 @@ pub mod identity;
 pub mod ipc;
 pub mod journal;
 pub mod kept_policy;
+pub mod launch;
 pub mod listen;
 pub mod lock;
 pub mod names;

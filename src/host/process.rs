@@ -176,17 +176,11 @@ pub struct Launch<'a> {
     /// The service's held listening socket, handed over as fd 3 with `LISTEN_FDS` (see
     /// `host::listen`).
     pub listen: Option<std::os::fd::RawFd>,
-    /// Started without privileges ([`drop_privileges`]); false only where the policy says
-    /// `isolation.enabled = false`.
-    pub confined: bool,
-    /// What it may use (the policy's `isolation.memory_mb`, `pids`, `cpu_pct`, `nofile`).
-    pub limits: super::cgroup::Limits,
+    /// How it is started, as decided for it and kept with it: confined or not, its limits,
+    /// its user, the folders it may write (its probe and held socket are the caller's).
+    pub record: &'a super::launch::LaunchRecord,
     /// The service's root: where its user is recorded and its own folders are.
     pub root: &'a Path,
-    /// The existing user the policy names (`isolation.user`); none: the service's own uid.
-    pub user: Option<&'a str>,
-    /// Folders it may write besides its own (`isolation.writable`).
-    pub writable: &'a [std::path::PathBuf],
     /// How long a stop waits after SIGTERM (a container release's supervisor stops its
     /// container within it).
     pub grace: Duration,
@@ -217,15 +211,15 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let no_limits = super::cgroup::Limits::default();
     let mut confinement = super::confine::Confinement::prepare(&super::confine::Rules {
         root: launch.root,
-        confined: launch.confined,
-        user: launch.user,
+        confined: !launch.record.unconfined,
+        user: launch.record.user.as_deref(),
         release: &release_dirs,
         readable: &[],
-        writable: launch.writable,
+        writable: &launch.record.writable,
         limits: if image.is_some() {
             &no_limits
         } else {
-            &launch.limits
+            &launch.record.limits
         },
         label: launch.token,
         ports: &[launch.port],
@@ -369,7 +363,7 @@ fn supervisor(
             .arg("--user")
             .arg(format!("{}:{}", user.uid, user.gid));
     }
-    let limits = &launch.limits;
+    let limits = &launch.record.limits;
     for (flag, value) in [
         ("--memory-mb", limits.memory_mb),
         ("--pids", limits.pids),
@@ -381,10 +375,10 @@ fn supervisor(
         }
     }
     let folders = [&confinement.folders.data, &confinement.folders.tmp];
-    for folder in folders.into_iter().chain(launch.writable) {
+    for folder in folders.into_iter().chain(&launch.record.writable) {
         command.arg("--bind").arg(folder);
     }
-    if !launch.confined {
+    if launch.record.unconfined {
         command.arg("--unconfined");
     }
     // Within the grace rollgate gives it, with a moment left for the supervisor's own exit.

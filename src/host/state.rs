@@ -42,26 +42,10 @@ pub struct Pointer {
     /// sends a request to when this one refuses it (it fell over before the switch back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
-    /// How this release proves readiness, when it is not the default (`GET /readyz` = 200):
-    /// `status` asks it the way its gate did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<crate::host::probe::Spec>,
-    /// The socket held for the service and handed to this release (policy `listen`): `up`
-    /// hands it again to a release it starts anew.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub listen: Option<crate::host::listen::Spec>,
-    /// Its policy turned confinement off (`isolation.enabled = false`): `up` starts it so too.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub unconfined: bool,
-    /// What it may use (policy `isolation`): `up` starts it within the same limits.
-    #[serde(default, skip_serializing_if = "crate::host::cgroup::Limits::is_empty")]
-    pub limits: crate::host::cgroup::Limits,
-    /// The existing user it runs as (policy `isolation.user`): `up` starts it as that user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Folders it may write besides its own (policy `isolation.writable`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub writable: Vec<std::path::PathBuf>,
+    /// How it was started (its probe, held socket, confinement, limits, user, writable
+    /// folders): `up` starts it anew the same way, `status` asks it the way its gate did.
+    #[serde(flatten)]
+    pub launch: super::launch::LaunchRecord,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

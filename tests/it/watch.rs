@@ -421,3 +421,36 @@ fn a_deploy_after_one_killed_in_its_watch_finishes_that_switch_then_takes_the_fr
     assert_eq!(v2_outcomes, vec!["promoted"], "{events:?}");
     assert_eq!(site.pointer().unwrap()["version"], "v3");
 }
+
+/// Issue 68's launch record: a release switched back to in the watch is recorded in `current`
+/// as it was started — its own limits — not with the policy of the release that failed (the
+/// pointer used to take the failed run's settings, so `up` after a reboot would have started
+/// the old release within the new release's limits).
+#[test]
+fn a_release_switched_back_to_keeps_the_limits_it_was_started_with() {
+    let site = Site::new();
+    let policy = |memory_mb: u64| {
+        write(
+            site.root(),
+            &format!("policy-{memory_mb}.json"),
+            &format!(
+                r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+                    "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 8000,
+                    "isolation": {{"memory_mb": {memory_mb}}}}}}}"#
+            ),
+        )
+    };
+    site.add_sample("v1", "");
+    let first = policy(256);
+    let out = site.deploy(free_port(), "v1", &["--policy", first.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let live = site.live_pid().unwrap();
+    site.add_sample("v2", "--exit-after-ms 1500");
+    let second = policy(512);
+    let out = site.deploy(free_port(), "v2", &["--policy", second.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v1");
+    assert_eq!(pointer["pid"], live);
+    assert_eq!(pointer["limits"]["memory_mb"], 256, "{pointer}");
+}

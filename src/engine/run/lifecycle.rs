@@ -27,13 +27,21 @@ impl Executor {
             std::process::id(),
             self.spawned
         );
+        // The run's new version is started as the run was planned; the release it replaced,
+        // brought back, as it ran before (its own user and limits).
+        let launch = match purpose {
+            Purpose::Upgrade => None,
+            _ => self.rollout.slot(slot).from_launch.clone(),
+        };
         let mut recorded = Process {
             version: version.clone(),
             port,
             pid: 0,
             start_time: 0,
             token: token.clone(),
+            launch,
         };
+        let launch = self.rollout.launch_of(&recorded).clone();
         self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
         self.save()?;
         let root = &self.context.root;
@@ -43,13 +51,13 @@ impl Executor {
         } else {
             root.output_path(&version, &self.rollout.service)
         };
-        let probe = &self.rollout.settings.probe;
+        let probe = &launch.probe;
         let listen_fd = self
             .context
             .listen
             .as_ref()
             .map(std::os::fd::AsRawFd::as_raw_fd);
-        let started = match (&self.rollout.settings.listen, listen_fd) {
+        let started = match (&launch.listen, listen_fd) {
             (Some(spec), None) => Err(std::io::Error::other(format!(
                 "the socket on {} is held by no holder that answers ({})",
                 spec.address,
@@ -77,11 +85,8 @@ impl Executor {
                         secrets: &crate::host::config::secrets_dir(&root.0),
                         rotation: self.rollout.settings.output,
                         listen: listen_fd,
-                        confined: !self.rollout.settings.unconfined,
-                        limits: self.rollout.settings.limits,
+                        record: &launch,
                         root: &root.0,
-                        user: self.rollout.settings.user.as_deref(),
-                        writable: &self.rollout.settings.writable,
                         grace: Duration::from_millis(self.rollout.settings.grace_ms),
                     })?;
                     Ok((child, socket))

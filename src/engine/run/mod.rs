@@ -102,6 +102,7 @@ impl Context {
             // process that needs it fails its start, said in its reason.
             listen: rollout
                 .settings
+                .launch
                 .listen
                 .as_ref()
                 .and_then(|spec| crate::host::listen::obtain_or_hold(&root.0, spec).ok()),

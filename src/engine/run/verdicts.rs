@@ -116,11 +116,17 @@ impl Executor {
         self.subject(&self.rollout.to, port, &token)
     }
 
-    /// How a replica of `version` on `port` is probed (the rollout's probe, in its release
-    /// folder; a notify probe reads what the process started with `token` said).
+    /// How a replica of `version` on `port` is probed (as the process started with `token`
+    /// was started to be — the rollout's probe for its new version —, in its release folder; a
+    /// notify probe reads what that process said).
     pub(super) fn subject(&self, version: &str, port: u16, token: &str) -> Subject {
+        let started = self
+            .rollout
+            .processes()
+            .find(|p| !token.is_empty() && p.token == token);
+        let launch = started.map_or(&self.rollout.settings.launch, |p| self.rollout.launch_of(p));
         Subject {
-            spec: self.rollout.settings.probe.clone(),
+            spec: launch.probe.clone(),
             port,
             workdir: self.context.root.release_dir(version),
             notices: self.notifiers.get(token).map(Notifier::notices),
@@ -131,7 +137,7 @@ impl Executor {
     /// again for a process this rollgate did not start: a watch taken over after a crash or
     /// by a detached watcher), and the sockets of processes no longer recorded are closed.
     pub(super) fn watch_notifications<'p>(&mut self, watched: impl Iterator<Item = &'p Process>) {
-        if !self.rollout.settings.probe.is_notify() {
+        if !self.rollout.settings.launch.probe.is_notify() {
             return;
         }
         let recorded: Vec<String> = self.rollout.processes().map(|p| p.token.clone()).collect();

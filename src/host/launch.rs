@@ -1,0 +1,83 @@
+//! How one release process is started: the launch record (issue 68's seam). It is decided once,
+//! when a run is planned (from the policy), and kept with every process started from it — in
+//! the run's state (`Process::launch`), in `current` and in the replica set — so that whatever
+//! touches that process later (a revert bringing the previous release back, recovery after a
+//! crash, `up` after a reboot, `status` probing it) starts or asks it the way it was started,
+//! never re-deriving it from a newer policy. A rollback of a user change therefore runs the old
+//! release as its old user (issue 67, 2).
+//!
+//! The fields keep the names `current` has always had for them (flattened into it), so a
+//! pointer written before the record existed reads the same.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::Limits;
+use super::probe::Spec;
+
+/// The settings one release process is started with, beyond its version, port and token.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    /// How it proves readiness (and how `status` asks it); the default is `GET /readyz` = 200,
+    /// which records leave out.
+    #[serde(default, skip_serializing_if = "is_default_probe")]
+    pub probe: Spec,
+    /// The service's held socket, handed to it (policy `listen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<super::listen::Spec>,
+    /// Started with rollgate's own privileges (`isolation.enabled = false`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
+    /// What it may use (policy `isolation`).
+    #[serde(default, skip_serializing_if = "Limits::is_empty")]
+    pub limits: Limits,
+    /// The existing user it runs as (policy `isolation.user`); none: the service's own uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Folders it may write besides its own (policy `isolation.writable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<PathBuf>,
+}
+
+fn is_default_probe(spec: &Spec) -> bool {
+    *spec == Spec::default()
+}
+
+impl LaunchRecord {
+    /// How a process started from it, and so its hooks, are confined.
+    pub fn isolation(&self) -> super::hooks::Isolation<'_> {
+        super::hooks::Isolation {
+            confined: !self.unconfined,
+            user: self.user.as_deref(),
+            writable: &self.writable,
+            limits: &self.limits,
+        }
+    }
+
+    /// Whether a process started from `other` would run as another user than one started from
+    /// this record: its folders would change hands (see `account::prepare`).
+    pub fn changes_user_from(&self, other: &LaunchRecord) -> bool {
+        !self.unconfined && !other.unconfined && self.user != other.user
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_record_writes_nothing_and_an_old_pointers_fields_read_back() {
+        assert_eq!(
+            serde_json::to_value(LaunchRecord::default()).unwrap(),
+            serde_json::json!({})
+        );
+        let written = serde_json::json!({"user": "www", "unconfined": true,
+            "limits": {"memory_mb": 256}, "writable": ["/srv/shared"]});
+        let record: LaunchRecord = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(record.user.as_deref(), Some("www"));
+        assert_eq!(record.limits.memory_mb, Some(256));
+        assert_eq!(record.probe, Spec::default());
+        assert_eq!(serde_json::to_value(&record).unwrap(), written);
+    }
+}
