@@ -171,13 +171,21 @@ impl Voice for DeployVoice {
         }
     }
 
-    fn started(
-        &self,
-        rollout: &Rollout,
-        process: &Process,
-        _slot: usize,
-        _purpose: Purpose,
-    ) -> Said {
+    fn started(&self, rollout: &Rollout, process: &Process, slot: usize, purpose: Purpose) -> Said {
+        if purpose != Purpose::Upgrade {
+            // A stop-first deploy's previous release, started again after the new one failed:
+            // no candidate of the deploy (its attempt has its own start line already).
+            return Said::Process {
+                event: LogEvent::ReplicaStarted,
+                process: process.clone(),
+                slot: Some(slot),
+                wave: None,
+                detail: format!(
+                    "{} started again on port {} (pid {}): the release the failed deploy replaced, stopped first for its user change",
+                    process.version, process.port, process.pid
+                ),
+            };
+        }
         Said::Deploy(Line {
             event: LogEvent::CandidateStarted,
             detail: started(rollout, process),

@@ -207,6 +207,11 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         token: String::new(),
         launch: Some(live.launch.clone()),
     });
+    // A new user for the service: its folders cannot belong to two users at once, so the
+    // live release stops before the new one starts, users' requests held at the proxy.
+    let stop_first = asked
+        .live
+        .is_some_and(|live| live.launch.changes_user_from(&s.launch));
     // A first release is not watched: there is nothing to switch back to.
     let watch_ms = if previous.is_some() {
         s.watch.as_millis() as u64
@@ -222,8 +227,8 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         phase: Phase::Running,
         settings: RunSettings {
             replicas: 1,
-            surge: 1,
-            unavailable: 0,
+            surge: usize::from(!stop_first),
+            unavailable: usize::from(stop_first),
             progress_deadline_ms: s.deadline.as_millis() as u64,
             poll_ms: s.poll.as_millis() as u64,
             min_ready_ms: 0,
@@ -236,9 +241,11 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             wave_percents: vec![100],
             watch_ms,
             on_stall: s.on_stall,
-            keep_fallback: true,
+            // Stopped first, the previous release is no fallback to keep.
+            keep_fallback: !stop_first,
             output: s.output,
             analysis: s.analysis.clone(),
+            stop_first,
             launch: s.launch.clone(),
         },
         waves: vec![vec![0]],
@@ -271,6 +278,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         }),
         unsettled: true,
         post_hook_started: false,
+        holds_requests: false,
         last_analysis: None,
     }
 }

@@ -29,11 +29,17 @@ use crate::host::state::Root;
 /// (refused with what to run). A rollout: an ended one is settled, a running one is paused
 /// with every replica serving (see [`finish`]).
 pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
-    match state::load(root)? {
+    let left = state::load(root)?;
+    let finished = match left.clone() {
         Some(left) if left.unsettled_deploy() => finish_deploy(root, left).await,
         Some(left) if left.single.is_none() => finish(root, left).await,
         _ => Ok(()),
+    };
+    // A stop-first run's pause is lifted whichever way its ending went.
+    if let Some(left) = left.filter(|_| finished.is_ok()) {
+        super::run::lift_left_pause(root, &left)?;
     }
+    finished
 }
 
 /// For `up` (and each pass of `up --supervise`), `promote` and `abort`: the same, except that
@@ -407,14 +413,27 @@ async fn abandon(root: &Root, mut rollout: Rollout) -> Result<(), Error> {
         return Ok(());
     };
     rewind_unswitched(&mut rollout);
+    let stop_first = rollout.settings.stop_first;
+    if stop_first {
+        // Stopped first: the previous release may be gone, and then it is brought back.
+        let s = rollout.slot_mut(0);
+        if s.live.as_ref().is_some_and(|l| !l.identity().is_running()) {
+            s.live = None;
+        }
+    }
     let mut executor = Executor::of_saved(root, rollout);
     executor.words_mut().context = Some("stopped by the next deploy".into());
-    executor
-        .handle(Event::Abort {
-            reason: format!("abandoned: deployer pid {deployer_pid} died before an outcome"),
-            rollback: true,
-        })
-        .await
+    let abort = Event::Abort {
+        reason: format!("abandoned: deployer pid {deployer_pid} died before an outcome"),
+        rollback: true,
+    };
+    if !stop_first {
+        return executor.handle(abort).await;
+    }
+    // The previous release being brought back is gated to its end before the deploy's
+    // ending is settled.
+    let mut signals = Signals::install()?;
+    executor.run(abort, &mut signals).await.map(drop)
 }
 
 /// A deploy whose switch did not happen, as it was before its swap: `current` names the
@@ -555,6 +574,7 @@ mod tests {
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
+                stop_first: false,
                 launch: Default::default(),
                 analysis: None,
             },
@@ -569,6 +589,7 @@ mod tests {
             single: None,
             unsettled: false,
             post_hook_started: false,
+            holds_requests: false,
             last_analysis: None,
         }
     }

@@ -257,6 +257,7 @@ fn resolved(
             keep_fallback: false,
             output: gate.output,
             analysis: gate.analysis,
+            stop_first: false,
             launch: gate.launch,
         },
         classes,
@@ -415,6 +416,7 @@ pub fn plan(
         single: None,
         unsettled: true,
         post_hook_started: false,
+        holds_requests: false,
         last_analysis: None,
     })
 }

@@ -149,6 +149,11 @@ pub struct Settings {
     /// The traffic judge's settings (policy `analysis`), if the policy asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<crate::engine::analysis::Analysis>,
+    /// The live release is stopped before the new one starts, the service's users' requests
+    /// held at the proxy meanwhile (`traffic.json` paused by the run): a deploy that changes
+    /// the user the service runs as, whose folders cannot belong to two users at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_first: bool,
     /// How each new process of the run is started (the policy's probe, held socket,
     /// confinement, limits, user and writable folders), decided when the run was planned.
     #[serde(flatten)]
@@ -202,6 +207,10 @@ pub struct Rollout {
     /// The post hook was started: saved before it runs, so it runs at most once, crash or not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub post_hook_started: bool,
+    /// The run paused the service's traffic (a stop-first run) and owes it its resume, a
+    /// recovery after a crash included.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holds_requests: bool,
     /// The traffic judge's last verdict in this run (status and the console show it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_analysis: Option<crate::engine::analysis::Verdict>,

@@ -625,6 +625,7 @@ mod tests {
                 on_stall: Default::default(),
                 keep_fallback: false,
                 output: Default::default(),
+                stop_first: false,
                 launch: Default::default(),
                 analysis: None,
             },
@@ -657,6 +658,7 @@ mod tests {
             single: None,
             unsettled: false,
             post_hook_started: false,
+            holds_requests: false,
             last_analysis: None,
         }
     }

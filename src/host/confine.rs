@@ -311,12 +311,35 @@ fn tells_of_a_refusal(line: &str) -> bool {
     .any(|words| lower.contains(words))
 }
 
-/// The first absolute path in `said` (quoted or bare), trimmed of the punctuation around it.
+/// The path a refusal line names (quoted or bare, trimmed of the punctuation around it): the
+/// first after the refusal's words (`Permission denied: '/srv/x'`, `EACCES: …, open '/x'`),
+/// else the last before them (a shell's `exec: /opt/x: Permission denied`).
 fn refused_path(said: &str) -> Option<PathBuf> {
-    said.split(|c: char| c.is_whitespace() || "'\"`,()[]".contains(c))
-        .map(|word| word.trim_end_matches([':', '.', ';']))
-        .find(|word| word.len() > 1 && word.starts_with('/') && !word.starts_with("//"))
-        .map(PathBuf::from)
+    let lower = said.to_ascii_lowercase();
+    let at = [
+        "denied",
+        "not permitted",
+        "read-only",
+        "eacces",
+        "eperm",
+        "erofs",
+    ]
+    .iter()
+    .filter_map(|words| lower.find(words))
+    .min()
+    .unwrap_or(0);
+    let paths = |text: &str| -> Vec<PathBuf> {
+        text.split(|c: char| c.is_whitespace() || "'\"`,()[]".contains(c))
+            .map(|word| word.trim_end_matches([':', '.', ';']))
+            .filter(|word| word.len() > 1 && word.starts_with('/') && !word.starts_with("//"))
+            .map(PathBuf::from)
+            .collect()
+    };
+    let (before, after) = said.split_at(at.min(said.len()));
+    paths(after)
+        .into_iter()
+        .next()
+        .or_else(|| paths(before).pop())
 }
 
 /// A port below 1024 named in `said` (see [`ports_named`]).
@@ -420,6 +443,10 @@ mod tests {
             Path::new("venv/bin/gunicorn"),
             Path::new("/build/app/venv/bin/python3"),
         );
+        // A shell naming the file it could not run, after the script's own name.
+        let said = "/srv/app/releases/v2/edge-svc: 2: exec: /opt/tools/run: Permission denied";
+        let why = hint(said, root, release, &[]).unwrap();
+        assert!(why.contains("/opt/tools/run is none of them"), "{why}");
         let said = "./edge-svc: 2: exec: venv/bin/gunicorn: Permission denied";
         let why = hint(said, root, release, &[(script, interpreter)]).unwrap();
         assert!(

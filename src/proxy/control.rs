@@ -372,7 +372,7 @@ pub async fn serve(
             }
             let (read, mut write) = stream.into_split();
             let answer = match read_request(read).await {
-                Ok(Asked::Drain(port)) => answer(port, &root, &routes, &switched).await,
+                Ok(Asked::Drain(port)) => answer(port, &root, &routes, &switched, &gate).await,
                 Ok(Asked::Counts) => counts_line(&routes, started),
                 Ok(Asked::Tls) => tls_line(tls.as_deref()),
                 Ok(Asked::Traffic) => format!("{}\n", gate.mode().as_str()),
@@ -415,6 +415,11 @@ fn json_answer<T: serde::de::DeserializeOwned>(
     asked: &str,
     timeout: Duration,
 ) -> Option<T> {
+    serde_json::from_str(&line_answer(root, asked, timeout)?).ok()
+}
+
+/// The proxy's one-line answer to `asked`, read within `timeout`; None when nobody answers.
+fn line_answer(root: &Path, asked: &str, timeout: Duration) -> Option<String> {
     use std::io::{BufRead, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(socket_path(root)).ok()?;
     let _ = stream.set_read_timeout(Some(timeout));
@@ -422,7 +427,13 @@ fn json_answer<T: serde::de::DeserializeOwned>(
     stream.write_all(format!("{asked}\n").as_bytes()).ok()?;
     let mut line = String::new();
     std::io::BufReader::new(stream).read_line(&mut line).ok()?;
-    serde_json::from_str(&line).ok()
+    Some(line)
+}
+
+/// What the proxy serving `root` lets through now (`serving`, `maintenance`, `paused`), as it
+/// took it from `traffic.json`; None when no proxy answers.
+pub fn traffic_now(root: &Path, timeout: Duration) -> Option<String> {
+    line_answer(root, "traffic", timeout).map(|line| line.trim().to_string())
 }
 
 /// Reads `drain <port>\n`, `counts\n`, `tls\n`, `traffic\n` or `routes\n`, bounded in length
@@ -453,7 +464,13 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'
 }
 
 /// Confirms a drain only once the pointer was re-read and new requests go elsewhere.
-async fn answer(port: u16, root: &Root, routes: &Routes, switched: &Notify) -> String {
+async fn answer(
+    port: u16,
+    root: &Root,
+    routes: &Routes,
+    switched: &Notify,
+    gate: &super::traffic::Gate,
+) -> String {
     if let Err(e) = refresh(root, routes) {
         return format!(
             "error cannot re-read the pointer: {}\n",
@@ -461,10 +478,26 @@ async fn answer(port: u16, root: &Root, routes: &Routes, switched: &Notify) -> S
         );
     }
     switched.notify_one();
-    if routes.pool().iter().any(|t| t.port == port) {
-        return format!("error the pointer still names port {port}; new requests still go there\n");
-    }
     let started = Instant::now();
+    let serving: Vec<Arc<super::leases::Target>> = routes
+        .pool()
+        .into_iter()
+        .filter(|t| t.port == port)
+        .collect();
+    if !serving.is_empty() {
+        // Still in the pool: drained only while the service is paused (a stop-first deploy),
+        // when new requests wait at the gate and none reaches it. A request that passed the
+        // gate just before the pause has a moment to take its lease first.
+        if gate.mode() != crate::host::traffic::Mode::Paused {
+            return format!(
+                "error the pointer still names port {port}; new requests still go there\n"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for target in serving {
+            target.drained().await;
+        }
+    }
     for target in routes.retired_on(port) {
         target.drained().await;
     }

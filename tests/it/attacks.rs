@@ -312,19 +312,12 @@ while True:
         "{} of the victim's files changed hands",
         taken.len()
     );
-    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("still runs as it"),
-        "{}",
-        stderr(&out)
-    );
-    assert_eq!(site.pointer().unwrap()["version"], "v1");
-    assert!(alive(live));
-    std::fs::write(site.root().join("data/shared/stop"), "").unwrap();
-    // Retired by a deploy as its own user: the swapper goes with its tree.
-    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    // A user change stops the live release first, its whole tree — the swapper with it —
+    // and only then hands the state over (issue 67, 2): nothing of the old user runs.
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(wait_for(10, || !alive(live)));
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+    assert!(!alive(live));
+    assert!(!a_process_mentions("swapper.py"));
 }
 
 /// One root, one uid: a root named through a link is the same service, so its second deploy
@@ -428,4 +421,152 @@ fn a_proxy_starts_and_reloads_though_its_old_abstract_names_were_taken_first() {
     assert!(!stdout(&out).contains("squatter"), "{}", stdout(&out));
     assert!(stdout(&out).contains("app.test"), "{}", stdout(&out));
     drop(proxy);
+}
+
+/// Issue 67, 2: changing `isolation.user` on purpose fails no request. The folders cannot
+/// belong to two users at once, so the deploy stops the live release first (its whole tree),
+/// holding users' requests at the proxy meanwhile (`traffic.json` paused by the run), then
+/// hands the state over and starts the new release as the new user; a new release that fails
+/// brings the old one back as its own user, the state handed back. Either way the pause is
+/// lifted and the clients see every answer.
+#[test]
+fn a_user_change_stops_first_holding_requests_and_a_failed_one_brings_the_old_user_back() {
+    use crate::common::http::{assert_none_failed, Load, Proxy};
+    if !crate::hooks::nix_is_root() {
+        return;
+    }
+    let site = Site::new();
+    site.add_sample("v1", "");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let own_uid = service_uid(&site);
+    let proxy = Proxy::start(&site, &[]);
+    let data_owner = || {
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(site.root().join("data")).unwrap())
+            as u64
+    };
+    let traffic_mode = || {
+        std::fs::read_to_string(site.root().join("traffic.json"))
+            .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["mode"].clone())
+            .unwrap_or_else(|_| serde_json::json!("serving"))
+    };
+
+    // To `nobody`: stopped first, 0 failed requests.
+    let load = Load::start(proxy.port, 4, std::time::Duration::from_millis(5));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    site.add_sample("v2", "");
+    let to_nobody = isolation_policy(&site, 20_000, r#"{"user": "nobody"}"#);
+    let out = site.deploy(free_port(), "v2", &["--policy", &to_nobody]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seen = load.finish();
+    assert_none_failed(&seen, "the change to nobody");
+    assert!(seen.iter().any(|(_, body, _)| body == "v2"));
+    assert_eq!(uid_of(site.live_pid().unwrap()), 65534);
+    assert_eq!(data_owner(), 65534);
+    assert_eq!(site.pointer().unwrap()["user"], "nobody");
+    assert_eq!(traffic_mode(), "serving");
+    let traffic: Vec<String> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "traffic")
+        .map(|l| l["detail"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        traffic.len() == 2 && traffic[0].starts_with("paused by rollgate deploy"),
+        "{traffic:?}"
+    );
+
+    // Back to its own uid with a release that cannot start: v2 comes back as nobody.
+    let v2_before = site.live_pid().unwrap();
+    let load = Load::start(proxy.port, 4, std::time::Duration::from_millis(5));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    site.add_sample("v3", "--exit-after-ms 0 --exit-code 3");
+    let own = isolation_policy(&site, 20_000, "{}");
+    let out = site.deploy(free_port(), "v3", &["--policy", &own]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seen = load.finish();
+    assert_none_failed(&seen, "the failed change back");
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v2");
+    assert_eq!(pointer["user"], "nobody");
+    // Stopped first, then brought back: another process, as its own user again.
+    assert!(!alive(v2_before));
+    assert_ne!(site.live_pid().unwrap(), v2_before);
+    assert_eq!(uid_of(site.live_pid().unwrap()), 65534);
+    assert_eq!(data_owner(), 65534);
+    assert_eq!(traffic_mode(), "serving");
+    assert_ne!(own_uid, 65534);
+}
+
+/// Issue 67, 2, after a crash: a user change killed with -9 while its new release is gated —
+/// the old release already stopped, users' requests held — is finished by the next command:
+/// the new release stopped, the old one brought back as its own user, the pause lifted.
+#[test]
+fn a_user_change_killed_mid_gate_is_undone_by_the_next_command_with_the_pause_lifted() {
+    use crate::common::http::{Conn, Proxy};
+    if !crate::hooks::nix_is_root() {
+        return;
+    }
+    let site = Site::new();
+    site.add_sample("v1", "");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let own_uid = service_uid(&site);
+    let v1 = site.live_pid().unwrap();
+    let proxy = Proxy::start(&site, &[]);
+    site.add_sample("v2", "--ready-after-ms 60000");
+    let to_nobody = isolation_policy(&site, 60_000, r#"{"user": "nobody"}"#);
+    let mut deployer = std::process::Command::new(crate::common::bin())
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v2",
+            "--policy",
+        ])
+        .arg(&to_nobody)
+        .arg("--root")
+        .arg(site.root())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(20, || site.log_lines().iter().any(|l| l["event"]
+        == "candidate_started"
+        && l["version"] == "v2")));
+    assert!(!alive(v1), "stopped before the new release started");
+    send_signal(deployer.id() as i32, 9);
+    let _ = deployer.wait();
+    let paused = std::fs::read_to_string(site.root().join("traffic.json")).unwrap();
+    assert!(paused.contains("\"paused\""), "{paused}");
+
+    let out = rollgate()
+        .args(["up", "--root"])
+        .arg(site.root())
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{:#?}",
+        stderr(&out),
+        site.log_lines()
+    );
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v1", "{pointer}");
+    let live = site.live_pid().unwrap();
+    assert_eq!(uid_of(live), own_uid);
+    assert!(!a_process_mentions("--ready-after-ms 60000"));
+    let state = std::fs::read_to_string(site.root().join("traffic.json")).unwrap();
+    assert!(state.contains("\"serving\""), "{state}");
+    let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    let back = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "rolled_back")
+        .unwrap();
+    assert_eq!(back["version"], "v2", "{back}");
 }

@@ -84,6 +84,8 @@ impl Executor {
         if !self.rollout.is_over() || !self.behaviour.settles_at_stop {
             return Ok(());
         }
+        // Whatever it ended in, the requests it held go on to what is live now.
+        self.release_requests()?;
         self.voice.settled(&mut self.rollout);
         self.raise_floor()?;
         state::clear(&self.context.root)

@@ -41,6 +41,8 @@ use crate::host::process;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 
+mod held;
+pub(crate) use held::lift_left_pause;
 mod lifecycle;
 mod lines;
 mod verdicts;
@@ -124,6 +126,9 @@ pub struct Executor {
     /// Every word the run says, and how its kind behaves where kinds differ.
     voice: &'static dyn Voice,
     behaviour: Behaviour,
+    /// The planner stopped the run while a release was still being brought back: its ending
+    /// is settled once that is done.
+    settle_deferred: bool,
     /// What the run saw as it acted, for its voice's outcome line.
     words: Words,
     /// `deploy --no-wait`: hand the watch to a background watcher once it begins.
@@ -158,7 +163,12 @@ impl Executor {
         }
         let (sender, receiver) = unbounded_channel();
         let voice = voice_of(&rollout);
-        let behaviour = voice.behaviour();
+        let mut behaviour = voice.behaviour();
+        // Stopped first, the previous release left: a revert must bring it back, and a new
+        // release that cannot even start fails its slot (so it does) instead of refusing a run
+        // that has already stopped something.
+        behaviour.revert_brings_back |= rollout.settings.stop_first;
+        behaviour.start_failure_refuses &= !rollout.settings.stop_first;
         let progress = render::Progress::new(behaviour.progress_line);
         Executor {
             context,
@@ -175,6 +185,7 @@ impl Executor {
             behaviour,
             words: Words::default(),
             detach_at_watch: false,
+            settle_deferred: false,
             detached: None,
             decided_at: journal::now(),
             notifiers: HashMap::new(),
@@ -256,6 +267,10 @@ impl Executor {
             }
         }
         self.progress.finish();
+        if self.settle_deferred {
+            self.settle_deferred = false;
+            self.finish_outcome()?;
+        }
         if self.detached.is_none() {
             self.settle().await?;
         }
@@ -370,6 +385,9 @@ impl Executor {
                 self.start(slot, Purpose::Upgrade, version).await
             }
             Action::StartInPlace { slot } => {
+                if self.rollout.settings.stop_first {
+                    self.hold_requests().await?;
+                }
                 self.retire_live(slot).await?;
                 let version = self.rollout.to.clone();
                 self.start(slot, Purpose::Upgrade, version).await
@@ -377,7 +395,11 @@ impl Executor {
             Action::Swap {
                 slot,
                 keep_previous,
-            } => self.swap_in(slot, keep_previous).await,
+            } => {
+                self.swap_in(slot, keep_previous).await?;
+                // The new release is live: the requests held for it go on to it.
+                self.release_requests()
+            }
             Action::DropFallback { slot } => self.drop_fallback(slot).await,
             Action::Remove { slot } => self.retire_live(slot).await,
             Action::Revert { slot } => self.revert(slot).await,
@@ -402,7 +424,14 @@ impl Executor {
                 if let Some(soak) = self.soak.take() {
                     soak.abort();
                 }
-                self.finish_outcome()
+                // A release being brought back (a stop-first run's revert) is awaited before
+                // the run's ending is settled: until it serves, the state names it.
+                if self.tasks.is_empty() && self.restores.is_empty() {
+                    self.finish_outcome()
+                } else {
+                    self.settle_deferred = true;
+                    Ok(())
+                }
             }
         }
     }
