@@ -681,3 +681,68 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
     assert!(!stderr(&out).contains("v2 gets"), "{}", stderr(&out));
     assert!(environ(site.live_pid().unwrap()).contains(&"GREETING=hello".to_string()));
 }
+
+/// Issue 67, 1: `config set` and `up` given no `--policy` run under the policy kept in the
+/// root — the probe's Host (a release that answers readiness only for its own host), the
+/// hooks and the limits — not the defaults, which would have probed `Host: 127.0.0.1` for the
+/// whole deadline.
+#[test]
+fn config_set_and_up_without_policy_keep_the_probe_host_the_hooks_and_the_limits() {
+    let site = Site::new();
+    site.release("v1", "--ready-host app.test");
+    hook_recorder(&site);
+    let policy = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 4000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
+            "probe": {"host": "app.test"}, "hooks": {"pre_deploy": ["./post.sh"]},
+            "isolation": {"memory_mb": 300}}}"#,
+    );
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    let out = site.deploy(first, "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let out = config(
+        &site,
+        &["set", "edge-svc", "GREETING=hello", "--ports", &ports],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no --policy: the service's policy, kept in the root"),
+        "{}",
+        stderr(&out)
+    );
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v1+c1", "{pointer}");
+    assert_eq!(pointer["probe"]["target"]["host"], "app.test", "{pointer}");
+    assert_eq!(pointer["limits"]["memory_mb"], 300, "{pointer}");
+    let hooks = std::fs::read_to_string(hooks_out(&site)).unwrap();
+    assert_eq!(
+        hooks.lines().collect::<Vec<_>>(),
+        ["pre_deploy v1", "pre_deploy v1+c1"]
+    );
+
+    // Killed, started again by `up` from what `current` records: the same probe and limits.
+    let live = site.live_pid().unwrap();
+    send_signal(live, 9);
+    assert!(wait_for(10, || !alive(live)));
+    let out = rollgate()
+        .args(["up", "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let pointer = site.pointer().unwrap();
+    assert_ne!(pointer["pid"], live);
+    assert_eq!(pointer["probe"]["target"]["host"], "app.test", "{pointer}");
+    assert_eq!(pointer["limits"]["memory_mb"], 300, "{pointer}");
+}
