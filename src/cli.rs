@@ -120,6 +120,28 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
 Exit codes: as `deploy` (or `rollout` on a replica root); 2 when there is no earlier release
 still installed, or nothing is live.")]
     Rollback(RollbackArgs),
+    /// Run a one-off command in the service's live release (or --release V): its folder,
+    /// configuration and secrets, its user, confinement and limits, the terminal attached.
+    #[command(after_help = "Examples:
+  rollgate run web --root /srv/web -- venv/bin/python manage.py createsuperuser
+  rollgate run web --root /srv/web --release v41 -- sh
+
+A path is taken from the release's folder. Ctrl-C, a hang-up and SIGTERM reach the command;
+whatever it leaves running ends with it. Logged as a `run` line (who, what, exit status,
+duration; never the environment). The root's lock is not taken. Exit codes: the command's own;
+2 refused (nothing live, no such release, an image release, a command that cannot start).")]
+    Run {
+        /// Service name.
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Run in this installed release instead of the live one (as the live one's user).
+        #[arg(long, value_name = "VERSION")]
+        release: Option<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Start every live release the root names that is not running (what a boot runs); with
     /// --supervise, keep doing so, with backoff, and give up on one that keeps crashing.
     #[command(after_help = "Examples:

@@ -151,6 +151,17 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Deploy(args) => dispatch::deploys::run_deploy(args),
         Command::Rollout(args) => dispatch::deploys::run_rollout(args),
         Command::Rollback(args) => dispatch::deploys::run_rollback(args),
+        Command::Run {
+            service,
+            target,
+            release,
+            command,
+        } => rollgate::commands::run::run(&rollgate::commands::run::RunRequest {
+            service,
+            root: target.root,
+            release,
+            command,
+        }),
         Command::Up {
             mut roots,
             supervise,

@@ -19,6 +19,7 @@ pub(crate) mod preflight;
 pub mod releases;
 pub mod rollback;
 pub mod rollout;
+pub mod run;
 pub mod secret;
 pub mod status;
 pub mod traffic;

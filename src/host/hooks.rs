@@ -161,7 +161,10 @@ impl Hooks {
 /// Where a hook about `version` runs and what it is given: the release's folder and its
 /// configuration (variables, and its secrets' values), or the root when the release is not
 /// installed (a hook's own command can still say why).
-fn release_context(root: &Path, version: &str) -> Result<(PathBuf, Vec<(String, String)>), String> {
+pub(super) fn release_context(
+    root: &Path,
+    version: &str,
+) -> Result<(PathBuf, Vec<(String, String)>), String> {
     let folder = root.join("releases").join(version);
     if super::names::check_name("version", version).is_err() || !folder.is_dir() {
         return Ok((root.to_path_buf(), Vec::new()));

@@ -73,6 +73,9 @@ events! {
     /// `rollgate traffic` set what the proxy lets through (its mode, who and why in
     /// `traffic`): maintenance, a pause, or serving again.
     Traffic => "traffic",
+    /// `rollgate run`: a one-off command ran in a release (who, what, its exit and how long;
+    /// never its environment).
+    Run => "run",
 }
 
 /// Written as its name, the one `as_str` gives.

@@ -23,6 +23,7 @@ pub mod lock;
 pub mod names;
 pub mod notify;
 pub mod oci;
+pub mod one_off;
 pub mod output;
 pub mod ports;
 pub mod probe;

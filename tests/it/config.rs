@@ -746,3 +746,111 @@ fn config_set_and_up_without_policy_keep_the_probe_host_the_hooks_and_the_limits
     assert_eq!(pointer["probe"]["target"]["host"], "app.test", "{pointer}");
     assert_eq!(pointer["limits"]["memory_mb"], 300, "{pointer}");
 }
+
+/// Issue 68, 5: `rollgate run` — a one-off command in the live release, as its processes run:
+/// in its folder, with its config and secrets, as the service's user; its exit status is
+/// rollgate's, what it left running ends with it, Ctrl-C reaches it, and a `run` line says it.
+#[test]
+fn run_executes_a_one_off_command_in_the_live_release_as_its_user_with_its_config() {
+    let site = Site::new();
+    site.add_sample("v1", "");
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    assert_eq!(site.deploy(first, "v1", &[]).status.code(), Some(0));
+    assert_eq!(set_secret(&site, "db", "hunter2").status.code(), Some(0));
+    let out = config(
+        &site,
+        &[
+            "set",
+            "edge-svc",
+            "GREETING=hello",
+            "--secret",
+            "DB_PASSWORD=db",
+            "--ports",
+            &ports,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let live = site.pointer().unwrap()["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = |args: &[&str]| {
+        rollgate()
+            .args(["run", "edge-svc", "--root"])
+            .arg(site.root())
+            .args(args)
+            .timeout(Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "--",
+        "sh",
+        "-c",
+        "echo \"$GREETING $DB_PASSWORD $(id -u) $PWD $STATE_DIRECTORY\"; sleep 300 & echo $! > \"$STATE_DIRECTORY/child\"; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let said = stdout(&out);
+    let uid = std::fs::read_to_string(site.root().join("service-user.json"))
+        .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["uid"].clone())
+        .unwrap();
+    let expected = if crate::hooks::nix_is_root() {
+        uid.to_string()
+    } else {
+        nix::unistd::getuid().to_string()
+    };
+    assert_eq!(
+        said.trim(),
+        format!(
+            "hello hunter2 {expected} {} {}",
+            site.root().join("releases").join(&live).display(),
+            site.root().join("data").display()
+        )
+    );
+    let child: i32 = std::fs::read_to_string(site.root().join("data/child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_for(5, || !alive(child)),
+        "its background child ended with it"
+    );
+    let line = site.log_lines().pop().unwrap();
+    assert_eq!(line["event"], "run", "{line}");
+    let detail = line["detail"].as_str().unwrap();
+    assert!(detail.contains("exit status 7"), "{detail}");
+    assert!(!detail.contains("hunter2"), "{detail}");
+
+    // Ctrl-C reaches the command; rollgate answers with its end.
+    let mut child = std::process::Command::new(crate::common::bin())
+        .args(["run", "edge-svc", "--root"])
+        .arg(site.root())
+        .args(["--", "sh", "-c", "sleep 300; echo rgrun-ctrl-c"])
+        .spawn()
+        .unwrap();
+    assert!(wait_for(10, || a_process_mentions("rgrun-ctrl-c")));
+    send_signal(child.id() as i32, 2);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(wait_for(5, || !a_process_mentions("rgrun-ctrl-c")));
+
+    // Refused: a release that is not installed, and nothing live.
+    let out = run(&["--release", "v9", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("v9"), "{}", stderr(&out));
+    let empty = Site::new();
+    let out = rollgate()
+        .args(["run", "edge-svc", "--root"])
+        .arg(empty.root())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("nothing of edge-svc is live"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,163 @@
+//! A one-off command in a release (`rollgate run`, issue 68): `manage.py createsuperuser`, a
+//! shell, a data fix — run as the release's own processes run, from their launch record: in the
+//! release's folder, with its configuration and secrets' values, as the service's user, confined
+//! and within its limits. The terminal stays the caller's (stdin, stdout and stderr are handed
+//! over as they are, so a shell or a REPL works); signals that reach rollgate (Ctrl-C, a
+//! hang-up, a stop) are sent on to the command; when it exits, whatever it left running goes
+//! with its tree. Its exit status is the caller's to return.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::launch::LaunchRecord;
+
+/// What to run, and where.
+pub struct OneOff<'a> {
+    pub root: &'a Path,
+    pub service: &'a str,
+    pub version: &'a str,
+    /// The program and its arguments (a path is taken from the release's folder).
+    pub command: &'a [String],
+    /// How the service's processes are started: its user, confinement, limits, folders.
+    pub record: &'a LaunchRecord,
+}
+
+/// How a one-off command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The exit status as a shell gives it: the code, or 128 + the signal that ended it.
+    pub code: i32,
+    pub took: Duration,
+}
+
+impl Ended {
+    /// `exit status 7` / `killed by signal 2 (exit status 130)`.
+    pub fn words(&self) -> String {
+        match self.code {
+            code if code > 128 => format!("killed by signal {} (exit status {code})", code - 128),
+            code => format!("exit status {code}"),
+        }
+    }
+}
+
+/// Runs it to its end; Err when it could not start (the reason names what stopped it).
+pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
+    let (program, args) = one_off
+        .command
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("no command given after --"))?;
+    let (folder, config) = super::hooks::release_context(one_off.root, one_off.version)
+        .map_err(std::io::Error::other)?;
+    let record = one_off.record;
+    let label = format!("run-{}", std::process::id());
+    let confinement = super::confine::Confinement::prepare(&super::confine::Rules {
+        root: one_off.root,
+        confined: !record.unconfined,
+        user: record.user.as_deref(),
+        release: &[folder.as_path()],
+        readable: &[],
+        writable: &record.writable,
+        limits: &record.limits,
+        label: &label,
+        ports: &[],
+    })?;
+    let user = confinement.user.clone();
+    let mut command = tokio::process::Command::new(program);
+    confinement.give_folders(&mut command);
+    confinement.install(&mut command, || Ok(()));
+    for variable in [
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "LISTEN_FDS",
+    ] {
+        command.env_remove(variable);
+    }
+    let started = Instant::now();
+    let mut child = command
+        .args(args)
+        .current_dir(&folder)
+        .envs(config)
+        .env("ROLLGATE_SERVICE", one_off.service)
+        .env("ROLLGATE_VERSION", one_off.version)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| {
+            super::cgroup::remove_empty(&label);
+            super::confine::Confinement::explain(user.as_ref(), Path::new(program), e)
+        })?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    // Its tree (made before its exec): what ends the command ends all it started.
+    let tree = super::identity::Identity::of(pid).and_then(|who| super::cgroup::of(&who));
+    let status = wait_passing_signals(&mut child, pid).await?;
+    if let Some(tree) = &tree {
+        tree.kill();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tree.is_populated() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tree.remove();
+    } else if pid > 0 {
+        // No tree on this host: its session (it leads one) goes instead.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(1);
+    Ok(Ended {
+        code,
+        took: started.elapsed(),
+    })
+}
+
+/// Waits for the command, sending every SIGINT, SIGTERM, SIGHUP and SIGQUIT rollgate gets on
+/// to the command's process group (it leads its own session, so a terminal's Ctrl-C reaches
+/// rollgate, not it).
+async fn wait_passing_signals(
+    child: &mut tokio::process::Child,
+    pid: i32,
+) -> std::io::Result<std::process::ExitStatus> {
+    use nix::sys::signal::Signal;
+    use tokio::signal::unix::{signal, SignalKind};
+    let kinds = [
+        (SignalKind::interrupt(), Signal::SIGINT),
+        (SignalKind::terminate(), Signal::SIGTERM),
+        (SignalKind::hangup(), Signal::SIGHUP),
+        (SignalKind::quit(), Signal::SIGQUIT),
+    ];
+    let (sender, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let mut listeners = Vec::new();
+    for (kind, name) in kinds {
+        let mut stream = signal(kind)?;
+        let sender = sender.clone();
+        listeners.push(tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if sender.send(name).is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            Some(name) = received.recv() => {
+                if pid > 0 {
+                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), name);
+                }
+            }
+        }
+    };
+    for listener in listeners {
+        listener.abort();
+    }
+    status
+}
