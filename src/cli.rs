@@ -120,6 +120,36 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
 Exit codes: as `deploy` (or `rollout` on a replica root); 2 when there is no earlier release
 still installed, or nothing is live.")]
     Rollback(RollbackArgs),
+    /// Stop a service on purpose: the proxy answers its maintenance page, each live process is
+    /// drained and stopped whole, and nothing starts it again (not `up`, not a deploy) until
+    /// `rollgate start`.
+    #[command(after_help = "Example:
+  rollgate stop web --root /srv/web --reason \"disk replaced\"
+
+Logged as a `stopped` line; `status` and `release list` say stopped. Exit codes: 0 stopped
+(or already stopped); 2 refused (nothing live, another service's root, a deploy holds the lock).")]
+    Stop {
+        /// Service name.
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+        /// Why, kept with the stop and in its log line.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Start a stopped service again: its live release started as it ran (its launch record),
+    /// gated on its probe; then the maintenance and the stop are lifted.
+    #[command(after_help = "Example:
+  rollgate start web --root /srv/web
+
+Logged as a `started` line. Exit codes: 0 running; 1 a release could not be started (the
+service stays stopped); 2 refused (nothing live, another service's root, a lock held).")]
+    Start {
+        /// Service name.
+        service: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
     /// Run a one-off command in the service's live release (or --release V): its folder,
     /// configuration and secrets, its user, confinement and limits, the terminal attached.
     #[command(after_help = "Examples:

@@ -151,17 +151,18 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Deploy(args) => dispatch::deploys::run_deploy(args),
         Command::Rollout(args) => dispatch::deploys::run_rollout(args),
         Command::Rollback(args) => dispatch::deploys::run_rollback(args),
+        Command::Stop {
+            service,
+            target,
+            reason,
+        } => dispatch::deploys::run_stop(service, target.root, reason),
+        Command::Start { service, target } => dispatch::deploys::run_start(service, target.root),
         Command::Run {
             service,
             target,
             release,
             command,
-        } => rollgate::commands::run::run(&rollgate::commands::run::RunRequest {
-            service,
-            root: target.root,
-            release,
-            command,
-        }),
+        } => dispatch::deploys::run_one_off(service, target.root, release, command),
         Command::Up {
             mut roots,
             supervise,

@@ -22,5 +22,6 @@ pub mod rollout;
 pub mod run;
 pub mod secret;
 pub mod status;
+pub mod stop;
 pub mod traffic;
 pub mod up;

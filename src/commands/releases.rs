@@ -162,6 +162,8 @@ struct Marks {
     replicas: Vec<String>,
     /// Every running process the root names, by version.
     running: Vec<(String, i32)>,
+    /// A person stopped the service (`rollgate stop`).
+    stopped: bool,
 }
 
 impl Marks {
@@ -190,6 +192,7 @@ impl Marks {
             in_flight,
             last_good,
             floor: crate::release::read_floor(&root.0)?.map(|f| f.version),
+            stopped: crate::host::stopped::read(&root.0)?.is_some(),
             replicas: replicas
                 .map(|set| set.replicas.iter().map(|r| r.version.clone()).collect())
                 .unwrap_or_default(),
@@ -236,6 +239,7 @@ impl Marks {
             ("last_good", is(&self.last_good)),
             ("floor", is(&self.floor)),
             ("replica", self.replicas.iter().any(|v| v == version)),
+            ("stopped", self.stopped && is(&self.live)),
         ] {
             if yes {
                 marks.push(mark);

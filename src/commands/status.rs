@@ -36,6 +36,16 @@ fn table(status: &RootStatus, now: f64, layout: Layout) -> String {
 
 /// The live release: what, where, since when, whether it answers, how it is confined.
 fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
+    if let Some(stopped) = &status.stopped {
+        rows.push((
+            "STOPPED".into(),
+            format!(
+                "{}; `rollgate start {}` starts it",
+                stopped.words(),
+                stopped.service
+            ),
+        ));
+    }
     match &status.live {
         None => rows.push(("live".into(), "(nothing promoted yet)".into())),
         Some(p) => {

@@ -44,20 +44,20 @@ pub struct Options {
 
 /// One live process as the state names it.
 #[derive(Debug, Clone, PartialEq)]
-struct Live {
-    service: String,
+pub(crate) struct Live {
+    pub(crate) service: String,
     /// A replica's slot (None: the single release `current` names).
     slot: Option<usize>,
-    version: String,
-    port: u16,
-    identity: Identity,
+    pub(crate) version: String,
+    pub(crate) port: u16,
+    pub(crate) identity: Identity,
     /// How it was started when it was deployed (its probe, held socket, confinement, limits,
     /// user, writable folders): it is started and probed so again.
     launch: crate::host::launch::LaunchRecord,
 }
 
 impl Live {
-    fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match self.slot {
             Some(slot) => format!(
                 "{} {} (replica {slot}, port {})",
@@ -74,7 +74,7 @@ impl Live {
 }
 
 /// What the state names as live: the replica set, else `current`.
-fn live_set(root: &Root) -> Result<Vec<Live>, String> {
+pub(crate) fn live_set(root: &Root) -> Result<Vec<Live>, String> {
     if let Some(set) = root.read_replicas().map_err(|e| e.to_string())? {
         // Replicas are probed as the rollout that placed them probed them.
         let settings = engine::saved_run(root)
@@ -223,7 +223,7 @@ fn log(root: &Root, live: &Live, event: LogEvent, pid: Option<i32>, detail: Stri
 }
 
 /// Restarts one release that is not running; the caller holds the lock.
-async fn restart(
+pub(crate) async fn restart(
     root: &Root,
     live: &Live,
     ready: Duration,
@@ -334,6 +334,19 @@ async fn once(root: &Root, options: &Options) -> Result<(Vec<(bool, String)>, Ve
     engine::recover_leaving_escalated(root).await?;
     let mut report = Vec::new();
     let mut failed = Vec::new();
+    // A service a person stopped is left stopped (a boot included).
+    if let Some(stopped) = crate::host::stopped::read(&root.0)? {
+        report.push((
+            true,
+            format!(
+                "{}: {}; `rollgate start {}` starts it",
+                stopped.service,
+                stopped.words(),
+                stopped.service
+            ),
+        ));
+        return Ok((report, failed));
+    }
     for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {
         if live.identity.is_running() {
             report.push((
@@ -421,6 +434,10 @@ async fn supervise(
                 "root {} is gone; nothing left to supervise",
                 root.0.display()
             )));
+        }
+        // Stopped by a person: nothing of it is brought back until `rollgate start`.
+        if crate::host::stopped::read(&root.0).ok().flatten().is_some() {
+            continue;
         }
         let Ok(set) = live_set(root) else { continue };
         if lock::is_free(&root.lock_path()) {

@@ -5,6 +5,7 @@ use rollgate::commands::{deploy, dry_run, rollback, rollout};
 use rollgate::engine::{self, settings, Ask};
 use rollgate::error::Error;
 use rollgate::render::table::Layout;
+use std::path::PathBuf;
 
 use super::{ended, eval_options, printed, report_dry_run};
 use crate::cli::{self, RolloutArgs, RolloutCommand};
@@ -200,5 +201,36 @@ pub fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
             drain_ms: args.drain_timeout_ms,
             watch_ms: args.watch_ms,
         },
+    })
+}
+
+/// `rollgate stop SVC`: exit 0 stopped, 2 refused.
+pub fn run_stop(service: String, root: PathBuf, why: Option<String>) -> Result<u8, Error> {
+    let request = rollgate::commands::stop::StopRequest { service, root, why };
+    printed(rollgate::commands::stop::stop(&request)?)
+}
+
+/// `rollgate start SVC`: exit 0 running, 1 not started (it stays stopped), 2 refused.
+pub fn run_start(service: String, root: PathBuf) -> Result<u8, Error> {
+    let request = rollgate::commands::stop::StopRequest {
+        service,
+        root,
+        why: None,
+    };
+    printed(rollgate::commands::stop::start(&request)?)
+}
+
+/// `rollgate run SVC -- COMMAND`: the command's own exit status, 2 refused.
+pub fn run_one_off(
+    service: String,
+    root: PathBuf,
+    release: Option<String>,
+    command: Vec<String>,
+) -> Result<u8, Error> {
+    rollgate::commands::run::run(&rollgate::commands::run::RunRequest {
+        service,
+        root,
+        release,
+        command,
     })
 }

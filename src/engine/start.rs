@@ -133,6 +133,16 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
         let mut signals = Signals::install()?;
         let _lock = lock::acquire(&start.root.lock_path())?;
         recover::recover(&start.root).await?;
+        // A service a person stopped stays stopped until they start it.
+        if let Some(stopped) = crate::host::stopped::read(&start.root.0)? {
+            return Err(refused(format!(
+                "{} is {}: run `rollgate start {} --root {}` first; nothing was started",
+                start.service,
+                stopped.words(),
+                start.service,
+                start.root.0.display()
+            )));
+        }
         let prepared = match &start.plan {
             Plan::Deploy { port, settings, .. } => {
                 let port = port.decide(&start.root)?;

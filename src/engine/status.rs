@@ -43,6 +43,9 @@ pub struct RootStatus {
     /// The routes of the proxy config serving the root (none: no proxy, or one of `--root`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<Vec<String>>,
+    /// A person stopped the service (`rollgate stop`): who, when, why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::host::stopped::Stopped>,
     /// The policy the service is held to: the live release's record (none: the defaults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyStatus>,
@@ -157,6 +160,7 @@ impl RootStatus {
                 sha256: kept.sha256,
             });
         Ok(RootStatus {
+            stopped: crate::host::stopped::read(&root.0).ok().flatten(),
             policy,
             service: service_of(root),
             root: root.0.display().to_string(),

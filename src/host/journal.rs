@@ -76,6 +76,10 @@ events! {
     /// `rollgate run`: a one-off command ran in a release (who, what, its exit and how long;
     /// never its environment).
     Run => "run",
+    /// `rollgate stop`: a person stopped the service; nothing starts it until `rollgate start`.
+    Stopped => "stopped",
+    /// `rollgate start`: the stopped service's live release serves again.
+    Started => "started",
 }
 
 /// Written as its name, the one `as_str` gives.

@@ -32,6 +32,7 @@ pub mod progress;
 pub mod run_dir;
 pub mod signals;
 pub mod state;
+pub mod stopped;
 pub mod traffic;
 
 /// The longest any single wait may be (deadline, poll, grace, drain, soak): a day. A `.ncl`

@@ -74,6 +74,9 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     ] {
         command.env_remove(variable);
     }
+    // Listening before the command exists: a Ctrl-C from then on is the command's, never
+    // rollgate's death with the command left behind.
+    let mut signals = PassedSignals::listen()?;
     let started = Instant::now();
     let mut child = command
         .args(args)
@@ -92,7 +95,7 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     let pid = child.id().map_or(0, |p| p as i32);
     // Its tree (made before its exec): what ends the command ends all it started.
     let tree = super::identity::Identity::of(pid).and_then(|who| super::cgroup::of(&who));
-    let status = wait_passing_signals(&mut child, pid).await?;
+    let status = signals.wait_passing(&mut child, pid).await?;
     if let Some(tree) = &tree {
         tree.kill();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -118,46 +121,65 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     })
 }
 
-/// Waits for the command, sending every SIGINT, SIGTERM, SIGHUP and SIGQUIT rollgate gets on
-/// to the command's process group (it leads its own session, so a terminal's Ctrl-C reaches
-/// rollgate, not it).
-async fn wait_passing_signals(
-    child: &mut tokio::process::Child,
-    pid: i32,
-) -> std::io::Result<std::process::ExitStatus> {
-    use nix::sys::signal::Signal;
-    use tokio::signal::unix::{signal, SignalKind};
-    let kinds = [
-        (SignalKind::interrupt(), Signal::SIGINT),
-        (SignalKind::terminate(), Signal::SIGTERM),
-        (SignalKind::hangup(), Signal::SIGHUP),
-        (SignalKind::quit(), Signal::SIGQUIT),
-    ];
-    let (sender, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let mut listeners = Vec::new();
-    for (kind, name) in kinds {
-        let mut stream = signal(kind)?;
-        let sender = sender.clone();
-        listeners.push(tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                if sender.send(name).is_err() {
-                    break;
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, caught for the command (it leads its own session, so a
+/// terminal's Ctrl-C reaches rollgate, not it).
+struct PassedSignals {
+    received: tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+    listeners: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl PassedSignals {
+    fn listen() -> std::io::Result<PassedSignals> {
+        use nix::sys::signal::Signal;
+        use tokio::signal::unix::{signal, SignalKind};
+        let kinds = [
+            (SignalKind::interrupt(), Signal::SIGINT),
+            (SignalKind::terminate(), Signal::SIGTERM),
+            (SignalKind::hangup(), Signal::SIGHUP),
+            (SignalKind::quit(), Signal::SIGQUIT),
+        ];
+        let (sender, received) = tokio::sync::mpsc::unbounded_channel();
+        let mut listeners = Vec::new();
+        for (kind, name) in kinds {
+            let mut stream = signal(kind)?;
+            let sender = sender.clone();
+            listeners.push(tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    if sender.send(name).is_err() {
+                        break;
+                    }
                 }
-            }
-        }));
+            }));
+        }
+        Ok(PassedSignals {
+            received,
+            listeners,
+        })
     }
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            Some(name) = received.recv() => {
-                if pid > 0 {
-                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), name);
+
+    /// Waits for the command, sending each signal caught on to its process group.
+    async fn wait_passing(
+        &mut self,
+        child: &mut tokio::process::Child,
+        pid: i32,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        loop {
+            tokio::select! {
+                status = child.wait() => return status,
+                Some(name) = self.received.recv() => {
+                    if pid > 0 {
+                        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), name);
+                    }
                 }
             }
         }
-    };
-    for listener in listeners {
-        listener.abort();
     }
-    status
+}
+
+impl Drop for PassedSignals {
+    fn drop(&mut self) {
+        for listener in &self.listeners {
+            listener.abort();
+        }
+    }
 }

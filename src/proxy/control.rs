@@ -485,10 +485,10 @@ async fn answer(
         .filter(|t| t.port == port)
         .collect();
     if !serving.is_empty() {
-        // Still in the pool: drained only while the service is paused (a stop-first deploy),
-        // when new requests wait at the gate and none reaches it. A request that passed the
-        // gate just before the pause has a moment to take its lease first.
-        if gate.mode() != crate::host::traffic::Mode::Paused {
+        // Still in the pool: drained only while the service is paused (a stop-first deploy)
+        // or in maintenance (`rollgate stop`), when no new request reaches it. A request that
+        // passed the gate just before has a moment to take its lease first.
+        if gate.mode() == crate::host::traffic::Mode::Serving {
             return format!(
                 "error the pointer still names port {port}; new requests still go there\n"
             );

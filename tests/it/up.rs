@@ -264,3 +264,87 @@ fn one_up_brings_up_and_supervises_every_root_it_is_given() {
     }
     drop(supervisor);
 }
+
+/// Issue 68, 3: `stop` takes the service down on purpose — the proxy answers its maintenance
+/// page, its process is stopped — and nothing brings it back (`up` at boot leaves it, a deploy
+/// is refused) until `start`, which starts the live release again gated and lifts the page.
+#[test]
+fn stop_keeps_a_service_down_through_up_and_deploys_until_start_brings_it_back_gated() {
+    use crate::common::http::{Conn, Proxy};
+    let site = Site::new();
+    site.add_sample("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let proxy = Proxy::start(&site, &[]);
+    let get = || Conn::open(proxy.port).unwrap().get("/", "").unwrap();
+    assert_eq!(get().status, 200);
+    let live = site.live_pid().unwrap();
+    let cmd = |args: &[&str]| {
+        rollgate()
+            .args(args)
+            .arg("--root")
+            .arg(site.root())
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap()
+    };
+
+    let out = cmd(&["stop", "edge-svc", "--reason", "disk replaced"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!alive(live));
+    let answer = get();
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert!(
+        answer.body.contains("edge-svc is stopped"),
+        "{}",
+        answer.body
+    );
+    let line = site.log_lines().pop().unwrap();
+    assert_eq!(line["event"], "stopped", "{line}");
+    assert!(
+        line["detail"].as_str().unwrap().contains("disk replaced"),
+        "{line}"
+    );
+    let status = cmd(&["status", "--format", "json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["stopped"]["why"], "disk replaced", "{status}");
+    let listed = crate::release_list::list(&site);
+    assert!(
+        listed[0]["marks"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("stopped")),
+        "{listed:?}"
+    );
+
+    // A boot leaves it stopped; a deploy is refused.
+    let out = cmd(&["up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("stopped by"), "{}", stdout(&out));
+    assert!(!alive(site.live_pid().unwrap()));
+    site.add_sample("v2", "");
+    let out = site.deploy(free_port(), "v2", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("rollgate start edge-svc"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+
+    let out = cmd(&["start", "edge-svc"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let now = site.live_pid().unwrap();
+    assert!(alive(now) && now != live);
+    let answer = get();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "v1"));
+    assert!(!site.root().join("stopped.json").exists());
+    assert_eq!(site.log_lines().pop().unwrap()["event"], "started");
+    // Started again, it deploys as before.
+    assert_eq!(site.deploy(free_port(), "v2", &[]).status.code(), Some(0));
+}

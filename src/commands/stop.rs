@@ -1,0 +1,246 @@
+//! `rollgate stop SVC` and `rollgate start SVC` (issue 68, 3): a person takes a service down on
+//! purpose and brings it back. `stop` records the stop first (`host/stopped.rs`, so nothing
+//! brings the service back behind the person's back — `up` at boot, `up --supervise`, a deploy
+//! — even after a crash halfway), puts the proxy's routes to it in maintenance (a 503 with
+//! `Retry-After` and the page, the answer users get for a service that is down on purpose,
+//! rather than a bare 502), lets each live process finish what the proxy sent it, and stops
+//! each whole (SIGTERM, the grace, the tree killed). `start` starts the live release again from
+//! its launch record, gated on its probe as `up` gates, and only once it answers lifts the
+//! maintenance and the stop.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::up::{live_set, restart};
+use crate::error::{refused, Error};
+use crate::host::journal::{self, Entry, LogEvent};
+use crate::host::lock;
+use crate::host::state::Root;
+use crate::host::stopped::{self, Stopped};
+use crate::host::traffic::{self, Mode, Traffic};
+
+/// Who set the maintenance a stop puts the proxy in: what tells it from a person's own.
+const STOP_MARKER: &str = "rollgate stop";
+
+/// What `stop` or `start` was asked.
+#[derive(Debug, Clone)]
+pub struct StopRequest {
+    pub service: String,
+    pub root: PathBuf,
+    pub why: Option<String>,
+}
+
+/// `rollgate stop`: the service stopped and kept stopped; the text says what was stopped.
+pub fn stop(request: &StopRequest) -> Result<String, Error> {
+    let root = the_services_root(request)?;
+    crate::engine::runtime()?.block_on(async {
+        let _lock = lock::acquire(&root.lock_path())?;
+        crate::engine::recover_leaving_escalated(&root).await?;
+        let set = live_set(&root).map_err(Error::Refused)?;
+        if set.is_empty() {
+            return Err(refused(format!(
+                "nothing of {} is live under {}; nothing to stop",
+                request.service,
+                root.0.display()
+            )));
+        }
+        let record = match stopped::read(&root.0)? {
+            Some(earlier) => earlier,
+            None => Stopped {
+                service: request.service.clone(),
+                since: journal::now(),
+                by: traffic::who(),
+                why: request.why.clone(),
+            },
+        };
+        stopped::write(&root.0, &record)?;
+        let maintenance = put_in_maintenance(&root, &record)?;
+        let grace = stop_grace(&root);
+        let mut said = Vec::new();
+        for live in set.iter().filter(|l| l.identity.is_running()) {
+            let drained =
+                crate::proxy::control::request(&root.0, live.port, Duration::from_secs(30)).await;
+            let how = crate::host::process::stop_group(live.identity, grace).await;
+            said.push(format!("{} {how} ({drained})", live.name()));
+        }
+        let detail = format!(
+            "{}{}: {}",
+            record.words(),
+            maintenance,
+            match said.is_empty() {
+                true => "nothing of it was running".to_string(),
+                false => said.join("; "),
+            }
+        );
+        log(
+            &root,
+            &set[0].version,
+            &request.service,
+            LogEvent::Stopped,
+            &detail,
+        )?;
+        Ok(format!("{} {detail}\n", request.service))
+    })
+}
+
+/// `rollgate start`: the stopped service's live release started again, gated; then its
+/// maintenance and its stop are lifted.
+pub fn start(request: &StopRequest) -> Result<String, Error> {
+    let root = the_services_root(request)?;
+    crate::engine::runtime()?.block_on(async {
+        let _lock = lock::acquire(&root.lock_path())?;
+        crate::engine::recover_leaving_escalated(&root).await?;
+        let set = live_set(&root).map_err(Error::Refused)?;
+        if set.is_empty() {
+            return Err(refused(format!(
+                "nothing of {} is live under {}; deploy a release instead",
+                request.service,
+                root.0.display()
+            )));
+        }
+        let was = stopped::read(&root.0)?;
+        let ready = ready_within(&root);
+        let mut said = Vec::new();
+        let mut failed = Vec::new();
+        for (n, live) in set.iter().enumerate() {
+            if live.identity.is_running() {
+                said.push(format!(
+                    "{}: running (pid {})",
+                    live.name(),
+                    live.identity.pid
+                ));
+                continue;
+            }
+            let why = "started by rollgate start";
+            match restart(&root, live, ready, n as u64, why).await {
+                Ok(how) => said.push(format!("{}: started ({how})", live.name())),
+                Err(e) => failed.push(format!("{}: NOT started: {e}", live.name())),
+            }
+        }
+        if !failed.is_empty() {
+            said.extend(failed);
+            return Err(Error::Failed(format!(
+                "{}\n{} stays stopped: nothing else starts it until `rollgate start` succeeds",
+                said.join("\n"),
+                request.service
+            )));
+        }
+        lift_maintenance(&root)?;
+        stopped::clear(&root.0)?;
+        if let Some(was) = was {
+            let detail = format!(
+                "{} was {}; {}",
+                request.service,
+                was.words(),
+                said.join("; ")
+            );
+            log(
+                &root,
+                &set[0].version,
+                &request.service,
+                LogEvent::Started,
+                &detail,
+            )?;
+        }
+        Ok(said.join("\n") + "\n")
+    })
+}
+
+/// The root, refused unless it serves `service`.
+fn the_services_root(request: &StopRequest) -> Result<Root, Error> {
+    crate::host::names::check_name("service", &request.service)?;
+    let root = Root::existing(request.root.clone())?;
+    let serves = crate::engine::service_of(&root);
+    if serves != request.service {
+        return Err(refused(format!(
+            "{} serves {serves}, not {}",
+            root.0.display(),
+            request.service
+        )));
+    }
+    Ok(root)
+}
+
+/// The proxy answers the service's routes with its maintenance page while it is stopped
+/// (unless a person set a mode of their own); words for the log line.
+fn put_in_maintenance(root: &Root, record: &Stopped) -> Result<&'static str, Error> {
+    if traffic::read(&root.0)?.is_some_and(|t| t.mode != Mode::Serving) {
+        return Ok("; the proxy's mode, set by a person, left as it is");
+    }
+    let state = Traffic {
+        service: record.service.clone(),
+        mode: Mode::Maintenance,
+        message: Some(format!("{} is stopped", record.service)),
+        retry_after_s: Some(60),
+        since: journal::now(),
+        by: STOP_MARKER.into(),
+        why: Some(record.words()),
+        ..Traffic::default()
+    };
+    traffic::write(&root.0, &state)?;
+    // The proxy takes it from the file: give it a moment to answer new requests so.
+    for _ in 0..100 {
+        match crate::proxy::control::traffic_now(&root.0, Duration::from_millis(500)) {
+            Some(mode) if mode != Mode::Maintenance.as_str() => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => break,
+        }
+    }
+    Ok("; the proxy answers its maintenance page (503)")
+}
+
+/// The maintenance a stop set, lifted (a person's own mode stays).
+fn lift_maintenance(root: &Root) -> Result<(), Error> {
+    if let Some(held) = traffic::read(&root.0)?.filter(|t| t.by == STOP_MARKER) {
+        let state = Traffic {
+            mode: Mode::Serving,
+            message: None,
+            retry_after_s: None,
+            since: journal::now(),
+            why: Some("started by rollgate start".into()),
+            ..held
+        };
+        traffic::write(&root.0, &state)?;
+    }
+    Ok(())
+}
+
+/// The stop grace of the service's policy (kept in the root), else the default.
+fn stop_grace(root: &Root) -> Duration {
+    kept_settings(root)
+        .and_then(|s| s.stop_grace_ms)
+        .map_or(crate::defaults::GRACE, Duration::from_millis)
+}
+
+/// How long a started release may take to answer its probe: the policy's deadline, else `up`'s.
+fn ready_within(root: &Root) -> Duration {
+    kept_settings(root)
+        .map(|s| Duration::from_millis(s.progress_deadline_ms))
+        .unwrap_or(crate::defaults::UP_READY)
+}
+
+fn kept_settings(root: &Root) -> Option<crate::policy::RolloutSettings> {
+    let (version, kept) = crate::host::kept_policy::KeptPolicy::of_live(root).ok()??;
+    kept.settings(&crate::host::kept_policy::KeptPolicy::path(root, &version))
+        .ok()
+}
+
+fn log(
+    root: &Root,
+    version: &str,
+    service: &str,
+    event: LogEvent,
+    detail: &str,
+) -> Result<(), Error> {
+    journal::append(
+        &root.log_path(),
+        &Entry::new(event, version, service, detail.to_string()),
+    )
+    .map_err(|e| {
+        Error::Failed(format!(
+            "{detail}, but it is not in {}: {e}",
+            root.log_path().display()
+        ))
+    })
+}
