@@ -120,6 +120,15 @@ Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anyth
 Exit codes: as `deploy` (or `rollout` on a replica root); 2 when there is no earlier release
 still installed, or nothing is live.")]
     Rollback(RollbackArgs),
+    /// A fresh process of the live release beside the running one, gated and switched, the old
+    /// one drained: a restart users do not see (through `rollgate proxy`).
+    #[command(after_help = "Examples:
+  rollgate restart edge-svc --root /srv/edge --ports 8081-8082
+  rollgate restart edge-svc --root /srv/edge          # the policy's ports
+
+It is a deploy of the live version (logged as one, under the service's kept policy). A replica
+root is refused for now. Exit codes: as `deploy`.")]
+    Restart(RollbackArgs),
     /// Stop a service on purpose: the proxy answers its maintenance page, each live process is
     /// drained and stopped whole, and nothing starts it again (not `up`, not a deploy) until
     /// `rollgate start`.

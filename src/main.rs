@@ -151,6 +151,7 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Deploy(args) => dispatch::deploys::run_deploy(args),
         Command::Rollout(args) => dispatch::deploys::run_rollout(args),
         Command::Rollback(args) => dispatch::deploys::run_rollback(args),
+        Command::Restart(args) => dispatch::deploys::run_restart(args),
         Command::Stop {
             service,
             target,

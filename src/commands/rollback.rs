@@ -110,3 +110,49 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
     }
     Ok(outcome)
 }
+
+/// `rollgate restart SVC`: a fresh process of the live release beside the running one, gated,
+/// switched, the old one drained (a deploy of the same version: a restart users never see). A
+/// replica root is refused for now.
+pub fn restart(request: RollbackRequest) -> Result<Outcome, Error> {
+    crate::host::names::check_name("service", &request.service)?;
+    let root = Root::existing(request.root.clone())?;
+    if root.read_replicas()?.is_some() {
+        return Err(refused(format!(
+            "{} is a replica root: restarting its replicas one at a time is not there yet (issue 68); `rollgate up` starts any that is not running",
+            root.0.display()
+        )));
+    }
+    let live = root
+        .read_pointer()?
+        .filter(|p| p.service == request.service)
+        .ok_or_else(|| {
+            refused(format!(
+                "nothing of {} is live under {}; nothing to restart",
+                request.service,
+                root.0.display()
+            ))
+        })?;
+    let port = match request.port {
+        Some(port) => deploy::PortAsked::Given(port),
+        None => deploy::PortAsked::from_range(
+            request.ports,
+            format!(
+                "{} {} runs on port {}: name a free port for its fresh process with --port, or a range with --ports A-B (or the policy's ports)",
+                request.service, live.version, live.port
+            ),
+        ),
+    };
+    eprintln!(
+        "rollgate: restarting {} {}: a fresh process beside the running one, through the gate",
+        request.service, live.version
+    );
+    deploy::deploy(Request {
+        service: request.service,
+        port,
+        version: live.version,
+        root: request.root,
+        give_service_config: false,
+        ..request.deploy
+    })
+}

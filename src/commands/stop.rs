@@ -34,16 +34,7 @@ pub struct StopRequest {
 pub fn stop(request: &StopRequest) -> Result<String, Error> {
     let root = the_services_root(request)?;
     crate::engine::runtime()?.block_on(async {
-        let _lock = lock::acquire(&root.lock_path())?;
-        crate::engine::recover_leaving_escalated(&root).await?;
-        let set = live_set(&root).map_err(Error::Refused)?;
-        if set.is_empty() {
-            return Err(refused(format!(
-                "nothing of {} is live under {}; nothing to stop",
-                request.service,
-                root.0.display()
-            )));
-        }
+        let (_lock, set) = locked_live_set(&root, request, "nothing to stop").await?;
         let record = match stopped::read(&root.0)? {
             Some(earlier) => earlier,
             None => Stopped {
@@ -88,16 +79,7 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
 pub fn start(request: &StopRequest) -> Result<String, Error> {
     let root = the_services_root(request)?;
     crate::engine::runtime()?.block_on(async {
-        let _lock = lock::acquire(&root.lock_path())?;
-        crate::engine::recover_leaving_escalated(&root).await?;
-        let set = live_set(&root).map_err(Error::Refused)?;
-        if set.is_empty() {
-            return Err(refused(format!(
-                "nothing of {} is live under {}; deploy a release instead",
-                request.service,
-                root.0.display()
-            )));
-        }
+        let (_lock, set) = locked_live_set(&root, request, "deploy a release instead").await?;
         let was = stopped::read(&root.0)?;
         let ready = ready_within(&root);
         let mut said = Vec::new();
@@ -144,6 +126,26 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
         }
         Ok(said.join("\n") + "\n")
     })
+}
+
+/// The root's lock, what a dead run left finished, and the live processes the state names
+/// (refused, with `otherwise`, when it names none).
+async fn locked_live_set(
+    root: &Root,
+    request: &StopRequest,
+    otherwise: &str,
+) -> Result<(lock::Lock, Vec<super::up::Live>), Error> {
+    let held = lock::acquire(&root.lock_path())?;
+    crate::engine::recover_leaving_escalated(root).await?;
+    let set = live_set(root).map_err(Error::Refused)?;
+    if set.is_empty() {
+        return Err(refused(format!(
+            "nothing of {} is live under {}; {otherwise}",
+            request.service,
+            root.0.display()
+        )));
+    }
+    Ok((held, set))
 }
 
 /// The root, refused unless it serves `service`.

@@ -234,3 +234,51 @@ pub fn run_one_off(
         command,
     })
 }
+
+/// `rollgate restart SVC`: as `deploy`.
+pub fn run_restart(args: cli::RollbackArgs) -> Result<u8, Error> {
+    let cli::RollbackArgs {
+        service,
+        target,
+        port,
+        ports,
+        gate,
+    } = args;
+    let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
+    Ok(ended(rollback::restart(rollback::RollbackRequest {
+        service,
+        root: target.root,
+        port,
+        ports,
+        deploy,
+    })?))
+}
+
+/// What a deploy of a release the command finds itself (a rollback's, a restart's) takes from
+/// the command line: the policy and the numbers; the version and port are the command's.
+fn same_release_deploy(service: String, root: PathBuf, gate: cli::GateArgs) -> deploy::Request {
+    let cli::GateArgs {
+        policy,
+        policy_entry,
+        deadline_ms,
+        grace_ms,
+        drain_timeout_ms,
+        watch_ms,
+        eval,
+    } = gate;
+    deploy::Request {
+        service,
+        port: deploy::PortAsked::Given(0),
+        version: String::new(),
+        deadline_ms,
+        root,
+        policy,
+        policy_entry,
+        grace_ms,
+        drain_ms: drain_timeout_ms,
+        watch_ms,
+        no_wait: false,
+        eval: eval_options(eval),
+        give_service_config: false,
+    }
+}

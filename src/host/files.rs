@@ -199,6 +199,18 @@ pub fn read_config<T: for<'de> Deserialize<'de>>(
     }
 }
 
+/// Removes one of the root's files; one that is not there is already removed.
+pub fn remove_if_there(path: &Path) -> Result<(), Fault> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Fault::unwritable(
+            path,
+            format!("cannot remove {}: {e}", path.display()),
+        )),
+    }
+}
+
 /// Reads one of the root's JSON files; a missing file is `None`.
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Fault> {
     match fs::read(path) {

@@ -103,15 +103,7 @@ impl KeptPolicy {
     /// `version` runs under no policy file (the defaults): a record an earlier attempt left
     /// for it goes, so that it never becomes the service's policy by mistake.
     pub fn forget(root: &Root, version: &str) -> Result<(), Fault> {
-        let path = KeptPolicy::path(root, version);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Fault::unwritable(
-                &path,
-                format!("cannot remove {}: {e}", path.display()),
-            )),
-        }
+        super::files::remove_if_there(&KeptPolicy::path(root, version))
     }
 
     /// The SHA-256 of the policy file `version` of the root at `root` runs under, when it has

@@ -56,13 +56,5 @@ pub fn write(root: &Path, stopped: &Stopped) -> Result<(), Fault> {
 
 /// The service is started again: its stop is forgotten.
 pub fn clear(root: &Path) -> Result<(), Fault> {
-    let path = path(root);
-    match std::fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Fault::unwritable(
-            &path,
-            format!("cannot remove {}: {e}", path.display()),
-        )),
-    }
+    super::files::remove_if_there(&path(root))
 }

@@ -306,3 +306,52 @@ fn a_second_rollback_never_brings_back_the_release_the_first_took_out() {
         stdout(&listed)
     );
 }
+
+/// Issue 68, 4: `restart` — a fresh process of the live release beside the running one,
+/// gated, switched, the old one drained: 0 failed requests through the proxy under load.
+#[test]
+fn restart_replaces_the_live_process_with_a_fresh_one_and_no_failed_request() {
+    use crate::common::http::{assert_none_failed, Load, Proxy};
+    let site = Site::new();
+    site.add_sample("v1", "");
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    let out = rollgate()
+        .args(["deploy", "edge-svc", "v1", "--ports", &ports, "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let before = site.live_pid().unwrap();
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::start(proxy.port, 4, std::time::Duration::from_millis(5));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = rollgate()
+        .args([
+            "restart",
+            "edge-svc",
+            "--ports",
+            &ports,
+            "--watch-ms",
+            "0",
+            "--root",
+        ])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_none_failed(&load.finish(), "the restart");
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["version"], "v1");
+    assert_ne!(pointer["pid"], before);
+    assert!(wait_for(10, || !alive(before)));
+    // Nothing live: refused.
+    let empty = Site::new();
+    let out = rollgate()
+        .args(["restart", "edge-svc", "--root"])
+        .arg(empty.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
