@@ -71,58 +71,33 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
         ports,
         gate,
     } = args;
-    let cli::GateArgs {
-        policy,
-        policy_entry,
-        deadline_ms,
-        grace_ms,
-        drain_timeout_ms,
-        watch_ms,
-        eval,
-    } = gate;
-    let eval = eval_options(eval);
-    match rollback::replica_target(&target.root, &service)? {
-        Some((current, earlier)) => {
-            eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
-            let request = rollout::Request {
-                service,
-                version: earlier,
-                root: target.root,
-                policy,
-                policy_entry,
-                eval,
-                give_service_config: false,
-                args: settings::Args {
-                    deadline_ms,
-                    grace_ms,
-                    drain_ms: drain_timeout_ms,
-                    ..Default::default()
-                },
-            };
-            Ok(ended(rollout::rollout(request)?))
-        }
-        None => Ok(ended(rollback::rollback(rollback::RollbackRequest {
-            service: service.clone(),
-            root: target.root.clone(),
+    let Some((current, earlier)) = rollback::replica_target(&target.root, &service)? else {
+        let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
+        return Ok(ended(rollback::rollback(rollback::RollbackRequest {
+            service,
+            root: target.root,
             port,
             ports,
-            deploy: deploy::Request {
-                service,
-                port: deploy::PortAsked::Given(0),
-                version: String::new(),
-                deadline_ms,
-                root: target.root,
-                policy,
-                policy_entry,
-                grace_ms,
-                drain_ms: drain_timeout_ms,
-                watch_ms,
-                no_wait: false,
-                eval,
-                give_service_config: false,
-            },
-        })?)),
-    }
+            deploy,
+        })?));
+    };
+    eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
+    let request = rollout::Request {
+        service,
+        version: earlier,
+        root: target.root,
+        policy: gate.policy,
+        policy_entry: gate.policy_entry,
+        eval: eval_options(gate.eval),
+        give_service_config: false,
+        args: settings::Args {
+            deadline_ms: gate.deadline_ms,
+            grace_ms: gate.grace_ms,
+            drain_ms: gate.drain_timeout_ms,
+            ..Default::default()
+        },
+    };
+    Ok(ended(rollout::rollout(request)?))
 }
 
 /// `rollgate rollout ...`: the outcome on stdout, exit 0/1/3 as the outcome says, 2 refused.
