@@ -177,6 +177,7 @@ async fn start(
         port: live.port,
         workdir: root.release_dir(&live.version),
         notices: notifier.as_ref().map(|n| n.notices()),
+        image: live.launch.image_of(&root.release_dir(&live.version)),
     };
     let deadline = tokio::time::Instant::now() + ready;
     let mut last = String::from("no probe yet");

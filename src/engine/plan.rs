@@ -120,6 +120,8 @@ pub fn resolve_with_watch(
             .and_then(|i| i.writable.as_ref())
             .map(|w| w.iter().map(std::path::PathBuf::from).collect())
             .unwrap_or_default(),
+        // The release is not known here: the engine records its image when it admits it.
+        image: None,
     };
     Ok(Settings {
         launch,

@@ -397,6 +397,9 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
         port: new.port,
         workdir: root.release_dir(&new.version),
         notices: notifier.as_ref().map(|n| n.notices()),
+        image: rollout
+            .launch_of(&new)
+            .image_of(&root.release_dir(&new.version)),
     };
     match subject.check().await {
         (true, _) => Ok(()),

@@ -143,7 +143,7 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
                 start.root.0.display()
             )));
         }
-        let prepared = match &start.plan {
+        let mut prepared = match &start.plan {
             Plan::Deploy { port, settings, .. } => {
                 let port = port.decide(&start.root)?;
                 prepare_deploy(&start, port, settings)?
@@ -163,6 +163,12 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
                 }
             }
         };
+        // Decided once, on the record every process of the run starts from: whether the release
+        // is an image, and which (spawn, stop and the exec probe never read it again).
+        prepared.rollout.settings.launch.image =
+            crate::host::container::ImageRelease::of_release(&start.root.release_dir(&start.version))
+                .map_err(|e| refused(format!("{e}; nothing was started")))?
+                .map(|image| image.image);
         let kind = match start.plan {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",

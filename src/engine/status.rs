@@ -280,6 +280,7 @@ fn live_status(
         port: p.port,
         workdir: root.release_dir(&p.version),
         notices: None,
+        image: p.launch.image_of(&root.release_dir(&p.version)),
     };
     let (passed, said) = rt.block_on(subject.check());
     let running = p.identity().is_running();
@@ -314,10 +315,7 @@ fn live_status(
             })
             .flatten(),
         own_user: !crate::host::account::can_switch_user(),
-        image: crate::host::container::ImageRelease::of_release(&root.release_dir(&p.version))
-            .ok()
-            .flatten()
-            .map(|image| image.image),
+        image: p.launch.image_of(&root.release_dir(&p.version)),
     })
 }
 

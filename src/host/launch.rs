@@ -38,6 +38,11 @@ pub struct LaunchRecord {
     /// Folders it may write besides its own (policy `isolation.writable`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writable: Vec<PathBuf>,
+    /// An image release: the engine's image ID its container runs (from the release's
+    /// `image.json`, read once when the run is planned); its supervisor starts the container,
+    /// and an exec probe runs inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 fn is_default_probe(spec: &Spec) -> bool {
@@ -53,6 +58,18 @@ impl LaunchRecord {
             writable: &self.writable,
             limits: &self.limits,
         }
+    }
+
+    /// The image the process runs: the recorded one, else (a record written before rollgate
+    /// recorded it) the one `release_dir`'s `image.json` names — the one place that is read
+    /// again.
+    pub fn image_of(&self, release_dir: &std::path::Path) -> Option<String> {
+        self.image.clone().or_else(|| {
+            super::container::ImageRelease::of_release(release_dir)
+                .ok()
+                .flatten()
+                .map(|image| image.image)
+        })
     }
 
     /// Whether a process started from `other` would run as another user than one started from

@@ -385,6 +385,8 @@ pub struct Subject {
     pub port: u16,
     pub workdir: PathBuf,
     pub notices: Option<watch::Receiver<Notices>>,
+    /// An image release (its launch record's image): an exec probe runs inside its container.
+    pub image: Option<String>,
 }
 
 impl Subject {
@@ -431,7 +433,7 @@ impl Subject {
                 bounded(timeout, http(self.port, path, &host)).await
             }
             Target::Tcp => bounded(timeout, tcp(self.port)).await,
-            Target::Exec { command } if super::container::is_image_release(&self.workdir) => {
+            Target::Exec { command } if self.image.is_some() => {
                 exec_inside(command, &self.workdir, self.port, timeout).await
             }
             Target::Exec { command } => exec(command, &self.workdir, self.port, timeout).await,

@@ -198,7 +198,7 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
     // A container release runs through its supervisor, which holds the container's limits
     // and user for the engine (see `container`).
-    let image = super::container::ImageRelease::of_release(launch.workdir)?;
+    let image = launch.record.image_of(launch.workdir);
     if image.is_some() && launch.listen.is_some() {
         return Err(std::io::Error::other(
             "a held socket (policy `listen`) reaches a process release only; a container release listens on $PORT itself",
@@ -317,7 +317,7 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
 /// supervisor's environment, never on a command line), the service's user and limits, its
 /// folders mounted at the same paths.
 fn supervisor(
-    image: &super::container::ImageRelease,
+    image: &str,
     launch: &Launch,
     confinement: &super::confine::Confinement,
     config: Vec<String>,
@@ -327,7 +327,7 @@ fn supervisor(
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let mut command = tokio::process::Command::new("/proc/self/exe");
-    command.args(["container-run", "--image", &image.image]);
+    command.args(["container-run", "--image", image]);
     let token = super::cgroup::label_of(launch.token);
     command.args([
         "--name",

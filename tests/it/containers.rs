@@ -158,6 +158,8 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
         "{v1}"
     );
     assert_eq!(v1["image"], id.as_str(), "{v1}");
+    // Issue 68's launch record: decided once when the run was planned, kept in `current`.
+    assert_eq!(site.pointer().unwrap()["image"], id.as_str());
 
     // A release that exits at boot is rolled back with a process release's words, and its
     // container is gone.
@@ -845,7 +847,17 @@ fn a_container_killed_past_its_grace_is_removed_with_its_supervisor() {
     let port = free_port().to_string();
     let out = run(
         &site,
-        &["deploy", "edge-svc", &port, "v1", "--grace-ms", "1000"],
+        &[
+            "deploy",
+            "edge-svc",
+            &port,
+            "v1",
+            "--grace-ms",
+            "1000",
+            // A container's start under a loaded suite can take more than the default 1.5 s.
+            "--deadline-ms",
+            "20000",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = format!("{:?}", site.log_lines());

@@ -130,6 +130,7 @@ impl Executor {
             port,
             workdir: self.context.root.release_dir(version),
             notices: self.notifiers.get(token).map(Notifier::notices),
+            image: launch.image_of(&self.context.root.release_dir(version)),
         }
     }
 
