@@ -126,8 +126,9 @@ still installed, or nothing is live.")]
   rollgate restart edge-svc --root /srv/edge --ports 8081-8082
   rollgate restart edge-svc --root /srv/edge          # the policy's ports
 
-It is a deploy of the live version (logged as one, under the service's kept policy). A replica
-root is refused for now. Exit codes: as `deploy`.")]
+It is a deploy of the live version (logged as one, under the service's kept policy); on a
+replica root, a rollout of the version its replicas run that gives each a fresh process within
+the rollout's budgets. Exit codes: as `deploy` (or `rollout`).")]
     Restart(RollbackArgs),
     /// Stop a service on purpose: the proxy answers its maintenance page, each live process is
     /// drained and stopped whole, and nothing starts it again (not `up`, not a deploy) until

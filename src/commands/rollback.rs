@@ -112,16 +112,45 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
 }
 
 /// `rollgate restart SVC`: a fresh process of the live release beside the running one, gated,
-/// switched, the old one drained (a deploy of the same version: a restart users never see). A
-/// replica root is refused for now.
+/// switched, the old one drained (a deploy of the same version: a restart users never see); on
+/// a replica root, a rollout of the version its replicas run that gives each a fresh process,
+/// within the rollout's budgets.
 pub fn restart(request: RollbackRequest) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     let root = Root::existing(request.root.clone())?;
-    if root.read_replicas()?.is_some() {
-        return Err(refused(format!(
-            "{} is a replica root: restarting its replicas one at a time is not there yet (issue 68); `rollgate up` starts any that is not running",
-            root.0.display()
-        )));
+    if let Some(set) = root.read_replicas()? {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for replica in &set.replicas {
+            *counts.entry(replica.version.as_str()).or_default() += 1;
+        }
+        let Some((version, _)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+            return Err(refused(format!(
+                "{} names no replica; nothing to restart",
+                root.replicas_path().display()
+            )));
+        };
+        eprintln!(
+            "rollgate: restarting {}'s {} replicas of {version}: a fresh process for each, through the gate",
+            request.service,
+            set.replicas.len()
+        );
+        let deploy = request.deploy;
+        return super::rollout::rollout(super::rollout::Request {
+            service: request.service,
+            version: version.to_string(),
+            root: request.root,
+            policy: deploy.policy,
+            policy_entry: deploy.policy_entry,
+            eval: deploy.eval,
+            give_service_config: false,
+            args: crate::engine::settings::Args {
+                deadline_ms: deploy.deadline_ms,
+                grace_ms: deploy.grace_ms,
+                drain_ms: deploy.drain_ms,
+                fresh: true,
+                ..Default::default()
+            },
+        });
     }
     let live = root
         .read_pointer()?

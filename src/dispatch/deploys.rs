@@ -175,6 +175,7 @@ pub fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
             grace_ms: args.grace_ms,
             drain_ms: args.drain_timeout_ms,
             watch_ms: args.watch_ms,
+            fresh: false,
         },
     })
 }

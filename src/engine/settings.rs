@@ -23,6 +23,9 @@ pub struct Args {
     pub grace_ms: Option<u64>,
     pub drain_ms: Option<u64>,
     pub watch_ms: Option<u64>,
+    /// Every replica gets a fresh process, those already on the version included (`rollgate
+    /// restart` of a replica root): one at a time within the rollout's budgets.
+    pub fresh: bool,
 }
 
 /// `A-B` (inclusive), both ports non-zero and A <= B.
@@ -156,6 +159,8 @@ pub fn baseline(root: &Root, service: &str) -> Result<Vec<(usize, Process)>, Fau
 pub struct Resolved {
     pub settings: Settings,
     pub classes: BTreeMap<usize, ReplicaClass>,
+    /// See [`Args::fresh`].
+    pub fresh: bool,
 }
 
 pub fn resolve(
@@ -261,6 +266,7 @@ fn resolved(
             launch: gate.launch,
         },
         classes,
+        fresh: args.fresh,
     })
 }
 
@@ -375,7 +381,7 @@ pub fn plan(
                 Some(_) if slot >= settings.replicas => SlotState::Surplus,
                 None if slot >= settings.replicas => SlotState::Removed,
                 Some(_) if class == ReplicaClass::LeftBehind => SlotState::LeftBehind,
-                Some(l) if l.version == to => SlotState::Skipped,
+                Some(l) if l.version == to && !resolved.fresh => SlotState::Skipped,
                 _ => SlotState::Pending,
             };
             Slot::new(slot, class, state, live)

@@ -355,3 +355,52 @@ fn restart_replaces_the_live_process_with_a_fresh_one_and_no_failed_request() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Issue 68, 4, on a replica root: every replica gets a fresh process of the version it runs,
+/// within the rollout's budgets, and users through the proxy see no failure.
+#[test]
+fn restart_of_a_replica_root_gives_each_replica_a_fresh_process_with_no_failed_request() {
+    use crate::common::http::{assert_none_failed, Load, Proxy};
+    let site = Site::new();
+    site.release("v1", "");
+    let first = port_block(20);
+    let ports = format!("{first}-{}", first + 19);
+    let out = site.rollout("v1", &["--replicas", "3", "--ports", &ports]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pids = || -> Vec<i64> {
+        let set: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(site.root().join("replicas.json")).unwrap(),
+        )
+        .unwrap();
+        set["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["pid"].as_i64().unwrap())
+            .collect()
+    };
+    let before = pids();
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::start(proxy.port, 4, std::time::Duration::from_millis(5));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = rollgate()
+        .args(["restart", "edge-svc", "--root"])
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_none_failed(&load.finish(), "the replicas' restart");
+    assert_eq!(replica_versions(&site), ["v1", "v1", "v1"]);
+    let after = pids();
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "{before:?} -> {after:?}"
+    );
+}
