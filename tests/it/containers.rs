@@ -1005,3 +1005,51 @@ with open(os.path.join(os.environ["STATE_DIRECTORY"], "vol.json"), "w") as f:
     let made: Vec<String> = volumes().difference(&before).cloned().collect();
     assert_eq!(made, Vec::<String>::new(), "volumes left behind");
 }
+
+/// Issue 68, 3 and 4, for an image release: `stop` ends its container (and `up` leaves it
+/// stopped), `start` brings a container back gated, `restart` replaces it with a fresh one.
+#[test]
+fn an_image_release_is_stopped_started_and_restarted_like_a_process_release() {
+    let site = Site::new();
+    let out = add_image(&site, "v1", &sample_image(&[]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(only_containers_of(&site, "v1", 1));
+    let first = containers_of(site.root())[0]["ID"].clone();
+
+    let out = run(&site, &["stop", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(20, || containers_of(site.root()).is_empty()));
+    let out = run(&site, &["up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(containers_of(site.root()).is_empty());
+
+    let out = run(&site, &["start", "edge-svc"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(live_answer(&site), (200, "v1".to_string()));
+    assert!(only_containers_of(&site, "v1", 1));
+    let started = containers_of(site.root())[0]["ID"].clone();
+    assert_ne!(started, first);
+
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &["restart", "edge-svc", "--port", &port, "--watch-ms", "0"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(live_answer(&site), (200, "v1".to_string()));
+    assert!(wait_for(20, || {
+        let now = containers_of(site.root());
+        now.len() == 1 && now[0]["ID"] != started
+    }));
+    // Stopped at the end: nothing of the test left in the engine.
+    send_signal(site.live_pid().unwrap(), 15);
+    assert!(wait_for(30, || containers_of(site.root()).is_empty()));
+}
