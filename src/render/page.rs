@@ -115,6 +115,15 @@ fn root_section(section: &Section, actions: bool) -> String {
 
 fn live(state: &RootView) -> String {
     let mut html = String::from("<h3>Live release</h3>");
+    if let Some(stopped) = &state.stopped {
+        html.push_str(&format!(
+            "<p class=\"stopped bad\">STOPPED by {}{}{} · nothing starts it until <code>rollgate start {}</code></p>",
+            escape(&stopped.by),
+            stopped.since.map_or(String::new(), |t| format!(" at {}", escape(&super::time::format_time(t)))),
+            stopped.why.as_deref().map_or(String::new(), |w| format!(" ({})", escape(w))),
+            escape(&state.service)
+        ));
+    }
     match &state.live {
         None => html.push_str("<p class=\"live\">nothing promoted yet</p>"),
         Some(live) => html.push_str(&format!(
@@ -767,6 +776,26 @@ mod tests {
             svg.contains(">v1 ✓</text>") && svg.contains(">v2 ✗</text>"),
             "{svg}"
         );
+    }
+
+    #[test]
+    fn a_stopped_service_says_who_stopped_it_and_how_to_start_it() {
+        let state = json!({"service": "web", "root": "/srv/web",
+            "live": {"version": "v3", "port": 9001, "pid": 40, "answering": false},
+            "stopped": {"service": "web", "since": 1.0, "by": "alice", "why": "disk <swap>"}});
+        let page = page(&[Section::read(&state, &[])], false, true, 0.0, None);
+        assert!(
+            page.contains("STOPPED by alice at ") && page.contains("(disk &lt;swap&gt;)"),
+            "{page}"
+        );
+        assert!(page.contains("<code>rollgate start web</code>"), "{page}");
+        let running = json!({"service": "web", "root": "/srv/web", "live": null});
+        let page = page_of(&running);
+        assert!(!page.contains("STOPPED"));
+    }
+
+    fn page_of(state: &serde_json::Value) -> String {
+        page(&[Section::read(state, &[])], false, true, 0.0, None)
     }
 
     #[test]

@@ -65,6 +65,17 @@ pub struct RootView {
     pub traffic: Option<TrafficView>,
     /// The routes of the proxy config serving the root, in words.
     pub routes: Option<Vec<String>>,
+    /// A person stopped the service (`rollgate stop`).
+    pub stopped: Option<StoppedView>,
+}
+
+/// `ROOT/stopped.json`: who stopped the service, when and why.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StoppedView {
+    pub since: Option<f64>,
+    pub by: String,
+    pub why: Option<String>,
 }
 
 /// `ROOT/traffic.json`: the mode, who set it and why.
