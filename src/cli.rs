@@ -166,10 +166,11 @@ service stays stopped); 2 refused (nothing live, another service's root, a lock 
   rollgate run web --root /srv/web -- venv/bin/python manage.py createsuperuser
   rollgate run web --root /srv/web --release v41 -- sh
 
-A path is taken from the release's folder. Ctrl-C, a hang-up and SIGTERM reach the command;
+A path is taken from the release's folder; an image release's command runs in a container of
+its image (output streamed, no stdin). Ctrl-C, a hang-up and SIGTERM reach the command;
 whatever it leaves running ends with it. Logged as a `run` line (who, what, exit status,
 duration; never the environment). The root's lock is not taken. Exit codes: the command's own;
-2 refused (nothing live, no such release, an image release, a command that cannot start).")]
+2 refused (nothing live, no such release, a command that cannot start).")]
     Run {
         /// Service name.
         service: String,
@@ -1396,4 +1397,7 @@ pub struct ContainerRunArgs {
     /// An open file rollgate hands over, where an OOM kill of the container is recorded.
     #[arg(long, value_name = "FD")]
     pub verdict_fd: Option<i32>,
+    /// A command run in the image instead of its own (`rollgate run` of an image release).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }

@@ -67,6 +67,7 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
             .verdict_fd
             .and_then(handed_file)
             .map(std::sync::Arc::new),
+        command: args.command,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

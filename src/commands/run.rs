@@ -1,7 +1,8 @@
 //! `rollgate run SVC [--release V] -- COMMAND ARGS...`: a one-off command in the service's live
 //! release (or release V), started as its processes are — its launch record (`current`): its
-//! user, confinement, limits and writable folders — with the release's configuration and
-//! secrets, the terminal attached, its exit status rollgate's. Logged as a `run` line (who, what,
+//! user, confinement, limits and writable folders; for an image release, in a container of its
+//! image — with the release's configuration and secrets, the terminal attached, its exit
+//! status rollgate's. Logged as a `run` line (who, what,
 //! how it ended, how long; never its environment). The root's lock is not taken: a deploy may
 //! go on meanwhile, and the command is not the deploy's to stop.
 
@@ -50,17 +51,17 @@ pub fn run(request: &RunRequest) -> Result<u8, Error> {
             folder.display()
         )));
     }
-    if crate::host::container::is_image_release(&folder) {
-        return Err(refused(format!(
-            "{version} is an image release: a one-off command in a container is not there yet (issue 68); run it with the engine's `docker run` of the image ID in releases/{version}/image.json"
-        )));
+    // The live release's record (its user, confinement, limits); another release's own image.
+    let mut record = live.launch.clone();
+    if version != live.version {
+        record.image = None;
     }
     let one_off = crate::host::one_off::OneOff {
         root: &root.0,
         service: &request.service,
         version: &version,
         command: &request.command,
-        record: &live.launch,
+        record: &record,
     };
     let ended = crate::engine::runtime()?
         .block_on(crate::host::one_off::run(&one_off))

@@ -549,6 +549,9 @@ pub struct RunSpec {
     /// The folders the image declares as `VOLUME` (set by `run`): each gets a bounded tmpfs
     /// instead of an anonymous volume (see [`container_body`]).
     pub volumes: Vec<String>,
+    /// A command run instead of the image's own entrypoint and command (`rollgate run`):
+    /// the program, then its arguments. Empty: the image's.
+    pub command: Vec<String>,
 }
 
 /// How big each of a container's own writable folders may grow (its `/tmp`, and a tmpfs over
@@ -788,8 +791,14 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
         cgroup_parent: spec.cgroup_parent.clone(),
         ..Default::default()
     };
+    let (entrypoint, cmd) = match spec.command.split_first() {
+        Some((program, args)) => (Some(vec![program.clone()]), Some(args.to_vec())),
+        None => (None, None),
+    };
     bollard::models::ContainerCreateBody {
         image: Some(spec.image.clone()),
+        entrypoint,
+        cmd,
         user: spec.user.clone(),
         env: Some(env),
         labels: Some(labels),

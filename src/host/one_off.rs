@@ -51,19 +51,63 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
         .map_err(std::io::Error::other)?;
     let record = one_off.record;
     let label = format!("run-{}", std::process::id());
-    let confinement = super::confine::Confinement::prepare(&super::confine::Rules {
+    // An image release's command runs in a container of its image, through the supervisor a
+    // release's container has (which holds the container's user and limits for the engine).
+    let image = record.image_of(&folder);
+    let no_limits = super::cgroup::Limits::default();
+    let mut confinement = super::confine::Confinement::prepare(&super::confine::Rules {
         root: one_off.root,
         confined: !record.unconfined,
         user: record.user.as_deref(),
         release: &[folder.as_path()],
         readable: &[],
         writable: &record.writable,
-        limits: &record.limits,
+        limits: match image {
+            Some(_) => &no_limits,
+            None => &record.limits,
+        },
         label: &label,
         ports: &[],
     })?;
+    if image.is_some() {
+        confinement.keep_own_uid();
+    }
     let user = confinement.user.clone();
-    let mut command = tokio::process::Command::new(program);
+    let mut command = match &image {
+        Some(image) => {
+            let executable = folder.join(one_off.service);
+            let secrets = super::config::secrets_dir(one_off.root);
+            let launch = super::process::Launch {
+                executable: &executable,
+                workdir: &folder,
+                output: &folder,
+                port: 0,
+                version: one_off.version,
+                token: &label,
+                slot: None,
+                notify: None,
+                secrets: &secrets,
+                rotation: Default::default(),
+                listen: None,
+                record,
+                root: one_off.root,
+                grace: crate::defaults::GRACE,
+            };
+            let passed = config.iter().map(|(name, _)| name.clone()).collect();
+            super::process::one_off_in_container(
+                image,
+                &launch,
+                &confinement,
+                passed,
+                one_off.command,
+            )
+        }
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            command
+        }
+    };
     confinement.give_folders(&mut command);
     confinement.install(&mut command, || Ok(()));
     for variable in [
@@ -79,7 +123,6 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     let mut signals = PassedSignals::listen()?;
     let started = Instant::now();
     let mut child = command
-        .args(args)
         .current_dir(&folder)
         .envs(config)
         .env("ROLLGATE_SERVICE", one_off.service)
@@ -95,7 +138,11 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     let pid = child.id().map_or(0, |p| p as i32);
     // Its tree (made before its exec): what ends the command ends all it started.
     let tree = super::identity::Identity::of(pid).and_then(|who| super::cgroup::of(&who));
-    let status = signals.wait_passing(&mut child, pid).await?;
+    // A container's supervisor is asked to stop the container (SIGTERM, its grace), whatever
+    // the signal: killed, it would leave the container behind.
+    let status = signals
+        .wait_passing(&mut child, pid, image.is_some())
+        .await?;
     if let Some(tree) = &tree {
         tree.kill();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -157,16 +204,22 @@ impl PassedSignals {
         })
     }
 
-    /// Waits for the command, sending each signal caught on to its process group.
+    /// Waits for the command, sending each signal caught on to its process group (as SIGTERM,
+    /// `as_stop`).
     async fn wait_passing(
         &mut self,
         child: &mut tokio::process::Child,
         pid: i32,
+        as_stop: bool,
     ) -> std::io::Result<std::process::ExitStatus> {
         loop {
             tokio::select! {
                 status = child.wait() => return status,
                 Some(name) = self.received.recv() => {
+                    let name = match as_stop {
+                        true => nix::sys::signal::Signal::SIGTERM,
+                        false => name,
+                    };
                     if pid > 0 {
                         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), name);
                     }

@@ -312,6 +312,20 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     })
 }
 
+/// A one-off command inside a container of the image (`rollgate run` of an image release):
+/// its supervisor as a release's, given the command to run instead of the image's own.
+pub(super) fn one_off_in_container(
+    image: &str,
+    launch: &Launch,
+    confinement: &super::confine::Confinement,
+    config: Vec<String>,
+    run: &[String],
+) -> tokio::process::Command {
+    let mut command = supervisor(image, launch, confinement, config);
+    command.arg("--").args(run);
+    command
+}
+
 /// The supervisor of a container release (`rollgate container-run`): the image, the run's
 /// labels, the names of the variables the container gets (their values travel in the
 /// supervisor's environment, never on a command line), the service's user and limits, its

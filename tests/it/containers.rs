@@ -1053,3 +1053,42 @@ fn an_image_release_is_stopped_started_and_restarted_like_a_process_release() {
     send_signal(site.live_pid().unwrap(), 15);
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
 }
+
+/// Issue 68, 5, for an image release: `run` runs the command in a container of the image, as
+/// the service's user with its state folder, its output on rollgate's, its exit status
+/// rollgate's, and no container left behind.
+#[test]
+fn run_runs_a_one_off_command_in_a_container_of_the_image() {
+    let site = Site::new();
+    let image = crate::common::engine::python_image("");
+    let out = add_image(&site, "v1", &image);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // `--root` before `--`: what follows is the command's.
+    let out = rollgate()
+        .args(["run", "edge-svc", "--root"])
+        .arg(site.root())
+        .args([
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import os; print(os.getuid(), os.environ['STATE_DIRECTORY']); raise SystemExit(5)",
+        ])
+        .env("DOCKER_HOST", docker_host())
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let uid = std::fs::read_to_string(site.root().join("service-user.json"))
+        .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["uid"].clone())
+        .unwrap();
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("{uid} {}", site.root().join("data").display())
+    );
+    // Only the release's own container is left.
+    assert!(only_containers_of(&site, "v1", 1));
+    send_signal(site.live_pid().unwrap(), 15);
+    assert!(wait_for(30, || containers_of(site.root()).is_empty()));
+}
