@@ -287,6 +287,21 @@ fn prepare_rollout(
     ) else {
         return Ok(None);
     };
+    // A replica root keeps its user: its new replicas start beside the old ones, whose user
+    // owns the state (a single deploy changes it stop-first; a rollout cannot yet).
+    let live = root.read_pointer()?.filter(|p| p.service == start.service);
+    if let Some(live) = live.filter(|l| l.launch.changes_user_from(&rollout.settings.launch)) {
+        let said = |user: &Option<String>| {
+            user.as_deref()
+                .map_or("its own uid".to_string(), |u| format!("user {u}"))
+        };
+        return Err(refused(format!(
+            "{}'s replicas run as {}, and the policy says {}: a rollout cannot change a replica root's user yet (the state belongs to one user at a time, and new replicas start beside the old ones); keep isolation.user as it is; nothing was started",
+            start.service,
+            said(&live.launch.user),
+            said(&rollout.settings.launch.user)
+        )));
+    }
     // Under the lock, like a single deploy: a signed release must pass before anything starts.
     let admitted = release::admit(&root.0, &start.service, &start.version, chrono::Utc::now())?;
     let (executable, signed) = executable_of(start, admitted);

@@ -764,3 +764,36 @@ fn a_replica_that_dies_while_paused_is_not_waved_through_by_the_resume() {
             .join("\n")
     );
 }
+
+/// Issue 67, 2 (the replica root's part): a rollout that would change the service's user is
+/// refused before anything starts, saying so — the old replicas keep serving as they were.
+#[test]
+fn a_rollout_that_changes_the_services_user_is_refused_before_anything_starts() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    let first = port_block(20);
+    let ports = format!("{first}-{}", first + 19);
+    let out = site.rollout("v1", &["--replicas", "2", "--ports", &ports]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let before = site.log_lines().len();
+    let policy = isolation_policy(&site, 5_000, r#"{"user": "nobody"}"#);
+    let out = site.rollout(
+        "v2",
+        &["--replicas", "2", "--ports", &ports, "--policy", &policy],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("replicas run as its own uid, and the policy says user nobody"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(replica_versions(&site), ["v1", "v1"]);
+    assert_eq!(site.log_lines().len(), before, "nothing was started");
+}
