@@ -529,6 +529,8 @@ impl ServiceLoad {
 /// identical canary's p99 up to 1.4x the warm baseline's (seen twice in session 23), and once
 /// 3.3x when its first second was counted (session 25): the first second is a warm-up. The
 /// latency judge has its own tests in analysis.rs.
+/// The judge on each service's 5xx; its latency bound loose (20x), as three services rolled
+/// out at once on a shared machine once put a good canary's p99 at 7x its baseline's.
 fn analysed_policy(site: &Site, soak_ms: u64) -> PathBuf {
     write(
         site.root(),
@@ -538,7 +540,7 @@ fn analysed_policy(site: &Site, soak_ms: u64) -> PathBuf {
                 "max_surge_pct": 100, "on_stall": "rollback", "replicas": 4, "waves": [25, 100],
                 "soak_ms": {soak_ms},
                 "analysis": {{"min_requests": 60, "interval_ms": 1000, "on_fail": "rollback",
-                              "max_latency_ratio": 3, "warmup_ms": 1000}}}}}}"#
+                              "max_latency_ratio": 20, "warmup_ms": 1000}}}}}}"#
         ),
     )
 }
