@@ -109,14 +109,6 @@ fn ipc_of(uid: u64) -> Vec<String> {
         .collect()
 }
 
-fn service_uid(site: &Site) -> u64 {
-    let record: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(site.root().join("service-user.json")).unwrap(),
-    )
-    .unwrap();
-    record["uid"].as_u64().unwrap()
-}
-
 /// The real uid process `pid` runs as.
 fn uid_of(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -792,9 +792,7 @@ fn run_executes_a_one_off_command_in_the_live_release_as_its_user_with_its_confi
     ]);
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     let said = stdout(&out);
-    let uid = std::fs::read_to_string(site.root().join("service-user.json"))
-        .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["uid"].clone())
-        .unwrap();
+    let uid = service_uid(&site);
     let expected = if crate::hooks::nix_is_root() {
         uid.to_string()
     } else {

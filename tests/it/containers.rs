@@ -1080,9 +1080,7 @@ fn run_runs_a_one_off_command_in_a_container_of_the_image() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    let uid = std::fs::read_to_string(site.root().join("service-user.json"))
-        .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap()["uid"].clone())
-        .unwrap();
+    let uid = service_uid(&site);
     assert_eq!(
         stdout(&out).trim(),
         format!("{uid} {}", site.root().join("data").display())

@@ -956,3 +956,12 @@ pub fn set_secret(site: &Site, name: &str, value: &str) -> std::process::Output 
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// The uid the root's service runs as (`service-user.json`, where rollgate recorded it).
+pub fn service_uid(site: &Site) -> u64 {
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(site.root().join("service-user.json")).unwrap(),
+    )
+    .unwrap();
+    record["uid"].as_u64().unwrap()
+}
