@@ -418,6 +418,11 @@ The demo stops the live release at the end, so nothing is left running; the file
     /// hand (see `host::container`).
     #[command(hide = true, name = "container-run")]
     ContainerRun(ContainerRunArgs),
+    /// Starts one release process and keeps it: started again when it exits while it is live,
+    /// ended as it ended otherwise. Its spec comes on stdin. Started by rollgate for every
+    /// release process, not by hand (see `host::keeper`).
+    #[command(hide = true, name = "keep")]
+    Keep,
     /// Holds a service's listening socket for its root and hands a copy to each release
     /// rollgate starts (SCM_RIGHTS on ROOT/listen.sock). Started by rollgate when a policy
     /// has `listen`, not by hand.

@@ -125,6 +125,8 @@ fn main() -> ExitCode {
         Command::ListenExec { name, program } => listen_exec(&name, &program),
         // A container release's supervisor: one small runtime, no output of its own.
         Command::ContainerRun(args) => container_run(args),
+        // A release process's keeper: one small runtime, its report on stdout.
+        Command::Keep => rollgate::commands::supervise::keep_main(),
         command => match run(command) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {
@@ -240,7 +242,8 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::SampleService(_)
         | Command::OutputPump { .. }
         | Command::ListenExec { .. }
-        | Command::ContainerRun(_) => {
+        | Command::ContainerRun(_)
+        | Command::Keep => {
             unreachable!("run by main before the commands")
         }
         Command::Proxy(args) => dispatch::proxy::run_proxy(args),

@@ -374,7 +374,12 @@ fn stop_fleet(fleet: &Path, proxy: Option<&mut std::process::Child>) {
     }
     if let Ok(Some(set)) = Root::new(fleet.to_path_buf()).read_replicas() {
         for replica in set.replicas {
-            crate::commands::deploy::stop_release(replica.pid, replica.start_time);
+            crate::commands::deploy::stop_release(
+                fleet,
+                &set.service,
+                replica.pid,
+                replica.start_time,
+            );
         }
     }
 }
@@ -476,7 +481,7 @@ fn stop_live(root: &Path) -> String {
     };
     let version = pointer.version.clone();
     let answering = crate::commands::deploy::answers_ready(pointer.port);
-    crate::commands::deploy::stop_release(pointer.pid, pointer.start_time);
+    crate::commands::deploy::stop_release(root, &pointer.service, pointer.pid, pointer.start_time);
     format!(
         "Live release: {version} ({}). The demo stopped it so nothing is left running.",
         if answering {

@@ -250,9 +250,22 @@ pub fn answers_ready(port: u16) -> bool {
     })
 }
 
-/// Stops a release process group by pid and start time, waiting up to the default grace
-/// (for the demo, which leaves nothing running).
-pub fn stop_release(pid: i32, start_time: u64) {
+/// Stops a release of `service` under `root` for good (for the demo, which leaves nothing
+/// running), as `rollgate stop` would: recorded as stopped first, under the root's lock, so
+/// its keeper lets it go instead of starting it again; then its group, by pid and start time,
+/// waiting up to the default grace.
+pub fn stop_release(root: &std::path::Path, service: &str, pid: i32, start_time: u64) {
+    let _lock =
+        crate::host::lock::acquire(&crate::host::state::Root(root.to_path_buf()).lock_path());
+    let stopped = crate::host::stopped::Stopped {
+        service: service.to_string(),
+        since: crate::host::journal::now(),
+        by: "rollgate demo".into(),
+        why: Some("the demo leaves nothing running".into()),
+    };
+    if let Err(e) = crate::host::stopped::write(root, &stopped) {
+        eprintln!("rollgate: {e}");
+    }
     if let Ok(rt) = runtime() {
         rt.block_on(process::stop_group(
             Identity { pid, start_time },

@@ -23,5 +23,6 @@ pub mod run;
 pub mod secret;
 pub mod status;
 pub mod stop;
+pub mod supervise;
 pub mod traffic;
 pub mod up;

@@ -484,6 +484,7 @@ pub(crate) fn start_then_prune(
     if outcome.went_live() {
         prune_after_promotion(&root, policy);
     }
+    super::supervise::after_a_run(&root);
     Ok(outcome)
 }
 

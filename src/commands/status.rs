@@ -80,6 +80,7 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
                     p.readyz.as_deref().unwrap_or_default()
                 ),
             ));
+            rows.push(("restarts".into(), restarts(p)));
             rows.push(("confined".into(), confinement(p)));
             if let Some(image) = &p.image {
                 rows.push(("image".into(), image.clone()));
@@ -253,6 +254,26 @@ fn last_outcomes(status: &RootStatus, layout: Layout) -> String {
 }
 
 /// How the live release runs: without privileges (or not), its tree, its limits.
+/// `1 (last at 12:03:04 UTC: signal: 9 (SIGKILL)); kept` — whether its keeper runs.
+fn restarts(p: &crate::engine::LiveStatus) -> String {
+    let kept = match p.kept {
+        true => "kept (started again if it exits)",
+        false => "NOT kept: nothing starts it again if it exits (`rollgate up` gives it a keeper)",
+    };
+    let r = &p.restarts;
+    match (r.count, r.last_at) {
+        (0, _) | (_, None) => format!("none since it went live; {kept}"),
+        (n, Some(at)) => format!(
+            "{n} since it went live (last at {}: {}); {kept}",
+            format_time(at),
+            r.last_ended.as_deref().map_or_else(
+                || "not running at `rollgate up`".to_string(),
+                crate::host::output::printable
+            )
+        ),
+    }
+}
+
 fn confinement(p: &crate::engine::LiveStatus) -> String {
     use crate::render::confinement::{words, Held, Limits};
     words(&Held {

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::up::{live_set, restart};
+use super::supervise::{live_set, restart, Spawn};
 use crate::error::{refused, Error};
 use crate::host::journal::{self, Entry, LogEvent};
 use crate::host::lock;
@@ -94,8 +94,9 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
                 continue;
             }
             let why = "started by rollgate start";
-            match restart(&root, live, ready, n as u64, why).await {
-                Ok(how) => said.push(format!("{}: started ({how})", live.name())),
+            let kept = Spawn::Kept(crate::host::keeper::Backoff::default());
+            match restart(&root, live, ready, n as u64, (why, None), kept).await {
+                Ok(started) => said.push(format!("{}: started ({})", live.name(), started.how)),
                 Err(e) => failed.push(format!("{}: NOT started: {e}", live.name())),
             }
         }
@@ -134,7 +135,7 @@ async fn locked_live_set(
     root: &Root,
     request: &StopRequest,
     otherwise: &str,
-) -> Result<(lock::Lock, Vec<super::up::Live>), Error> {
+) -> Result<(lock::Lock, Vec<super::supervise::Live>), Error> {
     let held = lock::acquire(&root.lock_path())?;
     crate::engine::recover_leaving_escalated(root).await?;
     let set = live_set(root).map_err(Error::Refused)?;

@@ -67,29 +67,9 @@ pub(crate) struct Watchers<'a> {
     pub progress: Option<&'a Progress>,
 }
 
-/// How a release's process ended, in words: the kernel's OOM kill said as what it was ("killed:
-/// out of memory at its 512 MiB limit"), not as the signal it came as.
-fn exit_words(
-    status: std::io::Result<std::process::ExitStatus>,
-    who: Option<&crate::host::identity::Identity>,
-) -> String {
-    if let Some(limit_mb) = who.and_then(crate::host::cgroup::out_of_memory) {
-        return format!("killed: out of memory at its {limit_mb} MiB limit");
-    }
-    match status {
-        Ok(status) => status.to_string(),
-        Err(e) => format!("an unknown status ({e})"),
-    }
-}
-
-/// The identity of a child still running (read before it is waited for).
-fn identity_of(child: &tokio::process::Child) -> Option<crate::host::identity::Identity> {
-    crate::host::identity::Identity::of(child.id()? as i32)
-}
-
 /// Gates the process `child`, probed as `subject` says, started at `started`.
 pub(crate) async fn run(
-    child: &mut tokio::process::Child,
+    child: &mut crate::host::keeper::Kept,
     subject: &Subject,
     timing: Timing,
     started: Instant,
@@ -109,11 +89,11 @@ pub(crate) async fn run(
         recent: VecDeque::new(),
         deadline: timing.deadline,
     };
-    let who = identity_of(child);
+    let who = Some(child.release);
     loop {
         let event = tokio::select! {
             biased;
-            status = child.wait() => GateEvent::Exited(exit_words(status, who.as_ref())),
+            status = child.wait() => GateEvent::Exited(crate::host::process::ended_words(status, who.as_ref())),
             name = async {
                 match watchers.signals.as_mut() {
                     Some(signals) => signals.recv().await,
@@ -209,7 +189,7 @@ pub(crate) enum Lapse {
 /// After a gate passed: the process must pass its probe at every poll for `min_ready`, and not
 /// exit. The error says what happened and how long after it was first ready.
 pub(crate) async fn hold_ready(
-    child: &mut tokio::process::Child,
+    child: &mut crate::host::keeper::Kept,
     subject: &Subject,
     min_ready: Duration,
     poll: Duration,
@@ -217,7 +197,7 @@ pub(crate) async fn hold_ready(
     let ready_at = tokio::time::Instant::now();
     let held = ready_at + min_ready;
     let since = || ready_at.elapsed().as_millis();
-    let who = identity_of(child);
+    let who = Some(child.release);
     let mut ticker = tokio::time::interval(poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -225,7 +205,7 @@ pub(crate) async fn hold_ready(
             biased;
             status = child.wait() => {
                 return Err(Lapse::Exited {
-                    status: exit_words(status, who.as_ref()),
+                    status: crate::host::process::ended_words(status, who.as_ref()),
                     after_ms: since(),
                 });
             }

@@ -100,6 +100,10 @@ pub struct LiveStatus {
     /// An image release: the engine's image ID it is pinned to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Its keeper runs: it is started again if it exits (see `host::keeper`).
+    pub kept: bool,
+    /// How often it was started again since it went live, and how it last ended.
+    pub restarts: crate::host::journal::Restarts,
 }
 
 /// A single deploy in flight.
@@ -316,6 +320,9 @@ fn live_status(
             .flatten(),
         own_user: !crate::host::account::can_switch_user(),
         image: p.launch.image_of(&root.release_dir(&p.version)),
+        kept: crate::host::keeper::kept(&root.0, false).contains(&p.identity()),
+        restarts: crate::host::journal::restarts_since(&root.log_path(), &p.version, p.promoted_at)
+            .unwrap_or_default(),
     })
 }
 

@@ -96,7 +96,7 @@ impl GateTiming {
 /// The gate for one replica, then ready at every poll for `min_ready`. The reasons are the
 /// deploy's words. A single deploy's gate also shows its progress and ends on `interrupt`.
 pub(super) async fn gate_replica(
-    mut child: tokio::process::Child,
+    mut child: crate::host::keeper::Kept,
     subject: Subject,
     timing: GateTiming,
     interrupt: Option<oneshot::Receiver<&'static str>>,

@@ -34,6 +34,18 @@ pub(super) fn stat(pid: i32) -> Option<Stat> {
     })
 }
 
+/// The hidden command that runs a keeper (`rollgate keep`, see `keeper`); its spec comes on
+/// stdin.
+pub const KEEP_COMMAND: &str = "keep";
+
+/// Whether `holder` (a pid, as a lock file names its holder) is a running keeper.
+pub fn is_keeper(holder: &str) -> bool {
+    holder.parse::<i32>().is_ok_and(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).nth(1) == Some(KEEP_COMMAND.as_bytes()))
+    })
+}
+
 /// The process group `pid` is in, while it exists.
 pub fn group_of(pid: i32) -> Option<i32> {
     stat(pid).map(|s| s.process_group)

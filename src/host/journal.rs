@@ -144,6 +144,10 @@ pub struct Entry<'a> {
     /// its promotion): [`Exposure`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exposure: Option<Exposure>,
+    /// How a live release's process ended before it was started again (`restarted`,
+    /// `restart_failed`, `restart_given_up`): its exit status or signal, as its keeper saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 /// What users had of a release that was rolled back after it served them: how long it was
@@ -210,6 +214,7 @@ impl<'a> Entry<'a> {
             analysis: None,
             traffic: None,
             exposure: None,
+            ended: None,
         }
     }
 }
@@ -494,6 +499,50 @@ pub fn events_backwards(
     })
 }
 
+/// A live release's restarts since `since` (Unix seconds; its promotion): how many, and the
+/// last one's time and how its process had ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Restarts {
+    pub count: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_at: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_ended: Option<String>,
+}
+
+/// The `restarted` lines of `version` written since `since`, read from the end of the log.
+pub fn restarts_since(path: &Path, version: &str, since: f64) -> std::io::Result<Restarts> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        #[serde(default)]
+        ts: f64,
+        #[serde(default)]
+        event: String,
+        #[serde(default)]
+        version: String,
+        #[serde(default)]
+        ended: Option<String>,
+    }
+    let mut restarts = Restarts::default();
+    lines_backwards(path, |line| {
+        let Ok(record) = serde_json::from_slice::<Line>(line) else {
+            return ControlFlow::Continue(());
+        };
+        if record.ts < since {
+            return ControlFlow::Break(());
+        }
+        if record.event == LogEvent::Restarted.as_str() && record.version == version {
+            restarts.count += 1;
+            if restarts.last_at.is_none() {
+                restarts.last_at = Some(record.ts);
+                restarts.last_ended = record.ended;
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(restarts)
+}
+
 /// The last `limit` outcomes of the log, oldest first.
 pub fn last_outcomes(path: &Path, limit: usize) -> std::io::Result<Vec<Outcome>> {
     last_of(path, &OUTCOMES, limit)
@@ -580,6 +629,7 @@ mod tests {
             analysis: None,
             traffic: None,
             exposure: None,
+            ended: None,
         })
         .unwrap();
         line.push('\n');

@@ -74,8 +74,27 @@ pub fn close_held_in_child() {
     }
 }
 
-/// Takes the lock or says who holds it.
+/// How long a command waits for a keeper that holds the root to start its release again (it
+/// holds it for the start alone, not while the release gets ready).
+const KEEPER_HOLDS: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Takes the lock or says who holds it; a keeper holding it (see `keeper`) is waited for a
+/// moment instead.
 pub fn acquire(path: &Path) -> Result<Lock, Fault> {
+    let since = std::time::Instant::now();
+    loop {
+        match acquire_now(path) {
+            Err(Fault::Busy { holder, .. })
+                if since.elapsed() < KEEPER_HOLDS && super::identity::is_keeper(&holder) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            taken => return taken,
+        }
+    }
+}
+
+fn acquire_now(path: &Path) -> Result<Lock, Fault> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)

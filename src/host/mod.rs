@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod identity;
 pub mod ipc;
 pub mod journal;
+pub mod keeper;
 pub mod kept_policy;
 pub mod launch;
 pub mod listen;

@@ -157,6 +157,21 @@ async fn wait_until_empty(limit: Duration, remains: impl Fn() -> bool) -> bool {
     }
 }
 
+/// How a release's process ended, in words: the kernel's OOM kill said as what it was ("killed:
+/// out of memory at its 512 MiB limit"), not as the signal it came as.
+pub fn ended_words(
+    status: std::io::Result<std::process::ExitStatus>,
+    who: Option<&Identity>,
+) -> String {
+    if let Some(limit_mb) = who.and_then(super::cgroup::out_of_memory) {
+        return format!("killed: out of memory at its {limit_mb} MiB limit");
+    }
+    match status {
+        Ok(status) => status.to_string(),
+        Err(e) => format!("an unknown status ({e})"),
+    }
+}
+
 /// What a candidate is started with.
 pub struct Launch<'a> {
     pub executable: &'a Path,

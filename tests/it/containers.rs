@@ -205,8 +205,7 @@ fn a_docker_archive_is_a_release_pinned_by_digest_gated_confined_and_retired() {
         assert!(wait_for(20, || left().is_empty()), "{:?}", left());
     }
     // Stopped at the end: nothing of the test left in the engine.
-    let stop = site.live_pid().unwrap();
-    send_signal(stop, 15);
+    site.stop_service();
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
     let _ = docker(&["image", "ls"]);
 }
@@ -220,6 +219,8 @@ fn a_container_whose_supervisor_was_killed_is_removed_by_the_next_start() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = deploy(&site, "v1");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Its keeper first: nothing starts the supervisor again.
+    site.kill_keepers();
     send_signal(site.live_pid().unwrap(), 9);
     // The container runs on with nobody to stop it.
     std::thread::sleep(std::time::Duration::from_millis(500));
@@ -245,7 +246,7 @@ fn a_container_whose_supervisor_was_killed_is_removed_by_the_next_start() {
         said.contains("(edge-svc v1): its supervisor is gone"),
         "{said}"
     );
-    send_signal(site.live_pid().unwrap(), 15);
+    site.stop_service();
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
 }
 
@@ -1050,7 +1051,7 @@ fn an_image_release_is_stopped_started_and_restarted_like_a_process_release() {
         now.len() == 1 && now[0]["ID"] != started
     }));
     // Stopped at the end: nothing of the test left in the engine.
-    send_signal(site.live_pid().unwrap(), 15);
+    site.stop_service();
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
 }
 
@@ -1087,6 +1088,6 @@ fn run_runs_a_one_off_command_in_a_container_of_the_image() {
     );
     // Only the release's own container is left.
     assert!(only_containers_of(&site, "v1", 1));
-    send_signal(site.live_pid().unwrap(), 15);
+    site.stop_service();
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
 }

@@ -288,9 +288,7 @@ fn up_after_a_reboot_binds_the_socket_again_and_hands_it_to_the_live_release() {
     let out = deploy(&site, "v1", &policy);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(one_request(port).map_err(|e| e.1).as_deref(), Ok("v1"));
-    for pid in site.processes() {
-        send_signal(pid, 9);
-    }
+    site.reboot();
     assert!(wait_for(10, || site.processes().is_empty()));
     assert!(one_request(port).is_err_and(|(refused, _)| refused));
     let out = rollgate()

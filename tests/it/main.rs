@@ -23,6 +23,7 @@ mod follow;
 mod hardening;
 mod hooks;
 mod hostile;
+mod keep;
 mod lab;
 mod layers;
 mod listen;

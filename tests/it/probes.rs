@@ -232,7 +232,7 @@ fn up_waits_for_the_probe_the_release_was_deployed_with() {
     let out = site.deploy(port, "v1", &["--policy", &policy, "10000"]);
     assert_promoted(&site, &out, "v1");
     let old = site.live_pid().unwrap();
-    send_signal(-old, 9);
+    site.reboot();
     assert!(wait_for(5, || !alive(old) || is_zombie(old)));
     let out = rollgate()
         .args(["up", "--ready-ms", "20000", "--root"])

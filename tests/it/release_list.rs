@@ -368,7 +368,9 @@ fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
     let (bytes, _) = output_on_disk(&site, "v2");
     assert!(bytes <= bound, "{bytes}");
 
-    // Once the release and its writer are gone, so is its pump.
+    // Once the release and its writer are gone (its keeper first: nothing starts it again),
+    // so is its pump.
+    site.kill_keepers();
     send_signal(-pid, 9);
     let pump_of = site.root().join("releases/v1/edge-svc.output");
     let marker = pump_of.to_str().unwrap();

@@ -73,29 +73,33 @@ impl Executor {
                 .then(|| notify::Socket::for_token(&token))
                 .transpose()
                 .and_then(|socket| {
-                    let child = process::spawn(&process::Launch {
-                        executable: &executable,
-                        workdir: &root.release_dir(&version),
-                        output: &output,
-                        port,
-                        version: &version,
-                        token: &token,
-                        slot: self.behaviour.numbered_replicas.then_some(slot),
-                        notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
-                        secrets: &crate::host::config::secrets_dir(&root.0),
-                        rotation: self.rollout.settings.output,
-                        listen: listen_fd,
-                        record: &launch,
-                        root: &root.0,
-                        grace: Duration::from_millis(self.rollout.settings.grace_ms),
-                    })?;
+                    let child = crate::host::keeper::start(
+                        &process::Launch {
+                            executable: &executable,
+                            workdir: &root.release_dir(&version),
+                            output: &output,
+                            port,
+                            version: &version,
+                            token: &token,
+                            slot: self.behaviour.numbered_replicas.then_some(slot),
+                            notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
+                            secrets: &crate::host::config::secrets_dir(&root.0),
+                            rotation: self.rollout.settings.output,
+                            listen: listen_fd,
+                            record: &launch,
+                            root: &root.0,
+                            grace: Duration::from_millis(self.rollout.settings.grace_ms),
+                        },
+                        &self.rollout.service,
+                        crate::host::keeper::Backoff::default(),
+                    )?;
                     Ok((child, socket))
                 })
         });
         let child = match started {
             Ok((child, socket)) => {
                 if let Some(socket) = socket {
-                    let group = child.id().map_or(0, |p| p as i32);
+                    let group = child.release.pid;
                     self.notifiers
                         .insert(token.clone(), socket.listen(group, false));
                 }
@@ -111,9 +115,8 @@ impl Executor {
                 return self.gate_failed(slot, purpose, reason);
             }
         };
-        let pid = child.id().map_or(0, |p| p as i32);
-        recorded.pid = pid;
-        recorded.start_time = Identity::of(pid).map_or(0, |i| i.start_time);
+        recorded.pid = child.release.pid;
+        recorded.start_time = child.release.start_time;
         self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
         self.save()?;
         self.say(self.voice.started(&self.rollout, &recorded, slot, purpose))?;
@@ -127,7 +130,7 @@ impl Executor {
         &mut self,
         slot: usize,
         purpose: Purpose,
-        child: tokio::process::Child,
+        child: crate::host::keeper::Kept,
         version: &str,
         port: u16,
         token: String,

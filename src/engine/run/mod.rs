@@ -33,7 +33,6 @@ use super::tasks::{
 use super::view as render;
 use super::voice::{Behaviour, Reverted, Said, Voice, Words};
 use crate::error::Error;
-use crate::host::identity::Identity;
 use crate::host::journal::{self, LogEvent};
 use crate::host::notify::{self, Notifier};
 use crate::host::probe::{Probe, Subject};

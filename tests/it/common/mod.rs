@@ -258,7 +258,24 @@ impl Site {
     }
 
     /// Processes whose working directory is inside this root.
+    /// The release processes of the root (its keepers apart: [`Site::keepers`]).
     pub fn processes(&self) -> Vec<i32> {
+        self.of_root()
+            .into_iter()
+            .filter(|pid| !is_keeper(*pid))
+            .collect()
+    }
+
+    /// The root's keepers (`rollgate keep`, one beside each release process it keeps).
+    pub fn keepers(&self) -> Vec<i32> {
+        self.of_root()
+            .into_iter()
+            .filter(|pid| is_keeper(*pid))
+            .collect()
+    }
+
+    /// Every live process whose folder is in the root: releases and keepers.
+    fn of_root(&self) -> Vec<i32> {
         let root = std::fs::canonicalize(self.root()).unwrap();
         std::fs::read_dir("/proc")
             .unwrap()
@@ -272,11 +289,52 @@ impl Site {
     }
 }
 
-impl Drop for Site {
-    fn drop(&mut self) {
-        for pid in self.processes() {
+/// Whether `pid` is a keeper: rollgate's own `keep` command.
+pub fn is_keeper(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).nth(1) == Some(b"keep".as_slice()))
+}
+
+impl Site {
+    /// Kills the root's keepers (SIGKILL): its releases run on, kept by nobody.
+    pub fn kill_keepers(&self) {
+        for pid in self.keepers() {
             unsafe { libc_kill(pid, 9) };
         }
+        assert!(wait_for(10, || self.keepers().is_empty()));
+    }
+
+    /// `rollgate stop edge-svc`: the service stopped for good (its keepers let it go).
+    pub fn stop_service(&self) {
+        let out = rollgate()
+            .args(["stop", "edge-svc", "--root"])
+            .arg(self.root())
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
+    /// Kills every process of the root, as a reboot would: its releases and their keepers
+    /// (whose folder is the root). One keeper may start its release again between two kills:
+    /// looked for again until none is left.
+    pub fn reboot(&self) {
+        for _ in 0..50 {
+            let left = self.of_root();
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                unsafe { libc_kill(pid, 9) };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        self.reboot();
         // A container root's containers outlive their killed supervisors: removed here.
         let has_images = std::fs::read_dir(self.root().join("releases"))
             .into_iter()

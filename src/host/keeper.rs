@@ -1,0 +1,412 @@
+//! The keeper: one small process of rollgate's own beside every release process it starts
+//! (issue 68). It is the release's parent — so it learns how the release ended (its exit status
+//! or signal) the moment it ends — and it outlives the rollgate that started it, so a release
+//! keeps being restarted after its deploy has exited, with no other command or daemon.
+//!
+//! Every way a release process is started goes through [`start`]: a deploy's or rollout's
+//! candidate, a release brought back, `up` after a reboot, `start`, `restart`. The record of how
+//! it is started (the launch record, `host::launch`) travels to the keeper whole; the keeper
+//! spawns the release with [`super::process::spawn`] exactly as the deployer used to, and says
+//! the release's pid back. The state names the *release* (its pid and start time), never the
+//! keeper: stopping, probing and confining are as they were.
+//!
+//! What the keeper does when its release ends is the command layer's (`commands::supervise`):
+//! a release the state names as live, while no run holds the root, is started again; any other
+//! end (a candidate that failed its gate, a retired or stopped release, an end while a run holds
+//! the root and so owns its processes) makes the keeper exit *as its release did* — the same
+//! exit code, or the same signal — so the run that waits on a candidate sees its very end.
+//!
+//! Each running keeper holds an exclusive lock on a file of its own under `ROOT/.keepers/`
+//! that names the release it keeps; [`kept`] lists those, so `up` and the commands after a run
+//! adopt a live release whose keeper is gone (killed, or a release started by an older
+//! rollgate) instead of leaving it unsupervised.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::identity::Identity;
+use super::launch::LaunchRecord;
+use super::output::Rotation;
+
+pub use super::identity::{is_keeper, KEEP_COMMAND};
+/// Where the keepers of a root say what they keep.
+pub const KEEPERS_DIR: &str = ".keepers";
+/// How long a starter waits for its keeper to say the release started (a confined start makes
+/// a user and folders first).
+const REPORT_WAIT: Duration = Duration::from_secs(120);
+
+/// Everything a keeper needs to start its release: a `process::Launch`, owned, and what the
+/// keeper is for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    pub root: PathBuf,
+    pub service: String,
+    pub executable: PathBuf,
+    pub workdir: PathBuf,
+    pub output: PathBuf,
+    pub port: u16,
+    pub version: String,
+    pub token: String,
+    pub slot: Option<usize>,
+    /// The notification socket's address and the watchdog interval (ms).
+    pub notify: Option<(String, Option<u64>)>,
+    pub secrets: PathBuf,
+    pub rotation: Rotation,
+    /// The held socket arrives as fd 3.
+    pub listen: bool,
+    pub record: LaunchRecord,
+    pub grace_ms: u64,
+    /// Adopt this running release instead of starting one (its keeper is gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<Identity>,
+    #[serde(default)]
+    pub backoff: Backoff,
+}
+
+/// How the releases a keeper starts again back off, and when it gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    pub first_ms: u64,
+    pub max_restarts: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            first_ms: crate::defaults::UP_BACKOFF.as_millis() as u64,
+            max_restarts: crate::defaults::UP_MAX_RESTARTS,
+        }
+    }
+}
+
+impl Spec {
+    pub fn of(launch: &super::process::Launch, service: &str) -> Spec {
+        Spec {
+            root: launch.root.to_path_buf(),
+            service: service.to_string(),
+            executable: launch.executable.to_path_buf(),
+            workdir: launch.workdir.to_path_buf(),
+            output: launch.output.to_path_buf(),
+            port: launch.port,
+            version: launch.version.to_string(),
+            token: launch.token.to_string(),
+            slot: launch.slot,
+            notify: launch.notify.map(|(address, watchdog)| {
+                (address.to_string(), watchdog.map(|w| w.as_millis() as u64))
+            }),
+            secrets: launch.secrets.to_path_buf(),
+            rotation: launch.rotation,
+            listen: launch.listen.is_some(),
+            record: launch.record.clone(),
+            grace_ms: launch.grace.as_millis() as u64,
+            adopt: None,
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// A keeper for `release`, running without one; what it starts again it reads from the
+    /// state, as every restart does.
+    pub fn adopting(
+        root: &Path,
+        service: &str,
+        release: Identity,
+        record: &LaunchRecord,
+        backoff: Backoff,
+    ) -> Spec {
+        Spec {
+            root: root.to_path_buf(),
+            service: service.to_string(),
+            executable: PathBuf::new(),
+            workdir: PathBuf::new(),
+            output: PathBuf::new(),
+            port: 0,
+            version: String::new(),
+            token: String::new(),
+            slot: None,
+            notify: None,
+            secrets: PathBuf::new(),
+            rotation: Rotation::default(),
+            listen: false,
+            record: record.clone(),
+            grace_ms: 0,
+            adopt: Some(release),
+            backoff,
+        }
+    }
+
+    /// The launch, as the keeper gives it to `process::spawn`.
+    pub fn launch(&self) -> super::process::Launch<'_> {
+        super::process::Launch {
+            executable: &self.executable,
+            workdir: &self.workdir,
+            output: &self.output,
+            port: self.port,
+            version: &self.version,
+            token: &self.token,
+            slot: self.slot,
+            notify: self
+                .notify
+                .as_ref()
+                .map(|(address, watchdog)| (address.as_str(), watchdog.map(Duration::from_millis))),
+            secrets: &self.secrets,
+            rotation: self.rotation,
+            listen: self.listen.then_some(super::listen::FIRST_FD),
+            record: &self.record,
+            root: &self.root,
+            grace: Duration::from_millis(self.grace_ms),
+        }
+    }
+}
+
+/// A release started through its keeper: the keeper (whose end is the release's end, for as
+/// long as the release is not live) and the release itself.
+pub struct Kept {
+    pub keeper: tokio::process::Child,
+    pub release: Identity,
+}
+
+impl Kept {
+    /// Waits for the keeper, which ends as the release did unless it restarts it.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.keeper.wait().await
+    }
+}
+
+/// Starts a release process through a keeper of its own and returns once it runs (or why it
+/// could not start, in the words `process::spawn` gives).
+pub fn start(
+    launch: &super::process::Launch,
+    service: &str,
+    backoff: Backoff,
+) -> std::io::Result<Kept> {
+    let spec = Spec {
+        backoff,
+        ..Spec::of(launch, service)
+    };
+    let (child, report) = spawn_keeper(&spec, launch.listen)?;
+    let mut said = String::new();
+    let read = read_report(report, &mut said);
+    let mut words = said.trim().splitn(3, ' ');
+    match (read, words.next(), words.next(), words.next()) {
+        (Ok(()), Some("started"), Some(pid), Some(start_time)) => {
+            let release = Identity {
+                pid: pid.parse().map_err(|_| bad_report(&said))?,
+                start_time: start_time.parse().map_err(|_| bad_report(&said))?,
+            };
+            Ok(Kept {
+                keeper: child,
+                release,
+            })
+        }
+        (Ok(()), Some("error"), ..) => Err(std::io::Error::other(
+            said.trim()
+                .strip_prefix("error ")
+                .unwrap_or_default()
+                .to_string(),
+        )),
+        (Err(e), ..) => Err(e),
+        _ => Err(bad_report(&said)),
+    }
+}
+
+/// Starts a keeper for a live release that runs without one (its keeper was killed, or an
+/// older rollgate started it): it watches the release and restarts it as any keeper does.
+pub fn adopt(spec: &Spec) -> std::io::Result<()> {
+    let (mut child, report) = spawn_keeper(spec, None)?;
+    let mut said = String::new();
+    read_report(report, &mut said)?;
+    match said.trim() {
+        "adopted" => {
+            // Reaped by the runtime once it ends; it is not this command's to wait for.
+            drop(child.stdin.take());
+            Ok(())
+        }
+        _ => Err(bad_report(&said)),
+    }
+}
+
+fn bad_report(said: &str) -> std::io::Error {
+    let said = super::output::printable(said.trim());
+    match said.is_empty() {
+        true => {
+            std::io::Error::other("its keeper ended before it said whether the release started")
+        }
+        false => std::io::Error::other(format!("its keeper said something unexpected: {said}")),
+    }
+}
+
+/// `rollgate keep` in its own session (a signal to the starter's group or terminal does not
+/// reach it), in the root's folder, its spec on stdin, its one line of report on a pipe, the
+/// held socket (if any) at fd 3.
+fn spawn_keeper(
+    spec: &Spec,
+    listen: Option<std::os::fd::RawFd>,
+) -> std::io::Result<(tokio::process::Child, OwnedFd)> {
+    let (spec_read, spec_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let mut command = tokio::process::Command::new("/proc/self/exe");
+    command
+        .arg(KEEP_COMMAND)
+        .current_dir(&spec.root)
+        .stdin(Stdio::from(spec_read))
+        .stdout(Stdio::from(report_write))
+        .stderr(Stdio::null());
+    // SAFETY: close, setsid, fcntl and dup2 are system calls; nothing of the parent is touched.
+    unsafe {
+        command.pre_exec(move || {
+            super::lock::close_held_in_child();
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if let Some(fd) = listen {
+                let first = super::listen::FIRST_FD;
+                if fd == first {
+                    let flags = nix::fcntl::FdFlag::empty();
+                    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
+                        .map_err(std::io::Error::from)?;
+                } else if libc::dup2(fd, first) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    let text = serde_json::to_vec(spec).map_err(std::io::Error::other)?;
+    let mut spec_write = std::fs::File::from(spec_write);
+    // A keeper that died at once closed its end: what it did not say is read below.
+    let _ = spec_write.write_all(&text);
+    drop(spec_write);
+    Ok((child, report_read))
+}
+
+/// Reads the keeper's one line, waiting at most [`REPORT_WAIT`] for it.
+fn read_report(report: OwnedFd, said: &mut String) -> std::io::Result<()> {
+    let mut file = std::fs::File::from(report);
+    let deadline = std::time::Instant::now() + REPORT_WAIT;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut poll = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&file),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        match nix::poll::poll(&mut poll, nix::poll::PollTimeout::from(ms)) {
+            Ok(0) if left.is_zero() => {
+                return Err(std::io::Error::other(format!(
+                    "its keeper did not say within {} s whether the release started",
+                    REPORT_WAIT.as_secs()
+                )))
+            }
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes.extend_from_slice(&chunk[..n]);
+                if bytes.contains(&b'\n') || bytes.len() > 64 * 1024 {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    *said = String::from_utf8_lossy(&bytes).into_owned();
+    Ok(())
+}
+
+/// The keeper's side of the report: one line on its stdout, which is then closed (pointed at
+/// /dev/null) so the starter reads to its end.
+pub fn report(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 of two descriptors this process owns.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
+}
+
+/// A keeper's entry under `ROOT/.keepers/`: locked for as long as the keeper runs, naming the
+/// release it keeps now.
+pub struct Registration {
+    file: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl Registration {
+    /// Registers this process as the keeper of `release`.
+    pub fn new(root: &Path, release: Identity) -> std::io::Result<Registration> {
+        let dir = root.join(KEEPERS_DIR);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        let path = dir.join(std::process::id().to_string());
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?;
+        let file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| std::io::Error::from(e))?;
+        let mut registration = Registration { file };
+        registration.keeps(release)?;
+        Ok(registration)
+    }
+
+    /// Says that the release it keeps is now `release` (started again). Written while the root
+    /// is locked, as [`kept`] is read.
+    pub fn keeps(&mut self, release: Identity) -> std::io::Result<()> {
+        use std::io::Seek;
+        self.file.set_len(0)?;
+        self.file.rewind()?;
+        writeln!(self.file, "{} {}", release.pid, release.start_time)?;
+        Ok(())
+    }
+}
+
+/// The releases a running keeper keeps under `root`. With `tidy` (the root locked), the
+/// entries of keepers that are gone are removed.
+pub fn kept(root: &Path, tidy: bool) -> Vec<Identity> {
+    let Ok(entries) = std::fs::read_dir(root.join(KEEPERS_DIR)) else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+            // Nobody holds it: its keeper is gone.
+            Ok(_) => {
+                if tidy {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            Err((mut file, _)) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let mut words = text.split_whitespace().map(|w| w.parse::<u64>());
+                if let (Some(Ok(pid)), Some(Ok(start_time))) = (words.next(), words.next()) {
+                    kept.push(Identity {
+                        pid: pid as i32,
+                        start_time,
+                    });
+                }
+            }
+        }
+    }
+    kept
+}

@@ -1,0 +1,153 @@
+//! Issue 68, 1: every release process is kept from the moment it is started, with no `up` and
+//! no unit — its keeper starts it again when it exits, says how it ended, and lets it go when it
+//! is retired, stopped or fails its gate; a keeper killed is replaced by the next `up`.
+
+use crate::common::*;
+
+use std::time::Duration;
+
+fn rollgate_in(site: &Site, args: &[&str]) -> std::process::Output {
+    rollgate()
+        .args(args)
+        .arg("--root")
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap()
+}
+
+fn status_text(site: &Site) -> String {
+    let out = rollgate_in(site, &["status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout(&out)
+}
+
+fn restarted(site: &Site) -> Vec<serde_json::Value> {
+    site.log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "restarted")
+        .collect()
+}
+
+/// The acceptance: after `rollgate deploy` in a bare shell, `kill -9` of the release — it
+/// answers again (at once: its keeper is its parent), and `status` shows one restart with the
+/// signal.
+#[test]
+fn a_release_killed_after_a_bare_deploy_answers_again_and_status_shows_the_restart() {
+    let site = Site::new();
+    site.release("v1", "");
+    let port = free_port();
+    let out = site.deploy(port, "v1", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // One keeper, beside the live release; the deploy itself has exited.
+    assert_eq!(site.keepers().len(), 1, "{:?}", site.keepers());
+    assert!(status_text(&site).contains("none since it went live; kept"));
+    let killed = site.live_pid().unwrap();
+    send_signal(killed, 9);
+    assert!(
+        wait_for(20, || version_on(port).as_deref() == Some("v1")
+            && site.live_pid().is_some_and(|p| p != killed)),
+        "{:?}",
+        site.events()
+    );
+    let new = site.live_pid().unwrap();
+    assert!(alive(new));
+    assert!(wait_for(5, || restarted(&site).len() == 1));
+    let line = &restarted(&site)[0];
+    assert_eq!(line["ended"], "signal: 9 (SIGKILL)", "{line}");
+    assert_eq!(line["pid"], new, "{line}");
+    let status = status_text(&site);
+    assert!(
+        status.contains("1 since it went live (last at ")
+            && status.contains(": signal: 9 (SIGKILL)); kept"),
+        "{status}"
+    );
+    // Still one keeper: the same one, now the new process's parent.
+    assert_eq!(site.keepers().len(), 1, "{:?}", site.keepers());
+}
+
+/// What is not live is not kept: a candidate that fails its gate and a release retired by the
+/// next deploy leave no keeper, and `stop` takes the service's keeper with it.
+#[test]
+fn only_live_releases_are_kept_and_stop_lets_go() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("bad", "--exit-after-ms 0 --exit-code 78");
+    site.release("v2", "");
+    assert_eq!(
+        site.deploy(free_port(), "v1", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = site.deploy(free_port(), "bad", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // The candidate's exit reached the deploy as the candidate's own (its keeper ended so).
+    assert!(
+        site.last_detail()
+            .starts_with("candidate exited with exit status: 78 before ready"),
+        "{}",
+        site.last_detail()
+    );
+    assert!(
+        wait_for(5, || site.keepers().len() == 1),
+        "{:?}",
+        site.keepers()
+    );
+    let v1 = site.live_pid().unwrap();
+    assert_eq!(
+        site.deploy(free_port(), "v2", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert!(wait_for(10, || !alive(v1)));
+    assert!(
+        wait_for(5, || site.keepers().len() == 1),
+        "{:?}",
+        site.keepers()
+    );
+    // Nothing restarted the retired release.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(restarted(&site).is_empty(), "{:?}", site.events());
+    site.stop_service();
+    assert!(wait_for(10, || site.keepers().is_empty()
+        && site.processes().is_empty()));
+}
+
+/// A keeper killed (SIGKILL) leaves its release running and kept by nobody — `status` says so —
+/// until the next `up`, which gives it a keeper again; that keeper restarts it when it exits,
+/// though it cannot know how it ended (it was not its parent).
+#[test]
+fn a_release_whose_keeper_was_killed_is_kept_again_by_up() {
+    let site = Site::new();
+    site.release("v1", "");
+    let port = free_port();
+    assert_eq!(
+        site.deploy(port, "v1", &["--watch-ms", "0"]).status.code(),
+        Some(0)
+    );
+    let live = site.live_pid().unwrap();
+    site.kill_keepers();
+    assert!(alive(live), "the release outlives its keeper");
+    assert!(
+        status_text(&site).contains("NOT kept"),
+        "{}",
+        status_text(&site)
+    );
+    let out = rollgate_in(&site, &["up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("running (pid {live})")),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(site.keepers().len(), 1);
+    assert_eq!(site.live_pid(), Some(live), "adopted, not started again");
+    send_signal(live, 9);
+    assert!(wait_for(20, || version_on(port).as_deref() == Some("v1")
+        && site.live_pid().is_some_and(|p| p != live)));
+    assert!(wait_for(5, || restarted(&site).len() == 1));
+    let ended = restarted(&site)[0]["ended"].as_str().unwrap().to_string();
+    assert!(ended.contains("its exit status is unknown"), "{ended}");
+}
