@@ -2,6 +2,7 @@
 script's folder on the import path). Ports come from the kernel, so a benchmark never takes a
 port someone else listens on."""
 
+import os
 import socket
 
 
@@ -58,3 +59,26 @@ def started_to_switch(root):
     started = [l for l in lines if l["event"] == "candidate_started"][-1]["ts"]
     with open(os.path.join(root, "current")) as f:
         return (json.load(f)["promoted_at"] - started) * 1000
+
+
+def stop_keepers(root):
+    """Ends ROOT's keepers (SIGTERM: each leaves its release running) so that the releases
+    stopped next are not started again. Only processes that are keepers are signalled."""
+    import signal
+    import time
+    folder = os.path.join(root, ".keepers")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    signalled = []
+    for name in names:
+        try:
+            pid = int(name)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[1:2] != [b"keep"]:
+                    continue
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
+        except (ValueError, OSError):
+            pass
+    deadline = time.time() + 5
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in signalled):
+        time.sleep(0.05)

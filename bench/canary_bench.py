@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import free_port, port_block
+from benchlib import free_port, port_block, stop_keepers
 
 RATE = int(os.environ.get("RATE", "400"))
 REPLICAS = 8
@@ -175,6 +175,7 @@ def main():
             pool = json.load(open(os.path.join(root, "replicas.json")))["replicas"]
         except (OSError, ValueError):
             pool = []
+        stop_keepers(root)
         for r in pool:
             try:
                 os.killpg(r["pid"], signal.SIGKILL)

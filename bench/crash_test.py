@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import free_port
+from benchlib import free_port, stop_keepers
 
 
 def stat_fields(pid):
@@ -146,6 +146,7 @@ def main():
         next_deploy_refused=counts["refused"],
         promoted=sum(1 for line in open(os.path.join(root, "deploy.log")) if '"promoted"' in line),
     )))
+    stop_keepers(root)
     for pid, _ in running_from(root):
         try:
             os.killpg(pid, signal.SIGKILL)

@@ -9,7 +9,7 @@ Usage: python3 bench/deploy_bench.py ROLLGATE RUNS
 """
 import json, os, re, statistics, subprocess, sys, tempfile
 
-from benchlib import free_port, pct
+from benchlib import free_port, pct, stop_keepers
 
 rollgate, runs = sys.argv[1], int(sys.argv[2])
 POLL_MS, DEADLINE_MS = 100, 1000
@@ -59,6 +59,7 @@ with tempfile.TemporaryDirectory() as root:
         overshoot.append(last_log(root)["elapsed_ms"] - DEADLINE_MS)
     with open(os.path.join(root, "current")) as f:
         pid = json.load(f)["pid"]
+    stop_keepers(root)
     os.killpg(pid, 15)
 
 for name, xs, goal in [("switch delay (ready -> rename), ms", switch, f"p95 <= {POLL_MS + 10}"),

@@ -1,11 +1,19 @@
 # Shared by the shell benchmarks (source it). Everything here stops only what the benchmark
 # started: a machine is shared, and stopping by a name pattern would end other people's processes.
 
-# stop_releases ROOT: stops the release processes rollgate started in ROOT and still names in
+# stop_releases ROOT: stops the keepers of ROOT and the release processes rollgate started in ROOT and still names in
 # its pointer and its pool (`current`, `replicas.json`: the live release, a watch's fallback,
 # each replica). rollgate starts every release in a process group of its own, so the group is
 # signalled: a wrapper script and what it ran go together.
 stop_releases() {
+  # Their keepers first (SIGTERM: a keeper leaves its release running), or they would start
+  # the releases again; a pid is signalled only while it is a keeper.
+  for keeper in $(ls "$1/.keepers" 2>/dev/null); do
+    if tr '\0' ' ' <"/proc/$keeper/cmdline" 2>/dev/null | grep -q '^[^ ]* keep $'; then
+      kill -TERM "$keeper" 2>/dev/null || true
+    fi
+  done
+  sleep 0.2
   pids=$(cat "$1/current" "$1/replicas.json" 2>/dev/null | grep -o '"pid": *[0-9]*' | grep -o '[0-9]*$' | sort -u)
   for pid in $pids; do
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true

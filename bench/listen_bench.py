@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import free_port
+from benchlib import free_port, stop_keepers
 
 BAD = ["boot", "never", "crash"]
 
@@ -286,6 +286,7 @@ def named_pids(root):
 
 
 def stop_root(root):
+    stop_keepers(root)
     for pid in processes_in(root):
         try:
             os.killpg(pid, signal.SIGKILL)

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import free_port, pct
+from benchlib import free_port, pct, stop_keepers
 
 rollgate = sys.argv[1]
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 30
@@ -135,6 +135,7 @@ with tempfile.TemporaryDirectory() as root:
                 pass
             time.sleep(0.1)
         cpu[kind] = last
+    stop_keepers(root)
     with open(os.path.join(root, "current")) as f:
         os.killpg(json.load(f)["pid"], 15)
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import free_port, port_block, port_free
+from benchlib import free_port, port_block, port_free, stop_keepers
 
 RATE = int(os.environ.get("RATE", "2000"))
 SOAK_MS = 500
@@ -106,6 +106,7 @@ def one_size(rollgate, oha_path, replicas):
         proxy.send_signal(signal.SIGTERM)
         proxy.wait()
         pool = json.load(open(os.path.join(root, "replicas.json")))["replicas"]
+        stop_keepers(root)
         for r in pool:
             try:
                 os.killpg(r["pid"], signal.SIGKILL)

@@ -48,7 +48,7 @@ import threading
 import time
 import urllib.request
 
-from benchlib import free_port, port_free
+from benchlib import free_port, port_free, stop_keepers
 
 
 def replica_processes(root):
@@ -296,6 +296,7 @@ def main():
         int(sampler.most_processes > replicas + surge)
     proxy.send_signal(signal.SIGTERM)
     proxy.wait()
+    stop_keepers(root)
     for r in pool(root) or []:
         try:
             os.killpg(r["pid"], signal.SIGKILL)

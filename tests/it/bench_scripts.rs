@@ -32,6 +32,13 @@ fn a_benchmarks_cleanup_stops_its_own_release_and_no_bystander() {
         "the benchmark's own release is stopped"
     );
     std::thread::sleep(Duration::from_millis(300));
+    // Its keeper too: nothing started it again.
+    assert!(
+        site.processes().is_empty() && site.keepers().is_empty(),
+        "{:?} {:?}",
+        site.processes(),
+        site.keepers()
+    );
     assert!(
         alive(bystander.pid()) && !is_zombie(bystander.pid()),
         "someone else's sample-service is left running"
