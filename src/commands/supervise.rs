@@ -582,7 +582,12 @@ impl Keeper {
     /// Watches the release until it ends, then starts it again or lets it go (ending so).
     async fn run(mut self, mut watched: Watched) -> std::process::ExitCode {
         let mut notes = Notes::default();
-        let mut look = tokio::time::interval(LOOK);
+        // Only a notify-probed release has anything to read: the others cost no wake-ups.
+        let every = match self.spec.record.probe.is_notify() {
+            true => LOOK,
+            false => Duration::from_secs(3600),
+        };
+        let mut look = tokio::time::interval(every);
         loop {
             let status = tokio::select! {
                 // Asked to stop: the release keeps running (`up` gives it a keeper again).
