@@ -722,6 +722,10 @@ pub struct RollbackArgs {
     pub ports: Option<String>,
     #[command(flatten)]
     pub gate: GateArgs,
+    /// Why rollgate itself rolls back (a keeper that saw a crash loop after the switch): said
+    /// in the `rolled_back` line, which names the keeper as what ended the release.
+    #[arg(long, hide = true)]
+    pub because: Option<String>,
 }
 
 #[derive(Debug, Args)]

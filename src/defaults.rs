@@ -73,6 +73,10 @@ pub const UP_MAX_RESTARTS: u32 = 5;
 pub const UP_BACKOFF: Duration = Duration::from_millis(1000);
 /// The longest wait between two restarts of one release.
 pub const UP_MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// A live release that exits this many times within [`CRASH_LOOP_WITHIN_MS`] of its switch is
+/// rolled back by its keeper (policy `crash_loop`).
+pub const CRASH_LOOP_RESTARTS: u32 = 3;
+pub const CRASH_LOOP_WITHIN_MS: u64 = 300_000;
 
 // `rollgate proxy`.
 
@@ -355,6 +359,12 @@ fn given_fields() -> Vec<FieldRow> {
             "none (no traffic judge); min_requests {ANALYSIS_MIN_REQUESTS}, max_error_increase_pct {ANALYSIS_MAX_ERROR_INCREASE_PCT}, max_latency_ratio {ANALYSIS_MAX_LATENCY_RATIO}, latency_quantile {ANALYSIS_LATENCY_QUANTILE}, confidence {ANALYSIS_CONFIDENCE}, interval_ms {ANALYSIS_INTERVAL_MS}, on_fail 'pause, on_inconclusive 'pass, inconclusive_wait_ms {ANALYSIS_INCONCLUSIVE_WAIT_MS}, warmup_ms {ANALYSIS_WARMUP_MS}"
         ),
         "judge a canary by what users get through `rollgate proxy`, against the old release serving at the same time (docs/analysis.md); needs a proxy on the root",
+    ),
+    (
+        "crash_loop",
+        "restarts (0-100; 0: off), within_ms (1000-86400000)".into(),
+        format!("restarts {CRASH_LOOP_RESTARTS}, within_ms {CRASH_LOOP_WITHIN_MS}"),
+        "a live release that exits this many times this soon after its switch is rolled back by its keeper to the release live before it",
     ),
     (
         "isolation",

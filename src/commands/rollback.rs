@@ -45,6 +45,8 @@ pub struct RollbackRequest {
     pub ports: Option<String>,
     /// Everything else a deploy takes (policy, grace, watch...).
     pub deploy: Request,
+    /// Why rollgate rolls back on its own (a crash loop its keeper saw); None: a person.
+    pub because: Option<String>,
 }
 
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
@@ -86,6 +88,7 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
         request.service, live.version, earlier.version
     );
     let service = request.service.clone();
+    let request_because = request.because.clone();
     let outcome = deploy::deploy(Request {
         service: request.service,
         port,
@@ -104,6 +107,7 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
             &live.version,
             live.promoted_at,
             &earlier.version,
+            request_because.as_deref(),
         ) {
             eprintln!("rollgate: {} is live again, but {e}", earlier.version);
         }

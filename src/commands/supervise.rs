@@ -563,6 +563,8 @@ async fn keep(spec: Spec) -> std::process::ExitCode {
             next_allowed: None,
         },
         attempt: 0,
+        since_switch: Vec::new(),
+        rollback_tried: None,
     };
     keeper.run(watched).await
 }
@@ -576,6 +578,10 @@ struct Keeper {
     terminate: tokio::signal::unix::Signal,
     crashes: Crashes,
     attempt: u64,
+    /// How each exit since the release's switch ended, while within the crash-loop window.
+    since_switch: Vec<String>,
+    /// A crash-loop rollback that could not happen, and why (not tried again).
+    rollback_tried: Option<String>,
 }
 
 impl Keeper {
@@ -647,12 +653,25 @@ impl Keeper {
                     "pid {} stopped in order (it sent STOPPING=1); not counted as a crash",
                     self.release.pid
                 ),
+                false if self.rollback_tried.is_none() && self.crash_loop(&live, &words) => {
+                    drop(lock);
+                    match self.roll_back(&live, status).await {
+                        Ok(code) => return Err(code),
+                        // Not rolled back (nothing to go back to): started again as any exit.
+                        Err(why) => self.rollback_tried = Some(why),
+                    }
+                    continue;
+                }
                 false => match self.crashes.count(&self.spec.backoff) {
                     Some(in_a_row) => format!(
-                        "pid {} {words} ({in_a_row} in a row; given up at {}){}",
+                        "pid {} {words} ({in_a_row} in a row; given up at {}){}{}",
                         self.release.pid,
                         self.spec.backoff.max_restarts,
                         said_last(&root, &live.output(&root)),
+                        self.rollback_tried
+                            .as_ref()
+                            .map(|why| format!("; a crash loop, not rolled back: {why}"))
+                            .unwrap_or_default(),
                     ),
                     None => {
                         self.give_up(&live, &words);
@@ -706,6 +725,70 @@ impl Keeper {
             );
             return Ok(launched.child);
         }
+    }
+
+    /// Whether this exit (how it ended: `words`) makes a crash loop caused by the deploy: the
+    /// policy's `crash_loop.restarts` exits within `within_ms` of the switch. A replica set is
+    /// not judged so yet (its rollback is a rollout).
+    fn crash_loop(&mut self, live: &Live, words: &str) -> bool {
+        let rule = live.launch.crash_loop;
+        let Ok(Some(pointer)) = self.root.read_pointer() else {
+            return false;
+        };
+        if rule.restarts == 0 || live.slot.is_some() || !pointer.names(self.release) {
+            return false;
+        }
+        let since = journal::now() - pointer.promoted_at;
+        if since * 1000.0 > rule.within_ms as f64 {
+            self.since_switch.clear();
+            return false;
+        }
+        self.since_switch.push(words.to_string());
+        self.since_switch.len() >= rule.restarts as usize
+    }
+
+    /// Rolls the crash-looping release back to the one live before it: `rollgate rollback`,
+    /// through the gate, its `rolled_back` line naming the exits. The code this keeper then
+    /// ends with, or why it could not.
+    async fn roll_back(
+        &mut self,
+        live: &Live,
+        status: Option<std::process::ExitStatus>,
+    ) -> Result<std::process::ExitCode, String> {
+        let pointer = self.root.read_pointer().ok().flatten();
+        let since = pointer.map_or(0.0, |p| journal::now() - p.promoted_at);
+        let because = format!(
+            "a crash loop: it exited {} times within {since:.1} s of its switch ({})",
+            self.since_switch.len(),
+            self.since_switch.join("; ")
+        );
+        let mut command = tokio::process::Command::new("/proc/self/exe");
+        command
+            .args(["rollback", &live.service, "--because", &because, "--root"])
+            .arg(&self.root.0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start rollgate rollback: {e}"))?;
+        let ran = tokio::select! {
+            _ = self.terminate.recv() => return Ok(mirror(status)),
+            ran = child.wait_with_output() => ran,
+        };
+        let said = ran.map_err(|e| e.to_string())?;
+        if keeps_it(&self.root, self.release).is_none() {
+            return Ok(mirror(status));
+        }
+        let words = String::from_utf8_lossy(&said.stderr);
+        let last = words
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        Err(crate::host::output::printable(
+            last.trim_start_matches("error: "),
+        ))
     }
 
     /// Too many exits in a row: said and logged; the release is left stopped.

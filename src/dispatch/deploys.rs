@@ -70,6 +70,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
         port,
         ports,
         gate,
+        because,
     } = args;
     let Some((current, earlier)) = rollback::replica_target(&target.root, &service)? else {
         let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
@@ -79,6 +80,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
             port,
             ports,
             deploy,
+            because,
         })?));
     };
     eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
@@ -219,6 +221,7 @@ pub fn run_restart(args: cli::RollbackArgs) -> Result<u8, Error> {
         port,
         ports,
         gate,
+        because: _,
     } = args;
     let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
     Ok(ended(rollback::restart(rollback::RollbackRequest {
@@ -227,6 +230,7 @@ pub fn run_restart(args: cli::RollbackArgs) -> Result<u8, Error> {
         port,
         ports,
         deploy,
+        because: None,
     })?))
 }
 

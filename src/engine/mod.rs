@@ -73,8 +73,9 @@ pub fn record_rolled_back_in_production(
     version: &str,
     promoted_at: f64,
     back_to: &str,
+    because: Option<&str>,
 ) -> Result<(), Error> {
-    record::log_rolled_back_in_production(root, service, version, promoted_at, back_to)
+    record::log_rolled_back_in_production(root, service, version, promoted_at, back_to, because)
 }
 
 /// The run in flight under a root (or the last one, ended), as the engine saved it: what

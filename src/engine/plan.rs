@@ -122,6 +122,9 @@ pub fn resolve_with_watch(
             .unwrap_or_default(),
         // The release is not known here: the engine records its image when it admits it.
         image: None,
+        crash_loop: crate::host::launch::CrashLoop::from_policy(
+            policy.and_then(|p| p.crash_loop.as_ref()),
+        )?,
     };
     Ok(Settings {
         launch,
@@ -308,6 +311,7 @@ pub(super) mod tests {
             output_keep: None,
             listen: None,
             analysis: None,
+            crash_loop: None,
             isolation: None,
             replicas: None,
             waves: None,

@@ -151,16 +151,17 @@ pub(crate) fn log_rolled_back_in_production(
     version: &str,
     promoted_at: f64,
     back_to: &str,
+    because: Option<&str>,
 ) -> Result<(), Error> {
     let now = journal::now();
-    let exposure = exposure(
-        root,
-        version,
-        now - promoted_at,
-        "a person (rollgate rollback)".into(),
-    );
+    let ended_by = match because {
+        Some(_) => "its keeper (a crash loop after its switch)",
+        None => "a person (rollgate rollback)",
+    };
+    let exposure = exposure(root, version, now - promoted_at, ended_by.into());
+    let because = because.map(|why| format!(": {why}")).unwrap_or_default();
     let detail = format!(
-        "{}, back to {back_to}; {}",
+        "{}, back to {back_to}{because}; {}",
         journal::ROLLED_BACK_IN_PRODUCTION,
         exposure.words()
     );

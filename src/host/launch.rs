@@ -43,6 +43,63 @@ pub struct LaunchRecord {
     /// and an exec probe runs inside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// How its keeper tells a crash loop caused by its deploy (policy `crash_loop`); the
+    /// defaults when absent.
+    #[serde(default, skip_serializing_if = "CrashLoop::is_default")]
+    pub crash_loop: CrashLoop,
+}
+
+/// A live release that exits `restarts` times within `within_ms` of its switch is rolled back
+/// by its keeper to the release live before it (issue 68, 2); 0 restarts: never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashLoop {
+    pub restarts: u32,
+    pub within_ms: u64,
+}
+
+impl Default for CrashLoop {
+    fn default() -> CrashLoop {
+        CrashLoop {
+            restarts: crate::defaults::CRASH_LOOP_RESTARTS,
+            within_ms: crate::defaults::CRASH_LOOP_WITHIN_MS,
+        }
+    }
+}
+
+impl CrashLoop {
+    fn is_default(&self) -> bool {
+        *self == CrashLoop::default()
+    }
+
+    /// The policy's fields over the defaults; refused outside the contract's bounds (a `.ncl`
+    /// policy need not apply the bundled contract).
+    pub fn from_policy(
+        asked: Option<&crate::policy::CrashLoopPolicy>,
+    ) -> Result<CrashLoop, super::fault::Fault> {
+        let default = CrashLoop::default();
+        let restarts = asked
+            .and_then(|a| a.restarts)
+            .unwrap_or(u64::from(default.restarts));
+        let within_ms = asked.and_then(|a| a.within_ms).unwrap_or(default.within_ms);
+        if restarts > 100 {
+            return Err(super::fault::Fault::setting(
+                "crash_loop.restarts",
+                format!("crash_loop.restarts is {restarts}; it must be an integer from 0 to 100"),
+            ));
+        }
+        if !(1000..=86_400_000).contains(&within_ms) {
+            return Err(super::fault::Fault::setting(
+                "crash_loop.within_ms",
+                format!(
+                    "crash_loop.within_ms is {within_ms}; it must be an integer from 1000 to 86400000"
+                ),
+            ));
+        }
+        Ok(CrashLoop {
+            restarts: restarts as u32,
+            within_ms,
+        })
+    }
 }
 
 fn is_default_probe(spec: &Spec) -> bool {

@@ -146,6 +146,9 @@ pub struct RolloutSettings {
     /// Judge a canary by the proxy's counts (`engine::analysis`; defaults there).
     #[serde(default)]
     pub analysis: Option<AnalysisPolicy>,
+    /// When exits after a switch roll the release back (`host::launch::CrashLoop`).
+    #[serde(default)]
+    pub crash_loop: Option<CrashLoopPolicy>,
     /// How releases are confined (on unless `enabled = false`).
     #[serde(default)]
     pub isolation: Option<IsolationPolicy>,
@@ -162,6 +165,14 @@ pub struct IsolationPolicy {
     pub nofile: Option<u64>,
     pub user: Option<String>,
     pub writable: Option<Vec<String>>,
+}
+
+/// The policy's `crash_loop` as written (see `host::launch::CrashLoop`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashLoopPolicy {
+    pub restarts: Option<u64>,
+    pub within_ms: Option<u64>,
 }
 
 /// The policy's `analysis` as written (every field optional; the contract bounds them).

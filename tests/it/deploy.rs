@@ -1513,17 +1513,34 @@ fn status_says_a_live_release_was_killed_for_memory() {
         wait_for(10, || !alive(pid) || is_zombie(pid)),
         "the kernel killed it"
     );
-    let status = rollgate()
-        .args(["status", "--root"])
-        .arg(site.root())
-        .output()
-        .unwrap();
+    // Its keeper started it again, and says how the process before ended.
+    let status = || {
+        let out = rollgate()
+            .args(["status", "--root"])
+            .arg(site.root())
+            .output()
+            .unwrap();
+        stdout(&out)
+    };
     assert!(
-        stdout(&status).contains(&format!(
+        wait_for(10, || status()
+            .contains(": killed: out of memory at its 64 MiB limit); kept")),
+        "{}",
+        status()
+    );
+    // With its keeper gone, the next kill leaves it down, and status says why from the kernel.
+    site.kill_keepers();
+    let pid = site.live_pid().unwrap();
+    assert!(
+        wait_for(10, || !alive(pid) || is_zombie(pid)),
+        "the kernel killed it"
+    );
+    assert!(
+        status().contains(&format!(
             "{pid} (NOT running: killed: out of memory at its 64 MiB limit)"
         )),
         "{}",
-        stdout(&status)
+        status()
     );
 }
 

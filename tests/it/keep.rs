@@ -151,3 +151,97 @@ fn a_release_whose_keeper_was_killed_is_kept_again_by_up() {
     let ended = restarted(&site)[0]["ended"].as_str().unwrap().to_string();
     assert!(ended.contains("its exit status is unknown"), "{ended}");
 }
+
+/// A policy for `edge-svc` with `crash_loop` as given (JSON), written into the site.
+fn policy_with(site: &Site, crash_loop: &str) -> String {
+    let body = format!(
+        r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 50, "on_stall": "rollback",
+            "max_surge_pct": 100, "max_unavailable_pct": 0, "watch_ms": 1000{crash_loop}}}}}"#
+    );
+    write(site.root(), "policy.json", &body)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Issue 68, 2, the acceptance: a release that passes its gate and its watch, then exits a
+/// while after every start (the deploy has exited 0), is rolled back on its own to the release
+/// before it once it has exited `crash_loop.restarts` times (3 by default) — its `rolled_back`
+/// line naming the exits and its keeper as what ended it — instead of being restarted for ever.
+#[test]
+fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+    let policy = policy_with(&site, "");
+    let first = free_port();
+    assert_eq!(
+        site.deploy(first, "v1", &["--policy", &policy])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    assert!(
+        wait_for(40, || count_events(&site, "rolled_back", "v2") == 1
+            && site.pointer().is_some_and(|p| p["version"] == "v1")),
+        "{:?}",
+        site.events()
+    );
+    let line = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
+        .unwrap();
+    let detail = line["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("a crash loop: it exited 3 times within ")
+            && detail.matches("exit status: 4").count() == 3,
+        "{detail}"
+    );
+    assert_eq!(
+        line["exposure"]["ended_by"], "its keeper (a crash loop after its switch)",
+        "{line}"
+    );
+    // Restarted twice before that, each exit said; v1 answers, and nothing of v2 is left.
+    assert_eq!(
+        count_events(&site, "restarted", "v2"),
+        2,
+        "{:?}",
+        site.events()
+    );
+    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    assert!(wait_for(10, || site.processes().len() == 1
+        && site.keepers().len() == 1));
+}
+
+/// `crash_loop = { restarts = 0 }` turns it off: the same release is restarted, never rolled back.
+#[test]
+fn crash_loop_restarts_0_leaves_a_crashing_release_to_its_restarts() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+    let policy = policy_with(&site, r#", "crash_loop": {"restarts": 0}"#);
+    assert_eq!(
+        site.deploy(free_port(), "v1", &["--policy", &policy])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    assert!(
+        wait_for(40, || count_events(&site, "restarted", "v2") >= 3),
+        "{:?}",
+        site.events()
+    );
+    assert_eq!(
+        count_events(&site, "rolled_back", "v2"),
+        0,
+        "{:?}",
+        site.events()
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}

@@ -97,7 +97,9 @@ fn forwards_with_proxy_headers_and_names_the_version_when_asked() {
     // Keep-alive: the same connection serves again.
     assert_eq!(conn.get("/readyz", "").unwrap().status, 200);
 
-    // A release that stopped answering: 502 naming it.
+    // A release that stopped answering (its keeper gone first, or it would answer again at
+    // once): 502 naming it.
+    site.kill_keepers();
     send_signal(site.live_pid().unwrap(), 9);
     assert!(wait_for(5, || !alive(site.live_pid().unwrap())));
     let answer = Conn::open(proxy.port).unwrap().get("/", "").unwrap();
@@ -218,7 +220,8 @@ fn continuous_traffic_through_a_sequence_of_deploys_sees_no_error() {
 #[test]
 fn a_slow_request_to_the_old_release_finishes_before_it_is_stopped() {
     let site = Site::new();
-    site.release("v1", "--response-delay-ms 1500");
+    // Slow enough that the switch (a gate, on a loaded machine) comes well before its end.
+    site.release("v1", "--response-delay-ms 3000");
     site.release("v2", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
     let proxy = Proxy::start(&site, &[]);

@@ -44,7 +44,9 @@ fn a_release_that_falls_over_after_the_switch_is_switched_back_without_failed_re
 
     // Ready at once, gone 200 ms after it started.
     site.release("v2", "--exit-after-ms 200 --exit-code 3");
-    let policy = policy(&site, 3000);
+    // A 10 s watch: switched back when it fell, long before the watch would have ended (a
+    // bound generous for a loaded machine).
+    let policy = policy(&site, 10_000);
     let started = Instant::now();
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     let took = started.elapsed();
@@ -52,7 +54,7 @@ fn a_release_that_falls_over_after_the_switch_is_switched_back_without_failed_re
     let seen = load.finish();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
-        took < Duration::from_millis(2500),
+        took < Duration::from_millis(6000),
         "switched back only after {took:?}"
     );
     assert_none_failed(&seen, "a switch and a switch back");
