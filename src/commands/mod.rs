@@ -13,6 +13,7 @@ pub mod dry_run;
 pub(crate) mod earlier;
 pub mod fleet_move;
 pub mod hold;
+pub mod keep;
 pub mod logs;
 pub mod policy_show;
 pub(crate) mod preflight;

@@ -45,6 +45,7 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             },
         };
         stopped::write(&root.0, &record)?;
+        crate::engine::fault_point();
         let maintenance = put_in_maintenance(&root, &record)?;
         let grace = stop_grace(&root);
         let mut said = Vec::new();
@@ -52,6 +53,7 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             let drained =
                 crate::proxy::control::request(&root.0, live.port, Duration::from_secs(30)).await;
             let how = crate::host::process::stop_group(live.identity, grace).await;
+            crate::engine::fault_point();
             said.push(format!("{} {how} ({drained})", live.name()));
         }
         let detail = format!(
@@ -70,6 +72,7 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             LogEvent::Stopped,
             &detail,
         )?;
+        crate::engine::fault_point();
         Ok(format!("{} {detail}\n", request.service))
     })
 }
@@ -96,7 +99,10 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
             let why = "started by rollgate start";
             let kept = Spawn::Kept(crate::host::keeper::Backoff::default());
             match restart(&root, live, ready, n as u64, (why, None), kept).await {
-                Ok(started) => said.push(format!("{}: started ({})", live.name(), started.how)),
+                Ok(started) => {
+                    crate::engine::fault_point();
+                    said.push(format!("{}: started ({})", live.name(), started.how))
+                }
                 Err(e) => failed.push(format!("{}: NOT started: {e}", live.name())),
             }
         }
@@ -109,7 +115,9 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
             )));
         }
         lift_maintenance(&root)?;
-        stopped::clear(&root.0)?;
+        crate::engine::fault_point();
+        // Said before the stop is lifted: a start cut short after this line is finished by the
+        // next one, which says it again.
         if let Some(was) = was {
             let detail = format!(
                 "{} was {}; {}",
@@ -124,7 +132,10 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
                 LogEvent::Started,
                 &detail,
             )?;
+            crate::engine::fault_point();
         }
+        stopped::clear(&root.0)?;
+        crate::engine::fault_point();
         Ok(said.join("\n") + "\n")
     })
 }
@@ -181,6 +192,7 @@ fn put_in_maintenance(root: &Root, record: &Stopped) -> Result<&'static str, Err
         ..Traffic::default()
     };
     traffic::write(&root.0, &state)?;
+    crate::engine::fault_point();
     // The proxy takes it from the file: give it a moment to answer new requests so.
     for _ in 0..100 {
         match crate::proxy::control::traffic_now(&root.0, Duration::from_millis(500)) {

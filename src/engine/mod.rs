@@ -78,6 +78,12 @@ pub fn record_rolled_back_in_production(
     record::log_rolled_back_in_production(root, service, version, promoted_at, back_to, because)
 }
 
+/// A command's persisted action outside a run (`stop`, `start`): a point where the crash tests'
+/// `ROLLGATE_FAULT=kill-after-action:K` may kill it, counted with the engine's own.
+pub fn fault_point() {
+    fault::point();
+}
+
 /// The run in flight under a root (or the last one, ended), as the engine saved it: what
 /// `status`, `rollout status`, `release list` and the console read. Only the engine writes it.
 pub fn saved_run(root: &Root) -> Result<Option<Rollout>, Error> {

@@ -256,7 +256,9 @@ fn spawn_keeper(
         .current_dir(&spec.root)
         .stdin(Stdio::from(spec_read))
         .stdout(Stdio::from(report_write))
-        .stderr(Stdio::null());
+        .stderr(Stdio::null())
+        // The crash tests' fault (engine::fault) is the starting command's, never its keeper's.
+        .env_remove("ROLLGATE_FAULT");
     // SAFETY: close, setsid, fcntl and dup2 are system calls; nothing of the parent is touched.
     unsafe {
         command.pre_exec(move || {

@@ -714,3 +714,121 @@ fn a_signed_rollout_killed_after_any_action_raises_the_floor_once_it_completes()
     });
     assert!(covered > 10, "only {covered} actions");
 }
+
+/// Issue 68, 6: `run` killed after its K-th persisted action for every K (then once with no
+/// crash), each followed by `next`; `check` then holds the root to what the command promises.
+/// Returns how many action indexes there were.
+fn every_action_of(
+    setup: &dyn Fn(&Site),
+    run: &[&str],
+    next: &[&str],
+    check: &dyn Fn(&Site, u64),
+) -> u64 {
+    let mut k = 1;
+    loop {
+        let site = Site::new();
+        setup(&site);
+        let out = rollgate_run(&site, run, Some(k));
+        if !killed(&out) {
+            check(&site, 0);
+            return k - 1;
+        }
+        let then = rollgate_run(&site, next, None);
+        assert!(!killed(&then), "{}", said(&then));
+        check(&site, k);
+        k += 1;
+    }
+}
+
+fn v1_live(site: &Site) {
+    site.release("v1", "");
+    let out = rollgate_run(
+        site,
+        &[
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v1",
+            "--watch-ms",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+}
+
+/// One release process runs, the one `current` names, kept by one keeper, answering as v1.
+fn assert_one_kept_v1(site: &Site, k: u64) {
+    let pointer = site.pointer().expect("current");
+    let pid = pointer["pid"].as_i64().unwrap() as i32;
+    assert!(
+        wait_for(10, || site.processes() == vec![pid]
+            && site.keepers().len() == 1),
+        "K={k}: processes {:?} (current names {pid}), keepers {:?}",
+        site.processes(),
+        site.keepers()
+    );
+    let port = pointer["port"].as_u64().unwrap() as u16;
+    assert_eq!(version_on(port).as_deref(), Some("v1"), "K={k}");
+}
+
+/// `stop` killed after any of its actions, then run again: nothing of the service runs (no
+/// keeper either), the stop is recorded and logged, and `up` (a boot) leaves it stopped.
+#[test]
+fn a_stop_killed_after_any_action_is_finished_by_stopping_again() {
+    let stop = ["stop", "edge-svc"];
+    let covered = every_action_of(&v1_live, &stop, &stop, &|site, k| {
+        assert!(
+            wait_for(10, || site.processes().is_empty()
+                && site.keepers().is_empty()),
+            "K={k}: {:?} {:?}",
+            site.processes(),
+            site.keepers()
+        );
+        assert!(site.root().join("stopped.json").is_file(), "K={k}");
+        assert!(count_events(site, "stopped", "v1") >= 1, "K={k}");
+        let out = rollgate_run(site, &["up"], None);
+        assert_eq!(out.status.code(), Some(0), "K={k}: {}", said(&out));
+        assert!(
+            site.processes().is_empty(),
+            "K={k}: up started a stopped service"
+        );
+    });
+    assert!(covered >= 3, "{covered}");
+}
+
+/// `start` killed after any of its actions, then run again: the live release runs once, kept
+/// once, the stop lifted and the start logged.
+#[test]
+fn a_start_killed_after_any_action_is_finished_by_starting_again() {
+    let stopped = |site: &Site| {
+        v1_live(site);
+        let out = rollgate_run(site, &["stop", "edge-svc"], None);
+        assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    };
+    let start = ["start", "edge-svc"];
+    let covered = every_action_of(&stopped, &start, &start, &|site, k| {
+        assert_one_kept_v1(site, k);
+        assert!(!site.root().join("stopped.json").exists(), "K={k}");
+        assert!(count_events(site, "started", "v1") >= 1, "K={k}");
+    });
+    assert!(covered >= 3, "{covered}");
+}
+
+/// `restart` killed after any of its actions, then `up`: one fresh or old process of v1 runs,
+/// named by `current`, kept once — never two copies, never one unkept.
+#[test]
+fn a_restart_killed_after_any_action_is_finished_or_undone_by_up() {
+    let restart = [
+        "restart",
+        "edge-svc",
+        "--watch-ms",
+        "0",
+        "--ports",
+        "20000-60000",
+    ];
+    let covered = every_action_of(&v1_live, &restart, &["up"], &|site, k| {
+        assert_one_kept_v1(site, k);
+    });
+    assert!(covered >= 3, "{covered}");
+}

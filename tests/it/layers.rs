@@ -459,6 +459,7 @@ const FRONT_DOOR: &[&str] = &[
     "record_restart",
     "record_rolled_back_in_production",
     "recover_leaving_escalated",
+    "fault_point",
     "beside_the_live",
     "not_a_replica_set",
     "port_free",
