@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::supervise::{launch, live_set, log, said_last, Live, Spawn};
+use super::supervise::{launch, live_set, log, restart_token, said_last, Live, Spawn};
 use crate::defaults;
 use crate::engine;
 use crate::host::identity::Identity;
@@ -276,6 +276,9 @@ impl Keeper {
             self.crashes.last_start = Instant::now();
             // Started and recorded under the lock, then let go of it: a deploy is never kept
             // waiting while the release gets ready.
+            if let Some(registration) = self.registration.as_mut() {
+                let _ = registration.starting(self.release, &restart_token(self.attempt));
+            }
             let launched = match launch(&root, &live, self.attempt, Spawn::Direct) {
                 Ok(launched) => launched,
                 Err(e) => {

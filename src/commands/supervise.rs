@@ -117,6 +117,13 @@ async fn start(
     launch(root, live, attempt, spawn)?.ready(root, ready).await
 }
 
+/// The token a process started again carries (`ROLLGATE_DEPLOY_TOKEN`, its tree's label): this
+/// process's pid and the attempt, so a keeper can say it before the start (see
+/// `keeper::Registration::starting`).
+pub(crate) fn restart_token(attempt: u64) -> String {
+    format!("up-{}-{attempt}", std::process::id())
+}
+
 /// A release process just started again, not yet known to be ready.
 pub(crate) struct Launched {
     pub(crate) child: tokio::process::Child,
@@ -146,7 +153,7 @@ pub(crate) fn launch(
         root.executable(&live.version, &live.service)
     };
     let output = live.output(root);
-    let token = format!("up-{}-{attempt}", std::process::id());
+    let token = restart_token(attempt);
     // Its socket again from the root's holder (started now after a reboot: it binds it).
     let held = match &live.launch.listen {
         Some(spec) => {
@@ -333,6 +340,10 @@ pub(crate) async fn ensure(
 ) -> Result<Vec<(bool, String)>, Error> {
     let mut report = Vec::new();
     let kept = keeper::kept(&root.0, true);
+    for stray in stop_strays(root, &kept).await {
+        report.push((true, stray));
+    }
+    let kept = kept.releases;
     for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {
         if live.identity.is_running() {
             if !kept.contains(&live.identity) {
@@ -393,6 +404,53 @@ pub(crate) async fn ensure(
     Ok(report)
 }
 
+/// Every process the root's state names: the live set, `current`'s fallback (by pid: it is
+/// recorded so), and the processes of a run in flight.
+fn named(root: &Root) -> (Vec<Identity>, Vec<i32>) {
+    let mut named: Vec<Identity> = live_set(root)
+        .unwrap_or_default()
+        .iter()
+        .map(|l| l.identity)
+        .collect();
+    if let Ok(Some(run)) = engine::saved_run(root) {
+        named.extend(run.processes().map(|p| p.identity()));
+    }
+    let fallback = root
+        .read_pointer()
+        .ok()
+        .flatten()
+        .and_then(|p| p.fallback)
+        .map(|f| f.pid);
+    (named, fallback.into_iter().collect())
+}
+
+/// Stops the release processes started for this root that nothing names — a keeper (or `up`)
+/// killed between starting a release again and recording it left them — so that no second copy
+/// of a release ever runs beside the one the next pass starts. Words for each; the caller
+/// holds the lock.
+async fn stop_strays(root: &Root, kept: &keeper::Keepers) -> Vec<String> {
+    let (named, fallback) = named(root);
+    let unnamed = |who: &Identity| !named.contains(who) && !fallback.contains(&who.pid);
+    let mut strays: Vec<Identity> = kept
+        .releases
+        .iter()
+        .filter(|who| unnamed(who) && who.is_running())
+        .copied()
+        .collect();
+    for token in &kept.abandoned {
+        strays.extend(process::find_by_token(token).into_iter().filter(unnamed));
+    }
+    let mut said = Vec::new();
+    for who in strays {
+        let how = process::stop_group(who, defaults::GRACE).await;
+        said.push(format!(
+            "pid {}, started again for the root but named by nothing (its start was cut short): {how}",
+            who.pid
+        ));
+    }
+    said
+}
+
 /// After a deploy or rollout let go of the root: whatever it left live runs and is kept (a live
 /// release that ended while the run held the root was the run's to judge; its keeper let it
 /// go). Skipped when the root is taken again already or the service is stopped; what it
@@ -411,8 +469,9 @@ pub(crate) fn after_a_run(root: &std::path::Path) {
     let why = Dead::Restart("found not running after a run");
     match runtime.block_on(ensure(&root, defaults::UP_READY, Backoff::default(), why)) {
         Ok(report) => {
+            // What it did (a start, a stray stopped) or could not do; not what simply runs.
             for (ok, line) in report {
-                if !ok || line.contains(": started (") {
+                if !ok || !line.contains(": running (pid ") {
                     eprintln!("rollgate: {line}");
                 }
             }

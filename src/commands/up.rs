@@ -185,6 +185,6 @@ async fn supervise(
 /// Whether a live release runs without a keeper, or is not running with none holding it (its
 /// keeper let it go while a run held the root, or was killed).
 fn needs_a_pass(root: &Root) -> bool {
-    let kept = crate::host::keeper::kept(&root.0, false);
+    let kept = crate::host::keeper::kept(&root.0, false).releases;
     supervise::live_set(root).is_ok_and(|set| set.iter().any(|live| !kept.contains(&live.identity)))
 }

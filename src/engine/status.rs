@@ -320,7 +320,9 @@ fn live_status(
             .flatten(),
         own_user: !crate::host::account::can_switch_user(),
         image: p.launch.image_of(&root.release_dir(&p.version)),
-        kept: crate::host::keeper::kept(&root.0, false).contains(&p.identity()),
+        kept: crate::host::keeper::kept(&root.0, false)
+            .releases
+            .contains(&p.identity()),
         restarts: crate::host::journal::restarts_since(&root.log_path(), &p.version, p.promoted_at)
             .unwrap_or_default(),
     })

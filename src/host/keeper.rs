@@ -370,21 +370,43 @@ impl Registration {
     /// Says that the release it keeps is now `release` (started again). Written while the root
     /// is locked, as [`kept`] is read.
     pub fn keeps(&mut self, release: Identity) -> std::io::Result<()> {
+        self.write(&format!("{} {}\n", release.pid, release.start_time))
+    }
+
+    /// Says, before it starts its release again, the token the new process will carry: a keeper
+    /// killed between that start and its record leaves a process that [`kept`] names, so the
+    /// next pass stops it instead of letting a second copy run.
+    pub fn starting(&mut self, release: Identity, token: &str) -> std::io::Result<()> {
+        self.write(&format!(
+            "{} {}\nstarting {token}\n",
+            release.pid, release.start_time
+        ))
+    }
+
+    fn write(&mut self, text: &str) -> std::io::Result<()> {
         use std::io::Seek;
         self.file.set_len(0)?;
         self.file.rewind()?;
-        writeln!(self.file, "{} {}", release.pid, release.start_time)?;
+        self.file.write_all(text.as_bytes())?;
         Ok(())
     }
 }
 
+/// What the keepers' entries under a root say: the releases running keepers keep, and the
+/// tokens of restarts that keepers which are gone began (a process may carry one).
+#[derive(Debug, Default)]
+pub struct Keepers {
+    pub releases: Vec<Identity>,
+    pub abandoned: Vec<String>,
+}
+
 /// The releases a running keeper keeps under `root`. With `tidy` (the root locked), the
-/// entries of keepers that are gone are removed.
-pub fn kept(root: &Path, tidy: bool) -> Vec<Identity> {
+/// entries of keepers that are gone are removed, and the restarts they had begun are returned.
+pub fn kept(root: &Path, tidy: bool) -> Keepers {
+    let mut kept = Keepers::default();
     let Ok(entries) = std::fs::read_dir(root.join(KEEPERS_DIR)) else {
-        return Vec::new();
+        return kept;
     };
-    let mut kept = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let Ok(file) = std::fs::File::open(&path) else {
@@ -392,8 +414,16 @@ pub fn kept(root: &Path, tidy: bool) -> Vec<Identity> {
         };
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
             // Nobody holds it: its keeper is gone.
-            Ok(_) => {
+            Ok(mut file) => {
                 if tidy {
+                    let mut text = String::new();
+                    let _ = file.read_to_string(&mut text);
+                    kept.abandoned.extend(
+                        text.lines()
+                            .filter_map(|l| l.strip_prefix("starting "))
+                            .filter(|t| super::names::check_name("token", t).is_ok())
+                            .map(str::to_string),
+                    );
                     let _ = std::fs::remove_file(&path);
                 }
             }
@@ -402,7 +432,7 @@ pub fn kept(root: &Path, tidy: bool) -> Vec<Identity> {
                 let _ = file.read_to_string(&mut text);
                 let mut words = text.split_whitespace().map(|w| w.parse::<u64>());
                 if let (Some(Ok(pid)), Some(Ok(start_time))) = (words.next(), words.next()) {
-                    kept.push(Identity {
+                    kept.releases.push(Identity {
                         pid: pid as i32,
                         start_time,
                     });

@@ -245,3 +245,45 @@ fn crash_loop_restarts_0_leaves_a_crashing_release_to_its_restarts() {
     );
     assert_eq!(site.pointer().unwrap()["version"], "v2");
 }
+
+/// Issue 68, 6: a keeper killed (SIGKILL) at any moment of a restart — before it takes the
+/// root, with the new process started but not yet recorded, after — leaves, once the next
+/// command has run, one process of the release, the one `current` names, kept once: never two
+/// copies, never one kept by nobody.
+#[test]
+fn a_keeper_killed_at_any_moment_of_a_restart_leaves_one_kept_copy_after_up() {
+    let site = Site::new();
+    site.release("v1", "");
+    let port = free_port();
+    assert_eq!(
+        site.deploy(port, "v1", &["--watch-ms", "0"]).status.code(),
+        Some(0)
+    );
+    for round in 0..12u64 {
+        let live = site.live_pid().unwrap();
+        let keepers = site.keepers();
+        assert_eq!(keepers.len(), 1, "round {round}: {keepers:?}");
+        send_signal(live, 9);
+        // A restart takes a few tens of ms: each round cuts it at another moment.
+        std::thread::sleep(Duration::from_millis(round * 5));
+        send_signal(keepers[0], 9);
+        assert!(wait_for(5, || !alive(keepers[0]) || is_zombie(keepers[0])));
+        let out = rollgate_in(&site, &["up"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {round}: {}",
+            stderr(&out)
+        );
+        let named = site.live_pid().unwrap();
+        assert!(
+            wait_for(10, || site.processes() == vec![named]
+                && site.keepers().len() == 1),
+            "round {round}: processes {:?} (current names {named}), keepers {:?}; up said {}",
+            site.processes(),
+            site.keepers(),
+            stdout(&out)
+        );
+        assert_eq!(version_on(port).as_deref(), Some("v1"), "round {round}");
+    }
+}
