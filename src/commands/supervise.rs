@@ -177,12 +177,12 @@ pub(crate) fn launch(
             .as_ref()
             .map(|s| (s.address(), live.launch.probe.watchdog())),
         secrets: &crate::host::config::secrets_dir(&root.0),
-        // The policy is not at hand here: the defaults bound the restarted release's output.
-        rotation: crate::host::output::Rotation::default(),
+        // As its deploy bounded it (the launch record keeps the policy's).
+        rotation: live.launch.rotation(),
         listen: held.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         record: &live.launch,
         root: &root.0,
-        grace: crate::defaults::GRACE,
+        grace: live.launch.grace(),
     };
     let cannot = |e: std::io::Error| format!("cannot start {}: {e}", executable.display());
     let (child, identity) = match spawn {

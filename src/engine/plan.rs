@@ -110,6 +110,11 @@ pub fn resolve_with_watch(
         cpu_pct: isolation.and_then(|i| i.cpu_pct),
         nofile: isolation.and_then(|i| i.nofile),
     };
+    let grace = first_of(
+        grace_arg,
+        policy.and_then(|p| p.stop_grace_ms),
+        defaults::GRACE,
+    );
     let launch = LaunchRecord {
         probe,
         listen,
@@ -125,6 +130,8 @@ pub fn resolve_with_watch(
         crash_loop: crate::host::launch::CrashLoop::from_policy(
             policy.and_then(|p| p.crash_loop.as_ref()),
         )?,
+        output: (output != crate::host::output::Rotation::default()).then_some(output),
+        grace_ms: (grace != defaults::GRACE).then_some(grace.as_millis() as u64),
     };
     Ok(Settings {
         launch,
@@ -133,11 +140,7 @@ pub fn resolve_with_watch(
         deadline,
         poll: policy.map_or(defaults::POLL, |p| Duration::from_millis(p.poll_ms)),
         on_stall: policy.map_or(OnStall::Rollback, |p| p.on_stall),
-        grace: first_of(
-            grace_arg,
-            policy.and_then(|p| p.stop_grace_ms),
-            defaults::GRACE,
-        ),
+        grace,
         drain: first_of(
             drain_arg,
             policy.and_then(|p| p.drain_timeout_ms),
@@ -341,6 +344,40 @@ pub(super) mod tests {
             (s.deadline, s.poll, s.on_stall),
             (defaults::DEADLINE, defaults::POLL, OnStall::Rollback)
         );
+    }
+
+    /// What a keeper starts the release again with is what its deploy started it with: the
+    /// launch record carries the grace, the output bounds and the crash-loop rule.
+    #[test]
+    fn the_launch_record_keeps_the_grace_the_output_bounds_and_the_crash_loop_rule() {
+        let mut p = policy(4000, OnStall::Rollback);
+        p.output_keep = Some(2);
+        p.crash_loop = Some(crate::policy::CrashLoopPolicy {
+            restarts: Some(0),
+            within_ms: None,
+        });
+        let s = resolve(Some(900), Some(2500), None, Some(&p)).unwrap();
+        assert_eq!(s.launch.grace(), Duration::from_millis(2500));
+        assert_eq!(s.launch.rotation().keep, 2);
+        assert_eq!(s.launch.crash_loop.restarts, 0);
+        let plain = resolve(None, None, None, None).unwrap();
+        assert_eq!(plain.launch.grace(), defaults::GRACE);
+        assert_eq!(
+            plain.launch.rotation(),
+            crate::host::output::Rotation::default()
+        );
+        assert_eq!(
+            plain.launch.crash_loop.restarts,
+            defaults::CRASH_LOOP_RESTARTS
+        );
+        p.crash_loop = Some(crate::policy::CrashLoopPolicy {
+            restarts: None,
+            within_ms: Some(10),
+        });
+        assert!(resolve(None, None, None, Some(&p))
+            .unwrap_err()
+            .to_string()
+            .contains("crash_loop.within_ms is 10"));
     }
 
     #[test]

@@ -47,6 +47,14 @@ pub struct LaunchRecord {
     /// defaults when absent.
     #[serde(default, skip_serializing_if = "CrashLoop::is_default")]
     pub crash_loop: CrashLoop,
+    /// How its output file is bounded (policy `output_max_bytes`, `output_keep`); none: the
+    /// defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<super::output::Rotation>,
+    /// How long a stop waits after SIGTERM (policy `stop_grace_ms`, `--grace-ms`); none: the
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
 }
 
 /// A live release that exits `restarts` times within `within_ms` of its switch is rolled back
@@ -127,6 +135,17 @@ impl LaunchRecord {
                 .flatten()
                 .map(|image| image.image)
         })
+    }
+
+    /// How its output is bounded when it is started again (the policy's, else the defaults).
+    pub fn rotation(&self) -> super::output::Rotation {
+        self.output.unwrap_or_default()
+    }
+
+    /// How long a stop of it waits after SIGTERM.
+    pub fn grace(&self) -> std::time::Duration {
+        self.grace_ms
+            .map_or(crate::defaults::GRACE, std::time::Duration::from_millis)
     }
 
     /// Whether a process started from `other` would run as another user than one started from

@@ -1055,6 +1055,43 @@ fn an_image_release_is_stopped_started_and_restarted_like_a_process_release() {
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
 }
 
+/// Issue 68, 1, for an image release: its container killed through the engine ends its
+/// supervisor as it ended, and the supervisor's keeper starts it again: a new container answers,
+/// and the restart is logged with how the one before ended.
+#[test]
+fn an_image_release_whose_container_dies_is_started_again_by_its_keeper() {
+    let site = Site::new();
+    let out = add_image(&site, "v1", &sample_image(&[]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = deploy(&site, "v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(only_containers_of(&site, "v1", 1));
+    let first = containers_of(site.root())[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let killed = docker(&["kill", &first]);
+    assert!(killed.status.success(), "{}", stderr(&killed));
+    assert!(
+        wait_for(60, || {
+            let now = containers_of(site.root());
+            now.len() == 1 && now[0]["ID"] != first.as_str()
+        }),
+        "{:?}",
+        site.events()
+    );
+    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    assert!(wait_for(30, || version_on(port).as_deref() == Some("v1")));
+    assert_eq!(
+        count_events(&site, "restarted", "v1"),
+        1,
+        "{:?}",
+        site.events()
+    );
+    site.stop_service();
+    assert!(wait_for(30, || containers_of(site.root()).is_empty()));
+}
+
 /// Issue 68, 5, for an image release: `run` runs the command in a container of the image, as
 /// the service's user with its state folder, its output on rollgate's, its exit status
 /// rollgate's, and no container left behind.
