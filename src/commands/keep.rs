@@ -184,11 +184,22 @@ impl Keeper {
             false => Duration::from_secs(3600),
         };
         let mut look = tokio::time::interval(every);
+        // Whether its root still exists, looked at now and then.
+        let mut gone = tokio::time::interval(ROOT_LOOK);
+        gone.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let status = tokio::select! {
                 // Asked to stop: the release keeps running (`up` gives it a keeper again).
                 _ = self.terminate.recv() => return std::process::ExitCode::SUCCESS,
                 status = watched.end() => status,
+                _ = gone.tick() => {
+                    if self.root.0.is_dir() {
+                        continue;
+                    }
+                    // Its root was removed: nothing can name, stop or start it any more.
+                    process::stop_group(self.release, defaults::GRACE).await;
+                    return std::process::ExitCode::SUCCESS;
+                }
                 _ = look.tick() => {
                     notes.look(&self.root, self.release, &self.spec.record.probe).await;
                     continue;
@@ -403,6 +414,8 @@ impl Keeper {
     }
 }
 
+/// How often a keeper looks whether its root still exists.
+const ROOT_LOOK: Duration = Duration::from_secs(5);
 /// How often a keeper reads what its release said (a watchdog missed).
 const LOOK: Duration = Duration::from_millis(200);
 /// How long a hung release gets between SIGTERM and SIGKILL.

@@ -549,6 +549,18 @@ mod tests {
         assert_eq!(r.settings.ports, (9101, 9110));
         assert_eq!(r.settings.output.max_bytes, 1_048_576);
         assert_eq!(r.settings.output.keep, 2);
+        // The launch record (flattened into the run's settings) keeps them too, under names of
+        // its own: the run's state reads back (it once failed on a duplicate `grace_ms`).
+        let graced = crate::policy::RolloutSettings {
+            stop_grace_ms: Some(2500),
+            ..policy.clone()
+        };
+        let r = resolve(&Args::default(), Some(&graced), None, &[]).unwrap();
+        let text = serde_json::to_string(&r.settings).unwrap();
+        let back: super::super::state::Settings = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.launch.rotation().keep, 2);
+        assert_eq!(back.launch.grace(), Duration::from_millis(2500));
+        assert_eq!(back.grace_ms, 2500);
         let r = resolve(&args("9001-9020"), Some(&policy), None, &[]).unwrap();
         assert_eq!(r.settings.ports, (9001, 9020));
         let bad = crate::policy::RolloutSettings {

@@ -49,11 +49,21 @@ pub struct LaunchRecord {
     pub crash_loop: CrashLoop,
     /// How its output file is bounded (policy `output_max_bytes`, `output_keep`); none: the
     /// defaults.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (Named apart from a run's own `output`: the record is flattened into the run's settings.)
+    #[serde(
+        default,
+        rename = "output_bounds",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub output: Option<super::output::Rotation>,
     /// How long a stop waits after SIGTERM (policy `stop_grace_ms`, `--grace-ms`); none: the
     /// default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (Named apart from a run's own `grace_ms`, as `output` is.)
+    #[serde(
+        default,
+        rename = "stop_grace_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub grace_ms: Option<u64>,
 }
 

@@ -113,6 +113,34 @@ fn root_section(section: &Section, actions: bool) -> String {
     html
 }
 
+/// Whether its keeper runs, and its restarts since it went live, as `status` says them.
+fn kept(live: &super::page_model::LiveView) -> String {
+    let Some(kept) = live.kept else {
+        return String::new();
+    };
+    let r = &live.restarts;
+    let restarts = match (r.count, r.last_at) {
+        (0, _) | (_, None) => "none since it went live".to_string(),
+        (n, Some(at)) => format!(
+            "{n} since it went live (last at {}: {})",
+            super::time::format_time(at),
+            r.last_ended
+                .as_deref()
+                .unwrap_or("not running at `rollgate up`")
+        ),
+    };
+    format!(
+        "<p class=\"kept\">restarts: {} · <span class=\"{}\">{}</span></p>",
+        escape(&restarts),
+        if kept { "good" } else { "bad" },
+        if kept {
+            "kept (started again if it exits)"
+        } else {
+            "NOT kept: nothing starts it again if it exits"
+        }
+    )
+}
+
 fn live(state: &RootView) -> String {
     let mut html = String::from("<h3>Live release</h3>");
     if let Some(stopped) = &state.stopped {
@@ -149,6 +177,9 @@ fn live(state: &RootView) -> String {
             if confined { "good" } else { "bad" },
             escape(&words)
         ));
+    }
+    if let Some(live) = &state.live {
+        html.push_str(&kept(live));
     }
     if let Some(replicas) = &state.replicas {
         html.push_str("<table class=\"replicas\"><tr><th>slot</th><th>version</th><th>port</th><th>pid</th><th>up for</th><th>answering</th><th>class</th></tr>");

@@ -129,6 +129,18 @@ pub struct LiveView {
     pub own_user: bool,
     pub tree: Option<String>,
     pub limits: super::confinement::Limits,
+    /// Its keeper runs (absent from an older console's API: nothing said).
+    pub kept: Option<bool>,
+    pub restarts: RestartsView,
+}
+
+/// How often the live release was started again since it went live.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RestartsView {
+    pub count: u32,
+    pub last_at: Option<f64>,
+    pub last_ended: Option<String>,
 }
 
 /// One replica of the pool.

@@ -209,6 +209,22 @@ fn promote_finishes_an_escalated_deploy_and_read_only_shows_no_button() {
             browser.text()
         );
     }
+    // Issue 68: kept, and a restart shown with how the process before it ended.
+    assert!(
+        wait_for(20, || browser
+            .text()
+            .contains("restarts: none since it went live · kept")),
+        "{}",
+        browser.text()
+    );
+    send_signal(site.live_pid().unwrap(), 9);
+    assert!(
+        wait_for(20, || browser
+            .text()
+            .contains(": signal: 9 (SIGKILL)) · kept")),
+        "{}",
+        browser.text()
+    );
     browser.screenshot("console-promoted");
 }
 

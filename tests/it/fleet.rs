@@ -174,6 +174,8 @@ impl Drop for Fleet {
                     None => value["pid"].as_i64().into_iter().collect(),
                 }
             };
+            // Their keepers first, or they would start them again.
+            kill_keepers_in(&self.root(host));
             for pid in named("current").into_iter().chain(named("replicas.json")) {
                 send_signal(-(pid as i32), 9);
             }

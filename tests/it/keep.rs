@@ -287,3 +287,22 @@ fn a_keeper_killed_at_any_moment_of_a_restart_leaves_one_kept_copy_after_up() {
         assert_eq!(version_on(port).as_deref(), Some("v1"), "round {round}");
     }
 }
+
+/// A keeper whose root was removed stops its release and goes: nothing could name, stop or
+/// start that release any more (and a test's temporary root leaves nothing running).
+#[test]
+fn a_keeper_whose_root_is_removed_stops_its_release_and_goes() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(
+        site.deploy(free_port(), "v1", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let live = site.live_pid().unwrap();
+    let keeper = site.keepers()[0];
+    std::fs::remove_dir_all(site.root()).unwrap();
+    let gone = |pid: i32| !alive(pid) || is_zombie(pid);
+    assert!(wait_for(30, || gone(live) && gone(keeper)));
+}

@@ -276,7 +276,10 @@ impl Site {
 
     /// Every live process whose folder is in the root: releases and keepers.
     fn of_root(&self) -> Vec<i32> {
-        let root = std::fs::canonicalize(self.root()).unwrap();
+        // A root a test removed has nothing left to look for.
+        let Ok(root) = std::fs::canonicalize(self.root()) else {
+            return Vec::new();
+        };
         std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
@@ -286,6 +289,25 @@ impl Site {
                     && !is_zombie(*pid)
             })
             .collect()
+    }
+}
+
+/// Kills (SIGKILL) the keepers of the root at `root`, found by their entries under
+/// `.keepers/` (a root a `Site` does not own: a fleet's hosts).
+pub fn kill_keepers_in(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root.join(".keepers")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        {
+            if is_keeper(pid) {
+                unsafe { libc_kill(pid, 9) };
+            }
+        }
     }
 }
 
