@@ -10,7 +10,7 @@
 //! the release's pid back. The state names the *release* (its pid and start time), never the
 //! keeper: stopping, probing and confining are as they were.
 //!
-//! What the keeper does when its release ends is the command layer's (`commands::supervise`):
+//! What the keeper does when its release ends is the command layer's (`commands::keep`):
 //! a release the state names as live, while no run holds the root, is started again; any other
 //! end (a candidate that failed its gate, a retired or stopped release, an end while a run holds
 //! the root and so owns its processes) makes the keeper exit *as its release did* — the same
@@ -218,15 +218,12 @@ pub fn start(
 /// Starts a keeper for a live release that runs without one (its keeper was killed, or an
 /// older rollgate started it): it watches the release and restarts it as any keeper does.
 pub fn adopt(spec: &Spec) -> std::io::Result<()> {
-    let (mut child, report) = spawn_keeper(spec, None)?;
+    // Not this command's to wait for: the runtime reaps it if it ends while this one runs.
+    let (_keeper, report) = spawn_keeper(spec, None)?;
     let mut said = String::new();
     read_report(report, &mut said)?;
     match said.trim() {
-        "adopted" => {
-            // Reaped by the runtime once it ends; it is not this command's to wait for.
-            drop(child.stdin.take());
-            Ok(())
-        }
+        "adopted" => Ok(()),
         _ => Err(bad_report(&said)),
     }
 }
