@@ -101,13 +101,13 @@ pub fn keep_main() -> std::process::ExitCode {
 }
 
 async fn keep(spec: Spec) -> std::process::ExitCode {
-    // A terminal's or a session's end is not the release's.
-    for ignored in [libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
-        // SAFETY: setting a signal's disposition to ignore.
-        unsafe {
-            libc::signal(ignored, libc::SIG_IGN);
-        }
-    }
+    // A terminal's or a session's end is not the release's: caught and left unread, not
+    // ignored, so the release (whose exec resets caught signals) gets them as it would anywhere.
+    use tokio::signal::unix::{signal, SignalKind};
+    let _caught = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    );
     let root = Root(spec.root.clone());
     let (watched, release) = match spec.adopt {
         Some(who) => {

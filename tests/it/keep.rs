@@ -306,3 +306,32 @@ fn a_keeper_whose_root_is_removed_stops_its_release_and_goes() {
     let gone = |pid: i32| !alive(pid) || is_zombie(pid);
     assert!(wait_for(30, || gone(live) && gone(keeper)));
 }
+
+/// The keeper hands its release no ignored signal: SIGHUP and SIGINT reach a release as they
+/// would anywhere (the keeper catches them for itself; an exec resets what is caught).
+#[test]
+fn a_kept_release_is_started_ignoring_no_signal() {
+    let site = Site::new();
+    let bin = crate::common::bin();
+    site.script(
+        "v1",
+        &format!(
+            "grep SigIgn /proc/self/status\nexec '{}' sample-service\n",
+            bin.display()
+        ),
+    );
+    assert_eq!(
+        site.deploy(free_port(), "v1", &["--watch-ms", "0"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let said = std::fs::read_to_string(site.root().join("releases/v1/edge-svc.output")).unwrap();
+    let mask = said
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .expect("the release said its ignored signals");
+    // Bit 0 is SIGHUP, bit 1 SIGINT.
+    assert_eq!(mask & 0b11, 0, "{said}");
+}
