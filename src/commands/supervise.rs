@@ -331,17 +331,17 @@ pub(crate) async fn restart(
 /// Every live release under `root` kept, the caller holding the lock: one running without a
 /// keeper is given one; one not running is started again through a keeper (what it left
 /// behind stopped first, so no second copy ever serves beside it), unless `dead` says to leave
-/// one whose keeper gave up on it. A line per release (whether it runs).
+/// one whose keeper gave up on it. A line per release, and one per stray stopped.
 pub(crate) async fn ensure(
     root: &Root,
     ready: Duration,
     backoff: Backoff,
     dead: Dead<'_>,
-) -> Result<Vec<(bool, String)>, Error> {
+) -> Result<Vec<Found>, Error> {
     let mut report = Vec::new();
     let kept = keeper::kept(&root.0, true);
     for stray in stop_strays(root, &kept).await {
-        report.push((true, stray));
+        report.push(Found::Done(stray));
     }
     let kept = kept.releases;
     for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {
@@ -354,30 +354,28 @@ pub(crate) async fn ensure(
                     &live.launch,
                     backoff,
                 )) {
-                    report.push((
-                        false,
-                        format!(
-                            "{}: running (pid {}) but not kept: {e}",
-                            live.name(),
-                            live.identity.pid
-                        ),
-                    ));
+                    report.push(Found::Failed(format!(
+                        "{}: running (pid {}) but not kept: {e}",
+                        live.name(),
+                        live.identity.pid
+                    )));
                     continue;
                 }
             }
-            report.push((
-                true,
-                format!("{}: running (pid {})", live.name(), live.identity.pid),
-            ));
+            report.push(Found::Unchanged(format!(
+                "{}: running (pid {})",
+                live.name(),
+                live.identity.pid
+            )));
             continue;
         }
         let why = match dead {
             Dead::Restart(why) => why,
             Dead::Unkept(_) if kept.contains(&live.identity) => {
-                report.push((
-                    false,
-                    format!("{}: not running (its keeper gave up on it)", live.name()),
-                ));
+                report.push(Found::Failed(format!(
+                    "{}: not running (its keeper gave up on it)",
+                    live.name()
+                )));
                 continue;
             }
             Dead::Unkept(why) => why,
@@ -395,10 +393,12 @@ pub(crate) async fn ensure(
         )
         .await
         {
-            Ok(started) => {
-                report.push((true, format!("{}: started ({})", live.name(), started.how)))
-            }
-            Err(e) => report.push((false, format!("{}: NOT started: {e}", live.name()))),
+            Ok(started) => report.push(Found::Done(format!(
+                "{}: started ({})",
+                live.name(),
+                started.how
+            ))),
+            Err(e) => report.push(Found::Failed(format!("{}: NOT started: {e}", live.name()))),
         }
     }
     Ok(report)
@@ -470,13 +470,34 @@ pub(crate) fn after_a_run(root: &std::path::Path) {
     match runtime.block_on(ensure(&root, defaults::UP_READY, Backoff::default(), why)) {
         Ok(report) => {
             // What it did (a start, a stray stopped) or could not do; not what simply runs.
-            for (ok, line) in report {
-                if !ok || !line.contains(": running (pid ") {
-                    eprintln!("rollgate: {line}");
-                }
+            for found in report.iter().filter(|f| !matches!(f, Found::Unchanged(_))) {
+                eprintln!("rollgate: {}", found.text());
             }
         }
         Err(e) => eprintln!("rollgate: {e}"),
+    }
+}
+
+/// One line of [`ensure`]'s report.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Found {
+    /// Nothing to do: running and kept (or, for `up`, stopped on purpose).
+    Unchanged(String),
+    /// Started, given a keeper, or a stray stopped.
+    Done(String),
+    /// Could not be started or kept.
+    Failed(String),
+}
+
+impl Found {
+    pub(crate) fn ok(&self) -> bool {
+        !matches!(self, Found::Failed(_))
+    }
+
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Found::Unchanged(text) | Found::Done(text) | Found::Failed(text) => text,
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::host::lock;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 
-use super::supervise::{self, Dead};
+use super::supervise::{self, Dead, Found};
 
 /// How often `--supervise` looks for a live release without a keeper.
 const SUPERVISE_POLL: Duration = Duration::from_millis(500);
@@ -48,7 +48,7 @@ pub fn up(options: Options) -> Result<String, Error> {
         let (mut said, mut all_ok) = (String::new(), true);
         for root in &roots {
             let report = once(root, &options).await?;
-            all_ok &= report.iter().all(|(ok, _)| *ok);
+            all_ok &= report.iter().all(Found::ok);
             said.push_str(&lines(root, &report, roots.len() > 1));
         }
         if !options.supervise {
@@ -85,7 +85,7 @@ pub fn up(options: Options) -> Result<String, Error> {
 }
 
 /// A root's lines; with several roots, under the root's name.
-fn lines(root: &Root, report: &[(bool, String)], several: bool) -> String {
+fn lines(root: &Root, report: &[Found], several: bool) -> String {
     let mut out = match several {
         true => format!("{}:\n", root.0.display()),
         false => String::new(),
@@ -93,28 +93,25 @@ fn lines(root: &Root, report: &[(bool, String)], several: bool) -> String {
     if report.is_empty() {
         out.push_str("nothing is live under this root\n");
     }
-    for (_, line) in report {
-        out.push_str(&format!("{line}\n"));
+    for found in report {
+        out.push_str(&format!("{}\n", found.text()));
     }
     out
 }
 
 /// One pass under the lock: finish what a dead deployer left, then start what is not running
-/// and keep what runs. A line per release, and whether each runs.
-async fn once(root: &Root, options: &Options) -> Result<Vec<(bool, String)>, Error> {
+/// and keep what runs. A line per release.
+async fn once(root: &Root, options: &Options) -> Result<Vec<Found>, Error> {
     let _lock = lock::acquire(&root.lock_path())?;
     engine::recover_leaving_escalated(root).await?;
     // A service a person stopped is left stopped (a boot included).
     if let Some(stopped) = crate::host::stopped::read(&root.0)? {
-        return Ok(vec![(
-            true,
-            format!(
-                "{}: {}; `rollgate start {}` starts it",
-                stopped.service,
-                stopped.words(),
-                stopped.service
-            ),
-        )]);
+        return Ok(vec![Found::Unchanged(format!(
+            "{}: {}; `rollgate start {}` starts it",
+            stopped.service,
+            stopped.words(),
+            stopped.service
+        ))]);
     }
     supervise::ensure(
         root,
@@ -173,8 +170,8 @@ async fn supervise(
         let why = Dead::Unkept("rollgate up --supervise");
         match supervise::ensure(root, options.ready, options.backoff(), why).await {
             Ok(report) => {
-                for (_, line) in report.iter().filter(|(ok, _)| !ok) {
-                    eprintln!("rollgate up: {line}");
+                for failed in report.iter().filter(|f| !f.ok()) {
+                    eprintln!("rollgate up: {}", failed.text());
                 }
             }
             Err(e) => eprintln!("rollgate up: {e}"),

@@ -256,20 +256,14 @@ fn spawn_keeper(
         .stderr(Stdio::null())
         // The crash tests' fault (engine::fault) is the starting command's, never its keeper's.
         .env_remove("ROLLGATE_FAULT");
-    // SAFETY: close, setsid, fcntl and dup2 are system calls; nothing of the parent is touched.
+    // SAFETY: close, setsid and `place_in_child` are system calls; nothing of the parent is
+    // touched.
     unsafe {
         command.pre_exec(move || {
             super::lock::close_held_in_child();
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             if let Some(fd) = listen {
-                let first = super::listen::FIRST_FD;
-                if fd == first {
-                    let flags = nix::fcntl::FdFlag::empty();
-                    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
-                        .map_err(std::io::Error::from)?;
-                } else if libc::dup2(fd, first) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                super::listen::place_in_child(fd)?;
             }
             Ok(())
         });

@@ -30,6 +30,21 @@ use super::fault::Fault;
 
 /// The fd a release finds its socket on (`SD_LISTEN_FDS_START`).
 pub const FIRST_FD: RawFd = 3;
+/// In a child between fork and exec: the held socket `fd` put at [`FIRST_FD`] and left open
+/// across the exec. Whatever was at fd 3 was close-on-exec (rollgate opens everything so), so
+/// putting the socket there loses nothing; only fcntl and dup2, which a child may call there.
+pub fn place_in_child(fd: RawFd) -> std::io::Result<()> {
+    if fd == FIRST_FD {
+        let flags = nix::fcntl::FdFlag::empty();
+        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
+            .map_err(std::io::Error::from)?;
+    // SAFETY: dup2 takes two integers.
+    } else if unsafe { libc::dup2(fd, FIRST_FD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The socket's name in `LISTEN_FDNAMES`.
 pub const FD_NAME: &str = "http";
 /// Where the root's holder answers.

@@ -299,20 +299,10 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     if let Some(fd) = verdict_fd {
         command.arg("--verdict-fd").arg(fd.to_string());
     }
-    // In the child, last: the held socket at fd 3. Whatever was there was close-on-exec
-    // (rollgate opens everything so), so putting the socket there loses nothing the release
-    // would have had; dup2 and fcntl are system calls.
+    // In the child, last: the held socket at fd 3.
     confinement.install(&mut command, move || {
         if let Some(fd) = listen {
-            let first = super::listen::FIRST_FD;
-            if fd == first {
-                let flags = nix::fcntl::FdFlag::empty();
-                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
-                    .map_err(std::io::Error::from)?;
-            // SAFETY: dup2 takes two integers.
-            } else if unsafe { libc::dup2(fd, first) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            super::listen::place_in_child(fd)?;
         }
         if let Some(fd) = verdict_fd {
             let flags = nix::fcntl::FdFlag::empty();

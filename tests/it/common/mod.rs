@@ -313,8 +313,7 @@ pub fn kill_keepers_in(root: &Path) {
 
 /// Whether `pid` is a keeper: rollgate's own `keep` command.
 pub fn is_keeper(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).nth(1) == Some(b"keep".as_slice()))
+    rollgate::host::identity::is_keeper(&pid.to_string())
 }
 
 impl Site {
