@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::standby::{self, Standby};
 use super::supervise::{launch, live_set, log, restart_token, said_last, Live, Spawn};
 use crate::defaults;
 use crate::engine;
@@ -155,6 +156,8 @@ async fn keep(spec: Spec) -> std::process::ExitCode {
         attempt: 0,
         since_switch: Vec::new(),
         rollback_tried: None,
+        standby: None,
+        wants_standby: None,
     };
     keeper.run(watched).await
 }
@@ -172,11 +175,44 @@ struct Keeper {
     since_switch: Vec<String>,
     /// A crash-loop rollback that could not happen, and why (not tried again).
     rollback_tried: Option<String>,
+    /// The release live before this one, running beside it through its crash-loop window.
+    standby: Option<Standby>,
+    /// A standby to start once the release runs again, with the end of its window.
+    wants_standby: Option<tokio::time::Instant>,
+}
+
+/// What befalls a standby: it ends (stopped by someone, or on its own), or its window does.
+enum StandbyEvent {
+    Ended(Option<std::process::ExitStatus>),
+    WindowOver,
+}
+
+/// The next thing to befall `standby`; never, when there is none.
+async fn next_for(standby: &mut Option<Standby>) -> StandbyEvent {
+    match standby {
+        Some(standby) => tokio::select! {
+            status = standby.launched.child.wait() => StandbyEvent::Ended(status.ok()),
+            _ = tokio::time::sleep_until(standby.until) => StandbyEvent::WindowOver,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 impl Keeper {
+    /// Keeps the release (and its standby, while it has one); ends as [`Keeper::keep_watching`]
+    /// does, with no standby left running.
+    async fn run(mut self, watched: Watched) -> std::process::ExitCode {
+        let code = self.keep_watching(watched).await;
+        if let Some(standby) = self.standby.take() {
+            // Not under the lock (whoever asked this keeper to go may hold it): its entry in
+            // `current` is retired by the next pass, which finds its token left behind.
+            process::stop_group(standby.live.identity, defaults::GRACE).await;
+        }
+        code
+    }
+
     /// Watches the release until it ends, then starts it again or lets it go (ending so).
-    async fn run(mut self, mut watched: Watched) -> std::process::ExitCode {
+    async fn keep_watching(&mut self, mut watched: Watched) -> std::process::ExitCode {
         let mut notes = Notes::default();
         // Only a notify-probed release has anything to read: the others cost no wake-ups.
         let every = match self.spec.record.probe.is_notify() {
@@ -204,6 +240,10 @@ impl Keeper {
                     notes.look(&self.root, self.release, &self.spec.record.probe).await;
                     continue;
                 }
+                event = next_for(&mut self.standby) => {
+                    self.after_standby(event).await;
+                    continue;
+                }
             };
             if notes.notifier.is_some() {
                 // What it said just before it exited (STOPPING=1) may still be queued.
@@ -224,7 +264,89 @@ impl Keeper {
                 Ok(child) => Watched::Child(child),
                 Err(code) => return code,
             };
+            if let Some(until) = self.wants_standby.take() {
+                self.bring_standby(until).await;
+            }
         }
+    }
+
+    /// Starts the release live before this one as its standby (see `commands::standby`); why
+    /// not, logged, when it cannot be.
+    async fn bring_standby(&mut self, until: tokio::time::Instant) {
+        let Some(live) = keeps_it(&self.root, self.release) else {
+            return;
+        };
+        self.attempt += 1;
+        let token = restart_token(self.attempt);
+        if let Some(registration) = self.registration.as_mut() {
+            let _ = registration.standby(Some(&token));
+        }
+        match standby::bring(&self.root, &live, self.attempt, until).await {
+            Ok(standby) => self.standby = Some(standby),
+            Err(why) => {
+                if let Some(registration) = self.registration.as_mut() {
+                    let _ = registration.standby(None);
+                }
+                let detail = format!(
+                    "no standby for {} through its crash-loop window: {why}",
+                    live.name()
+                );
+                log(&self.root, &live, LogEvent::Standby, None, None, detail);
+            }
+        }
+    }
+
+    /// Its standby ended or its window did: retired (out of `current`, stopped, logged).
+    async fn after_standby(&mut self, event: StandbyEvent) {
+        let why = match &event {
+            StandbyEvent::WindowOver => format!(
+                "the crash-loop window of {} ended",
+                self.standby
+                    .as_ref()
+                    .map_or("", |s| s.live.service.as_str())
+            ),
+            StandbyEvent::Ended(status) => format!(
+                "it ended ({})",
+                status.map_or("its status unknown".into(), |s| s.to_string())
+            ),
+        };
+        let lock = lock::acquire(&self.root.lock_path());
+        if let (StandbyEvent::WindowOver, Err(_), Some(standby)) =
+            (&event, &lock, self.standby.as_mut())
+        {
+            // A run holds the root (and retires the standby itself): looked at again soon.
+            standby.until = tokio::time::Instant::now() + Duration::from_secs(1);
+            return;
+        }
+        let Some(standby) = self.standby.take() else {
+            return;
+        };
+        if lock.is_ok() {
+            let _ = engine::retire_standby(&self.root, &why).await;
+        }
+        // Whatever `current` says now, this keeper's standby does not outlive its window.
+        process::stop_group(standby.live.identity, defaults::GRACE).await;
+        if let Some(registration) = self.registration.as_mut() {
+            let _ = registration.standby(None);
+        }
+    }
+
+    /// This keeper keeps its standby from now on: made live in its release's place.
+    fn keep_the_standby(&mut self, standby: Standby) -> tokio::process::Child {
+        self.release = standby.live.identity;
+        if let Some(registration) = self.registration.as_mut() {
+            let _ = registration.standby(None);
+            let _ = registration.keeps(self.release);
+        }
+        self.spec.record = standby.live.launch.clone();
+        self.crashes = Crashes {
+            in_a_row: 0,
+            last_start: Instant::now(),
+            next_allowed: None,
+        };
+        self.since_switch.clear();
+        self.rollback_tried = None;
+        standby.launched.child
     }
 
     /// After the release ended: started again (its new process, to watch), or let go (the
@@ -255,8 +377,17 @@ impl Keeper {
                     self.release.pid
                 ),
                 false if self.rollback_tried.is_none() && self.crash_loop(&live, &words) => {
+                    let because = self.because();
+                    if let Some(standby) = self.standby.take() {
+                        // Ready beside it already: made live with no start and no port to find.
+                        match standby::make_live(&root, &live, &standby, &because) {
+                            Ok(()) => return Ok(self.keep_the_standby(standby)),
+                            // Left for its window's end (or the rollback's run) to retire.
+                            Err(_) => self.standby = Some(standby),
+                        }
+                    }
                     drop(lock);
-                    match self.roll_back(&live, status).await {
+                    match self.roll_back(&live, status, &because).await {
                         Ok(code) => return Err(code),
                         // Not rolled back (nothing to go back to): started again as any exit.
                         Err(why) => self.rollback_tried = Some(why),
@@ -348,7 +479,23 @@ impl Keeper {
             return false;
         }
         self.since_switch.push(words.to_string());
+        if self.since_switch.len() == 1 && rule.restarts >= 2 && self.standby.is_none() {
+            let left = rule.within_ms as f64 / 1000.0 - since;
+            self.wants_standby =
+                Some(tokio::time::Instant::now() + Duration::from_secs_f64(left.max(0.0)));
+        }
         self.since_switch.len() >= rule.restarts as usize
+    }
+
+    /// Why the crash loop is rolled back: its exits since the switch.
+    fn because(&self) -> String {
+        let pointer = self.root.read_pointer().ok().flatten();
+        let since = pointer.map_or(0.0, |p| journal::now() - p.promoted_at);
+        format!(
+            "a crash loop: it exited {} times within {since:.1} s of its switch ({})",
+            self.since_switch.len(),
+            self.since_switch.join("; ")
+        )
     }
 
     /// Rolls the crash-looping release back to the one live before it: `rollgate rollback`,
@@ -358,17 +505,11 @@ impl Keeper {
         &mut self,
         live: &Live,
         status: Option<std::process::ExitStatus>,
+        because: &str,
     ) -> Result<std::process::ExitCode, String> {
-        let pointer = self.root.read_pointer().ok().flatten();
-        let since = pointer.map_or(0.0, |p| journal::now() - p.promoted_at);
-        let because = format!(
-            "a crash loop: it exited {} times within {since:.1} s of its switch ({})",
-            self.since_switch.len(),
-            self.since_switch.join("; ")
-        );
         let mut command = tokio::process::Command::new("/proc/self/exe");
         command
-            .args(["rollback", &live.service, "--because", &because, "--root"])
+            .args(["rollback", &live.service, "--because", because, "--root"])
             .arg(&self.root.0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

@@ -22,6 +22,7 @@ pub mod rollback;
 pub mod rollout;
 pub mod run;
 pub mod secret;
+pub(crate) mod standby;
 pub mod status;
 pub mod stop;
 pub mod supervise;

@@ -49,6 +49,11 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
         let maintenance = put_in_maintenance(&root, &record)?;
         let grace = stop_grace(&root);
         let mut said = Vec::new();
+        // A standby through a crash-loop window is the service's too.
+        if let Some(words) = crate::engine::retire_standby(&root, "the service was stopped").await?
+        {
+            said.push(words);
+        }
         for live in set.iter().filter(|l| l.identity.is_running()) {
             let drained =
                 crate::proxy::control::request(&root.0, live.port, Duration::from_secs(30)).await;

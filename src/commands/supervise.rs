@@ -103,6 +103,8 @@ pub(crate) enum Spawn {
 pub(crate) struct Started {
     pub(crate) identity: Identity,
     pub(crate) how: String,
+    /// It passed its probe (else it is running, not known to be ready).
+    pub(crate) ready: bool,
 }
 
 /// Starts the release and waits until it passes its own probe (the one its gate used), or it
@@ -219,11 +221,11 @@ pub(crate) fn launch(
 impl Launched {
     /// Waits until it passes its probe (how it went, in words), or it exits (the error), or
     /// `ready` passes (it is left running: it is the live release, ready or not).
-    async fn ready(mut self, root: &Root, ready: Duration) -> Result<Started, String> {
+    async fn ready(&mut self, root: &Root, ready: Duration) -> Result<Started, String> {
         let pid = self.identity.pid;
         let deadline = tokio::time::Instant::now() + ready;
         let mut last = String::from("no probe yet");
-        let how = loop {
+        let (how, passed) = loop {
             tokio::select! {
                 status = self.child.wait() => {
                     let status = process::ended_words(status, Some(&self.identity));
@@ -231,15 +233,15 @@ impl Launched {
                     return Err(format!("exited with {status} before it was ready{tail}"));
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    break format!("pid {pid}, not ready after {} ms (last probe: {last})", ready.as_millis());
+                    break (format!("pid {pid}, not ready after {} ms (last probe: {last})", ready.as_millis()), false);
                 }
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {
                     let (passed, probe) = self.subject.check().await;
                     if passed {
-                        break format!("pid {pid}, ready ({probe})");
+                        break (format!("pid {pid}, ready ({probe})"), true);
                     }
                     if probe.is_fatal() {
-                        break format!("pid {pid}, not ready: {probe}");
+                        break (format!("pid {pid}, not ready: {probe}"), false);
                     }
                     last = probe.to_string();
                 }
@@ -248,7 +250,20 @@ impl Launched {
         Ok(Started {
             identity: self.identity,
             how,
+            ready: passed,
         })
+    }
+}
+
+impl Launched {
+    /// [`Launched::ready`] for a process that must pass its probe within `within`: one that
+    /// does not is an error (and left running: the caller stops it).
+    pub(crate) async fn passes(&mut self, root: &Root, within: Duration) -> Result<Started, Error> {
+        match self.ready(root, within).await {
+            Ok(started) if started.ready => Ok(started),
+            Ok(started) => Err(Error::Failed(started.how)),
+            Err(e) => Err(Error::Failed(e)),
+        }
     }
 }
 
@@ -342,6 +357,22 @@ pub(crate) async fn ensure(
     let kept = keeper::kept(&root.0, true);
     for stray in stop_strays(root, &kept).await {
         report.push(Found::Done(stray));
+    }
+    if !kept.abandoned_standbys.is_empty() {
+        // A standby outlives its keeper only until here: nobody would retire it at its window's
+        // end, nor make it live.
+        // Not one made live since (its keeper killed right after the switch): it is kept below.
+        let (live, _) = named(root);
+        for token in &kept.abandoned_standbys {
+            for who in process::find_by_token(token) {
+                if !live.contains(&who) {
+                    process::stop_group(who, defaults::GRACE).await;
+                }
+            }
+        }
+        if let Some(words) = engine::retire_standby(root, "its keeper is gone").await? {
+            report.push(Found::Done(words));
+        }
     }
     let kept = kept.releases;
     for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {

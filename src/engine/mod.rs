@@ -42,6 +42,7 @@ mod rollout_voice;
 mod run;
 mod runtime;
 pub mod settings;
+mod standby;
 mod start;
 mod state;
 pub mod status;
@@ -56,6 +57,7 @@ pub use recover::record_restart;
 pub(crate) use recover::recover_leaving_escalated;
 pub use run::WATCHER_OUTPUT;
 pub use runtime::runtime;
+pub use standby::retire_standby;
 pub use start::{
     beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, PortChoice, Start,
 };

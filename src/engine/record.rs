@@ -250,6 +250,8 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
             version: kept.version.clone(),
             port: kept.port,
             pid: kept.pid,
+            start_time: kept.start_time,
+            standby: false,
         });
     let mut pointer = Pointer {
         promoted_at: journal::now(),

@@ -143,6 +143,13 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
                 start.root.0.display()
             )));
         }
+        // A crash-looping release's standby is the run's to replace: retired before the plan
+        // (its port free again, its process named by nothing the run writes).
+        super::standby::retire_standby(
+            &start.root,
+            &format!("a run of {} {} began", start.service, start.version),
+        )
+        .await?;
         let mut prepared = match &start.plan {
             Plan::Deploy { port, settings, .. } => {
                 let port = port.decide(&start.root)?;

@@ -80,6 +80,10 @@ events! {
     Stopped => "stopped",
     /// `rollgate start`: the stopped service's live release serves again.
     Started => "started",
+    /// A crash-looping release's keeper started the release live before it beside it, as the
+    /// proxy's fallback through the crash-loop window; or that standby was retired (the
+    /// window ended, a run began, the service was stopped) — the detail says which.
+    Standby => "standby",
 }
 
 /// Written as its name, the one `as_str` gives.

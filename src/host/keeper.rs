@@ -332,9 +332,12 @@ pub fn report(line: &str) {
 }
 
 /// A keeper's entry under `ROOT/.keepers/`: locked for as long as the keeper runs, naming the
-/// release it keeps now.
+/// release it keeps now, and the token of its standby while it has one (written before the
+/// standby starts: a keeper gone leaves a standby the next pass retires).
 pub struct Registration {
     file: nix::fcntl::Flock<std::fs::File>,
+    release: Identity,
+    standby: Option<String>,
 }
 
 impl Registration {
@@ -353,7 +356,11 @@ impl Registration {
             .open(&path)?;
         let file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
             .map_err(|(_, e)| std::io::Error::from(e))?;
-        let mut registration = Registration { file };
+        let mut registration = Registration {
+            file,
+            release,
+            standby: None,
+        };
         registration.keeps(release)?;
         Ok(registration)
     }
@@ -361,21 +368,33 @@ impl Registration {
     /// Says that the release it keeps is now `release` (started again). Written while the root
     /// is locked, as [`kept`] is read.
     pub fn keeps(&mut self, release: Identity) -> std::io::Result<()> {
-        self.write(&format!("{} {}\n", release.pid, release.start_time))
+        self.release = release;
+        self.write(None)
     }
 
     /// Says, before it starts its release again, the token the new process will carry: a keeper
     /// killed between that start and its record leaves a process that [`kept`] names, so the
     /// next pass stops it instead of letting a second copy run.
     pub fn starting(&mut self, release: Identity, token: &str) -> std::io::Result<()> {
-        self.write(&format!(
-            "{} {}\nstarting {token}\n",
-            release.pid, release.start_time
-        ))
+        self.release = release;
+        self.write(Some(token))
     }
 
-    fn write(&mut self, text: &str) -> std::io::Result<()> {
+    /// Says the token of its standby (before it starts), or that it has none any more.
+    pub fn standby(&mut self, token: Option<&str>) -> std::io::Result<()> {
+        self.standby = token.map(str::to_string);
+        self.write(None)
+    }
+
+    fn write(&mut self, starting: Option<&str>) -> std::io::Result<()> {
         use std::io::Seek;
+        let mut text = format!("{} {}\n", self.release.pid, self.release.start_time);
+        if let Some(token) = starting {
+            text.push_str(&format!("starting {token}\n"));
+        }
+        if let Some(token) = &self.standby {
+            text.push_str(&format!("standby {token}\n"));
+        }
         self.file.set_len(0)?;
         self.file.rewind()?;
         self.file.write_all(text.as_bytes())?;
@@ -389,6 +408,8 @@ impl Registration {
 pub struct Keepers {
     pub releases: Vec<Identity>,
     pub abandoned: Vec<String>,
+    /// The tokens of standbys whose keepers are gone: the next pass retires them.
+    pub abandoned_standbys: Vec<String>,
 }
 
 /// The releases a running keeper keeps under `root`. With `tidy` (the root locked), the
@@ -409,12 +430,15 @@ pub fn kept(root: &Path, tidy: bool) -> Keepers {
                 if tidy {
                     let mut text = String::new();
                     let _ = file.read_to_string(&mut text);
-                    kept.abandoned.extend(
+                    let tokens = |prefix: &str| -> Vec<String> {
                         text.lines()
-                            .filter_map(|l| l.strip_prefix("starting "))
+                            .filter_map(|l| l.strip_prefix(prefix))
                             .filter(|t| super::names::check_name("token", t).is_ok())
-                            .map(str::to_string),
-                    );
+                            .map(str::to_string)
+                            .collect()
+                    };
+                    kept.abandoned.extend(tokens("starting "));
+                    kept.abandoned_standbys.extend(tokens("standby "));
                     let _ = std::fs::remove_file(&path);
                 }
             }

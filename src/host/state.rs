@@ -53,6 +53,24 @@ pub struct Fallback {
     pub version: String,
     pub port: u16,
     pub pid: i32,
+    /// Its start time (`/proc/PID/stat`), so that a stop never signals a pid reused since
+    /// (0 in pointers written before it was recorded).
+    #[serde(default)]
+    pub start_time: u64,
+    /// Not a run's: the release live before this one, started again beside it by its keeper
+    /// when it began to crash within its crash-loop window (`commands::standby`). Retired at the
+    /// window's end, by the next run, or made live if the crash loop is rolled back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
+}
+
+impl Fallback {
+    pub fn identity(&self) -> Identity {
+        Identity {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
 }
 
 impl Pointer {

@@ -168,8 +168,11 @@ fn policy_with(site: &Site, crash_loop: &str) -> String {
 /// while after every start (the deploy has exited 0), is rolled back on its own to the release
 /// before it once it has exited `crash_loop.restarts` times (3 by default) — its `rolled_back`
 /// line naming the exits and its keeper as what ended it — instead of being restarted for ever.
+/// Through the proxy under load, only its first crash fails requests: from then on the release
+/// before it runs beside it as the proxy's fallback (its standby), and is what is made live.
 #[test]
 fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
+    use crate::common::http::{Load, Proxy};
     let site = Site::new();
     site.release("v1", "");
     site.release("v2", "--exit-after-ms 2500 --exit-code 4");
@@ -181,6 +184,11 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
             .code(),
         Some(0)
     );
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::start(proxy.port, 4, Duration::from_millis(5));
+    // Unix time and the load's clock side by side, to place the log's lines among the answers.
+    let (clock, unix) = (std::time::Instant::now(), unix_now());
+    let at = |ts: f64| clock + Duration::from_secs_f64((ts - unix).max(0.0));
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
     assert!(
@@ -189,9 +197,11 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
         "{:?}",
         site.events()
     );
-    let line = site
-        .log_lines()
-        .into_iter()
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = load.finish();
+    let lines = site.log_lines();
+    let line = lines
+        .iter()
         .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
         .unwrap();
     let detail = line["detail"].as_str().unwrap();
@@ -204,17 +214,178 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
         line["exposure"]["ended_by"], "its keeper (a crash loop after its switch)",
         "{line}"
     );
-    // Restarted twice before that, each exit said; v1 answers, and nothing of v2 is left.
+    // Restarted twice before that, each exit said.
     assert_eq!(
         count_events(&site, "restarted", "v2"),
         2,
         "{:?}",
         site.events()
     );
-    let port = site.pointer().unwrap()["port"].as_u64().unwrap() as u16;
+    // The standby: v1 on the port it was last live on, ready after the first crash; made live
+    // (the very process: not started a second time).
+    let standby = lines
+        .iter()
+        .find(|l| l["event"] == "standby" && l["version"] == "v1")
+        .unwrap_or_else(|| panic!("no standby line: {:?}", site.events()));
+    assert_eq!(standby["port"], first, "{standby}");
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["pid"], standby["pid"], "{pointer} {standby}");
+    assert_eq!(pointer["port"], first);
+    assert!(pointer.get("fallback").is_none(), "{pointer}");
+    let promoted = lines
+        .iter()
+        .rfind(|l| l["event"] == "promoted" && l["version"] == "v1")
+        .unwrap();
+    assert!(
+        promoted["detail"]
+            .as_str()
+            .unwrap()
+            .contains("made live again from its standby"),
+        "{promoted}"
+    );
+    // Failures through the proxy: only before the standby was ready (the first crash's).
+    let ready_at = at(standby["ts"].as_f64().unwrap());
+    let failed: Vec<_> = seen
+        .iter()
+        .filter(|(status, _, _)| *status != 200)
+        .collect();
+    let late: Vec<_> = failed.iter().filter(|(_, _, t)| *t > ready_at).collect();
+    assert!(
+        late.is_empty(),
+        "{} of {} failed after the standby was ready (of {} failed in all): {:?}",
+        late.len(),
+        seen.len(),
+        failed.len(),
+        late.iter()
+            .take(5)
+            .map(|(s, b, _)| (s, b))
+            .collect::<Vec<_>>()
+    );
+    assert!(seen.iter().any(|(_, body, _)| body == "v2"));
+    assert!(seen
+        .iter()
+        .any(|(_, body, t)| body == "v1" && *t > ready_at));
+    let port = pointer["port"].as_u64().unwrap() as u16;
     assert_eq!(version_on(port).as_deref(), Some("v1"));
     assert!(wait_for(10, || site.processes().len() == 1
         && site.keepers().len() == 1));
+}
+
+/// A standby lasts the crash-loop window: a release that exits once within it gets the release
+/// before it beside it, retired when the window ends (nothing of it left, `current` with no
+/// fallback); an exit past the window brings no new standby.
+#[test]
+fn a_standby_is_retired_when_the_crash_loop_window_ends() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+    let policy = policy_with(
+        &site,
+        r#", "crash_loop": {"restarts": 3, "within_ms": 4000}"#,
+    );
+    let first = free_port();
+    assert_eq!(
+        site.deploy(first, "v1", &["--policy", &policy])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    assert!(
+        wait_for(20, || site
+            .pointer()
+            .is_some_and(|p| p["fallback"]["standby"] == true)),
+        "{:?}",
+        site.events()
+    );
+    assert_eq!(version_on(first).as_deref(), Some("v1"));
+    assert!(
+        wait_for(20, || site.log_lines().iter().any(|l| l["event"]
+            == "standby"
+            && l["detail"]
+                .as_str()
+                .unwrap()
+                .contains("retired: the crash-loop window"))),
+        "{:?}",
+        site.events()
+    );
+    assert!(site.pointer().unwrap().get("fallback").is_none());
+    assert_eq!(version_on(first), None);
+    // Past the window: restarted as any exit, never rolled back, no second standby.
+    assert!(wait_for(20, || count_events(&site, "restarted", "v2") >= 2));
+    assert_eq!(count_events(&site, "rolled_back", "v2"), 0);
+    let standbys = count_events(&site, "standby", "v1");
+    assert_eq!(standbys, 2, "{:?}", site.events());
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+}
+
+/// A standby whose keeper is killed is retired by the next command (`up`), and one that is
+/// running when a deploy begins is retired by it: never a release process named by nothing.
+#[test]
+fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+    site.release("v3", "");
+    let policy = policy_with(
+        &site,
+        r#", "crash_loop": {"restarts": 10, "within_ms": 120000}"#,
+    );
+    let first = free_port();
+    assert_eq!(
+        site.deploy(first, "v1", &["--policy", &policy])
+            .status
+            .code(),
+        Some(0)
+    );
+    let second = free_port();
+    let out = site.deploy(second, "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    let standby_pid = || {
+        site.pointer()
+            .and_then(|p| p["fallback"]["standby"].as_bool().filter(|b| *b).map(|_| p))
+            .map(|p| p["fallback"]["pid"].as_i64().unwrap() as i32)
+    };
+    assert!(
+        wait_for(20, || standby_pid().is_some()),
+        "{:?}",
+        site.events()
+    );
+    let standby = standby_pid().unwrap();
+    site.kill_keepers();
+    let out = rollgate_in(&site, &["up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("retired: its keeper is gone"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(wait_for(10, || !alive(standby) || is_zombie(standby)));
+    assert!(site.pointer().unwrap().get("fallback").is_none());
+
+    // Its new keeper brings a standby again at the next exit; a deploy retires it.
+    assert!(
+        wait_for(20, || standby_pid().is_some_and(|pid| pid != standby)),
+        "{:?}",
+        site.events()
+    );
+    let standby = standby_pid().unwrap();
+    let out = site.deploy(free_port(), "v3", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!alive(standby) || is_zombie(standby));
+    assert!(
+        site.log_lines().iter().any(|l| l["event"] == "standby"
+            && l["detail"]
+                .as_str()
+                .unwrap()
+                .contains("retired: a run of edge-svc v3 began")),
+        "{:?}",
+        site.events()
+    );
+    assert!(wait_for(10, || site.processes().len() == 1
+        && site.keepers().len() == 1));
+    assert_eq!(site.pointer().unwrap()["version"], "v3");
 }
 
 /// `crash_loop = { restarts = 0 }` turns it off: the same release is restarted, never rolled back.
@@ -334,4 +505,12 @@ fn a_kept_release_is_started_ignoring_no_signal() {
         .expect("the release said its ignored signals");
     // Bit 0 is SIGHUP, bit 1 SIGINT.
     assert_eq!(mask & 0b11, 0, "{said}");
+}
+
+/// Now in Unix seconds, as the log's `ts`.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }

@@ -457,6 +457,7 @@ const FRONT_DOOR: &[&str] = &[
     "saved_run",
     "runtime",
     "record_restart",
+    "retire_standby",
     "record_rolled_back_in_production",
     "recover_leaving_escalated",
     "fault_point",
