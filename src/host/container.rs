@@ -795,6 +795,8 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
         Some((program, args)) => (Some(vec![program.clone()]), Some(args.to_vec())),
         None => (None, None),
     };
+    // A one-off command (`rollgate run`) reads what is typed, in a terminal when there is one.
+    let one_off = !spec.command.is_empty();
     bollard::models::ContainerCreateBody {
         image: Some(spec.image.clone()),
         entrypoint,
@@ -803,6 +805,10 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
         env: Some(env),
         labels: Some(labels),
         host_config: Some(host),
+        open_stdin: one_off.then_some(true),
+        attach_stdin: one_off.then_some(true),
+        stdin_once: one_off.then_some(true),
+        tty: (one_off && super::attach::stdin_is_a_terminal()).then_some(true),
         ..Default::default()
     }
 }
@@ -813,18 +819,57 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
+    let one_off = !spec.command.is_empty();
+    // A one-off is attached before it starts (nothing it says or reads first is lost), its
+    // stdin fed from this one, this terminal raw while it runs (restored when this returns).
+    let mut _raw = None;
+    let mut output = match one_off {
+        true => {
+            let attached = docker
+                .attach_container(
+                    id,
+                    Some(bollard::query_parameters::AttachContainerOptions {
+                        stdin: true,
+                        stdout: true,
+                        stderr: true,
+                        stream: true,
+                        ..Default::default()
+                    }),
+                )
+                .await
+                .map_err(|e| {
+                    std::io::Error::other(format!("cannot attach to {}: {e}", spec.name))
+                })?;
+            super::attach::feed(attached.input);
+            attached.output
+        }
+        false => Box::pin(docker.logs(
+            id,
+            Some(bollard::query_parameters::LogsOptions {
+                follow: true,
+                stdout: true,
+                stderr: true,
+                ..Default::default()
+            }),
+        )),
+    };
     docker.start_container(id, None).await.map_err(|e| {
         std::io::Error::other(format!("the engine could not start {}: {e}", spec.name))
     })?;
-    let mut output = docker.logs(
-        id,
-        Some(bollard::query_parameters::LogsOptions {
-            follow: true,
-            stdout: true,
-            stderr: true,
-            ..Default::default()
-        }),
-    );
+    if one_off && super::attach::stdin_is_a_terminal() {
+        _raw = Some(super::attach::RawTerminal::when_a_terminal());
+        if let Some((rows, columns)) = super::attach::size() {
+            let _ = docker
+                .resize_container_tty(
+                    id,
+                    bollard::query_parameters::ResizeContainerTTYOptions {
+                        h: i32::from(rows),
+                        w: i32::from(columns),
+                    },
+                )
+                .await;
+        }
+    }
     // Written as it comes (blocking writes to the output file's pump: this process does
     // nothing else meanwhile).
     let copy = async {

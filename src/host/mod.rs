@@ -5,6 +5,7 @@
 //! the `use crate::...` lines of every layer to keep it that way.
 
 pub mod account;
+pub mod attach;
 pub mod cgroup;
 pub mod config;
 pub mod confine;

@@ -1123,6 +1123,57 @@ fn run_runs_a_one_off_command_in_a_container_of_the_image() {
         stdout(&out).trim(),
         format!("{uid} {}", site.root().join("data").display())
     );
+    // What is piped in reaches the command inside (and its end ends the command's stdin).
+    let mut child = std::process::Command::new(crate::common::bin())
+        .args(["run", "edge-svc", "--root"])
+        .arg(site.root())
+        .args([
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import sys; print(sys.stdin.read().upper(), end='')",
+        ])
+        .env("DOCKER_HOST", docker_host())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"typed in\nand more\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "TYPED IN\nAND MORE\n");
+    // On a terminal (util-linux `script`, 97 columns): the command gets a terminal of its own,
+    // of the same size.
+    let quoted: Vec<String> = [
+        crate::common::bin().display().to_string(),
+        "run".into(),
+        "edge-svc".into(),
+        "--root".into(),
+        site.root().display().to_string(),
+        "--".into(),
+        "/usr/bin/python3".into(),
+        "-c".into(),
+        "import os; print('tty', os.isatty(0), os.get_terminal_size().columns)".into(),
+    ]
+    .iter()
+    .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+    .collect();
+    let out = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("stty cols 97 rows 40; {}", quoted.join(" ")),
+            "/dev/null",
+        ])
+        .env("DOCKER_HOST", docker_host())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("tty True 97"), "{:?}", stdout(&out));
     // Only the release's own container is left.
     assert!(only_containers_of(&site, "v1", 1));
     site.stop_service();
