@@ -377,7 +377,7 @@ impl Keeper {
                     self.release.pid
                 ),
                 false if self.rollback_tried.is_none() && self.crash_loop(&live, &words) => {
-                    let because = self.because();
+                    let because = self.because(&live);
                     if let Some(standby) = self.standby.take() {
                         // Ready beside it already: made live with no start and no port to find.
                         match standby::make_live(&root, &live, &standby, &because) {
@@ -463,23 +463,24 @@ impl Keeper {
     }
 
     /// Whether this exit (how it ended: `words`) makes a crash loop caused by the deploy: the
-    /// policy's `crash_loop.restarts` exits within `within_ms` of the switch. A replica set is
-    /// not judged so yet (its rollback is a rollout).
+    /// policy's `crash_loop.restarts` exits within `within_ms` of its switch — of `current`'s
+    /// for a single release, of the end of the rollout that placed it for a replica.
     fn crash_loop(&mut self, live: &Live, words: &str) -> bool {
         let rule = live.launch.crash_loop;
-        let Ok(Some(pointer)) = self.root.read_pointer() else {
-            return false;
-        };
-        if rule.restarts == 0 || live.slot.is_some() || !pointer.names(self.release) {
+        if rule.restarts == 0 {
             return false;
         }
-        let since = journal::now() - pointer.promoted_at;
+        let Some(switched_at) = self.switched_at(live) else {
+            return false;
+        };
+        let since = journal::now() - switched_at;
         if since * 1000.0 > rule.within_ms as f64 {
             self.since_switch.clear();
             return false;
         }
         self.since_switch.push(words.to_string());
-        if self.since_switch.len() == 1 && rule.restarts >= 2 && self.standby.is_none() {
+        let first = self.since_switch.len() == 1;
+        if first && live.slot.is_none() && rule.restarts >= 2 && self.standby.is_none() {
             let left = rule.within_ms as f64 / 1000.0 - since;
             self.wants_standby =
                 Some(tokio::time::Instant::now() + Duration::from_secs_f64(left.max(0.0)));
@@ -487,10 +488,30 @@ impl Keeper {
         self.since_switch.len() >= rule.restarts as usize
     }
 
+    /// When the release this keeper keeps went live: `current`'s switch to it; for a replica,
+    /// the end of its place in the completed rollout that moved the set to its version from
+    /// another (one there is something to go back to). None: not a switch to judge.
+    fn switched_at(&self, live: &Live) -> Option<f64> {
+        let Some(slot) = live.slot else {
+            return self
+                .root
+                .read_pointer()
+                .ok()
+                .flatten()
+                .filter(|p| p.names(self.release))
+                .map(|p| p.promoted_at);
+        };
+        let run = engine::saved_run(&self.root).ok().flatten()?;
+        let moved = run.phase == engine::Phase::Completed
+            && run.to == live.version
+            && run.from.as_ref().is_some_and(|from| *from != live.version);
+        moved.then_some(())?;
+        run.slots.iter().find(|s| s.slot == slot)?.finished
+    }
+
     /// Why the crash loop is rolled back: its exits since the switch.
-    fn because(&self) -> String {
-        let pointer = self.root.read_pointer().ok().flatten();
-        let since = pointer.map_or(0.0, |p| journal::now() - p.promoted_at);
+    fn because(&self, live: &Live) -> String {
+        let since = self.switched_at(live).map_or(0.0, |at| journal::now() - at);
         format!(
             "a crash loop: it exited {} times within {since:.1} s of its switch ({})",
             self.since_switch.len(),

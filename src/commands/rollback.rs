@@ -34,6 +34,37 @@ pub fn replica_target(
     Ok(Some((current.to_string(), earlier.version)))
 }
 
+/// A replica root rolled back to the release live before `current` by a rollout (`request`).
+/// When rollgate does it on its own (`because`: a replica's crash loop), `current` is then
+/// recorded as rolled back in production, with what users had of it since its rollout ended,
+/// as a single release's rollback records it.
+pub fn rollback_replicas(
+    request: super::rollout::Request,
+    current: &str,
+    because: Option<String>,
+) -> Result<Outcome, Error> {
+    let root = Root::existing(request.root.clone())?;
+    let switched_at = crate::engine::saved_run(&root)?
+        .filter(|run| run.to == current)
+        .and_then(|run| run.slots.iter().filter_map(|s| s.finished).reduce(f64::max))
+        .unwrap_or_else(crate::host::journal::now);
+    let (service, earlier) = (request.service.clone(), request.version.clone());
+    let outcome = super::rollout::rollout(request)?;
+    if let (true, Some(because)) = (outcome.went_live(), because) {
+        if let Err(e) = crate::engine::record_rolled_back_in_production(
+            &root,
+            &service,
+            current,
+            switched_at,
+            &earlier,
+            Some(&because),
+        ) {
+            eprintln!("rollgate: {earlier} is live again, but {e}");
+        }
+    }
+    Ok(outcome)
+}
+
 /// What `rollgate rollback` was asked.
 #[derive(Debug, Clone)]
 pub struct RollbackRequest {

@@ -99,7 +99,9 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
             ..Default::default()
         },
     };
-    Ok(ended(rollout::rollout(request)?))
+    Ok(ended(rollback::rollback_replicas(
+        request, &current, because,
+    )?))
 }
 
 /// `rollgate rollout ...`: the outcome on stdout, exit 0/1/3 as the outcome says, 2 refused.

@@ -388,6 +388,80 @@ fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
     assert_eq!(site.pointer().unwrap()["version"], "v3");
 }
 
+/// A replica set is judged so too: replicas that pass their gates and the rollout's soak, then
+/// exit a while after every start, are rolled back on their own — by a rollout to the version
+/// before, through the gate — once one of them has exited `crash_loop.restarts` times; the log's
+/// `rolled_back` names the exits and the keeper.
+#[test]
+fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "--exit-after-ms 4000 --exit-code 4");
+    let policy = policy_with(&site, "");
+    let first = port_block(10);
+    let ports = format!("{first}-{}", first + 9);
+    let rollout = |version: &str| {
+        rollgate_in(
+            &site,
+            &[
+                "rollout",
+                "edge-svc",
+                version,
+                "--replicas",
+                "2",
+                "--ports",
+                &ports,
+                "--deadline-ms",
+                "20000",
+                "--policy",
+                &policy,
+            ],
+        )
+    };
+    let out = rollout("v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = rollout("v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let versions = || {
+        let text = std::fs::read_to_string(site.root().join("replicas.json")).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|set| {
+                set["replicas"].as_array().map(|all| {
+                    all.iter()
+                        .map(|r| r["version"].as_str().unwrap_or("").to_string())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(versions(), vec!["v2", "v2"]);
+    assert!(
+        wait_for(60, || count_events(&site, "rolled_back", "v2") == 1
+            && versions() == vec!["v1", "v1"]),
+        "{:?} {:?}",
+        versions(),
+        site.events()
+    );
+    let line = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
+        .unwrap();
+    let detail = line["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("a crash loop: it exited 3 times within ")
+            && detail.matches("exit status: 4").count() == 3,
+        "{detail}"
+    );
+    assert_eq!(
+        line["exposure"]["ended_by"], "its keeper (a crash loop after its switch)",
+        "{line}"
+    );
+    assert!(wait_for(20, || site.processes().len() == 2
+        && site.keepers().len() == 2));
+}
+
 /// `crash_loop = { restarts = 0 }` turns it off: the same release is restarted, never rolled back.
 #[test]
 fn crash_loop_restarts_0_leaves_a_crashing_release_to_its_restarts() {
