@@ -81,6 +81,15 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
                 ),
             ));
             rows.push(("restarts".into(), restarts(p)));
+            if let Some(standby) = &p.standby {
+                rows.push((
+                    "standby".into(),
+                    format!(
+                        "{} on port {} (pid {}): the release before it, beside it through its crash-loop window; the proxy sends it what {} refuses",
+                        standby.version, standby.port, standby.pid, p.version
+                    ),
+                ));
+            }
             rows.push(("confined".into(), confinement(p)));
             if let Some(image) = &p.image {
                 rows.push(("image".into(), image.clone()));

@@ -104,6 +104,10 @@ pub struct LiveStatus {
     pub kept: bool,
     /// How often it was started again since it went live, and how it last ended.
     pub restarts: crate::host::journal::Restarts,
+    /// The release live before it, running beside it through its crash-loop window as the
+    /// proxy's fallback (see `engine::retire_standby`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby: Option<crate::host::state::Fallback>,
 }
 
 /// A single deploy in flight.
@@ -325,6 +329,7 @@ fn live_status(
             .contains(&p.identity()),
         restarts: crate::host::journal::restarts_since(&root.log_path(), &p.version, p.promoted_at)
             .unwrap_or_default(),
+        standby: p.fallback.clone().filter(|f| f.standby),
     })
 }
 

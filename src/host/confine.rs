@@ -115,6 +115,8 @@ impl Confinement {
         let confined = self.confined;
         let entry = self.entry.take();
         let mut fence = self.fence.take();
+        // The process that forks (this one, whose pid the closure keeps).
+        let starter = std::process::id();
         // SAFETY: setsid, the cgroup entry's open, write and close, the credential calls and
         // Landlock's prctl and restrict_self are system calls that touch nothing of the parent
         // (the ruleset was built before the fork; its fd is closed after); `also` is held to
@@ -126,6 +128,13 @@ impl Confinement {
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
                 if let Some(entry) = &entry {
                     entry.enter();
+                }
+                // A starter killed before this child was in its tree (where the next pass looks
+                // for what a dead starter began, by its token) would leave it found by nothing,
+                // a second copy beside the one started next: it goes instead. Checked after the
+                // entry, so a starter killed later leaves a child that is found.
+                if nix::unistd::getppid().as_raw() as u32 != starter {
+                    return Err(std::io::Error::other("the process starting it is gone"));
                 }
                 if confined {
                     // Before the privileges go: making a namespace needs them.

@@ -353,6 +353,16 @@ fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
         site.events()
     );
     let standby = standby_pid().unwrap();
+    // Said by status; left alone by `up` while its keeper runs.
+    let status = status_text(&site);
+    assert!(
+        status.contains(&format!("v1 on port {first} (pid {standby})")),
+        "{status}"
+    );
+    let out = rollgate_in(&site, &["up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(standby_pid(), Some(standby));
+    assert!(alive(standby));
     site.kill_keepers();
     let out = rollgate_in(&site, &["up"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
