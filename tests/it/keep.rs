@@ -175,8 +175,16 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     use crate::common::http::{Load, Proxy};
     let site = Site::new();
     site.release("v1", "");
-    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
-    let policy = policy_with(&site, "");
+    site.release("v2", "--exit-after-ms 5000 --exit-code 4");
+    // The issue's numbers: it exits 5 s after each start, after a 2 s watch that it passes.
+    let policy = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 50, "on_stall": "rollback",
+            "max_surge_pct": 100, "max_unavailable_pct": 0, "watch_ms": 2000}}"#,
+    )
+    .display()
+    .to_string();
     let first = free_port();
     assert_eq!(
         site.deploy(first, "v1", &["--policy", &policy])
@@ -192,7 +200,7 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
     assert!(
-        wait_for(40, || count_events(&site, "rolled_back", "v2") == 1
+        wait_for(60, || count_events(&site, "rolled_back", "v2") == 1
             && site.pointer().is_some_and(|p| p["version"] == "v1")),
         "{:?}",
         site.events()
