@@ -214,6 +214,7 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             }
             None => {}
         }
+        release_phase(&start, &prepared, kind).await?;
         match start.plan {
             Plan::Deploy { no_wait, .. } => {
                 run_deploy(&start.root, prepared, no_wait, &mut signals).await
@@ -221,6 +222,49 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             Plan::Rollout { .. } => run_rollout(&start.root, prepared, &mut signals).await,
         }
     })
+}
+
+/// The new version's release phase (its Procfile's `release:`), run once before any of its
+/// processes starts — not when the version deployed is the one live already (a restart) —
+/// confined and bounded as a `pre_deploy` hook is; its failure refuses the run, nothing
+/// started, on the record as a refused `pre_deploy` is.
+async fn release_phase(start: &Start, prepared: &Prepared, kind: &str) -> Result<(), Error> {
+    if prepared.facts.previous_version.as_deref() == Some(start.version.as_str()) {
+        return Ok(());
+    }
+    let folder = start.root.release_dir(&start.version);
+    let Some(command) =
+        release::procfile::Procfile::of_release(&folder)?.and_then(|p| p.release_phase())
+    else {
+        return Ok(());
+    };
+    let hooks = Hooks {
+        release: Some(command),
+        // The policy's `hooks.timeout_ms`, or its default where the policy has no hooks.
+        timeout_ms: match start.hooks.timeout_ms {
+            0 => crate::defaults::HOOK_TIMEOUT.as_millis() as u64,
+            ms => ms,
+        },
+        ..start.hooks.clone()
+    };
+    let isolation = prepared.rollout.settings.isolation();
+    match hooks
+        .run(Hook::Release, &start.root.0, &prepared.facts, &isolation)
+        .await
+    {
+        Some(Ok(ran)) => log_hook(start, prepared, journal::LogEvent::HookRan, ran),
+        Some(Err(e)) => {
+            let refusal = format!("{e}; the {kind} was refused, nothing was started");
+            log_hook(
+                start,
+                prepared,
+                journal::LogEvent::HookFailed,
+                refusal.clone(),
+            )?;
+            Err(refused(refusal))
+        }
+        None => Ok(()),
+    }
 }
 
 /// The deploy's checks under the lock, and its one-replica plan.

@@ -38,6 +38,10 @@ pub struct Hooks {
     pub post_promote: Option<Vec<String>>,
     pub post_rollback: Option<Vec<String>>,
     pub timeout_ms: u64,
+    /// The release phase of the version deployed (`/bin/sh -c` its Procfile's `release:`),
+    /// set by the run that deploys a new version: not the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +49,9 @@ pub enum Hook {
     PreDeploy,
     PostPromote,
     PostRollback,
+    /// The release phase: the release's own `release:` command from its Procfile, run like a
+    /// `pre_deploy` hook but in the new release (see `release::procfile`).
+    Release,
 }
 
 impl Hook {
@@ -53,9 +60,22 @@ impl Hook {
             Hook::PreDeploy => "pre_deploy",
             Hook::PostPromote => "post_promote",
             Hook::PostRollback => "post_rollback",
+            Hook::Release => "release",
         }
     }
 }
+
+/// Whether a `hook_ran`/`hook_failed` line's detail is of a hook run before anything of the
+/// run started (`pre_deploy`, or the release phase): its failure refused the run.
+pub fn ran_before_start(detail: &str) -> bool {
+    detail
+        .strip_prefix("hook ")
+        .is_some_and(|words| words.starts_with(Hook::PreDeploy.name()))
+        || detail.starts_with(RELEASE_PHASE_WORDS)
+}
+
+/// How a release phase's lines begin.
+const RELEASE_PHASE_WORDS: &str = "the release phase";
 
 /// How the service's releases are confined (the policy's `isolation`): its hooks are so too.
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +138,7 @@ impl Hooks {
             post_promote: resolve("post_promote", &policy.post_promote)?,
             post_rollback: resolve("post_rollback", &policy.post_rollback)?,
             timeout_ms,
+            release: None,
         })
     }
 
@@ -126,6 +147,7 @@ impl Hooks {
             Hook::PreDeploy => self.pre_deploy.as_deref(),
             Hook::PostPromote => self.post_promote.as_deref(),
             Hook::PostRollback => self.post_rollback.as_deref(),
+            Hook::Release => self.release.as_deref(),
         }
     }
 
@@ -206,10 +228,17 @@ async fn run_command(
     let (program, args) = command
         .split_first()
         .ok_or_else(|| format!("hooks.{} is empty", hook.name()))?;
-    let (folder, config) = release_context(root, &facts.version)
-        .map_err(|why| format!("hook {} ({program}): {why}", hook.name()))?;
-    let could_not_start =
-        |e: std::io::Error| format!("hook {} ({program}) could not start: {e}", hook.name());
+    // How it is named in what is said of it.
+    let what = match hook {
+        Hook::Release => format!(
+            "{RELEASE_PHASE_WORDS} (`{}`)",
+            super::output::printable(command.last().map_or("", String::as_str))
+        ),
+        _ => format!("hook {} ({program})", hook.name()),
+    };
+    let (folder, config) =
+        release_context(root, &facts.version).map_err(|why| format!("{what}: {why}"))?;
+    let could_not_start = |e: std::io::Error| format!("{what} could not start: {e}");
     // Its release folder as a release's (made readable to the service's user); its own folder
     // (beside the policy file) only read, and left as it is.
     let release: Vec<&Path> = match folder == root {
@@ -311,17 +340,15 @@ async fn run_command(
     let took = started.elapsed().as_millis();
     match outcome {
         Ok((Ok(status), output)) if status.success() => Ok(format!(
-            "hook {} ({program}) exited 0 after {took} ms in {}{}",
-            hook.name(),
+            "{what} exited 0 after {took} ms in {}{}",
             folder.display(),
             quote(&output)
         )),
         Ok((Ok(status), output)) => Err(format!(
-            "hook {} ({program}) failed with {status} after {took} ms{}",
-            hook.name(),
+            "{what} failed with {status} after {took} ms{}",
             quote(&output)
         )),
-        Ok((Err(e), _)) => Err(format!("hook {} ({program}): {e}", hook.name())),
+        Ok((Err(e), _)) => Err(format!("{what}: {e}")),
         Err(()) => {
             // Its leader is still unreaped (the wait is pending), so the group id is ours (the
             // tree, where there is one, was ended above).
@@ -332,8 +359,7 @@ async fn run_command(
                 );
             }
             Err(format!(
-                "hook {} ({program}) did not finish within {} ms and was killed",
-                hook.name(),
+                "{what} did not finish within {} ms and was killed",
                 limit.as_millis()
             ))
         }

@@ -413,15 +413,10 @@ impl Outcome {
 }
 
 impl Outcome {
-    /// A `hook_failed` line of a `pre_deploy` hook: the attempt it ends was refused before
-    /// anything started, and this line is all the log has of it.
+    /// A `hook_failed` line of a `pre_deploy` hook or a release phase: the attempt it ends was
+    /// refused before anything started, and this line is all the log has of it.
     pub fn is_refusal(&self) -> bool {
-        let hook = crate::host::hooks::Hook::PreDeploy.name();
-        self.event == LogEvent::HookFailed
-            && self
-                .detail
-                .strip_prefix("hook ")
-                .is_some_and(|words| words.starts_with(hook))
+        self.event == LogEvent::HookFailed && crate::host::hooks::ran_before_start(&self.detail)
     }
 
     /// The attempt's outcome as `log history` and `release list` name it: the event's name,

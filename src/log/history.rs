@@ -378,8 +378,8 @@ impl Pairing {
             }
             Some(HOOK_RAN | HOOK_FAILED) => {
                 let words = log.detail[i].as_deref().unwrap_or("");
+                let pre_deploy = crate::host::hooks::ran_before_start(words);
                 let words = words.strip_prefix("hook ").unwrap_or(words);
-                let pre_deploy = words.starts_with(crate::host::hooks::Hook::PreDeploy.name());
                 if pre_deploy && event == Some(HOOK_FAILED) {
                     // A refused run: an attempt of its own, its only line this one.
                     let mut attempt = new_attempt(Outcome::Refused);

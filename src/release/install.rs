@@ -179,6 +179,8 @@ fn stage_and_rename(
             request.service
         )));
     }
+    // A Procfile is checked now, line by line, not at its first deploy.
+    super::procfile::Procfile::of_release_shown_as(&tree, &source.join(super::procfile::PROCFILE))?;
     let signed = match request.manifest {
         Some(manifest) => {
             verify_manifest(request, manifest, &tree)?;

@@ -9,6 +9,7 @@
 pub mod install;
 pub mod keys;
 pub mod manifest;
+pub mod procfile;
 pub mod shebang;
 
 use std::io::Read;

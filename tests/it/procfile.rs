@@ -1,0 +1,194 @@
+//! Issue 69, its first step: a release's Procfile. `release add` checks it line by line (a wrong
+//! line, a type twice, a type this rollgate does not run yet: refused, naming the line, nothing
+//! installed); its `release:` line is the release phase — run once per deploy of a new version,
+//! in the new release, confined as the release is, before anything of it starts; its failure
+//! refuses the deploy with nothing changed, as a failing `pre_deploy` hook does.
+
+use crate::common::*;
+
+use std::time::Duration;
+
+fn run(site: &Site, args: &[&str]) -> std::process::Output {
+    rollgate()
+        .args(args)
+        .arg("--root")
+        .arg(site.root())
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap()
+}
+
+/// A release folder outside the root: the sample service as `edge-svc`, and this Procfile.
+fn built(procfile: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let build = tempfile::tempdir().unwrap();
+    let exe = write(
+        build.path(),
+        "edge-svc",
+        &format!(
+            "#!/bin/sh\nexec '{}' sample-service\n",
+            crate::common::bin().display()
+        ),
+    );
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(build.path(), "Procfile", procfile);
+    build
+}
+
+#[test]
+fn release_add_refuses_a_procfile_it_cannot_run_naming_the_line() {
+    let site = Site::new();
+    for (procfile, said) in [
+        (
+            "release: true\nworker python work.py\n",
+            "Procfile:2: expected `TYPE: command`",
+        ),
+        (
+            "release: a\n\nrelease: b\n",
+            "Procfile:3: type `release` again (first on line 1)",
+        ),
+        (
+            "# jobs\nworker: python work.py\n",
+            "Procfile:2: process type `worker`",
+        ),
+        ("web: gunicorn app\n", "Procfile:1: process type `web`"),
+    ] {
+        let build = built(procfile);
+        let out = run(
+            &site,
+            &[
+                "release",
+                "add",
+                "edge-svc",
+                "v1",
+                build.path().to_str().unwrap(),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{procfile}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{procfile}: {}", stderr(&out));
+        assert!(!site.root().join("releases/v1").exists());
+    }
+    let build = built("# migrations first\nrelease: sh migrate.sh\n");
+    let out = run(
+        &site,
+        &[
+            "release",
+            "add",
+            "edge-svc",
+            "v1",
+            build.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// The release phase runs once per new version, in its release, as the service's user, with the
+/// release's config, before its process starts; not again for a restart of the live version. A
+/// failing one refuses the deploy (exit 2) with the release before it live and untouched.
+#[test]
+fn the_release_phase_runs_once_per_new_version_before_it_starts_and_its_failure_changes_nothing() {
+    let site = Site::new();
+    // What it did, where a release may write: its state folder.
+    let migrate = "release: echo \"$ROLLGATE_VERSION $GREETING $(id -u)\" >> \"$STATE_DIRECTORY/migrations\"\n";
+    for version in ["v1", "v2"] {
+        let build = built(migrate);
+        write(build.path(), "env", "GREETING=hello\n");
+        let out = run(
+            &site,
+            &[
+                "release",
+                "add",
+                "edge-svc",
+                version,
+                build.path().to_str().unwrap(),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let migrations =
+        || std::fs::read_to_string(site.root().join("data/migrations")).unwrap_or_default();
+    let out = site.deploy(free_port(), "v1", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let uid = service_uid(&site);
+    assert_eq!(migrations(), format!("v1 hello {uid}\n"));
+    let ran = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "hook_ran")
+        .unwrap();
+    assert!(
+        ran["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the release phase (`echo "),
+        "{ran}"
+    );
+    // Before the candidate: its line comes first.
+    let events = site.events();
+    let phase = events.iter().position(|e| e.0 == "hook_ran").unwrap();
+    let started = events
+        .iter()
+        .position(|e| e.0 == "candidate_started")
+        .unwrap();
+    assert!(phase < started, "{events:?}");
+
+    // A restart of the live version: no release phase.
+    let out = run(
+        &site,
+        &["restart", "edge-svc", "--port", &free_port().to_string()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(migrations().lines().count(), 1);
+
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        migrations().lines().last().unwrap(),
+        format!("v2 hello {uid}")
+    );
+
+    // v3's release phase fails: refused, v2 live as it was, nothing of v3 started.
+    let build = built("release: echo 'no such table: jobs' >&2; exit 3\n");
+    let out = run(
+        &site,
+        &[
+            "release",
+            "add",
+            "edge-svc",
+            "v3",
+            build.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let live = site.pointer().unwrap();
+    let out = site.deploy(free_port(), "v3", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("the release phase (`echo 'no such table: jobs' >&2; exit 3`) failed with exit status: 3")
+            && said.contains("no such table: jobs")
+            && said.contains("nothing was started"),
+        "{said}"
+    );
+    assert_eq!(site.pointer().unwrap(), live);
+    assert_eq!(
+        version_on(live["port"].as_u64().unwrap() as u16).as_deref(),
+        Some("v2")
+    );
+    assert!(!site
+        .events()
+        .iter()
+        .any(|e| e.0 == "candidate_started" && e.1 == "v3"));
+    // On the record as a refused attempt.
+    let out = rollgate()
+        .args(["log", "history", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let refused = stdout(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|a| a["version"] == "v3" && a["outcome"] == "refused");
+    assert!(refused, "{}", stdout(&out));
+}
