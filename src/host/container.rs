@@ -789,6 +789,12 @@ fn container_body(spec: &RunSpec) -> bollard::models::ContainerCreateBody {
         }),
         init: Some(true),
         cgroup_parent: spec.cgroup_parent.clone(),
+        // A one-off's terminal the size of this one from its start (engines from API 1.42;
+        // older ones get it by the resize right after the start).
+        console_size: (!spec.command.is_empty() && super::attach::stdin_is_a_terminal())
+            .then(super::attach::size)
+            .flatten()
+            .map(|(rows, columns)| vec![usize::from(rows), usize::from(columns)]),
         ..Default::default()
     };
     let (entrypoint, cmd) = match spec.command.split_first() {

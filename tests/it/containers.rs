@@ -1158,7 +1158,8 @@ fn run_runs_a_one_off_command_in_a_container_of_the_image() {
         "--".into(),
         "/usr/bin/python3".into(),
         "-c".into(),
-        "import os; print('tty', os.isatty(0), os.get_terminal_size().columns)".into(),
+        // (An engine before API 1.42 sizes it just after the start: given a moment.)
+        "import os, time\nfor _ in range(100):\n    if os.get_terminal_size().columns: break\n    time.sleep(0.02)\nprint('tty', os.isatty(0), os.get_terminal_size().columns)".into(),
     ]
     .iter()
     .map(|a| format!("'{}'", a.replace('\'', r"'\''")))

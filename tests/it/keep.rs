@@ -164,6 +164,20 @@ fn policy_with(site: &Site, crash_loop: &str) -> String {
         .to_string()
 }
 
+/// v1 live, then v2 — which exits 2.5 s after every start — switched to and promoted, both with
+/// `policy_with(crash_loop)`: the policy's path and v1's port.
+fn v1_then_a_crashing_v2(site: &Site, crash_loop: &str) -> (String, u16) {
+    site.release("v1", "");
+    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+    let policy = policy_with(site, crash_loop);
+    let first = free_port();
+    let out = site.deploy(first, "v1", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    (policy, first)
+}
+
 /// Issue 68, 2, the acceptance: a release that passes its gate and its watch, then exits a
 /// while after every start (the deploy has exited 0), is rolled back on its own to the release
 /// before it once it has exited `crash_loop.restarts` times (3 by default) — its `rolled_back`
@@ -285,21 +299,10 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
 #[test]
 fn a_standby_is_retired_when_the_crash_loop_window_ends() {
     let site = Site::new();
-    site.release("v1", "");
-    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
-    let policy = policy_with(
+    let (_, first) = v1_then_a_crashing_v2(
         &site,
         r#", "crash_loop": {"restarts": 3, "within_ms": 4000}"#,
     );
-    let first = free_port();
-    assert_eq!(
-        site.deploy(first, "v1", &["--policy", &policy])
-            .status
-            .code(),
-        Some(0)
-    );
-    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
-    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
     assert!(
         wait_for(20, || site
             .pointer()
@@ -333,23 +336,11 @@ fn a_standby_is_retired_when_the_crash_loop_window_ends() {
 #[test]
 fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
     let site = Site::new();
-    site.release("v1", "");
-    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
     site.release("v3", "");
-    let policy = policy_with(
+    let (policy, first) = v1_then_a_crashing_v2(
         &site,
         r#", "crash_loop": {"restarts": 10, "within_ms": 120000}"#,
     );
-    let first = free_port();
-    assert_eq!(
-        site.deploy(first, "v1", &["--policy", &policy])
-            .status
-            .code(),
-        Some(0)
-    );
-    let second = free_port();
-    let out = site.deploy(second, "v2", &["--policy", &policy]);
-    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
     let standby_pid = || {
         site.pointer()
             .and_then(|p| p["fallback"]["standby"].as_bool().filter(|b| *b).map(|_| p))
@@ -484,17 +475,7 @@ fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
 #[test]
 fn crash_loop_restarts_0_leaves_a_crashing_release_to_its_restarts() {
     let site = Site::new();
-    site.release("v1", "");
-    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
-    let policy = policy_with(&site, r#", "crash_loop": {"restarts": 0}"#);
-    assert_eq!(
-        site.deploy(free_port(), "v1", &["--policy", &policy])
-            .status
-            .code(),
-        Some(0)
-    );
-    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
-    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    v1_then_a_crashing_v2(&site, r#", "crash_loop": {"restarts": 0}"#);
     assert!(
         wait_for(40, || count_events(&site, "restarted", "v2") >= 3),
         "{:?}",

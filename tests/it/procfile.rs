@@ -35,6 +35,20 @@ fn built(procfile: &str) -> tempfile::TempDir {
     build
 }
 
+/// `rollgate release add edge-svc VERSION` of the folder `build`.
+fn add(site: &Site, version: &str, build: &tempfile::TempDir) -> std::process::Output {
+    run(
+        site,
+        &[
+            "release",
+            "add",
+            "edge-svc",
+            version,
+            build.path().to_str().unwrap(),
+        ],
+    )
+}
+
 #[test]
 fn release_add_refuses_a_procfile_it_cannot_run_naming_the_line() {
     let site = Site::new();
@@ -54,31 +68,13 @@ fn release_add_refuses_a_procfile_it_cannot_run_naming_the_line() {
         ("web: gunicorn app\n", "Procfile:1: process type `web`"),
     ] {
         let build = built(procfile);
-        let out = run(
-            &site,
-            &[
-                "release",
-                "add",
-                "edge-svc",
-                "v1",
-                build.path().to_str().unwrap(),
-            ],
-        );
+        let out = add(&site, "v1", &build);
         assert_eq!(out.status.code(), Some(2), "{procfile}: {}", stderr(&out));
         assert!(stderr(&out).contains(said), "{procfile}: {}", stderr(&out));
         assert!(!site.root().join("releases/v1").exists());
     }
     let build = built("# migrations first\nrelease: sh migrate.sh\n");
-    let out = run(
-        &site,
-        &[
-            "release",
-            "add",
-            "edge-svc",
-            "v1",
-            build.path().to_str().unwrap(),
-        ],
-    );
+    let out = add(&site, "v1", &build);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
@@ -93,16 +89,7 @@ fn the_release_phase_runs_once_per_new_version_before_it_starts_and_its_failure_
     for version in ["v1", "v2"] {
         let build = built(migrate);
         write(build.path(), "env", "GREETING=hello\n");
-        let out = run(
-            &site,
-            &[
-                "release",
-                "add",
-                "edge-svc",
-                version,
-                build.path().to_str().unwrap(),
-            ],
-        );
+        let out = add(&site, version, &build);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let migrations =
@@ -149,16 +136,7 @@ fn the_release_phase_runs_once_per_new_version_before_it_starts_and_its_failure_
 
     // v3's release phase fails: refused, v2 live as it was, nothing of v3 started.
     let build = built("release: echo 'no such table: jobs' >&2; exit 3\n");
-    let out = run(
-        &site,
-        &[
-            "release",
-            "add",
-            "edge-svc",
-            "v3",
-            build.path().to_str().unwrap(),
-        ],
-    );
+    let out = add(&site, "v3", &build);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let live = site.pointer().unwrap();
     let out = site.deploy(free_port(), "v3", &["--watch-ms", "0"]);
