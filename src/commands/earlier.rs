@@ -85,7 +85,12 @@ pub fn previous_release(root: &Root, service: &str, current: &str) -> Result<Ear
         if gone.contains(&earlier.version) {
             continue;
         }
-        if root.executable(&earlier.version, service).is_file() {
+        let installed = root.executable(&earlier.version, service).is_file()
+            || crate::release::procfile::Procfile::web_of_release(
+                &root.release_dir(&earlier.version),
+            )
+            .is_some();
+        if installed {
             return Ok(earlier.clone());
         }
         gone.push(earlier.version.clone());

@@ -122,7 +122,11 @@ pub(crate) fn release_executable(
 ) -> Result<(Root, PathBuf), Error> {
     let root = Root::existing(root.to_path_buf())?;
     let executable = root.executable(version, service);
-    check_executable(&executable, version, service)?;
+    // A release whose Procfile has a `web:` line runs that instead (the path is unused).
+    let web = crate::release::procfile::Procfile::web_of_release(&root.release_dir(version));
+    if web.is_none() {
+        check_executable(&executable, version, service)?;
+    }
     Ok((root, executable))
 }
 

@@ -61,11 +61,13 @@ pub(crate) async fn bring(
         })?;
     engine::port_free(port)?;
     let mut record = crashing.launch.clone();
-    // The earlier release's own image, if it is one (read once, as a run reads it).
-    record.image =
-        crate::host::container::ImageRelease::of_release(&root.release_dir(&earlier.version))
-            .map_err(|e| refused(e.to_string()))?
-            .map(|image| image.image);
+    // The earlier release's own image and command, if it has them (read once, as a run
+    // reads them).
+    let folder = root.release_dir(&earlier.version);
+    record.image = crate::host::container::ImageRelease::of_release(&folder)
+        .map_err(|e| refused(e.to_string()))?
+        .map(|image| image.image);
+    record.command = crate::release::procfile::Procfile::web_of_release(&folder);
     let mut live = Live {
         service: crashing.service.clone(),
         slot: None,

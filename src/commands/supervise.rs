@@ -253,9 +253,7 @@ impl Launched {
             ready: passed,
         })
     }
-}
 
-impl Launched {
     /// [`Launched::ready`] for a process that must pass its probe within `within`: one that
     /// does not is an error (and left running: the caller stops it).
     pub(crate) async fn passes(&mut self, root: &Root, within: Duration) -> Result<Started, Error> {
@@ -360,8 +358,8 @@ pub(crate) async fn ensure(
     }
     if !kept.abandoned_standbys.is_empty() {
         // A standby outlives its keeper only until here: nobody would retire it at its window's
-        // end, nor make it live.
-        // Not one made live since (its keeper killed right after the switch): it is kept below.
+        // end, nor make it live — unless it was made live (its keeper killed right after that
+        // switch): then it is kept below, as any live release.
         let (live, _) = named(root);
         for token in &kept.abandoned_standbys {
             for who in process::find_by_token(token) {

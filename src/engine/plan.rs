@@ -125,8 +125,10 @@ pub fn resolve_with_watch(
             .and_then(|i| i.writable.as_ref())
             .map(|w| w.iter().map(std::path::PathBuf::from).collect())
             .unwrap_or_default(),
-        // The release is not known here: the engine records its image when it admits it.
+        // The release is not known here: the engine records its image and its Procfile's
+        // command when it admits it.
         image: None,
+        command: None,
         crash_loop: crate::host::launch::CrashLoop::from_policy(
             policy.and_then(|p| p.crash_loop.as_ref()),
         )?,

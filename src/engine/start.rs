@@ -176,6 +176,10 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             crate::host::container::ImageRelease::of_release(&start.root.release_dir(&start.version))
                 .map_err(|e| refused(format!("{e}; nothing was started")))?
                 .map(|image| image.image);
+        // And what it runs: its Procfile's `web:` line, if it has one (else its executable).
+        prepared.rollout.settings.launch.command =
+            release::procfile::Procfile::of_release(&start.root.release_dir(&start.version))?
+                .and_then(|procfile| procfile.web());
         let kind = match start.plan {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",

@@ -65,6 +65,11 @@ pub struct LaunchRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub grace_ms: Option<u64>,
+    /// What it runs: its release's Procfile line for its type (`web:`), run by `/bin/sh -c`
+    /// in the release's folder, read once when the run is planned; none: the release's
+    /// executable at its top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
 }
 
 /// A live release that exits `restarts` times within `within_ms` of its switch is rolled back

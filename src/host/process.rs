@@ -250,16 +250,25 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     // With a held socket the release starts through `rollgate listen-exec`, which names its own
     // pid in LISTEN_PID and execs the release in place (same pid, same start time).
     let passed: Vec<String> = config.iter().map(|(name, _)| name.clone()).collect();
+    // What it runs: its Procfile's line for it (`/bin/sh -c …`), else its executable.
+    let runs: Vec<&std::ffi::OsStr> = match &launch.record.command {
+        Some(words) if !words.is_empty() => words.iter().map(std::ffi::OsStr::new).collect(),
+        _ => vec![launch.executable.as_os_str()],
+    };
     let mut command = match (&image, launch.listen) {
         (Some(image), _) => supervisor(image, launch, &confinement, passed),
         (None, Some(_)) => {
             let mut trampoline = tokio::process::Command::new("/proc/self/exe");
             trampoline
                 .args(["listen-exec", "--name", super::listen::FD_NAME, "--"])
-                .arg(launch.executable);
+                .args(&runs);
             trampoline
         }
-        (None, None) => tokio::process::Command::new(launch.executable),
+        (None, None) => {
+            let mut command = tokio::process::Command::new(runs[0]);
+            command.args(&runs[1..]);
+            command
+        }
     };
     command.envs(config);
     command

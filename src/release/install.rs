@@ -164,23 +164,46 @@ fn stage_and_rename(
     };
     // An archive of a folder may hold the folder itself: its one top entry is the release.
     let tree = release_root(&content, request.service);
+    // A Procfile is checked now, line by line, not at its first deploy.
+    let procfile_path = source.join(super::procfile::PROCFILE);
+    let procfile = super::procfile::Procfile::of_release_shown_as(&tree, &procfile_path)?;
+    let web_line = procfile
+        .as_ref()
+        .and_then(|p| p.line_of(super::procfile::WEB));
     let executable = tree.join(request.service);
-    let meta = fs::symlink_metadata(&executable).map_err(|_| {
-        refused(format!(
-            "{}: the release has no executable `{}` at its top",
-            source.display(),
-            request.service
-        ))
-    })?;
-    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+    // What the release runs: its executable at the top, or its Procfile's `web:` — not both.
+    let what_runs = match (fs::symlink_metadata(&executable), web_line) {
+        (Err(_), Some(_)) => tree.join(super::procfile::PROCFILE),
+        (Err(_), None) => {
+            return Err(refused(format!(
+                "{}: the release has no executable `{}` at its top, nor a Procfile with a `web:` line",
+                source.display(),
+                request.service
+            )))
+        }
+        (Ok(_), Some(line)) => {
+            return Err(refused(format!(
+                "{}: the release has both an executable `{}` at its top and a `web:` line ({}:{line}); keep one",
+                source.display(),
+                request.service,
+                procfile_path.display()
+            )))
+        }
+        (Ok(meta), None) if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 => {
+            return Err(refused(format!(
+                "{}: `{}` in the release is not an executable file (chmod +x it)",
+                source.display(),
+                request.service
+            )))
+        }
+        (Ok(_), None) => executable.clone(),
+    };
+    if web_line.is_some() && request.manifest.is_some() {
         return Err(refused(format!(
-            "{}: `{}` in the release is not an executable file (chmod +x it)",
-            source.display(),
-            request.service
+            "{}: a signed release runs the executable its manifest names; a Procfile `web:` line is not signed for",
+            source.display()
         )));
     }
-    // A Procfile is checked now, line by line, not at its first deploy.
-    super::procfile::Procfile::of_release_shown_as(&tree, &source.join(super::procfile::PROCFILE))?;
     let signed = match request.manifest {
         Some(manifest) => {
             verify_manifest(request, manifest, &tree)?;
@@ -204,7 +227,7 @@ fn stage_and_rename(
         kind: kind.into(),
         size,
         files,
-        sha256: file_sha256(&executable)?,
+        sha256: file_sha256(&what_runs)?,
         tree_sha256,
         signed,
     };

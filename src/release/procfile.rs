@@ -2,10 +2,11 @@
 //! top; blank lines and `#` comments are skipped. Each command is run by `/bin/sh -c` in the
 //! release's folder, as Heroku and Dokku run them.
 //!
-//! What this rollgate runs of it (issue 69, its first step): `release:`, the release phase —
-//! once per deploy of a new version, in the new release, before any of its processes starts
-//! (see `host::hooks`). The release's web process is still its executable at the top; a
-//! `web:` line or any other type is refused at `release add`, naming its line, rather than
+//! What this rollgate runs of it (issue 69, its first steps): `web:`, the process the gate
+//! probes and the proxy serves, in place of an executable at the release's top (its command is
+//! put on the launch record when a run is planned); and `release:`, the release phase — once
+//! per deploy of a new version, in the new release, before any of its processes starts (see
+//! `host::hooks`). Any other type is refused at `release add`, naming its line, rather than
 //! accepted and never run.
 
 use std::path::Path;
@@ -17,6 +18,9 @@ pub const PROCFILE: &str = "Procfile";
 
 /// The type that runs once per deploy, before the release's processes.
 pub const RELEASE_PHASE: &str = "release";
+
+/// The type the gate probes and the proxy serves.
+pub const WEB: &str = "web";
 
 /// A Procfile's lines, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -54,9 +58,10 @@ impl Procfile {
             String::from_utf8(text).map_err(|_| refused(format!("{shown}: not UTF-8 text")))?;
         let procfile = Procfile::parse(&text)
             .map_err(|(line, why)| refused(format!("{shown}:{line}: {why}")))?;
-        if let Some(other) = procfile.types.iter().find(|t| t.name != RELEASE_PHASE) {
+        let run = |name: &str| name == RELEASE_PHASE || name == WEB;
+        if let Some(other) = procfile.types.iter().find(|t| !run(&t.name)) {
             return Err(refused(format!(
-                "{shown}:{}: process type `{}`: this rollgate runs only `release:` (the release phase) from a Procfile; the web process is the release's executable at its top, and other types are not run yet",
+                "{shown}:{}: process type `{}`: this rollgate runs `web:` and `release:` from a Procfile; other types are not run yet",
                 other.line,
                 other.name
             )));
@@ -112,10 +117,34 @@ impl Procfile {
 
     /// The release phase's command, as it is run: `/bin/sh -c COMMAND`.
     pub fn release_phase(&self) -> Option<Vec<String>> {
+        self.command_of(RELEASE_PHASE)
+    }
+
+    /// The web process's command, as it is run: `/bin/sh -c COMMAND`.
+    pub fn web(&self) -> Option<Vec<String>> {
+        self.command_of(WEB)
+    }
+
+    /// Type `name`'s line, as it is run: `/bin/sh -c COMMAND`.
+    fn command_of(&self, name: &str) -> Option<Vec<String>> {
         self.types
             .iter()
-            .find(|t| t.name == RELEASE_PHASE)
+            .find(|t| t.name == name)
             .map(|t| vec!["/bin/sh".into(), "-c".into(), t.command.clone()])
+    }
+
+    /// The line of type `name`, if the file has it.
+    pub fn line_of(&self, name: &str) -> Option<usize> {
+        self.types.iter().find(|t| t.name == name).map(|t| t.line)
+    }
+
+    /// What release folder `dir`'s web process runs when its Procfile says (none: its
+    /// executable at the top, or a Procfile that cannot be read — which `release add` refused).
+    pub fn web_of_release(dir: &Path) -> Option<Vec<String>> {
+        Procfile::of_release(dir)
+            .ok()
+            .flatten()
+            .and_then(|p| p.web())
     }
 }
 

@@ -1,7 +1,8 @@
-//! Issue 69, its first step: a release's Procfile. `release add` checks it line by line (a wrong
-//! line, a type twice, a type this rollgate does not run yet: refused, naming the line, nothing
-//! installed); its `release:` line is the release phase — run once per deploy of a new version,
-//! in the new release, confined as the release is, before anything of it starts; its failure
+//! Issue 69, its first steps: a release's Procfile. `release add` checks it line by line (a
+//! wrong line, a type twice, a type this rollgate does not run yet: refused, naming the line,
+//! nothing installed); its `web:` line is what the release runs (no executable at its top
+//! needed); its `release:` line is the release phase — run once per deploy of a new version, in
+//! the new release, confined as the release is, before anything of it starts; its failure
 //! refuses the deploy with nothing changed, as a failing `pre_deploy` hook does.
 
 use crate::common::*;
@@ -65,7 +66,10 @@ fn release_add_refuses_a_procfile_it_cannot_run_naming_the_line() {
             "# jobs\nworker: python work.py\n",
             "Procfile:2: process type `worker`",
         ),
-        ("web: gunicorn app\n", "Procfile:1: process type `web`"),
+        (
+            "web: gunicorn app\n",
+            "both an executable `edge-svc` at its top and a `web:` line",
+        ),
     ] {
         let build = built(procfile);
         let out = add(&site, "v1", &build);
@@ -169,4 +173,50 @@ fn the_release_phase_runs_once_per_new_version_before_it_starts_and_its_failure_
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .any(|a| a["version"] == "v3" && a["outcome"] == "refused");
     assert!(refused, "{}", stdout(&out));
+}
+
+/// A release whose Procfile's `web:` line is what it runs — no executable at its top — is
+/// installed, gated, served and kept running as any other; its command is on the launch record,
+/// so its keeper starts it again the same way.
+#[test]
+fn a_procfile_web_line_is_what_the_release_runs() {
+    let site = Site::new();
+    let build = tempfile::tempdir().unwrap();
+    write(
+        build.path(),
+        "Procfile",
+        &format!(
+            "web: exec '{}' sample-service --ready-after-ms 20\n",
+            crate::common::bin().display()
+        ),
+    );
+    let out = add(&site, "v1", &build);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!site.root().join("releases/v1/edge-svc").exists());
+    let port = free_port();
+    let out = site.deploy(port, "v1", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    let pointer = site.pointer().unwrap();
+    assert_eq!(pointer["command"][0], "/bin/sh", "{pointer}");
+    // Killed: started again by its keeper, from the same line.
+    let live = site.live_pid().unwrap();
+    send_signal(live, 9);
+    assert!(
+        wait_for(10, || site.live_pid().is_some_and(|pid| pid != live)
+            && version_on(port).as_deref() == Some("v1")),
+        "{:?}",
+        site.events()
+    );
+    // Neither an executable nor a web line: refused, naming both.
+    let empty = tempfile::tempdir().unwrap();
+    write(empty.path(), "Procfile", "release: true\n");
+    let out = add(&site, "v2", &empty);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("no executable `edge-svc` at its top, nor a Procfile with a `web:` line"),
+        "{}",
+        stderr(&out)
+    );
 }
