@@ -233,6 +233,48 @@ pub fn hook_values(report: &mut Report, hooks: &crate::host::hooks::Hooks) {
     }
 }
 
+/// What the release would run — its executable, or its Procfile's `web:` line — and its
+/// Procfile's release phase, if it has one (listed, never run by a dry run).
+fn what_the_release_runs(
+    report: &mut Report,
+    root: &std::path::Path,
+    version: &str,
+    service: &str,
+) {
+    use crate::release::procfile::{Procfile, RELEASE_PHASE, WEB};
+    let folder = root.join("releases").join(version);
+    let procfile = match Procfile::of_release(&folder) {
+        Ok(procfile) => procfile,
+        Err(e) => return report.check(Err(e)),
+    };
+    let line = |name: &str| {
+        procfile
+            .as_ref()
+            .and_then(|p| p.types.iter().find(|t| t.name == name))
+    };
+    report.check(
+        preflight::release_executable(root, version, service)
+            .map(|(_, path)| match line(WEB) {
+                Some(web) => format!(
+                    "the release runs its Procfile's web: `{}` (line {})",
+                    web.command, web.line
+                ),
+                None => format!("release executable {}", path.display()),
+            })
+            .map_err(|e| e.to_string()),
+    );
+    if let Some(phase) = line(RELEASE_PHASE) {
+        report.value(
+            "release phase",
+            format!(
+                "`{}` (line {}), before anything starts, unless {version} is live already",
+                phase.command, phase.line
+            ),
+            "Procfile",
+        );
+    }
+}
+
 /// A check that the root is free for a deployer now (nobody holds the lock).
 pub fn lock_check(root: &Root) -> Result<String, Error> {
     if lock::is_free(&root.lock_path()) {
@@ -418,10 +460,11 @@ fn deploy_report(
         Err(e) => report.check(Err(e)),
     }
     let root = Root::new(request.root.clone());
-    report.check(
-        preflight::release_executable(&request.root, &request.version, &request.service)
-            .map(|(_, path)| format!("release executable {}", path.display()))
-            .map_err(|e| e.to_string()),
+    what_the_release_runs(
+        &mut report,
+        &request.root,
+        &request.version,
+        &request.service,
     );
     if !root.0.is_dir() {
         return report.finish();
@@ -643,10 +686,11 @@ fn rollout_report(request: &RolloutRequest, policy: PolicyFacts) -> Result<Strin
         request.policy.as_deref(),
         policy,
     );
-    report.check(
-        preflight::release_executable(&request.root, &request.version, &request.service)
-            .map(|(_, path)| format!("release executable {}", path.display()))
-            .map_err(|e| e.to_string()),
+    what_the_release_runs(
+        &mut report,
+        &request.root,
+        &request.version,
+        &request.service,
     );
     let root = Root::new(request.root.clone());
     if !root.0.is_dir() {

@@ -80,6 +80,15 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
                     p.readyz.as_deref().unwrap_or_default()
                 ),
             ));
+            if let Some(command) = p.command.as_ref().and_then(|c| c.last()) {
+                rows.push((
+                    "runs".into(),
+                    format!(
+                        "its Procfile's web: `{}`",
+                        crate::host::output::printable(command)
+                    ),
+                ));
+            }
             rows.push(("restarts".into(), restarts(p)));
             if let Some(standby) = &p.standby {
                 rows.push((

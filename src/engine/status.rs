@@ -108,6 +108,9 @@ pub struct LiveStatus {
     /// proxy's fallback (see `engine::retire_standby`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub standby: Option<crate::host::state::Fallback>,
+    /// What it runs when not its release's executable: its Procfile's `web:` line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
 }
 
 /// A single deploy in flight.
@@ -330,6 +333,7 @@ fn live_status(
         restarts: crate::host::journal::restarts_since(&root.log_path(), &p.version, p.promoted_at)
             .unwrap_or_default(),
         standby: p.fallback.clone().filter(|f| f.standby),
+        command: p.launch.command.clone(),
     })
 }
 

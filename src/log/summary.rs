@@ -32,9 +32,27 @@ pub struct Reason {
     pub reason: Option<String>,
 }
 
-/// The reason is the detail up to its first `"; "`; what follows is context for a person.
+/// The reason is the detail up to its first `"; "` — not one inside a quoted command
+/// (between backticks: `the release phase (`migrate; seed`) failed …`); what follows is
+/// context for a person. A detail whose backticks do not pair is cut at its first `"; "`.
 pub fn reason_of(detail: &str) -> &str {
-    detail.split("; ").next().unwrap_or(detail)
+    let plain = || detail.split("; ").next().unwrap_or(detail);
+    if !detail.contains('`') {
+        return plain();
+    }
+    let bytes = detail.as_bytes();
+    let mut quoted = false;
+    for (i, byte) in bytes.iter().enumerate() {
+        match byte {
+            b'`' => quoted = !quoted,
+            b';' if !quoted && bytes.get(i + 1) == Some(&b' ') => return &detail[..i],
+            _ => {}
+        }
+    }
+    match quoted {
+        true => plain(),
+        false => detail,
+    }
 }
 
 pub fn summarize(log: &Log) -> Summary {
@@ -117,6 +135,21 @@ impl Summary {
 mod tests {
     use super::*;
     use crate::log::read::{parse_bytes, ReadOptions};
+
+    #[test]
+    fn a_reason_is_cut_at_its_first_separator_outside_a_quoted_command() {
+        assert_eq!(
+            reason_of("not ready after 4000 ms; old release v1"),
+            "not ready after 4000 ms"
+        );
+        assert_eq!(
+            reason_of("the release phase (`migrate; seed`) failed with exit status: 3; the deploy was refused"),
+            "the release phase (`migrate; seed`) failed with exit status: 3"
+        );
+        // Backticks that do not pair: as before.
+        assert_eq!(reason_of("a ` b; c"), "a ` b");
+        assert_eq!(reason_of("no separator"), "no separator");
+    }
 
     fn summary_of(text: &str) -> String {
         summarize(&parse_bytes::<Log>(text.as_bytes(), ReadOptions::default()).0).to_json_line()

@@ -171,7 +171,13 @@ fn the_release_phase_runs_once_per_new_version_before_it_starts_and_its_failure_
     let refused = stdout(&out)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .any(|a| a["version"] == "v3" && a["outcome"] == "refused");
+        .any(|a| {
+            a["version"] == "v3"
+                && a["outcome"] == "refused"
+                && a["reason"].as_str().is_some_and(|r| {
+                    r.starts_with("the release phase (`echo 'no such table: jobs' >&2; exit 3`) failed with exit status: 3")
+                })
+        });
     assert!(refused, "{}", stdout(&out));
 }
 
@@ -186,7 +192,7 @@ fn a_procfile_web_line_is_what_the_release_runs() {
         build.path(),
         "Procfile",
         &format!(
-            "web: exec '{}' sample-service --ready-after-ms 20\n",
+            "web: exec '{}' sample-service --ready-after-ms 20\nrelease: true\n",
             crate::common::bin().display()
         ),
     );
@@ -194,11 +200,25 @@ fn a_procfile_web_line_is_what_the_release_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!site.root().join("releases/v1/edge-svc").exists());
     let port = free_port();
+    // A dry run says what it would run, and the release phase.
+    let out = run(
+        &site,
+        &["deploy", "edge-svc", &port.to_string(), "v1", "--dry-run"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("the release runs its Procfile's web: `exec '")
+            && said.contains("`true` (line 2), before anything starts"),
+        "{said}"
+    );
     let out = site.deploy(port, "v1", &["--watch-ms", "0"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(version_on(port).as_deref(), Some("v1"));
     let pointer = site.pointer().unwrap();
     assert_eq!(pointer["command"][0], "/bin/sh", "{pointer}");
+    let status = stdout(&run(&site, &["status"]));
+    assert!(status.contains("its Procfile's web: `exec '"), "{status}");
     // Killed: started again by its keeper, from the same line.
     let live = site.live_pid().unwrap();
     send_signal(live, 9);
