@@ -6,18 +6,8 @@ use crate::common::*;
 
 use std::time::Duration;
 
-fn rollgate_in(site: &Site, args: &[&str]) -> std::process::Output {
-    rollgate()
-        .args(args)
-        .arg("--root")
-        .arg(site.root())
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap()
-}
-
 fn status_text(site: &Site) -> String {
-    let out = rollgate_in(site, &["status"]);
+    let out = site.run(&["status"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     stdout(&out)
 }
@@ -135,7 +125,7 @@ fn a_release_whose_keeper_was_killed_is_kept_again_by_up() {
         "{}",
         status_text(&site)
     );
-    let out = rollgate_in(&site, &["up"]);
+    let out = site.run(&["up"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stdout(&out).contains(&format!("running (pid {live})")),
@@ -358,12 +348,12 @@ fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
         status.contains(&format!("v1 on port {first} (pid {standby})")),
         "{status}"
     );
-    let out = rollgate_in(&site, &["up"]);
+    let out = site.run(&["up"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(standby_pid(), Some(standby));
     assert!(alive(standby));
     site.kill_keepers();
-    let out = rollgate_in(&site, &["up"]);
+    let out = site.run(&["up"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stdout(&out).contains("retired: its keeper is gone"),
@@ -410,22 +400,19 @@ fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
     let first = port_block(10);
     let ports = format!("{first}-{}", first + 9);
     let rollout = |version: &str| {
-        rollgate_in(
-            &site,
-            &[
-                "rollout",
-                "edge-svc",
-                version,
-                "--replicas",
-                "2",
-                "--ports",
-                &ports,
-                "--deadline-ms",
-                "20000",
-                "--policy",
-                &policy,
-            ],
-        )
+        site.run(&[
+            "rollout",
+            "edge-svc",
+            version,
+            "--replicas",
+            "2",
+            "--ports",
+            &ports,
+            "--deadline-ms",
+            "20000",
+            "--policy",
+            &policy,
+        ])
     };
     let out = rollout("v1");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -512,7 +499,7 @@ fn a_keeper_killed_at_any_moment_of_a_restart_leaves_one_kept_copy_after_up() {
         std::thread::sleep(Duration::from_millis(round * 5));
         send_signal(keepers[0], 9);
         assert!(wait_for(5, || !alive(keepers[0]) || is_zombie(keepers[0])));
-        let out = rollgate_in(&site, &["up"]);
+        let out = site.run(&["up"]);
         assert_eq!(
             out.status.code(),
             Some(0),

@@ -7,18 +7,6 @@
 
 use crate::common::*;
 
-use std::time::Duration;
-
-fn run(site: &Site, args: &[&str]) -> std::process::Output {
-    rollgate()
-        .args(args)
-        .arg("--root")
-        .arg(site.root())
-        .timeout(Duration::from_secs(60))
-        .output()
-        .unwrap()
-}
-
 /// A release folder outside the root: the sample service as `edge-svc`, and this Procfile.
 fn built(procfile: &str) -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
@@ -38,16 +26,13 @@ fn built(procfile: &str) -> tempfile::TempDir {
 
 /// `rollgate release add edge-svc VERSION` of the folder `build`.
 fn add(site: &Site, version: &str, build: &tempfile::TempDir) -> std::process::Output {
-    run(
-        site,
-        &[
-            "release",
-            "add",
-            "edge-svc",
-            version,
-            build.path().to_str().unwrap(),
-        ],
-    )
+    site.run(&[
+        "release",
+        "add",
+        "edge-svc",
+        version,
+        build.path().to_str().unwrap(),
+    ])
 }
 
 #[test]
@@ -124,10 +109,7 @@ fn the_release_phase_runs_once_per_new_version_before_it_starts_and_its_failure_
     assert!(phase < started, "{events:?}");
 
     // A restart of the live version: no release phase.
-    let out = run(
-        &site,
-        &["restart", "edge-svc", "--port", &free_port().to_string()],
-    );
+    let out = site.run(&["restart", "edge-svc", "--port", &free_port().to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(migrations().lines().count(), 1);
 
@@ -201,10 +183,7 @@ fn a_procfile_web_line_is_what_the_release_runs() {
     assert!(!site.root().join("releases/v1/edge-svc").exists());
     let port = free_port();
     // A dry run says what it would run, and the release phase.
-    let out = run(
-        &site,
-        &["deploy", "edge-svc", &port.to_string(), "v1", "--dry-run"],
-    );
+    let out = site.run(&["deploy", "edge-svc", &port.to_string(), "v1", "--dry-run"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = format!("{}{}", stdout(&out), stderr(&out));
     assert!(
@@ -217,7 +196,7 @@ fn a_procfile_web_line_is_what_the_release_runs() {
     assert_eq!(version_on(port).as_deref(), Some("v1"));
     let pointer = site.pointer().unwrap();
     assert_eq!(pointer["command"][0], "/bin/sh", "{pointer}");
-    let status = stdout(&run(&site, &["status"]));
+    let status = stdout(&site.run(&["status"]));
     assert!(status.contains("its Procfile's web: `exec '"), "{status}");
     // Killed: started again by its keeper, from the same line.
     let live = site.live_pid().unwrap();

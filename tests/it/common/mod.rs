@@ -186,6 +186,17 @@ impl Site {
             .unwrap()
     }
 
+    /// `rollgate ARGS... --root ROOT`, with a minute's limit.
+    pub fn run(&self, args: &[&str]) -> Output {
+        rollgate()
+            .args(args)
+            .arg("--root")
+            .arg(self.root())
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap()
+    }
+
     /// `rollgate rollout edge-svc VERSION --root ROOT EXTRA...`, with a minute's limit.
     pub fn rollout(&self, version: &str, extra: &[&str]) -> Output {
         rollgate()
