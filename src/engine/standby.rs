@@ -15,9 +15,11 @@ use crate::host::state::Root;
 /// How long a retired standby gets between SIGTERM and SIGKILL: it serves nobody by then.
 const GRACE: Duration = Duration::from_secs(5);
 
-/// Retires the standby `current` names, if any: taken out of `current` first (so the proxy
-/// stops sending to it), then stopped whole, then logged (`standby`, `why` in the detail).
-/// What was done, in words; None when there was none. The caller holds the lock.
+/// Retires the standby `current` names, if any: stopped whole, then taken out of `current`,
+/// then logged (`standby`, `why` in the detail) — in that order, so that a retirement cut short
+/// at any point is finished by the next one (`current` names it until it is gone; a request
+/// the proxy sends it meanwhile fails as it would with no fallback). What was done, in words;
+/// None when there was none. The caller holds the lock.
 pub async fn retire_standby(root: &Root, why: &str) -> Result<Option<String>, Error> {
     let Some(mut pointer) = root.read_pointer()? else {
         return Ok(None);
@@ -25,6 +27,8 @@ pub async fn retire_standby(root: &Root, why: &str) -> Result<Option<String>, Er
     let Some(standby) = pointer.fallback.take_if(|f| f.standby) else {
         return Ok(None);
     };
+    let stopped = process::stop_group(standby.identity(), GRACE).await;
+    super::fault::point();
     root.write_pointer(&pointer).map_err(|e| {
         Error::Failed(format!(
             "cannot retire the standby {}: {e}",
@@ -32,7 +36,6 @@ pub async fn retire_standby(root: &Root, why: &str) -> Result<Option<String>, Er
         ))
     })?;
     super::fault::point();
-    let stopped = process::stop_group(standby.identity(), GRACE).await;
     let detail = format!(
         "standby {} (port {}, pid {}) retired: {why}; it {stopped}",
         standby.version, standby.port, standby.pid

@@ -797,6 +797,59 @@ fn a_stop_killed_after_any_action_is_finished_by_stopping_again() {
     assert!(covered >= 3, "{covered}");
 }
 
+/// `stop` of a service whose crash-looping release has a standby beside it (the release live
+/// before it), killed after any of its actions, then run again: nothing runs — the standby
+/// neither — and `current` names no fallback.
+#[test]
+fn a_stop_beside_a_standby_killed_after_any_action_leaves_nothing_running() {
+    let with_a_standby = |site: &Site| {
+        site.release("v1", "");
+        site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+        let policy = write(
+            site.root(),
+            "policy.json",
+            r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 50, "on_stall": "rollback",
+                "max_surge_pct": 100, "max_unavailable_pct": 0, "watch_ms": 0,
+                "crash_loop": {"restarts": 10, "within_ms": 120000}}}"#,
+        );
+        for version in ["v1", "v2"] {
+            let port = free_port().to_string();
+            let args = [
+                "deploy",
+                "edge-svc",
+                &port,
+                version,
+                "--policy",
+                policy.to_str().unwrap(),
+            ];
+            let out = rollgate_run(site, &args, None);
+            assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+        }
+        assert!(
+            wait_for(20, || site
+                .pointer()
+                .is_some_and(|p| p["fallback"]["standby"] == true)),
+            "{:?}",
+            site.events()
+        );
+    };
+    let stop = ["stop", "edge-svc"];
+    let covered = every_action_of(&with_a_standby, &stop, &stop, &|site, k| {
+        assert!(
+            wait_for(10, || site.processes().is_empty()),
+            "K={k}: {:?} {:?}",
+            site.processes(),
+            site.events()
+        );
+        assert!(
+            site.pointer().unwrap().get("fallback").is_none(),
+            "K={k}: {:?}",
+            site.pointer()
+        );
+    });
+    assert!(covered >= 4, "{covered}");
+}
+
 /// `start` killed after any of its actions, then run again: the live release runs once, kept
 /// once, the stop lifted and the start logged.
 #[test]
