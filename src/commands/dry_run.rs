@@ -241,6 +241,8 @@ fn what_the_release_runs(
     version: &str,
     service: &str,
 ) {
+    // The release's own words: escaped before they reach a terminal.
+    use crate::host::output::printable;
     use crate::release::procfile::{Procfile, RELEASE_PHASE, WEB};
     let folder = root.join("releases").join(version);
     let procfile = match Procfile::of_release(&folder) {
@@ -257,7 +259,8 @@ fn what_the_release_runs(
             .map(|(_, path)| match line(WEB) {
                 Some(web) => format!(
                     "the release runs its Procfile's web: `{}` (line {})",
-                    web.command, web.line
+                    printable(&web.command),
+                    web.line
                 ),
                 None => format!("release executable {}", path.display()),
             })
@@ -268,7 +271,8 @@ fn what_the_release_runs(
             "release phase",
             format!(
                 "`{}` (line {}), before anything starts, unless {version} is live already",
-                phase.command, phase.line
+                printable(&phase.command),
+                phase.line
             ),
             "Procfile",
         );
