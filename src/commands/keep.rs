@@ -110,17 +110,14 @@ async fn keep(spec: Spec) -> std::process::ExitCode {
         signal(SignalKind::hangup()),
     );
     let root = Root(spec.root.clone());
-    let (watched, release) = match spec.adopt {
-        Some(who) => {
-            keeper::report("adopted");
-            (Watched::Adopted(pidfd_of(who)), who)
-        }
+    let (watched, release, said) = match spec.adopt {
+        Some(who) => (Watched::Adopted(pidfd_of(who)), who, "adopted".to_string()),
         None => match process::spawn(&spec.launch()) {
             Ok(child) => {
                 let pid = child.id().map_or(0, |p| p as i32);
                 let who = Identity::of(pid).unwrap_or(Identity { pid, start_time: 0 });
-                keeper::report(&format!("started {} {}", who.pid, who.start_time));
-                (Watched::Child(child), who)
+                let said = format!("started {} {}", who.pid, who.start_time);
+                (Watched::Child(child), who, said)
             }
             Err(e) => {
                 keeper::report(&format!("error {e}"));
@@ -135,9 +132,12 @@ async fn keep(spec: Spec) -> std::process::ExitCode {
             libc::close(crate::host::listen::FIRST_FD);
         }
     }
-    // Unregistered (the folder could not be written), it still keeps its release; `up` would
-    // give the release a second keeper, which restarts nothing the first one did.
+    // Registered before its starter hears of it: a starter killed right after, and the `up`
+    // that follows, find the release kept (not adopted a second time). Unregistered (the
+    // folder could not be written), it still keeps its release; `up` would give the release a
+    // second keeper, which restarts nothing the first one did.
     let registration = Registration::new(&root.0, release).ok();
+    keeper::report(&said);
     let Ok(terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     else {
         return std::process::ExitCode::from(crate::error::FAILED);
