@@ -10,7 +10,7 @@
 //! Not for a replica set (its rollback is a rollout) nor a release served through a held socket
 //! (its socket queues connections while it restarts; the two releases would share it).
 
-use super::supervise::{launch, Launched, Live, Spawn};
+use super::supervise::{launch, log, Launched, Live, Spawn};
 use crate::defaults;
 use crate::engine;
 use crate::error::{refused, Error};
@@ -96,7 +96,14 @@ pub(crate) async fn bring(
         "{} started beside {} {} (which exited within its crash-loop window) on port {port}, {}: the proxy sends it what {} refuses until the window ends",
         live.version, crashing.service, crashing.version, started.how, crashing.version
     );
-    log(root, &live, LogEvent::Standby, detail);
+    log(
+        root,
+        &live,
+        LogEvent::Standby,
+        Some(live.identity.pid),
+        None,
+        detail,
+    );
     Ok(Standby {
         live,
         launched,
@@ -159,7 +166,14 @@ pub(crate) fn make_live(
         "{} made live again from its standby (ready since the crash loop began), in the place of {}: {because}",
         live.version, crashing.version
     );
-    log(root, live, LogEvent::Promoted, detail);
+    log(
+        root,
+        live,
+        LogEvent::Promoted,
+        Some(live.identity.pid),
+        None,
+        detail,
+    );
     engine::record_rolled_back_in_production(
         root,
         &crashing.service,
@@ -168,18 +182,4 @@ pub(crate) fn make_live(
         &live.version,
         Some(because),
     )
-}
-
-fn log(root: &Root, live: &Live, event: LogEvent, detail: String) {
-    let entry = journal::Entry {
-        port: Some(live.port),
-        pid: Some(live.identity.pid),
-        ..journal::Entry::new(event, &live.version, &live.service, detail)
-    };
-    if let Err(e) = journal::append(&root.log_path(), &entry) {
-        eprintln!(
-            "rollgate: cannot append to {}: {e}",
-            root.log_path().display()
-        );
-    }
 }

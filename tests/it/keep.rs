@@ -154,6 +154,27 @@ fn policy_with(site: &Site, crash_loop: &str) -> String {
         .to_string()
 }
 
+/// The crashing v2's `rolled_back` line: it names its three exits (`exit status: 4`) and its
+/// keeper as what ended it.
+fn rolled_back_for_its_crash_loop(site: &Site) -> serde_json::Value {
+    let line = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
+        .unwrap();
+    let detail = line["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("a crash loop: it exited 3 times within ")
+            && detail.matches("exit status: 4").count() == 3,
+        "{detail}"
+    );
+    assert_eq!(
+        line["exposure"]["ended_by"], "its keeper (a crash loop after its switch)",
+        "{line}"
+    );
+    line
+}
+
 /// v1 live, then v2 — which exits 2.5 s after every start — switched to and promoted, both with
 /// `policy_with(crash_loop)`: the policy's path and v1's port.
 fn v1_then_a_crashing_v2(site: &Site, crash_loop: &str) -> (String, u16) {
@@ -211,21 +232,8 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     );
     std::thread::sleep(Duration::from_millis(300));
     let seen = load.finish();
+    rolled_back_for_its_crash_loop(&site);
     let lines = site.log_lines();
-    let line = lines
-        .iter()
-        .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
-        .unwrap();
-    let detail = line["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("a crash loop: it exited 3 times within ")
-            && detail.matches("exit status: 4").count() == 3,
-        "{detail}"
-    );
-    assert_eq!(
-        line["exposure"]["ended_by"], "its keeper (a crash loop after its switch)",
-        "{line}"
-    );
     // Restarted twice before that, each exit said.
     assert_eq!(
         count_events(&site, "restarted", "v2"),
@@ -439,21 +447,7 @@ fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
         versions(),
         site.events()
     );
-    let line = site
-        .log_lines()
-        .into_iter()
-        .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
-        .unwrap();
-    let detail = line["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("a crash loop: it exited 3 times within ")
-            && detail.matches("exit status: 4").count() == 3,
-        "{detail}"
-    );
-    assert_eq!(
-        line["exposure"]["ended_by"], "its keeper (a crash loop after its switch)",
-        "{line}"
-    );
+    rolled_back_for_its_crash_loop(&site);
     assert!(wait_for(20, || site.processes().len() == 2
         && site.keepers().len() == 2));
 }
