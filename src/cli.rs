@@ -1204,6 +1204,7 @@ pub enum PolicyCommand {
   rollgate policy export contracts/policy.ncl --format k8s --image registry.example/edge:v2
   rollgate policy export contracts/policy.ncl --format argo --strict > edge-rollout.yaml
   rollgate policy export contracts/policy.ncl --format nomad | jq .Job.TaskGroups[0].Update
+  rollgate policy export app.ncl --format k8s --image registry.example/app:v4 --procfile Procfile
 
 `import \"rollout-policy.ncl\"` resolves to, in order: the importing file's folder, each
 --import-path, each folder of NICKEL_IMPORT_PATH, then the contract bundled in rollgate.
@@ -1233,6 +1234,10 @@ would refuse it, or --strict found something the engine cannot express; 2 usage.
         /// `PORT` in its environment).
         #[arg(long, value_name = "PORT", default_value_t = rollgate::defaults::EXPORT_PORT)]
         port: u16,
+        /// With k8s or nomad: the release's Procfile, whose types run as a Deployment (a task
+        /// group) each and whose `release:` line runs before them (docs/process-types.md).
+        #[arg(long, value_name = "PROCFILE")]
+        procfile: Option<PathBuf>,
         #[command(flatten)]
         eval: EvalArgs,
     },

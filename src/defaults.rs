@@ -77,6 +77,9 @@ pub const UP_MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// rolled back by its keeper (policy `crash_loop`).
 pub const CRASH_LOOP_RESTARTS: u32 = 3;
 pub const CRASH_LOOP_WITHIN_MS: u64 = 300_000;
+/// A process type without a readiness check is ready once it has stayed up this long (policy
+/// `processes.TYPE.min_ready_ms`).
+pub const PROCESS_MIN_READY_MS: u64 = 1000;
 
 // `rollgate proxy`.
 
@@ -365,6 +368,12 @@ fn given_fields() -> Vec<FieldRow> {
         "restarts (0-100; 0: off), within_ms (1000-86400000)".into(),
         format!("restarts {CRASH_LOOP_RESTARTS}, within_ms {CRASH_LOOP_WITHIN_MS}"),
         "a live release that exits this many times this soon after its switch is rolled back by its keeper to the release live before it",
+    ),
+    (
+        "processes",
+        "per type: replicas (0-1000), stop_grace_ms (0-600000), min_ready_ms (0-600000), ready ('notify, 'exec with command and timeout_ms 10-60000), overlap (true, false), singleton (true, false)".into(),
+        format!("replicas 1, stop_grace_ms {}, min_ready_ms {PROCESS_MIN_READY_MS}, overlap true, singleton false", GRACE.as_millis()),
+        "the release's process types besides web, named by its Procfile (docs/process-types.md): how many of each, when each is ready, whether the new ones start before the old ones stop, a singleton never twice; exported per type today (`policy export --procfile`), run on one host next",
     ),
     (
         "isolation",

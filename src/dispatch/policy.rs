@@ -14,13 +14,19 @@ pub fn run_policy(command: PolicyCommand) -> Result<u8, Error> {
             strict,
             image,
             port,
+            procfile,
             eval,
         } => {
             if let Some(engine) = fleet::export::Engine::of(format) {
+                let procfile = match procfile {
+                    Some(path) => Some(procfile_lines(&path)?),
+                    None => None,
+                };
                 let workload = fleet::export::Workload {
                     image,
                     port,
                     strict,
+                    procfile,
                 };
                 let exported =
                     fleet::export::export(&file, engine, &workload, &eval_options(eval))?;
@@ -52,4 +58,16 @@ pub fn run_policy(command: PolicyCommand) -> Result<u8, Error> {
         )?),
         PolicyCommand::Contract => printed(policy::ROLLOUT_POLICY_NCL.to_string()),
     }
+}
+
+/// The Procfile `policy export --procfile` names, as the exports read it.
+fn procfile_lines(path: &std::path::Path) -> Result<Vec<fleet::export::ProcessLine>, Error> {
+    Ok(rollgate::release::procfile::Procfile::read(path)?
+        .types
+        .into_iter()
+        .map(|t| fleet::export::ProcessLine {
+            name: t.name,
+            command: t.command,
+        })
+        .collect())
 }

@@ -317,6 +317,7 @@ pub(super) mod tests {
             listen: None,
             analysis: None,
             crash_loop: None,
+            processes: None,
             isolation: None,
             replicas: None,
             waves: None,

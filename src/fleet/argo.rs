@@ -164,9 +164,23 @@ pub fn rollout(
         budgets.surge as u32,
         settings.soak_ms.unwrap_or(0),
     );
-    let (template, probe_lost) = pod::template(name, settings, workload)?;
+    let (template, probe_lost) = pod::template(name, settings, workload, false)?;
     lost.extend(probe_lost);
     lost.extend(unexpressed(settings));
+    let others: Vec<&str> = super::types::of(name, settings, workload)?
+        .iter()
+        .map(|t| t.name)
+        .collect();
+    if !others.is_empty() {
+        lost.push(format!(
+            "process types {}: an Argo Rollout runs the web process; export the others with \
+             --format k8s",
+            others.join(", ")
+        ));
+    }
+    if super::types::release_phase(workload).is_some() {
+        lost.push("the release phase: export its Job with --format k8s".into());
+    }
     let object = pod::object_name(name);
     let mut annotations = json!({ "rollgate.dev/entry": name });
     if !lost.is_empty() {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-pub use super::workload::{Document, Workload};
+pub use super::workload::{Document, ProcessLine, Workload};
 use crate::error::Error;
 use crate::policy::{self, EvalOptions, ExportAs, RolloutSettings};
 
@@ -65,9 +65,9 @@ pub fn export(
     };
     for (name, settings) in entries(path, opts)? {
         let document = match engine {
-            Engine::Kubernetes => super::k8s::deployment(&name, &settings, workload, &source),
+            Engine::Kubernetes => super::k8s::documents(&name, &settings, workload, &source),
             Engine::Argo => super::argo::rollout(&name, &settings, workload, &source),
-            Engine::Nomad => super::nomad::job(&name, &settings).map(|job| Document {
+            Engine::Nomad => super::nomad::job(&name, &settings, workload).map(|job| Document {
                 text: format!("{}\n", job.json),
                 lost: job.lost,
             }),

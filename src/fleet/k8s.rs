@@ -10,17 +10,187 @@ use crate::defaults;
 use serde_json::{json, Value};
 
 use super::pod::{self, seconds_up};
-use super::workload::{lost_everywhere, Document, Workload};
+use super::workload::{lost_everywhere, shell, Document, Workload};
 use super::Inexpressible;
 use crate::engine::budgets::wave_sizes;
-use crate::policy::{OnStall, RolloutSettings};
+use crate::policy::{OnStall, ReadyKind, RolloutSettings};
 
-/// The Deployment for entry `name` read from `source`, or why Kubernetes would refuse it.
-pub fn deployment(
+/// Entry `name`'s objects: the release phase's Job (when the Procfile has one), web's
+/// Deployment, then a Deployment per other process type (issue 69).
+pub fn documents(
     name: &str,
     settings: &RolloutSettings,
     workload: &Workload,
     source: &str,
+) -> Result<Document, Inexpressible> {
+    let types = super::types::of(name, settings, workload)?;
+    let mut text = String::new();
+    let mut lost = Vec::new();
+    if let Some(command) = super::types::release_phase(workload) {
+        text.push_str(&release_job(name, settings, workload, command));
+    }
+    let web = deployment(name, settings, workload, source, !types.is_empty())?;
+    text.push_str(&web.text);
+    lost.extend(web.lost);
+    for process_type in &types {
+        let (yaml, type_lost) = process_deployment(name, settings, workload, process_type)?;
+        text.push_str(&yaml);
+        lost.extend(type_lost);
+    }
+    Ok(Document { text, lost })
+}
+
+/// The release phase as a Job, not an init container: an init container would run it in every
+/// Pod, at once, on each restart; a Job runs it once per release, and Argo CD's PreSync hook runs
+/// it (and waits for it) before the Deployments change. Applied by hand: apply the Job first and
+/// `kubectl wait --for=condition=complete` on it.
+fn release_job(
+    name: &str,
+    settings: &RolloutSettings,
+    workload: &Workload,
+    command: &str,
+) -> String {
+    let object = format!("{}-release", pod::object_name(name));
+    let timeout_ms = settings
+        .hooks
+        .as_ref()
+        .and_then(|h| h.timeout_ms)
+        .unwrap_or(defaults::HOOK_TIMEOUT.as_millis() as u64);
+    let mut container = json!({ "name": "release", "command": shell(command) });
+    if let Some(image) = &workload.image {
+        container["image"] = json!(image);
+    }
+    let job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": object,
+            "labels": pod::labels_of(name, "release"),
+            "annotations": {
+                "argocd.argoproj.io/hook": "PreSync",
+                "argocd.argoproj.io/hook-delete-policy": "BeforeHookCreation",
+            },
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": seconds_up(timeout_ms),
+            "template": {
+                "metadata": { "labels": pod::labels_of(name, "release") },
+                "spec": { "restartPolicy": "Never", "containers": [container] },
+            },
+        },
+    });
+    format!(
+        "---\n# The release phase of `{name}`: run once per release, before the Deployments \
+         change (apply it first, then kubectl wait --for=condition=complete job/{object}).\n{}",
+        super::yaml::document(&job)
+    )
+}
+
+/// One process type's Deployment: its count, its stop rule (overlap: a rolling update that
+/// adds before it removes; stop-first and a singleton: Recreate), its readiness, its grace.
+fn process_deployment(
+    name: &str,
+    settings: &RolloutSettings,
+    workload: &Workload,
+    process_type: &super::types::Type,
+) -> Result<(String, Vec<String>), Inexpressible> {
+    let policy = &process_type.policy;
+    let field = format!("processes.{}", process_type.name);
+    let mut lost = Vec::new();
+    let object = format!(
+        "{}-{}",
+        pod::object_name(name),
+        pod::object_name(process_type.name)
+    );
+    let labels = pod::labels_of(name, process_type.name);
+    let mut container = json!({
+        "name": pod::object_name(process_type.name),
+        "command": shell(process_type.command),
+    });
+    if let Some(image) = &workload.image {
+        container["image"] = json!(image);
+    }
+    let min_ready_ms = match &policy.ready {
+        Some(ready) => {
+            match (ready.kind, &ready.command) {
+                (ReadyKind::Exec, Some(command)) => {
+                    let timeout = ready.timeout_ms.unwrap_or(defaults::PROBE_TIMEOUT.as_millis() as u64);
+                    container["readinessProbe"] = json!({
+                        "exec": { "command": command },
+                        "periodSeconds": seconds_up(settings.poll_ms),
+                        "timeoutSeconds": seconds_up(timeout),
+                    });
+                }
+                _ => lost.push(format!(
+                    "{field}.ready 'notify: Kubernetes has no readiness by notification; its Pods are ready once they have run minReadySeconds"
+                )),
+            }
+            policy.min_ready_ms.unwrap_or(0)
+        }
+        None => policy
+            .min_ready_ms
+            .unwrap_or(defaults::PROCESS_MIN_READY_MS),
+    };
+    let min_ready_s = min_ready_ms.div_ceil(1000);
+    let deadline_s = seconds_up(settings.progress_deadline_ms);
+    if min_ready_s >= deadline_s {
+        return Err(Inexpressible::new(
+            name,
+            format!(
+                "{field}.min_ready_ms rounds up to {min_ready_s} s, not below progressDeadlineSeconds ({deadline_s} s); Kubernetes requires progressDeadlineSeconds > minReadySeconds"
+            ),
+        ));
+    }
+    let strategy = if policy.overlaps() {
+        json!({ "type": "RollingUpdate",
+                 "rollingUpdate": { "maxUnavailable": "0%", "maxSurge": "100%" } })
+    } else {
+        json!({ "type": "Recreate" })
+    };
+    if policy.is_singleton() {
+        lost.push(format!(
+            "{field}.singleton: Recreate stops the old Pod before a rollout starts the new one, but a Pod deleted by hand or on a lost node may be replaced while it still runs"
+        ));
+    }
+    let grace_ms = policy
+        .stop_grace_ms
+        .unwrap_or(defaults::GRACE.as_millis() as u64);
+    let deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": object, "labels": labels },
+        "spec": {
+            "replicas": policy.count(),
+            "minReadySeconds": min_ready_s,
+            "progressDeadlineSeconds": deadline_s,
+            "selector": { "matchLabels": labels },
+            "strategy": strategy,
+            "template": {
+                "metadata": { "labels": labels },
+                "spec": {
+                    "terminationGracePeriodSeconds": grace_ms.div_ceil(1000),
+                    "containers": [container],
+                },
+            },
+        },
+    });
+    let text = format!(
+        "---\n# Process type `{}` of `{name}` (its Procfile line) as Deployment {object}.\n{}",
+        process_type.name,
+        super::yaml::document(&deployment)
+    );
+    Ok((text, lost))
+}
+
+/// The Deployment for entry `name` read from `source` (`beside_others`: other process types
+/// run beside its web Pods), or why Kubernetes would refuse it.
+fn deployment(
+    name: &str,
+    settings: &RolloutSettings,
+    workload: &Workload,
+    source: &str,
+    beside_others: bool,
 ) -> Result<Document, Inexpressible> {
     if settings.max_unavailable_pct == 0 && settings.max_surge_pct == 0 {
         return Err(Inexpressible::new(
@@ -41,7 +211,8 @@ pub fn deployment(
             ),
         ));
     }
-    let (template, mut lost) = pod::template(name, settings, workload)?;
+    let (template, mut lost) = pod::template(name, settings, workload, beside_others)?;
+    let labels = pod::web_labels(name, beside_others);
     lost.extend(unexpressed(settings));
     let object = pod::object_name(name);
     let mut annotations = json!({
@@ -57,7 +228,7 @@ pub fn deployment(
     let mut spec = json!({
         "minReadySeconds": min_ready_s,
         "progressDeadlineSeconds": deadline_s,
-        "selector": { "matchLabels": pod::labels(name) },
+        "selector": { "matchLabels": labels },
         "strategy": {
             "type": "RollingUpdate",
             "rollingUpdate": {
@@ -73,7 +244,7 @@ pub fn deployment(
     let deployment: Value = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": { "name": object, "labels": pod::labels(name), "annotations": annotations },
+        "metadata": { "name": object, "labels": labels, "annotations": annotations },
         "spec": spec,
     });
     let fragment = if workload.image.is_none() {
@@ -145,12 +316,13 @@ mod tests {
             image: None,
             port: defaults::EXPORT_PORT,
             strict: false,
+            procfile: None,
         }
     }
 
     #[test]
     fn renders_the_example_policy() {
-        let doc = deployment("edge_svc", &edge(), &workload(), "policy.ncl").unwrap();
+        let doc = deployment("edge_svc", &edge(), &workload(), "policy.ncl", false).unwrap();
         let yaml = doc.text;
         assert!(yaml.contains("\n  name: \"edge-svc\"\n"), "{yaml}");
         assert!(yaml.contains("progressDeadlineSeconds: 2\n"));
@@ -166,7 +338,7 @@ mod tests {
     fn refuses_a_policy_with_no_room_to_roll() {
         let mut settings = edge();
         settings.max_surge_pct = 0;
-        let err = deployment("edge_svc", &settings, &workload(), "p")
+        let err = deployment("edge_svc", &settings, &workload(), "p", false)
             .unwrap_err()
             .to_string();
         assert!(err.contains("both 0"), "{err}");

@@ -10,6 +10,8 @@
 use crate::defaults;
 use serde_json::{json, Value};
 
+use super::types;
+use super::workload::Workload;
 use super::Inexpressible;
 use crate::engine::budgets::{wave_sizes, Budgets};
 use crate::host::probe::{Spec, Target};
@@ -30,7 +32,11 @@ pub struct Job {
 }
 
 /// The job fragment for entry `name`, or why Nomad would refuse it.
-pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, Inexpressible> {
+pub fn job(
+    name: &str,
+    settings: &RolloutSettings,
+    workload: &Workload,
+) -> Result<Job, Inexpressible> {
     let refused = |why: String| Inexpressible::new(name, why);
     let replicas = settings.replicas.unwrap_or(1).max(1) as usize;
     let budgets = Budgets::of(
@@ -95,20 +101,11 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, Inexpressible>
     lost.extend(probe_lost);
     let mut meta = serde_json::Map::new();
     meta.insert("rollgate.entry".into(), json!(name));
-    if !lost.is_empty() {
-        meta.insert("rollgate.unexpressed".into(), json!(lost.join("; ")));
-    }
     let mut service = json!({ "Name": name, "PortLabel": "http" });
     if let Some(check) = check {
         service["Checks"] = json!([check]);
     }
-    let json = json!({
-        "Job": {
-            "ID": name,
-            "Name": name,
-            "Type": "service",
-            "Meta": meta,
-            "TaskGroups": [{
+    let mut web = json!({
                 "Name": name,
                 "Count": replicas,
                 "Update": {
@@ -122,10 +119,116 @@ pub fn job(name: &str, settings: &RolloutSettings) -> Result<Job, Inexpressible>
                     "AutoPromote": false,
                 },
                 "Services": [service],
-            }],
-        }
+    });
+    let mut tasks = Vec::new();
+    if let Some(command) = types::release_phase(workload) {
+        lost.push(
+            "the release phase: a Nomad prestart task runs in every web allocation as it \
+             starts, not once per deploy (keep it safe to run twice)"
+                .into(),
+        );
+        tasks.push(task(
+            "release",
+            command,
+            json!({ "Lifecycle": { "Hook": "prestart", "Sidecar": false } }),
+        ));
+    }
+    if let Some(command) = types::web(workload) {
+        tasks.push(task("web", command, json!({})));
+    }
+    if !tasks.is_empty() {
+        web["Tasks"] = json!(tasks);
+    }
+    let mut groups = vec![web];
+    let deadlines = (healthy_ms, progress_ms);
+    for process_type in types::of(name, settings, workload)? {
+        let (group, group_lost) = process_group(name, &process_type, deadlines, settings)?;
+        groups.push(group);
+        lost.extend(group_lost);
+    }
+    if !lost.is_empty() {
+        meta.insert("rollgate.unexpressed".into(), json!(lost.join("; ")));
+    }
+    let json = json!({
+        "Job": { "ID": name, "Name": name, "Type": "service", "Meta": meta, "TaskGroups": groups }
     });
     Ok(Job { json, lost })
+}
+
+/// A task running a Procfile command, with `extra` fields.
+fn task(name: &str, command: &str, extra: Value) -> Value {
+    let mut task = json!({
+        "Name": name,
+        "Config": { "command": "/bin/sh", "args": ["-c", command] },
+    });
+    if let (Some(task), Some(extra)) = (task.as_object_mut(), extra.as_object()) {
+        task.extend(extra.clone());
+    }
+    task
+}
+
+/// One process type's task group: its count, its stop rule (overlap: canaries for all of its
+/// allocations, promoted once healthy, then the old ones stop; stop-first and a singleton:
+/// Nomad's rolling update, which stops an allocation before it places the next), judged by its
+/// task's state for `min_ready_ms`.
+fn process_group(
+    name: &str,
+    process_type: &types::Type,
+    (healthy_ms, progress_ms): (u64, u64),
+    settings: &RolloutSettings,
+) -> Result<(Value, Vec<String>), Inexpressible> {
+    let policy = &process_type.policy;
+    let field = format!("processes.{}", process_type.name);
+    let mut lost = Vec::new();
+    let count = policy.count();
+    let min_healthy_ms = policy.min_ready_ms.unwrap_or(match policy.ready {
+        Some(_) => 0,
+        None => defaults::PROCESS_MIN_READY_MS,
+    });
+    if min_healthy_ms >= healthy_ms {
+        return Err(Inexpressible::new(
+            name,
+            format!(
+                "{field}.min_ready_ms ({min_healthy_ms}) must be below progress_deadline_ms \
+                 ({healthy_ms}): Nomad requires MinHealthyTime < HealthyDeadline"
+            ),
+        ));
+    }
+    if policy.ready.is_some() {
+        lost.push(format!(
+            "{field}.ready: Nomad judges a group without a service by its task's state"
+        ));
+    }
+    if policy.is_singleton() {
+        lost.push(format!(
+            "{field}.singleton: Nomad stops the old allocation first in an update, but a lost \
+             node's allocation may be replaced while it still runs"
+        ));
+    }
+    let overlap = policy.overlaps() && count > 0;
+    let grace_ms = policy
+        .stop_grace_ms
+        .unwrap_or(defaults::GRACE.as_millis() as u64);
+    let group = json!({
+        "Name": process_type.name,
+        "Count": count,
+        "Update": {
+            "MaxParallel": if overlap { count } else { 1 },
+            "Canary": if overlap { count } else { 0 },
+            "AutoPromote": overlap,
+            "HealthCheck": "task_states",
+            "MinHealthyTime": min_healthy_ms * NS_PER_MS,
+            "HealthyDeadline": healthy_ms * NS_PER_MS,
+            "ProgressDeadline": progress_ms * NS_PER_MS,
+            "AutoRevert": settings.on_stall == OnStall::Rollback,
+        },
+        "Tasks": [task(
+            process_type.name,
+            process_type.command,
+            json!({ "KillTimeout": grace_ms * NS_PER_MS }),
+        )],
+    });
+    Ok((group, lost))
 }
 
 /// The service check a probe becomes, and what of it Nomad cannot check.
@@ -202,6 +305,15 @@ mod tests {
         .unwrap()
     }
 
+    fn bare() -> Workload {
+        Workload {
+            image: None,
+            port: defaults::EXPORT_PORT,
+            strict: false,
+            procfile: None,
+        }
+    }
+
     /// Nomad's documented rules for an update block.
     fn follows_nomads_rules(update: &Value) -> Result<(), String> {
         let n = |field: &str| {
@@ -226,7 +338,7 @@ mod tests {
 
     #[test]
     fn ten_replicas_in_the_default_waves() {
-        let job = job("edge_svc", &settings(10, 25, 25, 1500)).unwrap();
+        let job = job("edge_svc", &settings(10, 25, 25, 1500), &bare()).unwrap();
         let update = &job.json["Job"]["TaskGroups"][0]["Update"];
         assert_eq!(update["MaxParallel"], 5);
         assert_eq!(update["Canary"], 1);
@@ -253,18 +365,18 @@ mod tests {
 
     #[test]
     fn the_rules_catch_a_broken_block_and_bad_policies_are_refused() {
-        let mut broken = job("s", &settings(3, 0, 0, 1000)).unwrap().json;
+        let mut broken = job("s", &settings(3, 0, 0, 1000), &bare()).unwrap().json;
         broken["Job"]["TaskGroups"][0]["Update"]["ProgressDeadline"] = json!(1);
         assert!(follows_nomads_rules(&broken["Job"]["TaskGroups"][0]["Update"]).is_err());
         let mut slow = settings(3, 25, 0, 1000);
         slow.min_ready_ms = Some(1000);
-        assert!(job("s", &slow)
+        assert!(job("s", &slow, &bare())
             .unwrap_err()
             .to_string()
             .contains("MinHealthyTime < HealthyDeadline"));
         let mut short = settings(3, 25, 0, 5000);
         short.release_deadline_ms = Some(4000);
-        assert!(job("s", &short)
+        assert!(job("s", &short, &bare())
             .unwrap_err()
             .to_string()
             .contains("ProgressDeadline > HealthyDeadline"));
@@ -283,7 +395,7 @@ mod tests {
             let mut s = settings(replicas, surge, unavailable, deadline);
             s.min_ready_ms = Some(min_ready);
             s.release_deadline_ms = release;
-            if let Ok(job) = job("s", &s) {
+            if let Ok(job) = job("s", &s, &bare()) {
                 let update = &job.json["Job"]["TaskGroups"][0]["Update"];
                 prop_assert!(follows_nomads_rules(update).is_ok(), "{update}");
                 prop_assert_eq!(update["Canary"].as_u64(), Some(wave_sizes(replicas as usize, &defaults::WAVES)[0] as u64));

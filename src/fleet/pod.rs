@@ -27,11 +27,27 @@ pub fn labels(entry: &str) -> Value {
     json!({ "app.kubernetes.io/name": object_name(entry) })
 }
 
-/// The Pod template for `entry`, and what of the policy's probe it could not express.
+/// The labels of one process type's workload: beside web's, each selects its own Pods only.
+pub fn labels_of(entry: &str, process_type: &str) -> Value {
+    let mut labels = labels(entry);
+    labels["app.kubernetes.io/component"] = json!(object_name(process_type));
+    labels
+}
+
+/// The web Pods' labels: the entry's, and its component once other types run beside it.
+pub fn web_labels(entry: &str, beside_others: bool) -> Value {
+    match beside_others {
+        true => labels_of(entry, "web"),
+        false => labels(entry),
+    }
+}
+
+/// The Pod template for `entry` (`beside_others`: other process types run beside it), and what of the policy's probe it could not express.
 pub fn template(
     entry: &str,
     settings: &RolloutSettings,
     workload: &Workload,
+    beside_others: bool,
 ) -> Result<(Value, Vec<String>), Inexpressible> {
     let spec = match &settings.probe {
         Some(policy) => {
@@ -47,6 +63,9 @@ pub fn template(
     });
     if let Some(image) = &workload.image {
         container["image"] = json!(image);
+    }
+    if let Some(command) = super::types::web(workload) {
+        container["command"] = super::workload::shell(command);
     }
     let target = match &spec.target {
         Target::Notify {
@@ -87,7 +106,7 @@ pub fn template(
         container["readinessProbe"] = probe;
     }
     let template = json!({
-        "metadata": { "labels": labels(entry) },
+        "metadata": { "labels": web_labels(entry, beside_others) },
         "spec": { "containers": [container] },
     });
     Ok((template, lost))

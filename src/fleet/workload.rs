@@ -15,6 +15,32 @@ pub struct Workload {
     pub port: u16,
     /// Refuse to export a policy that would lose something.
     pub strict: bool,
+    /// The release's Procfile lines (`--procfile`), in its order: what each process type runs.
+    /// None: the web process is the image's own command and the policy may name no other type.
+    pub procfile: Option<Vec<ProcessLine>>,
+}
+
+/// One Procfile line: a process type and its command (run by `/bin/sh -c`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLine {
+    pub name: String,
+    pub command: String,
+}
+
+impl Workload {
+    /// What type `name` runs, when the Procfile given says.
+    pub fn command_of(&self, name: &str) -> Option<&str> {
+        self.procfile
+            .iter()
+            .flatten()
+            .find(|line| line.name == name)
+            .map(|line| line.command.as_str())
+    }
+}
+
+/// A Procfile command as a container runs it.
+pub fn shell(command: &str) -> serde_json::Value {
+    serde_json::json!(["/bin/sh", "-c", command])
 }
 
 /// One entry's document, and what of the entry it could not express.

@@ -152,6 +152,56 @@ pub struct RolloutSettings {
     /// How releases are confined (on unless `enabled = false`).
     #[serde(default)]
     pub isolation: Option<IsolationPolicy>,
+    /// The release's process types besides web, by type (its Procfile's other lines).
+    #[serde(default)]
+    pub processes: Option<std::collections::BTreeMap<String, ProcessPolicy>>,
+}
+
+/// One process type's formation and rules as written (`processes.TYPE`; the contract bounds
+/// them and holds the rules between them).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessPolicy {
+    pub replicas: Option<u64>,
+    pub stop_grace_ms: Option<u64>,
+    pub min_ready_ms: Option<u64>,
+    pub ready: Option<ProcessReadyPolicy>,
+    pub overlap: Option<bool>,
+    pub singleton: Option<bool>,
+}
+
+/// How a process that serves nothing proves it is ready (`processes.TYPE.ready`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessReadyPolicy {
+    pub kind: ReadyKind,
+    pub command: Option<Vec<String>>,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadyKind {
+    Notify,
+    Exec,
+}
+
+impl ProcessPolicy {
+    /// At most one process of the type, ever.
+    pub fn is_singleton(&self) -> bool {
+        self.singleton == Some(true)
+    }
+
+    /// How many processes of the type run: its `replicas`, 1 when it names none.
+    pub fn count(&self) -> u64 {
+        self.replicas.unwrap_or(1)
+    }
+
+    /// New processes start beside the old ones (the default), unless the type says otherwise
+    /// or is a singleton.
+    pub fn overlaps(&self) -> bool {
+        !self.is_singleton() && self.overlap != Some(false)
+    }
 }
 
 /// The policy's `isolation` as written.

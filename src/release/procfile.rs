@@ -47,17 +47,10 @@ impl Procfile {
     /// [`Procfile::of_release`], its errors naming the file as `shown` (a release being
     /// installed is named by where it came from, not by its staging folder).
     pub fn of_release_shown_as(dir: &Path, shown: &Path) -> Result<Option<Procfile>, Error> {
-        let path = dir.join(PROCFILE);
-        let shown = shown.display();
-        let text = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(refused(format!("cannot read {shown}: {e}"))),
+        let Some(procfile) = Procfile::read_shown_as(&dir.join(PROCFILE), shown)? else {
+            return Ok(None);
         };
-        let text =
-            String::from_utf8(text).map_err(|_| refused(format!("{shown}: not UTF-8 text")))?;
-        let procfile = Procfile::parse(&text)
-            .map_err(|(line, why)| refused(format!("{shown}:{line}: {why}")))?;
+        let shown = shown.display();
         let run = |name: &str| name == RELEASE_PHASE || name == WEB;
         if let Some(other) = procfile.types.iter().find(|t| !run(&t.name)) {
             return Err(refused(format!(
@@ -67,6 +60,32 @@ impl Procfile {
             )));
         }
         Ok(Some(procfile))
+    }
+
+    /// The Procfile at `path`, wherever it is (`policy export --procfile`), every type read;
+    /// one that is missing, unreadable or wrong is refused naming the file (and line).
+    pub fn read(path: &Path) -> Result<Procfile, Error> {
+        Procfile::read_shown_as(path, path)?.ok_or_else(|| {
+            refused(format!(
+                "cannot read {}: no such file (the release's Procfile)",
+                path.display()
+            ))
+        })
+    }
+
+    /// The Procfile at `path` (None: there is none), its errors naming it as `shown`.
+    fn read_shown_as(path: &Path, shown: &Path) -> Result<Option<Procfile>, Error> {
+        let shown = shown.display();
+        let text = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(refused(format!("cannot read {shown}: {e}"))),
+        };
+        let text =
+            String::from_utf8(text).map_err(|_| refused(format!("{shown}: not UTF-8 text")))?;
+        Procfile::parse(&text)
+            .map(Some)
+            .map_err(|(line, why)| refused(format!("{shown}:{line}: {why}")))
     }
 
     /// The lines of `text`, or the first wrong line's number and what is wrong with it.

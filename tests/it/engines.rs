@@ -274,3 +274,212 @@ fn strict_refuses_what_an_engine_would_lose_and_passes_what_it_keeps() {
     let (_, out) = export_to(dir.path(), &unreachable, "argo", &["--strict"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }
+
+/// `policy export --procfile`: the release phase as a Job, web and each other type as a
+/// Deployment of its own (disjoint selectors, each type's count, stop rule and grace), all
+/// passing `kubernetes-validate --strict`; Nomad keeps a task group per type and runs the release
+/// phase as a prestart task; a policy that names a type the Procfile lacks is refused.
+#[test]
+fn a_release_of_several_process_types_exports_a_workload_per_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "app.yaml",
+        "app:\n  progress_deadline_ms: 30000\n  poll_ms: 1000\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: escalate\n  processes:\n    worker:\n      replicas: 2\n      stop_grace_ms: 60000\n      ready:\n        kind: exec\n        command: [\"bin/worker-ok\"]\n      overlap: true\n    clock:\n      singleton: true\n",
+    );
+    let procfile = write(
+        dir.path(),
+        "Procfile",
+        "web: gunicorn app.wsgi\nworker: python manage.py worker\nclock: python manage.py clock\nrelease: python manage.py migrate\n",
+    );
+    let with_procfile = [
+        "--procfile",
+        procfile.to_str().unwrap(),
+        "--image",
+        "reg.example/app:v4",
+    ];
+    let (file, out) = export_to(dir.path(), &policy, "k8s", &with_procfile);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let checked = kubernetes_validate(&file);
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        stdout(&checked),
+        stderr(&checked)
+    );
+    let documents = yaml_documents(&file);
+    let kinds: Vec<(String, String)> = documents
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().into(),
+                d["metadata"]["name"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("Job", "app-release"),
+        ("Deployment", "app"),
+        ("Deployment", "app-worker"),
+        ("Deployment", "app-clock"),
+    ];
+    assert_eq!(kinds, expected.map(|(k, n)| (k.to_string(), n.to_string())));
+    let container = |d: &serde_json::Value| d["spec"]["template"]["spec"]["containers"][0].clone();
+    assert_eq!(
+        container(&documents[0])["command"],
+        serde_json::json!(["/bin/sh", "-c", "python manage.py migrate"])
+    );
+    assert_eq!(documents[0]["spec"]["backoffLimit"], 0);
+    assert_eq!(container(&documents[1])["command"][2], "gunicorn app.wsgi");
+    // Each Deployment selects its own Pods only.
+    let selectors: Vec<String> = documents[1..]
+        .iter()
+        .map(|d| {
+            d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap()
+                .into()
+        })
+        .collect();
+    assert_eq!(selectors, ["web", "worker", "clock"]);
+    let worker = &documents[2]["spec"];
+    assert_eq!(worker["replicas"], 2);
+    assert_eq!(worker["strategy"]["rollingUpdate"]["maxUnavailable"], "0%");
+    assert_eq!(
+        worker["template"]["spec"]["terminationGracePeriodSeconds"],
+        60
+    );
+    assert_eq!(
+        container(&documents[2])["readinessProbe"]["exec"]["command"],
+        serde_json::json!(["bin/worker-ok"])
+    );
+    assert!(
+        container(&documents[2]).get("ports").is_none(),
+        "a worker serves nothing"
+    );
+    let clock = &documents[3]["spec"];
+    assert_eq!(clock["replicas"], 1);
+    assert_eq!(clock["strategy"]["type"], "Recreate");
+    assert_eq!(
+        clock["minReadySeconds"], 1,
+        "ready once it has stayed up the default 1000 ms"
+    );
+    assert!(
+        stderr(&out).contains("processes.clock.singleton"),
+        "{}",
+        stderr(&out)
+    );
+    // The check can fail: a Job with a misspelt field does not pass.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let broken = write(
+        dir.path(),
+        "broken.yaml",
+        &text.replacen("backoffLimit:", "backoffLimt:", 1),
+    );
+    assert!(!kubernetes_validate(&broken).status.success());
+
+    let (file, out) = export_to(dir.path(), &policy, "nomad", &with_procfile);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let job: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let groups = job["Job"]["TaskGroups"].as_array().unwrap();
+    let names: Vec<&str> = groups.iter().map(|g| g["Name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["app", "worker", "clock"]);
+    assert_eq!(groups[0]["Tasks"][0]["Lifecycle"]["Hook"], "prestart");
+    assert_eq!(
+        groups[0]["Tasks"][0]["Config"]["args"][1],
+        "python manage.py migrate"
+    );
+    assert_eq!(groups[1]["Count"], 2);
+    assert_eq!(
+        groups[1]["Update"]["Canary"], 2,
+        "overlap: all new ones beside the old"
+    );
+    assert_eq!(groups[1]["Tasks"][0]["KillTimeout"], 60_000_000_000u64);
+    assert_eq!(
+        groups[2]["Update"]["Canary"], 0,
+        "a singleton is never placed beside its old one"
+    );
+    assert_eq!(groups[2]["Update"]["MaxParallel"], 1);
+
+    // A type the Procfile lacks, or types with no Procfile at all: refused, named.
+    let lacking = write(
+        dir.path(),
+        "Procfile.short",
+        "web: gunicorn app.wsgi\nworker: python manage.py worker\n",
+    );
+    let out = rollgate()
+        .args(["policy", "export", "--format", "k8s", "--procfile"])
+        .arg(&lacking)
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("processes.clock: the Procfile given has no `clock:` line"),
+        "{}",
+        stderr(&out)
+    );
+    let out = rollgate()
+        .args(["policy", "export", "--format", "nomad"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("give the release's Procfile with --procfile"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The contract holds the rules between a type's fields, naming the type.
+#[test]
+fn the_contract_refuses_a_singleton_of_two_and_a_formation_for_web() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "app:\n  progress_deadline_ms: 30000\n  poll_ms: 1000\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n";
+    for (body, said) in [
+        (
+            "    clock:\n      singleton: true\n      replicas: 2\n",
+            "processes.clock: a singleton runs at most one process (replicas is 2)",
+        ),
+        (
+            "    clock:\n      singleton: true\n      overlap: true\n",
+            "processes.clock: a singleton never overlaps",
+        ),
+        (
+            "    web:\n      replicas: 3\n",
+            "processes.web: web's count and rules are the policy's own",
+        ),
+        (
+            "    worker:\n      ready:\n        kind: exec\n",
+            "processes.TYPE.ready.command is required for an exec check",
+        ),
+        (
+            "    worker:\n      replicas: 1001\n",
+            "processes.TYPE.replicas must be an integer from 0 to 1000",
+        ),
+        ("    worker:\n      stop_grace: 10\n", "stop_grace"),
+    ] {
+        let policy = write(dir.path(), "p.yaml", &format!("{head}{body}"));
+        let out = rollgate()
+            .args(["policy", "check"])
+            .arg(&policy)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{body}");
+        let said_all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(said_all.contains(said), "{body}: {said_all}");
+    }
+}
+
+/// Each YAML document of `file`, as JSON (read by the PyYAML that kubernetes-validate ships).
+fn yaml_documents(file: &Path) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(python_tools().join("python"))
+        .args(["-c", "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
