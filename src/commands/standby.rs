@@ -71,6 +71,7 @@ pub(crate) async fn bring(
     let mut live = Live {
         service: crashing.service.clone(),
         slot: None,
+        process: None,
         version: earlier.version,
         port,
         identity: Identity {

@@ -20,8 +20,10 @@ use crate::host::state::Root;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Live {
     pub(crate) service: String,
-    /// A replica's slot (None: the single release `current` names).
+    /// A replica's slot (None: the single release `current` names, or another type's process).
     pub(crate) slot: Option<usize>,
+    /// Another type's process (`processes.json`): its type and place (None: web).
+    pub(crate) process: Option<(String, usize)>,
     pub(crate) version: String,
     pub(crate) port: u16,
     pub(crate) identity: Identity,
@@ -32,6 +34,9 @@ pub(crate) struct Live {
 
 impl Live {
     pub(crate) fn name(&self) -> String {
+        if let Some((process_type, index)) = &self.process {
+            return format!("{} {} ({process_type}.{index})", self.service, self.version);
+        }
         match self.slot {
             Some(slot) => format!(
                 "{} {} (replica {slot}, port {})",
@@ -42,6 +47,9 @@ impl Live {
     }
 
     pub(crate) fn output(&self, root: &Root) -> std::path::PathBuf {
+        if let Some((process_type, index)) = &self.process {
+            return root.process_output_path(&self.version, &self.service, process_type, *index);
+        }
         match self.slot {
             Some(slot) => root.replica_output_path(&self.version, &self.service, slot),
             None => root.output_path(&self.version, &self.service),
@@ -49,8 +57,26 @@ impl Live {
     }
 }
 
-/// What the state names as live: the replica set, else `current`.
+/// What the state names as live: the replica set, else `current`; then the processes of the
+/// release's other types (`processes.json`).
 pub(crate) fn live_set(root: &Root) -> Result<Vec<Live>, String> {
+    let mut live = web_set(root)?;
+    if let Some(formation) = root.read_processes().map_err(|e| e.to_string())? {
+        live.extend(formation.processes.into_iter().map(|p| Live {
+            service: formation.service.clone(),
+            slot: None,
+            process: Some((p.process_type.clone(), p.index)),
+            identity: p.identity(),
+            version: p.version,
+            port: 0,
+            launch: p.launch,
+        }));
+    }
+    Ok(live)
+}
+
+/// The web processes the state names as live: the replica set, else `current`.
+fn web_set(root: &Root) -> Result<Vec<Live>, String> {
     if let Some(set) = root.read_replicas().map_err(|e| e.to_string())? {
         // Replicas are probed as the rollout that placed them probed them.
         let settings = engine::saved_run(root)
@@ -65,6 +91,7 @@ pub(crate) fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             .map(|r| Live {
                 service: set.service.clone(),
                 slot: Some(r.slot),
+                process: None,
                 version: r.version,
                 port: r.port,
                 identity: Identity {
@@ -83,6 +110,7 @@ pub(crate) fn live_set(root: &Root) -> Result<Vec<Live>, String> {
             launch: p.launch,
             service: p.service,
             slot: None,
+            process: None,
             version: p.version,
             port: p.port,
         })

@@ -76,7 +76,7 @@ pub fn line(
     };
     let with_output = |detail: String| match output_tail {
         "" => detail,
-        tail => format!("{detail}; candidate output: {tail}"),
+        tail => format!("{detail}; {} output: {tail}", failed_name(rollout)),
     };
     let slot = rollout.slot(0);
     match note.event {
@@ -96,9 +96,11 @@ pub fn line(
             })
         }
         LogEvent::RolledBack => {
-            // A person's or a signal's abort names no slot; a failure is the slot's own words.
+            // A person's or a signal's abort names no slot; a failure is the slot's own words,
+            // or (another type's process failed) the cause, which names it.
             let reason = match &rollout.abort_cause {
                 Some(cause) if cause.slot.is_none() => Some(cause.reason.clone()),
+                Some(cause) if cause.slot.is_some_and(|n| n != 0) => Some(cause.reason.clone()),
                 _ => slot.error.clone(),
             }
             .unwrap_or_default();
@@ -153,6 +155,17 @@ pub fn line(
     }
 }
 
+/// Whose output a rollback's line quotes: the process of another type that failed, else the
+/// candidate.
+fn failed_name(rollout: &Rollout) -> String {
+    rollout
+        .abort_cause
+        .as_ref()
+        .and_then(|c| rollout.slots.get(c.slot?))
+        .and_then(|s| s.kind.as_ref())
+        .map_or("candidate".to_string(), |kind| kind.name())
+}
+
 /// A deploy's voice: `candidate_started`, `switched`, `promoted`, `rolled_back` and
 /// `escalated`, as `rollgate deploy` has always said them, and a deploy's ways: its gate owns
 /// the terminal and the signals, its candidate's output goes beside its release, and its
@@ -197,11 +210,23 @@ impl Voice for DeployVoice {
     fn note(&self, note: &Note, rollout: &Rollout, words: &Words, root: &Root) -> Option<Said> {
         let tail = match note.event {
             LogEvent::RolledBack => {
-                let said = crate::host::output::quote_settled(
-                    &root.output_path(&rollout.to, &rollout.service),
-                    3,
-                    crate::host::output::SETTLE,
-                );
+                // The output of what failed: another type's process, else web's.
+                let failed_kind = rollout
+                    .abort_cause
+                    .as_ref()
+                    .and_then(|c| rollout.slots.get(c.slot?))
+                    .and_then(|s| s.kind.as_ref());
+                let output = match failed_kind {
+                    Some(kind) => root.process_output_path(
+                        &rollout.to,
+                        &rollout.service,
+                        &kind.process_type,
+                        kind.index,
+                    ),
+                    None => root.output_path(&rollout.to, &rollout.service),
+                };
+                let said =
+                    crate::host::output::quote_settled(&output, 3, crate::host::output::SETTLE);
                 // A confined release refused something by the kernel: which rule, and the
                 // policy line that allows it.
                 let hint = match rollout.settings.launch.unconfined {

@@ -48,6 +48,7 @@ mod state;
 pub mod status;
 mod step;
 mod tasks;
+mod types;
 pub mod view;
 mod voice;
 

@@ -43,6 +43,8 @@ pub struct Settings {
     pub output: crate::host::output::Rotation,
     /// Judge the new release by the proxy's counts, if the policy asks (`analysis`).
     pub analysis: Option<crate::engine::analysis::Analysis>,
+    /// The rules of each process type the policy names (`processes`; issue 69).
+    pub processes: std::collections::BTreeMap<String, super::types::TypeRules>,
 }
 
 /// Command line first, then the policy, then the defaults. Refused: a bad probe in a policy that
@@ -151,6 +153,7 @@ pub fn resolve_with_watch(
         deadline_source,
         watch: first_of(watch_arg, policy.and_then(|p| p.watch_ms), defaults::WATCH),
         watch_failures: watch_failures as u32,
+        processes: super::types::rules_of(policy)?,
     })
 }
 

@@ -227,6 +227,15 @@ pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String
 }
 
 fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Error> {
+    // The other types' live processes first: web's switch is the release's last step.
+    if rollout.is_whole_release() {
+        root.write_processes(&rollout.formation()).map_err(|e| {
+            failed(format!(
+                "cannot write {}: {e}",
+                root.processes_path().display()
+            ))
+        })?;
+    }
     let pool = rollout.pool();
     if rollout.single.is_none() {
         root.write_replicas(&pool).map_err(|e| {

@@ -471,6 +471,20 @@ pub fn record_restart(
     new: Identity,
 ) -> Result<(), Error> {
     let failed = |e: String| Error::Failed(e);
+    // Another type's process: `processes.json` names it (its identity is its own alone).
+    if let Some(mut formation) = root.read_processes()? {
+        if let Some(p) = formation
+            .processes
+            .iter_mut()
+            .find(|p| p.pid == old.pid && p.start_time == old.start_time)
+        {
+            p.pid = new.pid;
+            p.start_time = new.start_time;
+            root.write_processes(&formation)
+                .map_err(|e| failed(e.to_string()))?;
+            return Ok(());
+        }
+    }
     if let Some(mut set) = root.read_replicas()? {
         let Some(replica) = set
             .replicas
@@ -548,6 +562,8 @@ mod tests {
             error: None,
             held: false,
             fallback: None,
+            kind: None,
+            gated: false,
         }
     }
 

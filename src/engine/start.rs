@@ -177,9 +177,12 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
                 .map_err(|e| refused(format!("{e}; nothing was started")))?
                 .map(|image| image.image);
         // And what it runs: its Procfile's `web:` line, if it has one (else its executable).
-        prepared.rollout.settings.launch.command =
-            release::procfile::Procfile::of_release(&start.root.release_dir(&start.version))?
-                .and_then(|procfile| procfile.web());
+        let procfile =
+            release::procfile::Procfile::of_release(&start.root.release_dir(&start.version))?;
+        prepared.rollout.settings.launch.command = procfile.as_ref().and_then(|p| p.web());
+        // Its other types (workers, a clock): slots of the run beside web's.
+        let others = procfile.map(|p| p.others()).unwrap_or_default();
+        with_types(&start, &mut prepared.rollout, &others)?;
         let kind = match start.plan {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",
@@ -226,6 +229,42 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             Plan::Rollout { .. } => run_rollout(&start.root, prepared, &mut signals).await,
         }
     })
+}
+
+/// A deploy's slots for the release's other process types (issue 69), each replacing the live
+/// process of its type and place; the live processes of types the release no longer has leave.
+/// A rollout of a replica set runs web alone for now: a release with other types is refused.
+fn with_types(
+    start: &Start,
+    rollout: &mut super::state::Rollout,
+    others: &[(String, String)],
+) -> Result<(), Error> {
+    match &start.plan {
+        Plan::Deploy { settings, .. } => {
+            let kinds = super::types::kinds(
+                others,
+                &settings.processes,
+                &rollout.settings.launch,
+                rollout.settings.stop_first,
+            )
+            .map_err(|e| refused(format!("{e}; nothing was started")))?;
+            let live = start
+                .root
+                .read_processes()?
+                .filter(|f| f.service == start.service)
+                .map(|f| f.processes)
+                .unwrap_or_default();
+            super::types::add_slots(rollout, kinds, &live);
+            Ok(())
+        }
+        Plan::Rollout { .. } if !others.is_empty() => Err(refused(format!(
+            "{} {} has process types besides web ({}); a replica set runs web alone for now: deploy it with `rollgate deploy`; nothing was started",
+            start.service,
+            start.version,
+            others.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+        Plan::Rollout { .. } => Ok(()),
+    }
 }
 
 /// The new version's release phase (its Procfile's `release:`), run once before any of its

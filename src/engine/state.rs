@@ -101,6 +101,39 @@ pub struct Slot {
     /// the proxy's fallback through the watch, so a switch back needs no start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Process>,
+    /// Another process type than web (None: a web replica, which the proxy serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Kind>,
+    /// Its new process passed its gate, and its swap waits until every other type's new
+    /// processes are ready too (the web slot of a release of several types).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gated: bool,
+}
+
+/// A slot of another process type than web (issue 69): which process of the release it is,
+/// and how its new process is started, proven ready and replaced. Decided when the run is
+/// planned, from the release's Procfile and the policy's `processes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kind {
+    pub process_type: String,
+    /// Its place among the type's processes (0, 1, ...).
+    pub index: usize,
+    /// Its old process stops (its whole tree gone) before its new one starts: the type's
+    /// `overlap = false`, or a singleton.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_first: bool,
+    /// How long its new process must stay ready before it counts as ready.
+    pub min_ready_ms: u64,
+    /// How its new process is started: its Procfile line as `command`, its type's readiness
+    /// as `probe`, its type's grace.
+    pub launch: crate::host::launch::LaunchRecord,
+}
+
+impl Kind {
+    /// `worker.1`.
+    pub fn name(&self) -> String {
+        format!("{}.{}", self.process_type, self.index)
+    }
 }
 
 /// Why a rollout aborted: the slot, the reason, and the phase (canary: the first wave;
@@ -266,6 +299,16 @@ impl Slot {
             error: None,
             held: false,
             fallback: None,
+            kind: None,
+            gated: false,
+        }
+    }
+
+    /// How the slot is named in reasons: `replica 0`, or its process `worker.1`.
+    pub fn name(&self) -> String {
+        match &self.kind {
+            Some(kind) => kind.name(),
+            None => format!("replica {}", self.slot),
         }
     }
 
@@ -370,6 +413,13 @@ impl Rollout {
             if let Some(from) = &s.from_version {
                 name(&format!("slots[{n}].from_version"), "version", from)?;
             }
+            if let Some(kind) = &s.kind {
+                name(
+                    &format!("slots[{n}].kind.process_type"),
+                    "process type",
+                    &kind.process_type,
+                )?;
+            }
             let processes = [&s.live, &s.candidate, &s.retiring, &s.fallback];
             for p in processes.into_iter().flatten() {
                 name(
@@ -459,6 +509,7 @@ impl Rollout {
             replicas: self
                 .slots
                 .iter()
+                .filter(|s| s.kind.is_none())
                 .filter_map(|s| {
                     let live = s.live.as_ref()?;
                     Some(Replica {
@@ -468,6 +519,34 @@ impl Rollout {
                         pid: live.pid,
                         start_time: live.start_time,
                         class: s.class,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// A release of several process types: one slot or more is not web.
+    pub fn is_whole_release(&self) -> bool {
+        self.slots.iter().any(|s| s.kind.is_some())
+    }
+
+    /// The live processes of the other types (`processes.json`): each typed slot's live one.
+    pub fn formation(&self) -> crate::host::state::Formation {
+        crate::host::state::Formation {
+            service: self.service.clone(),
+            processes: self
+                .slots
+                .iter()
+                .filter_map(|s| {
+                    let kind = s.kind.as_ref()?;
+                    let live = s.live.as_ref()?;
+                    Some(crate::host::state::TypedProcess {
+                        process_type: kind.process_type.clone(),
+                        index: kind.index,
+                        version: live.version.clone(),
+                        pid: live.pid,
+                        start_time: live.start_time,
+                        launch: self.launch_of(live).clone(),
                     })
                 })
                 .collect(),

@@ -196,15 +196,32 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     let last_wave = rollout.wave + 1 >= rollout.waves.len();
     let settings = &rollout.settings;
     let keep = settings.keep_fallback && settings.watch_ms > 0 && last_wave;
+    // A release of several types switches web last: only once every other type's new
+    // processes are ready, so a type that fails leaves users on the release they had.
+    let others_waiting = rollout
+        .slots
+        .iter()
+        .any(|o| o.kind.is_some() && matches!(o.state, SlotState::Pending | SlotState::Upgrading));
     let s = rollout.slot_mut(slot);
     // A held replica joins the pool only when a person accepts it.
     if s.state != SlotState::Upgrading || s.held {
         return;
     }
+    if s.kind.is_none() && others_waiting {
+        s.gated = true;
+        return;
+    }
     s.state = SlotState::Succeeded;
     s.finished = Some(now);
     s.left_pool = false;
-    let keep_previous = keep && s.live.is_some();
+    s.gated = false;
+    // Another type's old process runs on (out of `processes.json`) until the release is
+    // promoted, so a rollback finds it running; web keeps its fallback only through a watch.
+    let keep_previous = match &s.kind {
+        Some(_) => s.live.is_some(),
+        None => keep && s.live.is_some(),
+    };
+    let typed = s.kind.is_some();
     // The swap is decided here and saved with the decision, so that the pool is written
     // right after that one save; a crash between them finds the new process live and the
     // previous one retiring (or kept), and recovery writes the pool the same way.
@@ -225,6 +242,19 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
         s.wave,
         String::new(),
     ));
+    // The last other type is ready: web's gated process switches now.
+    let web_waits = rollout
+        .slots
+        .iter()
+        .find(|o| o.kind.is_none() && o.gated && o.state == SlotState::Upgrading)
+        .map(|o| o.slot);
+    let all_typed_ready = !rollout
+        .slots
+        .iter()
+        .any(|o| o.kind.is_some() && matches!(o.state, SlotState::Pending | SlotState::Upgrading));
+    if let (true, true, Some(web)) = (typed, all_typed_ready, web_waits) {
+        ready(rollout, web, now, actions);
+    }
 }
 
 /// The switch to the slot's new process happened, whatever the state said: the new process
@@ -308,11 +338,16 @@ fn fail(rollout: &mut Rollout, slot: usize, reason: String, now: f64, actions: &
         wave,
         reason.clone(),
     ));
-    // A required replica's failure aborts even a paused rollout (one held for a person).
+    // A required replica's failure aborts even a paused rollout (one held for a person); so
+    // does any process of a release of several types: the release goes back whole.
     if class == ReplicaClass::Required {
+        let reason = match &rollout.slot(slot).kind {
+            Some(kind) => format!("process {} failed: {reason}", kind.name()),
+            None => format!("required replica {slot} failed: {reason}"),
+        };
         let cause = AbortCause {
             slot: Some(slot),
-            reason: format!("required replica {slot} failed: {reason}"),
+            reason,
             phase: rollout.phase_name().into(),
         };
         abort(rollout, cause, false, actions);
@@ -392,14 +427,22 @@ fn pause(rollout: &mut Rollout, reason: String, actions: &mut Vec<Action>) {
 fn abort(rollout: &mut Rollout, cause: AbortCause, rollback: bool, actions: &mut Vec<Action>) {
     rollout.phase = Phase::Aborted;
     rollout.soak_until = None;
+    // A release of several types goes back whole: every process of it that took the new
+    // version returns, its kept old one serving again where there is one.
+    let whole = rollout.is_whole_release();
     for s in &mut rollout.slots {
         match s.state {
             SlotState::Upgrading => {
                 s.state = SlotState::Pending;
                 s.held = false;
+                s.gated = false;
                 actions.push(Action::Revert { slot: s.slot });
             }
-            SlotState::Succeeded if rollback => {
+            SlotState::Succeeded if whole && s.fallback.is_some() => {
+                s.state = SlotState::RolledBack;
+                actions.push(Action::Revert { slot: s.slot });
+            }
+            SlotState::Succeeded if rollback || whole => {
                 s.state = SlotState::RollingBack;
                 actions.push(Action::Restore { slot: s.slot });
             }
@@ -558,9 +601,11 @@ fn due_slots(rollout: &Rollout) -> Vec<usize> {
 fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
     let settings = rollout.settings.clone();
     for slot in due_slots(rollout) {
+        // Web's budgets count web's replicas only.
         let upgrading = |r: &Rollout, in_place: bool| {
             r.slots
                 .iter()
+                .filter(|s| s.kind.is_none())
                 .filter(|s| s.state == SlotState::Upgrading && s.left_pool == in_place)
                 .count()
         };
@@ -571,9 +616,24 @@ fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         {
             continue;
         }
-        let beside =
-            upgrading(rollout, false) < settings.surge || rollout.slot(slot).live.is_none();
-        let in_place = !beside && upgrading(rollout, true) < settings.unavailable;
+        // Another type's process starts at once, by its type's rule: beside its old one, or
+        // (stop-first, a singleton) once its old one is gone.
+        let typed = rollout
+            .slot(slot)
+            .kind
+            .as_ref()
+            .map(|kind| kind.stop_first && rollout.slot(slot).live.is_some());
+        // A stop-first type (a singleton) is stopped last: only once everything else of the
+        // release is ready, so a release that fails elsewhere never touched it.
+        if typed == Some(true) && others_in_flight(rollout, slot) {
+            continue;
+        }
+        let beside = match typed {
+            Some(stop_first) => !stop_first,
+            None => upgrading(rollout, false) < settings.surge || rollout.slot(slot).live.is_none(),
+        };
+        let in_place =
+            !beside && (typed.is_some() || upgrading(rollout, true) < settings.unavailable);
         if !beside && !in_place {
             break;
         }
@@ -588,6 +648,17 @@ fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
             Action::StartInPlace { slot }
         });
     }
+}
+
+/// Whether any slot but `slot` that starts beside its old process is still pending or being
+/// gated (web waiting for the other types, `gated`, counts as ready).
+fn others_in_flight(rollout: &Rollout, slot: usize) -> bool {
+    rollout.slots.iter().any(|o| {
+        let stops_first = o.kind.as_ref().is_some_and(|k| k.stop_first) && o.live.is_some();
+        o.slot != slot
+            && !stops_first
+            && (o.state == SlotState::Pending || (o.state == SlotState::Upgrading && !o.gated))
+    })
 }
 
 #[cfg(test)]

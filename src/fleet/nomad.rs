@@ -287,6 +287,8 @@ fn check(probe: &Spec, poll_ms: u64) -> (Option<Value>, Vec<String>) {
             lost.push("probe kind 'notify: Nomad has no readiness by notification".into());
             None
         }
+        // Never a policy's probe: a worker's readiness, judged by its task's state.
+        Target::Up => None,
     };
     (check, lost)
 }

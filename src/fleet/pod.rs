@@ -137,8 +137,9 @@ fn handler(target: &Target) -> (Value, Vec<String>) {
         }
         Target::Tcp => json!({ "tcpSocket": { "port": "http" } }),
         Target::Exec { command } => json!({ "exec": { "command": command } }),
-        // A confirmation is http or tcp; the contract allows nothing deeper.
-        Target::Notify { .. } => json!({}),
+        // A confirmation is http or tcp; the contract allows nothing deeper. A policy's probe is
+        // never `Up` (that is a worker's readiness, not web's).
+        Target::Notify { .. } | Target::Up => json!({}),
     };
     (handler, lost)
 }

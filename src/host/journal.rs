@@ -84,6 +84,9 @@ events! {
     /// proxy's fallback through the crash-loop window; or that standby was retired (the
     /// window ended, a run began, the service was stopped) — the detail says which.
     Standby => "standby",
+    /// A process of another type than web (a worker, a clock: issue 69) was started, was
+    /// ready, failed, or was stopped; the detail names it (`worker.1`) and says which.
+    Process => "process",
 }
 
 /// Written as its name, the one `as_str` gives.

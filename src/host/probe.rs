@@ -45,6 +45,9 @@ pub enum Target {
     Exec {
         command: Vec<String>,
     },
+    /// A process that serves nothing (a worker, a clock: issue 69) is ready while it runs; its
+    /// gate's hold (`min_ready_ms`) is what proves it stays up.
+    Up,
     /// The release says `READY=1` on its notification socket (see `host::notify`); then, if
     /// `confirm` is set, that probe must pass too.
     Notify {
@@ -263,6 +266,7 @@ fn target_passes(target: &Target, probe: &Probe) -> bool {
         ) => (*status_min..=*status_max).contains(code),
         (Target::Tcp, Probe::Connected) => true,
         (Target::Exec { .. }, Probe::Command(Some(0))) => true,
+        (Target::Up, Probe::Running) => true,
         (Target::Notify { confirm: None, .. }, Probe::Notified) => true,
         (
             Target::Notify {
@@ -294,6 +298,7 @@ fn describe(target: &Target) -> String {
             }
         }
         Target::Tcp => "TCP connect".into(),
+        Target::Up => "stays up".into(),
         Target::Exec { command } => format!("exec {} = exit 0", command.join(" ")),
         Target::Notify {
             confirm,
@@ -433,6 +438,8 @@ impl Subject {
                 bounded(timeout, http(self.port, path, &host)).await
             }
             Target::Tcp => bounded(timeout, tcp(self.port)).await,
+            // Whether it still runs is the gate's own watch (its exit ends the gate).
+            Target::Up => Probe::Running,
             Target::Exec { command } if self.image.is_some() => {
                 exec_inside(command, &self.workdir, self.port, timeout).await
             }
@@ -635,6 +642,8 @@ pub enum Probe {
     WatchdogTriggered,
     /// A notify probe where nobody reads the release's socket (`rollgate status`).
     Unwatched,
+    /// An up probe: the process runs.
+    Running,
 }
 
 impl Probe {
@@ -686,6 +695,7 @@ impl std::fmt::Display for Probe {
             }
             Probe::WatchdogTriggered => write!(f, "it sent WATCHDOG=trigger"),
             Probe::Unwatched => write!(f, "readiness by notification (not read here)"),
+            Probe::Running => write!(f, "running"),
         }
     }
 }

@@ -23,6 +23,7 @@ pub const POINTER_FILE: &str = "current";
 /// The replicas of a multi-replica service that are in the pool (see [`ReplicaSet`]).
 pub const REPLICAS_FILE: &str = "replicas.json";
 pub const CANDIDATE_FILE: &str = "candidate";
+pub const PROCESSES_FILE: &str = "processes.json";
 pub const LOG_FILE: &str = "deploy.log";
 pub const LOCK_FILE: &str = "deploy.lock";
 
@@ -122,6 +123,46 @@ pub struct Replica {
 pub struct ReplicaSet {
     pub service: String,
     pub replicas: Vec<Replica>,
+}
+
+/// One live process of another type than web (a worker, a clock: issue 69).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypedProcess {
+    /// Its Procfile type.
+    pub process_type: String,
+    /// Its place among the type's processes (0, 1, ...).
+    pub index: usize,
+    pub version: String,
+    pub pid: i32,
+    pub start_time: u64,
+    /// How it was started (its command, user, limits, readiness): started so again.
+    #[serde(default)]
+    pub launch: crate::host::launch::LaunchRecord,
+}
+
+impl TypedProcess {
+    pub fn identity(&self) -> Identity {
+        Identity {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+
+    /// `worker.1`: the type and the place, as `status` and the log name it.
+    pub fn name(&self) -> String {
+        format!("{}.{}", self.process_type, self.index)
+    }
+}
+
+/// `processes.json`: the live processes of the release's other types, replaced atomically by
+/// the engine as `current` is (written only by `engine::record`). The proxy never reads it:
+/// they serve nothing. No file, or an empty list: none run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Formation {
+    pub service: String,
+    pub processes: Vec<TypedProcess>,
 }
 
 /// Where a deploy in flight stands.
@@ -271,6 +312,54 @@ impl Root {
     pub fn replica_output_path(&self, version: &str, service: &str, slot: usize) -> PathBuf {
         self.release_dir(version)
             .join(format!("{service}.{slot}.output"))
+    }
+
+    /// A process of another type's stdout and stderr: one file per type and place.
+    pub fn process_output_path(
+        &self,
+        version: &str,
+        service: &str,
+        process_type: &str,
+        index: usize,
+    ) -> PathBuf {
+        self.release_dir(version)
+            .join(format!("{service}.{process_type}.{index}.output"))
+    }
+
+    pub fn processes_path(&self) -> PathBuf {
+        self.0.join(PROCESSES_FILE)
+    }
+
+    /// The live processes of the release's other types (none without the file); names that
+    /// reach paths are checked.
+    pub fn read_processes(&self) -> Result<Option<Formation>, Fault> {
+        let path = self.processes_path();
+        let formation: Option<Formation> = read_json(&path)?;
+        if let Some(f) = &formation {
+            checked(&path, "service", check_name("service", &f.service))?;
+            if f.processes.len() > MAX_SLOTS {
+                return checked(&path, "processes", Err(too_many(f.processes.len())));
+            }
+            for (n, p) in f.processes.iter().enumerate() {
+                checked(
+                    &path,
+                    &format!("processes[{n}].version"),
+                    check_name("version", &p.version),
+                )?;
+                checked(
+                    &path,
+                    &format!("processes[{n}].process_type"),
+                    check_name("process type", &p.process_type),
+                )?;
+            }
+        }
+        Ok(formation)
+    }
+
+    pub fn write_processes(&self, formation: &Formation) -> Result<(), WriteError> {
+        let mut bytes = serde_json::to_vec_pretty(formation).expect("a formation serializes");
+        bytes.push(b'\n');
+        write_atomically(&self.processes_path(), &bytes)
     }
 
     pub fn read_pointer(&self) -> Result<Option<Pointer>, Fault> {

@@ -2,12 +2,11 @@
 //! top; blank lines and `#` comments are skipped. Each command is run by `/bin/sh -c` in the
 //! release's folder, as Heroku and Dokku run them.
 //!
-//! What this rollgate runs of it (issue 69, its first steps): `web:`, the process the gate
-//! probes and the proxy serves, in place of an executable at the release's top (its command is
-//! put on the launch record when a run is planned); and `release:`, the release phase — once
-//! per deploy of a new version, in the new release, before any of its processes starts (see
-//! `host::hooks`). Any other type is refused at `release add`, naming its line, rather than
-//! accepted and never run.
+//! What this rollgate runs of it (issue 69): `web:`, the process the gate probes and the proxy
+//! serves, in place of an executable at the release's top (its command is put on the launch
+//! record when a run is planned); `release:`, the release phase — once per deploy of a new
+//! version, in the new release, before any of its processes starts (see `host::hooks`); and
+//! every other type (workers, a clock), each a slot of the deploy (see `engine::types`).
 
 use std::path::Path;
 
@@ -47,19 +46,7 @@ impl Procfile {
     /// [`Procfile::of_release`], its errors naming the file as `shown` (a release being
     /// installed is named by where it came from, not by its staging folder).
     pub fn of_release_shown_as(dir: &Path, shown: &Path) -> Result<Option<Procfile>, Error> {
-        let Some(procfile) = Procfile::read_shown_as(&dir.join(PROCFILE), shown)? else {
-            return Ok(None);
-        };
-        let shown = shown.display();
-        let run = |name: &str| name == RELEASE_PHASE || name == WEB;
-        if let Some(other) = procfile.types.iter().find(|t| !run(&t.name)) {
-            return Err(refused(format!(
-                "{shown}:{}: process type `{}`: this rollgate runs `web:` and `release:` from a Procfile; other types are not run yet",
-                other.line,
-                other.name
-            )));
-        }
-        Ok(Some(procfile))
+        Procfile::read_shown_as(&dir.join(PROCFILE), shown)
     }
 
     /// The Procfile at `path`, wherever it is (`policy export --procfile`), every type read;
@@ -150,6 +137,16 @@ impl Procfile {
             .iter()
             .find(|t| t.name == name)
             .map(|t| vec!["/bin/sh".into(), "-c".into(), t.command.clone()])
+    }
+
+    /// Every type besides web and the release phase (workers, a clock), with its command, in
+    /// the file's order.
+    pub fn others(&self) -> Vec<(String, String)> {
+        self.types
+            .iter()
+            .filter(|t| t.name != WEB && t.name != RELEASE_PHASE)
+            .map(|t| (t.name.clone(), t.command.clone()))
+            .collect()
     }
 
     /// The line of type `name`, if the file has it.

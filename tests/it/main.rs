@@ -32,6 +32,7 @@ mod logs;
 mod notify;
 mod policy;
 mod probes;
+mod process_types;
 mod procfile;
 mod proxy;
 mod recovery;

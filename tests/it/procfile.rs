@@ -48,10 +48,6 @@ fn release_add_refuses_a_procfile_it_cannot_run_naming_the_line() {
             "Procfile:3: type `release` again (first on line 1)",
         ),
         (
-            "# jobs\nworker: python work.py\n",
-            "Procfile:2: process type `worker`",
-        ),
-        (
             "web: gunicorn app\n",
             "both an executable `edge-svc` at its top and a `web:` line",
         ),

@@ -12,13 +12,19 @@ impl Executor {
         purpose: Purpose,
         version: String,
     ) -> Result<(), Error> {
-        let Some(port) = self.free_port() else {
-            let (first, last) = self.rollout.settings.ports;
-            return self.gate_failed(
-                slot,
-                purpose,
-                format!("no free port in {first}-{last} for replica {slot}"),
-            );
+        let kind = self.rollout.slot(slot).kind.clone();
+        // Another type's process serves nothing: it takes no port.
+        let port = match (&kind, self.free_port()) {
+            (Some(_), _) => 0,
+            (None, Some(port)) => port,
+            (None, None) => {
+                let (first, last) = self.rollout.settings.ports;
+                return self.gate_failed(
+                    slot,
+                    purpose,
+                    format!("no free port in {first}-{last} for replica {slot}"),
+                );
+            }
         };
         self.spawned += 1;
         let token = format!(
@@ -30,7 +36,7 @@ impl Executor {
         // The run's new version is started as the run was planned; the release it replaced,
         // brought back, as it ran before (its own user and limits).
         let launch = match purpose {
-            Purpose::Upgrade => None,
+            Purpose::Upgrade => kind.as_ref().map(|kind| kind.launch.clone()),
             _ => self.rollout.slot(slot).from_launch.clone(),
         };
         let mut recorded = Process {
@@ -46,16 +52,14 @@ impl Executor {
         self.save()?;
         let root = &self.context.root;
         let executable = self.executable_for(&version);
-        let output = if self.behaviour.numbered_replicas {
-            root.replica_output_path(&version, &self.rollout.service, slot)
-        } else {
-            root.output_path(&version, &self.rollout.service)
-        };
+        let output = self.output_of(slot, &version);
         let probe = &launch.probe;
+        // The held socket is web's: another type is never handed it.
         let listen_fd = self
             .context
             .listen
             .as_ref()
+            .filter(|_| kind.is_none())
             .map(std::os::fd::AsRawFd::as_raw_fd);
         let started = match (&launch.listen, listen_fd) {
             (Some(spec), None) => Err(std::io::Error::other(format!(
@@ -81,14 +85,18 @@ impl Executor {
                             port,
                             version: &version,
                             token: &token,
-                            slot: self.behaviour.numbered_replicas.then_some(slot),
+                            slot: (self.behaviour.numbered_replicas && kind.is_none())
+                                .then_some(slot),
                             notify: socket.as_ref().map(|s| (s.address(), probe.watchdog())),
                             secrets: &crate::host::config::secrets_dir(&root.0),
                             rotation: self.rollout.settings.output,
                             listen: listen_fd,
                             record: &launch,
                             root: &root.0,
-                            grace: Duration::from_millis(self.rollout.settings.grace_ms),
+                            grace: match &kind {
+                                Some(_) => launch.grace(),
+                                None => Duration::from_millis(self.rollout.settings.grace_ms),
+                            },
                         },
                         &self.rollout.service,
                         crate::host::keeper::Backoff::default(),
@@ -109,7 +117,7 @@ impl Executor {
                 self.rollout.slot_mut(slot).candidate = None;
                 self.save()?;
                 let reason = format!("cannot start {}: {e}", executable.display());
-                if self.behaviour.start_failure_refuses {
+                if self.behaviour.start_failure_refuses && kind.is_none() {
                     return Err(Error::Refused(reason));
                 }
                 return self.gate_failed(slot, purpose, reason);
@@ -119,9 +127,51 @@ impl Executor {
         recorded.start_time = child.release.start_time;
         self.rollout.slot_mut(slot).candidate = Some(recorded.clone());
         self.save()?;
-        self.say(self.voice.started(&self.rollout, &recorded, slot, purpose))?;
+        self.say_started(slot, purpose, &recorded, &launch)?;
         self.gate(slot, purpose, child, &version, port, token);
         Ok(())
+    }
+
+    /// Where the slot's process of `version` writes its output: another type's file of its
+    /// own, a replica's numbered one, or a deploy's beside its release.
+    fn output_of(&self, slot: usize, version: &str) -> PathBuf {
+        let root = &self.context.root;
+        let service = &self.rollout.service;
+        match &self.rollout.slot(slot).kind {
+            Some(kind) => {
+                root.process_output_path(version, service, &kind.process_type, kind.index)
+            }
+            None if self.behaviour.numbered_replicas => {
+                root.replica_output_path(version, service, slot)
+            }
+            None => root.output_path(version, service),
+        }
+    }
+
+    /// The started line: the voice's for web; another type's names its process and how it
+    /// will be judged ready.
+    fn say_started(
+        &self,
+        slot: usize,
+        purpose: Purpose,
+        recorded: &Process,
+        launch: &crate::host::launch::LaunchRecord,
+    ) -> Result<(), Error> {
+        let Some(kind) = &self.rollout.slot(slot).kind else {
+            return self.say(self.voice.started(&self.rollout, recorded, slot, purpose));
+        };
+        let held = match kind.min_ready_ms {
+            0 => String::new(),
+            ms => format!(", up {ms} ms"),
+        };
+        let detail = format!(
+            "{} {} started (pid {}); ready once: {}{held}",
+            kind.name(),
+            recorded.version,
+            recorded.pid,
+            launch.probe.describe()
+        );
+        self.log(LogEvent::Process, recorded, Some(slot), None, detail)
     }
 
     /// Gates a started process in a task of its own, which reports back as a message; the
@@ -135,11 +185,16 @@ impl Executor {
         port: u16,
         token: String,
     ) {
-        let timing = GateTiming::of(&self.rollout);
+        let mut timing = GateTiming::of(&self.rollout);
+        let kind = self.rollout.slot(slot).kind.clone();
+        if let Some(kind) = &kind {
+            timing.min_ready = Duration::from_millis(kind.min_ready_ms);
+        }
         let subject = self.subject(version, port, &token);
         let sender = self.sender.clone();
         let task_token = token.clone();
-        let owns_signals = self.behaviour.gate_owns_signals;
+        // Web's gate owns the terminal and the signals; another type's is quiet.
+        let owns_signals = self.behaviour.gate_owns_signals && kind.is_none();
         let (interrupt, interrupted) = match owns_signals {
             true => {
                 let (sender, receiver) = oneshot::channel();
@@ -235,6 +290,9 @@ impl Executor {
             self.save()?;
         }
         let durability = self.write_pool()?;
+        if let Some(kind) = self.rollout.slot(slot).kind.clone() {
+            return self.typed_swapped(slot, &kind, keep_previous).await;
+        }
         let Some(kept) = self
             .rollout
             .slot(slot)
@@ -270,14 +328,63 @@ impl Executor {
         Ok(())
     }
 
-    /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
-    /// the fallback finish) and stopped.
-    pub(super) async fn drop_fallback(&mut self, slot: usize) -> Result<(), Error> {
-        if self.rollout.slot(slot).fallback.is_none() {
+    /// Another type's process is in `processes.json` now: its old one runs on until the
+    /// release is promoted (`keep_previous`), or (a stop-first type, a process brought back)
+    /// the one it replaced is stopped.
+    async fn typed_swapped(
+        &mut self,
+        slot: usize,
+        kind: &crate::engine::state::Kind,
+        keep_previous: bool,
+    ) -> Result<(), Error> {
+        let stopped = match keep_previous {
+            true => None,
+            false => self.stop_retiring(slot).await?,
+        };
+        let Some(live) = self.rollout.slot(slot).live.clone() else {
             return Ok(());
+        };
+        let kept = match (keep_previous, &self.rollout.slot(slot).fallback) {
+            (true, Some(old)) => format!(
+                "; {} {} (pid {}) runs on until the release is promoted",
+                kind.name(),
+                old.version,
+                old.pid
+            ),
+            _ => stopped.map_or(String::new(), |s| format!("; {s}")),
+        };
+        self.log(
+            LogEvent::Process,
+            &live,
+            Some(slot),
+            None,
+            format!(
+                "{} {} ready (pid {}){kept}",
+                kind.name(),
+                live.version,
+                live.pid
+            ),
+        )
+    }
+
+    /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
+    /// the fallback finish) and stopped. Another type's old process is stopped.
+    pub(super) async fn drop_fallback(&mut self, slot: usize) -> Result<(), Error> {
+        let Some(old) = self.rollout.slot(slot).fallback.clone() else {
+            return Ok(());
+        };
+        let retired = self.retire(slot, |s| s.fallback.take()).await?;
+        match self.rollout.slot(slot).kind.clone() {
+            Some(kind) => {
+                let stopped = retired.unwrap_or_default();
+                let detail = format!("{}: {stopped}", kind.name());
+                self.log(LogEvent::Process, &old, Some(slot), None, detail)?;
+            }
+            None => {
+                self.words.retired = retired;
+                self.words.watched = true;
+            }
         }
-        self.words.retired = self.retire(slot, |s| s.fallback.take()).await?;
-        self.words.watched = true;
         Ok(())
     }
 
@@ -311,9 +418,17 @@ impl Executor {
             return Ok(None);
         };
         let settings = &self.rollout.settings;
-        let drained = drain_before_stop(&self.context.root, old.port, settings.drain_ms).await;
-        let stopped =
-            process::stop_group(old.identity(), Duration::from_millis(settings.grace_ms)).await;
+        // Another type's process serves nothing to drain, and stops with its type's grace.
+        let (drained, grace) = match self.rollout.slot(slot).kind {
+            Some(_) => (String::new(), self.rollout.launch_of(&old).grace()),
+            None => (
+                drain_before_stop(&self.context.root, old.port, settings.drain_ms)
+                    .await
+                    .to_string(),
+                Duration::from_millis(settings.grace_ms),
+            ),
+        };
+        let stopped = process::stop_group(old.identity(), grace).await;
         self.rollout.slot_mut(slot).retiring = None;
         self.save()?;
         Ok(Some(format!(
@@ -331,7 +446,10 @@ impl Executor {
         let Some(candidate) = self.rollout.slot(slot).candidate.clone() else {
             return Ok(process::Stopped::AlreadyGone.to_string());
         };
-        let grace = Duration::from_millis(self.rollout.settings.grace_ms);
+        let grace = match self.rollout.slot(slot).kind {
+            Some(_) => self.rollout.launch_of(&candidate).grace(),
+            None => Duration::from_millis(self.rollout.settings.grace_ms),
+        };
         let stopped = stop_recorded(&candidate, grace).await;
         self.rollout.slot_mut(slot).candidate = None;
         self.save()?;
@@ -341,6 +459,22 @@ impl Executor {
     /// After the switch, in the watch: the kept previous release serves again at once (it was
     /// only drained), and the new one is stopped.
     pub(super) async fn switch_back(&mut self, slot: usize, kept: Process) -> Result<(), Error> {
+        if let Some(kind) = self.rollout.slot(slot).kind.clone() {
+            // Its old process ran on: `processes.json` names it again, the new one stops.
+            let s = self.rollout.slot_mut(slot);
+            s.fallback = None;
+            s.retiring = s.live.replace(kept.clone());
+            self.save()?;
+            self.write_pool()?;
+            let stopped = self.stop_retiring(slot).await?.unwrap_or_default();
+            let detail = format!(
+                "{} back on {} (pid {}); {stopped}",
+                kind.name(),
+                kept.version,
+                kept.pid
+            );
+            return self.log(LogEvent::Process, &kept, Some(slot), None, detail);
+        }
         let s = self.rollout.slot_mut(slot);
         s.fallback = None;
         let previous = if kept.identity().is_running() {
@@ -411,7 +545,8 @@ impl Executor {
         if let Some(kept) = self.rollout.slot(slot).fallback.clone() {
             return self.switch_back(slot, kept).await;
         }
-        if !self.behaviour.revert_brings_back {
+        let typed = self.rollout.slot(slot).kind.is_some();
+        if !self.behaviour.revert_brings_back && !typed {
             // The previous release never left: what it is doing is what a rollback says.
             let previous = self.previous_answers(slot).await;
             self.words.reverted = Some(Reverted {
@@ -464,7 +599,15 @@ impl Executor {
                     self.queued.push_back(Event::Restored { slot });
                 }
                 Some(from) => {
-                    if !beside {
+                    // A stop-first type's (a singleton's) new process is gone before its old
+                    // one starts again.
+                    let stop_first = self
+                        .rollout
+                        .slot(slot)
+                        .kind
+                        .as_ref()
+                        .is_some_and(|k| k.stop_first);
+                    if !beside || stop_first {
                         self.retire_live(slot).await?;
                     }
                     self.start(slot, Purpose::Restore, from).await?;

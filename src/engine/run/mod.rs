@@ -449,7 +449,7 @@ impl Executor {
                     Some(status) => self.statuses.insert(slot, status),
                     None => self.statuses.remove(&slot),
                 };
-                if task.purpose == Purpose::Upgrade {
+                if task.purpose == Purpose::Upgrade && self.rollout.slot(slot).kind.is_none() {
                     self.record_gate(&gated);
                 }
                 let result = match gated.end {

@@ -1,0 +1,199 @@
+//! Issue 69: a release's process types besides web (its Procfile's other lines) run as slots of
+//! its deploy. Each type's new processes start by its rule (workers beside their old ones; a
+//! singleton clock only once everything else is ready, and only after its old one is gone),
+//! are gated by its readiness, and web switches last; the old workers run on until the release
+//! is promoted. A type that fails rolls the whole release back: web never switched, the old
+//! workers and clock still running, untouched.
+
+use crate::common::*;
+
+const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 2\n      min_ready_ms: 300\n    clock:\n      singleton: true\n      min_ready_ms: 300\n";
+
+/// A process that says when it starts and stops, in `$STATE_DIRECTORY/NAME.log`.
+fn looping(name: &str) -> String {
+    format!(
+        "echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/{name}.log\"\n\
+         trap 'echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/{name}.log\"; exit 0' TERM\n\
+         while :; do sleep 0.05; done\n"
+    )
+}
+
+/// Installs `version`: web (the sample service), and this Procfile with its scripts.
+fn add(site: &Site, version: &str, procfile: &str, scripts: &[(&str, String)]) {
+    use std::os::unix::fs::PermissionsExt;
+    let build = tempfile::tempdir().unwrap();
+    let exe = write(
+        build.path(),
+        "edge-svc",
+        &format!("#!/bin/sh\nexec '{}' sample-service\n", bin().display()),
+    );
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(build.path(), "Procfile", procfile);
+    for (name, body) in scripts {
+        write(build.path(), name, body);
+    }
+    let out = site.run(&[
+        "release",
+        "add",
+        "edge-svc",
+        version,
+        build.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn good(site: &Site, version: &str) {
+    add(
+        site,
+        version,
+        "worker: exec sh worker.sh\nclock: exec sh clock.sh\n",
+        &[
+            ("worker.sh", looping("worker")),
+            ("clock.sh", looping("clock")),
+        ],
+    );
+}
+
+/// `processes.json`: (type.index, version, pid) of each live process of another type.
+fn formation(site: &Site) -> Vec<(String, String, i32)> {
+    let text = std::fs::read_to_string(site.root().join("processes.json")).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                format!("{}.{}", p["process_type"].as_str().unwrap(), p["index"]),
+                p["version"].as_str().unwrap().to_string(),
+                p["pid"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect()
+}
+
+/// The (start, stop) times of each clock process, by pid, from its log.
+fn clock_intervals(site: &Site) -> Vec<(u128, u128)> {
+    let text = std::fs::read_to_string(site.root().join("data/clock.log")).unwrap_or_default();
+    let mut intervals: Vec<(String, u128, u128)> = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let (what, pid, at) = (
+            words[0],
+            words[2].to_string(),
+            words[3].parse::<u128>().unwrap(),
+        );
+        match what {
+            "start" => intervals.push((pid, at, u128::MAX)),
+            _ => {
+                if let Some(i) = intervals.iter_mut().find(|i| i.0 == pid) {
+                    i.2 = at;
+                }
+            }
+        }
+    }
+    intervals.into_iter().map(|(_, a, b)| (a, b)).collect()
+}
+
+#[test]
+fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls_it_back_whole() {
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    let policy = ["--policy", policy.to_str().unwrap(), "--watch-ms", "300"];
+    good(&site, "v1");
+    let out = site.deploy(free_port(), "v1", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v1 = formation(&site);
+    let names: Vec<&str> = v1.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(names, ["worker.0", "worker.1", "clock.0"]);
+    assert!(v1.iter().all(|p| p.1 == "v1" && alive(p.2)), "{v1:?}");
+
+    // v2: every process replaced; the old ones stopped; never two clocks.
+    good(&site, "v2");
+    let port = free_port();
+    let out = site.deploy(port, "v2", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(version_on(port).as_deref(), Some("v2"));
+    let v2 = formation(&site);
+    assert!(v2.iter().all(|p| p.1 == "v2" && alive(p.2)), "{v2:?}");
+    assert!(
+        wait_for(10, || v1.iter().all(|p| !alive(p.2))),
+        "v1's processes still run"
+    );
+    let clocks = clock_intervals(&site);
+    assert_eq!(clocks.len(), 2, "{clocks:?}");
+    assert!(clocks[0].1 < clocks[1].0, "two clocks at once: {clocks:?}");
+    let worker_log = std::fs::read_to_string(site.root().join("data/worker.log")).unwrap();
+    assert_eq!(worker_log.matches("start v2").count(), 2, "{worker_log}");
+    // Each process of the release is on the record, by name.
+    let said: Vec<String> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "process" && l["version"] == "v2")
+        .map(|l| l["detail"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        said.iter().any(|d| d.starts_with("worker.1 v2 ready")),
+        "{said:?}"
+    );
+
+    // v3's worker exits at start: rolled back whole — web never switched, v2's processes the
+    // very same ones, the clock never touched.
+    add(
+        &site,
+        "v3",
+        "worker: echo 'cannot open the database' >&2; exit 3\nclock: exec sh clock.sh\n",
+        &[("clock.sh", looping("clock"))],
+    );
+    let live = site.pointer().unwrap();
+    let out = site.deploy(free_port(), "v3", &policy);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["pid"], live["pid"]);
+    assert_eq!(version_on(port).as_deref(), Some("v2"));
+    assert_eq!(formation(&site), v2);
+    assert!(v2.iter().all(|p| alive(p.2)));
+    assert_eq!(clock_intervals(&site).len(), 2, "v3's clock never started");
+    let rolled_back = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "rolled_back" && l["version"] == "v3")
+        .unwrap();
+    let detail = rolled_back["detail"].as_str().unwrap();
+    // It names the process that failed, and quotes what it said.
+    assert!(detail.starts_with("process worker."), "{detail}");
+    assert!(
+        detail.contains("output: cannot open the database"),
+        "{detail}"
+    );
+
+    // A worker killed is started again by its keeper, and `processes.json` follows it.
+    let killed = v2[0].2;
+    send_signal(killed, 9);
+    assert!(
+        wait_for(20, || formation(&site)
+            .first()
+            .is_some_and(|p| p.2 != killed && alive(p.2))),
+        "{:?}",
+        formation(&site)
+    );
+    // `stop` stops every process of the release; `start` starts every one again.
+    site.stop_service();
+    let stopped = formation(&site);
+    assert!(
+        wait_for(10, || stopped.iter().all(|p| !alive(p.2))),
+        "{stopped:?}"
+    );
+    let out = site.run(&["start", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let started = formation(&site);
+    assert!(
+        started.iter().all(|p| p.1 == "v2" && alive(p.2)),
+        "{started:?}"
+    );
+    assert_eq!(
+        clock_intervals(&site).len(),
+        3,
+        "one clock again, after the stop"
+    );
+    site.stop_service();
+}
