@@ -349,6 +349,25 @@ async fn finish_rollback(root: &Root, mut rollout: Rollout, gone: String) -> Res
         executor.perform_write_pool()?;
     }
     executor.perform(Action::Revert { slot: 0 }).await?;
+    // The release's other types go back too: each one's new process stopped, its kept old one
+    // named again (or, replaced stop-first, started again).
+    let typed: Vec<usize> = executor
+        .rollout()
+        .slots
+        .iter()
+        .filter(|s| s.kind.is_some())
+        .filter(|s| {
+            s.fallback.is_some()
+                || s.candidate.is_some()
+                || s.retiring.is_some()
+                || (s.live.is_none() && s.from_version.is_some())
+                || s.state == SlotState::RollingBack
+        })
+        .map(|s| s.slot)
+        .collect();
+    for slot in typed {
+        executor.perform(Action::Revert { slot }).await?;
+    }
     let words = executor.words_mut();
     words.how = format!(" (finished after {gone} died)");
     words.context = Some(format!("finished after {gone} died"));
@@ -359,7 +378,10 @@ async fn finish_rollback(root: &Root, mut rollout: Rollout, gone: String) -> Res
         }
     }
     executor.perform(outcome_note(LogEvent::RolledBack)).await?;
-    executor.perform(Action::Stop).await
+    executor.perform(Action::Stop).await?;
+    // A process of another type being brought back is gated to its end.
+    let mut signals = Signals::install()?;
+    executor.await_in_flight(&mut signals).await
 }
 
 /// The planner's outcome note, worded by the deploy's voice.
@@ -430,7 +452,9 @@ async fn abandon(root: &Root, mut rollout: Rollout) -> Result<(), Error> {
         reason: format!("abandoned: deployer pid {deployer_pid} died before an outcome"),
         rollback: true,
     };
-    if !stop_first {
+    // A release of several types may bring a stop-first type's old process back: gated to its
+    // end too.
+    if !stop_first && !executor.rollout().is_whole_release() {
         return executor.handle(abort).await;
     }
     // The previous release being brought back is gated to its end before the deploy's

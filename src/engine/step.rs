@@ -277,6 +277,12 @@ fn switch_seen(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<A
     if s.retiring.is_none() {
         s.retiring = s.fallback.take();
     }
+    // The release's other types: their old processes, kept until now, go.
+    for other in &rollout.slots {
+        if other.slot != slot && other.kind.is_some() && other.fallback.is_some() {
+            actions.push(Action::DropFallback { slot: other.slot });
+        }
+    }
     rollout.phase = Phase::Completed;
     rollout.pause_reason = None;
     rollout.soak_until = None;

@@ -197,3 +197,144 @@ fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls
     );
     site.stop_service();
 }
+
+/// The processes running a script of the root's releases (`NAME.sh` in their command line,
+/// their folder in the root); not the script's own forks (a `sleep` or a `$(date)` before its
+/// exec carries the script's command line).
+fn running(site: &Site, script: &str) -> Vec<i32> {
+    let found = scripts(site, script);
+    let parent = |pid: i32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|p| p.trim().parse::<i32>().ok())
+    };
+    found
+        .iter()
+        .copied()
+        .filter(|pid| parent(*pid).is_none_or(|p| !found.contains(&p)))
+        .collect()
+}
+
+fn scripts(site: &Site, script: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let mentions = String::from_utf8_lossy(&cmdline).contains(script);
+        let here = std::fs::read_link(entry.path().join("cwd"))
+            .is_ok_and(|cwd| cwd.starts_with(site.root()));
+        if mentions && here && !is_zombie(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Issue 69, 7: a deploy of web, two workers and a singleton clock, killed (-9) after each of
+/// its actions in turn, then `up`: the release is whole (every process of one version, all
+/// running, web answering on what `current` names), the attempt has one outcome line, and two
+/// clocks never ran at once.
+#[test]
+fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
+    use std::os::unix::process::ExitStatusExt;
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    good(&site, "v1");
+    good(&site, "v2");
+    let deploy = |version: &str, fault: Option<u64>| {
+        let mut command = rollgate();
+        command
+            .args([
+                "deploy",
+                "edge-svc",
+                &free_port().to_string(),
+                version,
+                "--root",
+            ])
+            .arg(site.root())
+            .args(["--policy", policy.to_str().unwrap(), "--watch-ms", "200"])
+            .timeout(std::time::Duration::from_secs(60));
+        if let Some(k) = fault {
+            command.env("ROLLGATE_FAULT", format!("kill-after-action:{k}"));
+        }
+        command.output().unwrap()
+    };
+    let out = deploy("v1", None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut k = 1;
+    loop {
+        let live = site.pointer().unwrap()["version"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let next = if live == "v1" { "v2" } else { "v1" };
+        let out = deploy(next, Some(k));
+        let killed = out.status.signal() == Some(9);
+        let up = site.run(&["up"]);
+        assert_eq!(up.status.code(), Some(0), "K={k}: {}", stderr(&up));
+        let pointer = site.pointer().unwrap();
+        let version = pointer["version"].as_str().unwrap().to_string();
+        let port = pointer["port"].as_u64().unwrap() as u16;
+        assert_eq!(version_on(port).as_deref(), Some(version.as_str()), "K={k}");
+        let whole = formation(&site);
+        assert_eq!(whole.len(), 3, "K={k}: {whole:?}");
+        assert!(
+            whole.iter().all(|p| p.1 == version && alive(p.2)),
+            "K={k}: {version} {whole:?}"
+        );
+        assert_eq!(running(&site, "worker.sh").len(), 2, "K={k}: workers");
+        let clocks_running = running(&site, "clock.sh");
+        assert_eq!(
+            clocks_running.len(),
+            1,
+            "K={k}: clocks {clocks_running:?}: {:?} {}",
+            clocks_running
+                .iter()
+                .map(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default())
+                .collect::<Vec<_>>(),
+            std::fs::read_to_string(site.root().join("data/clock.log")).unwrap_or_default()
+                + &site
+                    .log_lines()
+                    .iter()
+                    .rev()
+                    .take(14)
+                    .map(|l| format!("\n{} {} {}", l["event"], l["version"], l["detail"]))
+                    .collect::<String>()
+                + &stdout(&up)
+        );
+        let mut clocks = clock_intervals(&site);
+        clocks.sort();
+        for pair in clocks.windows(2) {
+            assert!(
+                pair[0].1 < pair[1].0,
+                "K={k}: two clocks at once: {clocks:?}"
+            );
+        }
+        // Every attempt that started a candidate has one outcome, and none has two.
+        let lines = site.log_lines();
+        let tokens: std::collections::BTreeSet<String> = lines
+            .iter()
+            .filter(|l| l["event"] == "candidate_started")
+            .filter_map(|l| l["token"].as_str().map(str::to_string))
+            .collect();
+        for token in tokens {
+            let outcomes = lines
+                .iter()
+                .filter(|l| l["token"] == token.as_str())
+                .filter(|l| l["event"] == "promoted" || l["event"] == "rolled_back")
+                .count();
+            assert_eq!(outcomes, 1, "K={k}: token {token}");
+        }
+        if !killed {
+            assert_eq!(out.status.code(), Some(0), "K={k}: {}", stderr(&out));
+            break;
+        }
+        k += 1;
+    }
+    assert!(k > 10, "the deploy had {k} actions");
+    site.stop_service();
+}

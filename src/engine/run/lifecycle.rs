@@ -546,6 +546,11 @@ impl Executor {
             return self.switch_back(slot, kept).await;
         }
         let typed = self.rollout.slot(slot).kind.is_some();
+        if typed {
+            // An old process whose stop was cut short is gone (its whole tree) before its
+            // release is brought back: two of a singleton never run at once.
+            self.stop_retiring(slot).await?;
+        }
         if !self.behaviour.revert_brings_back && !typed {
             // The previous release never left: what it is doing is what a rollback says.
             let previous = self.previous_answers(slot).await;

@@ -276,6 +276,22 @@ impl Executor {
         Ok(self.rollout.phase)
     }
 
+    /// Waits for the processes still being brought back (their gates in flight) after a
+    /// recovery performed an ended run's reverts, then settles its ending if it waited on them.
+    pub(crate) async fn await_in_flight(&mut self, signals: &mut Signals) -> Result<(), Error> {
+        while !self.finished() {
+            tokio::select! {
+                Some(message) = self.receiver.recv() => self.on_message(message).await?,
+                name = signals.recv() => self.on_signal(name).await?,
+            }
+        }
+        if self.settle_deferred {
+            self.settle_deferred = false;
+            self.finish_outcome()?;
+        }
+        Ok(())
+    }
+
     /// Once an ended rollout's reverts and restores are done: the effects its ending owes,
     /// each safe to repeat after a crash (the outcome line is written once per rollout id, the
     /// floor is raised to the same value, the post hook is marked started before it runs, so
