@@ -105,6 +105,7 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
             }
         }
     }
+    type_rows(status, rows);
     rows.push((
         "policy".into(),
         match &status.policy {
@@ -117,6 +118,56 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
             None => "(none kept: the defaults)".into(),
         },
     ));
+}
+
+/// A row per process type of the release besides web: how many of its processes run, each
+/// one's pid, uptime and restarts, and what the type runs.
+fn type_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
+    let mut types: Vec<&str> = Vec::new();
+    for p in &status.processes {
+        if !types.contains(&p.process_type.as_str()) {
+            types.push(&p.process_type);
+        }
+    }
+    for name in types {
+        let of_type: Vec<_> = status
+            .processes
+            .iter()
+            .filter(|p| p.process_type == name)
+            .collect();
+        let running = of_type.iter().filter(|p| p.running).count();
+        let each: Vec<String> = of_type
+            .iter()
+            .map(|p| {
+                let state = match p.up_for_s {
+                    Some(up) if p.running => format!("up {}", format_duration(up)),
+                    _ => "NOT running".into(),
+                };
+                format!(
+                    "{} {} pid {} {state}, {} restart{}",
+                    p.process,
+                    p.version,
+                    p.pid,
+                    p.restarts.count,
+                    if p.restarts.count == 1 { "" } else { "s" }
+                )
+            })
+            .collect();
+        let command = of_type
+            .first()
+            .and_then(|p| p.command.as_deref())
+            .map_or(String::new(), |c| {
+                format!("; runs `{}`", crate::host::output::printable(c))
+            });
+        rows.push((
+            name.to_string(),
+            format!(
+                "{running} of {} running: {}{command}",
+                of_type.len(),
+                each.join("; ")
+            ),
+        ));
+    }
 }
 
 /// The pool, the held socket, the certificates, the traffic mode and the proxy's routes.

@@ -319,6 +319,7 @@ pub(crate) fn log(
         pid,
         slot: live.slot,
         ended: ended.map(str::to_string),
+        process: live.process.as_ref().map(|(t, n)| format!("{t}.{n}")),
         ..journal::Entry::new(event, &live.version, &live.service, detail)
     };
     if let Err(e) = journal::append(&root.log_path(), &entry) {

@@ -49,6 +49,25 @@ pub struct RootStatus {
     /// The policy the service is held to: the live release's record (none: the defaults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyStatus>,
+    /// The live processes of the release's other types (`processes.json`), in its order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessStatus>,
+}
+
+/// One process of another type than web (issue 69), as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessStatus {
+    /// `worker.1`.
+    pub process: String,
+    pub process_type: String,
+    pub version: String,
+    pub pid: i32,
+    pub running: bool,
+    pub up_for_s: Option<f64>,
+    /// Its keeper's restarts of it since its release went live.
+    pub restarts: crate::host::journal::Restarts,
+    /// What it runs: its Procfile line.
+    pub command: Option<String>,
 }
 
 /// The service's kept policy, as `status` names it (`rollgate policy show` prints it whole).
@@ -238,8 +257,40 @@ impl RootStatus {
             .filter(|routes| !routes.is_empty()),
             // A log that cannot be read leaves the rest of the status standing.
             recent: recent(root),
+            processes: processes(root, pointer.as_ref().map_or(0.0, |p| p.promoted_at)),
         })
     }
+}
+
+/// The live processes of the release's other types; their restarts counted since `since`.
+fn processes(root: &Root, since: f64) -> Vec<ProcessStatus> {
+    let Some(formation) = root.read_processes().ok().flatten() else {
+        return Vec::new();
+    };
+    formation
+        .processes
+        .into_iter()
+        .map(|p| {
+            let identity = p.identity();
+            let process = p.name();
+            ProcessStatus {
+                running: identity.is_running(),
+                up_for_s: identity.running_for().map(|d| d.as_secs_f64()),
+                restarts: crate::host::journal::restarts_since(
+                    &root.log_path(),
+                    &p.version,
+                    Some(&process),
+                    since,
+                )
+                .unwrap_or_default(),
+                command: p.launch.command.as_ref().and_then(|c| c.last()).cloned(),
+                process,
+                process_type: p.process_type,
+                version: p.version,
+                pid: p.pid,
+            }
+        })
+        .collect()
 }
 
 /// The last `RECENT` outcomes, newest first, with the hooks that ran among them (a hook's
@@ -330,8 +381,13 @@ fn live_status(
         kept: crate::host::keeper::kept(&root.0, false)
             .releases
             .contains(&p.identity()),
-        restarts: crate::host::journal::restarts_since(&root.log_path(), &p.version, p.promoted_at)
-            .unwrap_or_default(),
+        restarts: crate::host::journal::restarts_since(
+            &root.log_path(),
+            &p.version,
+            None,
+            p.promoted_at,
+        )
+        .unwrap_or_default(),
         standby: p.fallback.clone().filter(|f| f.standby),
         command: p.launch.command.clone(),
     })

@@ -155,6 +155,9 @@ pub struct Entry<'a> {
     /// `restart_failed`, `restart_given_up`): its exit status or signal, as its keeper saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
+    /// The process of another type than web a line is about (`worker.1`; issue 69).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
 }
 
 /// What users had of a release that was rolled back after it served them: how long it was
@@ -222,6 +225,7 @@ impl<'a> Entry<'a> {
             traffic: None,
             exposure: None,
             ended: None,
+            process: None,
         }
     }
 }
@@ -512,8 +516,14 @@ pub struct Restarts {
     pub last_ended: Option<String>,
 }
 
-/// The `restarted` lines of `version` written since `since`, read from the end of the log.
-pub fn restarts_since(path: &Path, version: &str, since: f64) -> std::io::Result<Restarts> {
+/// The `restarted` lines of `version` written since `since` (of another type's `process`, or
+/// web's: lines naming no process), read from the end of the log.
+pub fn restarts_since(
+    path: &Path,
+    version: &str,
+    process: Option<&str>,
+    since: f64,
+) -> std::io::Result<Restarts> {
     #[derive(serde::Deserialize)]
     struct Line {
         #[serde(default)]
@@ -524,6 +534,8 @@ pub fn restarts_since(path: &Path, version: &str, since: f64) -> std::io::Result
         version: String,
         #[serde(default)]
         ended: Option<String>,
+        #[serde(default)]
+        process: Option<String>,
     }
     let mut restarts = Restarts::default();
     lines_backwards(path, |line| {
@@ -533,7 +545,10 @@ pub fn restarts_since(path: &Path, version: &str, since: f64) -> std::io::Result
         if record.ts < since {
             return ControlFlow::Break(());
         }
-        if record.event == LogEvent::Restarted.as_str() && record.version == version {
+        if record.event == LogEvent::Restarted.as_str()
+            && record.version == version
+            && record.process.as_deref() == process
+        {
             restarts.count += 1;
             if restarts.last_at.is_none() {
                 restarts.last_at = Some(record.ts);

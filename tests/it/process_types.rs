@@ -176,6 +176,28 @@ fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls
         "{:?}",
         formation(&site)
     );
+    // `status` shows each type: how many run, each one's pid, uptime and restarts.
+    let status = stdout(&site.run(&["status"]));
+    let worker_row = status
+        .lines()
+        .find(|l| l.contains("worker.0 v2 pid"))
+        .unwrap_or_default();
+    assert!(
+        worker_row.contains("2 of 2 running: worker.0 v2 pid"),
+        "{status}"
+    );
+    assert!(
+        worker_row.contains("1 restart;") && worker_row.contains("runs `exec sh worker.sh`"),
+        "{status}"
+    );
+    let clock_row = status
+        .lines()
+        .find(|l| l.contains("clock.0 v2 pid"))
+        .unwrap_or_default();
+    assert!(
+        clock_row.contains("1 of 1 running: clock.0 v2 pid") && clock_row.contains("0 restarts"),
+        "{status}"
+    );
     // `stop` stops every process of the release; `start` starts every one again.
     site.stop_service();
     let stopped = formation(&site);

@@ -171,7 +171,7 @@ impl Executor {
             recorded.pid,
             launch.probe.describe()
         );
-        self.log(LogEvent::Process, recorded, Some(slot), None, detail)
+        self.log_process(kind, recorded, slot, detail)
     }
 
     /// Gates a started process in a task of its own, which reports back as a message; the
@@ -353,11 +353,10 @@ impl Executor {
             ),
             _ => stopped.map_or(String::new(), |s| format!("; {s}")),
         };
-        self.log(
-            LogEvent::Process,
+        self.log_process(
+            kind,
             &live,
-            Some(slot),
-            None,
+            slot,
             format!(
                 "{} {} ready (pid {}){kept}",
                 kind.name(),
@@ -378,7 +377,7 @@ impl Executor {
             Some(kind) => {
                 let stopped = retired.unwrap_or_default();
                 let detail = format!("{}: {stopped}", kind.name());
-                self.log(LogEvent::Process, &old, Some(slot), None, detail)?;
+                self.log_process(&kind, &old, slot, detail)?;
             }
             None => {
                 self.words.retired = retired;
@@ -473,7 +472,7 @@ impl Executor {
                 kept.version,
                 kept.pid
             );
-            return self.log(LogEvent::Process, &kept, Some(slot), None, detail);
+            return self.log_process(&kind, &kept, slot, detail);
         }
         let s = self.rollout.slot_mut(slot);
         s.fallback = None;

@@ -135,6 +135,31 @@ impl Executor {
         )
     }
 
+    /// A line about another type's process (`process` names it: `worker.1`).
+    pub(super) fn log_process(
+        &self,
+        kind: &crate::engine::state::Kind,
+        process: &Process,
+        slot: usize,
+        detail: String,
+    ) -> Result<(), Error> {
+        append(
+            &self.context.root,
+            &journal::Entry {
+                pid: (process.pid > 0).then_some(process.pid),
+                token: (!process.token.is_empty()).then_some(process.token.as_str()),
+                slot: Some(slot),
+                process: Some(kind.name()),
+                ..journal::Entry::new(
+                    LogEvent::Process,
+                    &process.version,
+                    &self.rollout.service,
+                    detail,
+                )
+            },
+        )
+    }
+
     pub(super) fn log_plain(
         &self,
         event: LogEvent,
