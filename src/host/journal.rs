@@ -647,6 +647,7 @@ mod tests {
             traffic: None,
             exposure: None,
             ended: None,
+            process: None,
         })
         .unwrap();
         line.push('\n');
