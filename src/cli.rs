@@ -289,6 +289,10 @@ follows a switch, a line on stderr names the release now live.")]
         /// Only the last N lines of what is there now.
         #[arg(long, short = 'n', value_name = "N")]
         lines: Option<usize>,
+        /// Another process type's output (its Procfile's line: `worker`), each of its
+        /// processes' labelled; `web` (the default) is the web process's.
+        #[arg(long = "type", value_name = "TYPE")]
+        process_type: Option<String>,
     },
     /// The live release (version, port, pid, uptime, answering) and the last outcomes.
     #[command(after_help = "Examples:

@@ -203,6 +203,7 @@ fn run(command: Command) -> Result<u8, Error> {
             release,
             since,
             lines,
+            process_type,
         } => {
             let since = since
                 .map(|t| rollgate::render::time::parse_time(&t))
@@ -215,6 +216,7 @@ fn run(command: Command) -> Result<u8, Error> {
                 release,
                 since,
                 lines,
+                process_type,
             };
             let (stdout, mut said) = (std::io::stdout().lock(), std::io::stderr());
             // A release's bytes reach a terminal escaped (issue 66); a pipe gets them as written.

@@ -1,5 +1,6 @@
 //! `rollgate logs SERVICE`: what the application itself printed. A release's stdout and stderr
-//! go to `releases/VERSION/SERVICE.output` (`SERVICE.SLOT.output` for a replica), rotated by
+//! go to `releases/VERSION/SERVICE.output` (`SERVICE.SLOT.output` for a replica,
+//! `SERVICE.TYPE.N.output` for another process type's, read with `--type TYPE`), rotated by
 //! the output pump; this command reads them so nobody has to know where, and with `-f` follows
 //! the live release across switches (a deploy, a rollback, `config set`) the way
 //! `kamal app logs -f` and `journalctl -fu` do: when `current` names another release, the old
@@ -32,6 +33,9 @@ pub struct Request {
     pub since: Option<f64>,
     /// Only the last N lines of what is there now.
     pub lines: Option<usize>,
+    /// Another process type's output (`--type worker`: each of its processes'); none or `web`:
+    /// web's.
+    pub process_type: Option<String>,
 }
 
 /// How often a follower looks for new output and for a switch.
@@ -51,8 +55,12 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
     if let Some(version) = &request.release {
         crate::host::names::check_name("version", version)?;
     }
+    if let Some(process_type) = &request.process_type {
+        crate::host::names::check_name("process type", process_type)?;
+    }
     let root = Root::existing(request.root.clone())?;
     let live = live_release(&root)?;
+    let kind = request.process_type.as_deref().filter(|t| *t != "web");
     let last = match (&request.release, &live) {
         (Some(version), _) => {
             if !root.release_dir(version).is_dir() {
@@ -77,13 +85,23 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
     };
     let written = |e: std::io::Error| Error::Failed(format!("cannot write the output: {e}"));
     for version in &earlier {
-        for path in files_of(&root, version, &request.service) {
+        for path in files_of(&root, version, &request.service, kind) {
             for generation in generations(&path, request.since) {
                 copy_whole(&generation, out).map_err(written)?;
             }
         }
     }
-    let mut reading = open(&root, &last, &request.service, request.since, out).map_err(written)?;
+    if let Some(kind) = kind {
+        if files_of(&root, &last, &request.service, Some(kind)).is_empty() {
+            return Err(refused(format!(
+                "release {last} has run no `{kind}` process (no {}.{kind}.N.output in {})",
+                request.service,
+                root.release_dir(&last).display()
+            )));
+        }
+    }
+    let mut reading =
+        open(&root, &last, &request.service, kind, request.since, out).map_err(written)?;
     let first = poll(&mut reading, request.lines).map_err(written)?;
     if write_lines(out, &first).is_err() || !request.follow {
         return Ok(());
@@ -110,7 +128,7 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
                     "rollgate logs: {} is live now (was {}); its output follows",
                     now, reading.version
                 );
-                reading = open(&root, &now, &request.service, None, out).map_err(written)?;
+                reading = open(&root, &now, &request.service, kind, None, out).map_err(written)?;
             }
             _ => {}
         }
@@ -148,32 +166,42 @@ fn live_since(root: &Root, since: f64, last: &str) -> Result<Vec<String>, Error>
 }
 
 /// A release's current output files: `SERVICE.output`, and each replica's
-/// `SERVICE.SLOT.output`, slots in order.
-fn files_of(root: &Root, version: &str, service: &str) -> Vec<PathBuf> {
-    let mut slots: Vec<(usize, PathBuf)> = std::fs::read_dir(root.release_dir(version))
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|entry| {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let slot = name
-                        .strip_prefix(&format!("{service}."))?
-                        .strip_suffix(".output")?
-                        .parse::<usize>()
-                        .ok()?;
-                    Some((slot, entry.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    slots.sort();
+/// `SERVICE.SLOT.output`, slots in order; of another type `kind`, each of its processes'
+/// `SERVICE.TYPE.N.output`.
+fn files_of(root: &Root, version: &str, service: &str, kind: Option<&str>) -> Vec<PathBuf> {
+    if let Some(kind) = kind {
+        return numbered(root, version, &format!("{service}.{kind}."));
+    }
+    let slots = numbered(root, version, &format!("{service}."));
     let single = root.output_path(version, service);
     let mut files: Vec<PathBuf> = Vec::new();
     if single.exists() || slots.is_empty() {
         files.push(single);
     }
-    files.extend(slots.into_iter().map(|(_, path)| path));
+    files.extend(slots);
     files
+}
+
+/// The release's files `PREFIXN.output`, N in order.
+fn numbered(root: &Root, version: &str, prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<(usize, PathBuf)> = std::fs::read_dir(root.release_dir(version))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let n = name
+                        .strip_prefix(prefix)?
+                        .strip_suffix(".output")?
+                        .parse::<usize>()
+                        .ok()?;
+                    Some((n, entry.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.into_iter().map(|(_, path)| path).collect()
 }
 
 /// A file's rotated generations then the file itself, oldest first; with `since`, only those
@@ -206,10 +234,11 @@ fn open(
     root: &Root,
     version: &str,
     service: &str,
+    kind: Option<&str>,
     since: Option<f64>,
     out: &mut dyn Write,
 ) -> std::io::Result<Reading> {
-    let files = files_of(root, version, service);
+    let files = files_of(root, version, service, kind);
     let several = files.len() > 1;
     let mut reading = Reading {
         version: version.to_string(),
@@ -231,7 +260,8 @@ fn open(
     Ok(reading)
 }
 
-/// `slot 2` for `SERVICE.2.output`, `single` for `SERVICE.output`.
+/// `slot 2` for `SERVICE.2.output`, `worker.1` for `SERVICE.worker.1.output`, `single` for
+/// `SERVICE.output`.
 fn slot_label(path: &Path, service: &str) -> String {
     let name = path
         .file_name()
@@ -242,6 +272,7 @@ fn slot_label(path: &Path, service: &str) -> String {
         .and_then(|rest| rest.strip_suffix(".output"))
     {
         Some(slot) if slot.parse::<usize>().is_ok() => format!("slot {slot}"),
+        Some(process) if process.contains('.') => process.to_string(),
         _ => "single".to_string(),
     }
 }
@@ -299,6 +330,10 @@ mod tests {
         assert_eq!(
             slot_label(Path::new("/r/releases/v1/api.output"), "api"),
             "single"
+        );
+        assert_eq!(
+            slot_label(Path::new("/r/releases/v1/api.worker.1.output"), "api"),
+            "worker.1"
         );
     }
 

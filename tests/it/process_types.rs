@@ -12,7 +12,8 @@ const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  
 /// A process that says when it starts and stops, in `$STATE_DIRECTORY/NAME.log`.
 fn looping(name: &str) -> String {
     format!(
-        "echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/{name}.log\"\n\
+        "echo \"{name} up on $ROLLGATE_VERSION\"\n\
+         echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/{name}.log\"\n\
          trap 'echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/{name}.log\"; exit 0' TERM\n\
          while :; do sleep 0.05; done\n"
     )
@@ -135,6 +136,22 @@ fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls
     assert!(
         said.iter().any(|d| d.starts_with("worker.1 v2 ready")),
         "{said:?}"
+    );
+
+    // `logs --type` reads each process of a type, labelled.
+    let out = site.run(&["logs", "edge-svc", "--type", "worker"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains("[worker.0] worker up on v2") && said.contains("[worker.1] worker up on v2"),
+        "{said}"
+    );
+    let out = site.run(&["logs", "edge-svc", "--type", "mailer"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has run no `mailer` process"),
+        "{}",
+        stderr(&out)
     );
 
     // v3's worker exits at start: rolled back whole — web never switched, v2's processes the
