@@ -130,6 +130,18 @@ It is a deploy of the live version (logged as one, under the service's kept poli
 replica root, a rollout of the version its replicas run that gives each a fresh process within
 the rollout's budgets. Exit codes: as `deploy` (or `rollout`).")]
     Restart(RollbackArgs),
+    /// How many processes of each of the live release's other types (its Procfile's lines)
+    /// run, without a new release: kept in the root, applied by a restart through the gate.
+    #[command(after_help = "Examples:
+  rollgate scale edge-svc worker=4 --root /srv/edge
+  rollgate scale edge-svc worker=1 mailer=0 --root /srv/edge
+
+The counts are kept in ROOT/scale.json, over the policy's processes.TYPE.replicas, for every
+later deploy too. They are applied at once by `rollgate restart` (every process started again
+through its gate, web beside the old one); a restart that fails puts the counts back. web's
+count is its replica set's (`rollgate rollout --replicas N`); a singleton stays at most 1.
+Exit codes: as `restart`; 2 for a type the live release has no line for, or a count refused.")]
+    Scale(ScaleArgs),
     /// Stop a service on purpose: the proxy answers its maintenance page, each live process is
     /// drained and stopped whole, and nothing starts it again (not `up`, not a deploy) until
     /// `rollgate start`.
@@ -730,6 +742,21 @@ pub struct RollbackArgs {
     /// in the `rolled_back` line, which names the keeper as what ended the release.
     #[arg(long, hide = true)]
     pub because: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    pub service: String,
+    /// TYPE=COUNT, one or more (worker=4).
+    #[arg(required = true, value_name = "TYPE=COUNT")]
+    pub counts: Vec<String>,
+    #[command(flatten)]
+    pub target: RootArgs,
+    /// Ports to pick the restarted web process's from, as for `deploy`.
+    #[arg(long, value_name = "A-B")]
+    pub ports: Option<String>,
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 #[derive(Debug, Args)]

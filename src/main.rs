@@ -155,6 +155,7 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Rollout(args) => dispatch::deploys::run_rollout(args),
         Command::Rollback(args) => dispatch::deploys::run_rollback(args),
         Command::Restart(args) => dispatch::deploys::run_restart(args),
+        Command::Scale(args) => dispatch::deploys::run_scale(args),
         Command::Stop {
             service,
             target,

@@ -21,6 +21,7 @@ pub mod releases;
 pub mod rollback;
 pub mod rollout;
 pub mod run;
+pub mod scale;
 pub mod secret;
 pub(crate) mod standby;
 pub mod status;

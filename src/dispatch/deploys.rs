@@ -236,6 +236,31 @@ pub fn run_restart(args: cli::RollbackArgs) -> Result<u8, Error> {
     })?))
 }
 
+/// `rollgate scale SVC TYPE=N...`: as `restart`.
+pub fn run_scale(args: cli::ScaleArgs) -> Result<u8, Error> {
+    let cli::ScaleArgs {
+        service,
+        counts,
+        target,
+        ports,
+        gate,
+    } = args;
+    let counts = counts
+        .iter()
+        .map(|asked| rollgate::commands::scale::parse_count(asked))
+        .collect::<Result<Vec<_>, _>>()?;
+    let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
+    let request = rollback::RollbackRequest {
+        service,
+        root: target.root,
+        port: None,
+        ports,
+        deploy,
+        because: None,
+    };
+    Ok(ended(rollgate::commands::scale::scale(request, &counts)?))
+}
+
 /// What a deploy of a release the command finds itself (a rollback's, a restart's) takes from
 /// the command line: the policy and the numbers; the version and port are the command's.
 fn same_release_deploy(service: String, root: PathBuf, gate: cli::GateArgs) -> deploy::Request {

@@ -244,6 +244,7 @@ fn with_types(
             let kinds = super::types::kinds(
                 others,
                 &settings.processes,
+                &start.root.read_scale()?,
                 &rollout.settings.launch,
                 rollout.settings.stop_first,
             )

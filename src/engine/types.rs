@@ -144,6 +144,7 @@ pub fn rules_of(policy: Option<&RolloutSettings>) -> Result<BTreeMap<String, Typ
 pub fn kinds(
     lines: &[(String, String)],
     rules: &BTreeMap<String, TypeRules>,
+    scaled: &BTreeMap<String, usize>,
     run: &LaunchRecord,
     stop_first_run: bool,
 ) -> Result<Vec<Kind>, String> {
@@ -157,7 +158,16 @@ pub fn kinds(
     }
     let mut kinds = Vec::new();
     for (name, command) in lines {
-        let rule = rules.get(name).cloned().unwrap_or_default();
+        let mut rule = rules.get(name).cloned().unwrap_or_default();
+        // `rollgate scale` overrides the policy's count; a singleton stays one.
+        if let Some(count) = scaled.get(name) {
+            if rule.singleton && *count > 1 {
+                return Err(format!(
+                    "{name} is a singleton (processes.{name}.singleton): it cannot be scaled past 1"
+                ));
+            }
+            rule.replicas = *count;
+        }
         let launch = LaunchRecord {
             probe: rule.ready.clone(),
             listen: None,
@@ -268,7 +278,14 @@ mod tests {
             ("worker".to_string(), "work".to_string()),
             ("clock".to_string(), "tick".to_string()),
         ];
-        let kinds = kinds(&lines, &rules, &LaunchRecord::default(), false).unwrap();
+        let kinds = kinds(
+            &lines,
+            &rules,
+            &BTreeMap::new(),
+            &LaunchRecord::default(),
+            false,
+        )
+        .unwrap();
         let mut r = planned("v2", Some(&live()), "t1");
         add_slots(
             &mut r,
@@ -414,7 +431,14 @@ mod tests {
         let mut rules = BTreeMap::new();
         rules.insert("clock".to_string(), TypeRules::default());
         let lines = [("worker".to_string(), "work".to_string())];
-        let err = kinds(&lines, &rules, &LaunchRecord::default(), false).unwrap_err();
+        let err = kinds(
+            &lines,
+            &rules,
+            &BTreeMap::new(),
+            &LaunchRecord::default(),
+            false,
+        )
+        .unwrap_err();
         assert!(err.contains("processes.clock"), "{err}");
         let policy: RolloutSettings = serde_json::from_value(serde_json::json!({
             "progress_deadline_ms": 1000, "poll_ms": 100, "max_unavailable_pct": 0,

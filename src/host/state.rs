@@ -24,6 +24,9 @@ pub const POINTER_FILE: &str = "current";
 pub const REPLICAS_FILE: &str = "replicas.json";
 pub const CANDIDATE_FILE: &str = "candidate";
 pub const PROCESSES_FILE: &str = "processes.json";
+/// The counts `rollgate scale` set, by process type: they override the policy's
+/// `processes.TYPE.replicas` for every deploy until scaled again.
+pub const SCALE_FILE: &str = "scale.json";
 pub const LOG_FILE: &str = "deploy.log";
 pub const LOCK_FILE: &str = "deploy.lock";
 
@@ -360,6 +363,34 @@ impl Root {
         let mut bytes = serde_json::to_vec_pretty(formation).expect("a formation serializes");
         bytes.push(b'\n');
         write_atomically(&self.processes_path(), &bytes)
+    }
+
+    pub fn scale_path(&self) -> PathBuf {
+        self.0.join(SCALE_FILE)
+    }
+
+    /// The counts `rollgate scale` set (none: the policy's); each type's name checked, each
+    /// count within 0-1000.
+    pub fn read_scale(&self) -> Result<std::collections::BTreeMap<String, usize>, Fault> {
+        let path = self.scale_path();
+        let scale: Option<std::collections::BTreeMap<String, usize>> = read_json(&path)?;
+        let scale = scale.unwrap_or_default();
+        for (name, count) in &scale {
+            checked(&path, name, check_name("process type", name))?;
+            if *count > 1000 {
+                return checked(&path, name, Err(format!("{count} is above 1000")));
+            }
+        }
+        Ok(scale)
+    }
+
+    pub fn write_scale(
+        &self,
+        scale: &std::collections::BTreeMap<String, usize>,
+    ) -> Result<(), WriteError> {
+        let mut bytes = serde_json::to_vec_pretty(scale).expect("counts serialize");
+        bytes.push(b'\n');
+        write_atomically(&self.scale_path(), &bytes)
     }
 
     pub fn read_pointer(&self) -> Result<Option<Pointer>, Fault> {

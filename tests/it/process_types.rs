@@ -377,3 +377,77 @@ fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
     assert!(k > 10, "the deploy had {k} actions");
     site.stop_service();
 }
+
+/// `rollgate scale`: a type's count changed without a new release, kept for later deploys; a
+/// singleton cannot go past 1, web's count is its replica set's, an unknown type is refused —
+/// and a refused scale keeps the counts that run.
+#[test]
+fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    let policy = ["--policy", policy.to_str().unwrap()];
+    good(&site, "v1");
+    let out = site.deploy(
+        free_port(),
+        "v1",
+        &[&policy[..], &["--watch-ms", "0"]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let first = port_block(10);
+    let ports = format!("{first}-{}", first + 9);
+    let scale = |counts: &[&str]| {
+        let mut args = vec!["scale", "edge-svc"];
+        args.extend_from_slice(counts);
+        args.extend_from_slice(&policy);
+        args.extend_from_slice(&["--ports", &ports]);
+        args.extend_from_slice(&["--watch-ms", "0"]);
+        site.run(&args)
+    };
+    let names = |site: &Site| -> Vec<String> { formation(site).into_iter().map(|p| p.0).collect() };
+
+    let out = scale(&["worker=4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        names(&site),
+        ["worker.0", "worker.1", "worker.2", "worker.3", "clock.0"]
+    );
+    assert!(formation(&site).iter().all(|p| p.1 == "v1" && alive(p.2)));
+    let four = formation(&site);
+
+    let out = scale(&["worker=1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(names(&site), ["worker.0", "clock.0"]);
+    assert!(
+        wait_for(10, || four.iter().all(|p| !alive(p.2))),
+        "the extra workers stopped"
+    );
+    assert_eq!(running(&site, "worker.sh").len(), 1);
+
+    for (counts, said) in [
+        (&["clock=2"][..], "clock is a singleton"),
+        (&["web=2"][..], "web's count is its replica set's"),
+        (&["mailer=1"][..], "no `mailer:` line in its Procfile"),
+        (&["worker"][..], "give TYPE=COUNT"),
+    ] {
+        let out = scale(counts);
+        assert_eq!(out.status.code(), Some(2), "{counts:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{counts:?}: {}", stderr(&out));
+    }
+    let kept = std::fs::read_to_string(site.root().join("scale.json")).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&kept).unwrap(),
+        serde_json::json!({"worker": 1})
+    );
+    assert_eq!(names(&site), ["worker.0", "clock.0"]);
+
+    // The next release runs the kept count, not the policy's.
+    good(&site, "v2");
+    let out = site.deploy(
+        free_port(),
+        "v2",
+        &[&policy[..], &["--watch-ms", "0"]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(names(&site), ["worker.0", "clock.0"]);
+    site.stop_service();
+}

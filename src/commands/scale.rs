@@ -1,0 +1,90 @@
+//! `rollgate scale SVC TYPE=N...`: how many processes of each of the live release's other types
+//! run, changed without a new release (issue 69, 5). The counts are kept in the root
+//! (`scale.json`, over the policy's `processes.TYPE.replicas`, for every later deploy too) and
+//! applied at once by a restart of the live release: every process of it started again through
+//! its gate — web beside the old one, so users see nothing — with the new counts, the extra
+//! ones stopped with their type's grace. A restart that fails puts the counts back.
+
+use std::collections::BTreeMap;
+
+use super::rollback::{self, RollbackRequest};
+use crate::engine::Outcome;
+use crate::error::{refused, Error};
+use crate::host::state::Root;
+
+/// `TYPE=N`, read from the command line.
+pub fn parse_count(asked: &str) -> Result<(String, usize), Error> {
+    let (name, count) = asked
+        .split_once('=')
+        .ok_or_else(|| refused(format!("`{asked}`: give TYPE=COUNT (worker=4)")))?;
+    crate::host::names::check_name("process type", name)?;
+    let count: usize = count.parse().ok().filter(|n| *n <= 1000).ok_or_else(|| {
+        refused(format!(
+            "`{asked}`: the count must be an integer from 0 to 1000"
+        ))
+    })?;
+    Ok((name.to_string(), count))
+}
+
+/// Scales the live release's types as `counts` asks (its restart is `request`).
+pub fn scale(request: RollbackRequest, counts: &[(String, usize)]) -> Result<Outcome, Error> {
+    crate::host::names::check_name("service", &request.service)?;
+    let root = Root::existing(request.root.clone())?;
+    if counts.iter().any(|(name, _)| name == "web") {
+        return Err(refused(
+            "web's count is its replica set's: `rollgate rollout SVC VERSION --replicas N` (scale changes the release's other types)"
+                .to_string(),
+        ));
+    }
+    if root.read_replicas()?.is_some() {
+        return Err(refused(
+            "a replica set runs web alone for now: nothing to scale".to_string(),
+        ));
+    }
+    let live = root
+        .read_pointer()?
+        .filter(|p| p.service == request.service)
+        .ok_or_else(|| {
+            refused(format!(
+                "nothing of {} is live under {}; nothing to scale",
+                request.service,
+                root.0.display()
+            ))
+        })?;
+    let types: Vec<String> =
+        crate::release::procfile::Procfile::of_release(&root.release_dir(&live.version))?
+            .map(|p| p.others().into_iter().map(|(name, _)| name).collect())
+            .unwrap_or_default();
+    if let Some((unknown, _)) = counts.iter().find(|(name, _)| !types.contains(name)) {
+        return Err(refused(format!(
+            "release {} has no `{unknown}:` line in its Procfile (its types besides web: {})",
+            live.version,
+            match types.is_empty() {
+                true => "none".to_string(),
+                false => types.join(", "),
+            }
+        )));
+    }
+    let before = root.read_scale()?;
+    let mut after: BTreeMap<String, usize> = before.clone();
+    after.extend(counts.iter().cloned());
+    let write = |counts: &BTreeMap<String, usize>| {
+        root.write_scale(counts).map_err(|e| {
+            Error::Failed(format!("cannot write {}: {e}", root.scale_path().display()))
+        })
+    };
+    write(&after)?;
+    let asked: Vec<String> = counts.iter().map(|(n, c)| format!("{n}={c}")).collect();
+    eprintln!(
+        "rollgate: scaling {} {} to {}: every process started again through its gate",
+        request.service,
+        live.version,
+        asked.join(" ")
+    );
+    let outcome = rollback::restart(request);
+    if !outcome.as_ref().is_ok_and(|o| o.went_live()) {
+        // Not applied: the counts that run are the ones kept.
+        write(&before)?;
+    }
+    outcome
+}
