@@ -5,6 +5,7 @@
 //! is promoted. A type that fails rolls the whole release back: web never switched, the old
 //! workers and clock still running, untouched.
 
+use crate::common::http::{assert_none_failed, Load, Proxy};
 use crate::common::*;
 
 const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 2\n      min_ready_ms: 300\n    clock:\n      singleton: true\n      min_ready_ms: 300\n";
@@ -241,7 +242,12 @@ fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls
 /// their folder in the root); not the script's own forks (a `sleep` or a `$(date)` before its
 /// exec carries the script's command line).
 fn running(site: &Site, script: &str) -> Vec<i32> {
-    let found = scripts(site, script);
+    running_in(site.root(), script)
+}
+
+/// [`running`], for the root at `root`.
+fn running_in(root: &std::path::Path, script: &str) -> Vec<i32> {
+    let found = scripts(root, script);
     let parent = |pid: i32| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         status
@@ -256,7 +262,7 @@ fn running(site: &Site, script: &str) -> Vec<i32> {
         .collect()
 }
 
-fn scripts(site: &Site, script: &str) -> Vec<i32> {
+fn scripts(root: &std::path::Path, script: &str) -> Vec<i32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -264,8 +270,8 @@ fn scripts(site: &Site, script: &str) -> Vec<i32> {
         };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let mentions = String::from_utf8_lossy(&cmdline).contains(script);
-        let here = std::fs::read_link(entry.path().join("cwd"))
-            .is_ok_and(|cwd| cwd.starts_with(site.root()));
+        let here =
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(root));
         if mentions && here && !is_zombie(pid) {
             found.push(pid);
         }
@@ -405,6 +411,9 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
     };
     let names = |site: &Site| -> Vec<String> { formation(site).into_iter().map(|p| p.0).collect() };
 
+    // Up and down under load through the proxy: no request fails.
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::kept(proxy.port, 4, std::time::Duration::from_millis(5));
     let out = scale(&["worker=4"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
@@ -422,6 +431,10 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
         "the extra workers stopped"
     );
     assert_eq!(running(&site, "worker.sh").len(), 1);
+    let seen = load.finish();
+    assert_none_failed(&seen, "scaling the workers up and down");
+    assert!(seen.len() > 50, "{} requests", seen.len());
+    drop(proxy);
 
     for (counts, said) in [
         (&["clock=2"][..], "clock is a singleton"),
@@ -449,5 +462,177 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(names(&site), ["worker.0", "clock.0"]);
+    site.stop_service();
+}
+
+/// A worker that drains `$STATE_DIRECTORY/jobs/todo`: each job claimed by a rename (so two
+/// workers never take one), done, and written to `done.log` with the release that did it; on
+/// SIGTERM it finishes the job in hand, then exits. A stop's SIGTERM reaches the whole tree (its
+/// `mv`, `sleep`, `rm` too), so what a child did is checked by its effect, not its status.
+const DRAINING_WORKER: &str =
+    "mkdir -p \"$STATE_DIRECTORY/jobs/todo\" \"$STATE_DIRECTORY/jobs/doing\"\n\
+cd \"$STATE_DIRECTORY/jobs\" || exit 1\n\
+stop=\"\"\n\
+trap 'stop=1' TERM\n\
+while [ -z \"$stop\" ]; do\n\
+  took=\"\"\n\
+  for job in todo/*; do\n\
+    [ -e \"$job\" ] || break\n\
+    name=${job#todo/}\n\
+    mv \"$job\" \"doing/$name.$$\" 2>/dev/null\n\
+    [ -e \"doing/$name.$$\" ] || continue\n\
+    sleep 0.01\n\
+    echo \"$name $ROLLGATE_VERSION $$\" >> done.log\n\
+    rm -f \"doing/$name.$$\" || rm -f \"doing/$name.$$\"\n\
+    took=1\n\
+    break\n\
+  done\n\
+  [ -n \"$took\" ] || sleep 0.02\n\
+done\n";
+
+/// Issue 69's acceptance, on one host: a Django-like application — web, two workers draining a
+/// job table, a singleton clock, a release phase that migrates — deployed back and forth ten
+/// times under load through the proxy (0 failed requests), with jobs arriving all along (each
+/// done once: none lost, none twice), two clocks never seen at once (sampled every 10 ms), the
+/// migration run once per deploy; then a release whose migration fails leaves everything as it
+/// was.
+#[test]
+fn a_django_like_app_deploys_under_load_with_every_job_done_once_and_one_clock() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        &POLICY.replace(
+            "      min_ready_ms: 300\n    clock:",
+            "      min_ready_ms: 300\n      stop_grace_ms: 10000\n    clock:",
+        ),
+    );
+    let app = |version: &str, migrate: &str| {
+        add(
+            &site,
+            version,
+            "worker: exec sh worker.sh\nclock: exec sh clock.sh\nrelease: sh migrate.sh\n",
+            &[
+                ("worker.sh", DRAINING_WORKER.to_string()),
+                ("clock.sh", looping("clock")),
+                ("migrate.sh", migrate.to_string()),
+            ],
+        )
+    };
+    let migrate = "echo \"$ROLLGATE_VERSION\" >> \"$STATE_DIRECTORY/migrations\"\n";
+    app("v1", migrate);
+    app("v2", migrate);
+    let deploy = |version: &str| {
+        site.run(&[
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            version,
+            "--policy",
+            policy.to_str().unwrap(),
+            "--watch-ms",
+            "300",
+        ])
+    };
+    let out = deploy("v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let proxy = Proxy::start(&site, &[]);
+    let todo = site.root().join("data/jobs/todo");
+    assert!(
+        wait_for(10, || todo.is_dir()),
+        "the workers made their job table"
+    );
+
+    // Jobs arrive all along; the clocks are counted every 10 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicUsize::new(0));
+    let producer = {
+        let (stop, made, todo) = (stop.clone(), made.clone(), todo.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let n = made.fetch_add(1, Ordering::SeqCst);
+                std::fs::File::create(todo.join(format!("job{n:05}"))).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(15));
+            }
+        })
+    };
+    let most_clocks = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (stop, most, root) = (stop.clone(), most_clocks.clone(), site.root().to_path_buf());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                most.fetch_max(running_in(&root, "clock.sh").len(), Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let load = Load::kept(proxy.port, 4, std::time::Duration::from_millis(5));
+    for round in 0..10 {
+        let version = if round % 2 == 0 { "v2" } else { "v1" };
+        let out = deploy(version);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {round}: {}",
+            stderr(&out)
+        );
+    }
+    let seen = load.finish();
+    assert_none_failed(&seen, "ten deploys of web, two workers and a clock");
+    assert!(seen.len() > 200, "{} requests", seen.len());
+    stop.store(true, Ordering::SeqCst);
+    producer.join().unwrap();
+    sampler.join().unwrap();
+    assert_eq!(most_clocks.load(Ordering::SeqCst), 1, "two clocks at once");
+
+    // Every job done once: none lost, none twice.
+    let made = made.load(Ordering::SeqCst);
+    let jobs = site.root().join("data/jobs");
+    assert!(
+        wait_for(20, || std::fs::read_dir(jobs.join("todo")).unwrap().count()
+            == 0
+            && std::fs::read_dir(jobs.join("doing")).unwrap().count() == 0),
+        "jobs left undone"
+    );
+    let done = std::fs::read_to_string(jobs.join("done.log")).unwrap();
+    let mut names: Vec<&str> = done.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    names.sort();
+    let total = names.len();
+    names.dedup();
+    assert_eq!(total, names.len(), "a job done twice");
+    assert_eq!(
+        names.len(),
+        made,
+        "jobs lost: {} of {made} done",
+        names.len()
+    );
+    let by_both = ["v1", "v2"].map(|v| {
+        done.lines()
+            .filter(|l| l.contains(&format!(" {v} ")))
+            .count()
+    });
+    assert!(by_both.iter().all(|n| *n > 0), "{by_both:?}");
+    // The migration ran once per deploy of a new version: the first, then ten.
+    let migrations = std::fs::read_to_string(site.root().join("data/migrations")).unwrap();
+    assert_eq!(migrations.lines().count(), 11, "{migrations}");
+
+    // v3's migration fails: refused, nothing of it started, v1's processes the same ones.
+    app(
+        "v3",
+        "echo 'relation \"jobs\" already exists' >&2; exit 1\n",
+    );
+    let (live, whole) = (site.pointer().unwrap(), formation(&site));
+    let out = deploy("v3");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("relation \"jobs\" already exists"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.pointer().unwrap()["pid"], live["pid"]);
+    assert_eq!(formation(&site), whole);
+    drop(proxy);
     site.stop_service();
 }
