@@ -742,6 +742,10 @@ pub struct RollbackArgs {
     /// in the `rolled_back` line, which names the keeper as what ended the release.
     #[arg(long, hide = true)]
     pub because: Option<String>,
+    /// Roll back only from this version (a keeper's rollback: another keeper of the same
+    /// release may have rolled it back already).
+    #[arg(long, hide = true, value_name = "VERSION")]
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Args)]

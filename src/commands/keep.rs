@@ -480,7 +480,9 @@ impl Keeper {
         }
         self.since_switch.push(words.to_string());
         let first = self.since_switch.len() == 1;
-        if first && live.slot.is_none() && rule.restarts >= 2 && self.standby.is_none() {
+        // A standby is web's (the proxy's fallback); another type's process has none.
+        let web = live.slot.is_none() && live.process.is_none();
+        if first && web && rule.restarts >= 2 && self.standby.is_none() {
             let left = rule.within_ms as f64 / 1000.0 - since;
             self.wants_standby =
                 Some(tokio::time::Instant::now() + Duration::from_secs_f64(left.max(0.0)));
@@ -488,10 +490,21 @@ impl Keeper {
         self.since_switch.len() >= rule.restarts as usize
     }
 
-    /// When the release this keeper keeps went live: `current`'s switch to it; for a replica,
-    /// the end of its place in the completed rollout that moved the set to its version from
-    /// another (one there is something to go back to). None: not a switch to judge.
+    /// When the release this keeper keeps went live: `current`'s switch to it (for another
+    /// type's process, to its release); for a replica, the end of its place in the completed
+    /// rollout that moved the set to its version from another (one there is something to go
+    /// back to). None: not a switch to judge.
     fn switched_at(&self, live: &Live) -> Option<f64> {
+        if live.process.is_some() {
+            // Another type's process: its release's switch (web's, the release's last step).
+            return self
+                .root
+                .read_pointer()
+                .ok()
+                .flatten()
+                .filter(|p| p.service == live.service && p.version == live.version)
+                .map(|p| p.promoted_at);
+        }
         let Some(slot) = live.slot else {
             return self
                 .root
@@ -530,7 +543,8 @@ impl Keeper {
     ) -> Result<std::process::ExitCode, String> {
         let mut command = tokio::process::Command::new("/proc/self/exe");
         command
-            .args(["rollback", &live.service, "--because", because, "--root"])
+            .args(["rollback", &live.service, "--because", because])
+            .args(["--from", &live.version, "--root"])
             .arg(&self.root.0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

@@ -78,6 +78,19 @@ pub struct RollbackRequest {
     pub deploy: Request,
     /// Why rollgate rolls back on its own (a crash loop its keeper saw); None: a person.
     pub because: Option<String>,
+    /// Only from this version (a keeper's: another keeper of the release may have been first).
+    pub from: Option<String>,
+}
+
+/// Refused unless `live` is the version a keeper's rollback is from (`from`; none: a person's,
+/// from whatever is live).
+pub fn still_live(from: Option<&str>, live: &str) -> Result<(), Error> {
+    match from {
+        Some(from) if from != live => Err(refused(format!(
+            "{from} is no longer live ({live} is): nothing to roll back"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Finds the earlier release and deploys it; what it chose is said on stderr first.
@@ -99,6 +112,7 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
             request.service
         )));
     }
+    still_live(request.from.as_deref(), &live.version)?;
     let earlier = previous_release(&root, &request.service, &live.version)?;
     let port = match request.port {
         Some(port) => deploy::PortAsked::Given(port),

@@ -71,6 +71,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
         ports,
         gate,
         because,
+        from,
     } = args;
     let Some((current, earlier)) = rollback::replica_target(&target.root, &service)? else {
         let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
@@ -81,8 +82,10 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
             ports,
             deploy,
             because,
+            from,
         })?));
     };
+    rollback::still_live(from.as_deref(), &current)?;
     eprintln!("rollgate: rolling {service}'s replicas back from {current} to {earlier} (the release live before it), through the gate");
     let request = rollout::Request {
         service,
@@ -224,6 +227,7 @@ pub fn run_restart(args: cli::RollbackArgs) -> Result<u8, Error> {
         ports,
         gate,
         because: _,
+        from: _,
     } = args;
     let deploy = same_release_deploy(service.clone(), target.root.clone(), gate);
     Ok(ended(rollback::restart(rollback::RollbackRequest {
@@ -233,6 +237,7 @@ pub fn run_restart(args: cli::RollbackArgs) -> Result<u8, Error> {
         ports,
         deploy,
         because: None,
+        from: None,
     })?))
 }
 
@@ -257,6 +262,7 @@ pub fn run_scale(args: cli::ScaleArgs) -> Result<u8, Error> {
         ports,
         deploy,
         because: None,
+        from: None,
     };
     Ok(ended(rollgate::commands::scale::scale(request, &counts)?))
 }

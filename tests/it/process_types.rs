@@ -636,3 +636,58 @@ fn a_django_like_app_deploys_under_load_with_every_job_done_once_and_one_clock()
     drop(proxy);
     site.stop_service();
 }
+
+/// A worker that crash-loops after its release's switch rolls the whole release back (policy
+/// `crash_loop`), as web's crash loop does — once, though both of its processes loop (the
+/// second keeper's rollback finds it done: `--from` the crashing version).
+#[test]
+fn a_worker_crash_looping_after_the_switch_rolls_the_release_back_once() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        &format!("{POLICY}  crash_loop:\n    restarts: 2\n    within_ms: 60000\n"),
+    );
+    let deploy = |version: &str| {
+        site.deploy(
+            free_port(),
+            version,
+            &["--policy", policy.to_str().unwrap(), "--watch-ms", "0"],
+        )
+    };
+    good(&site, "v1");
+    let out = deploy("v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    add(
+        &site,
+        "v2",
+        "worker: sleep 1; echo 'lost the database' >&2; exit 1\nclock: exec sh clock.sh\n",
+        &[("clock.sh", looping("clock"))],
+    );
+    let out = deploy("v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(40, || site.pointer().unwrap()["version"] == "v1"),
+        "not rolled back: {:?}",
+        site.events()
+    );
+    assert!(wait_for(20, || {
+        let whole = formation(&site);
+        whole.len() == 3 && whole.iter().all(|p| p.1 == "v1" && alive(p.2))
+    }));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        site.pointer().unwrap()["version"],
+        "v1",
+        "rolled back once, and stays back"
+    );
+    let rolled_back: Vec<String> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "rolled_back" && l["version"] == "v2")
+        .map(|l| l["detail"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(rolled_back.len(), 1, "{rolled_back:?}");
+    assert!(rolled_back[0].contains("a crash loop"), "{rolled_back:?}");
+    site.stop_service();
+}
