@@ -376,6 +376,12 @@ fn given_fields() -> Vec<FieldRow> {
         "the release's process types besides web, named by its Procfile (docs/process-types.md): how many of each, when each is ready, whether the new ones start before the old ones stop, a singleton never twice; exported per type today (`policy export --procfile`), run on one host next",
     ),
     (
+        "schedules",
+        "per name: cron (five fields, @hourly, @daily, @weekly, @monthly, @yearly, @every N from 1 s), command, timeout_ms (1000-86400000), concurrency ('forbid, 'replace, 'allow), catch_up ('none, 'last), zone (an IANA time zone)".into(),
+        "none; concurrency 'forbid, catch_up 'none, zone UTC".into(),
+        "jobs on a clock in the live release (docs/schedules.md): checked, and exported as CronJobs and Nomad periodic jobs today; run on one host next",
+    ),
+    (
         "isolation",
         "enabled (true, false), memory_mb (16-1048576), pids (8-4194304), cpu_pct (1-100000), nofile (16-1048576)".into(),
         "enabled true; no limit".into(),

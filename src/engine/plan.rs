@@ -321,6 +321,7 @@ pub(super) mod tests {
             analysis: None,
             crash_loop: None,
             processes: None,
+            schedules: None,
             isolation: None,
             replicas: None,
             waves: None,

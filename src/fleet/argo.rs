@@ -178,6 +178,13 @@ pub fn rollout(
             others.join(", ")
         ));
     }
+    if let Some(schedules) = settings.schedules.as_ref().filter(|s| !s.is_empty()) {
+        let names: Vec<&str> = schedules.keys().map(String::as_str).collect();
+        lost.push(format!(
+            "schedules {}: an Argo Rollout has no schedules; export their CronJobs with --format k8s",
+            names.join(", ")
+        ));
+    }
     if super::types::release_phase(workload).is_some() {
         lost.push("the release phase: export its Job with --format k8s".into());
     }

@@ -67,9 +67,19 @@ pub fn export(
         let document = match engine {
             Engine::Kubernetes => super::k8s::documents(&name, &settings, workload, &source),
             Engine::Argo => super::argo::rollout(&name, &settings, workload, &source),
-            Engine::Nomad => super::nomad::job(&name, &settings, workload).map(|job| Document {
-                text: format!("{}\n", job.json),
-                lost: job.lost,
+            Engine::Nomad => super::nomad::job(&name, &settings, workload).map(|job| {
+                let mut document = Document {
+                    text: format!("{}\n", job.json),
+                    lost: job.lost,
+                };
+                // Each schedule is a periodic job of its own, after the service's.
+                for (schedule_name, schedule) in settings.schedules.iter().flatten() {
+                    let (periodic, lost) =
+                        super::schedules::periodic_job(&name, schedule_name, schedule);
+                    document.text.push_str(&format!("{periodic}\n"));
+                    document.lost.extend(lost);
+                }
+                document
             }),
         }
         .map_err(|e| refused(&e))?;

@@ -37,6 +37,15 @@ pub fn documents(
         text.push_str(&yaml);
         lost.extend(type_lost);
     }
+    for (schedule_name, schedule) in settings.schedules.iter().flatten() {
+        let (object, schedule_lost) =
+            super::schedules::cron_job(name, schedule_name, schedule, workload)?;
+        text.push_str(&format!(
+            "---\n# Schedule `{schedule_name}` of `{name}` as a CronJob.\n{}",
+            super::yaml::document(&object)
+        ));
+        lost.extend(schedule_lost);
+    }
     Ok(Document { text, lost })
 }
 

@@ -21,6 +21,7 @@ pub mod export;
 mod k8s;
 mod nomad;
 mod pod;
+mod schedules;
 mod types;
 mod workload;
 mod yaml;

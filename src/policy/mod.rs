@@ -155,6 +155,45 @@ pub struct RolloutSettings {
     /// The release's process types besides web, by type (its Procfile's other lines).
     #[serde(default)]
     pub processes: Option<std::collections::BTreeMap<String, ProcessPolicy>>,
+    /// Jobs on a clock, run in the live release, by name (issue 70).
+    #[serde(default)]
+    pub schedules: Option<std::collections::BTreeMap<String, SchedulePolicy>>,
+}
+
+/// One schedule as written (`schedules.NAME`; the contract checks the expression).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulePolicy {
+    pub cron: String,
+    pub command: Vec<String>,
+    pub timeout_ms: Option<u64>,
+    pub concurrency: Option<Concurrency>,
+    pub catch_up: Option<CatchUp>,
+    pub zone: Option<String>,
+}
+
+/// A run due while the last one still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// Skipped (and logged).
+    #[default]
+    Forbid,
+    /// The old run is stopped first.
+    Replace,
+    /// Both run.
+    Allow,
+}
+
+/// A due time missed while rollgate was not running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchUp {
+    /// Said, not run.
+    #[default]
+    None,
+    /// Run once on return.
+    Last,
 }
 
 /// One process type's formation and rules as written (`processes.TYPE`; the contract bounds

@@ -483,3 +483,115 @@ fn yaml_documents(file: &Path) -> Vec<serde_json::Value> {
     assert!(out.status.success(), "{}", stderr(&out));
     serde_json::from_str(&stdout(&out)).unwrap()
 }
+
+/// Issue 70's exports: each schedule a CronJob that passes `kubernetes-validate --strict`
+/// (concurrency, zone, deadline), and a Nomad periodic job; `@every` the nearest expression, said.
+/// A bad expression is refused by `policy check` with its line.
+#[test]
+fn schedules_export_as_cronjobs_and_periodic_jobs_and_a_bad_cron_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "app.yaml",
+        "app:\n  progress_deadline_ms: 30000\n  poll_ms: 1000\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: escalate\n  schedules:\n    nightly:\n      cron: \"0 3 * * *\"\n      command: [\"bin/report\", \"--yesterday\"]\n      timeout_ms: 600000\n      concurrency: replace\n      zone: Europe/Paris\n    often:\n      cron: \"@every 2s\"\n      command: [\"bin/tick\"]\n      catch_up: last\n",
+    );
+    let (file, out) = export_to(
+        dir.path(),
+        &policy,
+        "k8s",
+        &["--image", "reg.example/app:v4"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let checked = kubernetes_validate(&file);
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        stdout(&checked),
+        stderr(&checked)
+    );
+    let documents = yaml_documents(&file);
+    let jobs: Vec<&serde_json::Value> = documents
+        .iter()
+        .filter(|d| d["kind"] == "CronJob")
+        .collect();
+    assert_eq!(jobs.len(), 2);
+    let nightly = jobs
+        .iter()
+        .find(|j| j["metadata"]["name"] == "app-nightly")
+        .unwrap();
+    assert_eq!(nightly["spec"]["schedule"], "0 3 * * *");
+    assert_eq!(nightly["spec"]["concurrencyPolicy"], "Replace");
+    assert_eq!(nightly["spec"]["timeZone"], "Europe/Paris");
+    assert_eq!(nightly["spec"]["startingDeadlineSeconds"], 60);
+    assert_eq!(
+        nightly["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"],
+        600
+    );
+    let often = jobs
+        .iter()
+        .find(|j| j["metadata"]["name"] == "app-often")
+        .unwrap();
+    assert_eq!(often["spec"]["schedule"], "* * * * *");
+    assert!(
+        often["spec"].get("startingDeadlineSeconds").is_none(),
+        "catch_up 'last"
+    );
+    assert!(
+        stderr(&out).contains("schedules.often: `@every 2s`"),
+        "{}",
+        stderr(&out)
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let broken = write(
+        dir.path(),
+        "broken.yaml",
+        &text.replacen("concurrencyPolicy:", "concurrency:", 1),
+    );
+    assert!(!kubernetes_validate(&broken).status.success());
+
+    let (file, out) = export_to(dir.path(), &policy, "nomad", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let jobs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter::<serde_json::Value>()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(jobs.len(), 3, "the service's job, then one per schedule");
+    let nightly = jobs
+        .iter()
+        .find(|j| j["Job"]["ID"] == "app-nightly")
+        .unwrap();
+    assert_eq!(nightly["Job"]["Type"], "batch");
+    assert_eq!(nightly["Job"]["Periodic"]["Spec"], "0 3 * * *");
+    assert_eq!(nightly["Job"]["Periodic"]["ProhibitOverlap"], true);
+    assert_eq!(
+        nightly["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["args"][0],
+        "--yesterday"
+    );
+    assert!(
+        stderr(&out).contains("schedules.nightly.concurrency = 'replace"),
+        "{}",
+        stderr(&out)
+    );
+
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "app:\n  progress_deadline_ms: 30000\n  poll_ms: 1000\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  schedules:\n    nightly:\n      cron: \"61 3 * * *\"\n      command: [\"bin/report\"]\n",
+    );
+    let out = rollgate()
+        .args(["policy", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("its minute field `61` is not a value, range, step or list within 0-59"),
+        "{said}"
+    );
+    assert!(
+        said.contains("bad.yaml:9"),
+        "the line of the expression: {said}"
+    );
+}
