@@ -43,6 +43,9 @@ pub struct Listed {
     /// An image release: the engine's image ID it is pinned to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The process types its Procfile names, in its order (none without one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<String>,
 }
 
 /// The releases of the root, oldest install first.
@@ -149,6 +152,11 @@ fn describe(
             .ok()
             .flatten()
             .map(|image| image.image),
+        types: crate::release::procfile::Procfile::of_release(dir)
+            .ok()
+            .flatten()
+            .map(|p| p.types.into_iter().map(|t| t.name).collect())
+            .unwrap_or_default(),
     })
 }
 
@@ -280,11 +288,11 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
             .collect()),
         Format::Csv => {
             let mut out = String::from(
-                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks,runs_as,image\n",
+                "version,installed_at,size,digest,sha256,signed,config,last_outcome,marks,runs_as,image,types\n",
             );
             for l in &listed {
                 out.push_str(&format!(
-                    "{},{},{},{},{},{},{},{},{},\"{}\",{}\n",
+                    "{},{},{},{},{},{},{},{},{},\"{}\",{},{}\n",
                     l.version,
                     l.installed_at.map_or(String::new(), |t| format!("{t:.3}")),
                     l.size.map_or(String::new(), |s| s.to_string()),
@@ -296,6 +304,7 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     l.marks.join(" "),
                     l.runs_as.join("; "),
                     l.image.as_deref().unwrap_or(""),
+                    l.types.join(" "),
                 ));
             }
             Ok(out)
@@ -320,6 +329,7 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                     "marks",
                     "runs as",
                     "image",
+                    "types",
                 ],
                 &[
                     "version",
@@ -350,6 +360,11 @@ pub fn list(root: &Path, format: Format, layout: Layout) -> Result<String, Error
                         .as_deref()
                         .map_or("-".into(), |id| id[..id.len().min(19)].to_string())
                         .into(),
+                    match l.types.is_empty() {
+                        true => "-".to_string(),
+                        false => l.types.join(", "),
+                    }
+                    .into(),
                 ]);
             }
             Ok(grid.render(layout))

@@ -1040,9 +1040,20 @@ fn an_image_release_is_stopped_started_and_restarted_like_a_process_release() {
     assert_ne!(started, first);
 
     let port = free_port().to_string();
+    // A generous deadline: a container's start is slow on a loaded machine (the policy's
+    // 1.5 s once ran out while the engine started it).
     let out = run(
         &site,
-        &["restart", "edge-svc", "--port", &port, "--watch-ms", "0"],
+        &[
+            "restart",
+            "edge-svc",
+            "--port",
+            &port,
+            "--watch-ms",
+            "0",
+            "--deadline-ms",
+            "20000",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(live_answer(&site), (200, "v1".to_string()));

@@ -139,6 +139,16 @@ fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls
         "{said:?}"
     );
 
+    // `release list` names each release's types.
+    let out = site.run(&["release", "list", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v2_listed = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["version"] == "v2")
+        .unwrap();
+    assert_eq!(v2_listed["types"], serde_json::json!(["worker", "clock"]));
+
     // `logs --type` reads each process of a type, labelled.
     let out = site.run(&["logs", "edge-svc", "--type", "worker"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
