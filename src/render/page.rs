@@ -202,6 +202,33 @@ fn live(state: &RootView) -> String {
         }
         html.push_str("</table>");
     }
+    html.push_str(&processes(&state.processes));
+    html
+}
+
+/// The release's other types: a row per process (its type and place, pid, uptime, restarts,
+/// what its type runs).
+fn processes(processes: &[super::page_model::ProcessView]) -> String {
+    if processes.is_empty() {
+        return String::new();
+    }
+    let mut html = String::from(
+        "<table class=\"processes\"><tr><th>process</th><th>version</th><th>pid</th><th>up for</th><th>running</th><th>restarts</th><th>runs</th></tr>",
+    );
+    for p in processes {
+        html.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            escape(&p.process),
+            escape(&p.version),
+            shown(p.pid),
+            seconds(p.up_for_s.filter(|_| p.running)),
+            if p.running { "good" } else { "bad" },
+            if p.running { "yes" } else { "NO" },
+            p.restarts.count,
+            escape(p.command.as_deref().unwrap_or("-")),
+        ));
+    }
+    html.push_str("</table>");
     html
 }
 
@@ -807,6 +834,31 @@ mod tests {
             svg.contains(">v1 ✓</text>") && svg.contains(">v2 ✗</text>"),
             "{svg}"
         );
+    }
+
+    #[test]
+    fn the_release_s_other_processes_are_a_table_a_stopped_one_in_red() {
+        let state = json!({"service": "web", "root": "/srv/web",
+            "live": {"version": "v3", "port": 9001, "pid": 40, "answering": true},
+            "processes": [
+                {"process": "worker.0", "process_type": "worker", "version": "v3", "pid": 51,
+                 "running": true, "up_for_s": 65.0, "restarts": {"count": 2},
+                 "command": "python worker.py <jobs>"},
+                {"process": "clock.0", "process_type": "clock", "version": "v3", "pid": 52,
+                 "running": false, "restarts": {"count": 0}}]});
+        let page = page_of(&state);
+        assert!(page.contains("<table class=\"processes\">"), "{page}");
+        assert!(
+            page.contains("<td>worker.0</td><td>v3</td><td>51</td>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<code>python worker.py &lt;jobs&gt;</code>"),
+            "{page}"
+        );
+        assert!(page.contains("<td class=\"bad\">NO</td>"), "{page}");
+        let none = json!({"service": "web", "root": "/srv/web", "live": null});
+        assert!(!page_of(&none).contains("class=\"processes\""));
     }
 
     #[test]

@@ -67,6 +67,22 @@ pub struct RootView {
     pub routes: Option<Vec<String>>,
     /// A person stopped the service (`rollgate stop`).
     pub stopped: Option<StoppedView>,
+    /// The live release's other process types' processes (`processes.json`).
+    pub processes: Vec<ProcessView>,
+}
+
+/// One process of another type than web (a worker, a clock).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ProcessView {
+    /// `worker.1`.
+    pub process: String,
+    pub version: String,
+    pub pid: Option<i32>,
+    pub running: bool,
+    pub up_for_s: Option<f64>,
+    pub restarts: RestartsView,
+    pub command: Option<String>,
 }
 
 /// `ROOT/stopped.json`: who stopped the service, when and why.

@@ -366,3 +366,42 @@ fn the_maintenance_button_takes_a_message_and_users_get_the_page_until_resume() 
     assert!(wait_for(10, || through_proxy().status == 200));
     browser.screenshot("console-traffic-resumed");
 }
+
+/// Issue 69: the page shows the live release's other process types, a row per process.
+#[test]
+fn the_page_shows_each_process_of_the_release_s_other_types() {
+    let site = Site::new();
+    site.release("v1", "");
+    write(
+        site.root(),
+        "releases/v1/Procfile",
+        "worker: exec sh loop.sh\nclock: exec sh loop.sh\n",
+    );
+    write(
+        site.root(),
+        "releases/v1/loop.sh",
+        "trap 'exit 0' TERM\nwhile :; do sleep 0.2; done\n",
+    );
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 2\n      min_ready_ms: 100\n    clock:\n      singleton: true\n      min_ready_ms: 100\n",
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let console = Console::start(&[site.root()], &[]);
+    let browser = Browser::start();
+    browser.open(&console.link);
+    assert!(
+        wait_for(20, || browser.has("table.processes")),
+        "{}",
+        browser.text()
+    );
+    let text = browser.text();
+    for process in ["worker.0", "worker.1", "clock.0"] {
+        assert!(text.contains(process), "{process}: {text}");
+    }
+    assert!(text.contains("exec sh loop.sh"), "{text}");
+    browser.screenshot("console-process-types");
+    site.stop_service();
+}
