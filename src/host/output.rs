@@ -132,6 +132,35 @@ fn remove_if_there(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// How long a start waits for the lock on its output file: a pump still writing an earlier
+/// run's last words lets go of it at once; one that does not is another process of the same
+/// file still running, and the start is refused rather than left hanging.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Takes the exclusive lock on `file` (at `path`), waiting at most `wait`.
+fn lock_within(file: &std::fs::File, path: &Path, wait: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor the caller owns; it reads or writes no memory.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(error);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(std::io::Error::other(format!(
+                "{} is still being written by another process of the same release after {} s (an earlier run of it still running?)",
+                path.display(),
+                wait.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Before a new run of a release: the last run's output moves to `.1` (if it said anything;
 /// with `keep` 1 it goes, so the bound holds from the first byte), so the log quotes this run
 /// only. Then the pump starts; the returned end of its pipe is the release's stdout and stderr.
@@ -148,11 +177,7 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
         .open(path)?;
     // Not nix's `Flock`: its drop would unlock the file for the pump too. Closing this copy
     // after the spawn leaves the lock with the pump's.
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor this function owns; it reads or writes no memory.
-    if unsafe { libc::flock(first.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    lock_within(&first, path, LOCK_WAIT)?;
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     // `/proc/self/exe` is this very binary even if it was replaced on disk since it started.
     let mut command = tokio::process::Command::new("/proc/self/exe");

@@ -1662,3 +1662,34 @@ fn a_release_that_relied_on_being_root_fails_naming_the_rule_and_the_policy_line
     );
     assert!(!said.contains("writable"), "{said}");
 }
+
+/// A start whose output file another process still writes (holds its lock: a run of the same
+/// release that is still going) is refused after a bounded wait, naming the file — it never
+/// hangs (a second clock once waited on its lock for ever, and `up` with it).
+#[test]
+fn a_start_whose_output_file_is_held_is_refused_after_a_bounded_wait_not_hung() {
+    use std::os::fd::AsRawFd;
+    let site = Site::new();
+    site.add_sample("v1", "");
+    let output = site.root().join("releases/v1/edge-svc.output");
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&output)
+        .unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let began = std::time::Instant::now();
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("edge-svc.output is still being written by another process"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(began.elapsed() < std::time::Duration::from_secs(40));
+    assert!(site.pointer().is_none(), "nothing went live");
+    drop(held);
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
