@@ -668,7 +668,7 @@ fn others_in_flight(rollout: &Rollout, slot: usize) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::engine) mod tests {
     use super::*;
     use crate::engine::budgets::{assign_waves, Budgets};
     use crate::engine::state::{Process, Settings, Slot};
@@ -740,7 +740,8 @@ mod tests {
         }
     }
 
-    fn starts(actions: &[Action]) -> Vec<usize> {
+    /// The slots whose new process the actions start (beside or in place).
+    pub(in crate::engine) fn starts(actions: &[Action]) -> Vec<usize> {
         actions
             .iter()
             .filter_map(|a| match a {

@@ -250,6 +250,7 @@ mod tests {
     use super::*;
     use crate::engine::plan::tests::{live, planned};
     use crate::engine::state::Phase;
+    use crate::engine::step::tests::starts;
     use crate::engine::step::{step, Action, Event};
 
     fn old(process_type: &str, index: usize, pid: i32) -> TypedProcess {
@@ -297,16 +298,6 @@ mod tests {
             ],
         );
         r
-    }
-
-    fn starts(actions: &[Action]) -> Vec<usize> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::StartBeside { slot } | Action::StartInPlace { slot } => Some(*slot),
-                _ => None,
-            })
-            .collect()
     }
 
     #[test]

@@ -370,13 +370,12 @@ fn a_release_of_several_process_types_exports_a_workload_per_type() {
         stderr(&out)
     );
     // The check can fail: a Job with a misspelt field does not pass.
-    let text = std::fs::read_to_string(&file).unwrap();
-    let broken = write(
+    assert!(!validates_with(
         dir.path(),
-        "broken.yaml",
-        &text.replacen("backoffLimit:", "backoffLimt:", 1),
-    );
-    assert!(!kubernetes_validate(&broken).status.success());
+        &file,
+        "backoffLimit:",
+        "backoffLimt:"
+    ));
 
     let (file, out) = export_to(dir.path(), &policy, "nomad", &with_procfile);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -473,6 +472,14 @@ fn the_contract_refuses_a_singleton_of_two_and_a_formation_for_web() {
     }
 }
 
+/// Whether `file` with its first `from` replaced by `to` passes `kubernetes-validate --strict`.
+fn validates_with(dir: &Path, file: &Path, from: &str, to: &str) -> bool {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "no {from} in\n{text}");
+    let broken = write(dir, "broken.yaml", &text.replacen(from, to, 1));
+    kubernetes_validate(&broken).status.success()
+}
+
 /// Each YAML document of `file`, as JSON (read by the PyYAML that kubernetes-validate ships).
 fn yaml_documents(file: &Path) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(python_tools().join("python"))
@@ -541,13 +548,12 @@ fn schedules_export_as_cronjobs_and_periodic_jobs_and_a_bad_cron_is_refused_with
         "{}",
         stderr(&out)
     );
-    let text = std::fs::read_to_string(&file).unwrap();
-    let broken = write(
+    assert!(!validates_with(
         dir.path(),
-        "broken.yaml",
-        &text.replacen("concurrencyPolicy:", "concurrency:", 1),
-    );
-    assert!(!kubernetes_validate(&broken).status.success());
+        &file,
+        "concurrencyPolicy:",
+        "concurrency:"
+    ));
 
     let (file, out) = export_to(dir.path(), &policy, "nomad", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -93,10 +93,7 @@ impl Executor {
                             listen: listen_fd,
                             record: &launch,
                             root: &root.0,
-                            grace: match &kind {
-                                Some(_) => launch.grace(),
-                                None => Duration::from_millis(self.rollout.settings.grace_ms),
-                            },
+                            grace: self.grace_for(slot, &recorded),
                         },
                         &self.rollout.service,
                         crate::host::keeper::Backoff::default(),
@@ -130,6 +127,15 @@ impl Executor {
         self.say_started(slot, purpose, &recorded, &launch)?;
         self.gate(slot, purpose, child, &version, port, token);
         Ok(())
+    }
+
+    /// How long a stop of `process` in `slot` waits after SIGTERM: another type's grace is its
+    /// own (on its launch record); web's is the run's.
+    fn grace_for(&self, slot: usize, process: &Process) -> Duration {
+        match self.rollout.slot(slot).kind {
+            Some(_) => self.rollout.launch_of(process).grace(),
+            None => Duration::from_millis(self.rollout.settings.grace_ms),
+        }
     }
 
     /// Where the slot's process of `version` writes its output: another type's file of its
@@ -418,15 +424,13 @@ impl Executor {
         };
         let settings = &self.rollout.settings;
         // Another type's process serves nothing to drain, and stops with its type's grace.
-        let (drained, grace) = match self.rollout.slot(slot).kind {
-            Some(_) => (String::new(), self.rollout.launch_of(&old).grace()),
-            None => (
-                drain_before_stop(&self.context.root, old.port, settings.drain_ms)
-                    .await
-                    .to_string(),
-                Duration::from_millis(settings.grace_ms),
-            ),
+        let drained = match self.rollout.slot(slot).kind {
+            Some(_) => String::new(),
+            None => drain_before_stop(&self.context.root, old.port, settings.drain_ms)
+                .await
+                .to_string(),
         };
+        let grace = self.grace_for(slot, &old);
         let stopped = process::stop_group(old.identity(), grace).await;
         self.rollout.slot_mut(slot).retiring = None;
         self.save()?;
@@ -445,10 +449,7 @@ impl Executor {
         let Some(candidate) = self.rollout.slot(slot).candidate.clone() else {
             return Ok(process::Stopped::AlreadyGone.to_string());
         };
-        let grace = match self.rollout.slot(slot).kind {
-            Some(_) => self.rollout.launch_of(&candidate).grace(),
-            None => Duration::from_millis(self.rollout.settings.grace_ms),
-        };
+        let grace = self.grace_for(slot, &candidate);
         let stopped = stop_recorded(&candidate, grace).await;
         self.rollout.slot_mut(slot).candidate = None;
         self.save()?;
