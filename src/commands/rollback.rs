@@ -165,37 +165,62 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
 /// a replica root, a rollout of the version its replicas run that gives each a fresh process,
 /// within the rollout's budgets.
 pub fn restart(request: RollbackRequest) -> Result<Outcome, Error> {
+    restart_sized(request, None)
+}
+
+/// A restart that also sets how many web replicas run (`rollgate scale SVC web=N`): a rollout
+/// of the live version with a fresh process for each replica, `web` of them — a single
+/// release's root becomes a replica set, a replica set grows or shrinks.
+pub fn restart_sized(request: RollbackRequest, web: Option<usize>) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     let root = Root::existing(request.root.clone())?;
-    if let Some(set) = root.read_replicas()? {
-        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
-        for replica in &set.replicas {
-            *counts.entry(replica.version.as_str()).or_default() += 1;
+    let set = root.read_replicas()?;
+    if set.is_some() || web.is_some() {
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        for replica in set.iter().flat_map(|set| &set.replicas) {
+            *counts.entry(replica.version.clone()).or_default() += 1;
         }
-        let Some((version, _)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+        let live = root
+            .read_pointer()?
+            .filter(|p| p.service == request.service);
+        let Some(version) = counts
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(version, _)| version)
+            .or(live.map(|l| l.version))
+        else {
             return Err(refused(format!(
-                "{} names no replica; nothing to restart",
-                root.replicas_path().display()
+                "nothing of {} is live under {}; nothing to restart",
+                request.service,
+                root.0.display()
             )));
         };
+        let replicas = web.or(set.as_ref().map(|s| s.replicas.len())).unwrap_or(1);
         eprintln!(
-            "rollgate: restarting {}'s {} replicas of {version}: a fresh process for each, through the gate",
+            "rollgate: restarting {}'s {replicas} replicas of {version}: a fresh process for each, through the gate",
             request.service,
-            set.replicas.len()
         );
+        let ports = request
+            .ports
+            .as_deref()
+            .map(crate::engine::settings::parse_ports)
+            .transpose()?;
         let deploy = request.deploy;
         return super::rollout::rollout(super::rollout::Request {
             service: request.service,
-            version: version.to_string(),
+            version,
             root: request.root,
             policy: deploy.policy,
             policy_entry: deploy.policy_entry,
             eval: deploy.eval,
             give_service_config: false,
             args: crate::engine::settings::Args {
+                replicas: web,
+                ports,
                 deadline_ms: deploy.deadline_ms,
                 grace_ms: deploy.grace_ms,
                 drain_ms: deploy.drain_ms,
+                watch_ms: deploy.watch_ms,
                 fresh: true,
                 ..Default::default()
             },

@@ -4,6 +4,10 @@
 //! applied at once by a restart of the live release: every process of it started again through
 //! its gate — web beside the old one, so users see nothing — with the new counts, the extra
 //! ones stopped with their type's grace. A restart that fails puts the counts back.
+//!
+//! `web=N` is the web replica set's size (`replicas.json`, not `scale.json`): the restart is
+//! then a rollout of the live version to N fresh replicas (a single release's root becomes a
+//! replica set), the other types moving in step with web's waves.
 
 use std::collections::BTreeMap;
 
@@ -30,17 +34,22 @@ pub fn parse_count(asked: &str) -> Result<(String, usize), Error> {
 pub fn scale(request: RollbackRequest, counts: &[(String, usize)]) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     let root = Root::existing(request.root.clone())?;
-    if counts.iter().any(|(name, _)| name == "web") {
-        return Err(refused(
-            "web's count is its replica set's: `rollgate rollout SVC VERSION --replicas N` (scale changes the release's other types)"
-                .to_string(),
-        ));
+    let web = counts
+        .iter()
+        .rev()
+        .find(|(name, _)| name == "web")
+        .map(|(_, n)| *n);
+    if web == Some(0) {
+        return Err(refused(format!(
+            "web=0 would leave nobody answering: `rollgate stop {}` stops the service",
+            request.service
+        )));
     }
-    if root.read_replicas()?.is_some() {
-        return Err(refused(
-            "a replica set runs web alone for now: nothing to scale".to_string(),
-        ));
-    }
+    let counts: Vec<(String, usize)> = counts
+        .iter()
+        .filter(|(name, _)| name != "web")
+        .cloned()
+        .collect();
     let live = root
         .read_pointer()?
         .filter(|p| p.service == request.service)
@@ -74,14 +83,15 @@ pub fn scale(request: RollbackRequest, counts: &[(String, usize)]) -> Result<Out
         })
     };
     write(&after)?;
-    let asked: Vec<String> = counts.iter().map(|(n, c)| format!("{n}={c}")).collect();
+    let mut asked: Vec<String> = counts.iter().map(|(n, c)| format!("{n}={c}")).collect();
+    asked.extend(web.map(|n| format!("web={n}")));
     eprintln!(
         "rollgate: scaling {} {} to {}: every process started again through its gate",
         request.service,
         live.version,
         asked.join(" ")
     );
-    let outcome = rollback::restart(request);
+    let outcome = rollback::restart_sized(request, web);
     if !outcome.as_ref().is_ok_and(|o| o.went_live()) {
         // Not applied: the counts that run are the ones kept.
         write(&before)?;

@@ -49,9 +49,17 @@ impl Voice for RolloutVoice {
                 detail: note.detail.clone(),
             });
         }
-        let detail = match (note.event, note.slot) {
-            (LogEvent::ReplicaReady, Some(slot)) => format!("replica {slot} ready; in the pool"),
-            (LogEvent::ReplicaFailed, Some(slot)) => format!("replica {slot}: {}", note.detail),
+        // Another type's process is named by its type and place (it is in no pool).
+        let typed = note.slot.and_then(|slot| rollout.slot(slot).kind.as_ref());
+        let detail = match (note.event, note.slot, typed) {
+            (LogEvent::ReplicaReady, _, Some(kind)) => format!("{} ready", kind.name()),
+            (LogEvent::ReplicaReady, Some(slot), None) => {
+                format!("replica {slot} ready; in the pool")
+            }
+            (LogEvent::ReplicaFailed, _, Some(kind)) => format!("{}: {}", kind.name(), note.detail),
+            (LogEvent::ReplicaFailed, Some(slot), None) => {
+                format!("replica {slot}: {}", note.detail)
+            }
             _ => note.detail.clone(),
         };
         // A removed replica's line names the version it ran, not the one rolled out.

@@ -441,9 +441,18 @@ fn most_common<'a>(versions: impl Iterator<Item = &'a str>) -> Option<String> {
 /// The plan in one line, for the log.
 pub fn describe(rollout: &Rollout) -> String {
     let s = &rollout.settings;
-    let sizes: Vec<String> = rollout.waves.iter().map(|w| w.len().to_string()).collect();
+    let web = |wave: &Vec<usize>| {
+        wave.iter()
+            .filter(|s| rollout.slot(**s).kind.is_none())
+            .count()
+    };
+    let sizes: Vec<String> = rollout.waves.iter().map(|w| web(w).to_string()).collect();
+    let moved: Vec<usize> = rollout.waves.iter().flatten().copied().collect();
+    let types = rollout
+        .types_in_step(&moved)
+        .map_or(String::new(), |types| format!("; {types} in step"));
     format!(
-        "rollout {} of {} replicas from {} to {}: waves of {} ({}); surge {}, unavailable {}; soak {} ms; min ready {} ms; max failure ratio {}; release deadline in {} ms",
+        "rollout {} of {} replicas from {} to {}: waves of {} ({}){types}; surge {}, unavailable {}; soak {} ms; min ready {} ms; max failure ratio {}; release deadline in {} ms",
         rollout.id,
         s.replicas,
         rollout.from.as_deref().unwrap_or("nothing"),

@@ -231,41 +231,34 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
     })
 }
 
-/// A deploy's slots for the release's other process types (issue 69), each replacing the live
+/// A run's slots for the release's other process types (issue 69), each replacing the live
 /// process of its type and place; the live processes of types the release no longer has leave.
-/// A rollout of a replica set runs web alone for now: a release with other types is refused.
+/// A deploy moves them in its one wave, a rollout in step with web's waves.
 fn with_types(
     start: &Start,
     rollout: &mut super::state::Rollout,
     others: &[(String, String)],
 ) -> Result<(), Error> {
-    match &start.plan {
-        Plan::Deploy { settings, .. } => {
-            let kinds = super::types::kinds(
-                others,
-                &settings.processes,
-                &start.root.read_scale()?,
-                &rollout.settings.launch,
-                rollout.settings.stop_first,
-            )
-            .map_err(|e| refused(format!("{e}; nothing was started")))?;
-            let live = start
-                .root
-                .read_processes()?
-                .filter(|f| f.service == start.service)
-                .map(|f| f.processes)
-                .unwrap_or_default();
-            super::types::add_slots(rollout, kinds, &live);
-            Ok(())
-        }
-        Plan::Rollout { .. } if !others.is_empty() => Err(refused(format!(
-            "{} {} has process types besides web ({}); a replica set runs web alone for now: deploy it with `rollgate deploy`; nothing was started",
-            start.service,
-            start.version,
-            others.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-        ))),
-        Plan::Rollout { .. } => Ok(()),
-    }
+    let rules = match &start.plan {
+        Plan::Deploy { settings, .. } => settings.processes.clone(),
+        Plan::Rollout { policy, .. } => super::types::rules_of(policy.as_deref())?,
+    };
+    let kinds = super::types::kinds(
+        others,
+        &rules,
+        &start.root.read_scale()?,
+        &rollout.settings.launch,
+        rollout.settings.stop_first,
+    )
+    .map_err(|e| refused(format!("{e}; nothing was started")))?;
+    let live = start
+        .root
+        .read_processes()?
+        .filter(|f| f.service == start.service)
+        .map(|f| f.processes)
+        .unwrap_or_default();
+    super::types::add_slots(rollout, kinds, &live);
+    Ok(())
 }
 
 /// The new version's release phase (its Procfile's `release:`), run once before any of its

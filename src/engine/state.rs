@@ -371,8 +371,31 @@ impl Rollout {
         }
     }
 
+    /// How many of web's replicas are in `state` (the other types' processes are counted by
+    /// [`Rollout::types_in_step`]).
     pub fn count(&self, state: SlotState) -> usize {
-        self.slots.iter().filter(|s| s.state == state).count()
+        let web = self.slots.iter().filter(|s| s.kind.is_none());
+        web.filter(|s| s.state == state).count()
+    }
+
+    /// The other types' processes the run moves, for its lines: `worker ×2, clock ×1`; None
+    /// when it moves web alone.
+    pub fn types_in_step(&self, slots: &[usize]) -> Option<String> {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for kind in slots.iter().filter_map(|s| self.slot(*s).kind.as_ref()) {
+            match counts
+                .iter_mut()
+                .find(|(name, _)| *name == kind.process_type)
+            {
+                Some((_, n)) => *n += 1,
+                None => counts.push((kind.process_type.clone(), 1)),
+            }
+        }
+        let said: Vec<String> = counts
+            .iter()
+            .map(|(name, n)| format!("{name} ×{n}"))
+            .collect();
+        (!said.is_empty()).then(|| said.join(", "))
     }
 }
 

@@ -198,10 +198,7 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     let keep = settings.keep_fallback && settings.watch_ms > 0 && last_wave;
     // A release of several types switches web last: only once every other type's new
     // processes are ready, so a type that fails leaves users on the release they had.
-    let others_waiting = rollout
-        .slots
-        .iter()
-        .any(|o| o.kind.is_some() && matches!(o.state, SlotState::Pending | SlotState::Upgrading));
+    let others_waiting = web_waits_for_types(rollout) && types_in_flight(rollout);
     let s = rollout.slot_mut(slot);
     // A held replica joins the pool only when a person accepts it.
     if s.state != SlotState::Upgrading || s.held {
@@ -248,13 +245,27 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
         .iter()
         .find(|o| o.kind.is_none() && o.gated && o.state == SlotState::Upgrading)
         .map(|o| o.slot);
-    let all_typed_ready = !rollout
-        .slots
-        .iter()
-        .any(|o| o.kind.is_some() && matches!(o.state, SlotState::Pending | SlotState::Upgrading));
-    if let (true, true, Some(web)) = (typed, all_typed_ready, web_waits) {
+    if let (true, false, Some(web)) = (typed, types_in_flight(rollout), web_waits) {
         ready(rollout, web, now, actions);
     }
+}
+
+/// Whether a process of another type is still to be started or gated.
+fn types_in_flight(rollout: &Rollout) -> bool {
+    rollout
+        .slots
+        .iter()
+        .any(|o| o.kind.is_some() && matches!(o.state, SlotState::Pending | SlotState::Upgrading))
+}
+
+/// Web's new process waits for the other types (`gated`) when it is the one web process that
+/// moves (a deploy, a rollout of one replica). A replica set's web replicas move by their waves
+/// and budgets instead — gated ones would hold their budget while a singleton waited on the
+/// replicas that budget keeps pending — with the types in step ([`super::types`]); a type that
+/// fails restores every replica that moved all the same (`abort` of a whole release).
+fn web_waits_for_types(rollout: &Rollout) -> bool {
+    let moving = rollout.waves.iter().flatten();
+    moving.filter(|s| rollout.slot(**s).kind.is_none()).count() <= 1
 }
 
 /// The switch to the slot's new process happened, whatever the state said: the new process
@@ -476,8 +487,12 @@ pub fn outcome(rollout: &Rollout) -> (LogEvent, String) {
         0 => String::new(),
         n => format!(", {n} removed"),
     };
+    let moved: Vec<usize> = rollout.waves.iter().flatten().copied().collect();
+    let types = rollout
+        .types_in_step(&moved)
+        .map_or(String::new(), |types| format!(" with {types}"));
     let detail = format!(
-        "rollout {} completed: {} replica(s) on {}, {} failed, {} left behind{removed}",
+        "rollout {} completed: {} replica(s) on {}{types}, {} failed, {} left behind{removed}",
         rollout.id,
         rollout.count(SlotState::Succeeded),
         rollout.to,
@@ -528,20 +543,24 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         }
         // The wave is done (its failures stayed within the ratio, or it would have paused).
         let wave = rollout.wave;
-        actions.push(note(
-            LogEvent::WaveCompleted,
-            None,
-            Some(wave),
+        actions.push(note(LogEvent::WaveCompleted, None, Some(wave), {
+            let web: Vec<usize> = wave_slots
+                .iter()
+                .copied()
+                .filter(|s| rollout.slot(*s).kind.is_none())
+                .collect();
+            let types = rollout
+                .types_in_step(&wave_slots)
+                .map_or(String::new(), |types| format!(" with {types}"));
             format!(
-                "{} of {} replicas on {}",
-                wave_slots
-                    .iter()
+                "{} of {} replicas on {}{types}",
+                web.iter()
                     .filter(|s| rollout.slot(**s).state == SlotState::Succeeded)
                     .count(),
-                wave_slots.len(),
+                web.len(),
                 rollout.to
-            ),
-        ));
+            )
+        }));
         // Between waves the soak; after the last, the watch: promoted only once it passed.
         let last = wave + 1 == rollout.waves.len();
         let soak = if last {
@@ -656,12 +675,14 @@ fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
     }
 }
 
-/// Whether any slot but `slot` that starts beside its old process is still pending or being
-/// gated (web waiting for the other types, `gated`, counts as ready).
+/// Whether any slot due by the current wave but `slot` that starts beside its old process is
+/// still pending or being gated (web waiting for the other types, `gated`, counts as ready).
 fn others_in_flight(rollout: &Rollout, slot: usize) -> bool {
     rollout.slots.iter().any(|o| {
         let stops_first = o.kind.as_ref().is_some_and(|k| k.stop_first) && o.live.is_some();
+        let due = o.wave.is_none_or(|w| w <= rollout.wave);
         o.slot != slot
+            && due
             && !stops_first
             && (o.state == SlotState::Pending || (o.state == SlotState::Upgrading && !o.gated))
     })
@@ -673,7 +694,12 @@ pub(in crate::engine) mod tests {
     use crate::engine::budgets::{assign_waves, Budgets};
     use crate::engine::state::{Process, Settings, Slot};
 
-    fn rollout(replicas: usize, surge: u64, unavailable: u64, soak_ms: u64) -> Rollout {
+    pub(in crate::engine) fn rollout(
+        replicas: usize,
+        surge: u64,
+        unavailable: u64,
+        soak_ms: u64,
+    ) -> Rollout {
         let budgets = Budgets::of(replicas, surge, unavailable);
         let slots: Vec<usize> = (0..replicas).collect();
         let waves = assign_waves(&slots, &[1, 10, 50, 100]);
@@ -753,7 +779,7 @@ pub(in crate::engine) mod tests {
 
     /// Drives a rollout to its end, the lowest upgrading slot becoming ready each time;
     /// returns the order in which slots started and the most upgrading at once.
-    fn run_all_ready(r: &mut Rollout) -> (Vec<usize>, usize) {
+    pub(in crate::engine) fn run_all_ready(r: &mut Rollout) -> (Vec<usize>, usize) {
         let mut now = 0.0;
         let mut order = starts(&step(r, Event::Tick, now));
         let mut widest = 0;

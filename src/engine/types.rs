@@ -189,21 +189,31 @@ pub fn kinds(
     Ok(kinds)
 }
 
-/// Adds the types' slots to a planned deploy, after web's: one per process the release runs
-/// (replacing the live process of its type and place, if one runs), all in the run's one wave,
+/// Adds the types' slots to a planned run, after web's: one per process the release runs
+/// (replacing the live process of its type and place, if one runs), each in its wave
+/// ([`in_step`]: a deploy's one wave, or in step with a replica set's web),
 /// and one surplus slot for each live process the release no longer has a place for (its type
 /// gone or scaled down), which leaves before anything starts.
 pub fn add_slots(rollout: &mut Rollout, kinds: Vec<Kind>, live: &[TypedProcess]) {
+    let web_waves = rollout.waves.clone();
+    if rollout.waves.is_empty() {
+        rollout.waves.push(Vec::new());
+    }
     let mut placed = Vec::new();
+    let counts: BTreeMap<String, usize> = kinds.iter().fold(BTreeMap::new(), |mut n, k| {
+        *n.entry(k.process_type.clone()).or_default() += 1;
+        n
+    });
     for kind in kinds {
+        let wave = in_step(kind.index, counts[&kind.process_type], &web_waves);
         let old = live
             .iter()
             .find(|p| p.process_type == kind.process_type && p.index == kind.index);
         placed.extend(old.map(TypedProcess::identity));
         let slot = rollout.slots.len();
-        rollout.waves[0].push(slot);
+        rollout.waves[wave].push(slot);
         rollout.slots.push(Slot {
-            wave: Some(0),
+            wave: Some(wave),
             kind: Some(kind),
             ..Slot::new(
                 slot,
@@ -231,6 +241,22 @@ pub fn add_slots(rollout: &mut Rollout, kinds: Vec<Kind>, live: &[TypedProcess])
             )
         });
     }
+}
+
+/// The wave a type's process `index` (of `count`) moves in: the first of web's waves after
+/// which web's share on the new release is at least the type's would be with this process
+/// moved — so no type is ever further along than web (a singleton moves in the last wave).
+/// A deploy has one wave; a run that moves no web process puts every type in wave 0.
+fn in_step(index: usize, count: usize, web_waves: &[Vec<usize>]) -> usize {
+    let total: usize = web_waves.iter().map(Vec::len).sum();
+    let mut moved = 0;
+    for (wave, slots) in web_waves.iter().enumerate() {
+        moved += slots.len();
+        if moved * count >= (index + 1) * total {
+            return wave;
+        }
+    }
+    web_waves.len().saturating_sub(1)
 }
 
 /// A live process of another type as a run names it (it took no port).
@@ -264,9 +290,8 @@ mod tests {
         }
     }
 
-    /// v1 → v2 of web, a worker (overlap) and a singleton clock, v1's worker and clock live;
-    /// plus v1's `gone.0`, a type v2 no longer has.
-    fn release() -> Rollout {
+    /// A worker (overlap, `workers` of them) and a singleton clock.
+    fn worker_and_clock(workers: usize) -> Vec<Kind> {
         let mut rules = BTreeMap::new();
         rules.insert(
             "clock".to_string(),
@@ -279,14 +304,14 @@ mod tests {
             ("worker".to_string(), "work".to_string()),
             ("clock".to_string(), "tick".to_string()),
         ];
-        let kinds = kinds(
-            &lines,
-            &rules,
-            &BTreeMap::new(),
-            &LaunchRecord::default(),
-            false,
-        )
-        .unwrap();
+        let scaled = BTreeMap::from([("worker".to_string(), workers)]);
+        kinds(&lines, &rules, &scaled, &LaunchRecord::default(), false).unwrap()
+    }
+
+    /// v1 → v2 of web, a worker (overlap) and a singleton clock, v1's worker and clock live;
+    /// plus v1's `gone.0`, a type v2 no longer has.
+    fn release() -> Rollout {
+        let kinds = worker_and_clock(1);
         let mut r = planned("v2", Some(&live()), "t1");
         add_slots(
             &mut r,
@@ -354,6 +379,71 @@ mod tests {
             })
             .collect();
         assert_eq!(swaps, vec![2, 0]);
+    }
+
+    /// A replica set of four (waves 1, 10, 50, 100 %: one replica each, surge 1) with two
+    /// workers and a clock: each type moves in step with web (a worker once half of web has
+    /// moved, the other and the clock with the last wave), no web replica waits on a type, the
+    /// clock starts last — and a clock that fails there takes every moved replica back.
+    #[test]
+    fn a_replica_set_moves_each_type_in_step_with_web_and_goes_back_whole() {
+        use crate::engine::step::tests::{rollout, run_all_ready};
+        let olds = [
+            old("worker", 0, 51),
+            old("worker", 1, 52),
+            old("clock", 0, 53),
+        ];
+        let mut r = rollout(4, 25, 0, 0);
+        add_slots(&mut r, worker_and_clock(2), &olds);
+        assert_eq!(r.waves, vec![vec![0], vec![1, 4], vec![2], vec![3, 5, 6]]);
+        let (order, _) = run_all_ready(&mut r);
+        assert_eq!(r.phase, Phase::Completed);
+        assert_eq!(order, vec![0, 1, 4, 2, 3, 5, 6], "the clock last");
+        assert!(r.slots.iter().all(|s| s.state == SlotState::Succeeded));
+
+        let mut r = rollout(4, 25, 0, 0);
+        add_slots(&mut r, worker_and_clock(2), &olds);
+        let mut now = 0.0;
+        let mut actions = step(&mut r, Event::Tick, now);
+        loop {
+            // What the executor records as it starts a slot's new process.
+            for slot in starts(&actions) {
+                r.slot_mut(slot).candidate = Some(Process {
+                    version: "v2".into(),
+                    port: 0,
+                    pid: 60 + slot as i32,
+                    start_time: 9,
+                    token: "t".into(),
+                    launch: None,
+                });
+            }
+            if actions.contains(&Action::StartInPlace { slot: 6 }) {
+                break;
+            }
+            let upgrading = r.slots.iter().find(|s| s.state == SlotState::Upgrading);
+            let slot = upgrading.map(|s| s.slot).unwrap();
+            now += 1.0;
+            actions = step(&mut r, Event::Ready { slot }, now);
+            assert!(
+                r.slots.iter().all(|s| !s.gated),
+                "web never waits on a type"
+            );
+        }
+        let reason = "exited with exit status: 1".to_string();
+        let actions = step(&mut r, Event::Failed { slot: 6, reason }, now + 1.0);
+        assert_eq!(r.phase, Phase::Aborted);
+        for web in 0..4 {
+            assert!(
+                actions.contains(&Action::Restore { slot: web }),
+                "{actions:?}"
+            );
+        }
+        for typed in [4, 5, 6] {
+            assert!(
+                actions.contains(&Action::Revert { slot: typed }),
+                "{actions:?}"
+            );
+        }
     }
 
     #[test]

@@ -395,7 +395,7 @@ fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
 }
 
 /// `rollgate scale`: a type's count changed without a new release, kept for later deploys; a
-/// singleton cannot go past 1, web's count is its replica set's, an unknown type is refused —
+/// singleton cannot go past 1, an unknown type is refused —
 /// and a refused scale keeps the counts that run.
 #[test]
 fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
@@ -448,7 +448,6 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
 
     for (counts, said) in [
         (&["clock=2"][..], "clock is a singleton"),
-        (&["web=2"][..], "web's count is its replica set's"),
         (&["mailer=1"][..], "no `mailer:` line in its Procfile"),
         (&["worker"][..], "give TYPE=COUNT"),
     ] {
@@ -699,5 +698,166 @@ fn a_worker_crash_looping_after_the_switch_rolls_the_release_back_once() {
         .collect();
     assert_eq!(rolled_back.len(), 1, "{rolled_back:?}");
     assert!(rolled_back[0].contains("a crash loop"), "{rolled_back:?}");
+    site.stop_service();
+}
+
+/// `replicas.json`: (version, pid) of each web replica.
+fn web_replicas(site: &Site) -> Vec<(String, i32)> {
+    let text = std::fs::read_to_string(site.root().join("replicas.json")).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["version"].as_str().unwrap().to_string(),
+                r["pid"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect()
+}
+
+/// Issue 69, 4 and 5 for a replica set: `scale web=N` turns a single release into N web
+/// replicas (and back), a `rollout` moves web in waves with each type in step (a worker once
+/// half of web moved, the clock with the last wave), all under load with no failed request and
+/// never two clocks; a release whose worker fails goes back whole, web replicas included.
+#[test]
+fn a_replica_set_rolls_out_every_type_in_step_and_scale_sets_web_s_count() {
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    let policy = ["--policy", policy.to_str().unwrap(), "--watch-ms", "0"];
+    let first = port_block(12);
+    let ports = format!("{first}-{}", first + 11);
+    good(&site, "v1");
+    let out = site.deploy(free_port(), "v1", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let single = formation(&site);
+    let proxy = Proxy::start(&site, &[]);
+    let load = Load::kept(proxy.port, 4, std::time::Duration::from_millis(5));
+
+    let scale = |counts: &[&str]| {
+        let mut args = vec!["scale", "edge-svc"];
+        args.extend_from_slice(counts);
+        args.extend_from_slice(&policy);
+        args.extend_from_slice(&["--ports", &ports]);
+        site.run(&args)
+    };
+    let out = scale(&["web=2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let web = web_replicas(&site);
+    assert_eq!(web.len(), 2, "{web:?}");
+    assert!(web.iter().all(|r| r.0 == "v1" && alive(r.1)), "{web:?}");
+    let v1 = formation(&site);
+    assert_eq!(v1.len(), 3, "{v1:?}");
+    assert!(v1.iter().all(|p| p.1 == "v1" && alive(p.2)), "{v1:?}");
+    assert!(
+        wait_for(10, || single.iter().all(|p| !alive(p.2))),
+        "a fresh process of each type"
+    );
+
+    // v2 in two waves: web replica 0, worker.0; then web replica 1, worker.1, the clock.
+    good(&site, "v2");
+    let rollout = |version: &str| {
+        let mut args = vec!["rollout", "edge-svc", version, "--waves", "50,100"];
+        args.extend_from_slice(&policy);
+        args.extend_from_slice(&["--ports", &ports]);
+        site.run(&args)
+    };
+    let out = rollout("v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let web = web_replicas(&site);
+    assert!(
+        web.len() == 2 && web.iter().all(|r| r.0 == "v2" && alive(r.1)),
+        "{web:?}"
+    );
+    let v2 = formation(&site);
+    assert!(v2.iter().all(|p| p.1 == "v2" && alive(p.2)), "{v2:?}");
+    assert!(
+        wait_for(10, || v1.iter().all(|p| !alive(p.2))),
+        "v1's stopped"
+    );
+    assert_eq!(running(&site, "worker.sh").len(), 2);
+    assert_eq!(running(&site, "clock.sh").len(), 1);
+    let lines = site.log_lines();
+    let wave_of = |process: &str| {
+        lines
+            .iter()
+            .find(|l| {
+                l["event"] == "replica_ready"
+                    && l["version"] == "v2"
+                    && l["detail"] == format!("{process} ready").as_str()
+            })
+            .map(|l| l["wave"].clone())
+    };
+    assert_eq!(wave_of("worker.0"), Some(serde_json::json!(0)), "{lines:?}");
+    assert_eq!(wave_of("worker.1"), Some(serde_json::json!(1)));
+    assert_eq!(wave_of("clock.0"), Some(serde_json::json!(1)));
+    let said = |event: &str| {
+        let line = lines.iter().rev().find(|l| l["event"] == event).unwrap();
+        line["detail"].as_str().unwrap().to_string()
+    };
+    assert!(
+        said("rollout_started")
+            .contains("waves of 1 + 1 (50%, 100%); worker ×2, clock ×1 in step;"),
+        "{}",
+        said("rollout_started")
+    );
+    assert!(
+        said("wave_completed").contains("1 of 1 replicas on v2 with worker ×1, clock ×1"),
+        "{}",
+        said("wave_completed")
+    );
+    assert!(
+        said("promoted").contains("2 replica(s) on v2 with worker ×2, clock ×1, 0 failed"),
+        "{}",
+        said("promoted")
+    );
+
+    // The replica set's other types scale too; web back to one.
+    let out = scale(&["worker=3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(formation(&site).len(), 4);
+    assert_eq!(web_replicas(&site).len(), 2);
+    let out = scale(&["web=1", "worker=2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(web_replicas(&site).len(), 1);
+    assert_eq!(formation(&site).len(), 3);
+    assert!(wait_for(10, || running(&site, "worker.sh").len() == 2));
+    let out = scale(&["web=0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("web=0 would leave nobody answering"));
+
+    // v3's worker cannot start: everything moved goes back, the v2 workers never stopped.
+    let out = scale(&["web=2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let before = formation(&site);
+    add(
+        &site,
+        "v3",
+        "worker: echo 'cannot open the database' >&2; exit 3\nclock: exec sh clock.sh\n",
+        &[("clock.sh", looping("clock"))],
+    );
+    let out = rollout("v3");
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("process worker.0 failed"),
+        "{}",
+        stdout(&out)
+    );
+    let web = web_replicas(&site);
+    assert!(web.iter().all(|r| r.0 == "v2" && alive(r.1)), "{web:?}");
+    assert_eq!(formation(&site), before);
+    assert!(before.iter().all(|p| alive(p.2)));
+
+    let seen = load.finish();
+    assert_none_failed(&seen, "scaling web and rolling out every type");
+    assert!(seen.len() > 50, "{} requests", seen.len());
+    let mut clocks = clock_intervals(&site);
+    clocks.sort();
+    for pair in clocks.windows(2) {
+        assert!(pair[0].1 < pair[1].0, "two clocks at once: {clocks:?}");
+    }
+    drop(proxy);
     site.stop_service();
 }
