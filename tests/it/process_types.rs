@@ -861,3 +861,119 @@ fn a_replica_set_rolls_out_every_type_in_step_and_scale_sets_web_s_count() {
     drop(proxy);
     site.stop_service();
 }
+
+/// Issue 69, 7 with web (2): a rollout of two web replicas, two workers, a singleton clock and a
+/// release phase, killed (-9) after each of its actions in turn. `up` leaves it paused with
+/// everything serving (every process it names running, web answering, one clock); the next
+/// command — `rollout resume`, or `rollout abort --rollback` every other time — finishes it whole,
+/// on one version, with one outcome line; two clocks never ran at once.
+#[test]
+fn a_rollout_of_several_types_killed_after_any_action_is_finished_whole() {
+    use std::os::unix::process::ExitStatusExt;
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    let first = port_block(12);
+    let ports = format!("{first}-{}", first + 11);
+    let release = |version: &str| {
+        add(
+            &site,
+            version,
+            "release: echo migrated >> \"$STATE_DIRECTORY/migrations\"\nworker: exec sh worker.sh\nclock: exec sh clock.sh\n",
+            &[("worker.sh", looping("worker")), ("clock.sh", looping("clock"))],
+        )
+    };
+    release("v1");
+    release("v2");
+    let run = |args: &[&str], fault: Option<u64>| {
+        let mut command = rollgate();
+        command
+            .args(args)
+            .arg("--root")
+            .arg(site.root())
+            .timeout(std::time::Duration::from_secs(60));
+        if let Some(k) = fault {
+            command.env("ROLLGATE_FAULT", format!("kill-after-action:{k}"));
+        }
+        command.output().unwrap()
+    };
+    let rollout = |version: &str, fault: Option<u64>| {
+        let args = [
+            "rollout", "edge-svc", version, "--replicas", "2", "--waves", "50,100", "--ports",
+            &ports, "--policy", policy.to_str().unwrap(), "--watch-ms", "0",
+        ];
+        run(&args, fault)
+    };
+    let out = rollout("v1", None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut k = 1;
+    loop {
+        let live = web_replicas(&site)[0].0.clone();
+        let next = if live == "v1" { "v2" } else { "v1" };
+        let out = rollout(next, Some(k));
+        let killed = out.status.signal() == Some(9);
+        let up = site.run(&["up"]);
+        assert_eq!(up.status.code(), Some(0), "K={k}: {}", stderr(&up));
+        // Serving, whatever the crash cut: web answers, every process named runs, one clock.
+        let web = web_replicas(&site);
+        assert!(
+            web.iter().any(|r| alive(r.1)),
+            "K={k}: no web replica: {web:?}"
+        );
+        let pointer = site.pointer().unwrap();
+        let port = pointer["port"].as_u64().unwrap() as u16;
+        assert!(version_on(port).is_some(), "K={k}: web does not answer");
+        let named = formation(&site);
+        assert!(named.iter().all(|p| alive(p.2)), "K={k}: {named:?}");
+        assert_eq!(running(&site, "clock.sh").len(), 1, "K={k}: clocks");
+        if killed {
+            let finish = match k % 2 {
+                0 => run(&["rollout", "abort", "edge-svc", "--rollback"], None),
+                _ => run(&["rollout", "resume", "edge-svc"], None),
+            };
+            let said = format!("{}{}", stdout(&finish), stderr(&finish));
+            // A crash before the rollout was saved left nothing to finish.
+            assert!(
+                finish.status.code() == Some(0)
+                    || said.contains("only a running or paused rollout"),
+                "K={k}: {said}"
+            );
+        }
+        // Whole: every process of one version, all running.
+        let web = web_replicas(&site);
+        let version = web[0].0.clone();
+        assert!(
+            web.len() == 2 && web.iter().all(|r| r.0 == version && alive(r.1)),
+            "K={k}: {web:?}"
+        );
+        let whole = formation(&site);
+        assert_eq!(whole.len(), 3, "K={k}: {whole:?}");
+        assert!(
+            whole.iter().all(|p| p.1 == version && alive(p.2)),
+            "K={k}: {version} {whole:?}"
+        );
+        assert!(wait_for(10, || running(&site, "worker.sh").len() == 2), "K={k}: workers");
+        assert_eq!(running(&site, "clock.sh").len(), 1, "K={k}: clocks");
+        let mut clocks = clock_intervals(&site);
+        clocks.sort();
+        for pair in clocks.windows(2) {
+            assert!(pair[0].1 < pair[1].0, "K={k}: two clocks at once: {clocks:?}");
+        }
+        // Every rollout that started has one outcome, and none has two.
+        let lines = site.log_lines();
+        for started in lines.iter().filter(|l| l["event"] == "rollout_started") {
+            let outcomes = lines
+                .iter()
+                .filter(|l| l["token"] == started["token"])
+                .filter(|l| l["event"] == "promoted" || l["event"] == "rolled_back")
+                .count();
+            assert_eq!(outcomes, 1, "K={k}: {}", started["detail"]);
+        }
+        if !killed {
+            assert_eq!(out.status.code(), Some(0), "K={k}: {}", stdout(&out));
+            break;
+        }
+        k += 1;
+    }
+    assert!(k > 10, "the rollout had {k} actions");
+    site.stop_service();
+}
