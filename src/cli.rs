@@ -130,17 +130,20 @@ It is a deploy of the live version (logged as one, under the service's kept poli
 replica root, a rollout of the version its replicas run that gives each a fresh process within
 the rollout's budgets. Exit codes: as `deploy` (or `rollout`).")]
     Restart(RollbackArgs),
-    /// How many processes of each of the live release's other types (its Procfile's lines)
-    /// run, without a new release: kept in the root, applied by a restart through the gate.
+    /// How many processes of each of the live release's types (its Procfile's lines) run,
+    /// without a new release: kept in the root, applied by a restart through the gate.
     #[command(after_help = "Examples:
   rollgate scale edge-svc worker=4 --root /srv/edge
   rollgate scale edge-svc worker=1 mailer=0 --root /srv/edge
+  rollgate scale edge-svc web=3 --ports 8081-8090 --root /srv/edge
 
 The counts are kept in ROOT/scale.json, over the policy's processes.TYPE.replicas, for every
 later deploy too. They are applied at once by `rollgate restart` (every process started again
-through its gate, web beside the old one); a restart that fails puts the counts back. web's
-count is its replica set's (`rollgate rollout --replicas N`); a singleton stays at most 1.
-Exit codes: as `restart`; 2 for a type the live release has no line for, or a count refused.")]
+through its gate, web beside the old one); a restart that fails puts the counts back. web=N is
+the web replica set's size: a rollout of the live version to N fresh replicas (a single
+release's root becomes a replica set). A singleton stays at most 1; web=0 is `rollgate stop`.
+Exit codes: as `restart` (or `rollout`); 2 for a type the live release has no line for, or a
+count refused.")]
     Scale(ScaleArgs),
     /// Stop a service on purpose: the proxy answers its maintenance page, each live process is
     /// drained and stopped whole, and nothing starts it again (not `up`, not a deploy) until

@@ -169,14 +169,18 @@ impl Drop for Fleet {
                     return Vec::new();
                 };
                 let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-                match value["replicas"].as_array() {
+                match value["replicas"]
+                    .as_array()
+                    .or(value["processes"].as_array())
+                {
                     Some(replicas) => replicas.iter().filter_map(|r| r["pid"].as_i64()).collect(),
                     None => value["pid"].as_i64().into_iter().collect(),
                 }
             };
             // Their keepers first, or they would start them again.
             kill_keepers_in(&self.root(host));
-            for pid in named("current").into_iter().chain(named("replicas.json")) {
+            let named_anywhere = ["current", "replicas.json", "processes.json"].map(named);
+            for pid in named_anywhere.into_iter().flatten() {
                 send_signal(-(pid as i32), 9);
             }
         }
@@ -400,12 +404,38 @@ fn left_behind_hosts_are_not_touched() {
     assert_eq!(fleet.live(9), "v1");
 }
 
+/// And the formation travels with the policy (issue 69, 6): v2 has a worker type, and every
+/// host runs the policy's two workers of it beside its web replicas.
 #[test]
 fn hosts_that_run_replicas_are_moved_by_a_rollout_each_and_rechecked() {
     let fleet = replica_hosts(80);
-    let out = fleet.roll(&policy_with(0.2, r#", "soak_ms": 200"#), 3);
+    for host in 0..3 {
+        let v2 = fleet.root(host).join("releases/v2");
+        write(&v2, "Procfile", "worker: exec sleep 600\n");
+    }
+    let processes = r#", "processes": {"worker": {"replicas": 2, "min_ready_ms": 200}}"#;
+    let out = fleet.roll(
+        &policy_with(0.2, &format!(r#", "soak_ms": 200{processes}"#)),
+        3,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     for host in 0..3 {
+        let text = std::fs::read_to_string(fleet.root(host).join("processes.json")).unwrap();
+        let formation: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let workers: Vec<(String, String)> = formation["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| alive(p["pid"].as_i64().unwrap() as i32))
+            .map(|p| {
+                (
+                    format!("{}.{}", p["process_type"].as_str().unwrap(), p["index"]),
+                    p["version"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let v2 = |name: &str| (name.to_string(), "v2".to_string());
+        assert_eq!(workers, [v2("worker.0"), v2("worker.1")], "host {host}");
         let text = std::fs::read_to_string(fleet.root(host).join("replicas.json")).unwrap();
         let set: serde_json::Value = serde_json::from_str(&text).unwrap();
         let versions: Vec<&str> = set["replicas"]

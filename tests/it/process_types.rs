@@ -898,8 +898,19 @@ fn a_rollout_of_several_types_killed_after_any_action_is_finished_whole() {
     };
     let rollout = |version: &str, fault: Option<u64>| {
         let args = [
-            "rollout", "edge-svc", version, "--replicas", "2", "--waves", "50,100", "--ports",
-            &ports, "--policy", policy.to_str().unwrap(), "--watch-ms", "0",
+            "rollout",
+            "edge-svc",
+            version,
+            "--replicas",
+            "2",
+            "--waves",
+            "50,100",
+            "--ports",
+            &ports,
+            "--policy",
+            policy.to_str().unwrap(),
+            "--watch-ms",
+            "0",
         ];
         run(&args, fault)
     };
@@ -951,12 +962,18 @@ fn a_rollout_of_several_types_killed_after_any_action_is_finished_whole() {
             whole.iter().all(|p| p.1 == version && alive(p.2)),
             "K={k}: {version} {whole:?}"
         );
-        assert!(wait_for(10, || running(&site, "worker.sh").len() == 2), "K={k}: workers");
+        assert!(
+            wait_for(10, || running(&site, "worker.sh").len() == 2),
+            "K={k}: workers"
+        );
         assert_eq!(running(&site, "clock.sh").len(), 1, "K={k}: clocks");
         let mut clocks = clock_intervals(&site);
         clocks.sort();
         for pair in clocks.windows(2) {
-            assert!(pair[0].1 < pair[1].0, "K={k}: two clocks at once: {clocks:?}");
+            assert!(
+                pair[0].1 < pair[1].0,
+                "K={k}: two clocks at once: {clocks:?}"
+            );
         }
         // Every rollout that started has one outcome, and none has two.
         let lines = site.log_lines();
