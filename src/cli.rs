@@ -442,6 +442,13 @@ The demo stops the live release at the end, so nothing is left running; the file
     /// release process, not by hand (see `host::keeper`).
     #[command(hide = true, name = "keep")]
     Keep,
+    /// Keeps a root's schedules: runs each at its due times in the live release. Started by
+    /// rollgate's supervisor for a policy with `schedules`, not by hand (see `commands::clock`).
+    #[command(hide = true, name = "keep-clock")]
+    KeepClock {
+        #[command(flatten)]
+        target: RootArgs,
+    },
     /// Holds a service's listening socket for its root and hands a copy to each release
     /// rollgate starts (SCM_RIGHTS on ROOT/listen.sock). Started by rollgate when a policy
     /// has `listen`, not by hand.

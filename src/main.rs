@@ -242,6 +242,7 @@ fn run(command: Command) -> Result<u8, Error> {
             listen,
             backlog,
         } => rollgate::commands::hold::run(&target.root, listen, backlog),
+        Command::KeepClock { target } => rollgate::commands::clock::keep_clock(target.root),
         Command::SampleService(_)
         | Command::OutputPump { .. }
         | Command::ListenExec { .. }

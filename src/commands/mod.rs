@@ -5,6 +5,7 @@
 //! (`engine::start`, `engine::ask`, `engine::watch`): a person's pause, resume, abort,
 //! promote and the background watcher of `deploy --no-wait` need no command module at all.
 
+pub mod clock;
 pub mod config;
 pub mod console;
 pub mod demo;

@@ -141,6 +141,12 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
         }
         stopped::clear(&root.0)?;
         crate::engine::fault_point();
+        // The schedules resume with the service.
+        match super::clock::ensure(&root).await {
+            Some(started) if started.is_ok() => said.push(super::clock::said(&started)),
+            Some(failed) => eprintln!("rollgate: {}", super::clock::said(&failed)),
+            None => {}
+        }
         Ok(said.join("\n") + "\n")
     })
 }

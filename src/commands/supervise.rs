@@ -459,6 +459,13 @@ pub(crate) async fn ensure(
             Err(e) => report.push(Found::Failed(format!("{}: NOT started: {e}", live.name()))),
         }
     }
+    // The root's schedules are kept on the same seam: a clock keeper runs while the service
+    // runs and its policy has schedules.
+    match super::clock::ensure(root).await {
+        Some(started) if started.is_ok() => report.push(Found::Done(super::clock::said(&started))),
+        Some(failed) => report.push(Found::Failed(super::clock::said(&failed))),
+        None => {}
+    }
     Ok(report)
 }
 

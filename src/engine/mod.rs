@@ -28,6 +28,7 @@
 pub mod analysis;
 mod ask;
 pub mod budgets;
+pub mod clock;
 mod control;
 mod deploy_voice;
 mod fault;

@@ -87,6 +87,16 @@ events! {
     /// A process of another type than web (a worker, a clock: issue 69) was started, was
     /// ready, failed, or was stopped; the detail names it (`worker.1`) and says which.
     Process => "process",
+    /// A schedule's run began (issue 70): its `schedule`, the `due` time it is for, the
+    /// release it runs in (`version`) and its `pid`.
+    ScheduleStarted => "schedule_started",
+    /// A schedule's run ended: its exit status (or its time limit), `elapsed_ms`, its release.
+    ScheduleFinished => "schedule_finished",
+    /// A due time not run, and why (the last run still runs under `'forbid`).
+    ScheduleSkipped => "schedule_skipped",
+    /// Due times that passed while nothing kept the clock (rollgate down, the service
+    /// stopped): said once, how many and which was the last (`due`).
+    ScheduleMissed => "schedule_missed",
 }
 
 /// Written as its name, the one `as_str` gives.
@@ -158,6 +168,12 @@ pub struct Entry<'a> {
     /// The process of another type than web a line is about (`worker.1`; issue 69).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<String>,
+    /// The schedule a line is about (`nightly`; issue 70), and the due time (Unix seconds)
+    /// its run is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due: Option<f64>,
 }
 
 /// What users had of a release that was rolled back after it served them: how long it was
@@ -226,6 +242,8 @@ impl<'a> Entry<'a> {
             exposure: None,
             ended: None,
             process: None,
+            schedule: None,
+            due: None,
         }
     }
 }
@@ -648,6 +666,8 @@ mod tests {
             exposure: None,
             ended: None,
             process: None,
+            schedule: None,
+            due: None,
         })
         .unwrap();
         line.push('\n');

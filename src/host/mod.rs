@@ -32,6 +32,7 @@ pub mod probe;
 pub mod process;
 pub mod progress;
 pub mod run_dir;
+pub mod schedule_book;
 pub mod signals;
 pub mod state;
 pub mod stopped;

@@ -41,8 +41,126 @@ impl Ended {
     }
 }
 
-/// Runs it to its end; Err when it could not start (the reason names what stopped it).
+/// Runs it to its end, the terminal attached; Err when it could not start (the reason names
+/// what stopped it).
 pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
+    let label = format!("run-{}", std::process::id());
+    let mut prepared = prepare(one_off, &label)?;
+    // Listening before the command exists: a Ctrl-C from then on is the command's, never
+    // rollgate's death with the command left behind.
+    let mut signals = PassedSignals::listen()?;
+    let started = Instant::now();
+    let mut child = prepared
+        .command
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| prepared.could_not_start(&label, e))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    // Its tree (made before its exec): what ends the command ends all it started.
+    let tree = super::identity::Identity::of(pid).and_then(|who| super::cgroup::of(&who));
+    // A container's supervisor is asked to stop the container (SIGTERM, its grace), whatever
+    // the signal: killed, it would leave the container behind.
+    let status = signals
+        .wait_passing(&mut child, pid, prepared.image)
+        .await?;
+    end_tree(tree.as_ref(), pid).await;
+    Ok(Ended {
+        code: code_of(status),
+        took: started.elapsed(),
+    })
+}
+
+/// A run whose output goes to a file and whose time is bounded (a schedule's run, issue 70).
+pub struct ToFile<'a> {
+    pub output: &'a Path,
+    /// Its cgroup label and `ROLLGATE_DEPLOY_TOKEN`: how it is found again after a crash.
+    pub token: &'a str,
+    pub limit: Duration,
+    /// After SIGTERM at the limit, how long before its tree is killed.
+    pub grace: Duration,
+    /// More variables it is given (`ROLLGATE_SCHEDULE`).
+    pub env: Vec<(String, String)>,
+}
+
+/// How a bounded run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndedToFile {
+    pub ended: Ended,
+    /// It was stopped at its limit.
+    pub timed_out: bool,
+}
+
+/// Runs it with its output to a file, told its identity the moment it runs (`spawned`), then
+/// to its end or its limit (SIGTERM to its group, the grace, its tree killed); whatever it left
+/// running ends with it.
+pub async fn run_to_file(
+    one_off: &OneOff<'_>,
+    to: &ToFile<'_>,
+    spawned: impl FnOnce(super::identity::Identity),
+) -> std::io::Result<EndedToFile> {
+    let mut prepared = prepare(one_off, to.token)?;
+    let output = std::fs::File::from(super::output::start(to.output, Default::default())?);
+    if let Some(user) = &prepared.user {
+        std::os::unix::fs::fchown(&output, Some(user.uid), Some(user.gid))?;
+    }
+    let started = Instant::now();
+    let mut child = prepared
+        .command
+        .envs(to.env.iter().cloned())
+        .env("ROLLGATE_DEPLOY_TOKEN", to.token)
+        .stdin(Stdio::null())
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        .spawn()
+        .map_err(|e| prepared.could_not_start(to.token, e))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    let who = super::identity::Identity::of(pid);
+    let tree = who.and_then(|who| super::cgroup::of(&who));
+    if let Some(who) = who {
+        spawned(who);
+    }
+    let (status, timed_out) = tokio::select! {
+        status = child.wait() => (status?, false),
+        _ = tokio::time::sleep(to.limit) => {
+            let group = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+            match tokio::time::timeout(to.grace, child.wait()).await {
+                Ok(status) => (status?, true),
+                Err(_) => {
+                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                    (child.wait().await?, true)
+                }
+            }
+        }
+    };
+    end_tree(tree.as_ref(), pid).await;
+    Ok(EndedToFile {
+        ended: Ended {
+            code: code_of(status),
+            took: started.elapsed(),
+        },
+        timed_out,
+    })
+}
+
+/// The command as the release's processes are started, not yet spawned.
+struct Prepared {
+    command: tokio::process::Command,
+    program: std::path::PathBuf,
+    user: Option<super::account::ServiceUser>,
+    image: bool,
+}
+
+impl Prepared {
+    fn could_not_start(&self, label: &str, e: std::io::Error) -> std::io::Error {
+        super::cgroup::remove_empty(label);
+        super::confine::Confinement::explain(self.user.as_ref(), &self.program, e)
+    }
+}
+
+fn prepare(one_off: &OneOff<'_>, label: &str) -> std::io::Result<Prepared> {
     let (program, args) = one_off
         .command
         .split_first()
@@ -50,7 +168,6 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     let (folder, config) = super::hooks::release_context(one_off.root, one_off.version)
         .map_err(std::io::Error::other)?;
     let record = one_off.record;
-    let label = format!("run-{}", std::process::id());
     // An image release's command runs in a container of its image, through the supervisor a
     // release's container has (which holds the container's user and limits for the engine).
     let image = record.image_of(&folder);
@@ -66,7 +183,7 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
             Some(_) => &no_limits,
             None => &record.limits,
         },
-        label: &label,
+        label,
         ports: &[],
     })?;
     if image.is_some() {
@@ -83,7 +200,7 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
                 output: &folder,
                 port: 0,
                 version: one_off.version,
-                token: &label,
+                token: label,
                 slot: None,
                 notify: None,
                 secrets: &secrets,
@@ -118,32 +235,23 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
     ] {
         command.env_remove(variable);
     }
-    // Listening before the command exists: a Ctrl-C from then on is the command's, never
-    // rollgate's death with the command left behind.
-    let mut signals = PassedSignals::listen()?;
-    let started = Instant::now();
-    let mut child = command
+    command
         .current_dir(&folder)
         .envs(config)
         .env("ROLLGATE_SERVICE", one_off.service)
-        .env("ROLLGATE_VERSION", one_off.version)
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| {
-            super::cgroup::remove_empty(&label);
-            super::confine::Confinement::explain(user.as_ref(), Path::new(program), e)
-        })?;
-    let pid = child.id().map_or(0, |p| p as i32);
-    // Its tree (made before its exec): what ends the command ends all it started.
-    let tree = super::identity::Identity::of(pid).and_then(|who| super::cgroup::of(&who));
-    // A container's supervisor is asked to stop the container (SIGTERM, its grace), whatever
-    // the signal: killed, it would leave the container behind.
-    let status = signals
-        .wait_passing(&mut child, pid, image.is_some())
-        .await?;
-    if let Some(tree) = &tree {
+        .env("ROLLGATE_VERSION", one_off.version);
+    Ok(Prepared {
+        command,
+        program: std::path::PathBuf::from(program),
+        user,
+        image: image.is_some(),
+    })
+}
+
+/// Whatever the command left running goes with it: its tree, or (no tree on this host) its
+/// session, which it leads.
+async fn end_tree(tree: Option<&super::cgroup::Tree>, pid: i32) {
+    if let Some(tree) = tree {
         tree.kill();
         let deadline = Instant::now() + Duration::from_secs(5);
         while tree.is_populated() && Instant::now() < deadline {
@@ -151,21 +259,20 @@ pub async fn run(one_off: &OneOff<'_>) -> std::io::Result<Ended> {
         }
         tree.remove();
     } else if pid > 0 {
-        // No tree on this host: its session (it leads one) goes instead.
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+}
+
+/// The exit status as a shell gives it: the code, or 128 + the signal that ended it.
+fn code_of(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    let code = status
+    status
         .code()
         .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(1);
-    Ok(Ended {
-        code,
-        took: started.elapsed(),
-    })
+        .unwrap_or(1)
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT, caught for the command (it leads its own session, so a

@@ -477,6 +477,7 @@ const FRONT_DOOR: &[&str] = &[
     "settings",
     "budgets",
     "view",
+    "clock",
 ];
 
 /// The names `engine::x` and `engine::{x, y::z as w}` reach in a text (the first segment of

@@ -42,6 +42,7 @@ mod release_list;
 mod rollback;
 mod rollout;
 mod routes;
+mod schedules;
 mod terminal;
 mod tls;
 mod traffic;

@@ -1,0 +1,605 @@
+//! `rollgate keep-clock`: the keeper of a root's schedules (issue 70) — one small process of
+//! rollgate's own per root, started by the supervisor seam (`supervise::ensure`: `up`, every
+//! pass of `up --supervise`, the end of every deploy, rollout, restart and `start`), never a
+//! crontab or a daemon of its own.
+//!
+//! At each due time ([`engine::clock`]) it takes the due time in the book
+//! (`ROOT/schedules.json`, under its lock) before anything runs, so a due time is taken once
+//! whoever keeps the clock; then it starts the run as a one-off of the *live* release (its
+//! folder, configuration, secrets, user, confinement and limits: `host::one_off`), its output
+//! in `ROOT/schedules/NAME.output`, bounded by `timeout_ms`. A run goes on where it started: a
+//! deploy that switches meanwhile does not touch it, and the next run takes the new release.
+//!
+//! One keeper per root: it holds `ROOT/.keepers/clock.lock` for its life; a second one finds it
+//! held and leaves. Killed (-9), its runs go on; the next keeper finds them by the book (their
+//! pid, or their token while the pid was not yet written), waits for them, and says the due
+//! times that passed meanwhile once (`schedule_missed`), running the last one only when the
+//! schedule says `catch_up = 'last`. It leaves when the service is stopped (`rollgate stop`
+//! pauses the schedules; `start` brings a keeper back), has nothing live, or has no schedule,
+//! once its runs have ended.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::engine::clock::{at_due, AtDue, Schedule};
+use crate::error::Error;
+use crate::host::fault::Fault;
+use crate::host::identity::Identity;
+use crate::host::journal::{self, Entry, LogEvent};
+use crate::host::launch::LaunchRecord;
+use crate::host::schedule_book::{Book, Ended, Running};
+use crate::host::state::Root;
+
+/// The hidden command a clock keeper runs as.
+pub const KEEP_CLOCK_COMMAND: &str = "keep-clock";
+/// Due times up to this late are still run on time (a keeper woken late, a busy host); past
+/// it they are said missed.
+const SLACK: f64 = 1.0;
+/// How often the keeper looks at the root again between due times (the policy, a stop).
+const LOOK_AGAIN: f64 = 1.0;
+/// After SIGTERM at a run's limit, or when `'replace` stops it, how long before its tree is
+/// killed.
+const RUN_GRACE: Duration = Duration::from_secs(5);
+
+/// What the clock runs for: the live release and the schedules its kept policy gives.
+struct Live {
+    service: String,
+    version: String,
+    launch: LaunchRecord,
+    schedules: Vec<Schedule>,
+    /// A schedule the policy names that cannot run, and why.
+    refused: Vec<String>,
+}
+
+/// The root's live release and its schedules; None when nothing is live or the service is
+/// stopped (the clock pauses).
+fn live(root: &Root) -> Option<Live> {
+    if crate::host::stopped::read(&root.0).ok().flatten().is_some() {
+        return None;
+    }
+    let pointer = root.read_pointer().ok().flatten()?;
+    let (version, kept) = crate::host::kept_policy::KeptPolicy::of_live(root).ok()??;
+    let settings = kept
+        .settings(&crate::host::kept_policy::KeptPolicy::path(root, &version))
+        .ok()?;
+    let mut schedules = Vec::new();
+    let mut refused = Vec::new();
+    for (name, policy) in settings.schedules.iter().flatten() {
+        match Schedule::of(name, policy) {
+            Ok(schedule) => schedules.push(schedule),
+            Err(why) => refused.push(why.to_string()),
+        }
+    }
+    Some(Live {
+        service: pointer.service,
+        version: pointer.version,
+        launch: pointer.launch,
+        schedules,
+        refused,
+    })
+}
+
+/// Whether the root has schedules to keep (a live, running service whose policy names some).
+pub fn has_schedules(root: &Root) -> bool {
+    live(root).is_some_and(|live| !live.schedules.is_empty())
+}
+
+/// `ROOT/.keepers/clock.lock`.
+fn lock_path(root: &Path) -> PathBuf {
+    root.join(crate::host::keeper::KEEPERS_DIR)
+        .join("clock.lock")
+}
+
+/// Starts the root's clock keeper unless one runs or there is nothing to keep: its pid when
+/// one was started ([`said`] gives the words for a report).
+pub async fn ensure(root: &Root) -> Option<std::io::Result<u32>> {
+    if !has_schedules(root) || !crate::host::lock::is_free(&lock_path(&root.0)) {
+        return None;
+    }
+    let mut command = tokio::process::Command::new("/proc/self/exe");
+    command
+        .args([KEEP_CLOCK_COMMAND, "--root"])
+        .arg(&root.0)
+        .current_dir(&root.0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .env_remove("ROLLGATE_FAULT");
+    // SAFETY: close and setsid are system calls; nothing of the parent is touched.
+    unsafe {
+        command.pre_exec(|| {
+            crate::host::lock::close_held_in_child();
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    Some(command.spawn().map(|child| child.id().unwrap_or_default()))
+}
+
+/// What [`ensure`] did, in words.
+pub fn said(started: &std::io::Result<u32>) -> String {
+    match started {
+        Ok(pid) => format!("the schedules: kept by a clock keeper (pid {pid})"),
+        Err(e) => format!("the schedules: no clock keeper could start: {e}"),
+    }
+}
+
+/// `rollgate keep-clock --root ROOT`.
+pub fn keep_clock(root: PathBuf) -> Result<u8, Error> {
+    let root = Root::existing(root)?;
+    std::fs::create_dir_all(root.0.join(crate::host::keeper::KEEPERS_DIR))
+        .map_err(|e| Error::Failed(format!("cannot make the keepers' folder: {e}")))?;
+    let _held = match crate::host::lock::acquire(&lock_path(&root.0)) {
+        Ok(held) => held,
+        // Another keeper keeps this clock.
+        Err(Fault::Busy { .. }) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    crate::engine::runtime()?.block_on(keep(&root));
+    Ok(0)
+}
+
+async fn keep(root: &Root) {
+    let mut runs = tokio::task::JoinSet::new();
+    let mut first = true;
+    while let Some(live) = live(root).filter(|l| !l.schedules.is_empty()) {
+        if first {
+            first = false;
+            for why in &live.refused {
+                log(
+                    root,
+                    &live,
+                    LogEvent::ScheduleSkipped,
+                    None,
+                    None,
+                    format!("cannot run: {why}"),
+                );
+            }
+            adopt_left(root, &live, &mut runs);
+            say_missed(root, &live, &mut runs);
+        }
+        let now = journal::now();
+        for schedule in &live.schedules {
+            let last = last_due(root, &schedule.name).unwrap_or(now - SLACK);
+            if let Some(due) = schedule.next_after(last).filter(|due| *due <= now) {
+                take(root, &live, schedule, due, &mut runs).await;
+            }
+        }
+        while runs.try_join_next().is_some() {}
+        let now = journal::now();
+        let next = live
+            .schedules
+            .iter()
+            .filter_map(|s| s.next_after(last_due(root, &s.name).unwrap_or(now - SLACK)))
+            .fold(now + LOOK_AGAIN, f64::min);
+        tokio::time::sleep(Duration::from_secs_f64((next - now).clamp(0.0, LOOK_AGAIN))).await;
+    }
+    // Paused or ended: the runs going finish first (they are this keeper's to record).
+    while runs.join_next().await.is_some() {}
+}
+
+fn last_due(root: &Root, name: &str) -> Option<f64> {
+    Book::read(&root.0)
+        .ok()?
+        .schedules
+        .get(name)
+        .and_then(|t| t.last_due)
+}
+
+/// Takes `due` for `schedule` in the book and acts on it: skipped, or started (the runs going
+/// stopped first under `'replace`).
+async fn take(
+    root: &Root,
+    live: &Live,
+    schedule: &Schedule,
+    due: f64,
+    runs: &mut tokio::task::JoinSet<()>,
+) {
+    let token = format!("sched-{}-{}", schedule.name, (due * 1000.0) as u64);
+    let decided = Book::change(&root.0, |book| {
+        let taken = book.schedules.entry(schedule.name.clone()).or_default();
+        if taken.last_due.is_some_and(|last| last >= due) {
+            return (false, None);
+        }
+        taken.last_due = Some(due);
+        let going: Vec<Identity> = taken
+            .running
+            .iter()
+            .filter(|r| r.pid > 0 && r.identity().is_running())
+            .map(Running::identity)
+            .collect();
+        let decision = at_due(schedule, going.len());
+        if !matches!(decision, AtDue::Skip(_)) {
+            taken
+                .running
+                .push(running(live, Some(due), &token, schedule.timeout_ms));
+        }
+        (true, Some((decision, going)))
+    });
+    let (decision, going) = match decided {
+        Ok(Some(decided)) => decided,
+        Ok(None) => return,
+        Err(e) => {
+            log(
+                root,
+                live,
+                LogEvent::ScheduleSkipped,
+                Some(schedule),
+                Some(due),
+                format!("not run: {e}"),
+            );
+            return;
+        }
+    };
+    match decision {
+        AtDue::Skip(why) => {
+            log(
+                root,
+                live,
+                LogEvent::ScheduleSkipped,
+                Some(schedule),
+                Some(due),
+                why,
+            );
+        }
+        AtDue::ReplaceThenStart => {
+            for who in going {
+                crate::host::process::stop_group(who, RUN_GRACE).await;
+            }
+            start(root, live, schedule, Some(due), token, runs);
+        }
+        AtDue::Start => start(root, live, schedule, Some(due), token, runs),
+    }
+}
+
+/// A run as the book holds it before its process exists.
+fn running(live: &Live, due: Option<f64>, token: &str, timeout_ms: u64) -> Running {
+    let now = journal::now();
+    Running {
+        due,
+        version: live.version.clone(),
+        token: token.to_string(),
+        pid: 0,
+        start_time: 0,
+        started_at: now,
+        deadline: now + timeout_ms as f64 / 1000.0,
+        waiter: std::process::id() as i32,
+    }
+}
+
+/// Where a schedule's runs write their output (the last run's; the one before in `.1`).
+pub fn output_path(root: &Root, name: &str) -> PathBuf {
+    root.0.join("schedules").join(format!("{name}.output"))
+}
+
+/// Starts the run (its line once it runs), waited for in `runs`.
+fn start(
+    root: &Root,
+    live: &Live,
+    schedule: &Schedule,
+    due: Option<f64>,
+    token: String,
+    runs: &mut tokio::task::JoinSet<()>,
+) {
+    let (root, live_facts, schedule) = (root.clone(), facts(live), schedule.clone());
+    runs.spawn(async move {
+        let ended = run(&root, &live_facts, &schedule, due, &token).await;
+        finish(&root, &live_facts, &schedule, due, &token, ended);
+    });
+}
+
+/// What a run needs of the live release (owned, for its task).
+fn facts(live: &Live) -> Live {
+    Live {
+        service: live.service.clone(),
+        version: live.version.clone(),
+        launch: live.launch.clone(),
+        schedules: Vec::new(),
+        refused: Vec::new(),
+    }
+}
+
+/// Runs it to its end: Ok(words, ok) or Err(why it could not start).
+async fn run(
+    root: &Root,
+    live: &Live,
+    schedule: &Schedule,
+    due: Option<f64>,
+    token: &str,
+) -> Result<(String, bool, u64), String> {
+    let output = output_path(root, &schedule.name);
+    if let Some(folder) = output.parent() {
+        std::fs::create_dir_all(folder)
+            .map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
+    }
+    let one_off = crate::host::one_off::OneOff {
+        root: &root.0,
+        service: &live.service,
+        version: &live.version,
+        command: &schedule.command,
+        record: &live.launch,
+    };
+    let to = crate::host::one_off::ToFile {
+        output: &output,
+        token,
+        limit: Duration::from_millis(schedule.timeout_ms),
+        grace: RUN_GRACE,
+        env: vec![("ROLLGATE_SCHEDULE".to_string(), schedule.name.clone())],
+    };
+    let spawned = |who: Identity| {
+        let _ = Book::change(&root.0, |book| {
+            let taken = book.schedules.entry(schedule.name.clone()).or_default();
+            let Some(run) = taken.running.iter_mut().find(|r| r.token == token) else {
+                return (false, ());
+            };
+            run.pid = who.pid;
+            run.start_time = who.start_time;
+            (true, ())
+        });
+        let detail = format!(
+            "{} `{}` started in {} (pid {})",
+            schedule.name,
+            crate::host::output::printable(&schedule.command.join(" ")),
+            live.version,
+            who.pid
+        );
+        log_with_pid(
+            root,
+            live,
+            LogEvent::ScheduleStarted,
+            Some(schedule),
+            due,
+            detail,
+            who.pid,
+        );
+    };
+    let ended = crate::host::one_off::run_to_file(&one_off, &to, spawned)
+        .await
+        .map_err(|e| e.to_string())?;
+    let took = ended.ended.took.as_millis() as u64;
+    Ok(match ended.timed_out {
+        true => (
+            format!("stopped at its time limit ({} ms)", schedule.timeout_ms),
+            false,
+            took,
+        ),
+        false => (ended.ended.words(), ended.ended.code == 0, took),
+    })
+}
+
+/// The run's end in the book and the log.
+fn finish(
+    root: &Root,
+    live: &Live,
+    schedule: &Schedule,
+    due: Option<f64>,
+    token: &str,
+    ended: Result<(String, bool, u64), String>,
+) {
+    let (words, ok, took) = match &ended {
+        Ok((words, ok, took)) => (words.clone(), *ok, *took),
+        Err(why) => (format!("could not start: {why}"), false, 0),
+    };
+    let _ = Book::change(&root.0, |book| {
+        let taken = book.schedules.entry(schedule.name.clone()).or_default();
+        taken.running.retain(|r| r.token != token);
+        taken.last = Some(Ended {
+            due,
+            version: live.version.clone(),
+            ok,
+            words: words.clone(),
+            finished_at: journal::now(),
+            took_ms: took,
+        });
+        (true, ())
+    });
+    let event = match ended {
+        Ok(_) => LogEvent::ScheduleFinished,
+        // It never ran: the due time's one line says so.
+        Err(_) => LogEvent::ScheduleSkipped,
+    };
+    let entry_detail = format!(
+        "{}: {words} after {took} ms, in {}",
+        schedule.name, live.version
+    );
+    let entry = Entry {
+        elapsed_ms: Some(took),
+        ..entry(live, event, Some(&schedule.name), due, entry_detail)
+    };
+    append(root, &entry);
+}
+
+/// The runs a keeper before this one left: waited for (their exit status is lost with their
+/// keeper), or recorded as ended; a run being waited for by a live `schedules run` is its own.
+fn adopt_left(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()>) {
+    let me = std::process::id() as i32;
+    let left: Vec<(String, Running)> = Book::read(&root.0)
+        .map(|book| {
+            book.schedules
+                .into_iter()
+                .flat_map(|(name, taken)| taken.running.into_iter().map(move |r| (name.clone(), r)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (name, run) in left {
+        if run.waiter != me && is_rollgate(run.waiter) {
+            continue;
+        }
+        let who = match run.pid {
+            0 => crate::host::process::find_by_token(&run.token)
+                .into_iter()
+                .next(),
+            _ => Some(run.identity()).filter(|who| who.is_running()),
+        };
+        let schedule = live.schedules.iter().find(|s| s.name == name).cloned();
+        let (root, facts) = (root.clone(), facts(live));
+        runs.spawn(async move {
+            let words = match who {
+                Some(who) => {
+                    wait_adopted(who, run.deadline).await;
+                    "ended; its exit status went with the keeper that started it".to_string()
+                }
+                None if run.pid == 0 => "did not run: its keeper died as it started it".to_string(),
+                None => {
+                    "ended while nothing kept the clock; its exit status is not known".to_string()
+                }
+            };
+            let name = schedule.map_or(name, |s| s.name);
+            finish_adopted(&root, &facts, &name, &run, words);
+        });
+    }
+}
+
+/// Waits for a run it did not start, stopping it at its deadline.
+async fn wait_adopted(who: Identity, deadline: f64) {
+    while who.is_running() {
+        if journal::now() >= deadline {
+            crate::host::process::stop_group(who, RUN_GRACE).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether `pid` is a rollgate (the same program as this one) that runs now.
+fn is_rollgate(pid: i32) -> bool {
+    let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    pid > 0 && exe(&pid.to_string()).is_some_and(|e| Some(e) == exe("self"))
+}
+
+fn finish_adopted(root: &Root, live: &Live, name: &str, run: &Running, words: String) {
+    let took = ((journal::now() - run.started_at) * 1000.0).max(0.0) as u64;
+    let _ = Book::change(&root.0, |book| {
+        let taken = book.schedules.entry(name.to_string()).or_default();
+        taken.running.retain(|r| r.token != run.token);
+        taken.last = Some(Ended {
+            due: run.due,
+            version: run.version.clone(),
+            ok: false,
+            words: words.clone(),
+            finished_at: journal::now(),
+            took_ms: took,
+        });
+        (true, ())
+    });
+    let live = Live {
+        version: run.version.clone(),
+        ..facts(live)
+    };
+    let detail = format!("{name}: {words}, in {}", run.version);
+    let entry = Entry {
+        elapsed_ms: Some(took),
+        ..entry(
+            &live,
+            LogEvent::ScheduleFinished,
+            Some(name),
+            run.due,
+            detail,
+        )
+    };
+    append(root, &entry);
+}
+
+/// The due times that passed while nothing kept the clock: said once per schedule, the last
+/// one run when the schedule asks (`catch_up = 'last`). A schedule never seen before starts
+/// from now.
+fn say_missed(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()>) {
+    let now = journal::now();
+    for schedule in &live.schedules {
+        let found = Book::change(&root.0, |book| {
+            let taken = book.schedules.entry(schedule.name.clone()).or_default();
+            let Some(last) = taken.last_due else {
+                taken.last_due = Some(now - SLACK);
+                return (true, None);
+            };
+            let (count, latest) = schedule.due_between(last, now - SLACK, 10_000);
+            let Some(latest) = latest else {
+                return (false, None);
+            };
+            taken.last_due = Some(latest);
+            let token = format!("sched-{}-{}", schedule.name, (latest * 1000.0) as u64);
+            let catch_up = schedule.catch_up == crate::policy::CatchUp::Last;
+            if catch_up {
+                taken
+                    .running
+                    .push(running(live, Some(latest), &token, schedule.timeout_ms));
+            }
+            (true, Some((count, latest, catch_up, token)))
+        });
+        let Ok(Some((count, latest, catch_up, token))) = found else {
+            continue;
+        };
+        let detail = format!(
+            "{}: {count} due time(s) passed while nothing kept the clock (the last at {}){}",
+            schedule.name,
+            chrono::DateTime::<chrono::Utc>::from_timestamp(latest as i64, 0)
+                .map_or(latest.to_string(), |t| t
+                    .format("%Y-%m-%d %H:%M:%S UTC")
+                    .to_string()),
+            match catch_up {
+                true => "; the last is run now (catch_up 'last)",
+                false => "; not run (catch_up 'none)",
+            }
+        );
+        log(
+            root,
+            live,
+            LogEvent::ScheduleMissed,
+            Some(schedule),
+            Some(latest),
+            detail,
+        );
+        if catch_up {
+            start(root, live, schedule, Some(latest), token, runs);
+        }
+    }
+}
+
+fn entry<'a>(
+    live: &'a Live,
+    event: LogEvent,
+    schedule: Option<&str>,
+    due: Option<f64>,
+    detail: String,
+) -> Entry<'a> {
+    Entry {
+        schedule: schedule.map(str::to_string),
+        due,
+        ..Entry::new(event, &live.version, &live.service, detail)
+    }
+}
+
+fn log(
+    root: &Root,
+    live: &Live,
+    event: LogEvent,
+    schedule: Option<&Schedule>,
+    due: Option<f64>,
+    detail: String,
+) {
+    append(
+        root,
+        &entry(live, event, schedule.map(|s| s.name.as_str()), due, detail),
+    );
+}
+
+fn log_with_pid(
+    root: &Root,
+    live: &Live,
+    event: LogEvent,
+    schedule: Option<&Schedule>,
+    due: Option<f64>,
+    detail: String,
+    pid: i32,
+) {
+    let entry = Entry {
+        pid: Some(pid),
+        ..entry(live, event, schedule.map(|s| s.name.as_str()), due, detail)
+    };
+    append(root, &entry);
+}
+
+fn append(root: &Root, entry: &Entry) {
+    // Nowhere else to say it: a keeper's stderr is closed.
+    let _ = journal::append(&root.log_path(), entry);
+}

@@ -1,0 +1,259 @@
+//! Issue 70: schedules in the policy, kept by a clock keeper on the supervisor seam, run in the
+//! live release. Every due time gets one line (started, skipped or said missed), whatever
+//! deploys, rollbacks, stops and kill -9s happen around it; a run goes on where it started.
+
+use std::collections::BTreeMap;
+
+use crate::common::*;
+
+const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    tick:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"tick.sh\"]\n      timeout_ms: 10000\n    slow:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"slow.sh\"]\n      timeout_ms: 20000\n";
+
+/// Installs `version`: web (the sample service), `tick.sh` (quick) and `slow.sh` (3 s, its
+/// start and stop written with its pid).
+fn add(site: &Site, version: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let build = tempfile::tempdir().unwrap();
+    let exe = write(
+        build.path(),
+        "edge-svc",
+        &format!("#!/bin/sh\nexec '{}' sample-service\n", bin().display()),
+    );
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(
+        build.path(),
+        "tick.sh",
+        "echo \"tick $ROLLGATE_VERSION $ROLLGATE_SCHEDULE\"\n",
+    );
+    write(
+        build.path(),
+        "slow.sh",
+        "echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n\
+         sleep 3\n\
+         echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n",
+    );
+    let out = site.run(&[
+        "release",
+        "add",
+        "edge-svc",
+        version,
+        build.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// The clock keeper's pid, as its lock names it.
+fn clock_keeper(site: &Site) -> Option<i32> {
+    let text = std::fs::read_to_string(site.root().join(".keepers/clock.lock")).ok()?;
+    text.trim().parse().ok().filter(|pid| alive(*pid))
+}
+
+/// The schedule lines of `name`: (event, due, ts, detail, version).
+fn lines_of(site: &Site, name: &str) -> Vec<(String, f64, f64, String, String)> {
+    site.log_lines()
+        .into_iter()
+        .filter(|l| l["schedule"] == name)
+        .map(|l| {
+            (
+                l["event"].as_str().unwrap().to_string(),
+                l["due"].as_f64().unwrap_or(0.0),
+                l["ts"].as_f64().unwrap(),
+                l["detail"].as_str().unwrap().to_string(),
+                l["version"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every due time of an `@every 2s` schedule from its first to its last has exactly one line:
+/// started or skipped, or counted by a `schedule_missed` line (N due times ending at its due).
+fn each_due_time_once(site: &Site, name: &str) {
+    let lines = lines_of(site, name);
+    let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
+    for (event, due, ts, detail, _) in &lines {
+        let key = (*due * 1000.0).round() as i64;
+        match event.as_str() {
+            "schedule_started" => {
+                *seen.entry(key).or_default() += 1;
+                assert!(
+                    (0.0..=1.0).contains(&(ts - due)),
+                    "{name}: started {:.3} s after its due time: {detail}",
+                    ts - due
+                );
+            }
+            "schedule_skipped" => *seen.entry(key).or_default() += 1,
+            "schedule_missed" => {
+                let count: i64 = detail
+                    .split(": ")
+                    .nth(1)
+                    .and_then(|d| d.split(' ').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap();
+                for k in 0..count {
+                    *seen.entry(key - 2000 * k).or_default() += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{name}: due times with two lines: {twice:?}\n{lines:#?}"
+    );
+    let (first, last) = (*seen.keys().next().unwrap(), *seen.keys().last().unwrap());
+    let gaps: Vec<i64> = (0..=(last - first) / 2000)
+        .map(|k| first + 2000 * k)
+        .filter(|due| !seen.contains_key(due))
+        .collect();
+    assert!(
+        gaps.is_empty(),
+        "{name}: due times with no line: {gaps:?}\n{lines:#?}"
+    );
+}
+
+/// Issue 70's acceptance on one host: two `@every 2s` schedules (one quick, one of 3 s under
+/// `'forbid`) across five deploys, a rollback, a kill -9 of the clock's keeper, a stop and a
+/// start: every due time one line, each run started within 1 s of its due time, never two slow
+/// runs at once, a slow run going on through a deploy on the release it started on and the
+/// next one on the new release.
+#[test]
+fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill() {
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    let policy = ["--policy", policy.to_str().unwrap()];
+    add(&site, "v1");
+    add(&site, "v2");
+    let out = site.deploy(free_port(), "v1", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        wait_for(10, || clock_keeper(&site).is_some()),
+        "a clock keeper runs"
+    );
+    let started = |name: &str| {
+        lines_of(&site, name)
+            .into_iter()
+            .filter(|l| l.0 == "schedule_started")
+            .count()
+    };
+    assert!(
+        wait_for(10, || started("tick") >= 2),
+        "{:?}",
+        lines_of(&site, "tick")
+    );
+
+    for version in ["v2", "v1", "v2", "v1", "v2"] {
+        let out = site.deploy(free_port(), version, &policy);
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+    }
+    let out = site.run(&["rollback", "edge-svc", "--ports", &{
+        let first = port_block(4);
+        format!("{first}-{}", first + 3)
+    }]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+
+    // The keeper killed: its runs go on; the next `up` brings a keeper back, which says the due
+    // times that passed meanwhile once.
+    let keeper = clock_keeper(&site).unwrap();
+    send_signal(keeper, 9);
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    let up = site.run(&["up"]);
+    assert_eq!(up.status.code(), Some(0), "{}", stderr(&up));
+    assert!(wait_for(10, || clock_keeper(&site).is_some_and(|p| p != keeper)));
+    std::thread::sleep(std::time::Duration::from_millis(4000));
+    let missed = lines_of(&site, "tick")
+        .into_iter()
+        .filter(|l| l.0 == "schedule_missed")
+        .count();
+    assert_eq!(missed, 1, "{:#?}", lines_of(&site, "tick"));
+
+    // A stop pauses the schedules (the keeper leaves); a start resumes them.
+    site.stop_service();
+    assert!(
+        wait_for(10, || clock_keeper(&site).is_none()),
+        "the keeper left"
+    );
+    let at_stop = started("tick");
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    assert_eq!(started("tick"), at_stop, "nothing runs while stopped");
+    let out = site.run(&["start", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(10, || started("tick") > at_stop), "resumed");
+    site.stop_service();
+    assert!(wait_for(10, || clock_keeper(&site).is_none()));
+    // The last slow run ends, then its line is written.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+
+    each_due_time_once(&site, "tick");
+    each_due_time_once(&site, "slow");
+    let tick_out = std::fs::read_to_string(site.root().join("schedules/tick.output")).unwrap();
+    assert!(
+        tick_out.starts_with("tick v") && tick_out.contains(" tick"),
+        "{tick_out}"
+    );
+
+    // Never two slow runs at once; some of its due times skipped for it.
+    let slow = std::fs::read_to_string(site.root().join("data/slow")).unwrap();
+    let mut runs: BTreeMap<String, (u128, u128, String)> = BTreeMap::new();
+    for line in slow.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let at: u128 = words[3].parse().unwrap();
+        let run = runs
+            .entry(words[2].to_string())
+            .or_insert((at, u128::MAX, words[1].to_string()));
+        if words[0] == "stop" {
+            run.1 = at;
+        }
+    }
+    let mut spans: Vec<(u128, u128, String)> = runs.into_values().collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "two slow runs at once: {spans:?}");
+    }
+    let slow_lines = lines_of(&site, "slow");
+    assert!(
+        slow_lines
+            .iter()
+            .any(|l| l.0 == "schedule_skipped" && l.3.contains("the last run still runs")),
+        "{slow_lines:#?}"
+    );
+    // A slow run that a deploy's switch passed went on, on the release it started on, and the
+    // next run took the new one.
+    let switches: Vec<(f64, String)> = site
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["event"] == "promoted")
+        .map(|l| {
+            (
+                l["ts"].as_f64().unwrap(),
+                l["version"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let live_at = |t: f64| {
+        switches
+            .iter()
+            .rfind(|(at, _)| *at < t)
+            .map(|(_, v)| v.clone())
+    };
+    let near_a_switch = |t: f64| switches.iter().any(|(at, _)| (at - t).abs() < 0.2);
+    for (start, _, version) in &spans {
+        let start = *start as f64 / 1e9;
+        if !near_a_switch(start) {
+            assert_eq!(
+                live_at(start).as_ref(),
+                Some(version),
+                "each run takes the live release"
+            );
+        }
+    }
+    let went_on = spans.iter().any(|(start, stop, version)| {
+        let (start, stop) = (*start as f64 / 1e9, *stop as f64 / 1e9);
+        stop < 1e12
+            && switches
+                .iter()
+                .any(|(at, to)| start < *at && *at < stop && to != version)
+    });
+    assert!(went_on, "{spans:?}\n{switches:?}\n{slow_lines:#?}");
+}
