@@ -55,6 +55,20 @@ pub enum Command {
   rollgate release verify dist/manifest.json --pins sha256/...,sha256/... --threshold 2 --dir dist"
     )]
     Release(ReleaseCommand),
+    /// The policy's schedules (issue 70): when each is due next and how its last run went, or
+    /// one run now under its rules.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  rollgate schedules list --root /srv/edge
+  rollgate schedules run edge-svc nightly --root /srv/edge
+
+The clock is kept by rollgate itself (a keeper per root, started by `up` and after every
+deploy): each run in the live release, its lines in deploy.log, its output read with
+`rollgate logs SVC --schedule NAME`. Exit codes: list 0; run: the run's own exit status, 2
+when refused (unknown schedule, the last run still runs under 'forbid, the service stopped)."
+    )]
+    Schedules(SchedulesCommand),
     /// Past one host: hand the reviewed policy to the tools that drive many hosts.
     #[command(
         subcommand,
@@ -308,6 +322,10 @@ follows a switch, a line on stderr names the release now live.")]
         /// processes' labelled; `web` (the default) is the web process's.
         #[arg(long = "type", value_name = "TYPE")]
         process_type: Option<String>,
+        /// A schedule's runs' output (the policy's `schedules.NAME`): its last run's, the one
+        /// before it first.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["process_type", "release"])]
+        schedule: Option<String>,
     },
     /// The live release (version, port, pid, uptime, answering) and the last outcomes.
     #[command(after_help = "Examples:
@@ -1002,6 +1020,31 @@ pub struct ReadArgs {
     /// Only records of this version.
     #[arg(long = "version", value_name = "VERSION")]
     pub only_version: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// Each schedule of the live release's policy: its expression, state, next due time, last
+    /// run and its result, the runs going.
+    List {
+        #[command(flatten)]
+        target: RootArgs,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        /// On a terminal, every column (printed to a pipe the table always has every one).
+        #[arg(long)]
+        wide: bool,
+    },
+    /// Run a schedule now, in the live release, under its rules; its exit status is this
+    /// command's.
+    Run {
+        /// Service name.
+        service: String,
+        /// The schedule (the policy's `schedules.NAME`).
+        name: String,
+        #[command(flatten)]
+        target: RootArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

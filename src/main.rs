@@ -147,6 +147,7 @@ fn run(command: Command) -> Result<u8, Error> {
         Command::Policy(command) => dispatch::policy::run_policy(command),
         Command::Log(command) => dispatch::log::run_log(command),
         Command::Release(command) => dispatch::release::run_release(command),
+        Command::Schedules(command) => dispatch::release::run_schedules(command),
         Command::Fleet(command) => dispatch::fleet::run_fleet(command),
         Command::Webhooks(command) => dispatch::fleet::run_webhooks(command),
         Command::Config(command) => dispatch::config::run_config(command),
@@ -205,6 +206,7 @@ fn run(command: Command) -> Result<u8, Error> {
             since,
             lines,
             process_type,
+            schedule,
         } => {
             let since = since
                 .map(|t| rollgate::render::time::parse_time(&t))
@@ -218,6 +220,7 @@ fn run(command: Command) -> Result<u8, Error> {
                 since,
                 lines,
                 process_type,
+                schedule,
             };
             let (stdout, mut said) = (std::io::stdout().lock(), std::io::stderr());
             // A release's bytes reach a terminal escaped (issue 66); a pipe gets them as written.

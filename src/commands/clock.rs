@@ -42,21 +42,30 @@ const LOOK_AGAIN: f64 = 1.0;
 const RUN_GRACE: Duration = Duration::from_secs(5);
 
 /// What the clock runs for: the live release and the schedules its kept policy gives.
-struct Live {
-    service: String,
-    version: String,
+pub(crate) struct Live {
+    pub(crate) service: String,
+    pub(crate) version: String,
     launch: LaunchRecord,
-    schedules: Vec<Schedule>,
+    pub(crate) schedules: Vec<Schedule>,
     /// A schedule the policy names that cannot run, and why.
-    refused: Vec<String>,
+    pub(crate) refused: Vec<String>,
 }
 
 /// The root's live release and its schedules; None when nothing is live or the service is
 /// stopped (the clock pauses).
 fn live(root: &Root) -> Option<Live> {
-    if crate::host::stopped::read(&root.0).ok().flatten().is_some() {
+    if is_stopped(root) {
         return None;
     }
+    kept(root)
+}
+
+pub(crate) fn is_stopped(root: &Root) -> bool {
+    crate::host::stopped::read(&root.0).ok().flatten().is_some()
+}
+
+/// The live release and its kept policy's schedules, stopped or not; None when nothing is live.
+pub(crate) fn kept(root: &Root) -> Option<Live> {
     let pointer = root.read_pointer().ok().flatten()?;
     let (version, kept) = crate::host::kept_policy::KeptPolicy::of_live(root).ok()??;
     let settings = kept
@@ -85,7 +94,7 @@ pub fn has_schedules(root: &Root) -> bool {
 }
 
 /// `ROOT/.keepers/clock.lock`.
-fn lock_path(root: &Path) -> PathBuf {
+pub(crate) fn lock_path(root: &Path) -> PathBuf {
     root.join(crate::host::keeper::KEEPERS_DIR)
         .join("clock.lock")
 }
@@ -253,7 +262,7 @@ async fn take(
 }
 
 /// A run as the book holds it before its process exists.
-fn running(live: &Live, due: Option<f64>, token: &str, timeout_ms: u64) -> Running {
+pub(crate) fn running(live: &Live, due: Option<f64>, token: &str, timeout_ms: u64) -> Running {
     let now = journal::now();
     Running {
         due,
@@ -284,7 +293,7 @@ fn start(
     let (root, live_facts, schedule) = (root.clone(), facts(live), schedule.clone());
     runs.spawn(async move {
         let ended = run(&root, &live_facts, &schedule, due, &token).await;
-        finish(&root, &live_facts, &schedule, due, &token, ended);
+        finish(&root, &live_facts, &schedule, due, &token, &ended);
     });
 }
 
@@ -299,14 +308,24 @@ fn facts(live: &Live) -> Live {
     }
 }
 
-/// Runs it to its end: Ok(words, ok) or Err(why it could not start).
-async fn run(
+/// How a run ended.
+pub(crate) struct RunEnd {
+    pub(crate) words: String,
+    /// Its exit status as a shell gives it.
+    pub(crate) code: i32,
+    /// Exit status 0 within its time limit.
+    pub(crate) ok: bool,
+    pub(crate) took_ms: u64,
+}
+
+/// Runs it to its end, or says why it could not start.
+pub(crate) async fn run(
     root: &Root,
     live: &Live,
     schedule: &Schedule,
     due: Option<f64>,
     token: &str,
-) -> Result<(String, bool, u64), String> {
+) -> Result<RunEnd, String> {
     let output = output_path(root, &schedule.name);
     if let Some(folder) = output.parent() {
         std::fs::create_dir_all(folder)
@@ -356,28 +375,28 @@ async fn run(
     let ended = crate::host::one_off::run_to_file(&one_off, &to, spawned)
         .await
         .map_err(|e| e.to_string())?;
-    let took = ended.ended.took.as_millis() as u64;
-    Ok(match ended.timed_out {
-        true => (
-            format!("stopped at its time limit ({} ms)", schedule.timeout_ms),
-            false,
-            took,
-        ),
-        false => (ended.ended.words(), ended.ended.code == 0, took),
+    Ok(RunEnd {
+        words: match ended.timed_out {
+            true => format!("stopped at its time limit ({} ms)", schedule.timeout_ms),
+            false => ended.ended.words(),
+        },
+        code: ended.ended.code,
+        ok: ended.ended.code == 0 && !ended.timed_out,
+        took_ms: ended.ended.took.as_millis() as u64,
     })
 }
 
 /// The run's end in the book and the log.
-fn finish(
+pub(crate) fn finish(
     root: &Root,
     live: &Live,
     schedule: &Schedule,
     due: Option<f64>,
     token: &str,
-    ended: Result<(String, bool, u64), String>,
+    ended: &Result<RunEnd, String>,
 ) {
-    let (words, ok, took) = match &ended {
-        Ok((words, ok, took)) => (words.clone(), *ok, *took),
+    let (words, ok, took) = match ended {
+        Ok(end) => (end.words.clone(), end.ok, end.took_ms),
         Err(why) => (format!("could not start: {why}"), false, 0),
     };
     let _ = Book::change(&root.0, |book| {
@@ -404,6 +423,7 @@ fn finish(
     );
     let entry = Entry {
         elapsed_ms: Some(took),
+        ok: Some(ok),
         ..entry(live, event, Some(&schedule.name), due, entry_detail)
     };
     append(root, &entry);

@@ -36,6 +36,8 @@ pub struct Request {
     /// Another process type's output (`--type worker`: each of its processes'); none or `web`:
     /// web's.
     pub process_type: Option<String>,
+    /// A schedule's runs' output (`ROOT/schedules/NAME.output`, the run before in `.1`).
+    pub schedule: Option<String>,
 }
 
 /// How often a follower looks for new output and for a switch.
@@ -59,6 +61,9 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
         crate::host::names::check_name("process type", process_type)?;
     }
     let root = Root::existing(request.root.clone())?;
+    if let Some(name) = &request.schedule {
+        return schedule_output(&root, name, request, out);
+    }
     let live = live_release(&root)?;
     let kind = request.process_type.as_deref().filter(|t| *t != "web");
     let last = match (&request.release, &live) {
@@ -131,6 +136,60 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
                 reading = open(&root, &now, &request.service, kind, None, out).map_err(written)?;
             }
             _ => {}
+        }
+    }
+}
+
+/// A schedule's runs' output: the rotated runs first (oldest first), then the last run's,
+/// followed across its next runs with `-f` (each run's start rotates the file).
+fn schedule_output(
+    root: &Root,
+    name: &str,
+    request: &Request,
+    out: &mut dyn Write,
+) -> Result<(), Error> {
+    crate::host::names::check_name("schedule", name)?;
+    let path = super::clock::output_path(root, name);
+    if !path.exists() {
+        return Err(refused(format!(
+            "schedule {name} has not run under {} (no {})",
+            root.0.display(),
+            path.display()
+        )));
+    }
+    let written = |e: std::io::Error| Error::Failed(format!("cannot write the output: {e}"));
+    let mut lines = Vec::new();
+    for generation in generations(&path, request.since) {
+        if generation == path {
+            continue;
+        }
+        let text = std::fs::read(&generation).unwrap_or_default();
+        lines.extend(String::from_utf8_lossy(&text).lines().map(str::to_string));
+    }
+    let mut follower = Follower::new(&path, Start::Beginning);
+    lines.extend(
+        follower
+            .poll()
+            .map_err(written)?
+            .into_iter()
+            .map(|l| l.text),
+    );
+    if let Some(keep) = request.lines {
+        lines.drain(..lines.len().saturating_sub(keep));
+    }
+    if write_lines(out, &lines).is_err() || !request.follow {
+        return Ok(());
+    }
+    loop {
+        std::thread::sleep(POLL);
+        let more: Vec<String> = follower
+            .poll()
+            .map_err(written)?
+            .into_iter()
+            .map(|l| l.text)
+            .collect();
+        if write_lines(out, &more).is_err() {
+            return Ok(());
         }
     }
 }

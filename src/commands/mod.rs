@@ -23,6 +23,7 @@ pub mod rollback;
 pub mod rollout;
 pub mod run;
 pub mod scale;
+pub mod schedules;
 pub mod secret;
 pub(crate) mod standby;
 pub mod status;

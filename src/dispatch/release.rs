@@ -1,11 +1,12 @@
-//! `release ...`: installing, listing, pruning, signing and verifying releases.
+//! `release ...`: installing, listing, pruning, signing and verifying releases; and
+//! `schedules ...`, what a release's policy runs on a clock.
 
 use rollgate::error::Error;
 use rollgate::release;
 use rollgate::render::table::Layout;
 
 use super::printed;
-use crate::cli::ReleaseCommand;
+use crate::cli::{ReleaseCommand, SchedulesCommand};
 
 /// `rollgate release ...`: exit 0, 1 when refused or failed (the reason first), 2 on usage.
 // About 100 lines on purpose: one arm per `release` command, each unpacking its words into
@@ -158,5 +159,25 @@ pub fn installed_words(
             "already installed: {service} {version} (sha256 {})\n",
             record.sha256
         ),
+    }
+}
+
+/// `rollgate schedules list|run`: list exits 0; run exits as the run did (2 when refused).
+pub fn run_schedules(command: SchedulesCommand) -> Result<u8, Error> {
+    match command {
+        SchedulesCommand::List {
+            target,
+            format,
+            wide,
+        } => printed(rollgate::commands::schedules::list(
+            &target.root,
+            format,
+            Layout::of_stdout(wide),
+        )?),
+        SchedulesCommand::Run {
+            service,
+            name,
+            target,
+        } => rollgate::commands::schedules::run_now(&target.root, &service, &name),
     }
 }

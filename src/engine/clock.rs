@@ -18,14 +18,16 @@ use crate::policy::{CatchUp, Concurrency, SchedulePolicy};
 pub enum Timing {
     /// `@every N`: each multiple of N (seconds) since the Unix epoch.
     Every(f64),
-    /// Five cron fields, or a name (`@daily`), in UTC.
-    Cron(Box<croner::Cron>),
+    /// Five cron fields, or a name (`@daily`), in UTC or the schedule's `zone`.
+    Cron(Box<croner::Cron>, Option<chrono_tz::Tz>),
 }
 
 /// A schedule as its keeper runs it: the policy's fields resolved.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     pub name: String,
+    /// As the policy writes it (`0 3 * * *`, `@every 2s`).
+    pub expression: String,
     pub timing: Timing,
     pub command: Vec<String>,
     pub timeout_ms: u64,
@@ -42,16 +44,21 @@ impl Schedule {
     pub fn of(name: &str, policy: &SchedulePolicy) -> Result<Schedule, Fault> {
         let field = |f: &str| format!("schedules.{name}.{f}");
         let refused = |f: &str, why: String| Err(Fault::setting(&field(f), why));
-        if policy.zone.as_deref().is_some_and(|z| z != "UTC") {
-            return refused(
-                "zone",
-                format!(
-                    "{} = {:?}: only UTC is kept for now; write the time in UTC",
-                    field("zone"),
-                    policy.zone.as_deref().unwrap_or_default()
-                ),
-            );
-        }
+        let zone = match policy.zone.as_deref() {
+            None => None,
+            Some(zone) => match zone.parse::<chrono_tz::Tz>() {
+                Ok(zone) => Some(zone),
+                Err(_) => {
+                    return refused(
+                        "zone",
+                        format!(
+                            "{} = {zone:?} is not a time zone of the IANA database (Europe/Paris, America/New_York, UTC)",
+                            field("zone")
+                        ),
+                    )
+                }
+            },
+        };
         if policy.command.is_empty() || policy.command.iter().any(String::is_empty) {
             return refused(
                 "command",
@@ -63,7 +70,8 @@ impl Schedule {
         }
         Ok(Schedule {
             name: name.to_string(),
-            timing: match timing_of(&policy.cron) {
+            expression: policy.cron.trim().to_string(),
+            timing: match timing_of(&policy.cron, zone) {
                 Ok(timing) => timing,
                 Err(why) => return refused("cron", format!("{}: {why}", field("cron"))),
             },
@@ -79,10 +87,16 @@ impl Schedule {
     pub fn next_after(&self, t: f64) -> Option<f64> {
         match &self.timing {
             Timing::Every(every) => Some(((t / every).floor() + 1.0) * every),
-            Timing::Cron(cron) => {
+            Timing::Cron(cron, zone) => {
                 let at = DateTime::<Utc>::from_timestamp_millis((t * 1000.0).floor() as i64)?;
-                let next = cron.find_next_occurrence(&at, false).ok()?;
-                Some(next.timestamp() as f64)
+                let next = match zone {
+                    Some(zone) => cron
+                        .find_next_occurrence(&at.with_timezone(zone), false)
+                        .ok()?
+                        .timestamp(),
+                    None => cron.find_next_occurrence(&at, false).ok()?.timestamp(),
+                };
+                Some(next as f64)
             }
         }
     }
@@ -110,8 +124,9 @@ impl Schedule {
     }
 }
 
-/// `@every 2s`, `@every 500ms` (1000 at least), `@every 5m`, `@every 1h`; a name; five fields.
-fn timing_of(expression: &str) -> Result<Timing, String> {
+/// `@every 2s`, `@every 500ms` (1000 at least), `@every 5m`, `@every 1h`; a name; five fields
+/// (in `zone`, UTC without it; an interval has no zone).
+fn timing_of(expression: &str, zone: Option<chrono_tz::Tz>) -> Result<Timing, String> {
     let expression = expression.trim();
     if let Some(every) = expression.strip_prefix("@every ") {
         let every = every.trim();
@@ -145,7 +160,7 @@ fn timing_of(expression: &str) -> Result<Timing, String> {
         other => other,
     };
     croner::Cron::from_str(named)
-        .map(|cron| Timing::Cron(Box::new(cron)))
+        .map(|cron| Timing::Cron(Box::new(cron), zone))
         .map_err(|e| format!("`{expression}`: {e}"))
 }
 
@@ -210,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_expression_or_zone_is_refused_naming_the_field() {
+    fn a_bad_expression_or_zone_is_refused_naming_the_field_and_a_zone_is_kept() {
         for (cron, said) in [
             ("@every 500ms", "under 1 s"),
             ("@every 2", "needs a unit"),
@@ -227,10 +242,14 @@ mod tests {
             timeout_ms: None,
             concurrency: None,
             catch_up: None,
-            zone: Some("Europe/Paris".into()),
+            zone: Some("Mars/Olympus".into()),
         };
         let err = Schedule::of("nightly", &zoned).unwrap_err().to_string();
         assert!(err.starts_with("schedules.nightly.zone"), "{err}");
+        zoned.zone = Some("Europe/Paris".into());
+        // 03:00 in Paris (CET, UTC+1 in December) is 02:00 UTC.
+        let paris = Schedule::of("nightly", &zoned).unwrap();
+        assert_eq!(paris.next_after(1_796_579_970.0), Some(1_796_608_800.0));
         zoned.zone = None;
         zoned.command = vec![];
         let err = Schedule::of("nightly", &zoned).unwrap_err().to_string();

@@ -174,6 +174,10 @@ pub struct Entry<'a> {
     pub schedule: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub due: Option<f64>,
+    /// A schedule's run: whether it succeeded (exit 0 within its limit); a webhook endpoint
+    /// for `schedule_finished` sees a failed run by `ok: false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
 }
 
 /// What users had of a release that was rolled back after it served them: how long it was
@@ -244,6 +248,7 @@ impl<'a> Entry<'a> {
             process: None,
             schedule: None,
             due: None,
+            ok: None,
         }
     }
 }
@@ -668,6 +673,7 @@ mod tests {
             process: None,
             schedule: None,
             due: None,
+            ok: None,
         })
         .unwrap();
         line.push('\n');

@@ -241,9 +241,17 @@ pub fn payload(record: &Value) -> Value {
         || record.get("wave").is_some_and(|w| !w.is_null());
     // A replica's line carries its process's token, `ROLLOUT-SLOT-PID.N`: the rollout's id
     // is what comes before the first `-` (a rollout id has none).
-    let subject = match (of_a_rollout, record["token"].as_str()) {
-        (true, Some(token)) => format!("rollout/{}", token.split('-').next().unwrap_or(token)),
-        _ => format!("deploy/{}", record["service"].as_str().unwrap_or("")),
+    let service = record["service"].as_str().unwrap_or("");
+    let subject = match (
+        of_a_rollout,
+        record["token"].as_str(),
+        record["schedule"].as_str(),
+    ) {
+        (_, _, Some(schedule)) => format!("schedule/{service}/{schedule}"),
+        (true, Some(token), _) => {
+            format!("rollout/{}", token.split('-').next().unwrap_or(token))
+        }
+        _ => format!("deploy/{service}"),
     };
     let timestamp = record["ts"]
         .as_f64()

@@ -8,9 +8,8 @@ use crate::common::*;
 
 const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    tick:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"tick.sh\"]\n      timeout_ms: 10000\n    slow:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"slow.sh\"]\n      timeout_ms: 20000\n";
 
-/// Installs `version`: web (the sample service), `tick.sh` (quick) and `slow.sh` (3 s, its
-/// start and stop written with its pid).
-fn add(site: &Site, version: &str) {
+/// Installs `version`: web (the sample service) and these scripts beside it.
+fn add_with(site: &Site, version: &str, scripts: &[(&str, &str)]) {
     use std::os::unix::fs::PermissionsExt;
     let build = tempfile::tempdir().unwrap();
     let exe = write(
@@ -19,18 +18,9 @@ fn add(site: &Site, version: &str) {
         &format!("#!/bin/sh\nexec '{}' sample-service\n", bin().display()),
     );
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write(
-        build.path(),
-        "tick.sh",
-        "echo \"tick $ROLLGATE_VERSION $ROLLGATE_SCHEDULE\"\n",
-    );
-    write(
-        build.path(),
-        "slow.sh",
-        "echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n\
-         sleep 3\n\
-         echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n",
-    );
+    for (name, body) in scripts {
+        write(build.path(), name, body);
+    }
     let out = site.run(&[
         "release",
         "add",
@@ -39,6 +29,26 @@ fn add(site: &Site, version: &str) {
         build.path().to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `tick.sh` (quick) and `slow.sh` (3 s, its start and stop written with its pid).
+fn add(site: &Site, version: &str) {
+    add_with(
+        site,
+        version,
+        &[
+            (
+                "tick.sh",
+                "echo \"tick $ROLLGATE_VERSION $ROLLGATE_SCHEDULE\"\n",
+            ),
+            (
+                "slow.sh",
+                "echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n\
+                 sleep 3\n\
+                 echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n",
+            ),
+        ],
+    );
 }
 
 /// The clock keeper's pid, as its lock names it.
@@ -256,4 +266,131 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
                 .any(|(at, to)| start < *at && *at < stop && to != version)
     });
     assert!(went_on, "{spans:?}\n{switches:?}\n{slow_lines:#?}");
+}
+
+/// `schedules list` says each schedule's next due time and how its last run went (a failure
+/// marked); `schedules run` runs one now under its rules — its exit status rollgate's, refused
+/// while the last run goes on under `'forbid` — and `logs --schedule` reads its output.
+#[test]
+fn schedules_list_and_run_now_and_logs_of_a_schedule() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    report:\n      cron: \"0 3 * * *\"\n      zone: Europe/Paris\n      command: [\"sh\", \"report.sh\", \"--yesterday\"]\n    fail:\n      cron: \"@hourly\"\n      command: [\"sh\", \"fail.sh\"]\n    long:\n      cron: \"@daily\"\n      command: [\"sh\", \"long.sh\"]\n",
+    );
+    add_with(
+        &site,
+        "v1",
+        &[
+            (
+                "report.sh",
+                "echo \"report for $1 from $ROLLGATE_VERSION\"\n",
+            ),
+            ("fail.sh", "echo 'cannot reach the database' >&2\nexit 3\n"),
+            ("long.sh", "sleep 4\n"),
+        ],
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let out = site.run(&["schedules", "run", "edge-svc", "report"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("report ran in v1: exit status 0"),
+        "{}",
+        stderr(&out)
+    );
+    let out = site.run(&["logs", "edge-svc", "--schedule", "report"]);
+    assert_eq!(
+        stdout(&out),
+        "report for --yesterday from v1\n",
+        "{}",
+        stderr(&out)
+    );
+    let out = site.run(&["schedules", "run", "edge-svc", "fail"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let out = site.run(&["schedules", "run", "edge-svc", "nightly"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("its schedules: report, fail, long")
+            || stderr(&out).contains("its schedules: fail, long, report"),
+        "{}",
+        stderr(&out)
+    );
+
+    // 'forbid: a second run while the first goes on is refused.
+    let mut first = std::process::Command::new(bin())
+        .args(["schedules", "run", "edge-svc", "long", "--root"])
+        .arg(site.root())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(10, || lines_of(&site, "long")
+        .iter()
+        .any(|l| l.0 == "schedule_started")));
+    let out = site.run(&["schedules", "run", "edge-svc", "long"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the last run still runs"),
+        "{}",
+        stderr(&out)
+    );
+    let listed = site.run(&["schedules", "list", "--format", "json"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let listed: Vec<serde_json::Value> = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |name: &str| {
+        listed
+            .iter()
+            .find(|l| l["schedule"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        of("long")["running"].as_array().unwrap().len(),
+        1,
+        "{listed:?}"
+    );
+    assert_eq!(first.wait().unwrap().code(), Some(0));
+
+    let listed = site.run(&["schedules", "list", "--format", "json"]);
+    let listed: Vec<serde_json::Value> = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |name: &str| {
+        listed
+            .iter()
+            .find(|l| l["schedule"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(of("report")["last"]["ok"], true);
+    assert_eq!(of("report")["state"], "kept");
+    assert_eq!(of("fail")["last"]["ok"], false);
+    assert_eq!(of("fail")["last"]["words"], "exit status 3");
+    // The report's next run: 03:00 in Paris, 02:00 UTC, within the coming day.
+    let next = of("report")["next_due"].as_f64().unwrap();
+    assert_eq!(next as i64 % 86400, 2 * 3600, "{next}");
+    let next = of("fail")["next_due"].as_f64().unwrap();
+    assert_eq!(next as i64 % 3600, 0);
+    let table = stdout(&site.run(&["schedules", "list", "--wide"]));
+    assert!(table.contains("FAILED: exit status 3"), "{table}");
+    // Each run is on the record, a failure with `ok: false`.
+    let failed = site
+        .log_lines()
+        .into_iter()
+        .find(|l| l["event"] == "schedule_finished" && l["schedule"] == "fail")
+        .unwrap();
+    assert_eq!(failed["ok"], false, "{failed}");
+    site.stop_service();
+    let out = site.run(&["schedules", "list"]);
+    assert!(
+        stdout(&out).contains("paused (the service is stopped)"),
+        "{}",
+        stdout(&out)
+    );
 }
