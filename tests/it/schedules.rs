@@ -277,7 +277,7 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
     let policy = write(
         site.root(),
         "policy.yaml",
-        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    report:\n      cron: \"0 3 * * *\"\n      zone: Europe/Paris\n      command: [\"sh\", \"report.sh\", \"--yesterday\"]\n    fail:\n      cron: \"@hourly\"\n      command: [\"sh\", \"fail.sh\"]\n    long:\n      cron: \"@daily\"\n      command: [\"sh\", \"long.sh\"]\n",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    report:\n      cron: \"0 3 * * *\"\n      zone: Europe/Paris\n      command: [\"sh\", \"report.sh\", \"--yesterday\"]\n    fail:\n      cron: \"@hourly\"\n      command: [\"sh\", \"fail.sh\"]\n    long:\n      cron: \"@daily\"\n      command: [\"sh\", \"long.sh\"]\n    hang:\n      cron: \"@daily\"\n      command: [\"sleep\", \"30\"]\n      timeout_ms: 1000\n",
     );
     add_with(
         &site,
@@ -313,8 +313,15 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
     let out = site.run(&["schedules", "run", "edge-svc", "nightly"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("its schedules: report, fail, long")
-            || stderr(&out).contains("its schedules: fail, long, report"),
+        stderr(&out).contains("its schedules: fail, hang, long, report"),
+        "{}",
+        stderr(&out)
+    );
+    // A run past its time limit is stopped (SIGTERM), and says so.
+    let out = site.run(&["schedules", "run", "edge-svc", "hang"]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("hang ran in v1: stopped at its time limit (1000 ms)"),
         "{}",
         stderr(&out)
     );

@@ -437,3 +437,37 @@ fn a_mistyped_webhooks_json_is_refused_at_its_line_with_what_it_holds() {
         "{err}"
     );
 }
+
+/// Issue 70: a scheduled run that fails is a webhook — `schedule_finished` with `ok: false`, its
+/// exit status in the detail, the subject naming the schedule — and a run within its time is
+/// none of the endpoint's business when it asks for failures only by `ok`.
+#[test]
+fn a_failing_scheduled_run_is_a_webhook_naming_its_schedule() {
+    let site = Site::new();
+    site.release("v1", "");
+    let receiver = Receiver::start(0, Answer::Ok);
+    configure(&site, &receiver.url(), Some(&["schedule_finished"]));
+    assert_eq!(send(&site), "0 delivered, 0 failed\n");
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    sync:\n      cron: \"@every 1s\"\n      command: [\"sh\", \"-c\", \"echo no database >&2; exit 3\"]\n",
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(15, || site
+        .log_lines()
+        .iter()
+        .any(|l| l["event"] == "schedule_finished")));
+    site.stop_service();
+    send(&site);
+    let got = receiver.received();
+    assert!(!got.is_empty() && got.iter().all(|r| r.valid));
+    let first = &got[0].body;
+    assert_eq!(first["type"], "rollgate.schedule_finished", "{first}");
+    assert_eq!(first["subject"], "schedule/edge-svc/sync", "{first}");
+    assert_eq!(first["data"]["ok"], false, "{first}");
+    assert_eq!(first["data"]["schedule"], "sync", "{first}");
+    let detail = first["data"]["detail"].as_str().unwrap();
+    assert!(detail.starts_with("sync: exit status 3 after"), "{detail}");
+}
