@@ -18,7 +18,7 @@
 //! pauses the schedules; `start` brings a keeper back), has nothing live, or has no schedule,
 //! once its runs have ended.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::engine::clock::{at_due, AtDue, Schedule};
@@ -26,7 +26,6 @@ use crate::error::Error;
 use crate::host::fault::Fault;
 use crate::host::identity::Identity;
 use crate::host::journal::{self, Entry, LogEvent};
-use crate::host::launch::LaunchRecord;
 use crate::host::schedule_book::{Book, Ended, Running};
 use crate::host::state::Root;
 
@@ -42,14 +41,7 @@ const LOOK_AGAIN: f64 = 1.0;
 const RUN_GRACE: Duration = Duration::from_secs(5);
 
 /// What the clock runs for: the live release and the schedules its kept policy gives.
-pub(crate) struct Live {
-    pub(crate) service: String,
-    pub(crate) version: String,
-    launch: LaunchRecord,
-    pub(crate) schedules: Vec<Schedule>,
-    /// A schedule the policy names that cannot run, and why.
-    pub(crate) refused: Vec<String>,
-}
+pub(crate) type Live = crate::engine::schedule_status::KeptSchedules;
 
 /// The root's live release and its schedules; None when nothing is live or the service is
 /// stopped (the clock pauses).
@@ -60,44 +52,14 @@ fn live(root: &Root) -> Option<Live> {
     kept(root)
 }
 
-pub(crate) fn is_stopped(root: &Root) -> bool {
-    crate::host::stopped::read(&root.0).ok().flatten().is_some()
-}
-
-/// The live release and its kept policy's schedules, stopped or not; None when nothing is live.
-pub(crate) fn kept(root: &Root) -> Option<Live> {
-    let pointer = root.read_pointer().ok().flatten()?;
-    let (version, kept) = crate::host::kept_policy::KeptPolicy::of_live(root).ok()??;
-    let settings = kept
-        .settings(&crate::host::kept_policy::KeptPolicy::path(root, &version))
-        .ok()?;
-    let mut schedules = Vec::new();
-    let mut refused = Vec::new();
-    for (name, policy) in settings.schedules.iter().flatten() {
-        match Schedule::of(name, policy) {
-            Ok(schedule) => schedules.push(schedule),
-            Err(why) => refused.push(why.to_string()),
-        }
-    }
-    Some(Live {
-        service: pointer.service,
-        version: pointer.version,
-        launch: pointer.launch,
-        schedules,
-        refused,
-    })
-}
+pub(crate) use crate::engine::schedule_status::{is_stopped, kept_schedules as kept};
 
 /// Whether the root has schedules to keep (a live, running service whose policy names some).
 pub fn has_schedules(root: &Root) -> bool {
     live(root).is_some_and(|live| !live.schedules.is_empty())
 }
 
-/// `ROOT/.keepers/clock.lock`.
-pub(crate) fn lock_path(root: &Path) -> PathBuf {
-    root.join(crate::host::keeper::KEEPERS_DIR)
-        .join("clock.lock")
-}
+pub(crate) use crate::host::schedule_book::keeper_lock as lock_path;
 
 /// Starts the root's clock keeper unless one runs or there is nothing to keep: its pid when
 /// one was started ([`said`] gives the words for a report).

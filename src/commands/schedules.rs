@@ -4,30 +4,17 @@
 //! release, confinement and limit; `'forbid` refuses while a run goes on, `'replace` stops it
 //! first), its exit status rollgate's.
 
-use serde::Serialize;
-
 use super::clock::{self, Live};
 use crate::engine::clock::{at_due, AtDue, Schedule};
 use crate::error::{refused, Error};
 use crate::host::journal;
-use crate::host::schedule_book::{Book, Ended};
+use crate::host::schedule_book::Book;
 use crate::host::state::Root;
 use crate::render::table::{Cell, Grid, Layout};
 use crate::render::Format;
 
 /// One schedule as `schedules list` shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Listed {
-    pub schedule: String,
-    pub cron: String,
-    pub command: Vec<String>,
-    pub concurrency: String,
-    /// `kept`, `paused (the service is stopped)` or `not kept (no clock keeper runs)`.
-    pub state: String,
-    pub next_due: Option<f64>,
-    pub running: Vec<i32>,
-    pub last: Option<Ended>,
-}
+pub type Listed = crate::engine::schedule_status::ScheduleStatus;
 
 /// `rollgate schedules list --root R`.
 pub fn list(root: &std::path::Path, format: Format, layout: Layout) -> Result<String, Error> {
@@ -70,38 +57,13 @@ pub fn list(root: &std::path::Path, format: Format, layout: Layout) -> Result<St
 }
 
 fn listing(root: &Root, live: &Live) -> Result<Vec<Listed>, Error> {
-    let book = Book::read(&root.0)?;
-    let state = match (
-        clock::is_stopped(root),
-        crate::host::lock::is_free(&clock::lock_path(&root.0)),
-    ) {
-        (true, _) => "paused (the service is stopped)",
-        (false, false) => "kept",
-        (false, true) => "not kept (no clock keeper runs: `rollgate up`)",
-    };
-    let now = journal::now();
-    Ok(live
-        .schedules
-        .iter()
-        .map(|s| {
-            let taken = book.schedules.get(&s.name).cloned().unwrap_or_default();
-            Listed {
-                schedule: s.name.clone(),
-                cron: s.expression.clone(),
-                command: s.command.clone(),
-                concurrency: format!("{:?}", s.concurrency).to_lowercase(),
-                state: state.to_string(),
-                next_due: s.next_after(taken.last_due.unwrap_or(now).max(now)),
-                running: taken
-                    .running
-                    .iter()
-                    .filter(|r| r.pid > 0 && r.identity().is_running())
-                    .map(|r| r.pid)
-                    .collect(),
-                last: taken.last,
-            }
-        })
-        .collect())
+    // An unreadable book is said here (the read model shows what it can).
+    Book::read(&root.0)?;
+    Ok(crate::engine::schedule_status::schedules(
+        root,
+        live,
+        journal::now(),
+    ))
 }
 
 fn table(listed: &[Listed], live: &Live, layout: Layout) -> String {

@@ -106,6 +106,7 @@ fn live_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
         }
     }
     type_rows(status, rows);
+    schedule_rows(status, rows);
     rows.push((
         "policy".into(),
         match &status.policy {
@@ -166,6 +167,27 @@ fn type_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
                 of_type.len(),
                 each.join("; ")
             ),
+        ));
+    }
+}
+
+/// A row per schedule of the policy: its expression, state, next due time and last run.
+fn schedule_rows(status: &RootStatus, rows: &mut Vec<(String, String)>) {
+    let at = |t: f64| crate::render::time::format_time(t);
+    for s in &status.schedules {
+        let last = match &s.last {
+            Some(last) => format!(
+                "last {} {}: {}",
+                at(last.finished_at),
+                if last.ok { "ok" } else { "FAILED" },
+                last.words
+            ),
+            None => "not run yet".into(),
+        };
+        let next = s.next_due.map_or("none".into(), at);
+        rows.push((
+            format!("schedule {}", s.schedule),
+            format!("`{}` {}; next {next}; {last}", s.cron, s.state),
         ));
     }
 }

@@ -42,6 +42,7 @@ mod retire;
 mod rollout_voice;
 mod run;
 mod runtime;
+pub mod schedule_status;
 pub mod settings;
 mod standby;
 mod start;

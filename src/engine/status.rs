@@ -52,6 +52,9 @@ pub struct RootStatus {
     /// The live processes of the release's other types (`processes.json`), in its order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessStatus>,
+    /// The live policy's schedules (issue 70): each one's state, next due time, last run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<super::schedule_status::ScheduleStatus>,
 }
 
 /// One process of another type than web (issue 69), as `status` shows it.
@@ -258,6 +261,9 @@ impl RootStatus {
             // A log that cannot be read leaves the rest of the status standing.
             recent: recent(root),
             processes: processes(root, pointer.as_ref().map_or(0.0, |p| p.promoted_at)),
+            schedules: super::schedule_status::kept_schedules(root)
+                .map(|kept| super::schedule_status::schedules(root, &kept, now))
+                .unwrap_or_default(),
         })
     }
 }

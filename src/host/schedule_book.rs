@@ -79,6 +79,11 @@ pub fn path(root: &Path) -> PathBuf {
     root.join(BOOK_FILE)
 }
 
+/// `ROOT/.keepers/clock.lock`: held by the root's clock keeper for its life.
+pub fn keeper_lock(root: &Path) -> PathBuf {
+    root.join(super::keeper::KEEPERS_DIR).join("clock.lock")
+}
+
 impl Book {
     /// The book as it is (empty without the file); names are checked, as they reach paths.
     pub fn read(root: &Path) -> Result<Book, Fault> {

@@ -203,6 +203,50 @@ fn live(state: &RootView) -> String {
         html.push_str("</table>");
     }
     html.push_str(&processes(&state.processes));
+    html.push_str(&schedules(&state.schedules));
+    html
+}
+
+/// The policy's schedules: a row each (when next, its last run and how it went — a failed one
+/// in red — and the runs going).
+fn schedules(schedules: &[super::page_model::ScheduleView]) -> String {
+    if schedules.is_empty() {
+        return String::new();
+    }
+    let at = |t: Option<f64>| t.map_or("-".into(), |t| format!("{} {} UTC", day(t), clock(t)));
+    let mut html = String::from(
+        "<h3>Schedules</h3><table class=\"schedules\"><tr><th>schedule</th><th>when</th><th>state</th><th>next</th><th>last run</th><th>result</th><th>running</th></tr>",
+    );
+    for s in schedules {
+        let (class, result) = match &s.last {
+            Some(last) if last.ok => (
+                "good",
+                format!("ok: {} ({} ms, {})", last.words, last.took_ms, last.version),
+            ),
+            Some(last) => (
+                "bad",
+                format!(
+                    "FAILED: {} ({} ms, {})",
+                    last.words, last.took_ms, last.version
+                ),
+            ),
+            None => ("", "-".to_string()),
+        };
+        html.push_str(&format!(
+            "<tr data-schedule=\"{name}\"><td>{name}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td></tr>",
+            escape(&s.cron),
+            escape(&s.state),
+            at(s.next_due),
+            at(s.last.as_ref().and_then(|l| l.finished_at)),
+            escape(&result),
+            match s.running.is_empty() {
+                true => "-".to_string(),
+                false => s.running.iter().map(|p| format!("pid {p}")).collect::<Vec<_>>().join(", "),
+            },
+            name = escape(&s.schedule),
+        ));
+    }
+    html.push_str("</table>");
     html
 }
 

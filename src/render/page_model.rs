@@ -69,6 +69,31 @@ pub struct RootView {
     pub stopped: Option<StoppedView>,
     /// The live release's other process types' processes (`processes.json`).
     pub processes: Vec<ProcessView>,
+    /// The live policy's schedules (issue 70).
+    pub schedules: Vec<ScheduleView>,
+}
+
+/// One schedule: when it runs next, how its last run went.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ScheduleView {
+    pub schedule: String,
+    pub cron: String,
+    pub state: String,
+    pub next_due: Option<f64>,
+    pub running: Vec<i32>,
+    pub last: Option<LastRunView>,
+}
+
+/// A schedule's last run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct LastRunView {
+    pub version: String,
+    pub ok: bool,
+    pub words: String,
+    pub finished_at: Option<f64>,
+    pub took_ms: u64,
 }
 
 /// One process of another type than web (a worker, a clock).

@@ -653,3 +653,37 @@ fn the_history_says_what_users_had_of_a_release_switched_back_in_its_watch() {
     assert!(page.body.contains(words), "{}", page.body);
     assert!(page.body.contains("<th>gate took</th>"), "{}", page.body);
 }
+
+/// Issue 70: the event stream carries a schedule's runs, as it carries every log record.
+#[test]
+fn the_event_stream_carries_a_schedule_s_runs() {
+    let site = Site::new();
+    site.release("v1", "");
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  schedules:\n    report:\n      cron: \"@daily\"\n      command: [\"sh\", \"-c\", \"echo done\"]\n",
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let console = Console::start(&[site.root()], &["--read-only"]);
+    let mut stream = open_stream(&console, "/api/v1/events", None);
+    let out = site.run(&["schedules", "run", "edge-svc", "report"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    while !seen.contains(&"schedule_finished".to_string()) {
+        line.clear();
+        if stream.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(data) = line.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(data.trim()).unwrap();
+            if data["record"]["schedule"] == "report" {
+                seen.push(data["record"]["event"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert_eq!(seen, ["schedule_started", "schedule_finished"]);
+    site.stop_service();
+}

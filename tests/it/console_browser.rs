@@ -405,3 +405,40 @@ fn the_page_shows_each_process_of_the_release_s_other_types() {
     browser.screenshot("console-process-types");
     site.stop_service();
 }
+
+/// Issue 70: the page shows each schedule — when it runs next, its last run — a failed run in
+/// red.
+#[test]
+fn the_page_shows_each_schedule_and_a_failed_run_in_red() {
+    let site = Site::new();
+    site.release("v1", "");
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  schedules:\n    report:\n      cron: \"0 3 * * *\"\n      command: [\"sh\", \"-c\", \"echo 12 rows\"]\n    sync:\n      cron: \"@hourly\"\n      command: [\"sh\", \"-c\", \"echo no database >&2; exit 3\"]\n",
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (name, code) in [("report", 0), ("sync", 3)] {
+        let out = site.run(&["schedules", "run", "edge-svc", name]);
+        assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+    }
+    let console = Console::start(&[site.root()], &[]);
+    let browser = Browser::start();
+    browser.open(&console.link);
+    assert!(
+        wait_for(20, || browser.has("table.schedules")),
+        "{}",
+        browser.text()
+    );
+    assert!(browser.has("tr[data-schedule='report'] td.good"));
+    assert!(browser.has("tr[data-schedule='sync'] td.bad"));
+    let text = browser.text();
+    assert!(text.contains("FAILED: exit status 3"), "{text}");
+    assert!(
+        text.contains("0 3 * * *") && text.contains("kept"),
+        "{text}"
+    );
+    browser.screenshot("console-schedules");
+    site.stop_service();
+}

@@ -478,6 +478,7 @@ const FRONT_DOOR: &[&str] = &[
     "budgets",
     "view",
     "clock",
+    "schedule_status",
 ];
 
 /// The names `engine::x` and `engine::{x, y::z as w}` reach in a text (the first segment of

@@ -386,6 +386,16 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
     assert_eq!(next as i64 % 3600, 0);
     let table = stdout(&site.run(&["schedules", "list", "--wide"]));
     assert!(table.contains("FAILED: exit status 3"), "{table}");
+    // `status` says each schedule too.
+    let status = stdout(&site.run(&["status"]));
+    let row = status
+        .lines()
+        .find(|l| l.contains("schedule fail"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("`@hourly` kept; next ") && row.contains("FAILED: exit status 3"),
+        "{status}"
+    );
     // Each run is on the record, a failure with `ok: false`.
     let failed = site
         .log_lines()
