@@ -963,6 +963,19 @@ version of the last promoted record, never a rolled-back one.")]
         #[command(flatten)]
         read: ReadArgs,
     },
+    /// Each schedule's runs (issue 70): how many, succeeded and failed, the success rate, the
+    /// due times skipped and missed, the last success and failure, the longest run.
+    #[command(after_help = "Examples:
+  rollgate log schedules /srv/edge/deploy.log
+  rollgate log schedules deploy.log --since 2026-11-01 --format json")]
+    Schedules {
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        #[arg(long, short, value_enum, default_value = "table")]
+        format: Format,
+        #[command(flatten)]
+        read: ReadArgs,
+    },
     /// Attempts, promotion frequency, candidate rejection rate, rollbacks by reason and version,
     /// time to promotion and to rollback, exposure to releases rolled back after promotion.
     #[command(after_help = "Examples:

@@ -66,6 +66,9 @@ pub fn run_log(command: LogCommand) -> Result<u8, Error> {
             log::follow::print_records(&log, start, format, &reading, &mut out, || true)?;
             return Ok(error::SUCCESS);
         }
+        LogCommand::Schedules { logs, format, read } => reading(read)
+            .and_then(|r| log::schedules(&logs, format, &r))
+            .map(log::Answer::Text),
         LogCommand::Stats { logs, format, read } => reading(read)
             .and_then(|r| log::stats(&logs, format, &r))
             .map(log::Answer::Text),

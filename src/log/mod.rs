@@ -10,6 +10,7 @@ pub mod history;
 mod ordered;
 pub mod output;
 pub mod read;
+pub mod schedules;
 mod stats;
 pub mod summary;
 pub use crate::render::time;
@@ -517,6 +518,88 @@ pub fn live_at(
 /// `log stats`.
 // Long on purpose: one polars query per figure of `log stats`, in the order the report prints
 // them; each is a few lines and none is used elsewhere.
+/// `log schedules`: a row per schedule the logs name (merged by time), from its lines.
+pub fn schedules(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
+    let reading = Reading {
+        everything: true,
+        columns: Some(Arc::new(Columns {
+            extras: schedules::FIELDS.iter().map(|f| f.to_string()).collect(),
+            detail: true,
+            attempts: false,
+        })),
+        ..reading.clone()
+    };
+    let found = schedules::records(&load_merged(paths, &reading)?);
+    let time = |t: Option<f64>| t.map_or("-".into(), crate::render::time::format_time);
+    let pct = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.1} %", r * 100.0));
+    Ok(match format {
+        Format::Json => found
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("a record serializes") + "\n")
+            .collect(),
+        Format::Csv => {
+            let mut out = String::from("schedule,runs,succeeded,failed,success_rate,skipped,missed,last_success,last_failure,longest_ms,longest_version\n");
+            for r in &found {
+                out.push_str(&format!(
+                    "{},{},{},{},{},{},{},{},{},{},{}\n",
+                    r.schedule,
+                    r.runs,
+                    r.succeeded,
+                    r.failed,
+                    r.success_rate.map_or(String::new(), |x| format!("{x:.4}")),
+                    r.skipped,
+                    r.missed,
+                    r.last_success.map_or(String::new(), |t| format!("{t:.3}")),
+                    r.last_failure.map_or(String::new(), |t| format!("{t:.3}")),
+                    r.longest_ms.map_or(String::new(), |x| x.to_string()),
+                    r.longest_version.as_deref().unwrap_or(""),
+                ));
+            }
+            out
+        }
+        Format::Table => {
+            if found.is_empty() {
+                return Ok("no schedule runs in the log\n".into());
+            }
+            let mut grid = crate::render::table::Grid::new(
+                [
+                    "schedule",
+                    "runs",
+                    "ok",
+                    "failed",
+                    "success",
+                    "skipped",
+                    "missed",
+                    "last success",
+                    "last failure",
+                    "longest",
+                ],
+                &["schedule", "runs", "success", "last success", "longest"],
+            );
+            for r in &found {
+                grid.push(vec![
+                    r.schedule.as_str().into(),
+                    r.runs.to_string().into(),
+                    r.succeeded.to_string().into(),
+                    r.failed.to_string().into(),
+                    pct(r.success_rate).into(),
+                    r.skipped.to_string().into(),
+                    r.missed.to_string().into(),
+                    time(r.last_success).into(),
+                    time(r.last_failure).into(),
+                    match (&r.longest_ms, &r.longest_version) {
+                        (Some(ms), Some(v)) => format!("{ms} ms ({v})"),
+                        (Some(ms), None) => format!("{ms} ms"),
+                        _ => "-".into(),
+                    }
+                    .into(),
+                ]);
+            }
+            grid.render(crate::render::table::Layout::of_stdout(true))
+        }
+    })
+}
+
 pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<String, LogError> {
     let reading = Reading {
         rollout_fields: true,

@@ -197,6 +197,33 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
 
     each_due_time_once(&site, "tick");
     each_due_time_once(&site, "slow");
+    // `log schedules` counts what the lines say.
+    let out = rollgate()
+        .args(["log", "schedules", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    let tick: serde_json::Value = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["schedule"] == "tick")
+        .unwrap();
+    assert_eq!(tick["runs"], started("tick") as u64, "{tick}");
+    let missed: u64 = lines_of(&site, "tick")
+        .iter()
+        .filter(|l| l.0 == "schedule_missed")
+        .map(|l| {
+            l.3.split(": ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(missed >= 2 && tick["missed"] == missed, "{tick} {missed}");
     let tick_out = std::fs::read_to_string(site.root().join("schedules/tick.output")).unwrap();
     assert!(
         tick_out.starts_with("tick v") && tick_out.contains(" tick"),
@@ -403,6 +430,36 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
         .find(|l| l["event"] == "schedule_finished" && l["schedule"] == "fail")
         .unwrap();
     assert_eq!(failed["ok"], false, "{failed}");
+    // The log sums each schedule up: runs, success rate, the longest run.
+    let out = rollgate()
+        .args(["log", "schedules", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summed: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |name: &str| {
+        summed
+            .iter()
+            .find(|l| l["schedule"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(of("report")["runs"], 1);
+    assert_eq!(of("report")["success_rate"], 1.0);
+    assert!(of("report")["last_success"].as_f64().is_some());
+    assert_eq!(of("fail")["failed"], 1);
+    assert_eq!(of("fail")["success_rate"], 0.0);
+    assert_eq!(of("hang")["failed"], 1, "stopped at its limit is a failure");
+    assert_eq!(of("long")["runs"], 1, "the refused second run is no run");
+    assert!(
+        of("long")["longest_ms"].as_u64().unwrap() >= 4000,
+        "{summed:?}"
+    );
+    assert_eq!(of("long")["longest_version"], "v1");
     site.stop_service();
     let out = site.run(&["schedules", "list"]);
     assert!(
