@@ -1191,3 +1191,48 @@ fn run_runs_a_one_off_command_in_a_container_of_the_image() {
     site.stop_service();
     assert!(wait_for(30, || containers_of(site.root()).is_empty()));
 }
+
+/// Issue 70, 2, for an image release: a schedule's run is a one-off in a container of the live
+/// image, its output kept for `logs --schedule`, its exit status recorded, no container left.
+#[test]
+fn a_schedule_of_an_image_release_runs_in_a_container_of_its_image() {
+    let site = Site::new();
+    let image = crate::common::engine::python_image("");
+    let out = add_image(&site, "v1", &image);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 30000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  schedules:\n    report:\n      cron: \"@daily\"\n      command: [\"/usr/bin/python3\", \"-c\", \"import os; print('report by', os.getuid()); raise SystemExit(4)\"]\n",
+    );
+    let port = free_port().to_string();
+    let out = run(
+        &site,
+        &[
+            "deploy",
+            "edge-svc",
+            &port,
+            "v1",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run(&site, &["schedules", "run", "edge-svc", "report"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let out = run(&site, &["logs", "edge-svc", "--schedule", "report"]);
+    assert_eq!(
+        stdout(&out),
+        format!("report by {}\n", service_uid(&site)),
+        "{}",
+        stderr(&out)
+    );
+    // Only the live release's container is left.
+    assert!(
+        wait_for(20, || containers_of(site.root()).len() == 1),
+        "{:?}",
+        containers_of(site.root())
+    );
+    site.stop_service();
+    assert!(wait_for(30, || containers_of(site.root()).is_empty()));
+}

@@ -468,3 +468,45 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
         stdout(&out)
     );
 }
+
+/// Issue 70's acceptance for a five-field schedule: `* * * * *` runs within a second of the
+/// minute, once, though the keeper that first kept it was killed (-9) and `up` brought another.
+#[test]
+fn a_schedule_every_minute_runs_within_a_second_of_the_minute() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    minute:\n      cron: \"* * * * *\"\n      command: [\"sh\", \"-c\", \"echo minute\"]\n",
+    );
+    add_with(&site, "v1", &[]);
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(10, || clock_keeper(&site).is_some()));
+    let first = clock_keeper(&site).unwrap();
+    send_signal(first, 9);
+    let up = site.run(&["up"]);
+    assert_eq!(up.status.code(), Some(0), "{}", stderr(&up));
+    assert!(wait_for(10, || clock_keeper(&site).is_some_and(|p| p != first)));
+    let started = || {
+        lines_of(&site, "minute")
+            .into_iter()
+            .filter(|l| l.0 == "schedule_started")
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_for(65, || !started().is_empty()),
+        "{:?}",
+        lines_of(&site, "minute")
+    );
+    let (_, due, ts, _, _) = started()[0].clone();
+    assert_eq!(due as i64 % 60, 0, "on the minute: {due}");
+    assert!((0.0..=1.0).contains(&(ts - due)), "{:.3} s late", ts - due);
+    assert!(
+        lines_of(&site, "minute")
+            .iter()
+            .all(|l| l.0 != "schedule_missed"),
+        "the keeper was back before the minute: nothing missed"
+    );
+    site.stop_service();
+}
