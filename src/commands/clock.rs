@@ -127,7 +127,7 @@ async fn keep(root: &Root) {
                 );
             }
             adopt_left(root, &live, &mut runs);
-            say_missed(root, &live, &mut runs);
+            say_missed(root, &live, &mut runs).await;
         }
         let now = journal::now();
         for schedule in &live.schedules {
@@ -179,7 +179,9 @@ async fn take(
             .filter(|r| r.pid > 0 && r.identity().is_running())
             .map(Running::identity)
             .collect();
-        let decision = at_due(schedule, going.len());
+        // A run being started (its pid not written yet) is going too.
+        let starting = taken.running.iter().filter(|r| r.pid == 0).count();
+        let decision = at_due(schedule, going.len() + starting);
         if !matches!(decision, AtDue::Skip(_)) {
             taken
                 .running
@@ -238,9 +240,40 @@ pub(crate) fn running(live: &Live, due: Option<f64>, token: &str, timeout_ms: u6
     }
 }
 
-/// Where a schedule's runs write their output (the last run's; the one before in `.1`).
-pub fn output_path(root: &Root, name: &str) -> PathBuf {
-    root.0.join("schedules").join(format!("{name}.output"))
+/// The runs of a schedule whose output is kept (the oldest go as a new one starts).
+const RUNS_KEPT: usize = 10;
+
+/// Where a schedule's runs' output is kept: a file per run, `STARTED_MS-TOKEN.output`, so two
+/// runs (`'allow`) never share one, and the names sort by start.
+pub fn outputs_dir(root: &Root, name: &str) -> PathBuf {
+    root.0.join("schedules").join(name)
+}
+
+/// The kept runs' output files of a schedule, oldest first.
+pub fn outputs(root: &Root, name: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(outputs_dir(root, name))
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "output"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// A new run's output file, the oldest runs' removed past [`RUNS_KEPT`].
+fn new_output(root: &Root, name: &str, token: &str) -> Result<PathBuf, String> {
+    let folder = outputs_dir(root, name);
+    std::fs::create_dir_all(&folder)
+        .map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
+    let kept = outputs(root, name);
+    for old in kept.iter().take((kept.len() + 1).saturating_sub(RUNS_KEPT)) {
+        let _ = std::fs::remove_file(old);
+    }
+    let started = (journal::now() * 1000.0) as u64;
+    Ok(folder.join(format!("{started:015}-{token}.output")))
 }
 
 /// Starts the run (its line once it runs), waited for in `runs`.
@@ -288,11 +321,7 @@ pub(crate) async fn run(
     due: Option<f64>,
     token: &str,
 ) -> Result<RunEnd, String> {
-    let output = output_path(root, &schedule.name);
-    if let Some(folder) = output.parent() {
-        std::fs::create_dir_all(folder)
-            .map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
-    }
+    let output = new_output(root, &schedule.name, token)?;
     let one_off = crate::host::one_off::OneOff {
         root: &root.0,
         service: &live.service,
@@ -317,8 +346,15 @@ pub(crate) async fn run(
             run.start_time = who.start_time;
             (true, ())
         });
+        // A due time caught up after the clock was down starts late, and says so.
+        let late = due
+            .map(|due| journal::now() - due)
+            .filter(|late| *late > SLACK)
+            .map_or(String::new(), |late| {
+                format!("; {late:.1} s after its due time (caught up)")
+            });
         let detail = format!(
-            "{} `{}` started in {} (pid {})",
+            "{} `{}` started in {} (pid {}){late}",
             schedule.name,
             crate::host::output::printable(&schedule.command.join(" ")),
             live.version,
@@ -482,12 +518,14 @@ fn finish_adopted(root: &Root, live: &Live, name: &str, run: &Running, words: St
     append(root, &entry);
 }
 
-/// The due times that passed while nothing kept the clock: said once per schedule, the last
-/// one run when the schedule asks (`catch_up = 'last`). A schedule never seen before starts
-/// from now.
-fn say_missed(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()>) {
+/// The due times that passed while nothing kept the clock: said once per schedule (how many,
+/// and the last of them), each counted once — with `catch_up = 'last` the latest is not among
+/// them: it is taken now, as a due time is (its start says it is late). A schedule never seen
+/// before starts from now.
+async fn say_missed(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()>) {
     let now = journal::now();
     for schedule in &live.schedules {
+        let catch_up = schedule.catch_up == crate::policy::CatchUp::Last;
         let found = Book::change(&root.0, |book| {
             let taken = book.schedules.entry(schedule.name.clone()).or_default();
             let Some(last) = taken.last_due else {
@@ -498,41 +536,46 @@ fn say_missed(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()>) {
             let Some(latest) = latest else {
                 return (false, None);
             };
-            taken.last_due = Some(latest);
-            let token = format!("sched-{}-{}", schedule.name, (latest * 1000.0) as u64);
-            let catch_up = schedule.catch_up == crate::policy::CatchUp::Last;
-            if catch_up {
-                taken
-                    .running
-                    .push(running(live, Some(latest), &token, schedule.timeout_ms));
+            // Said missed: all of them, or all but the latest that is caught up.
+            let (said, said_last) = match catch_up {
+                false => (count, Some(latest)),
+                true => {
+                    let (before, last_before) = schedule.due_between(last, latest - 0.001, 10_000);
+                    (before, last_before)
+                }
+            };
+            if let Some(said_last) = said_last {
+                taken.last_due = Some(said_last);
             }
-            (true, Some((count, latest, catch_up, token)))
+            (true, Some((said, said_last, latest)))
         });
-        let Ok(Some((count, latest, catch_up, token))) = found else {
+        let Ok(Some((said, said_last, latest))) = found else {
             continue;
         };
-        let detail = format!(
-            "{}: {count} due time(s) passed while nothing kept the clock (the last at {}){}",
-            schedule.name,
-            chrono::DateTime::<chrono::Utc>::from_timestamp(latest as i64, 0)
-                .map_or(latest.to_string(), |t| t
-                    .format("%Y-%m-%d %H:%M:%S UTC")
-                    .to_string()),
-            match catch_up {
-                true => "; the last is run now (catch_up 'last)",
-                false => "; not run (catch_up 'none)",
-            }
-        );
-        log(
-            root,
-            live,
-            LogEvent::ScheduleMissed,
-            Some(schedule),
-            Some(latest),
-            detail,
-        );
+        if let Some(said_last) = said_last.filter(|_| said > 0) {
+            let detail = format!(
+                "{}: {said} due time(s) passed while nothing kept the clock (the last at {}){}",
+                schedule.name,
+                chrono::DateTime::<chrono::Utc>::from_timestamp(said_last as i64, 0)
+                    .map_or(said_last.to_string(), |t| t
+                        .format("%Y-%m-%d %H:%M:%S UTC")
+                        .to_string()),
+                match catch_up {
+                    true => "; not run, and the one after them is run now (catch_up 'last)",
+                    false => "; not run (catch_up 'none)",
+                }
+            );
+            log(
+                root,
+                live,
+                LogEvent::ScheduleMissed,
+                Some(schedule),
+                Some(said_last),
+                detail,
+            );
+        }
         if catch_up {
-            start(root, live, schedule, Some(latest), token, runs);
+            take(root, live, schedule, latest, runs).await;
         }
     }
 }

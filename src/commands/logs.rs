@@ -140,8 +140,8 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
     }
 }
 
-/// A schedule's runs' output: the rotated runs first (oldest first), then the last run's,
-/// followed across its next runs with `-f` (each run's start rotates the file).
+/// A schedule's runs' output: each kept run's, oldest first (the last `-n` lines of them all),
+/// then with `-f` what the newest run writes and each run after it.
 fn schedule_output(
     root: &Root,
     name: &str,
@@ -149,31 +149,39 @@ fn schedule_output(
     out: &mut dyn Write,
 ) -> Result<(), Error> {
     crate::host::names::check_name("schedule", name)?;
-    let path = super::clock::output_path(root, name);
-    if !path.exists() {
+    let kept = super::clock::outputs(root, name);
+    if kept.is_empty() {
         return Err(refused(format!(
-            "schedule {name} has not run under {} (no {})",
+            "schedule {name} has not run under {} (nothing in {})",
             root.0.display(),
-            path.display()
+            super::clock::outputs_dir(root, name).display()
         )));
     }
     let written = |e: std::io::Error| Error::Failed(format!("cannot write the output: {e}"));
+    let since = |p: &Path| {
+        request
+            .since
+            .is_none_or(|t| modified(p).is_some_and(|m| m >= t))
+    };
     let mut lines = Vec::new();
-    for generation in generations(&path, request.since) {
-        if generation == path {
-            continue;
-        }
-        let text = std::fs::read(&generation).unwrap_or_default();
+    let (older, newest) = kept.split_at(kept.len() - 1);
+    for path in older.iter().filter(|p| since(p)) {
+        let text = std::fs::read(path).unwrap_or_default();
         lines.extend(String::from_utf8_lossy(&text).lines().map(str::to_string));
     }
-    let mut follower = Follower::new(&path, Start::Beginning);
-    lines.extend(
-        follower
-            .poll()
-            .map_err(written)?
-            .into_iter()
-            .map(|l| l.text),
-    );
+    let mut following = newest[0].clone();
+    let mut follower = Follower::new(&following, Start::Beginning);
+    if since(&following) {
+        lines.extend(
+            follower
+                .poll()
+                .map_err(written)?
+                .into_iter()
+                .map(|l| l.text),
+        );
+    } else {
+        follower = Follower::new(&following, Start::End);
+    }
     if let Some(keep) = request.lines {
         lines.drain(..lines.len().saturating_sub(keep));
     }
@@ -182,12 +190,27 @@ fn schedule_output(
     }
     loop {
         std::thread::sleep(POLL);
-        let more: Vec<String> = follower
+        let mut more: Vec<String> = follower
             .poll()
             .map_err(written)?
             .into_iter()
             .map(|l| l.text)
             .collect();
+        // A newer run: the rest of this one's, then the new one's from its start.
+        if let Some(newer) = super::clock::outputs(root, name)
+            .into_iter()
+            .rfind(|p| *p > following)
+        {
+            following = newer;
+            follower = Follower::new(&following, Start::Beginning);
+            more.extend(
+                follower
+                    .poll()
+                    .map_err(written)?
+                    .into_iter()
+                    .map(|l| l.text),
+            );
+        }
         if write_lines(out, &more).is_err() {
             return Ok(());
         }

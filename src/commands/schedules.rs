@@ -145,7 +145,8 @@ pub fn run_now(root: &std::path::Path, service: &str, name: &str) -> Result<u8, 
             .filter(|r| r.pid > 0 && r.identity().is_running())
             .map(|r| r.identity())
             .collect();
-        let decision = at_due(&schedule, going.len());
+        let starting = taken.running.iter().filter(|r| r.pid == 0).count();
+        let decision = at_due(&schedule, going.len() + starting);
         if matches!(decision, AtDue::Skip(_)) {
             return (false, (decision, going));
         }
@@ -166,15 +167,11 @@ pub fn run_now(root: &std::path::Path, service: &str, name: &str) -> Result<u8, 
         }
         let ended = clock::run(&root, &live, &schedule, None, &token).await;
         clock::finish(&root, &live, &schedule, None, &token, &ended);
-        let output = clock::output_path(&root, name);
         match ended {
             Ok(end) => {
                 eprintln!(
-                    "rollgate: {name} ran in {}: {} after {} ms; its output: {} (`rollgate logs {service} --schedule {name}`)",
-                    live.version,
-                    end.words,
-                    end.took_ms,
-                    output.display()
+                    "rollgate: {name} ran in {}: {} after {} ms; its output: `rollgate logs {service} --schedule {name}`",
+                    live.version, end.words, end.took_ms,
                 );
                 Ok(u8::try_from(end.code).unwrap_or(u8::MAX))
             }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::common::*;
 
-const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    tick:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"tick.sh\"]\n      timeout_ms: 10000\n    slow:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"slow.sh\"]\n      timeout_ms: 20000\n";
+const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  schedules:\n    tick:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"tick.sh\"]\n      timeout_ms: 10000\n    slow:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"slow.sh\"]\n      timeout_ms: 20000\n    catchup:\n      cron: \"@every 2s\"\n      command: [\"sh\", \"tick.sh\"]\n      catch_up: last\n";
 
 /// Installs `version`: web (the sample service) and these scripts beside it.
 fn add_with(site: &Site, version: &str, scripts: &[(&str, &str)]) {
@@ -84,8 +84,9 @@ fn each_due_time_once(site: &Site, name: &str) {
         match event.as_str() {
             "schedule_started" => {
                 *seen.entry(key).or_default() += 1;
+                // A due time caught up after the clock was down starts late, and says so.
                 assert!(
-                    (0.0..=1.0).contains(&(ts - due)),
+                    (0.0..=1.0).contains(&(ts - due)) || detail.contains("(caught up)"),
                     "{name}: started {:.3} s after its due time: {detail}",
                     ts - due
                 );
@@ -189,7 +190,13 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
     assert_eq!(started("tick"), at_stop, "nothing runs while stopped");
     let out = site.run(&["start", "edge-svc"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(wait_for(10, || started("tick") > at_stop), "resumed");
+    assert!(
+        wait_for(10, || started("tick") > at_stop),
+        "resumed: {}\n{:#?}\n{:?}",
+        stdout(&out),
+        site.log_lines().iter().rev().take(12).collect::<Vec<_>>(),
+        clock_keeper(&site)
+    );
     site.stop_service();
     assert!(wait_for(10, || clock_keeper(&site).is_none()));
     // The last slow run ends, then its line is written.
@@ -197,6 +204,18 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
 
     each_due_time_once(&site, "tick");
     each_due_time_once(&site, "slow");
+    each_due_time_once(&site, "catchup");
+    // catch_up 'last: after each time the clock was down, the latest due time ran late.
+    let caught_up = lines_of(&site, "catchup")
+        .into_iter()
+        .filter(|l| l.0 == "schedule_started" && l.3.contains("(caught up)"))
+        .count();
+    assert_eq!(
+        caught_up,
+        2,
+        "the kill and the stop: {:#?}",
+        lines_of(&site, "catchup")
+    );
     // `log schedules` counts what the lines say.
     let out = rollgate()
         .args(["log", "schedules", "--format", "json"])
@@ -224,10 +243,17 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
         })
         .sum();
     assert!(missed >= 2 && tick["missed"] == missed, "{tick} {missed}");
-    let tick_out = std::fs::read_to_string(site.root().join("schedules/tick.output")).unwrap();
+    // A file per run, the last ten kept; each holds its own run's output.
+    let mut kept: Vec<_> = std::fs::read_dir(site.root().join("schedules/tick"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    kept.sort();
+    assert_eq!(kept.len(), 10, "{kept:?}");
+    let newest = std::fs::read_to_string(kept.last().unwrap()).unwrap();
     assert!(
-        tick_out.starts_with("tick v") && tick_out.contains(" tick"),
-        "{tick_out}"
+        newest.starts_with("tick v") && newest.ends_with(" tick\n") && newest.lines().count() == 1,
+        "{newest}"
     );
 
     // Never two slow runs at once; some of its due times skipped for it.
