@@ -7,14 +7,15 @@
 //! (`ROOT/schedules.json`, under its lock) before anything runs, so a due time is taken once
 //! whoever keeps the clock; then it starts the run as a one-off of the *live* release (its
 //! folder, configuration, secrets, user, confinement and limits: `host::one_off`), its output
-//! in `ROOT/schedules/NAME.output`, bounded by `timeout_ms`. A run goes on where it started: a
+//! in a file of its own under `ROOT/schedules/NAME/`, bounded by `timeout_ms`. A run goes on
+//! where it started: a
 //! deploy that switches meanwhile does not touch it, and the next run takes the new release.
 //!
 //! One keeper per root: it holds `ROOT/.keepers/clock.lock` for its life; a second one finds it
 //! held and leaves. Killed (-9), its runs go on; the next keeper finds them by the book (their
 //! pid, or their token while the pid was not yet written), waits for them, and says the due
-//! times that passed meanwhile once (`schedule_missed`), running the last one only when the
-//! schedule says `catch_up = 'last`. It leaves when the service is stopped (`rollgate stop`
+//! times that passed meanwhile once (`schedule_missed`), taking the latest as a due time only
+//! when the schedule says `catch_up = 'last`. It leaves when the service is stopped (`rollgate stop`
 //! pauses the schedules; `start` brings a keeper back), has nothing live, or has no schedule,
 //! once its runs have ended.
 
