@@ -667,6 +667,12 @@ pub struct ProxyArgs {
     /// request: the log's counts then equal what clients got].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub access_log_sample: Option<u64>,
+    /// Take the listening sockets of the proxy running on the same --listen address (this
+    /// binary or another): serve on them, then that one stops accepting and finishes its
+    /// requests. Nothing is refused meanwhile; a take-over that cannot start leaves the
+    /// running proxy serving.
+    #[arg(long)]
+    pub take_over: bool,
 }
 
 #[derive(Debug, Subcommand)]

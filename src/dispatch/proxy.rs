@@ -41,6 +41,7 @@ pub fn run_proxy(args: ProxyArgs) -> Result<u8, Error> {
         access_log_keep,
         access_log_query,
         access_log_sample,
+        take_over,
     } = args;
     if let Some(ProxyAction::Reload { config }) = action {
         let said = proxy::reload::ask(&config, Duration::from_secs(30))?;
@@ -88,6 +89,7 @@ pub fn run_proxy(args: ProxyArgs) -> Result<u8, Error> {
         access_keep: access_log_keep,
         access_query: access_log_query,
         access_sample: access_log_sample,
+        take_over,
     })?;
     Ok(error::SUCCESS)
 }

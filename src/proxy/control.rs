@@ -277,11 +277,12 @@ pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
     }
 }
 
-/// Proxy side: binds the socket (mode 0600), refusing if another proxy already answers on it.
+/// Proxy side: binds the socket (mode 0600), refusing if another proxy already answers on it
+/// — unless this proxy took that one's sockets over: then the name is this one's.
 pub async fn listen(root: &Path) -> Result<UnixListener, Fault> {
     use std::os::unix::fs::PermissionsExt;
     let path = socket_path(root);
-    if UnixStream::connect(&path).await.is_ok() {
+    if !super::handover::took_over() && UnixStream::connect(&path).await.is_ok() {
         return Err(Fault::unwritable(
             &path,
             format!(

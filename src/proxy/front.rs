@@ -259,14 +259,24 @@ impl<S: ClientStream> Front<S> {
                 }),
             );
             let got = if idle {
-                // Between requests: a stopping proxy closes the connection now.
-                if *stop.borrow() {
-                    return Next::Close;
-                }
-                tokio::select! {
-                    biased;
-                    got = read => got,
-                    _ = stop.changed() => return Next::Close,
+                let handed_over = super::handover::handed_over();
+                let stopping = *stop.borrow();
+                match stopping {
+                    // Between requests: a stopping proxy closes the connection now ...
+                    true if !handed_over => return Next::Close,
+                    // ... but one that handed its sockets over answers the client's next
+                    // request (with `Connection: close`: it reconnects, to the new proxy)
+                    // rather than close under a request on its way; a connection that stays
+                    // idle that long is closed.
+                    true => match tokio::time::timeout(super::handover::IDLE_KEPT, read).await {
+                        Ok(got) => got,
+                        Err(_) => return Next::Close,
+                    },
+                    false => tokio::select! {
+                        biased;
+                        got = read => got,
+                        _ = stop.changed() => continue,
+                    },
                 }
             } else {
                 read.await

@@ -10,7 +10,8 @@
 //!
 //! 0. the wire (`wire.rs`: bytes rollgate writes, hop-by-hop headers, host names, the words of
 //!    its own answers), `counts.rs`, `idle.rs`, `traffic.rs` (the gate), `certs.rs` (the
-//!    certificate store and SNI resolver), `failure.rs` (why no answer came);
+//!    certificate store and SNI resolver), `failure.rs` (why no answer came), `handover.rs`
+//!    (the sockets passed to a new proxy, and whether they were);
 //! 1. `acme.rs`, `relay.rs` (HTTP/1.1 bytes to a release), `upstream.rs` (kept connections);
 //! 2. `leases.rs` (which release gets a request), `watch.rs`, `access.rs`, `service.rs`,
 //!    `router.rs` (which service, by host and path);
@@ -46,6 +47,7 @@ mod counts;
 mod failure;
 mod forward;
 mod front;
+pub mod handover;
 mod idle;
 mod leases;
 mod metrics;
@@ -123,6 +125,8 @@ pub struct Options {
     pub access_query: bool,
     /// Log one request in N (`--access-log-sample`; None: the file's, else every one).
     pub access_sample: Option<u64>,
+    /// Take the running proxy's sockets (`--take-over`; see `handover.rs`).
+    pub take_over: bool,
 }
 
 /// What the proxy serves: one root, or a config's routes.
@@ -251,11 +255,24 @@ fn serve(
             .clamp(1, 16)
     });
     raise_open_file_limit();
-    let fronts = Fronts::bind(&options, resolver.as_ref(), threads)?;
+    // Taking over: the running proxy's sockets, before anything of this one is bound.
+    let mut handed = match options.take_over {
+        true => Some(
+            handover::take(listen_address(&options)).map_err(|e| Error::Refused(e.to_string()))?,
+        ),
+        false => None,
+    };
+    // Its serving threads are the ones its listeners were made for.
+    let threads = handed.as_ref().map_or(threads, |h| h.plain.len());
+    let fronts = Fronts::bind(&options, resolver.as_ref(), threads, handed.as_mut())?;
     let control = match &serves {
-        Serves::Config(config) => Some(reload::listen(&config.file)?),
+        Serves::Config(config) => Some(reload::listen(
+            &config.file,
+            handed.as_mut().and_then(|h| h.claim("config")),
+        )?),
         Serves::Root(_) => None,
     };
+    let offer = fronts.offer(control.as_ref())?;
     let started = counts::Started::now();
     let metrics_listener = metrics_listener(&options)?;
     // The main thread's runtime: it follows every service's pointer, answers its proxy.sock
@@ -294,8 +311,17 @@ fn serve(
         http01: http01.clone(),
     };
     let (listen, tls_bound) = (fronts.listen, fronts.tls.as_ref().map(|tls| tls.bound));
-    let (mut cores, _claims) = fronts.into_cores(&making);
+    let (mut cores, claims) = fronts.into_cores(&making);
     let first = cores.remove(0);
+    // Offered to the next proxy (a hand-over stops this one as SIGTERM does); then, taking
+    // over, the old proxy is told this one serves.
+    let stop_tx = Arc::new(stop_tx);
+    handover::offer(listen, offer, stop_tx.clone()).map_err(|e| Error::Failed(e.to_string()))?;
+    if let Some(handed) = handed {
+        handed
+            .serving()
+            .map_err(|e| Error::Failed(format!("cannot tell the running proxy to stop: {e}")))?;
+    }
 
     let result = std::thread::scope(|scope| {
         for other in cores {
@@ -337,6 +363,12 @@ fn serve(
     });
     // The services' followers and proxy.sock files go with the runtime's tasks.
     drop(runtime);
+    if handover::handed_over() {
+        // Locks on files the new proxy shares: unlocking them would release its claims.
+        std::mem::forget(claims);
+    } else {
+        drop(claims);
+    }
     result.map_err(Error::Failed)?;
     eprintln!("rollgate proxy: stopped");
     Ok(())
@@ -486,8 +518,17 @@ fn what_is_live(router: &router::Router) -> String {
     lives.join("; ")
 }
 
+/// The plain address asked for (`--listen`, the config's, or the default).
+fn listen_address(options: &Options) -> SocketAddr {
+    options.listen.unwrap_or_else(|| {
+        crate::defaults::PROXY_LISTEN
+            .parse()
+            .expect("the default address")
+    })
+}
+
 /// SIGTERM or SIGINT tells every core to stop: they finish the requests in flight.
-fn stop_on_a_signal(stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+fn stop_on_a_signal(stop: Arc<tokio::sync::watch::Sender<bool>>) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     tokio::spawn(async move {
@@ -519,26 +560,44 @@ struct TlsFront {
 }
 
 impl Fronts {
+    /// Binds the listeners (and claims their addresses), or takes those `handed` over.
     fn bind(
         options: &Options,
         resolver: Option<&Arc<certs::Resolver>>,
         threads: usize,
+        mut handed: Option<&mut handover::Handed>,
     ) -> Result<Fronts, Error> {
         let failed = |e: std::io::Error| Error::Failed(e.to_string());
-        let listen_at = options.listen.unwrap_or_else(|| {
-            crate::defaults::PROXY_LISTEN
-                .parse()
-                .expect("the default address")
-        });
+        let listen_at = listen_address(options);
         // Held for the proxy's life: a second rollgate proxy on this address fails here.
-        let plain_claim = claim_address(listen_at).map_err(Error::Failed)?;
-        let plain = reuseport_listeners(listen_at, threads).map_err(failed)?;
+        let (plain_claim, plain) = match handed.as_deref_mut() {
+            Some(handed) => (handed.claim("listen"), std::mem::take(&mut handed.plain)),
+            None => (
+                claim_address(listen_at).map_err(Error::Failed)?,
+                reuseport_listeners(listen_at, threads).map_err(failed)?,
+            ),
+        };
         let listen = plain[0].local_addr().map_err(failed)?;
+        if let Some(handed) = handed.as_deref() {
+            // The addresses move as they are: TLS where it was, or nowhere.
+            if handed.layout.tls_address != options.tls_listen {
+                return Err(Error::Refused(format!(
+                    "the running proxy serves TLS on {}, and this one is asked {}: a take-over keeps the addresses (give the same --tls-listen)",
+                    handed.layout.tls_address.map_or("nothing".into(), |a| a.to_string()),
+                    options.tls_listen.map_or("none".into(), |a| a.to_string()),
+                )));
+            }
+        }
         // TLS: its own listeners, one per thread like the plain ones, claimed the same way.
         let tls = match (options.tls_listen, resolver) {
             (Some(address), Some(resolver)) => {
-                let claim = claim_address(address).map_err(Error::Failed)?;
-                let listeners = reuseport_listeners(address, threads).map_err(failed)?;
+                let (claim, listeners) = match handed.as_deref_mut() {
+                    Some(handed) => (handed.claim("tls"), std::mem::take(&mut handed.tls)),
+                    None => (
+                        claim_address(address).map_err(Error::Failed)?,
+                        reuseport_listeners(address, threads).map_err(failed)?,
+                    ),
+                };
                 let bound = listeners[0].local_addr().map_err(failed)?;
                 let config = tls::server_config(resolver.clone())
                     .map_err(|e| Error::Failed(e.to_string()))?;
@@ -557,6 +616,43 @@ impl Fronts {
             plain_claim,
             tls,
         })
+    }
+
+    /// What a hand-over passes to the next proxy: copies of every listener and claim (the
+    /// config's control claim too), in [`handover::Layout`]'s order.
+    fn offer(&self, control: Option<&reload::Control>) -> Result<handover::Offer, Error> {
+        let copy = |fd: std::os::fd::BorrowedFd<'_>| {
+            fd.try_clone_to_owned()
+                .map_err(|e| Error::Failed(format!("cannot keep a copy for a hand-over: {e}")))
+        };
+        use std::os::fd::AsFd;
+        let mut layout = handover::Layout {
+            plain: self.plain.len(),
+            ..Default::default()
+        };
+        let mut fds = Vec::new();
+        for listener in &self.plain {
+            fds.push(copy(listener.as_fd())?);
+        }
+        if let Some(tls) = &self.tls {
+            layout.tls = tls.listeners.len();
+            layout.tls_address = Some(tls.bound);
+            for listener in &tls.listeners {
+                fds.push(copy(listener.as_fd())?);
+            }
+        }
+        let claims = [
+            ("listen", self.plain_claim.as_ref()),
+            ("tls", self.tls.as_ref().and_then(|t| t.claim.as_ref())),
+            ("config", control.and_then(reload::Control::claim)),
+        ];
+        for (what, claim) in claims {
+            if let Some(claim) = claim {
+                layout.claims.push(what.to_string());
+                fds.push(copy(claim.as_fd())?);
+            }
+        }
+        Ok(handover::Offer { layout, fds })
     }
 
     /// One serving thread's listeners each (the first is the main thread's), and the claims

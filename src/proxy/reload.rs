@@ -343,17 +343,35 @@ fn control_paths(file: &Path) -> Result<(PathBuf, PathBuf), String> {
 pub struct Control {
     listener: std::os::unix::net::UnixListener,
     path: PathBuf,
-    _claim: crate::host::run_dir::Claim,
+    /// Some until dropped.
+    claim: Option<crate::host::run_dir::Claim>,
+}
+
+impl Control {
+    /// The claim on the config's control socket (passed on at a hand-over).
+    pub fn claim(&self) -> Option<&crate::host::run_dir::Claim> {
+        self.claim.as_ref()
+    }
 }
 
 impl Drop for Control {
     fn drop(&mut self) {
+        // Handed over: the name and the claim are the new proxy's (the lock is on a file it
+        // shares: unlocking it here would release its claim).
+        if super::handover::handed_over() {
+            std::mem::forget(self.claim.take());
+            return;
+        }
         let _ = std::fs::remove_file(&self.path);
     }
 }
 
-/// Binds the control socket of the config at `file`: refused if another proxy serves it.
-pub fn listen(file: &Path) -> Result<Control, crate::error::Error> {
+/// Binds the control socket of the config at `file`: refused if another proxy serves it —
+/// unless its claim was `handed` over by the proxy this one takes over from.
+pub fn listen(
+    file: &Path,
+    handed: Option<crate::host::run_dir::Claim>,
+) -> Result<Control, crate::error::Error> {
     use crate::error::Error;
     use std::os::unix::fs::PermissionsExt;
     let failed = |e: String| {
@@ -363,8 +381,11 @@ pub fn listen(file: &Path) -> Result<Control, crate::error::Error> {
         ))
     };
     let (path, lock) = control_paths(file).map_err(failed)?;
-    let claim = crate::host::run_dir::claim(&lock)
-        .map_err(|e| failed(e.to_string()))?
+    let claim = match handed {
+        Some(claim) => Some(claim),
+        None => crate::host::run_dir::claim(&lock).map_err(|e| failed(e.to_string()))?,
+    };
+    let claim = claim
         .ok_or_else(|| {
             Error::Refused(format!(
                 "another rollgate proxy already serves {}; reload that one (rollgate proxy reload --config {})",
@@ -388,7 +409,7 @@ pub fn listen(file: &Path) -> Result<Control, crate::error::Error> {
     Ok(Control {
         listener,
         path,
-        _claim: claim,
+        claim: Some(claim),
     })
 }
 
@@ -549,6 +570,9 @@ impl Drop for Running {
         for task in &self.tasks {
             task.abort();
         }
-        let _ = std::fs::remove_file(control::socket_path(&self.service.root.0));
+        // Handed over, the name is the new proxy's socket.
+        if !super::handover::handed_over() {
+            let _ = std::fs::remove_file(control::socket_path(&self.service.root.0));
+        }
     }
 }

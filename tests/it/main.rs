@@ -20,6 +20,7 @@ mod dry_run;
 mod engines;
 mod fleet;
 mod follow;
+mod handover;
 mod hardening;
 mod hooks;
 mod hostile;

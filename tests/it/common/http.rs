@@ -199,7 +199,16 @@ impl Load {
                             None => Err(std::io::Error::other("connect failed")),
                         };
                         match answer {
-                            Ok(a) => mine.push((a.status, a.body, Instant::now())),
+                            Ok(a) => {
+                                // The server said it closes: the next request goes on a new
+                                // connection, as any HTTP/1.1 client's does.
+                                if a.header("connection")
+                                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+                                {
+                                    conn = None;
+                                }
+                                mine.push((a.status, a.body, Instant::now()))
+                            }
                             Err(e) => {
                                 mine.push((0, e.to_string(), Instant::now()));
                                 conn = None;

@@ -1,0 +1,282 @@
+//! The hand-over (issue 71): a new `rollgate proxy … --take-over` — the same binary or a new one
+//! — takes the running proxy's listening sockets, starts serving on them, and only then tells
+//! the old one to stop accepting; the old one finishes what it has (its stop, as on SIGTERM)
+//! and exits. The sockets are never closed, so no connection is refused and none is reset: the
+//! kernel queues what arrives meanwhile, and whichever process accepts first serves it.
+//!
+//! Why SCM_RIGHTS over a socket of rollgate's own, not systemd's socket activation alone: the
+//! proxy also runs outside systemd (the tests, a container, by hand), its TLS and plain
+//! listeners are one per serving thread (SO_REUSEPORT), and the claims that keep a second proxy
+//! off its addresses must move with them — a file descriptor passed keeps all of that. It is
+//! HAProxy's `expose-fd listeners` + `-x`, without a second reload protocol.
+//!
+//! The channel: `RUN_DIR/proxy/handover-NAME.sock` (NAME from the plain address), in rollgate's
+//! private run folder (only root reaches it), and the peer is checked by its credentials (root
+//! or the proxy's own user). The taker says `take`; the old proxy answers one line of JSON (what
+//! it passes, in order) with the descriptors attached; the taker says `serving` once it serves;
+//! the old proxy then stops. A taker that fails before `serving` (a bad config, a certificate it
+//! cannot read) just closes the connection: the old proxy never stopped.
+//!
+//! After a hand-over the old proxy must not undo what it passed: a claim is a `flock` on an
+//! open file both processes now share, so the old one leaks its claims instead of unlocking
+//! them, and leaves the socket names (proxy.sock, the config's control socket) to the new one
+//! ([`handed_over`]).
+
+use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Set once this proxy handed its sockets over: from then on nothing it drops may unlock a
+/// claim or remove a socket name the new proxy holds.
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+
+/// Set once this proxy took another's sockets: the names that one answers on (each root's
+/// proxy.sock) are this one's to replace.
+static TOOK_OVER: AtomicBool = AtomicBool::new(false);
+
+/// Whether this proxy handed its sockets to another one.
+pub fn handed_over() -> bool {
+    HANDED_OVER.load(Ordering::SeqCst)
+}
+
+/// Whether this proxy took over from another one.
+pub fn took_over() -> bool {
+    TOOK_OVER.load(Ordering::SeqCst)
+}
+
+/// After a hand-over, how long the old proxy waits for the next request on a kept connection
+/// before it closes it (a client sending one meanwhile is answered, told to reconnect).
+pub const IDLE_KEPT: Duration = Duration::from_secs(2);
+
+/// The most descriptors one hand-over passes (listeners per thread, claims).
+const MAX_FDS: usize = 96;
+/// How long a taker waits for the running proxy's answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a hand-over did not happen (nothing was stopped).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotHanded(pub String);
+
+/// What is passed, in the order of the descriptors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Layout {
+    /// The plain listeners, one per serving thread.
+    pub plain: usize,
+    /// The TLS listeners, one per serving thread, and the address they serve.
+    pub tls: usize,
+    pub tls_address: Option<SocketAddr>,
+    /// Claims on the addresses and the config's control socket (lock files' descriptors), by
+    /// what they claim: `listen`, `tls`, `config`.
+    pub claims: Vec<String>,
+}
+
+/// What a taker received: the descriptors, by their place in the layout.
+pub struct Handed {
+    pub layout: Layout,
+    pub plain: Vec<std::net::TcpListener>,
+    pub tls: Vec<std::net::TcpListener>,
+    pub claims: Vec<(String, OwnedFd)>,
+    /// Said `serving` on, then dropped.
+    channel: UnixStream,
+}
+
+impl Handed {
+    /// Tells the old proxy this one serves: it stops accepting and finishes what it has.
+    pub fn serving(mut self) -> std::io::Result<()> {
+        self.channel.write_all(b"serving\n")?;
+        self.channel.flush()
+    }
+
+    /// The claim on `what` (`listen`, `tls`, `config`), taken out of the hand-over.
+    pub fn claim(&mut self, what: &str) -> Option<crate::host::run_dir::Claim> {
+        let at = self.claims.iter().position(|(name, _)| name == what)?;
+        let (_, fd) = self.claims.remove(at);
+        // The same open file the old proxy locked: locking it again is at once.
+        nix::fcntl::Flock::lock(
+            std::fs::File::from(fd),
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        )
+        .ok()
+    }
+}
+
+/// The hand-over channel of the proxy serving plain HTTP on `listen`.
+fn channel_path(listen: SocketAddr) -> Result<PathBuf, String> {
+    use crate::host::run_dir;
+    let folder = run_dir::folder("proxy", run_dir::Reach::Private).map_err(|e| e.to_string())?;
+    let name = run_dir::short_name(listen.to_string().as_bytes());
+    Ok(folder.join(format!("handover-{name}.sock")))
+}
+
+/// What the running proxy offers: descriptors of its own (dups), in the layout's order.
+pub struct Offer {
+    pub layout: Layout,
+    pub fds: Vec<OwnedFd>,
+}
+
+/// Binds the hand-over channel for `listen` (the name replaced: a proxy that took over from
+/// the one there is the one to take from now), and answers takers on a thread of its own until
+/// one says `serving`; then `stop` is sent (as SIGTERM does) and the thread ends.
+pub fn offer(
+    listen: SocketAddr,
+    offer: Offer,
+    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), NotHanded> {
+    offer_on(listen, offer, stop).map_err(NotHanded)
+}
+
+fn offer_on(
+    listen: SocketAddr,
+    offer: Offer,
+    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), String> {
+    let path = channel_path(listen)?;
+    let staging = path.with_extension(format!("{}.staging", std::process::id()));
+    let _ = std::fs::remove_file(&staging);
+    let listener = UnixListener::bind(&staging)
+        .map_err(|e| format!("cannot offer a hand-over at {}: {e}", path.display()))?;
+    std::fs::rename(&staging, &path)
+        .map_err(|e| format!("cannot place {}: {e}", path.display()))?;
+    std::thread::Builder::new()
+        .name("handover".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if !trusted(&stream) {
+                    continue;
+                }
+                if answer(stream, &offer).is_ok() {
+                    HANDED_OVER.store(true, Ordering::SeqCst);
+                    eprintln!(
+                        "rollgate proxy: handed over to a new proxy; finishing in-flight requests"
+                    );
+                    let _ = stop.send(true);
+                    // The name is the new proxy's now.
+                    return;
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| format!("cannot start the hand-over thread: {e}"))
+}
+
+/// Root, or the proxy's own user.
+fn trusted(stream: &UnixStream) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
+}
+
+/// One taker: `take` read, the layout and the descriptors sent, `serving` read back. Ok only
+/// when the taker serves.
+fn answer(stream: UnixStream, offer: &Offer) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    if line.trim() != "take" {
+        return Err(std::io::Error::other("not a hand-over request"));
+    }
+    let mut header = serde_json::to_vec(&offer.layout).map_err(std::io::Error::other)?;
+    header.push(b'\n');
+    let fds: Vec<RawFd> = offer.fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let control = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+    nix::sys::socket::sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&header)],
+        &control,
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )?;
+    line.clear();
+    reader.read_line(&mut line)?;
+    match line.trim() {
+        "serving" => Ok(()),
+        _ => Err(std::io::Error::other("the taker did not start serving")),
+    }
+}
+
+/// Takes the running proxy's sockets on `listen`: Err says why not (nothing runs there, it
+/// is no proxy that hands over, the answer was not one).
+pub fn take(listen: SocketAddr) -> Result<Handed, NotHanded> {
+    take_from(listen).map_err(NotHanded)
+}
+
+fn take_from(listen: SocketAddr) -> Result<Handed, String> {
+    let path = channel_path(listen)?;
+    let channel = UnixStream::connect(&path).map_err(|e| {
+        format!(
+            "no running proxy on {listen} to take over ({}: {e}); start without --take-over",
+            path.display()
+        )
+    })?;
+    let said = |e: std::io::Error| format!("the running proxy on {listen} did not hand over: {e}");
+    channel.set_read_timeout(Some(ANSWER_WAIT)).map_err(said)?;
+    (&channel).write_all(b"take\n").map_err(said)?;
+    let mut header = vec![0u8; 4096];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let (read, fds) = {
+        let mut slices = [IoSliceMut::new(&mut header)];
+        let message = nix::sys::socket::recvmsg::<()>(
+            channel.as_raw_fd(),
+            &mut slices,
+            Some(&mut space),
+            nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| said(e.into()))?;
+        let mut fds = Vec::new();
+        for cmsg in message.cmsgs().map_err(|e| said(e.into()))? {
+            if let nix::sys::socket::ControlMessageOwned::ScmRights(received) = cmsg {
+                // SAFETY: each descriptor was just received and is owned by nothing else.
+                fds.extend(
+                    received
+                        .into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        (message.bytes, fds)
+    };
+    let text = header.get(..read).unwrap_or_default();
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    let layout: Layout = serde_json::from_slice(text)
+        .map_err(|e| format!("the running proxy on {listen} answered no hand-over ({e})"))?;
+    if fds.len() != layout.plain + layout.tls + layout.claims.len() {
+        return Err(format!(
+            "the running proxy on {listen} passed {} descriptors for {} listeners and {} claims",
+            fds.len(),
+            layout.plain + layout.tls,
+            layout.claims.len()
+        ));
+    }
+    let mut fds = fds.into_iter();
+    let listeners = |count: usize, fds: &mut std::vec::IntoIter<OwnedFd>| {
+        fds.by_ref()
+            .take(count)
+            .map(|fd| {
+                let listener = std::net::TcpListener::from(fd);
+                listener.set_nonblocking(true).map(|()| listener)
+            })
+            .collect::<std::io::Result<Vec<_>>>()
+    };
+    let plain = listeners(layout.plain, &mut fds).map_err(said)?;
+    let tls = listeners(layout.tls, &mut fds).map_err(said)?;
+    let claims = layout.claims.iter().cloned().zip(fds).collect();
+    if plain.is_empty() {
+        return Err(format!("the running proxy on {listen} passed no listener"));
+    }
+    TOOK_OVER.store(true, Ordering::SeqCst);
+    Ok(Handed {
+        layout,
+        plain,
+        tls,
+        claims,
+        channel,
+    })
+}

@@ -1,0 +1,134 @@
+//! Issue 71: the proxy handed over to a new process — the same binary or another — under load:
+//! the new one takes the listening sockets, serves, and only then the old one stops accepting
+//! and finishes what it has. No request fails, no connection is refused; a take-over that
+//! cannot start leaves the old proxy serving.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::common::http::{assert_none_failed, Load};
+use crate::common::*;
+
+/// `BINARY proxy --listen 127.0.0.1:PORT --root ROOT EXTRA…`, its stderr in `said`.
+fn proxy(binary: &Path, site: &Site, port: u16, extra: &[&str], said: &Path) -> Child {
+    Command::new(binary)
+        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(site.root())
+        .args(extra)
+        .stderr(std::fs::File::create(said).unwrap())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (up to `seconds`) for `child` to exit; its status.
+fn exited(child: &mut Child, seconds: u64) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    wait_for(seconds, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status
+}
+
+#[test]
+fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let port = free_port();
+    let logs = tempfile::tempdir().unwrap();
+    // Another binary: a copy of this one under another name (an upgrade's new file).
+    let other = logs.path().join("rollgate-new");
+    std::fs::copy(bin(), &other).unwrap();
+    let said = |n: usize| logs.path().join(format!("proxy-{n}.err"));
+    let mut running = proxy(&bin(), &site, port, &[], &said(0));
+    assert!(wait_for(10, || version_on(port).as_deref() == Some("v1")));
+
+    let load = Load::start(port, 6, Duration::from_millis(5));
+    std::thread::sleep(Duration::from_millis(300));
+    for n in 1..=6 {
+        let binary = if n % 2 == 1 { other.clone() } else { bin() };
+        let mut next = proxy(&binary, &site, port, &["--take-over"], &said(n));
+        // The old one stops once the new one serves, and finishes cleanly.
+        let status = exited(&mut running, 30);
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "hand-over {n}: {}\n{}",
+            std::fs::read_to_string(said(n - 1)).unwrap_or_default(),
+            std::fs::read_to_string(said(n)).unwrap_or_default()
+        );
+        assert!(next.try_wait().unwrap().is_none(), "the new one serves");
+        std::thread::sleep(Duration::from_millis(300));
+        running = next;
+    }
+    // A take-over that cannot start (a certificate it cannot read) leaves the running proxy
+    // serving, and says why.
+    let bad = Command::new(bin())
+        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(site.root())
+        .args([
+            "--take-over",
+            "--tls-listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .args([
+            "--tls-cert",
+            "app.example=/nonexistent/cert.pem,/nonexistent/key.pem",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(bad.status.code(), Some(0));
+    assert!(
+        stderr(&bad).contains("/nonexistent/cert.pem"),
+        "{}",
+        stderr(&bad)
+    );
+    // Nor does one asked for other addresses than the running one serves.
+    let other_tls = Command::new(bin())
+        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(site.root())
+        .args([
+            "--take-over",
+            "--tls-listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(other_tls.status.code(), Some(0));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        running.try_wait().unwrap().is_none(),
+        "the running proxy goes on"
+    );
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    // No take-over without a running proxy: said, and nothing else starts.
+    let nobody = Command::new(bin())
+        .args([
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--root",
+        ])
+        .arg(site.root())
+        .arg("--take-over")
+        .output()
+        .unwrap();
+    assert_ne!(nobody.status.code(), Some(0));
+    assert!(
+        stderr(&nobody).contains("no running proxy"),
+        "{}",
+        stderr(&nobody)
+    );
+
+    let seen = load.finish();
+    assert_none_failed(&seen, "six hand-overs, three to another binary");
+    assert!(seen.len() > 300, "{} requests", seen.len());
+    // The proxy.sock answers (the deployer's drains go to the proxy serving now).
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    send_signal(running.id() as i32, 15);
+    assert_eq!(exited(&mut running, 30).and_then(|s| s.code()), Some(0));
+}
