@@ -673,6 +673,10 @@ pub struct ProxyArgs {
     /// running proxy serving.
     #[arg(long)]
     pub take_over: bool,
+    /// Start the proxy in the background and return once it serves (exit 0), or with its exit
+    /// status if it cannot start: a unit's `ExecReload=` with `--take-over`.
+    #[arg(long)]
+    pub background: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -337,20 +337,10 @@ async fn notify(args: SampleArgs, started: Instant) {
     }
 }
 
-/// One datagram to $NOTIFY_SOCKET (`@name`: the abstract namespace), as sd_notify(3) sends it.
+/// One datagram to $NOTIFY_SOCKET (`host::notify::tell_systemd`).
 fn send_notification(message: &str) {
-    use std::os::linux::net::SocketAddrExt;
-    let Ok(address) = std::env::var("NOTIFY_SOCKET") else {
-        return;
-    };
-    let target = match address.strip_prefix('@') {
-        Some(name) => std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()),
-        None => std::os::unix::net::SocketAddr::from_pathname(&address),
-    };
-    let sent = std::os::unix::net::UnixDatagram::unbound()
-        .and_then(|socket| socket.send_to_addr(message.as_bytes(), &target?));
-    if let Err(e) = sent {
-        eprintln!("sample-service: cannot notify {address}: {e}");
+    if let Err(e) = crate::host::notify::tell_systemd(message) {
+        eprintln!("sample-service: cannot notify: {e}");
     }
 }
 

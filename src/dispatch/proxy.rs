@@ -42,7 +42,12 @@ pub fn run_proxy(args: ProxyArgs) -> Result<u8, Error> {
         access_log_query,
         access_log_sample,
         take_over,
+        background,
     } = args;
+    if background {
+        return proxy::handover::in_background()
+            .map_err(|e| Error::Failed(format!("cannot start the proxy in the background: {e}")));
+    }
     if let Some(ProxyAction::Reload { config }) = action {
         let said = proxy::reload::ask(&config, Duration::from_secs(30))?;
         return printed(format!("{said}\n"));

@@ -40,6 +40,24 @@ pub const SOCKET_VARIABLE: &str = "NOTIFY_SOCKET";
 /// The watchdog interval in microseconds, as systemd names it.
 pub const WATCHDOG_VARIABLE: &str = "WATCHDOG_USEC";
 
+/// One datagram to `$NOTIFY_SOCKET` (`@name`: the abstract namespace), as sd_notify(3) sends
+/// it: rollgate's own word to a supervisor that speaks the protocol (the proxy's `READY=1`).
+/// Nothing without the variable.
+pub fn tell_systemd(message: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    let Ok(address) = std::env::var(SOCKET_VARIABLE) else {
+        return Ok(());
+    };
+    let target = match address.strip_prefix('@') {
+        Some(name) => std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?,
+        None => std::os::unix::net::SocketAddr::from_pathname(&address)?,
+    };
+    std::os::unix::net::UnixDatagram::unbound()?
+        .send_to_addr(message.as_bytes(), &target)
+        .map(drop)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{address}: {e}")))
+}
+
 /// The longest datagram read; systemd reads at most this much too. Longer ones are ignored.
 const DATAGRAM_MAX: usize = 4096;
 /// The longest `STATUS=` text kept (longer text is cut at a character boundary).

@@ -107,6 +107,71 @@ impl Handed {
     }
 }
 
+/// The variable naming the descriptor a proxy started `--background` says `serving` on.
+pub const READY_FD_VARIABLE: &str = "ROLLGATE_PROXY_READY_FD";
+
+/// This proxy serves: said to whoever waits for it — the command that started it in the
+/// background (`READY_FD_VARIABLE`), and systemd (`READY=1`; after a take-over also
+/// `MAINPID=`: the unit's main process is this one now, the old one about to exit).
+pub fn say_serving() {
+    if let Some(fd) = std::env::var(READY_FD_VARIABLE)
+        .ok()
+        .and_then(|fd| fd.parse::<RawFd>().ok())
+        .filter(|fd| *fd > 2)
+    {
+        // SAFETY: the descriptor was made for this word by the command that started this proxy,
+        // and is owned by nothing else here; it is closed once said.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = file.write_all(b"serving\n");
+    }
+    let word = match took_over() {
+        true => format!("MAINPID={}\nREADY=1", std::process::id()),
+        false => "READY=1".to_string(),
+    };
+    if let Err(e) = crate::host::notify::tell_systemd(&word) {
+        eprintln!("rollgate proxy: cannot tell systemd it is ready: {e}");
+    }
+}
+
+/// `rollgate proxy … --background`: the same proxy started again without the flag, and this
+/// command's end once it serves (exit 0, the proxy going on) or fails (its exit status; what it
+/// said is on the same stderr). For `ExecReload=` of a unit: the reload is done when the new
+/// proxy serves.
+pub fn in_background() -> std::io::Result<u8> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--background")
+        .collect();
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let write_fd = write.as_raw_fd();
+    let mut command = std::process::Command::new("/proc/self/exe");
+    command.args(&args).env(READY_FD_VARIABLE, "3");
+    // SAFETY: dup2 is a system call; nothing of the parent is touched. The copy at 3 is not
+    // close-on-exec, so the proxy finds it.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(write_fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    drop(write);
+    let mut said = String::new();
+    let _ = std::fs::File::from(read).read_to_string(&mut said);
+    if said.trim() == "serving" {
+        return Ok(0);
+    }
+    let status = child.wait()?;
+    Ok(status
+        .code()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(1))
+}
+
 /// The hand-over channel of the proxy serving plain HTTP on `listen`.
 fn channel_path(listen: SocketAddr) -> Result<PathBuf, String> {
     use crate::host::run_dir;

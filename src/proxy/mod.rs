@@ -356,6 +356,7 @@ fn serve(
                 "rollgate proxy: listening on {listen} for {said} ({}; {threads} thread(s))",
                 what_is_live(&current.get())
             );
+            handover::say_serving();
             stop_on_a_signal(stop_tx)?;
             first.serve().await;
             Ok::<(), String>(())

@@ -132,3 +132,67 @@ fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
     send_signal(running.id() as i32, 15);
     assert_eq!(exited(&mut running, 30).and_then(|s| s.code()), Some(0));
 }
+
+/// Issue 71, 2: what a systemd unit's `ExecReload=` runs — `--take-over --background` — returns
+/// once the new proxy serves, and the new proxy tells the supervisor it is the unit's main
+/// process now (`MAINPID=`, `READY=1` on `$NOTIFY_SOCKET`, as `Type=notify` with
+/// `NotifyAccess=all` reads it); the first one said `READY=1` when it started.
+#[test]
+fn a_reload_by_the_unit_hands_over_and_names_the_new_main_process() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let port = free_port();
+    let logs = tempfile::tempdir().unwrap();
+    let notify_path = logs.path().join("notify");
+    let systemd = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    systemd
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let heard = || {
+        let mut buffer = [0u8; 512];
+        let n = systemd.recv(&mut buffer).unwrap();
+        String::from_utf8_lossy(&buffer[..n]).to_string()
+    };
+    let args = |extra: &[&str]| {
+        let mut command = Command::new(bin());
+        command
+            .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+            .arg(site.root())
+            .args(extra)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(logs.path().join(format!("{}.err", extra.len()))).unwrap(),
+            );
+        command
+    };
+    let mut first = args(&[]).spawn().unwrap();
+    assert_eq!(heard(), "READY=1");
+    let load = Load::start(port, 4, Duration::from_millis(5));
+    std::thread::sleep(Duration::from_millis(300));
+    // The reload: returns once the new one serves, the new one going on.
+    let reload = args(&["--take-over", "--background"]).status().unwrap();
+    assert_eq!(reload.code(), Some(0));
+    let said = heard();
+    let pid: i32 = said
+        .strip_prefix("MAINPID=")
+        .and_then(|rest| rest.strip_suffix("\nREADY=1"))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("{said:?}"));
+    assert!(alive(pid) && pid != first.id() as i32);
+    assert_eq!(exited(&mut first, 30).and_then(|s| s.code()), Some(0));
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = load.finish();
+    assert_none_failed(&seen, "a reload by the unit");
+    assert!(seen.len() > 50, "{} requests", seen.len());
+    // A reload whose new proxy cannot start fails, and the running one goes on.
+    let bad = args(&["--take-over", "--background", "--tls-listen", "127.0.0.1:1"])
+        .status()
+        .unwrap();
+    assert_ne!(bad.code(), Some(0));
+    assert!(alive(pid));
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    send_signal(pid, 15);
+    assert!(wait_for(30, || !alive(pid)));
+}
