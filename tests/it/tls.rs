@@ -1618,3 +1618,91 @@ fn routes_over_tls_come_from_the_config_file_by_name_and_a_misdirected_request_i
     assert_eq!(redirect_of("c.test"), "421 ");
     assert_eq!(redirect_of("d.test"), "421 ", "no route takes d.test");
 }
+
+/// Issue 71: the proxy handed over three times while curl — a real client — keeps sending over
+/// TLS, each of its processes reusing one connection: HTTP/2 (the old proxy says GOAWAY) and
+/// HTTP/1.1 (its next answer says `Connection: close`). Every request answered 200, every curl
+/// exits 0.
+#[test]
+fn a_hand_over_under_tls_h2_and_http1_fails_no_request() {
+    let site = live_site();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "Hand-over CA");
+    let leaf = ca.leaf("a.test", "a");
+    let cert = cert_arg("a.test", &leaf);
+    let mut proxy = TlsProxy::start(&site, &[cert.clone()], &[]);
+    let (plain, tls) = (proxy.plain, proxy.tls);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = ["--http2", "--http1.1", "--http2", "--http1.1"]
+        .into_iter()
+        .map(|version| {
+            let (stop, ca) = (stop.clone(), ca.pem());
+            std::thread::spawn(move || {
+                let mut runs = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    // One process, one connection, 40 requests in a row.
+                    let urls: Vec<String> = (0..40)
+                        .flat_map(|_| {
+                            [
+                                "-o".into(),
+                                "/dev/null".into(),
+                                format!("https://a.test:{tls}/"),
+                            ]
+                        })
+                        .collect();
+                    let out = Command::new("curl")
+                        .args(["-sS", "--max-time", "20", "--cacert"])
+                        .arg(&ca)
+                        .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
+                        .args(["-w", "%{http_code}\n"])
+                        .args(&urls)
+                        .output()
+                        .expect("curl");
+                    runs.push(out);
+                }
+                runs
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for n in 0..3 {
+        let mut command = Command::new(crate::common::bin());
+        command
+            .args(["proxy", "--listen", &format!("127.0.0.1:{plain}")])
+            .args(["--tls-listen", &format!("127.0.0.1:{tls}"), "--root"])
+            .arg(site.root())
+            .args(["--tls-cert", &cert, "--take-over"]);
+        let next = command
+            .stderr(std::fs::File::create(dir.path().join(format!("next-{n}.err"))).unwrap())
+            .spawn()
+            .unwrap();
+        let mut old = std::mem::replace(&mut proxy.child, next);
+        let mut status = None;
+        assert!(
+            wait_for(30, || {
+                status = old.try_wait().unwrap();
+                status.is_some()
+            }),
+            "hand-over {n}: the old proxy did not finish: {}",
+            proxy.said()
+        );
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "hand-over {n}");
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut answered = 0;
+    for client in clients {
+        for out in client.join().unwrap() {
+            assert!(
+                out.status.success(),
+                "curl: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for code in String::from_utf8_lossy(&out.stdout).lines() {
+                assert_eq!(code, "200");
+                answered += 1;
+            }
+        }
+    }
+    assert!(answered > 200, "{answered} requests");
+}
