@@ -944,12 +944,11 @@ impl Core {
             // has its own listener, and a slot held by an idle thread would starve a
             // connection the kernel gave to another. So each thread holds at most one accepted
             // connection waiting for a slot; the rest wait in the kernel's queue.
-            let permit = tokio::select! {
-                permit = self.slots.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break,
-                },
-                _ = stop.changed() => break,
+            // Accepted is served, stopping or not: a connection dropped here would be reset
+            // under a request the client already sent (seen at a hand-over). Slots free up
+            // as the connections in flight finish.
+            let Ok(permit) = self.slots.clone().acquire_owned().await else {
+                break;
             };
             match &self.kind {
                 Kind::Plain => {

@@ -64,6 +64,18 @@ pub async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     let handshake = tokio::time::timeout(ctx.header_read_timeout, acceptor.accept(stream));
+    // A proxy that handed its sockets over still finishes a handshake it began: the client
+    // then gets its answer (and `Connection: close`) rather than a connection cut under it.
+    let stopping = async {
+        loop {
+            if stop.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            if !super::handover::handed_over() {
+                return;
+            }
+        }
+    };
     let tls = tokio::select! {
         done = handshake => match done {
             Ok(Ok(tls)) => {
@@ -81,7 +93,7 @@ pub async fn serve(
                 return;
             }
         },
-        _ = stop.changed() => return,
+        _ = stopping => return,
     };
     let alpn = tls.get_ref().1.alpn_protocol();
     if alpn == Some(ACME_TLS_ALPN) {

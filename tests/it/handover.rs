@@ -43,14 +43,25 @@ fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
     let other = logs.path().join("rollgate-new");
     std::fs::copy(bin(), &other).unwrap();
     let said = |n: usize| logs.path().join(format!("proxy-{n}.err"));
-    let mut running = proxy(&bin(), &site, port, &[], &said(0));
-    assert!(wait_for(10, || version_on(port).as_deref() == Some("v1")));
+    let mut running = proxy(&bin(), &site, port, &["--access-log"], &said(0));
+    // Listening (a connection without a request is in no access log).
+    assert!(wait_for(10, || std::net::TcpStream::connect((
+        "127.0.0.1",
+        port
+    ))
+    .is_ok()));
 
     let load = Load::start(port, 6, Duration::from_millis(5));
     std::thread::sleep(Duration::from_millis(300));
     for n in 1..=6 {
         let binary = if n % 2 == 1 { other.clone() } else { bin() };
-        let mut next = proxy(&binary, &site, port, &["--take-over"], &said(n));
+        let mut next = proxy(
+            &binary,
+            &site,
+            port,
+            &["--access-log", "--take-over"],
+            &said(n),
+        );
         // The old one stops once the new one serves, and finishes cleanly.
         let status = exited(&mut running, 30);
         assert_eq!(
@@ -126,6 +137,25 @@ fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
     let seen = load.finish();
     assert_none_failed(&seen, "six hand-overs, three to another binary");
     assert!(seen.len() > 300, "{} requests", seen.len());
+    // The access log has every request once, whichever proxy served it.
+    send_signal(running.id() as i32, 15);
+    assert_eq!(exited(&mut running, 30).and_then(|s| s.code()), Some(0));
+    let logged: usize = std::fs::read_dir(site.root())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("access.log")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap().lines().count())
+        .sum();
+    // The one request the test sent itself: after the bad take-overs.
+    let version_probes = 1;
+    assert_eq!(logged, seen.len() + version_probes, "access log lines");
+    running = proxy(&bin(), &site, port, &[], &said(9));
+    assert!(wait_for(10, || version_on(port).as_deref() == Some("v1")));
     // The proxy.sock answers (the deployer's drains go to the proxy serving now).
     let out = site.deploy(free_port(), "v1", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -1658,7 +1658,7 @@ fn a_hand_over_under_tls_h2_and_http1_fails_no_request() {
                         .args(&urls)
                         .output()
                         .expect("curl");
-                    runs.push(out);
+                    runs.push((version, out));
                 }
                 runs
             })
@@ -1692,14 +1692,11 @@ fn a_hand_over_under_tls_h2_and_http1_fails_no_request() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut answered = 0;
     for client in clients {
-        for out in client.join().unwrap() {
-            assert!(
-                out.status.success(),
-                "curl: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        for (version, out) in client.join().unwrap() {
+            let said = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(out.status.success(), "curl {version}: {said}");
             for code in String::from_utf8_lossy(&out.stdout).lines() {
-                assert_eq!(code, "200");
+                assert_eq!(code, "200", "curl {version}: {said}");
                 answered += 1;
             }
         }
