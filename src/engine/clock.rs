@@ -44,6 +44,13 @@ impl Schedule {
     pub fn of(name: &str, policy: &SchedulePolicy) -> Result<Schedule, Fault> {
         let field = |f: &str| format!("schedules.{name}.{f}");
         let refused = |f: &str, why: String| Err(Fault::setting(&field(f), why));
+        // The name reaches paths (its runs' output folder) and log lines.
+        if let Err(why) = crate::host::names::check_name("schedule", name) {
+            return Err(Fault::setting(
+                "schedules",
+                format!("schedules.{name:?}: {why}"),
+            ));
+        }
         let zone = match policy.zone.as_deref() {
             None => None,
             Some(zone) => match zone.parse::<chrono_tz::Tz>() {
@@ -250,6 +257,8 @@ mod tests {
         // 03:00 in Paris (CET, UTC+1 in December) is 02:00 UTC.
         let paris = Schedule::of("nightly", &zoned).unwrap();
         assert_eq!(paris.next_after(1_796_579_970.0), Some(1_796_608_800.0));
+        let err = Schedule::of("../up", &zoned).unwrap_err().to_string();
+        assert!(err.starts_with("schedules.\"../up\""), "{err}");
         zoned.zone = None;
         zoned.command = vec![];
         let err = Schedule::of("nightly", &zoned).unwrap_err().to_string();
