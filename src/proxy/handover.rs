@@ -231,6 +231,17 @@ fn offer_on(
         .map_err(|e| format!("cannot start the hand-over thread: {e}"))
 }
 
+/// A proxy that stops without handing over takes its channel's name with it (one that handed
+/// over leaves it: it is the new proxy's).
+pub fn withdraw(listen: SocketAddr) {
+    if handed_over() {
+        return;
+    }
+    if let Ok(path) = channel_path(listen) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// Root, or the proxy's own user.
 fn trusted(stream: &UnixStream) -> bool {
     let me = nix::unistd::geteuid().as_raw();

@@ -368,6 +368,7 @@ fn serve(
         // Locks on files the new proxy shares: unlocking them would release its claims.
         std::mem::forget(claims);
     } else {
+        handover::withdraw(listen);
         drop(claims);
     }
     result.map_err(Error::Failed)?;

@@ -161,6 +161,18 @@ fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     send_signal(running.id() as i32, 15);
     assert_eq!(exited(&mut running, 30).and_then(|s| s.code()), Some(0));
+    // Stopped without a hand-over: nothing is left to take over.
+    let after = Command::new(bin())
+        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(site.root())
+        .arg("--take-over")
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&after).contains("no running proxy"),
+        "{}",
+        stderr(&after)
+    );
 }
 
 /// Issue 71, 2: what a systemd unit's `ExecReload=` runs — `--take-over --background` — returns
