@@ -275,7 +275,11 @@ impl<S: ClientStream> Front<S> {
                     false => tokio::select! {
                         biased;
                         got = read => got,
-                        _ = stop.changed() => continue,
+                        changed = stop.changed() => match changed {
+                            Ok(()) => continue,
+                            // Nobody left to say stop: the proxy is going.
+                            Err(_) => return Next::Close,
+                        },
                     },
                 }
             } else {
