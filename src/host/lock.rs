@@ -78,14 +78,21 @@ pub fn close_held_in_child() {
 /// holds it for the start alone, not while the release gets ready).
 const KEEPER_HOLDS: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// What a lock file names while its holder has not written its pid yet.
+const UNKNOWN_HOLDER: &str = "unknown";
+
 /// Takes the lock or says who holds it; a keeper holding it (see `keeper`) is waited for a
 /// moment instead.
 pub fn acquire(path: &Path) -> Result<Lock, Fault> {
     let since = std::time::Instant::now();
     loop {
         match acquire_now(path) {
+            // A keeper, or a holder that has not written its pid yet (the lock is taken, then
+            // the file is truncated and the pid written: read in between it names nobody):
+            // waited for a moment too — found as `up` refused right after a keeper took it.
             Err(Fault::Busy { holder, .. })
-                if since.elapsed() < KEEPER_HOLDS && super::identity::is_keeper(&holder) =>
+                if since.elapsed() < KEEPER_HOLDS
+                    && (holder == UNKNOWN_HOLDER || super::identity::is_keeper(&holder)) =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -128,7 +135,7 @@ fn acquire_now(path: &Path) -> Result<Lock, Fault> {
             Err(Fault::Busy {
                 path: path.to_path_buf(),
                 holder: match holder {
-                    "" => "unknown".into(),
+                    "" => UNKNOWN_HOLDER.into(),
                     holder => holder.into(),
                 },
             })
@@ -180,6 +187,32 @@ fn holds(line: &str, major: u64, minor: u64, inode: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lock taken whose holder has not written its pid yet is waited for, not refused as a
+    /// deploy's (it is a keeper's start, a moment long); one that names a deploy is refused.
+    #[test]
+    fn a_holder_that_has_not_said_its_pid_yet_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deploy.lock");
+        let file = std::fs::File::create(&path).unwrap();
+        let taken = Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(taken);
+        });
+        let started = std::time::Instant::now();
+        assert!(acquire(&path).is_ok(), "waited for, then taken");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+        releaser.join().unwrap();
+        // A holder that named itself (a deploy: not a keeper) is refused at once.
+        let _held = acquire(&path).unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(acquire_now(&path), Err(Fault::Busy { .. })));
+        assert!(
+            matches!(acquire(&path), Err(Fault::Busy { holder, .. }) if holder == std::process::id().to_string())
+        );
+        assert!(started.elapsed() < KEEPER_HOLDS);
+    }
 
     /// Issue 67, 10: a child between fork and exec (here held there for a second) does not
     /// hold its parent's root lock: once the parent dies, the next command takes it.

@@ -51,6 +51,25 @@ fn add(site: &Site, version: &str) {
     );
 }
 
+/// The row of `name` in a command's JSON lines (`schedules list`, `log schedules`).
+fn row(out: &std::process::Output, name: &str) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["schedule"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {}", stdout(out)))
+}
+
+/// `rollgate log schedules --format json` of the site's log.
+fn log_schedules(site: &Site) -> std::process::Output {
+    rollgate()
+        .args(["log", "schedules", "--format", "json"])
+        .arg(site.root().join("deploy.log"))
+        .output()
+        .unwrap()
+}
+
 /// The clock keeper's pid, as its lock names it.
 fn clock_keeper(site: &Site) -> Option<i32> {
     let text = std::fs::read_to_string(site.root().join(".keepers/clock.lock")).ok()?;
@@ -217,16 +236,7 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
         lines_of(&site, "catchup")
     );
     // `log schedules` counts what the lines say.
-    let out = rollgate()
-        .args(["log", "schedules", "--format", "json"])
-        .arg(site.root().join("deploy.log"))
-        .output()
-        .unwrap();
-    let tick: serde_json::Value = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|l| l["schedule"] == "tick")
-        .unwrap();
+    let tick = row(&log_schedules(&site), "tick");
     assert_eq!(tick["runs"], started("tick") as u64, "{tick}");
     let missed: u64 = lines_of(&site, "tick")
         .iter()
@@ -397,18 +407,7 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
         stderr(&out)
     );
     let listed = site.run(&["schedules", "list", "--format", "json"]);
-    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
-    let listed: Vec<serde_json::Value> = stdout(&listed)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let of = |name: &str| {
-        listed
-            .iter()
-            .find(|l| l["schedule"] == name)
-            .unwrap()
-            .clone()
-    };
+    let of = |name: &str| row(&listed, name);
     assert_eq!(
         of("long")["running"].as_array().unwrap().len(),
         1,
@@ -417,17 +416,7 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
     assert_eq!(first.wait().unwrap().code(), Some(0));
 
     let listed = site.run(&["schedules", "list", "--format", "json"]);
-    let listed: Vec<serde_json::Value> = stdout(&listed)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let of = |name: &str| {
-        listed
-            .iter()
-            .find(|l| l["schedule"] == name)
-            .unwrap()
-            .clone()
-    };
+    let of = |name: &str| row(&listed, name);
     assert_eq!(of("report")["last"]["ok"], true);
     assert_eq!(of("report")["state"], "kept");
     assert_eq!(of("fail")["last"]["ok"], false);
@@ -441,12 +430,12 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
     assert!(table.contains("FAILED: exit status 3"), "{table}");
     // `status` says each schedule too.
     let status = stdout(&site.run(&["status"]));
-    let row = status
+    let line = status
         .lines()
         .find(|l| l.contains("schedule fail"))
         .unwrap_or_default();
     assert!(
-        row.contains("`@hourly` kept; next ") && row.contains("FAILED: exit status 3"),
+        line.contains("`@hourly` kept; next ") && line.contains("FAILED: exit status 3"),
         "{status}"
     );
     // Each run is on the record, a failure with `ok: false`.
@@ -457,23 +446,8 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
         .unwrap();
     assert_eq!(failed["ok"], false, "{failed}");
     // The log sums each schedule up: runs, success rate, the longest run.
-    let out = rollgate()
-        .args(["log", "schedules", "--format", "json"])
-        .arg(site.root().join("deploy.log"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let summed: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let of = |name: &str| {
-        summed
-            .iter()
-            .find(|l| l["schedule"] == name)
-            .unwrap()
-            .clone()
-    };
+    let summed = log_schedules(&site);
+    let of = |name: &str| row(&summed, name);
     assert_eq!(of("report")["runs"], 1);
     assert_eq!(of("report")["success_rate"], 1.0);
     assert!(of("report")["last_success"].as_f64().is_some());
@@ -483,7 +457,8 @@ fn schedules_list_and_run_now_and_logs_of_a_schedule() {
     assert_eq!(of("long")["runs"], 1, "the refused second run is no run");
     assert!(
         of("long")["longest_ms"].as_u64().unwrap() >= 4000,
-        "{summed:?}"
+        "{}",
+        stdout(&summed)
     );
     assert_eq!(of("long")["longest_version"], "v1");
     site.stop_service();
