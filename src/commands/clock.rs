@@ -190,32 +190,21 @@ async fn take(
         }
         (true, Some((decision, going)))
     });
+    // A book that cannot be changed skips the due time, as the concurrency rule may.
     let (decision, going) = match decided {
         Ok(Some(decided)) => decided,
         Ok(None) => return,
-        Err(e) => {
-            log(
-                root,
-                live,
-                LogEvent::ScheduleSkipped,
-                Some(schedule),
-                Some(due),
-                format!("not run: {e}"),
-            );
-            return;
-        }
+        Err(e) => (AtDue::Skip(format!("not run: {e}")), Vec::new()),
     };
     match decision {
-        AtDue::Skip(why) => {
-            log(
-                root,
-                live,
-                LogEvent::ScheduleSkipped,
-                Some(schedule),
-                Some(due),
-                why,
-            );
-        }
+        AtDue::Skip(why) => log(
+            root,
+            live,
+            LogEvent::ScheduleSkipped,
+            Some(schedule),
+            Some(due),
+            why,
+        ),
         AtDue::ReplaceThenStart => {
             for who in going {
                 crate::host::process::stop_group(who, RUN_GRACE).await;

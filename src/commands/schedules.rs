@@ -57,11 +57,11 @@ pub fn list(root: &std::path::Path, format: Format, layout: Layout) -> Result<St
 }
 
 fn listing(root: &Root, live: &Live) -> Result<Vec<Listed>, Error> {
-    // An unreadable book is said here (the read model shows what it can).
-    Book::read(&root.0)?;
+    let book = Book::read(&root.0)?;
     Ok(crate::engine::schedule_status::schedules(
         root,
         live,
+        &book,
         journal::now(),
     ))
 }

@@ -66,9 +66,8 @@ pub struct ScheduleStatus {
     pub last: Option<Ended>,
 }
 
-/// Each schedule of the live policy, in its order; none without any.
-pub fn schedules(root: &Root, kept: &KeptSchedules, now: f64) -> Vec<ScheduleStatus> {
-    let book = Book::read(&root.0).unwrap_or_default();
+/// Each schedule of the live policy, in its order, with what `book` holds of it.
+pub fn schedules(root: &Root, kept: &KeptSchedules, book: &Book, now: f64) -> Vec<ScheduleStatus> {
     let state = match (
         is_stopped(root),
         crate::host::lock::is_free(&crate::host::schedule_book::keeper_lock(&root.0)),

@@ -262,7 +262,11 @@ impl RootStatus {
             recent: recent(root),
             processes: processes(root, pointer.as_ref().map_or(0.0, |p| p.promoted_at)),
             schedules: super::schedule_status::kept_schedules(root)
-                .map(|kept| super::schedule_status::schedules(root, &kept, now))
+                .map(|kept| {
+                    // An unreadable book is `schedules list`'s to say; the status stands.
+                    let book = crate::host::schedule_book::Book::read(&root.0).unwrap_or_default();
+                    super::schedule_status::schedules(root, &kept, &book, now)
+                })
                 .unwrap_or_default(),
         })
     }

@@ -22,26 +22,9 @@ fn looping(name: &str) -> String {
 
 /// Installs `version`: web (the sample service), and this Procfile with its scripts.
 fn add(site: &Site, version: &str, procfile: &str, scripts: &[(&str, String)]) {
-    use std::os::unix::fs::PermissionsExt;
-    let build = tempfile::tempdir().unwrap();
-    let exe = write(
-        build.path(),
-        "edge-svc",
-        &format!("#!/bin/sh\nexec '{}' sample-service\n", bin().display()),
-    );
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write(build.path(), "Procfile", procfile);
-    for (name, body) in scripts {
-        write(build.path(), name, body);
-    }
-    let out = site.run(&[
-        "release",
-        "add",
-        "edge-svc",
-        version,
-        build.path().to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut files: Vec<(&str, &str)> = vec![("Procfile", procfile)];
+    files.extend(scripts.iter().map(|(name, body)| (*name, body.as_str())));
+    site.add_sample_with(version, &files);
 }
 
 fn good(site: &Site, version: &str) {
@@ -95,6 +78,18 @@ fn clock_intervals(site: &Site) -> Vec<(u128, u128)> {
         }
     }
     intervals.into_iter().map(|(_, a, b)| (a, b)).collect()
+}
+
+/// No two clock processes ever ran at once (their logged intervals never overlap).
+fn never_two_clocks(site: &Site, when: &str) {
+    let mut clocks = clock_intervals(site);
+    clocks.sort();
+    for pair in clocks.windows(2) {
+        assert!(
+            pair[0].1 < pair[1].0,
+            "{when}: two clocks at once: {clocks:?}"
+        );
+    }
 }
 
 #[test]
@@ -361,14 +356,7 @@ fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
                     .collect::<String>()
                 + &stdout(&up)
         );
-        let mut clocks = clock_intervals(&site);
-        clocks.sort();
-        for pair in clocks.windows(2) {
-            assert!(
-                pair[0].1 < pair[1].0,
-                "K={k}: two clocks at once: {clocks:?}"
-            );
-        }
+        never_two_clocks(&site, &format!("K={k}"));
         // Every attempt that started a candidate has one outcome, and none has two.
         let lines = site.log_lines();
         let tokens: std::collections::BTreeSet<String> = lines
@@ -853,11 +841,7 @@ fn a_replica_set_rolls_out_every_type_in_step_and_scale_sets_web_s_count() {
     let seen = load.finish();
     assert_none_failed(&seen, "scaling web and rolling out every type");
     assert!(seen.len() > 50, "{} requests", seen.len());
-    let mut clocks = clock_intervals(&site);
-    clocks.sort();
-    for pair in clocks.windows(2) {
-        assert!(pair[0].1 < pair[1].0, "two clocks at once: {clocks:?}");
-    }
+    never_two_clocks(&site, "under load");
     drop(proxy);
     site.stop_service();
 }
@@ -967,14 +951,7 @@ fn a_rollout_of_several_types_killed_after_any_action_is_finished_whole() {
             "K={k}: workers"
         );
         assert_eq!(running(&site, "clock.sh").len(), 1, "K={k}: clocks");
-        let mut clocks = clock_intervals(&site);
-        clocks.sort();
-        for pair in clocks.windows(2) {
-            assert!(
-                pair[0].1 < pair[1].0,
-                "K={k}: two clocks at once: {clocks:?}"
-            );
-        }
+        never_two_clocks(&site, &format!("K={k}"));
         // Every rollout that started has one outcome, and none has two.
         let lines = site.log_lines();
         for started in lines.iter().filter(|l| l["event"] == "rollout_started") {

@@ -10,25 +10,7 @@ const POLICY: &str = "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  
 
 /// Installs `version`: web (the sample service) and these scripts beside it.
 fn add_with(site: &Site, version: &str, scripts: &[(&str, &str)]) {
-    use std::os::unix::fs::PermissionsExt;
-    let build = tempfile::tempdir().unwrap();
-    let exe = write(
-        build.path(),
-        "edge-svc",
-        &format!("#!/bin/sh\nexec '{}' sample-service\n", bin().display()),
-    );
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for (name, body) in scripts {
-        write(build.path(), name, body);
-    }
-    let out = site.run(&[
-        "release",
-        "add",
-        "edge-svc",
-        version,
-        build.path().to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site.add_sample_with(version, scripts);
 }
 
 /// `tick.sh` (quick) and `slow.sh` (3 s, its start and stop written with its pid).

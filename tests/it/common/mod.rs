@@ -157,6 +157,31 @@ impl Site {
         );
     }
 
+    /// Installs `version` with `rollgate release add` from a folder: the sample service as
+    /// its executable, and these files beside it (a Procfile, the scripts a type or a schedule
+    /// runs).
+    pub fn add_sample_with(&self, version: &str, files: &[(&str, &str)]) {
+        use std::os::unix::fs::PermissionsExt;
+        let build = tempfile::tempdir().unwrap();
+        let exe = write(
+            build.path(),
+            "edge-svc",
+            &format!("#!/bin/sh\nexec '{}' sample-service\n", bin().display()),
+        );
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (name, body) in files {
+            write(build.path(), name, body);
+        }
+        let out = self.run(&[
+            "release",
+            "add",
+            "edge-svc",
+            version,
+            build.path().to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
     /// `replicas` replicas of `version` (installed already) live, on the test's `block` of ten
     /// ports ([`ten_ports`]).
     pub fn replicas_of(&self, version: &str, replicas: usize, block: u16) {
