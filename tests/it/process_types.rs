@@ -260,11 +260,20 @@ fn running_in(root: &std::path::Path, script: &str) -> Vec<i32> {
             .find_map(|l| l.strip_prefix("PPid:"))
             .and_then(|p| p.trim().parse::<i32>().ok())
     };
-    found
+    let top: Vec<i32> = found
         .iter()
         .copied()
         .filter(|pid| parent(*pid).is_none_or(|p| !found.contains(&p)))
-        .collect()
+        .collect();
+    // /proc is not read at one instant: an old process that ended and its successor that
+    // started while the scan went on were both seen. Each is looked at again once the scan is
+    // over; every one still there then was there at the same time as the others (each was seen
+    // before the first of these second looks, and is still there after it).
+    let mentions = |pid: &i32| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains(script) && !is_zombie(*pid)
+    };
+    top.into_iter().filter(mentions).collect()
 }
 
 fn scripts(root: &std::path::Path, script: &str) -> Vec<i32> {
@@ -583,6 +592,23 @@ fn a_django_like_app_deploys_under_load_with_every_job_done_once_and_one_clock()
     producer.join().unwrap();
     sampler.join().unwrap();
     assert_eq!(most_clocks.load(Ordering::SeqCst), 1, "two clocks at once");
+    // What the clocks said of themselves agrees: each started after the one before it stopped.
+    let said = std::fs::read_to_string(site.root().join("data/clock.log")).unwrap();
+    let mut lines: Vec<(u128, &str)> = said
+        .lines()
+        .map(|l| {
+            let words: Vec<&str> = l.split(' ').collect();
+            (words[3].parse().unwrap(), words[0])
+        })
+        .collect();
+    lines.sort();
+    let kinds: Vec<&str> = lines.iter().map(|l| l.1).collect();
+    assert!(
+        kinds
+            .chunks(2)
+            .all(|pair| pair[0] == "start" && pair.get(1).is_none_or(|k| *k == "stop")),
+        "{said}"
+    );
 
     // Every job done once: none lost, none twice.
     let made = made.load(Ordering::SeqCst);
