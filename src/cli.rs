@@ -592,6 +592,12 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_TUNNEL_IDLE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub tunnel_idle_timeout_ms: u64,
+    /// Once the proxy stops accepting (SIGTERM, a hand-over to a new proxy), how long it keeps
+    /// upgraded connections open; then a WebSocket gets a Close with 1001 (going away) and
+    /// any other tunnel is shut, and the proxy exits.
+    #[arg(long, value_name = "MS", default_value_t = rollgate::defaults::PROXY_DRAIN_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub drain_timeout_ms: u64,
     /// The proxy sits behind another proxy: append to the client's X-Forwarded-For
     /// instead of replacing it (otherwise any client could claim any address).
     #[arg(long)]

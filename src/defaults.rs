@@ -95,6 +95,8 @@ pub const PROXY_MAX_HEADER_BYTES: u32 = 16_384;
 pub const PROXY_BODY_IDLE_TIMEOUT_MS: u64 = 30_000;
 /// An upgraded connection idle this long is closed (`--tunnel-idle-timeout-ms`).
 pub const PROXY_TUNNEL_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// A stopping proxy keeps its WebSockets and other tunnels this long (`--drain-timeout-ms`).
+pub const PROXY_DRAIN_TIMEOUT_MS: u64 = 30_000;
 
 // `rollgate console`.
 

@@ -65,7 +65,7 @@ pub(crate) use crate::host::schedule_book::keeper_lock as lock_path;
 /// Starts the root's clock keeper unless one runs or there is nothing to keep: its pid when
 /// one was started ([`said`] gives the words for a report).
 pub async fn ensure(root: &Root) -> Option<std::io::Result<u32>> {
-    if !has_schedules(root) || !crate::host::lock::is_free(&lock_path(&root.0)) {
+    if !has_schedules(root) || !keeper_gone(&lock_path(&root.0)).await {
         return None;
     }
     let mut command = tokio::process::Command::new("/proc/self/exe");
@@ -86,6 +86,31 @@ pub async fn ensure(root: &Root) -> Option<std::io::Result<u32>> {
         });
     }
     Some(command.spawn().map(|child| child.id().unwrap_or_default()))
+}
+
+/// Whether no keeper holds the clock: the lock is free, or its holder is on its way out (killed
+/// a moment ago: found as `up` right after a `kill -9` saw the lock still held, and started
+/// nothing) and lets go of it within a moment.
+async fn keeper_gone(lock: &std::path::Path) -> bool {
+    use crate::host::lock;
+    if lock::is_free(lock) {
+        return true;
+    }
+    let holder = std::fs::read_to_string(lock).unwrap_or_default();
+    let Ok(pid) = holder.trim().parse::<i32>() else {
+        return false;
+    };
+    if !crate::host::identity::is_dying(pid) {
+        return false;
+    }
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if lock::is_free(lock) {
+            return true;
+        }
+    }
+    false
 }
 
 /// What [`ensure`] did, in words.

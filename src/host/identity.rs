@@ -46,6 +46,27 @@ pub fn is_keeper(holder: &str) -> bool {
     })
 }
 
+/// Whether `pid` is gone or on its way out: a zombie, exiting, or with SIGKILL pending (a
+/// `kill -9` is delivered when it next runs; until it has exited, its locks are still held).
+pub fn is_dying(pid: i32) -> bool {
+    let Some(stat) = stat(pid) else {
+        return true;
+    };
+    if matches!(stat.state, 'Z' | 'X') {
+        return true;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & SIGKILL_BIT != 0)
+}
+
 /// The process group `pid` is in, while it exists.
 pub fn group_of(pid: i32) -> Option<i32> {
     stat(pid).map(|s| s.process_group)
@@ -96,6 +117,25 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_process_is_dying_until_reaped_and_after() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(!is_dying(pid), "a sleeping process lives");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+        let since = std::time::Instant::now();
+        while stat(pid).is_some_and(|s| s.state != 'Z') && since.elapsed().as_secs() < 10 {
+            assert!(is_dying(pid), "SIGKILL pending, or on its way out");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(is_dying(pid), "a zombie");
+        child.wait().unwrap();
+        assert!(is_dying(pid), "gone");
+    }
 
     #[test]
     fn identity_of_this_process_is_running_and_a_wrong_start_time_is_not() {

@@ -172,6 +172,47 @@ pub fn fetch(root: &Path) -> std::io::Result<OwnedFd> {
     recv_fd(&stream)
 }
 
+/// The listening sockets systemd's socket activation passed to this process (`LISTEN_PID` is
+/// this pid; `LISTEN_FDS` of them from fd 3), each with the address it is bound to. Taken
+/// once: the variables are cleared and the descriptors made close-on-exec, so nothing this
+/// process starts inherits them. A descriptor that is no internet socket is left alone.
+pub fn activated() -> Vec<(SocketAddr, OwnedFd)> {
+    let ours = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        == Some(std::process::id());
+    let count = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse::<RawFd>().ok())
+        .unwrap_or(0);
+    for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(name);
+    }
+    if !ours || !(1..=64).contains(&count) {
+        return Vec::new();
+    }
+    let mut sockets = Vec::new();
+    for fd in FIRST_FD..FIRST_FD + count {
+        let is_socket =
+            nix::sys::stat::fstat(fd).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFSOCK);
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: systemd passed the descriptor to this process for it to own; nothing else
+        // here opened or owns it (it was set before this process started).
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let _ = nix::fcntl::fcntl(
+            fd.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+        match local_address(&fd) {
+            Ok(address) => sockets.push((address, fd)),
+            Err(_) => std::mem::forget(fd),
+        }
+    }
+    sockets
+}
+
 /// The address a listening socket is bound to.
 pub fn local_address(fd: &OwnedFd) -> std::io::Result<SocketAddr> {
     let address: SockaddrStorage = nix::sys::socket::getsockname(fd.as_raw_fd())?;

@@ -120,7 +120,7 @@ pub fn counts_line(routes: &Routes, started: Started) -> String {
     }
 }
 
-fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts {
+pub(super) fn release_counts(release: String, slot: u16, seen: &Snapshot) -> ReleaseCounts {
     let by_name = |names: &[&str], counts: &[u64]| {
         names
             .iter()

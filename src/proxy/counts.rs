@@ -98,15 +98,26 @@ impl Default for Shard {
     }
 }
 
-/// One release's counts, a shard per serving thread.
+/// One release's counts, a shard per serving thread, over what the proxy this one took over
+/// from had counted (`carried`).
 pub struct Counts {
     shards: Box<[Shard]>,
+    carried: std::sync::Mutex<Option<Snapshot>>,
 }
 
 impl Counts {
     pub fn new(threads: usize) -> Counts {
         Counts {
             shards: (0..threads.max(1)).map(|_| Shard::default()).collect(),
+            carried: Default::default(),
+        }
+    }
+
+    /// What the proxy before this one counted for the release (its last word replaces what
+    /// it said at the hand-over: counts only grow).
+    pub fn carry(&self, before: Snapshot) {
+        if let Ok(mut carried) = self.carried.lock() {
+            *carried = Some(before);
         }
     }
 
@@ -134,9 +145,14 @@ impl Counts {
         self.shard(thread).retried.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The shards added up, as of now.
+    /// The shards added up, as of now, over what was carried.
     pub fn snapshot(&self) -> Snapshot {
-        let mut total = Snapshot::default();
+        let mut total = self
+            .carried
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .unwrap_or_default();
         for shard in self.shards.iter() {
             for (sum, count) in total.answers.iter_mut().zip(&shard.answers) {
                 *sum += count.load(Ordering::Relaxed);

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioIo;
 
 use super::access::{self, AccessLog};
 use super::failure::Failure;
-use super::idle::{Activity, BoxError, IdleBody, Watched};
+use super::idle::{BoxError, IdleBody};
 use super::leases::{Lease, View};
 use super::pass::{self, Outcome, Replay, Routed, Shared};
 use super::service::Service;
@@ -437,8 +437,8 @@ fn add_proxy_headers(
 }
 
 /// A release's 101 to an upgrade: the client is told it, and the two upgraded connections are
-/// joined in a task of their own, which holds the lease and the connection's slot as long as
-/// the tunnel is open and closes it once nothing moves either way for `tunnel_idle`.
+/// joined in a task of their own (`tunnel.rs`), which holds the lease and the connection's slot
+/// as long as the tunnel is open.
 fn tunnel(
     mut response: Response<Incoming>,
     client_upgrade: hyper::upgrade::OnUpgrade,
@@ -454,18 +454,18 @@ fn tunnel(
         .write_idle
         .store(millis(idle), std::sync::atomic::Ordering::Relaxed);
     let slot = client.slot.clone();
+    let websocket = response
+        .headers()
+        .get(UPGRADE)
+        .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let tunnels = ctx.tunnels.clone();
     tokio::spawn(async move {
         // The lease and the connection slot live as long as the tunnel.
         let _lease = lease;
         let _slot = slot;
         if let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) {
-            let activity = Activity::new();
-            let mut client = Watched::new(TokioIo::new(client), activity.clone());
-            let mut upstream = Watched::new(TokioIo::new(upstream), activity.clone());
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-                _ = activity.idle_for(idle) => {}
-            }
+            let (client, upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+            super::tunnel::join(client, upstream, websocket, idle, tunnels).await;
         }
     });
     let (parts, _) = response.into_parts();

@@ -259,12 +259,12 @@ impl<S: ClientStream> Front<S> {
                 }),
             );
             let got = if idle {
-                let handed_over = super::handover::handed_over();
+                let handed_over = super::handover::successor_serves();
                 let stopping = *stop.borrow();
                 match stopping {
                     // Between requests: a stopping proxy closes the connection now ...
                     true if !handed_over => return Next::Close,
-                    // ... but one that handed its sockets over answers the client's next
+                    // ... but one whose sockets another serves answers the client's next
                     // request (with `Connection: close`: it reconnects, to the new proxy)
                     // rather than close under a request on its way; a connection that stays
                     // idle that long is closed.

@@ -40,6 +40,23 @@ static HANDED_OVER: AtomicBool = AtomicBool::new(false);
 /// proxy.sock) are this one's to replace.
 static TOOK_OVER: AtomicBool = AtomicBool::new(false);
 
+/// Set when this proxy serves on sockets systemd holds for its unit (socket activation): they
+/// outlive this process, and the unit's next start serves on them.
+static KEPT_BY_SYSTEMD: AtomicBool = AtomicBool::new(false);
+
+/// This proxy serves on a socket of its unit's (socket activation).
+pub fn kept_by_systemd() {
+    KEPT_BY_SYSTEMD.store(true, Ordering::SeqCst);
+}
+
+/// Whether another proxy serves this one's sockets once it stops: it handed them over, or
+/// systemd keeps them for the unit's next start. A client's next request on a kept
+/// connection then has somewhere to go, so the connection is not closed under it
+/// ([`IDLE_KEPT`]).
+pub fn successor_serves() -> bool {
+    handed_over() || KEPT_BY_SYSTEMD.load(Ordering::SeqCst)
+}
+
 /// Whether this proxy handed its sockets to another one.
 pub fn handed_over() -> bool {
     HANDED_OVER.load(Ordering::SeqCst)
@@ -56,6 +73,8 @@ pub const IDLE_KEPT: Duration = Duration::from_secs(2);
 
 /// The most descriptors one hand-over passes (listeners per thread, claims).
 const MAX_FDS: usize = 96;
+/// The longest layout line a taker reads (its counts are most of it).
+const MAX_LAYOUT: usize = 64 << 20;
 /// How long a taker waits for the running proxy's answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
@@ -75,6 +94,9 @@ pub struct Layout {
     /// Claims on the addresses and the config's control socket (lock files' descriptors), by
     /// what they claim: `listen`, `tls`, `config`.
     pub claims: Vec<String>,
+    /// What the proxy counted so far (`carry.rs`; opaque to the channel), as of the take.
+    #[serde(default)]
+    pub counts: Option<serde_json::Value>,
 }
 
 /// What a taker received: the descriptors, by their place in the layout.
@@ -88,10 +110,33 @@ pub struct Handed {
 }
 
 impl Handed {
-    /// Tells the old proxy this one serves: it stops accepting and finishes what it has.
-    pub fn serving(mut self) -> std::io::Result<()> {
+    /// Tells the old proxy this one serves: it stops accepting and finishes what it has. What
+    /// it counted meanwhile comes once it exits, to `last` (on a thread of its own).
+    pub fn serving(
+        mut self,
+        last: impl FnOnce(serde_json::Value) + Send + 'static,
+    ) -> std::io::Result<()> {
         self.channel.write_all(b"serving\n")?;
-        self.channel.flush()
+        self.channel.flush()?;
+        let channel = self.channel;
+        channel.set_read_timeout(None)?;
+        std::thread::Builder::new()
+            .name("handover-last".into())
+            .spawn(move || {
+                let mut line = String::new();
+                // Nothing (the old proxy died): the counts said at the take stand.
+                if BufReader::new(channel).read_line(&mut line).is_ok() {
+                    if let Ok(counts) = serde_json::from_str(&line) {
+                        last(counts);
+                    }
+                }
+            })
+            .map(drop)
+    }
+
+    /// What the old proxy counted, as of the take (`carry.rs`), if it said.
+    pub fn counts<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_value(self.layout.counts.clone()?).ok()
     }
 
     /// The claim on `what` (`listen`, `tls`, `config`), taken out of the hand-over.
@@ -186,20 +231,39 @@ pub struct Offer {
     pub fds: Vec<OwnedFd>,
 }
 
+/// What a proxy counts, as of the moment it is asked (`carry.rs`).
+pub type Counted = Box<dyn Fn() -> serde_json::Value + Send>;
+
+/// The taker's channel, kept by the proxy that handed over to say its last counts on.
+static TAKER: std::sync::Mutex<Option<UnixStream>> = std::sync::Mutex::new(None);
+
+/// A proxy that handed over and finished its last requests says what it counted in all.
+pub fn say_last(counts: serde_json::Value) {
+    let Some(mut channel) = TAKER.lock().ok().and_then(|mut t| t.take()) else {
+        return;
+    };
+    if let Ok(mut line) = serde_json::to_vec(&counts) {
+        line.push(b'\n');
+        let _ = channel.write_all(&line);
+    }
+}
+
 /// Binds the hand-over channel for `listen` (the name replaced: a proxy that took over from
 /// the one there is the one to take from now), and answers takers on a thread of its own until
 /// one says `serving`; then `stop` is sent (as SIGTERM does) and the thread ends.
 pub fn offer(
     listen: SocketAddr,
     offer: Offer,
+    counted: Counted,
     stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 ) -> Result<(), NotHanded> {
-    offer_on(listen, offer, stop).map_err(NotHanded)
+    offer_on(listen, offer, counted, stop).map_err(NotHanded)
 }
 
 fn offer_on(
     listen: SocketAddr,
-    offer: Offer,
+    mut offer: Offer,
+    counted: Counted,
     stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 ) -> Result<(), String> {
     let path = channel_path(listen)?;
@@ -216,7 +280,11 @@ fn offer_on(
                 if !trusted(&stream) {
                     continue;
                 }
-                if answer(stream, &offer).is_ok() {
+                offer.layout.counts = Some(counted());
+                if let Ok(taker) = answer(stream, &offer) {
+                    if let Ok(mut kept) = TAKER.lock() {
+                        *kept = Some(taker);
+                    }
                     HANDED_OVER.store(true, Ordering::SeqCst);
                     eprintln!(
                         "rollgate proxy: handed over to a new proxy; finishing in-flight requests"
@@ -249,9 +317,9 @@ fn trusted(stream: &UnixStream) -> bool {
         .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
 }
 
-/// One taker: `take` read, the layout and the descriptors sent, `serving` read back. Ok only
-/// when the taker serves.
-fn answer(stream: UnixStream, offer: &Offer) -> std::io::Result<()> {
+/// One taker: `take` read, the layout and the descriptors sent, `serving` read back. Ok (the
+/// channel, for the last counts) only when the taker serves.
+fn answer(stream: UnixStream, offer: &Offer) -> std::io::Result<UnixStream> {
     stream.set_read_timeout(Some(Duration::from_secs(120)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut line = String::new();
@@ -273,7 +341,7 @@ fn answer(stream: UnixStream, offer: &Offer) -> std::io::Result<()> {
     line.clear();
     reader.read_line(&mut line)?;
     match line.trim() {
-        "serving" => Ok(()),
+        "serving" => Ok(stream),
         _ => Err(std::io::Error::other("the taker did not start serving")),
     }
 }
@@ -319,8 +387,21 @@ fn take_from(listen: SocketAddr) -> Result<Handed, String> {
         }
         (message.bytes, fds)
     };
-    let text = header.get(..read).unwrap_or_default();
-    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    // The layout line may go on past the first read (the counts): up to its end.
+    header.truncate(read);
+    while !header.ends_with(b"\n") {
+        use std::io::Read;
+        let mut more = [0u8; 64 << 10];
+        let got = (&channel).read(&mut more).map_err(said)?;
+        if got == 0 || header.len() > MAX_LAYOUT {
+            return Err(format!(
+                "the running proxy on {listen} answered no hand-over (its answer ended early or \
+                 ran past {MAX_LAYOUT} bytes)"
+            ));
+        }
+        header.extend_from_slice(&more[..got]);
+    }
+    let text = header.strip_suffix(b"\n").unwrap_or(&header);
     let layout: Layout = serde_json::from_slice(text)
         .map_err(|e| format!("the running proxy on {listen} answered no hand-over ({e})"))?;
     if fds.len() != layout.plain + layout.tls + layout.claims.len() {

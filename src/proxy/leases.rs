@@ -203,6 +203,11 @@ impl Routes {
         counts
     }
 
+    /// What the proxy this one took over from counted for `version` in `slot`.
+    pub fn carry(&self, version: &str, slot: u16, before: Snapshot) {
+        self.counts_for(version, slot).carry(before);
+    }
+
     /// Each release served since the proxy started, with its counts as of now.
     pub fn counted(&self) -> Vec<(String, u16, Snapshot)> {
         self.counted

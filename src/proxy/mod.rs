@@ -40,6 +40,7 @@ macro_rules! serve_until_stopped {
 
 pub mod access;
 pub mod acme;
+mod carry;
 pub mod certs;
 pub mod config;
 pub mod control;
@@ -58,6 +59,7 @@ mod router;
 mod service;
 pub mod tls;
 mod traffic;
+mod tunnel;
 mod upstream;
 mod watch;
 mod wire;
@@ -99,6 +101,9 @@ pub struct Options {
     pub body_idle: Duration,
     /// An upgraded tunnel where nothing moves for this long is closed.
     pub tunnel_idle: Duration,
+    /// Once the proxy stops accepting (a signal, a hand-over), how long its tunnels are kept
+    /// before a WebSocket is closed with 1001 and any other tunnel shut.
+    pub drain: Duration,
     /// Append to the client's `X-Forwarded-For` instead of replacing it.
     pub trust_forwarded: bool,
     /// Where to serve `/metrics` (none: not served; the counts are kept either way).
@@ -273,7 +278,11 @@ fn serve(
         Serves::Root(_) => None,
     };
     let offer = fronts.offer(control.as_ref())?;
-    let started = counts::Started::now();
+    // Taking over, the counts go on from the old proxy's (`carry.rs`).
+    let carried: Option<carry::Carried> = handed.as_ref().and_then(handover::Handed::counts);
+    let started = carried
+        .as_ref()
+        .map_or_else(counts::Started::now, carry::Carried::started);
     let metrics_listener = metrics_listener(&options)?;
     // The main thread's runtime: it follows every service's pointer, answers its proxy.sock
     // and the reloads, and serves connections like the other threads.
@@ -286,6 +295,9 @@ fn serve(
         started,
         threads,
     )?;
+    if let Some(carried) = &carried {
+        carry::carry(&router.services(), carried);
+    }
     // Everything privileged is done: listeners, the control socket, the certificates.
     if let Some(name) = &options.user {
         become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
@@ -316,12 +328,15 @@ fn serve(
     // Offered to the next proxy (a hand-over stops this one as SIGTERM does); then, taking
     // over, the old proxy is told this one serves.
     let stop_tx = Arc::new(stop_tx);
-    handover::offer(listen, offer, stop_tx.clone()).map_err(|e| Error::Failed(e.to_string()))?;
-    if let Some(handed) = handed {
-        handed
-            .serving()
-            .map_err(|e| Error::Failed(format!("cannot tell the running proxy to stop: {e}")))?;
-    }
+    let counted = counted_by(&current, started);
+    hand_over(
+        listen,
+        offer,
+        handed,
+        &current,
+        counted.clone(),
+        stop_tx.clone(),
+    )?;
 
     let result = std::thread::scope(|scope| {
         for other in cores {
@@ -365,6 +380,10 @@ fn serve(
     // The services' followers and proxy.sock files go with the runtime's tasks.
     drop(runtime);
     if handover::handed_over() {
+        // Every request this one served is counted by now: the new proxy goes on from here.
+        if let Ok(counts) = counted() {
+            handover::say_last(counts);
+        }
         // Locks on files the new proxy shares: unlocking them would release its claims.
         std::mem::forget(claims);
     } else {
@@ -374,6 +393,48 @@ fn serve(
     result.map_err(Error::Failed)?;
     eprintln!("rollgate proxy: stopped");
     Ok(())
+}
+
+/// What the proxy counted, as of the moment it is asked (for the next proxy: `carry.rs`).
+/// Held weakly, as the other threads hold the routes: the services and their access logs must
+/// go when the proxy ends, which flushes the logs.
+fn counted_by(
+    current: &Arc<router::Current>,
+    started: counts::Started,
+) -> impl Fn() -> serde_json::Result<serde_json::Value> + Clone + Send + 'static {
+    let current = Arc::downgrade(current);
+    move || {
+        let services = current.upgrade().map(|c| c.get().services());
+        serde_json::to_value(carry::carried(&services.unwrap_or_default(), started))
+    }
+}
+
+/// Offers this proxy's sockets to the next one (a hand-over stops this one as SIGTERM does);
+/// then, taking over, tells the old proxy this one serves, and puts what it counts last under
+/// this one's counts.
+fn hand_over(
+    listen: SocketAddr,
+    offer: handover::Offer,
+    handed: Option<handover::Handed>,
+    current: &Arc<router::Current>,
+    counted: impl Fn() -> serde_json::Result<serde_json::Value> + Send + 'static,
+    stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), Error> {
+    let offered: handover::Counted = Box::new(move || counted().unwrap_or_default());
+    handover::offer(listen, offer, offered, stop_tx).map_err(|e| Error::Failed(e.to_string()))?;
+    let Some(handed) = handed else {
+        return Ok(());
+    };
+    let current = Arc::downgrade(current);
+    let last = move |counts| {
+        let carried = serde_json::from_value::<carry::Carried>(counts);
+        if let (Ok(carried), Some(current)) = (carried, current.upgrade()) {
+            carry::carry(&current.get().services(), &carried);
+        }
+    };
+    handed
+        .serving(last)
+        .map_err(|e| Error::Failed(format!("cannot tell the running proxy to stop: {e}")))
 }
 
 /// `--version-header NAME`, checked to be a header name.
@@ -544,6 +605,35 @@ fn stop_on_a_signal(stop: Arc<tokio::sync::watch::Sender<bool>>) -> Result<(), S
     Ok(())
 }
 
+/// The sockets a unit's socket activation passed, by address.
+struct Activated(Vec<(SocketAddr, std::os::fd::OwnedFd)>);
+
+impl Activated {
+    /// The socket for `address` (one bound to the same port on every address serves it too),
+    /// as a listener for each of `threads` (copies of the one socket: they share its queue).
+    /// Taking one says so to the hand-over's rules: the socket outlives this process.
+    fn take(
+        &mut self,
+        address: SocketAddr,
+        threads: usize,
+    ) -> std::io::Result<Option<Vec<std::net::TcpListener>>> {
+        let Some(at) = self.0.iter().position(|(bound, _)| {
+            *bound == address || (bound.port() == address.port() && bound.ip().is_unspecified())
+        }) else {
+            return Ok(None);
+        };
+        let listener = std::net::TcpListener::from(self.0.remove(at).1);
+        listener.set_nonblocking(true)?;
+        let mut listeners = Vec::with_capacity(threads);
+        for _ in 1..threads.max(1) {
+            listeners.push(listener.try_clone()?);
+        }
+        listeners.push(listener);
+        handover::kept_by_systemd();
+        Ok(Some(listeners))
+    }
+}
+
 /// The proxy's listening sockets, claimed (no second proxy on the same address) and bound
 /// before it leaves root: plain HTTP, one per serving thread, and TLS's beside them.
 struct Fronts {
@@ -571,13 +661,20 @@ impl Fronts {
     ) -> Result<Fronts, Error> {
         let failed = |e: std::io::Error| Error::Failed(e.to_string());
         let listen_at = listen_address(options);
-        // Held for the proxy's life: a second rollgate proxy on this address fails here.
+        // A unit's sockets (systemd's socket activation), else sockets of its own.
+        let mut activated = Activated(crate::host::listen::activated());
+        let mut own = |address: SocketAddr| -> Result<_, Error> {
+            // Held for the proxy's life: a second rollgate proxy on this address fails here.
+            let claim = claim_address(address).map_err(Error::Failed)?;
+            let listeners = match activated.take(address, threads).map_err(failed)? {
+                Some(listeners) => listeners,
+                None => reuseport_listeners(address, threads).map_err(failed)?,
+            };
+            Ok((claim, listeners))
+        };
         let (plain_claim, plain) = match handed.as_deref_mut() {
             Some(handed) => (handed.claim("listen"), std::mem::take(&mut handed.plain)),
-            None => (
-                claim_address(listen_at).map_err(Error::Failed)?,
-                reuseport_listeners(listen_at, threads).map_err(failed)?,
-            ),
+            None => own(listen_at)?,
         };
         let listen = plain[0].local_addr().map_err(failed)?;
         if let Some(handed) = handed.as_deref() {
@@ -595,10 +692,7 @@ impl Fronts {
             (Some(address), Some(resolver)) => {
                 let (claim, listeners) = match handed.as_deref_mut() {
                     Some(handed) => (handed.claim("tls"), std::mem::take(&mut handed.tls)),
-                    None => (
-                        claim_address(address).map_err(Error::Failed)?,
-                        reuseport_listeners(address, threads).map_err(failed)?,
-                    ),
+                    None => own(address)?,
                 };
                 let bound = listeners[0].local_addr().map_err(failed)?;
                 let config = tls::server_config(resolver.clone())
@@ -709,6 +803,7 @@ impl Making<'_> {
             version_header: self.version_header.clone(),
             body_idle: options.body_idle,
             tunnel_idle: options.tunnel_idle,
+            tunnels: tunnel::Tunnels::new(self.stop.clone(), options.drain),
             trust_forwarded: options.trust_forwarded,
             thread,
             counting: options.counting,
@@ -1001,5 +1096,7 @@ impl Core {
         drop(listener);
         let _ = core_stop.send(true);
         while connections.join_next().await.is_some() {}
+        // Upgraded connections live in tasks of their own, until the drain timeout at most.
+        self.shared.tunnels.all_closed().await;
     }
 }

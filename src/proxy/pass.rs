@@ -36,6 +36,8 @@ pub struct Shared {
     pub body_idle: Duration,
     /// An upgraded tunnel with no byte either way for this long is closed.
     pub tunnel_idle: Duration,
+    /// This serving thread's open tunnels, kept until the drain timeout when the proxy stops.
+    pub tunnels: Arc<super::tunnel::Tunnels>,
     /// Keep the client's `X-Forwarded-For` and append to it (behind another proxy); otherwise
     /// it is replaced, so a client cannot forge where it comes from.
     pub trust_forwarded: bool,

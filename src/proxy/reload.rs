@@ -32,7 +32,11 @@ use crate::host::state::Root;
 pub struct Services {
     running: Vec<Running>,
     threads: usize,
+    /// Whose counts these are (a proxy that took over goes on with the old one's).
     started: Started,
+    /// When this process started: its access logs' request ids begin with it (never the
+    /// counts' start, which a proxy that took over shares with the old one).
+    log_started_ms: u64,
     tls: Option<Arc<certs::Resolver>>,
     /// How routes log (`--access-log-*`), and whether a route that does not say logs.
     access: access::Settings,
@@ -56,6 +60,7 @@ impl Services {
             running: Vec::new(),
             threads,
             started,
+            log_started_ms: Started::now().at_ms,
             tls,
             access,
             access_flag: access_by_default,
@@ -67,7 +72,7 @@ impl Services {
     /// The access log a new service gets: its route's `access_log` over the proxy's setting.
     fn access_for(&self, route_says: Option<bool>) -> Option<(access::Settings, u64)> {
         (self.access_flag || route_says.unwrap_or(self.access_by_default))
-            .then_some((self.access, self.started.at_ms))
+            .then_some((self.access, self.log_started_ms))
     }
 
     /// `--root`'s one service, for every host and path.

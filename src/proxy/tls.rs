@@ -71,7 +71,7 @@ pub async fn serve(
             if stop.changed().await.is_err() {
                 return std::future::pending().await;
             }
-            if !super::handover::handed_over() {
+            if !super::handover::successor_serves() {
                 return;
             }
         }
