@@ -363,7 +363,10 @@ With --config FILE it serves every service of the host: each [[route]] names hos
 path prefix and a root (docs/proxy.md); a request no route takes gets 404. SIGHUP or
 `rollgate proxy reload --config FILE` reads the file again without dropping a connection; a
 file that does not parse is refused at its line and column and the routes in force go on.
-SIGTERM or SIGINT: stop accepting, finish in-flight requests, exit 0.")]
+SIGTERM or SIGINT: stop accepting, finish in-flight requests, keep WebSockets up to
+--drain-timeout-ms (then a Close with 1001), exit 0. --take-over: take a running proxy's
+sockets on the same --listen (a restart or an upgrade with no failed request); systemd's socket
+activation (LISTEN_FDS) is served too (docs/operations.md).")]
     #[command(args_conflicts_with_subcommands = true)]
     Proxy(ProxyArgs),
     /// What the proxy lets through to a service: maintenance (503 and a page), a pause

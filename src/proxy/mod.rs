@@ -665,12 +665,17 @@ impl Fronts {
         let mut activated = Activated(crate::host::listen::activated());
         let mut own = |address: SocketAddr| -> Result<_, Error> {
             // Held for the proxy's life: a second rollgate proxy on this address fails here.
-            let claim = claim_address(address).map_err(Error::Failed)?;
-            let listeners = match activated.take(address, threads).map_err(failed)? {
-                Some(listeners) => listeners,
-                None => reuseport_listeners(address, threads).map_err(failed)?,
-            };
-            Ok((claim, listeners))
+            // (A socket of the unit's is bound already: nobody else's, so not looked for.)
+            Ok(match activated.take(address, threads).map_err(failed)? {
+                Some(listeners) => (
+                    claim_address(address, false).map_err(Error::Failed)?,
+                    listeners,
+                ),
+                None => (
+                    claim_address(address, true).map_err(Error::Failed)?,
+                    reuseport_listeners(address, threads).map_err(failed)?,
+                ),
+            })
         };
         let (plain_claim, plain) = match handed.as_deref_mut() {
             Some(handed) => (handed.claim("listen"), std::mem::take(&mut handed.plain)),
@@ -869,8 +874,12 @@ fn raise_open_file_limit() {
 /// of the traffic. So first: a plain bind without it, which fails if anyone listens there; and
 /// a claim on the address in rollgate's run folder (an exclusive lock no other user can take
 /// first, which two proxies starting at the same moment cannot both hold). The returned claim
-/// is held for the proxy's life.
-fn claim_address(listen: SocketAddr) -> Result<Option<crate::host::run_dir::Claim>, String> {
+/// is held for the proxy's life. `look_for_others` false: the address is this proxy's socket
+/// already (socket activation), so only the claim is taken.
+fn claim_address(
+    listen: SocketAddr,
+    look_for_others: bool,
+) -> Result<Option<crate::host::run_dir::Claim>, String> {
     use crate::host::run_dir;
     use nix::sys::socket::{
         bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
@@ -890,6 +899,9 @@ fn claim_address(listen: SocketAddr) -> Result<Option<crate::host::run_dir::Clai
     let claim = run_dir::claim(&folder.join(format!("listen-{name}.lock")))
         .map_err(|e| e.to_string())?
         .ok_or_else(|| taken("by another rollgate proxy".into()))?;
+    if !look_for_others {
+        return Ok(Some(claim));
+    }
     let family = if listen.is_ipv4() {
         AddressFamily::Inet
     } else {

@@ -104,11 +104,15 @@ pub async fn join<C, U>(
         tokio::io::split(Watched::new(client, activity.clone()));
     let (mut release_read, mut release_write) =
         tokio::io::split(Watched::new(upstream, activity.clone()));
-    let to_release = async {
-        let copied = tokio::io::copy(&mut client_read, &mut release_write).await;
-        let _ = release_write.shutdown().await;
-        copied.map(drop)
-    };
+    // The client's Close, once passed to the release, ends a tunnel that went away: the
+    // server closes the connection after the closing handshake (RFC 6455, 7.1.1).
+    let client_closed = tokio::sync::Notify::new();
+    let to_release = to_release(
+        &mut client_read,
+        &mut release_write,
+        websocket,
+        &client_closed,
+    );
     let to_client = to_client(
         &mut release_read,
         &mut client_write,
@@ -132,7 +136,13 @@ pub async fn join<C, U>(
                         Ok(Ended::Closed) => {}
                         // The client answers the Close (passed on to the release), or not.
                         Ok(Ended::WentAway) if !release_done => {
-                            let _ = tokio::time::timeout(CLOSE_WAIT, &mut to_release).await;
+                            let answered = async {
+                                tokio::select! {
+                                    _ = &mut to_release => {}
+                                    () = client_closed.notified() => {}
+                                }
+                            };
+                            let _ = tokio::time::timeout(CLOSE_WAIT, answered).await;
                             return;
                         }
                         Ok(Ended::WentAway) | Err(_) => return,
@@ -144,6 +154,36 @@ pub async fn join<C, U>(
     tokio::select! {
         _ = relay => {}
         _ = activity.idle_for(idle) => {}
+    }
+}
+
+/// The client's bytes to the release until the client closes (then the release's write side is
+/// shut); `client_closed` is told of each Close frame of a WebSocket's client passed on.
+async fn to_release<R, W>(
+    client: &mut R,
+    release: &mut W,
+    websocket: bool,
+    client_closed: &tokio::sync::Notify,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut frames = websocket.then(Frames::default);
+    let mut buffer = vec![0u8; 16 << 10];
+    loop {
+        let read = client.read(&mut buffer).await?;
+        if read == 0 {
+            return release.shutdown().await;
+        }
+        release.write_all(&buffer[..read]).await?;
+        if let Some(frames) = &mut frames {
+            let closes = frames.closes;
+            frames.advance(&buffer[..read], false);
+            if frames.closes > closes {
+                client_closed.notify_one();
+            }
+        }
     }
 }
 
@@ -211,12 +251,15 @@ where
 }
 
 /// Where a stream of WebSocket frames is: inside a frame's head (`have` bytes of it read) or
-/// its payload (`payload_left` bytes to go).
+/// its payload (`payload_left` bytes to go); and how many Close frames went by whole.
 #[derive(Debug, Default)]
 struct Frames {
     head: [u8; 14],
     have: usize,
     payload_left: u64,
+    /// The frame under way is a Close (opcode 8).
+    in_close: bool,
+    closes: u32,
 }
 
 impl Frames {
@@ -233,6 +276,9 @@ impl Frames {
                 let taken = self.payload_left.min((bytes.len() - at) as u64);
                 at += taken as usize;
                 self.payload_left -= taken;
+                if self.payload_left == 0 && self.in_close {
+                    self.closes += 1;
+                }
                 continue;
             }
             if stop_at_boundary && self.have == 0 {
@@ -245,6 +291,10 @@ impl Frames {
                 if self.have == length {
                     self.have = 0;
                     self.payload_left = payload;
+                    self.in_close = self.head[0] & 0x0f == 0x8;
+                    if payload == 0 && self.in_close {
+                        self.closes += 1;
+                    }
                 }
             }
         }
@@ -336,6 +386,14 @@ mod tests {
         assert_eq!(frames.advance(&rest, true), first.len() - 100);
         assert!(frames.at_boundary());
         assert_eq!(frames.advance(&second, true), 0, "a new frame is not begun");
+        // Close frames are counted once whole, with or without a payload.
+        let mut frames = Frames::default();
+        let close = b"\x88\x82abcdXY";
+        frames.advance(&close[..4], false);
+        assert_eq!(frames.closes, 0);
+        frames.advance(&close[4..], false);
+        frames.advance(b"\x88\x00", false);
+        assert_eq!(frames.closes, 2);
     }
 
     #[tokio::test]
@@ -368,11 +426,14 @@ mod tests {
         let mut passed = [0u8; 8];
         release_end.read_exact(&mut passed).await.unwrap();
         assert_eq!(&passed, b"\x88\x82abcdXY");
-        drop(client_end);
-        tokio::time::timeout(Duration::from_secs(5), joined)
+        // The server's part: the connection closed at once, not when the client gives up.
+        tokio::time::timeout(Duration::from_millis(500), joined)
             .await
-            .expect("the tunnel ended")
+            .expect("the tunnel ended once the client's Close was passed on")
             .unwrap();
+        let mut rest = Vec::new();
+        client_end.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "nothing of the release's after the Close");
         tokio::time::timeout(Duration::from_secs(1), tunnels.all_closed())
             .await
             .expect("no tunnel left open");

@@ -238,3 +238,316 @@ fn a_reload_by_the_unit_hands_over_and_names_the_new_main_process() {
     send_signal(pid, 15);
     assert!(wait_for(30, || !alive(pid)));
 }
+
+/// The Unix time now, in seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// `ROOT/proxy.sock`'s `counts` line.
+fn counts_line(site: &Site) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(site.root().join("proxy.sock")).unwrap();
+    stream.write_all(b"counts\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut line)
+        .unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
+/// The answers of one status class (`2xx`) in a counts line, over every release.
+fn answers(counts: &serde_json::Value, class: &str) -> u64 {
+    counts["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["answers"][class].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Lines of `ROOT/access.log` and its rotated files.
+fn access_lines(site: &Site) -> usize {
+    std::fs::read_dir(site.root())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("access.log")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap().lines().count())
+        .sum()
+}
+
+/// Issue 71's acceptance: ten hand-overs, five of them to another binary, of two front doors at
+/// once — one plain (HTTP/1.1 on kept and on new connections, ten WebSockets), one TLS (HTTP/1.1
+/// and HTTP/2, ten WebSockets over TLS). No request fails and no connection is refused; every
+/// WebSocket is closed with 1001, each time at the old proxy's drain timeout after the hand-over,
+/// never before, and its client opens another; the access log has every request once; and the
+/// counts the judge reads go on from the first proxy's — same start, every answer counted once.
+#[test]
+fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_the_drain_timeout()
+{
+    use crate::common::websocket::{websocket_release, Holders};
+    use crate::tls::{cert_arg, Ca};
+    const DRAIN_S: f64 = 2.0;
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("rollgate-new");
+    std::fs::copy(bin(), &other).unwrap();
+    let (plain_site, tls_site) = (Site::new(), Site::new());
+    let _plain_release = websocket_release(&plain_site);
+    let _tls_release = websocket_release(&tls_site);
+    let ca = Ca::new(dir.path(), "Hand-over CA");
+    let cert = cert_arg("a.test", &ca.leaf("a.test", "a"));
+    let (plain, redirect, tls) = (free_port(), free_port(), free_port());
+    let drain = format!("{}", (DRAIN_S * 1000.0) as u64);
+    let plain_args: Vec<String> = [
+        "proxy",
+        "--listen",
+        &format!("127.0.0.1:{plain}"),
+        "--access-log",
+        "--drain-timeout-ms",
+        &drain,
+        "--root",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([plain_site.root().display().to_string()])
+    .collect();
+    let tls_args: Vec<String> = [
+        "proxy",
+        "--listen",
+        &format!("127.0.0.1:{redirect}"),
+        "--tls-listen",
+        &format!("127.0.0.1:{tls}"),
+        "--tls-cert",
+        &cert,
+        "--access-log",
+        "--drain-timeout-ms",
+        &drain,
+        "--root",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([tls_site.root().display().to_string()])
+    .collect();
+    let start = |binary: &Path, args: &[String], take_over: bool, log: String| {
+        Command::new(binary)
+            .args(args)
+            .args(take_over.then_some("--take-over"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(log)).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut running = [
+        start(&bin(), &plain_args, false, "plain-0.err".into()),
+        start(&bin(), &tls_args, false, "tls-0.err".into()),
+    ];
+    assert!(wait_for(10, || version_on(plain).is_some()
+        && std::net::TcpStream::connect(("127.0.0.1", tls)).is_ok()));
+    let first_counts = counts_line(&plain_site);
+    let first_tls_counts = counts_line(&tls_site);
+
+    // The load: kept and new plain connections, curl over TLS (40 requests per connection,
+    // HTTP/1.1 and HTTP/2), and twenty WebSockets.
+    let kept = Load::kept(plain, 3, Duration::from_millis(5));
+    let fresh = Load::start(plain, 4, Duration::from_millis(5));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let curls: Vec<_> = ["--http2", "--http1.1"]
+        .into_iter()
+        .map(|version| {
+            let (stop, ca) = (stop.clone(), ca.pem());
+            std::thread::spawn(move || {
+                let mut runs = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let urls: Vec<String> = (0..40)
+                        .flat_map(|_| {
+                            [
+                                "-o".into(),
+                                "/dev/null".into(),
+                                format!("https://a.test:{tls}/"),
+                            ]
+                        })
+                        .collect();
+                    let out = Command::new("curl")
+                        .args(["-sS", "--max-time", "20", "--cacert"])
+                        .arg(&ca)
+                        .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
+                        .args(["-w", "%{http_code}\n"])
+                        .args(&urls)
+                        .output()
+                        .expect("curl");
+                    runs.push((version, out));
+                }
+                runs
+            })
+        })
+        .collect();
+    let plain_sockets = Holders::open(10, plain, "a.test", None);
+    let tls_sockets = Holders::open(10, tls, "a.test", Some(&ca.pem()));
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut handed_at = Vec::new();
+    for n in 1..=10 {
+        let binary = if n % 2 == 1 { other.clone() } else { bin() };
+        handed_at.push(unix_now());
+        let next = [
+            start(&binary, &plain_args, true, format!("plain-{n}.err")),
+            start(&binary, &tls_args, true, format!("tls-{n}.err")),
+        ];
+        for (old, which) in running.iter_mut().zip(["plain", "tls"]) {
+            let status = exited(old, 30);
+            let said = |k: usize| {
+                std::fs::read_to_string(dir.path().join(format!("{which}-{k}.err")))
+                    .unwrap_or_default()
+            };
+            assert_eq!(
+                status.and_then(|s| s.code()),
+                Some(0),
+                "{which} hand-over {n}: {}\n{}",
+                said(n - 1),
+                said(n)
+            );
+        }
+        running = next;
+        std::thread::sleep(Duration::from_millis(800));
+    }
+
+    // Every WebSocket: closed with 1001 once per hand-over, at the drain timeout after it.
+    for (held, which) in plain_sockets
+        .finish()
+        .into_iter()
+        .map(|h| (h, "plain"))
+        .chain(tls_sockets.finish().into_iter().map(|h| (h, "tls")))
+    {
+        assert!(held.end.starts_with("done"), "{which}: {held:?}");
+        assert_eq!(held.closes.len(), 10, "{which}: {held:?}");
+        assert_eq!(held.opens, 11, "{which}: {held:?}");
+        for (code, at) in &held.closes {
+            assert_eq!(*code, 1001, "{which}: {held:?}");
+            let after = handed_at.iter().rev().find(|h| **h <= *at).map(|h| at - h);
+            assert!(
+                after.is_some_and(|s| (DRAIN_S - 0.05..DRAIN_S + 1.5).contains(&s)),
+                "{which}: closed {after:?} s after its hand-over (drain {DRAIN_S} s): {held:?}"
+            );
+        }
+    }
+    let (kept, fresh) = (kept.finish(), fresh.finish());
+    assert_none_failed(&kept, "kept connections across ten hand-overs");
+    assert_none_failed(&fresh, "new connections across ten hand-overs");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut over_tls = 0;
+    for client in curls {
+        for (version, out) in client.join().unwrap() {
+            let said = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(out.status.success(), "curl {version}: {said}");
+            for code in String::from_utf8_lossy(&out.stdout).lines() {
+                assert_eq!(code, "200", "curl {version}: {said}");
+                over_tls += 1;
+            }
+        }
+    }
+    assert!(
+        kept.len() + fresh.len() > 500 && over_tls > 200,
+        "{} {} {over_tls}",
+        kept.len(),
+        fresh.len()
+    );
+
+    // The counts go on from the first proxy's: the same start, every answer once (on the
+    // plain side, the version probe before the load too); each WebSocket's 101.
+    let all = (kept.len() + fresh.len()) as u64;
+    for (site, first, answered) in [
+        (&plain_site, &first_counts, all + 1),
+        (&tls_site, &first_tls_counts, over_tls),
+    ] {
+        let last = counts_line(site);
+        assert_eq!(
+            (&last["started_ms"], &last["pid"]),
+            (&first["started_ms"], &first["pid"])
+        );
+        assert_eq!(answers(&last, "2xx"), answered, "{last}");
+        assert_eq!(answers(&last, "1xx"), 10 * 11, "{last}");
+    }
+    for mut proxy in running {
+        send_signal(proxy.id() as i32, 15);
+        assert_eq!(exited(&mut proxy, 30).and_then(|s| s.code()), Some(0));
+    }
+    assert_eq!(
+        access_lines(&plain_site),
+        (kept.len() + fresh.len() + 1 + 110)
+    );
+    assert_eq!(access_lines(&tls_site) as u64, over_tls + 110);
+}
+
+/// Issue 71, 2: `systemctl restart` of a unit started by socket activation — systemd holds the
+/// listening socket and hands it to each start as fd 3 (`LISTEN_FDS=1`, `LISTEN_PID`); a restart
+/// is SIGTERM, the old proxy's exit, then a new start. Played here as systemd plays it: the
+/// test holds the socket. Connections that arrive between the two wait in its queue, the old
+/// proxy answers what its kept connections send with `Connection: close`, so no request fails
+/// across three restarts.
+#[test]
+fn a_restart_on_the_socket_systemd_holds_fails_no_request() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let logs = tempfile::tempdir().unwrap();
+    let start = |n: usize| {
+        let fd = socket.as_raw_fd();
+        let mut command = Command::new("sh");
+        command
+            .args([
+                "-c",
+                "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$0\" \"$@\"",
+            ])
+            .arg(bin())
+            .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+            .arg(site.root())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(logs.path().join(format!("{n}.err"))).unwrap());
+        // SAFETY: dup2 is a system call; the copy at 3 is left open across the exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::dup2(fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command.spawn().unwrap()
+    };
+    let mut running = start(0);
+    assert!(wait_for(10, || version_on(port).as_deref() == Some("v1")));
+    let kept = Load::kept(port, 3, Duration::from_millis(5));
+    let fresh = Load::start(port, 4, Duration::from_millis(5));
+    std::thread::sleep(Duration::from_millis(300));
+    for n in 1..=3 {
+        send_signal(running.id() as i32, 15);
+        let status = exited(&mut running, 30);
+        let said = std::fs::read_to_string(logs.path().join(format!("{}.err", n - 1)));
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "{said:?}");
+        running = start(n);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (kept, fresh) = (kept.finish(), fresh.finish());
+    assert_none_failed(&kept, "kept connections across three restarts");
+    assert_none_failed(&fresh, "new connections across three restarts");
+    assert!(
+        kept.len() + fresh.len() > 200,
+        "{}",
+        kept.len() + fresh.len()
+    );
+    send_signal(running.id() as i32, 15);
+    assert_eq!(exited(&mut running, 30).and_then(|s| s.code()), Some(0));
+}

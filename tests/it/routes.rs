@@ -3,6 +3,7 @@
 //! is; a bad file is refused at its line and column.
 
 use crate::common::http::*;
+use crate::common::websocket::*;
 use crate::common::*;
 
 use std::io::{BufRead, BufReader, Write};
@@ -117,85 +118,6 @@ fn echo_release(site: &Site, name: &'static str) {
             });
         }
     });
-}
-
-/// Makes `site`'s `current` say release `name` listens on `port`.
-fn live_at(site: &Site, name: &str, port: u16) {
-    write(
-        site.root(),
-        "current",
-        &format!(
-            r#"{{"service":"edge-svc","version":"{name}","port":{port},"pid":1,"start_time":0,"promoted_at":0}}"#
-        ),
-    );
-}
-
-/// A child process stopped when dropped.
-struct Stopped(std::process::Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A WebSocket server (PyPI's `websockets`, tests/tools/websocket.py) live in `site`: it
-/// answers each message uppercased.
-fn websocket_release(site: &Site) -> Stopped {
-    let mut server = Command::new(python_tools().join("python"))
-        .arg(repo().join("tests/tools/websocket.py"))
-        .arg("serve")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let port: u16 = first.trim().parse().expect("the server prints its port");
-    live_at(site, "ws", port);
-    Stopped(server)
-}
-
-/// A WebSocket client through the proxy on `port` to `host`: each line sent is one message,
-/// each answer one line back.
-struct WebSocketClient {
-    child: Stopped,
-    answers: BufReader<std::process::ChildStdout>,
-}
-
-impl WebSocketClient {
-    fn open(port: u16, host: &str) -> WebSocketClient {
-        let mut child = Command::new(python_tools().join("python"))
-            .arg(repo().join("tests/tools/websocket.py"))
-            .args(["client", host, &port.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let answers = BufReader::new(child.stdout.take().unwrap());
-        let mut client = WebSocketClient {
-            child: Stopped(child),
-            answers,
-        };
-        assert_eq!(client.next_line(), "open");
-        client
-    }
-
-    fn next_line(&mut self) -> String {
-        let mut line = String::new();
-        self.answers.read_line(&mut line).unwrap();
-        line.trim_end().to_string()
-    }
-
-    /// Sends `text` as one message; the server's answer.
-    fn send(&mut self, text: &str) -> String {
-        let stdin = self.child.0.stdin.as_mut().unwrap();
-        writeln!(stdin, "{text}").unwrap();
-        stdin.flush().unwrap();
-        self.next_line()
-    }
 }
 
 /// `GET path` with `Host: host` on a connection of its own.

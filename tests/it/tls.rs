@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// A certificate authority made with openssl, and leaf certificates it signs (ECDSA P-256).
-struct Ca {
+pub(crate) struct Ca {
     dir: PathBuf,
     name: String,
 }
@@ -31,7 +31,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 impl Ca {
-    fn new(dir: &Path, name: &str) -> Ca {
+    pub(crate) fn new(dir: &Path, name: &str) -> Ca {
         openssl(
             dir,
             &[
@@ -58,13 +58,13 @@ impl Ca {
         }
     }
 
-    fn pem(&self) -> PathBuf {
+    pub(crate) fn pem(&self) -> PathBuf {
         self.dir.join(format!("{}.pem", self.name))
     }
 
     /// A leaf for `host` (its SAN), signed by this CA, valid 7 days: (cert, key) paths named
     /// `file`.
-    fn leaf(&self, host: &str, file: &str) -> (PathBuf, PathBuf) {
+    pub(crate) fn leaf(&self, host: &str, file: &str) -> (PathBuf, PathBuf) {
         self.leaf_for_days(host, file, 7)
     }
 
@@ -115,7 +115,7 @@ impl Ca {
     }
 }
 
-fn cert_arg(name: &str, (cert, key): &(PathBuf, PathBuf)) -> String {
+pub(crate) fn cert_arg(name: &str, (cert, key): &(PathBuf, PathBuf)) -> String {
     format!("{name}={},{}", cert.display(), key.display())
 }
 

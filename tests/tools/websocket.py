@@ -2,18 +2,31 @@
 
     websocket.py serve
         Listens on 127.0.0.1 (a port of the kernel's choosing, printed on the first line of
-        stdout) and answers every text message with the same text uppercased.
+        stdout) and answers every text message with the same text uppercased; a plain HTTP
+        request (no Upgrade) gets 200 "ok".
 
     websocket.py client HOST PORT
         Opens ws://HOST/ through 127.0.0.1:PORT (the proxy; HOST is only the Host header), then
         for every line on stdin sends it as one message and prints the answer on a line of its
         own. Exits 0 when stdin ends, 1 (with the reason on stderr) when the connection fails.
+
+    websocket.py hold HOST PORT [CAFILE]
+        Keeps a WebSocket open through 127.0.0.1:PORT (wss, trusting CAFILE, when given): sends a
+        message every 50 ms and checks each answer. Prints `open T` at each open and, when the
+        server closes it cleanly, `closed CODE T` (T: Unix time), then opens another. When stdin
+        ends it closes the connection itself and prints `done N` (N messages answered), exit 0.
+        Anything else (a wrong answer, a connection that fails or closes uncleanly) prints
+        `failed: WHY` and exits 1.
 """
 
+import http
 import socket
+import ssl
 import sys
+import threading
+import time
 
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect
 from websockets.sync.server import serve
 
@@ -26,7 +39,12 @@ def serve_uppercase():
         except ConnectionClosed:
             pass  # the client went away (a test ends by killing it)
 
-    with serve(echo, "127.0.0.1", 0) as server:
+    def plain_http(connection, request):
+        if "upgrade" not in request.headers.get("Connection", "").lower():
+            return connection.respond(http.HTTPStatus.OK, "ok\n")
+        return None
+
+    with serve(echo, "127.0.0.1", 0, process_request=plain_http) as server:
         print(server.socket.getsockname()[1], flush=True)
         server.serve_forever()
 
@@ -45,11 +63,58 @@ def client(host, port):
         sys.exit(1)
 
 
+def hold(host, port, cafile):
+    ended = threading.Event()
+
+    def watch_stdin():
+        for _ in sys.stdin:
+            pass
+        ended.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    context = None
+    if cafile:
+        context = ssl.create_default_context(cafile=cafile)
+    answered = 0
+    try:
+        while not ended.is_set():
+            sock = socket.create_connection(("127.0.0.1", int(port)), timeout=10)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            scheme = "wss" if context else "ws"
+            with connect(
+                f"{scheme}://{host}/",
+                sock=sock,
+                ssl=context,
+                server_hostname=host if context else None,
+                open_timeout=10,
+            ) as connection:
+                print(f"open {time.time():.3f}", flush=True)
+                try:
+                    while not ended.is_set():
+                        message = f"m{answered}"
+                        connection.send(message)
+                        answer = connection.recv(timeout=10)
+                        if answer != message.upper():
+                            print(f"failed: {message} answered {answer}", flush=True)
+                            sys.exit(1)
+                        answered += 1
+                        time.sleep(0.05)
+                except ConnectionClosedOK as closed:
+                    code = closed.rcvd.code if closed.rcvd else "none"
+                    print(f"closed {code} {time.time():.3f}", flush=True)
+    except Exception as e:  # the test reads the reason
+        print(f"failed: {type(e).__name__}: {e}", flush=True)
+        sys.exit(1)
+    print(f"done {answered}", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve_uppercase()
     elif sys.argv[1:2] == ["client"] and len(sys.argv) == 4:
         client(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["hold"] and len(sys.argv) in (4, 5):
+        hold(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else None)
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

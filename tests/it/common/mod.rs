@@ -4,6 +4,7 @@
 pub mod browser;
 pub mod engine;
 pub mod http;
+pub mod websocket;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
