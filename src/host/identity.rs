@@ -16,6 +16,8 @@ pub(super) struct Stat {
     pub(super) state: char,
     pub(super) process_group: i32,
     pub(super) session: i32,
+    /// The kernel's flags for the task (field 9): `PF_EXITING` once it is on its way out.
+    pub(super) flags: u64,
     pub(super) start_time: u64,
 }
 
@@ -30,6 +32,7 @@ pub(super) fn stat(pid: i32) -> Option<Stat> {
         state: fields.first()?.chars().next()?,
         process_group: fields.get(2)?.parse().ok()?,
         session: fields.get(3)?.parse().ok()?,
+        flags: fields.get(6)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -46,13 +49,15 @@ pub fn is_keeper(holder: &str) -> bool {
     })
 }
 
-/// Whether `pid` is gone or on its way out: a zombie, exiting, or with SIGKILL pending (a
-/// `kill -9` is delivered when it next runs; until it has exited, its locks are still held).
+/// Whether `pid` is gone or on its way out: a zombie, exiting (`PF_EXITING`: its memory and
+/// files are being let go), or with SIGKILL pending (a `kill -9` is delivered when it next
+/// runs). Until it has exited, its locks are still held.
 pub fn is_dying(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
     let Some(stat) = stat(pid) else {
         return true;
     };
-    if matches!(stat.state, 'Z' | 'X') {
+    if matches!(stat.state, 'Z' | 'X') || stat.flags & PF_EXITING != 0 {
         return true;
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -412,6 +412,35 @@ pub struct Keepers {
     pub abandoned_standbys: Vec<String>,
 }
 
+/// A keeper's file locked (shared) if no keeper holds it — one killed a moment ago and still on
+/// its way out is waited for (up to 2 s) rather than taken for a live one (found as `up`, run
+/// right after a `kill -9` of the keepers, saw a standby still kept).
+fn lock_unless_held(
+    file: std::fs::File,
+    path: &Path,
+) -> Result<nix::fcntl::Flock<std::fs::File>, (std::fs::File, nix::Error)> {
+    use nix::fcntl::{Flock, FlockArg};
+    let keeper = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<i32>().ok());
+    let mut file = file;
+    let since = std::time::Instant::now();
+    loop {
+        match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((back, e)) => {
+                let dying = keeper.is_some_and(super::identity::is_dying);
+                if !dying || since.elapsed() > std::time::Duration::from_secs(2) {
+                    return Err((back, e));
+                }
+                file = back;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 /// The releases a running keeper keeps under `root`. With `tidy` (the root locked), the
 /// entries of keepers that are gone are removed, and the restarts they had begun are returned.
 pub fn kept(root: &Path, tidy: bool) -> Keepers {
@@ -424,7 +453,7 @@ pub fn kept(root: &Path, tidy: bool) -> Keepers {
         let Ok(file) = std::fs::File::open(&path) else {
             continue;
         };
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+        match lock_unless_held(file, &path) {
             // Nobody holds it: its keeper is gone.
             Ok(mut file) => {
                 if tidy {

@@ -13,6 +13,7 @@
 //! host = "example.com"
 //! path_prefix = "/api"                        # longest prefix wins; default "/"
 //! strip_prefix = true                         # the release is sent /users, not /api/users
+//! max_request_body = 1048576                  # bytes; a larger body is answered 413
 //! root = "/srv/api"
 //! service = "api"                             # default: the root folder's name
 //! ```
@@ -96,6 +97,7 @@ struct WrittenRoute {
     path_prefix: Option<Spanned<String>>,
     #[serde(default)]
     strip_prefix: bool,
+    max_request_body: Option<Spanned<i64>>,
     root: Spanned<PathBuf>,
     service: Option<Spanned<String>>,
     access_log: Option<bool>,
@@ -131,6 +133,10 @@ pub struct Settings {
     pub access_log_sample: Option<u64>,
 }
 
+/// The largest `max_request_body` a route may give: 16 GiB (a body of unknown length is held
+/// in memory up to it, so a route with uploads that large should leave it unset).
+pub const MAX_REQUEST_BODY_LIMIT: u64 = 16 << 30;
+
 /// One route, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteSpec {
@@ -138,6 +144,8 @@ pub struct RouteSpec {
     pub hosts: Vec<HostPattern>,
     pub prefix: String,
     pub strip_prefix: bool,
+    /// The largest request body the route takes, in bytes (none: any).
+    pub max_request_body: Option<u64>,
     /// Absolute and canonical: two spellings of one folder are one root.
     pub root: PathBuf,
     /// This route's `access_log` (none: the proxy's).
@@ -339,6 +347,21 @@ fn route_spec(source: &Source<'_>, route: &WrittenRoute) -> Result<RouteSpec, Co
         Some(prefix) => path_prefix(prefix.get_ref())
             .map_err(|e| source.at(prefix.span(), format!("path_prefix: {e}")))?,
     };
+    let max_request_body = match &route.max_request_body {
+        None => None,
+        Some(limit) => match u64::try_from(*limit.get_ref()) {
+            Ok(bytes) if bytes <= MAX_REQUEST_BODY_LIMIT => Some(bytes),
+            _ => {
+                return Err(source.at(
+                    limit.span(),
+                    format!(
+                        "max_request_body: {} is no size in bytes; it must be 0 to {MAX_REQUEST_BODY_LIMIT}",
+                        limit.get_ref()
+                    ),
+                ))
+            }
+        },
+    };
     let written_root = route.root.get_ref();
     let root = Root::existing(beside(source.file, written_root))
         .and_then(|r| {
@@ -360,6 +383,7 @@ fn route_spec(source: &Source<'_>, route: &WrittenRoute) -> Result<RouteSpec, Co
         hosts,
         prefix,
         strip_prefix: route.strip_prefix,
+        max_request_body,
         root,
         access_log: route.access_log,
     })

@@ -23,21 +23,18 @@ use super::access::{self, AccessLog};
 use super::failure::Failure;
 use super::idle::{BoxError, IdleBody};
 use super::leases::{Lease, View};
-use super::pass::{self, Outcome, Replay, Routed, Shared};
+use super::pass::{self, Outcome, Shared};
+use super::rules;
 use super::service::Service;
-use super::traffic::Refusal;
 use super::upstream::{self, UpstreamBody, Upstreams};
-use super::wire::{self, no_route, HOP_BY_HOP, HSTS};
+use super::wire::HSTS;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// One client connection: where it comes from, its share of `--max-connections`, and what
 /// its requests reuse (its view of the routing table, its connections to releases).
 pub struct Client {
     peer: SocketAddr,
-    /// `X-Forwarded-For` for a client whose own header is not trusted: its address.
-    address: Option<HeaderValue>,
     /// An upgraded tunnel keeps it, so tunnels count against the limit while they are open.
     slot: Arc<tokio::sync::OwnedSemaphorePermit>,
     reused: std::sync::Mutex<Reused>,
@@ -65,7 +62,6 @@ impl Client {
     ) -> Client {
         Client {
             peer,
-            address: HeaderValue::from_str(&peer.ip().to_string()).ok(),
             slot,
             reused: std::sync::Mutex::new(Reused {
                 views: Vec::new(),
@@ -135,36 +131,13 @@ impl hyper::body::Body for Body {
     }
 }
 
-fn plain(status: StatusCode, text: String) -> Response<Body> {
-    let mut response = Response::new(Body::Plain(Full::new(Bytes::from(text + "\n"))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
-}
-
+/// An answer's hop-by-hop headers out, by the rule requests follow (`rules::is_hop_by_hop`).
 fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
-    // One pass over the few headers a message has, instead of a lookup per hop-by-hop name:
-    // most messages carry none of them (a keep-alive request or answer of HTTP/1.1).
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        return;
-    }
-    // Headers named in `Connection` are hop-by-hop too.
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
-    }
+    let named = named_in_connection(headers);
+    let named: Vec<&[u8]> = named.iter().map(|n| n.as_str().as_bytes()).collect();
+    rules::Head::drop_where(&mut InMap(headers), |name| {
+        rules::is_hop_by_hop(name, &named)
+    });
 }
 
 fn is_upgrade(headers: &hyper::HeaderMap) -> bool {
@@ -245,10 +218,18 @@ async fn answer(
     if let Err(refused) = in_the_releases_form(&mut request) {
         return Ok(refused);
     }
-    let service = match route(&mut request, ctx, client, logged) {
-        Ok(service) => service,
-        Err(own) => return Ok(own),
+    // The rules (`rules.rs`): route, body limit, prefix, retry safety.
+    let decided = decide(&request, ctx, client, upgrade);
+    if let (Some(service), Some(begun)) = (decided.service, decided.begun) {
+        *logged = Some((service, begun));
+    }
+    let passage = match decided.verdict {
+        Ok(passage) => passage,
+        Err(own) => return Ok(own_answer(own)),
     };
+    if let Some(path) = passage.target.and_then(|p| p.parse::<hyper::Uri>().ok()) {
+        *request.uri_mut() = path;
+    }
     let wants_json = || {
         request
             .headers()
@@ -256,29 +237,21 @@ async fn answer(
             .iter()
             .any(|v| super::traffic::wants_json(v.as_bytes()))
     };
-    if let Some(refusal) = pass::gate(&service, wants_json).await {
-        return Ok(refused(refusal));
+    if let Some(refusal) = pass::gate(&passage.service, wants_json).await {
+        return Ok(own_answer(refusal.into()));
     }
-    add_proxy_headers(request.headers_mut(), ctx, client, upgrade_value);
-
-    // A request without a body can be sent again: if a replica refuses the connection (it
-    // is stopping, or gone before the state said so), the next least busy one gets it; a safe
-    // method (GET, HEAD, OPTIONS, TRACE) also when the connection broke before any answer (the
-    // replica died under it). A request with a body is sent once: its body cannot be replayed.
+    for_the_release(request.headers_mut(), ctx, client, upgrade_value);
     let (parts, body) = request.into_parts();
-    let replay = Replay {
-        safe: matches!(
-            parts.method,
-            hyper::Method::GET
-                | hyper::Method::HEAD
-                | hyper::Method::OPTIONS
-                | hyper::Method::TRACE
-        ),
-        again: !upgrade && hyper::body::Body::size_hint(&body).exact() == Some(0),
+    let body = match passage.body_limit {
+        None => Either::Left(IdleBody::new(body, ctx.body_idle, "request body")),
+        Some(limit) => match held_to(body, limit, ctx.body_idle).await {
+            Ok(whole) => Either::Right(Full::new(whole)),
+            Err(own) => return Ok(own_answer(own)),
+        },
     };
+    let (service, replay) = (passage.service, passage.replay);
     let mut sender = Forwarding {
         client,
-        body_idle: ctx.body_idle,
         kept: None,
         head: Some(parts),
         body: Some(body),
@@ -286,7 +259,7 @@ async fn answer(
     };
     let (lease, response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
         Outcome::Answered(lease, response) => (lease, response),
-        Outcome::Own(status, words) => return Ok(plain(status, words)),
+        Outcome::Own(own) => return Ok(own_answer(own)),
     };
     match client_upgrade {
         Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
@@ -318,121 +291,134 @@ fn in_the_releases_form(request: &mut Request<Incoming>) -> Result<(), Response<
             .parse::<hyper::Uri>();
         match origin {
             Ok(origin) => *request.uri_mut() = origin,
-            Err(_) => return Err(plain(StatusCode::BAD_REQUEST, "bad request target".into())),
+            Err(_) => {
+                let words = "bad request target".to_string();
+                return Err(own_answer(rules::Own::text(StatusCode::BAD_REQUEST, words)));
+            }
         }
     }
     Ok(())
 }
 
-/// The pass's first step for this request: the service that takes it, with its target
-/// rewritten to the path its release is sent, and its access log line begun when the route
-/// logs. Err: rollgate's own answer (404 no route, 421 another TLS name's host).
-fn route(
-    request: &mut Request<Incoming>,
+/// The chain's verdict on this request (`rules.rs`), from its facts.
+fn decide(
+    request: &Request<Incoming>,
     ctx: &Shared,
     client: &Client,
-    logged: &mut Option<(Arc<Service>, Box<access::Begun>)>,
-) -> Result<Arc<Service>, Response<Body>> {
-    let routed = {
-        let host = request
-            .headers()
-            .get(HOST)
-            .map_or(&b""[..], |h| h.as_bytes());
-        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-        ctx.router.with(|router| {
-            let (route, misdirected) =
-                match pass::route(router, host, path.as_bytes(), client.sni.as_deref()) {
-                    Routed::To(route) => (route, false),
-                    Routed::Misdirected(route) => (route, true),
-                    Routed::NoRoute => {
-                        let words = no_route(&wire::host_name(host));
-                        return Err(plain(StatusCode::NOT_FOUND, words));
-                    }
-                };
-            if let Some(log) = route
-                .service
-                .access
-                .as_ref()
-                .filter(|log| log.samples(ctx.thread))
-            {
-                let request_id = request
-                    .headers()
-                    .get("x-request-id")
-                    .and_then(|v| access::given_request_id(v.as_bytes()));
-                let begun = access::Begun::new(
-                    log,
-                    Vec::with_capacity(256),
-                    &route.service.name,
-                    host,
-                    request.method().as_str(),
-                    path,
-                    request_id,
-                );
-                *logged = Some((route.service.clone(), Box::new(begun)));
-            }
-            if misdirected {
-                return Err(plain(
-                    StatusCode::MISDIRECTED_REQUEST,
-                    "this connection's TLS name is not the request's host: connect again for \
-                     that host"
-                        .into(),
-                ));
-            }
-            let forwarded = route.forwarded(path);
-            let changed = (forwarded != path).then(|| forwarded.into_owned());
-            Ok((route.service.clone(), changed))
-        })
+    upgrade: bool,
+) -> rules::Decided {
+    let headers = request.headers();
+    let body = match hyper::body::Body::size_hint(request.body()).exact() {
+        Some(0) => rules::Body::None,
+        Some(length) => rules::Body::Length(length),
+        None => rules::Body::Unknown,
     };
-    let (service, forwarded) = routed?;
-    if let Some(path) = forwarded.and_then(|p| p.parse::<hyper::Uri>().ok()) {
-        *request.uri_mut() = path;
-    }
-    Ok(service)
+    let facts = rules::Facts {
+        method: request.method().as_str(),
+        target: request.uri().path_and_query().map_or("/", |p| p.as_str()),
+        host: headers.get(HOST).map(HeaderValue::as_bytes),
+        request_id: headers.get("x-request-id").map(HeaderValue::as_bytes),
+        body,
+        upgrade,
+        sni: client.sni.as_deref(),
+    };
+    ctx.router
+        .with(|router| rules::run(router, &facts, ctx.thread, &mut Vec::with_capacity(256)))
 }
 
-/// The gate's 503 (maintenance, or a pause that ran out), as the gate worded it.
-fn refused(refusal: Refusal) -> Response<Body> {
-    let mut response = Response::new(Body::Plain(Full::new(Bytes::from(refusal.body))));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+/// A body of unknown length (chunked, an HTTP/2 stream without `content-length`) read whole
+/// before any of it goes on, up to `limit` bytes: past it, the 413.
+async fn held_to(body: Incoming, limit: u64, idle: Duration) -> Result<Bytes, rules::Own> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(
+        IdleBody::new(body, idle, "request body"),
+        usize::try_from(limit).unwrap_or(usize::MAX),
+    );
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(rules::too_large(limit)),
+        Err(e) => Err(rules::Own::text(
+            StatusCode::BAD_REQUEST,
+            format!("bad request: the body did not arrive whole ({e})"),
+        )),
+    }
+}
+
+/// rollgate's own answer, as hyper sends it.
+fn own_answer(own: rules::Own) -> Response<Body> {
+    let mut response = Response::new(Body::Plain(Full::new(Bytes::from(own.body))));
+    *response.status_mut() = own.status;
     let headers = response.headers_mut();
     headers.insert(
         hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static(refusal.content_type),
+        HeaderValue::from_static(own.content_type),
     );
-    if let Some(seconds) = refusal.retry_after {
+    if let Some(seconds) = own.retry_after {
         headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }
 
-/// The headers a proxy owes the release: hop-by-hop ones out, a Host, `X-Forwarded-For` (the
-/// client's own replaced unless trusted) and `-Proto`, and an upgrade's two headers back in.
-fn add_proxy_headers(
+/// The head the release is sent, by the forwarding rules (`rules::rewrite_head`).
+fn for_the_release(
     headers: &mut hyper::HeaderMap,
     ctx: &Shared,
     client: &Client,
-    upgrade_value: Option<HeaderValue>,
+    upgrade: Option<HeaderValue>,
 ) {
-    strip_hop_by_hop(headers);
-    if !headers.contains_key(HOST) {
-        headers.insert(HOST, HeaderValue::from_static("localhost"));
-    }
-    let earlier = headers
-        .get(&X_FORWARDED_FOR)
-        .and_then(|v| v.to_str().ok())
-        .filter(|_| ctx.trust_forwarded);
-    let forwarded_for = match earlier {
-        Some(earlier) => HeaderValue::from_str(&format!("{earlier}, {}", client.peer.ip())).ok(),
-        None => client.address.clone(),
+    let forwarded_for = headers.get(X_FORWARDED_FOR).cloned();
+    let named = named_in_connection(headers);
+    let named: Vec<&[u8]> = named.iter().map(|n| n.as_str().as_bytes()).collect();
+    let facts = rules::Client {
+        peer: client.peer.ip(),
+        tls: client.tls,
+        forwarded_for: forwarded_for.as_ref().map(HeaderValue::as_bytes),
+        trust_forwarded: ctx.trust_forwarded,
+        has_host: headers.contains_key(HOST),
+        named: &named,
+        upgrade: upgrade.as_ref().map(HeaderValue::as_bytes),
     };
-    if let Some(value) = forwarded_for {
-        headers.insert(X_FORWARDED_FOR, value);
+    rules::rewrite_head(&mut InMap(headers), &facts);
+}
+
+/// The headers a message's `Connection` names, as names.
+fn named_in_connection(headers: &hyper::HeaderMap) -> Vec<HeaderName> {
+    let values = headers
+        .get_all(CONNECTION)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    rules::connection_named(values)
+        .into_iter()
+        .filter_map(|name| HeaderName::from_bytes(name).ok())
+        .collect()
+}
+
+/// A head in hyper's map, rewritten in place.
+struct InMap<'m>(&'m mut hyper::HeaderMap);
+
+impl rules::Head for InMap<'_> {
+    fn drop_where(&mut self, dropped: impl Fn(&[u8]) -> bool) {
+        // Most messages carry none of them: one look before any allocation.
+        if !self.0.keys().any(|n| dropped(n.as_str().as_bytes())) {
+            return;
+        }
+        let names: Vec<HeaderName> = self
+            .0
+            .keys()
+            .filter(|n| dropped(n.as_str().as_bytes()))
+            .cloned()
+            .collect();
+        for name in names {
+            self.0.remove(name);
+        }
     }
-    let proto = if client.tls { "https" } else { "http" };
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    if let Some(value) = upgrade_value {
-        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        headers.insert(UPGRADE, value);
+
+    fn add(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
+        let mut bytes = Vec::with_capacity(40);
+        value(&mut bytes);
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(bytes)) {
+            self.0.append(HeaderName::from_static(name), value);
+        }
     }
 }
 
@@ -497,12 +483,11 @@ fn leased(response: Response<Incoming>, lease: Lease, ctx: &Shared) -> Response<
 /// connection to the release this client connection keeps, if any.
 struct Forwarding<'a> {
     client: &'a Client,
-    body_idle: Duration,
     /// The kept connection to the release the last lease named, taken with the lease.
     kept: Option<hyper::client::conn::http1::SendRequest<UpstreamBody>>,
     /// The request's head: copied for each try when it can be sent again, else moved once.
     head: Option<hyper::http::request::Parts>,
-    body: Option<Incoming>,
+    body: Option<UpstreamBody>,
     again: bool,
 }
 
@@ -539,12 +524,7 @@ impl pass::Sender for Forwarding<'_> {
             (true, Some(head)) => copy_without_body(head),
             _ => {
                 let head = self.head.take().ok_or(Failure::Spent)?;
-                let body = match self.body.take() {
-                    Some(incoming) => {
-                        Either::Left(IdleBody::new(incoming, self.body_idle, "request body"))
-                    }
-                    None => Either::Right(http_body_util::Empty::new()),
-                };
+                let body = self.body.take().unwrap_or_else(no_body);
                 Request::from_parts(head, body)
             }
         };
@@ -576,9 +556,13 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+fn no_body() -> UpstreamBody {
+    Either::Right(Full::new(Bytes::new()))
+}
+
 /// A request without a body, made again from its head for one more try.
 fn copy_without_body(head: &hyper::http::request::Parts) -> Request<UpstreamBody> {
-    let mut request = Request::new(Either::Right(http_body_util::Empty::new()));
+    let mut request = Request::new(no_body());
     *request.method_mut() = head.method.clone();
     *request.uri_mut() = head.uri.clone();
     *request.version_mut() = head.version;

@@ -46,11 +46,12 @@ use super::access;
 use super::failure::Failure;
 use super::forward;
 use super::leases::Lease;
-use super::pass::{self, Outcome, Replay, Routed, Shared};
+use super::pass::{self, Outcome, Shared};
 use super::relay::{self, Chunks, Framing, Wire, MAX_HEADERS};
+use super::rules::{self, Replay};
 use super::service::Service;
 use super::upstream::Idle;
-use super::wire::{self, push_decimal, push_ip, HOP_BY_HOP, HSTS_LINE, MIN_HEADER_BYTES};
+use super::wire::{self, push_decimal, HSTS_LINE, MIN_HEADER_BYTES};
 
 /// The longest request target served here; hyper answers a longer one 414 (its own limit).
 const MAX_TARGET_BYTES: usize = u16::MAX as usize - 1;
@@ -159,6 +160,86 @@ pub(super) async fn serve_over<S: ClientStream>(
     }
 }
 
+/// What the fast path reads of a request's headers in one pass.
+struct Read<'h> {
+    close: bool,
+    host: Option<&'h [u8]>,
+    forwarded_for: Option<&'h [u8]>,
+    request_id: Option<&'h [u8]>,
+    accept: Option<&'h [u8]>,
+    /// Headers `Connection` names (hop-by-hop too); rare, so only then collected.
+    named: Vec<&'h [u8]>,
+}
+
+impl<'h> Read<'h> {
+    /// None: a request this path does not serve (a body, an upgrade, `Expect`): hyper's.
+    fn of(headers: &'h [httparse::Header<'h>]) -> Option<Read<'h>> {
+        let mut read = Read {
+            close: false,
+            host: None,
+            forwarded_for: None,
+            request_id: None,
+            accept: None,
+            named: Vec::new(),
+        };
+        for header in headers {
+            let (name, value) = (header.name, header.value);
+            let is = |n: &str| name.eq_ignore_ascii_case(n);
+            if is("content-length") || is("transfer-encoding") || is("upgrade") || is("expect") {
+                return None;
+            }
+            if is("connection") {
+                for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        read.close = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        return None;
+                    }
+                }
+                read.named
+                    .extend(rules::connection_named(std::iter::once(value)));
+            } else if is("host") && read.host.is_none() {
+                read.host = Some(value);
+            } else if is("x-forwarded-for") && read.forwarded_for.is_none() {
+                read.forwarded_for = Some(value);
+            } else if is("x-request-id") && read.request_id.is_none() {
+                read.request_id = Some(value);
+            } else if is("accept") && read.accept.is_none() {
+                read.accept = Some(value);
+            }
+        }
+        Some(read)
+    }
+}
+
+/// A request head for the release, written as bytes from the client's headers.
+struct InBytes<'o, 'h> {
+    out: &'o mut Vec<u8>,
+    headers: &'h [httparse::Header<'h>],
+}
+
+impl rules::Head for InBytes<'_, '_> {
+    fn drop_where(&mut self, dropped: impl Fn(&[u8]) -> bool) {
+        for header in self.headers {
+            if !dropped(header.name.as_bytes()) {
+                push_header(self.out, header.name.as_bytes(), header.value);
+            }
+        }
+    }
+
+    fn add(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        value(self.out);
+        self.out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The 404 of a request no route took (the chain says so itself; this is its fallback).
+fn no_service() -> rules::Own {
+    rules::Own::text(StatusCode::NOT_FOUND, wire::no_route(""))
+}
+
 /// What the next bytes of a connection are.
 enum Next {
     /// A request served here, its head read off the input and rewritten for the release.
@@ -177,8 +258,9 @@ struct Asked {
     safe: bool,
     /// The client asked to close after this answer.
     close: bool,
-    /// A route took it (the connection's `service`), or none: the host it asked for (404).
-    no_route: Option<String>,
+    /// The chain's own answer to it (404 no route, 421, 413), or none: the connection's
+    /// `service` took it.
+    own: Option<rules::Own>,
     /// The client asked for JSON (`Accept`); read only when its service is not serving.
     json: bool,
     /// Its access log line's start, when its route logs.
@@ -292,8 +374,8 @@ impl<S: ClientStream> Front<S> {
         }
     }
 
-    /// Whether the input starts with a request served here; if so, its head for the release
-    /// is written into `upstream_head`.
+    /// Whether the input starts with a request served here; if so, the chain's verdict on it
+    /// (`rules.rs`), and, when it goes on, its head for the release in `upstream_head`.
     fn examine(&mut self) -> Examined {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut slots);
@@ -311,137 +393,66 @@ impl<S: ClientStream> Front<S> {
             return Examined::Other;
         }
         let headers = &*request.headers;
-        let mut close = false;
-        let mut host: Option<&[u8]> = None;
-        let mut forwarded_for: Option<&[u8]> = None;
-        // Headers `Connection` names are hop-by-hop too; rare, so only then collected.
-        let mut named: Vec<&[u8]> = Vec::new();
-        for header in headers {
-            let name = header.name;
-            if ["content-length", "transfer-encoding", "upgrade", "expect"]
-                .iter()
-                .any(|n| name.eq_ignore_ascii_case(n))
-            {
-                return Examined::Other;
-            }
-            if name.eq_ignore_ascii_case("connection") {
-                for token in header.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                    if token.eq_ignore_ascii_case(b"close") {
-                        close = true;
-                    } else if token.eq_ignore_ascii_case(b"upgrade") {
-                        return Examined::Other;
-                    } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
-                        named.push(token);
-                    }
-                }
-            } else if name.eq_ignore_ascii_case("host") && host.is_none() {
-                host = Some(header.value);
-            } else if name.eq_ignore_ascii_case("x-forwarded-for") && forwarded_for.is_none() {
-                forwarded_for = Some(header.value);
-            }
-        }
-
-        // The route: which service, and the path its release is sent.
-        let mut no_route = None;
-        let mut json = false;
-        let mut misdirected = false;
-        let sni = match &self.over {
-            Over::Tls { sni, .. } => sni.as_deref(),
-            Over::Plain => None,
-        };
-        let forwarded = self.ctx.router.with(|router| {
-            match pass::route(router, host.unwrap_or(b""), target.as_bytes(), sni) {
-                Routed::To(route) => {
-                    if self.service.as_ref().map(|s| s.id) != Some(route.service.id) {
-                        self.service = Some(route.service.clone());
-                    }
-                    if !route.service.gate.serving() {
-                        json = headers.iter().any(|h| {
-                            h.name.eq_ignore_ascii_case("accept")
-                                && super::traffic::wants_json(h.value)
-                        });
-                    }
-                    route.forwarded(target).into_owned()
-                }
-                Routed::NoRoute => {
-                    no_route = Some(wire::host_name(host.unwrap_or(b"")));
-                    String::new()
-                }
-                // Another host than the one TLS was set up for: hyper answers 421.
-                Routed::Misdirected(_) => {
-                    misdirected = true;
-                    String::new()
-                }
-            }
-        });
-        if misdirected {
+        let Some(read) = Read::of(headers) else {
             return Examined::Other;
-        }
-        let begun = match (&no_route, &self.service) {
-            (None, Some(service)) => service
-                .access
-                .as_ref()
-                .filter(|log| log.samples(self.ctx.thread))
-                .map(|log| {
-                    let request_id = headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("x-request-id"))
-                        .and_then(|h| access::given_request_id(h.value));
-                    Box::new(access::Begun::new(
-                        log,
-                        std::mem::take(&mut self.line),
-                        &service.name,
-                        host.unwrap_or(b""),
-                        method,
-                        target,
-                        request_id,
-                    ))
-                }),
-            _ => None,
         };
-        let out = &mut self.upstream_head;
-        out.clear();
-        out.extend_from_slice(method.as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(forwarded.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        for header in headers {
-            let name = header.name;
-            let dropped = HOP_BY_HOP
-                .iter()
-                .any(|n| name.eq_ignore_ascii_case(n.as_str()))
-                || name.eq_ignore_ascii_case("x-forwarded-for")
-                || name.eq_ignore_ascii_case("x-forwarded-proto")
-                || named
-                    .iter()
-                    .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
-            if !dropped {
-                push_header(out, name.as_bytes(), header.value);
+        let facts = rules::Facts {
+            method,
+            target,
+            host: read.host,
+            request_id: read.request_id,
+            body: rules::Body::None,
+            upgrade: false,
+            sni: match &self.over {
+                Over::Tls { sni, .. } => sni.as_deref(),
+                Over::Plain => None,
+            },
+        };
+        let (thread, line) = (self.ctx.thread, &mut self.line);
+        let decided = self
+            .ctx
+            .router
+            .with(|router| rules::run(router, &facts, thread, line));
+        if let Some(service) = decided.service {
+            if self.service.as_ref().map(|s| s.id) != Some(service.id) {
+                self.service = Some(service);
             }
         }
-        if host.is_none() {
-            out.extend_from_slice(b"host: localhost\r\n");
-        }
-        // The client's own X-Forwarded-For is replaced (anyone could claim any address),
-        // unless it comes through a proxy the operator trusts: then the address is appended.
-        out.extend_from_slice(b"x-forwarded-for: ");
-        if let Some(earlier) = forwarded_for.filter(|_| self.ctx.trust_forwarded) {
-            out.extend_from_slice(earlier);
-            out.extend_from_slice(b", ");
-        }
-        push_ip(out, self.peer.ip());
-        out.extend_from_slice(match self.over {
-            Over::Plain => b"\r\nx-forwarded-proto: http\r\n\r\n".as_slice(),
-            Over::Tls { .. } => b"\r\nx-forwarded-proto: https\r\n\r\n".as_slice(),
-        });
-        let asked = Asked {
+        let mut asked = Asked {
             head: method == "HEAD",
-            safe: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE"),
-            close,
-            no_route,
-            json,
-            begun,
+            safe: false,
+            close: read.close,
+            own: None,
+            json: false,
+            begun: decided.begun,
         };
+        match decided.verdict {
+            Err(own) => asked.own = Some(own),
+            Ok(passage) => {
+                asked.safe = passage.replay.safe;
+                // The client's `Accept` matters only to a gate that refuses.
+                asked.json = !passage.service.gate.serving()
+                    && read.accept.is_some_and(super::traffic::wants_json);
+                let target = passage.target.as_deref().unwrap_or(target);
+                let client = rules::Client {
+                    peer: self.peer.ip(),
+                    tls: matches!(self.over, Over::Tls { .. }),
+                    forwarded_for: read.forwarded_for,
+                    trust_forwarded: self.ctx.trust_forwarded,
+                    has_host: read.host.is_some(),
+                    named: &read.named,
+                    upgrade: None,
+                };
+                let out = &mut self.upstream_head;
+                out.clear();
+                out.extend_from_slice(method.as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(target.as_bytes());
+                out.extend_from_slice(b" HTTP/1.1\r\n");
+                rules::rewrite_head(&mut InBytes { out, headers }, &client);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
         Examined::Plain(asked, length)
     }
 
@@ -486,26 +497,21 @@ impl<S: ClientStream> Front<S> {
         // release works tells the client too.
         let last = || asked.close || *stop.borrow();
         let ctx = self.ctx.clone();
-        let service = match (&asked.no_route, &self.service) {
+        let service = match (&asked.own, &self.service) {
             (None, Some(service)) => service.clone(),
-            (host, _) => {
-                let text = wire::no_route(host.as_deref().unwrap_or(""));
+            // The chain answered it (no route, a misdirected host, a body too large).
+            (own, _) => {
                 let last = last();
-                return self.say(StatusCode::NOT_FOUND, &text, last).await && !last;
+                let answered = match own {
+                    Some(own) => self.own(own, last).await,
+                    None => self.own(&no_service(), last).await,
+                };
+                return answered && !last;
             }
         };
         if let Some(refusal) = pass::gate(&service, || asked.json).await {
             let last = last();
-            let refused = self
-                .own(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    refusal.content_type,
-                    refusal.retry_after,
-                    &refusal.body,
-                    last,
-                )
-                .await;
-            return refused && !last;
+            return self.own(&refusal.into(), last).await && !last;
         }
         let replay = Replay {
             safe: asked.safe,
@@ -523,9 +529,9 @@ impl<S: ClientStream> Front<S> {
                 drop(lease);
                 reusable && !said_last
             }
-            Outcome::Own(status, words) => {
+            Outcome::Own(own) => {
                 let last = last();
-                self.say(status, &words, last).await && !last
+                self.own(&own, last).await && !last
             }
         }
     }
@@ -602,22 +608,14 @@ impl<S: ClientStream> Front<S> {
             )
     }
 
-    /// Answers with rollgate's own words (no release did), a line of text.
-    async fn say(&mut self, status: StatusCode, text: &str, close: bool) -> bool {
-        let body = format!("{text}\n");
-        self.own(status, "text/plain; charset=utf-8", None, &body, close)
-            .await
-    }
-
-    /// Answers with rollgate's own `body` (a maintenance page, JSON, a line of text).
-    async fn own(
-        &mut self,
-        status: StatusCode,
-        content_type: &str,
-        retry_after: Option<u64>,
-        body: &str,
-        close: bool,
-    ) -> bool {
+    /// Answers with rollgate's own words (a maintenance page, JSON, a line of text).
+    async fn own(&mut self, own: &rules::Own, close: bool) -> bool {
+        let rules::Own {
+            status,
+            content_type,
+            retry_after,
+            body,
+        } = own;
         self.sent = (status.as_u16(), body.len() as u64);
         let out = &mut self.output;
         out.clear();
@@ -627,7 +625,7 @@ impl<S: ClientStream> Front<S> {
         out.extend_from_slice(b"\r\ncontent-length: ");
         push_decimal(out, body.len() as u64);
         out.extend_from_slice(b"\r\n");
-        if let Some(seconds) = retry_after {
+        if let Some(seconds) = *retry_after {
             out.extend_from_slice(b"retry-after: ");
             push_decimal(out, seconds);
             out.extend_from_slice(b"\r\n");
@@ -812,27 +810,23 @@ fn answer_head(
         let headers = &*answer.headers;
         let (framing, reusable) =
             relay::framing_of(headers, answer.version.unwrap_or(1), status, head_request)?;
-        let named: Vec<&[u8]> = headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-            .flat_map(|h| h.value.split(|b| *b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|t| !t.is_empty())
-            .collect();
+        let named = rules::connection_named(
+            headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+                .map(|h| h.value),
+        );
         out.clear();
         push_status_line(out, status, answer.reason.unwrap_or("").as_bytes());
         let mut dated = false;
         for header in headers {
             let name = header.name;
-            let dropped = HOP_BY_HOP.iter().any(|n| name.eq_ignore_ascii_case(n.as_str()))
+            let dropped = rules::is_hop_by_hop(name.as_bytes(), &named)
                 // Ours is written below; a 204 has none (RFC 9110 §8.6).
                 || ((framing.is_some() || status == 204)
                     && name.eq_ignore_ascii_case("content-length"))
                 || version_header.is_some_and(|(n, _)| name.eq_ignore_ascii_case(n.as_str()))
-                || (hsts && name.eq_ignore_ascii_case("strict-transport-security"))
-                || named
-                    .iter()
-                    .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
+                || (hsts && name.eq_ignore_ascii_case("strict-transport-security"));
             if !dropped {
                 dated |= name.eq_ignore_ascii_case("date");
                 push_header(out, name.as_bytes(), header.value);
@@ -1217,6 +1211,7 @@ mod tests {
 
     #[test]
     fn numbers_and_addresses_are_written_as_text() {
+        use super::wire::push_ip;
         let mut out = Vec::new();
         push_decimal(&mut out, 0);
         out.push(b' ');

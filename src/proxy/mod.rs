@@ -56,6 +56,7 @@ mod pass;
 mod relay;
 pub mod reload;
 mod router;
+mod rules;
 mod service;
 pub mod tls;
 mod traffic;

@@ -16,7 +16,8 @@ use hyper::StatusCode;
 
 use super::failure::Failure;
 use super::leases::Lease;
-use super::router::{self, Picked, Route};
+use super::router;
+use super::rules::{Own, Replay};
 use super::service::Service;
 use super::traffic::{Passage, Refusal};
 use super::upstream;
@@ -52,32 +53,6 @@ pub struct Shared {
     pub max_header_bytes: usize,
 }
 
-/// Where the routes send a request.
-pub enum Routed<'r> {
-    /// To this route's service.
-    To(&'r Route),
-    /// Nowhere: no route takes its host and path (404).
-    NoRoute,
-    /// To a host another TLS name was set up for: the client is to connect again (421). The
-    /// route it would take, whose access log still notes the request.
-    Misdirected(&'r Route),
-}
-
-/// Step one: the route for a request naming `host` and `path`, on a connection whose TLS
-/// asked for `sni` (None over plain TCP, where no request is misdirected).
-pub fn route<'r>(
-    router: &'r router::Router,
-    host: &[u8],
-    path: &[u8],
-    sni: Option<&str>,
-) -> Routed<'r> {
-    match router.pick(host, path) {
-        Picked::Route(route) if router.misdirected(host, sni) => Routed::Misdirected(route),
-        Picked::Route(route) => Routed::To(route),
-        Picked::NoRoute => Routed::NoRoute,
-    }
-}
-
 /// Step two: the traffic gate of a service that is not serving (maintenance, or a pause that
 /// ran out) refuses the request with this; None lets it go on. `wants_json` is asked only
 /// then (the client's `Accept`).
@@ -89,17 +64,6 @@ pub async fn gate(service: &Service, wants_json: impl FnOnce() -> bool) -> Optio
         Passage::Refused(refusal) => Some(refusal),
         Passage::Go => None,
     }
-}
-
-/// Whether a request may go to another replica after a failed try.
-#[derive(Clone, Copy)]
-pub struct Replay {
-    /// GET, HEAD, OPTIONS or TRACE: may be sent again even when the connection broke after
-    /// it was sent (the replica died under it), not only when it was refused.
-    pub safe: bool,
-    /// It can be sent again at all: it has no body (a body cannot be replayed) and is no
-    /// upgrade.
-    pub again: bool,
 }
 
 /// How a front end sends a request to a release, and keeps its connections to releases.
@@ -129,7 +93,7 @@ pub enum Outcome<A> {
     Answered(Lease, A),
     /// No release did: rollgate's own answer (503 nothing live, 502 every replica tried
     /// refused or the one tried failed), in its words.
-    Own(StatusCode, String),
+    Own(Own),
 }
 
 /// Steps three to five: lease a release of `service`, send, count what came back, and try
@@ -150,7 +114,7 @@ pub async fn to_a_release<S: Sender>(
                 false => StatusCode::BAD_GATEWAY,
             };
             let words = no_release_took_it(&service.root_text, &refusals, pool_size);
-            return Outcome::Own(status, words);
+            return Outcome::Own(Own::text(status, words));
         };
         let sent = ctx.counting.then(Instant::now);
         let result = sender.send(&lease).await;
@@ -181,6 +145,6 @@ pub async fn to_a_release<S: Sender>(
             counts.missed(ctx.thread, failure.miss());
         }
         let words = release_failed(&target.version, target.port, refused, pool_size);
-        return Outcome::Own(StatusCode::BAD_GATEWAY, words);
+        return Outcome::Own(Own::text(StatusCode::BAD_GATEWAY, words));
     }
 }

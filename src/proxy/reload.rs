@@ -156,6 +156,7 @@ impl Services {
                     hosts: spec.hosts.clone(),
                     prefix: spec.prefix.clone(),
                     strip_prefix: spec.strip_prefix,
+                    max_request_body: spec.max_request_body,
                     service: running.service.clone(),
                 })
             })

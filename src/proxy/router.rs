@@ -95,6 +95,8 @@ pub struct Route {
     pub prefix: String,
     /// The prefix is cut off the path the release is sent (`/api/users` → `/users`).
     pub strip_prefix: bool,
+    /// The largest request body the route takes, in bytes (`max_request_body`; none: any).
+    pub max_request_body: Option<u64>,
     pub service: Arc<Service>,
 }
 
@@ -147,6 +149,7 @@ impl Router {
                 hosts: vec![HostPattern::Any],
                 prefix: "/".into(),
                 strip_prefix: false,
+                max_request_body: None,
                 service,
             }],
             single: true,
@@ -296,6 +299,7 @@ mod tests {
                 .collect(),
             prefix: prefix.into(),
             strip_prefix: strip,
+            max_request_body: None,
             service: service(name),
         }
     }

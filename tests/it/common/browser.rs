@@ -213,8 +213,8 @@ impl Browser {
     }
 
     /// `action` on the element `css` finds. The page replaces its sections when a record
-    /// comes (the event stream), so an element found a moment ago may be gone: it is found
-    /// again, up to five times.
+    /// comes (the event stream), so an element found a moment ago may be gone (or not yet
+    /// laid out): it is found again, up to five times.
     fn on_element(&self, css: &str, action: &str, body: Value) {
         let mut last = String::new();
         for _ in 0..5 {
@@ -225,7 +225,12 @@ impl Browser {
                 Some(body.clone()),
             ) {
                 Ok(_) => return,
-                Err(e) if e.contains("stale element") => last = e,
+                // Replaced under the call, or found while the page was laying it out anew
+                // (CI once saw "element not interactable" as a record came).
+                Err(e) if e.contains("stale element") || e.contains("not interactable") => {
+                    last = e;
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
                 Err(e) => panic!("{action} on {css}: {e}"),
             }
         }
