@@ -29,8 +29,6 @@ use super::service::Service;
 use super::upstream::{self, UpstreamBody, Upstreams};
 use super::wire::HSTS;
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
 /// One client connection: where it comes from, its share of `--max-connections`, and what
 /// its requests reuse (its view of the routing table, its connections to releases).
 pub struct Client {
@@ -225,7 +223,13 @@ async fn answer(
     }
     let passage = match decided.verdict {
         Ok(passage) => passage,
-        Err(own) => return Ok(own_answer(own)),
+        Err(own) => {
+            if own.refuses_the_body() {
+                // Read (and thrown away) first: see `read_whole`.
+                let _ = read_whole(request.into_body(), 0, ctx.body_idle).await;
+            }
+            return Ok(own_answer(own));
+        }
     };
     if let Some(path) = passage.target.and_then(|p| p.parse::<hyper::Uri>().ok()) {
         *request.uri_mut() = path;
@@ -244,9 +248,13 @@ async fn answer(
     let (parts, body) = request.into_parts();
     let body = match passage.body_limit {
         None => Either::Left(IdleBody::new(body, ctx.body_idle, "request body")),
-        Some(limit) => match held_to(body, limit, ctx.body_idle).await {
+        Some(limit) => match read_whole(body, limit, ctx.body_idle).await {
             Ok(whole) => Either::Right(Full::new(whole)),
-            Err(own) => return Ok(own_answer(own)),
+            Err(Some(_)) => return Ok(own_answer(rules::too_large(limit))),
+            Err(None) => {
+                let words = "bad request: the body did not arrive whole".to_string();
+                return Ok(own_answer(rules::Own::text(StatusCode::BAD_REQUEST, words)));
+            }
         },
     };
     let (service, replay) = (passage.service, passage.replay);
@@ -326,21 +334,34 @@ fn decide(
         .with(|router| rules::run(router, &facts, ctx.thread, &mut Vec::with_capacity(256)))
 }
 
-/// A body of unknown length (chunked, an HTTP/2 stream without `content-length`) read whole
-/// before any of it goes on, up to `limit` bytes: past it, the 413.
-async fn held_to(body: Incoming, limit: u64, idle: Duration) -> Result<Bytes, rules::Own> {
+/// How much of a refused body is read and thrown away before the 413 is sent: an HTTP/2
+/// client still sending would otherwise see its stream reset instead of the answer (curl:
+/// "Stream error in the HTTP/2 framing layer"); past this, the answer goes anyway.
+const DISCARDED_AT_MOST: u64 = 1 << 20;
+
+/// A request body read whole if it is at most `limit` bytes — for one of unknown length
+/// (chunked, an HTTP/2 stream without `content-length`) held to the route's limit before any
+/// of it goes on. Err(Some(bytes)) past the limit (read on and thrown away, up to
+/// [`DISCARDED_AT_MOST`]); Err(None) when it broke off or stalled.
+async fn read_whole(body: Incoming, limit: u64, idle: Duration) -> Result<Bytes, Option<u64>> {
     use http_body_util::BodyExt;
-    let limited = http_body_util::Limited::new(
-        IdleBody::new(body, idle, "request body"),
-        usize::try_from(limit).unwrap_or(usize::MAX),
-    );
-    match limited.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(rules::too_large(limit)),
-        Err(e) => Err(rules::Own::text(
-            StatusCode::BAD_REQUEST,
-            format!("bad request: the body did not arrive whole ({e})"),
-        )),
+    let mut body = IdleBody::new(body, idle, "request body");
+    let mut whole = bytes::BytesMut::new();
+    let mut read = 0u64;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| None)?.into_data() else {
+            continue;
+        };
+        read += data.len() as u64;
+        if read <= limit {
+            whole.extend_from_slice(&data);
+        } else if read > limit + DISCARDED_AT_MOST {
+            return Err(Some(read));
+        }
+    }
+    match read <= limit {
+        true => Ok(whole.freeze()),
+        false => Err(Some(read)),
     }
 }
 
@@ -366,7 +387,7 @@ fn for_the_release(
     client: &Client,
     upgrade: Option<HeaderValue>,
 ) {
-    let forwarded_for = headers.get(X_FORWARDED_FOR).cloned();
+    let forwarded_for = headers.get(rules::FORWARDED_FOR).cloned();
     let named = named_in_connection(headers);
     let named: Vec<&[u8]> = named.iter().map(|n| n.as_str().as_bytes()).collect();
     let facts = rules::Client {

@@ -200,7 +200,7 @@ impl<'h> Read<'h> {
                     .extend(rules::connection_named(std::iter::once(value)));
             } else if is("host") && read.host.is_none() {
                 read.host = Some(value);
-            } else if is("x-forwarded-for") && read.forwarded_for.is_none() {
+            } else if is(rules::FORWARDED_FOR) && read.forwarded_for.is_none() {
                 read.forwarded_for = Some(value);
             } else if is("x-request-id") && read.request_id.is_none() {
                 read.request_id = Some(value);

@@ -31,8 +31,17 @@ macro_rules! serve_until_stopped {
         tokio::select! {
             _ = $connection.as_mut() => {}
             _ = $stop.changed() => {
-                $connection.as_mut().graceful_shutdown();
-                let _ = $connection.await;
+                // When another proxy serves these sockets now, the connection is served a
+                // while longer first: one just handed to hyper with its request still unread
+                // looks idle, and a graceful shutdown would close it under that request
+                // (seen at a hand-over: a WebSocket's reconnect got no answer).
+                let kept = $crate::proxy::handover::IDLE_KEPT;
+                let ended = $crate::proxy::handover::successor_serves()
+                    && tokio::time::timeout(kept, $connection.as_mut()).await.is_ok();
+                if !ended {
+                    $connection.as_mut().graceful_shutdown();
+                    let _ = $connection.await;
+                }
             }
         }
     };

@@ -25,13 +25,14 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use hyper::header::{HeaderName, CONNECTION, UPGRADE};
 use hyper::StatusCode;
 
 use super::access::{self, Begun};
 use super::router::{Picked, Route, Router};
 use super::service::Service;
 use super::traffic::Refusal;
-use super::wire::{self, push_ip, HOP_BY_HOP};
+use super::wire::{self, push_ip};
 
 /// What a front end read of a request, for the chain.
 pub struct Facts<'a> {
@@ -79,6 +80,14 @@ impl Own {
             retry_after: None,
             body: words + "\n",
         }
+    }
+}
+
+impl Own {
+    /// The 413 of [`body_limit`]: the front end reads what the client is still sending
+    /// before it answers (over HTTP/2 it would otherwise reset the stream under the answer).
+    pub fn refuses_the_body(&self) -> bool {
+        self.status == StatusCode::PAYLOAD_TOO_LARGE
     }
 }
 
@@ -280,6 +289,23 @@ pub fn retry_safety(state: &mut State<'_, '_>) -> Flow {
     Flow::Next
 }
 
+/// The client's `X-Forwarded-For`, a fact the front ends read for [`rewrite_head`].
+pub const FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never passed on
+/// (on `front`'s path the framing of an answer is written anew). Made once, not parsed from
+/// text on each request.
+pub const HOP_BY_HOP: [HeaderName; 8] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    hyper::header::PROXY_AUTHENTICATE,
+    hyper::header::PROXY_AUTHORIZATION,
+    hyper::header::TE,
+    hyper::header::TRAILER,
+    hyper::header::TRANSFER_ENCODING,
+    UPGRADE,
+];
+
 /// How a front end writes the head a release is sent (or an answer's, for the client).
 pub trait Head {
     /// Leaves out each of the message's headers `dropped` says, by name.
@@ -309,13 +335,13 @@ pub struct Client<'a> {
 pub fn rewrite_head(head: &mut impl Head, client: &Client<'_>) {
     head.drop_where(|name| {
         is_hop_by_hop(name, client.named)
-            || name.eq_ignore_ascii_case(b"x-forwarded-for")
+            || name.eq_ignore_ascii_case(FORWARDED_FOR.as_bytes())
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
     });
     if !client.has_host {
         head.add("host", |value| value.extend_from_slice(b"localhost"));
     }
-    head.add("x-forwarded-for", |value| {
+    head.add(FORWARDED_FOR, |value| {
         if let Some(earlier) = client.forwarded_for.filter(|_| client.trust_forwarded) {
             value.extend_from_slice(earlier);
             value.extend_from_slice(b", ");

@@ -1,11 +1,9 @@
 //! The wire underneath both front ends: the bytes rollgate writes itself (decimals, addresses,
-//! the HSTS line), the hop-by-hop headers it never passes on, how a Host header names a host,
+//! the HSTS line), how a Host header names a host,
 //! and the words of rollgate's own answers (no route, no live release, a release that failed).
 //! It names nothing else of the proxy: every other file may stand on it.
 
 use std::net::IpAddr;
-
-use hyper::header::{HeaderName, CONNECTION, UPGRADE};
 
 /// The smallest `--max-header-bytes` hyper can work with (its read buffer's floor).
 pub const MIN_HEADER_BYTES: usize = 8192;
@@ -15,20 +13,6 @@ pub const HSTS: &str = "max-age=31536000";
 
 /// The same as a header line, as `front.rs` writes it into an answer's head.
 pub const HSTS_LINE: &[u8] = b"strict-transport-security: max-age=31536000\r\n";
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never passed on
-/// (on `front`'s path the framing of an answer is written anew). Made once, not parsed from
-/// text on each request.
-pub const HOP_BY_HOP: [HeaderName; 8] = [
-    CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    hyper::header::PROXY_AUTHENTICATE,
-    hyper::header::PROXY_AUTHORIZATION,
-    hyper::header::TE,
-    hyper::header::TRAILER,
-    hyper::header::TRANSFER_ENCODING,
-    UPGRADE,
-];
 
 pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];

@@ -239,6 +239,26 @@ fn a_reload_by_the_unit_hands_over_and_names_the_new_main_process() {
     assert!(wait_for(30, || !alive(pid)));
 }
 
+/// Kills, when dropped, every process whose command line names this root (a test's proxies,
+/// should it fail half-way through its hand-overs).
+struct ProxiesOf<'a>(&'a Path);
+
+impl Drop for ProxiesOf<'_> {
+    fn drop(&mut self) {
+        let root = self.0.to_string_lossy().into_owned();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let words = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if words.contains(" proxy ") && words.contains(&root) {
+                send_signal(pid, 9);
+            }
+        }
+    }
+}
+
 /// The Unix time now, in seconds.
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -346,6 +366,8 @@ fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_
             .spawn()
             .unwrap()
     };
+    // Whatever happens, no proxy of this test outlives it.
+    let _cleanup = [plain_site.root(), tls_site.root()].map(ProxiesOf);
     let mut running = [
         start(&bin(), &plain_args, false, "plain-0.err".into()),
         start(&bin(), &tls_args, false, "tls-0.err".into()),

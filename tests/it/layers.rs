@@ -845,3 +845,61 @@ fn the_long_function_finder_counts_a_function_s_lines() {
     assert!(long.iter().any(|f| f.starts_with("proxy/")), "{long:?}");
     assert!(long_functions(130).len() < long.len(), "{long:?}");
 }
+
+/// The proxy's own code of one file, without its comments and tests (what it does, not what it
+/// says of other files).
+fn proxy_code(text: &str) -> String {
+    text.split("#[cfg(test)]")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .to_ascii_lowercase()
+}
+
+/// Issue 71: each of the proxy's rules is written once, in `rules.rs`, for both front ends —
+/// the forwarding headers and the hop-by-hop ones are named by no other file's code (a front
+/// end reads the client's `X-Forwarded-For` through `rules::FORWARDED_FOR`), nor is a retry's
+/// safe method; and the fast path's `examine` reads a request's facts in well under the
+/// function limit.
+#[test]
+fn each_proxy_rule_is_written_once_in_the_filter_chain() {
+    let files = folder_files("proxy");
+    let naming = |word: &str| -> Vec<String> {
+        files
+            .iter()
+            .filter(|(_, text)| proxy_code(text).contains(word))
+            .map(|(stem, _)| stem.clone())
+            .collect()
+    };
+    for word in [
+        "\"x-forwarded-for\"",
+        "\"x-forwarded-proto\"",
+        "hop_by_hop:",
+        "proxy_authenticate",
+        "\"trace\"",
+        "access::given_request_id",
+        "payload_too_large",
+        "fn rewrite_head",
+    ] {
+        assert_eq!(naming(word), ["rules"], "{word}");
+    }
+    // Nor in hyper's words.
+    for word in ["method::trace", "method::options", "x_forwarded"] {
+        assert_eq!(naming(word), Vec::<String>::new(), "{word}");
+    }
+    assert!(
+        naming("\"x-request-id\"").len() >= 2,
+        "both front ends read the fact"
+    );
+    let front = files.iter().find(|(stem, _)| stem == "front").unwrap();
+    let lines = front.1.lines().collect::<Vec<_>>();
+    let start = lines
+        .iter()
+        .position(|l| l.contains("fn examine(&mut self)"))
+        .unwrap();
+    let length = lines[start..].iter().position(|l| *l == "    }").unwrap();
+    assert!(length < 100, "examine is {length} lines");
+}

@@ -1703,3 +1703,234 @@ fn a_hand_over_under_tls_h2_and_http1_fails_no_request() {
     }
     assert!(answered > 200, "{answered} requests");
 }
+
+/// A stand-in release that reads each request's body (by its length, or chunked) and answers
+/// `NAME PATH BYTES`; `bodies` counts the body bytes that reached it.
+fn body_release(
+    site: &Site,
+    name: &'static str,
+    bodies: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    crate::common::websocket::live_at(site, name, listener.local_addr().unwrap().port());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let bodies = bodies.clone();
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let (mut length, mut chunked, mut line) = (0usize, false, String::new());
+                    while reader.read_line(&mut line).is_ok() && line != "\r\n" && !line.is_empty()
+                    {
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(n) = lower.strip_prefix("content-length:") {
+                            length = n.trim().parse().unwrap();
+                        }
+                        chunked |=
+                            lower.starts_with("transfer-encoding:") && lower.contains("chunked");
+                        line.clear();
+                    }
+                    let mut body = 0;
+                    if chunked {
+                        loop {
+                            let mut size = String::new();
+                            reader.read_line(&mut size).unwrap();
+                            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+                            let mut chunk = vec![0u8; size + 2];
+                            reader.read_exact(&mut chunk).unwrap();
+                            body += size;
+                            if size == 0 {
+                                break;
+                            }
+                        }
+                    } else {
+                        let mut chunk = vec![0u8; length];
+                        reader.read_exact(&mut chunk).unwrap();
+                        body = length;
+                    }
+                    bodies.fetch_add(body, std::sync::atomic::Ordering::SeqCst);
+                    let path = first.split_whitespace().nth(1).unwrap_or("?").to_string();
+                    let text = format!("{name} {path} {body}");
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}",
+                        text.len()
+                    );
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Issue 71, 3: a route's `strip_prefix` and `max_request_body` in proxy.toml, the same over
+/// plain HTTP/1.1 (the fast path, and hyper's for a body), HTTP/1.1 over TLS and HTTP/2: the
+/// release under `/api` is sent `/users`; a body past the limit gets 413 — declared (a length)
+/// or not (chunked; an HTTP/2 stream without one) — and none of it reaches the release; one
+/// within it does.
+#[test]
+fn strip_prefix_and_max_request_body_are_the_same_over_http1_http2_and_tls() {
+    // One proxy serves plain HTTP, another TLS (with TLS on, plain HTTP only redirects): each
+    // its own two roots, one counter of the bodies both api releases got.
+    let sites: Vec<(Site, Site)> = (0..2).map(|_| (Site::new(), Site::new())).collect();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for (api, app) in &sites {
+        body_release(api, "api", received.clone());
+        body_release(app, "app", std::sync::Arc::default());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "Rules CA");
+    let (cert, key) = ca.leaf("a.test", "a");
+    let (plain, tls) = (free_port(), free_port());
+    let routes = |(api, app): &(Site, Site)| {
+        format!(
+            r#"
+[[route]]
+host = ["a.test", "b.test"]
+path_prefix = "/api"
+strip_prefix = true
+max_request_body = 1000
+root = "{}"
+
+[[route]]
+host = ["a.test", "b.test"]
+root = "{}"
+"#,
+            api.root().display(),
+            app.root().display()
+        )
+    };
+    let plain_config = write(
+        dir.path(),
+        "plain.toml",
+        &format!("listen = \"127.0.0.1:{plain}\"\n{}", routes(&sites[0])),
+    );
+    let tls_config = write(
+        dir.path(),
+        "tls.toml",
+        &format!(
+            "listen = \"127.0.0.1:{}\"\ntls_listen = \"127.0.0.1:{tls}\"\ntls_cert = [\"a.test={},{}\"]\n{}",
+            free_port(),
+            cert.display(),
+            key.display(),
+            routes(&sites[1])
+        ),
+    );
+    let _proxies = [&plain_config, &tls_config].map(|config| {
+        crate::common::websocket::Stopped(
+            Command::new(crate::common::bin())
+                .args(["proxy", "--config"])
+                .arg(config)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    });
+    assert!(wait_for(10, || TcpStream::connect(("127.0.0.1", tls))
+        .is_ok()
+        && TcpStream::connect(("127.0.0.1", plain)).is_ok()));
+    let ask = |how: &str, path: &str, extra: &[&str], stdin: Option<usize>| -> String {
+        let mut command = Command::new("curl");
+        command.args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-w",
+            " %{http_version} %{http_code}",
+        ]);
+        match how {
+            "plain" => command.args([
+                "--http1.1".to_string(),
+                "-H".into(),
+                "Host: b.test".into(),
+                format!("http://127.0.0.1:{plain}{path}"),
+            ]),
+            version => command
+                .args(["--cacert"])
+                .arg(ca.pem())
+                .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
+                .arg(format!("https://a.test:{tls}{path}")),
+        };
+        command.args(extra);
+        let out = match stdin {
+            None => command.output().unwrap(),
+            Some(bytes) => {
+                use std::io::Write;
+                let mut child = command
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                // curl may stop reading once it has its answer (a 413).
+                let _ = child.stdin.take().unwrap().write_all(&vec![b'x'; bytes]);
+                child.wait_with_output().unwrap()
+            }
+        };
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let small = "a".repeat(600);
+    let large = "a".repeat(1500);
+    for how in ["plain", "--http1.1", "--http2"] {
+        let version = if how == "--http2" { "2" } else { "1.1" };
+        assert_eq!(
+            ask(how, "/api/users?id=7", &[], None),
+            format!("api /users?id=7 0 {version} 200"),
+            "{how}"
+        );
+        assert_eq!(
+            ask(how, "/api", &[], None),
+            format!("api / 0 {version} 200"),
+            "{how}"
+        );
+        assert_eq!(
+            ask(how, "/apix", &[], None),
+            format!("app /apix 0 {version} 200"),
+            "{how}"
+        );
+        let before = received.load(std::sync::atomic::Ordering::SeqCst);
+        // Declared lengths: within the limit, and past it.
+        assert_eq!(
+            ask(how, "/api/up", &["-d", &small], None),
+            format!("api /up 600 {version} 200"),
+            "{how}"
+        );
+        let refused = ask(how, "/api/up", &["-d", &large], None);
+        assert!(
+            refused.starts_with("request body too large: this route takes at most 1000 bytes"),
+            "{how}: {refused}"
+        );
+        assert!(
+            refused.ends_with(&format!("{version} 413")),
+            "{how}: {refused}"
+        );
+        // No length declared (chunked over HTTP/1.1, a bare stream over HTTP/2).
+        assert_eq!(
+            ask(how, "/api/up", &["-T", "-"], Some(700)),
+            format!("api /up 700 {version} 200"),
+            "{how}"
+        );
+        let refused = ask(how, "/api/up", &["-T", "-"], Some(5000));
+        assert!(
+            refused.ends_with(&format!("{version} 413")),
+            "{how}: {refused}"
+        );
+        assert_eq!(
+            received.load(std::sync::atomic::Ordering::SeqCst) - before,
+            600 + 700,
+            "{how}: only the bodies within the limit reached the release"
+        );
+        // Another route has no limit.
+        assert_eq!(
+            ask(how, "/big", &["-d", &large], None),
+            format!("app /big {version} 200").replace("/big ", "/big 1500 "),
+            "{how}"
+        );
+    }
+}
