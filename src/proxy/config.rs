@@ -491,6 +491,32 @@ mod tests {
     }
 
     #[test]
+    fn a_route_s_max_request_body_is_a_size_in_bytes_refused_at_its_line_otherwise() {
+        let dir = folder();
+        let route = |limit: &str| {
+            parsed(
+                dir.path(),
+                &format!(
+                    "[[route]]\nhost = \"a.test\"\nroot = \"app\"\nmax_request_body = {limit}\n"
+                ),
+            )
+        };
+        assert_eq!(
+            route("1048576").unwrap().routes[0].max_request_body,
+            Some(1 << 20)
+        );
+        assert_eq!(route("0").unwrap().routes[0].max_request_body, Some(0));
+        for bad in ["-1", "17179869185"] {
+            let e = route(bad).unwrap_err();
+            assert_eq!(e.line, 4, "{bad}: {e:?}");
+            assert!(e.message.starts_with("max_request_body: "), "{bad}: {e:?}");
+            assert!(e.message.contains("0 to 17179869184"), "{bad}: {e:?}");
+        }
+        let e = route("\"1M\"").unwrap_err();
+        assert_eq!(e.line, 4, "{e:?}");
+    }
+
+    #[test]
     fn routes_with_their_defaults_and_relative_roots() {
         let dir = folder();
         let config = parsed(

@@ -372,8 +372,16 @@ fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_
         start(&bin(), &plain_args, false, "plain-0.err".into()),
         start(&bin(), &tls_args, false, "tls-0.err".into()),
     ];
-    assert!(wait_for(10, || version_on(plain).is_some()
-        && std::net::TcpStream::connect(("127.0.0.1", tls)).is_ok()));
+    // Both listening (a connection without a request is neither counted nor logged), then
+    // one request — the one the counts and the log have beside the load's.
+    assert!(wait_for(10, || {
+        let open = |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let answers = |site: &Site| {
+            std::os::unix::net::UnixStream::connect(site.root().join("proxy.sock")).is_ok()
+        };
+        open(plain) && open(tls) && answers(&plain_site) && answers(&tls_site)
+    }));
+    assert!(version_on(plain).is_some());
     let first_counts = counts_line(&plain_site);
     let first_tls_counts = counts_line(&tls_site);
 
