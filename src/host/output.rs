@@ -230,6 +230,7 @@ pub fn pump(
         rotation,
         file: None,
         written: 0,
+        partial: Some(Vec::new()),
     };
     match first {
         Some(file) => sink.adopt(file),
@@ -263,7 +264,14 @@ struct Sink {
     rotation: Rotation,
     file: Option<nix::fcntl::Flock<std::fs::File>>,
     written: u64,
+    /// What the file holds past its last newline: a line begun, carried into the next file
+    /// at a rotation so that no file ends or begins in the middle of a line (the pipe's
+    /// chunks are no lines). None: too long to carry (split, as a line longer than a file).
+    partial: Option<Vec<u8>>,
 }
+
+/// The longest begun line a rotation carries into the next file.
+const CARRIED_AT_MOST: usize = 64 * 1024;
 
 impl Sink {
     fn open(&mut self) {
@@ -291,7 +299,8 @@ impl Sink {
     }
 
     /// Writes `chunk`, rotating first whenever it would take the file past its size. A file is
-    /// cut after its last whole line that fits (a line longer than a whole file is split).
+    /// cut after its last whole line that fits — a line begun by an earlier write is taken off
+    /// it and carried into the next file (a line longer than a whole file is split).
     fn write(&mut self, mut chunk: &[u8]) {
         if self.file.is_none() {
             self.open();
@@ -320,11 +329,42 @@ impl Sink {
         match file.write_all(bytes) {
             Ok(()) => self.written += bytes.len() as u64,
             // Lost, and the file begun again at the next write.
-            Err(_) => self.file = None,
+            Err(_) => {
+                self.file = None;
+                return;
+            }
+        }
+        let begun = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(newline) => {
+                self.partial = Some(Vec::new());
+                &bytes[newline + 1..]
+            }
+            None => bytes,
+        };
+        if let Some(partial) = &mut self.partial {
+            partial.extend_from_slice(begun);
+            if partial.len() > CARRIED_AT_MOST {
+                self.partial = None;
+            }
+        }
+    }
+
+    /// The line the file ends in, taken off it to begin the next one (unless it is the whole
+    /// file: a line longer than a file is split).
+    fn take_begun_line(&mut self) -> Vec<u8> {
+        let begun = self.partial.replace(Vec::new()).unwrap_or_default();
+        let cut = self.written.saturating_sub(begun.len() as u64);
+        if begun.is_empty() || cut == 0 {
+            return Vec::new();
+        }
+        match self.file.as_ref().map(|f| f.set_len(cut)) {
+            Some(Ok(())) => begun,
+            _ => Vec::new(),
         }
     }
 
     fn rotate(&mut self) {
+        let begun = self.take_begun_line();
         self.file = None;
         if shift(&self.path, self.rotation.keep).is_err() {
             // Older output goes before the bound does.
@@ -336,7 +376,9 @@ impl Sink {
             // and the next write tries again. Counting from nothing keeps `write` moving.
             self.file = None;
             self.written = 0;
+            return;
         }
+        self.put(&begun);
     }
 }
 
@@ -584,6 +626,39 @@ mod tests {
         }
         let older = std::fs::read_to_string(generation(&path, 1)).unwrap();
         assert!(older.ends_with("0094956789abcdefghi\n"), "{older}");
+    }
+
+    /// A pipe's reads: these chunks, one a read.
+    struct Chunks(std::collections::VecDeque<Vec<u8>>);
+
+    impl Read for Chunks {
+        fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+            let Some(chunk) = self.0.pop_front() else {
+                return Ok(0);
+            };
+            buffer[..chunk.len()].copy_from_slice(&chunk);
+            Ok(chunk.len())
+        }
+    }
+
+    #[test]
+    fn a_line_begun_in_one_read_and_ended_in_the_next_is_never_cut_by_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc.output");
+        // The first read fits and ends mid-line; the second has no newline within the room
+        // left: the file must not end with "bb", nor the next begin with "b".
+        let reads = ["aaaa\nbb", "b\ncc\n", "dddd\neeee\nf", "ff\n"];
+        let chunks = Chunks(reads.iter().map(|r| r.as_bytes().to_vec()).collect());
+        pump(&path, rotation(8, 9), chunks, None).unwrap();
+        let files: Vec<String> = (0..5)
+            .rev()
+            .filter_map(|n| std::fs::read_to_string(generation(&path, n)).ok())
+            .collect();
+        assert_eq!(files.concat(), reads.concat(), "nothing lost: {files:?}");
+        for file in &files {
+            assert!(file.len() <= 8, "{files:?}");
+            assert!(file.ends_with('\n'), "whole lines only: {files:?}");
+        }
     }
 
     #[test]
