@@ -349,7 +349,10 @@ impl<S: ClientStream> Front<S> {
                     // ... but one whose sockets another serves answers the client's next
                     // request (with `Connection: close`: it reconnects, to the new proxy)
                     // rather than close under a request on its way; a connection that stays
-                    // idle that long is closed.
+                    // idle that long is closed. One that has sent nothing yet was opened to
+                    // send a request: it has the usual time for its head (CI saw a WebSocket
+                    // reconnect, slow under load, closed before it asked).
+                    true if self.served == 0 => read.await,
                     true => match tokio::time::timeout(super::handover::IDLE_KEPT, read).await {
                         Ok(got) => got,
                         Err(_) => return Next::Close,

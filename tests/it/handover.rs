@@ -97,6 +97,24 @@ fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
         "{}",
         stderr(&bad)
     );
+    // Nor one whose config does not parse: refused at its line, the running one untouched.
+    let config = logs.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        format!("listen = \"127.0.0.1:{port}\"\n[[route]\n"),
+    )
+    .unwrap();
+    let bad_config = Command::new(bin())
+        .args(["proxy", "--take-over", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_ne!(bad_config.status.code(), Some(0));
+    assert!(
+        stderr(&bad_config).contains("bad.toml:2"),
+        "{}",
+        stderr(&bad_config)
+    );
     // Nor does one asked for other addresses than the running one serves.
     let other_tls = Command::new(bin())
         .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
