@@ -2,7 +2,8 @@
 # Two builds (or one build under two environments) of `rollgate proxy` side by side in front of
 # the same release, in interleaved rounds (A, B, A, B, ...) for each load; per round the
 # requests a second and the proxy's CPU ticks (user + system, /proc/PID/stat); then the medians
-# and B's throughput as a share of A's, and each proxy's AnonHugePages.
+# and B's throughput as a share of A's, each side's CPU per request (median of its rounds'
+# ticks over requests), and each proxy's AnonHugePages.
 # Loads (LOADS, default "ka32"): plain HTTP keep-alive with 32 or 256 connections (ka32, ka256),
 # a new connection per request (new32, new256: `Connection: close`), the same over TLS
 # (tls-ka32, tls-ka256, tls-new32; an ECDSA P-256 certificate made here with openssl) and
@@ -10,7 +11,7 @@
 # proxy_tls_bench.sh.
 # Session 23 used it for mimalloc's transparent huge pages (one release binary as A, the same
 # with B_ENV=MIMALLOC_ALLOW_THP=0 as B); session 30 for the proxy's layering (the build before
-# as A, after as B). BENCHMARKS.md has both.
+# as A, after as B), session 37 for the filter chain (issue 71). BENCHMARKS.md has them.
 # Usage: [LOADS="ka32 ..."] [B_ENV="VAR=value ..."] sh bench/proxy_ab.sh ROLLGATE_A ROLLGATE_B
 #        [ROUNDS] [SECONDS]   (needs wrk; h2load from nghttp2-client for h2; openssl)
 # It starts the release and both proxies and stops those, by pid, and nothing else.
@@ -84,7 +85,10 @@ echo "== medians of $rounds interleaved rounds of ${seconds}s (B as a share of A
 for load in $loads; do
   a=$(awk -v l="$load" '$1 == l && $2 == "a" { print $3 }' "$results" | median)
   b=$(awk -v l="$load" '$1 == l && $2 == "b" { print $3 }' "$results" | median)
-  echo "$load: A $a req/s, B $b req/s, B/A $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')"
+  # CPU per request: the proxy's ticks (10 ms each) over the requests of its round.
+  cpu_a=$(awk -v l="$load" -v s="$seconds" '$1 == l && $2 == "a" { printf "%.2f\n", $4 * 10000 / ($3 * s) }' "$results" | median)
+  cpu_b=$(awk -v l="$load" -v s="$seconds" '$1 == l && $2 == "b" { printf "%.2f\n", $4 * 10000 / ($3 * s) }' "$results" | median)
+  echo "$load: A $a req/s, B $b req/s, B/A $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }'); CPU per request A $cpu_a µs, B $cpu_b µs"
 done
 for side in a b; do
   if [ $side = a ]; then pid=$proxy_a; else pid=$proxy_b; fi
