@@ -333,7 +333,7 @@ fn access_lines(site: &Site) -> usize {
 fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_the_drain_timeout()
 {
     use crate::common::websocket::{websocket_release, Holders};
-    use crate::tls::{cert_arg, Ca};
+    use crate::tls::{cert_arg, Ca, CurlLoad};
     const DRAIN_S: f64 = 2.0;
     let dir = tempfile::tempdir().unwrap();
     let other = dir.path().join("rollgate-new");
@@ -407,37 +407,7 @@ fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_
     // HTTP/1.1 and HTTP/2), and twenty WebSockets.
     let kept = Load::kept(plain, 3, Duration::from_millis(5));
     let fresh = Load::start(plain, 4, Duration::from_millis(5));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let curls: Vec<_> = ["--http2", "--http1.1"]
-        .into_iter()
-        .map(|version| {
-            let (stop, ca) = (stop.clone(), ca.pem());
-            std::thread::spawn(move || {
-                let mut runs = Vec::new();
-                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    let urls: Vec<String> = (0..40)
-                        .flat_map(|_| {
-                            [
-                                "-o".into(),
-                                "/dev/null".into(),
-                                format!("https://a.test:{tls}/"),
-                            ]
-                        })
-                        .collect();
-                    let out = Command::new("curl")
-                        .args(["-sS", "--max-time", "20", "--cacert"])
-                        .arg(&ca)
-                        .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
-                        .args(["-w", "%{http_code}\n"])
-                        .args(&urls)
-                        .output()
-                        .expect("curl");
-                    runs.push((version, out));
-                }
-                runs
-            })
-        })
-        .collect();
+    let curls = CurlLoad::start(&["--http2", "--http1.1"], tls, &ca);
     let plain_sockets = Holders::open(10, plain, "a.test", None);
     let tls_sockets = Holders::open(10, tls, "a.test", Some(&ca.pem()));
     std::thread::sleep(Duration::from_millis(500));
@@ -490,18 +460,7 @@ fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_
     let (kept, fresh) = (kept.finish(), fresh.finish());
     assert_none_failed(&kept, "kept connections across ten hand-overs");
     assert_none_failed(&fresh, "new connections across ten hand-overs");
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut over_tls = 0;
-    for client in curls {
-        for (version, out) in client.join().unwrap() {
-            let said = String::from_utf8_lossy(&out.stderr).to_string();
-            assert!(out.status.success(), "curl {version}: {said}");
-            for code in String::from_utf8_lossy(&out.stdout).lines() {
-                assert_eq!(code, "200", "curl {version}: {said}");
-                over_tls += 1;
-            }
-        }
-    }
+    let over_tls = curls.finish();
     assert!(
         kept.len() + fresh.len() > 500 && over_tls > 200,
         "{} {} {over_tls}",

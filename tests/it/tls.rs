@@ -1632,38 +1632,7 @@ fn a_hand_over_under_tls_h2_and_http1_fails_no_request() {
     let cert = cert_arg("a.test", &leaf);
     let mut proxy = TlsProxy::start(&site, &[cert.clone()], &[]);
     let (plain, tls) = (proxy.plain, proxy.tls);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let clients: Vec<_> = ["--http2", "--http1.1", "--http2", "--http1.1"]
-        .into_iter()
-        .map(|version| {
-            let (stop, ca) = (stop.clone(), ca.pem());
-            std::thread::spawn(move || {
-                let mut runs = Vec::new();
-                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    // One process, one connection, 40 requests in a row.
-                    let urls: Vec<String> = (0..40)
-                        .flat_map(|_| {
-                            [
-                                "-o".into(),
-                                "/dev/null".into(),
-                                format!("https://a.test:{tls}/"),
-                            ]
-                        })
-                        .collect();
-                    let out = Command::new("curl")
-                        .args(["-sS", "--max-time", "20", "--cacert"])
-                        .arg(&ca)
-                        .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
-                        .args(["-w", "%{http_code}\n"])
-                        .args(&urls)
-                        .output()
-                        .expect("curl");
-                    runs.push((version, out));
-                }
-                runs
-            })
-        })
-        .collect();
+    let clients = CurlLoad::start(&["--http2", "--http1.1", "--http2", "--http1.1"], tls, &ca);
     std::thread::sleep(Duration::from_millis(500));
     for n in 0..3 {
         let mut command = Command::new(crate::common::bin());
@@ -1689,19 +1658,71 @@ fn a_hand_over_under_tls_h2_and_http1_fails_no_request() {
         assert_eq!(status.and_then(|s| s.code()), Some(0), "hand-over {n}");
         std::thread::sleep(Duration::from_millis(700));
     }
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut answered = 0;
-    for client in clients {
-        for (version, out) in client.join().unwrap() {
-            let said = String::from_utf8_lossy(&out.stderr).to_string();
-            assert!(out.status.success(), "curl {version}: {said}");
-            for code in String::from_utf8_lossy(&out.stdout).lines() {
-                assert_eq!(code, "200", "curl {version}: {said}");
-                answered += 1;
+    let answered = clients.finish();
+    assert!(answered > 200, "{answered} requests");
+}
+
+/// curl clients over TLS to `https://a.test:PORT/` (resolved to 127.0.0.1, trusting the CA),
+/// one per version flag (`--http2`, `--http1.1`), each a process after another asking 40 times
+/// on one connection, until [`CurlLoad::finish`].
+pub(crate) struct CurlLoad {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    clients: Vec<std::thread::JoinHandle<Vec<(&'static str, Output)>>>,
+}
+
+impl CurlLoad {
+    pub(crate) fn start(versions: &[&'static str], tls: u16, ca: &Ca) -> CurlLoad {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let clients = versions
+            .iter()
+            .map(|&version| {
+                let (stop, ca) = (stop.clone(), ca.pem());
+                std::thread::spawn(move || {
+                    let mut runs = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let urls: Vec<String> = (0..40)
+                            .flat_map(|_| {
+                                [
+                                    "-o".into(),
+                                    "/dev/null".into(),
+                                    format!("https://a.test:{tls}/"),
+                                ]
+                            })
+                            .collect();
+                        let out = Command::new("curl")
+                            .args(["-sS", "--max-time", "20", "--cacert"])
+                            .arg(&ca)
+                            .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
+                            .args(["-w", "%{http_code}\n"])
+                            .args(&urls)
+                            .output()
+                            .expect("curl");
+                        runs.push((version, out));
+                    }
+                    runs
+                })
+            })
+            .collect();
+        CurlLoad { stop, clients }
+    }
+
+    /// Stops the clients; how many requests were answered, each a 200 and every curl run a
+    /// success (else the test fails, saying curl's words).
+    pub(crate) fn finish(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut answered = 0;
+        for client in self.clients {
+            for (version, out) in client.join().unwrap() {
+                let said = String::from_utf8_lossy(&out.stderr).to_string();
+                assert!(out.status.success(), "curl {version}: {said}");
+                for code in String::from_utf8_lossy(&out.stdout).lines() {
+                    assert_eq!(code, "200", "curl {version}: {said}");
+                    answered += 1;
+                }
             }
         }
+        answered
     }
-    assert!(answered > 200, "{answered} requests");
 }
 
 /// A stand-in release that reads each request's body (by its length, or chunked) and answers
