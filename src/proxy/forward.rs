@@ -1,8 +1,8 @@
 //! One request on a connection hyper serves (one `front.rs` handed over: a request with a body,
 //! an upgrade, HTTP/1.0, a head hyper refuses): lease the live release, forward with the usual
 //! proxy headers through hyper's client, stream the answer back, and keep the lease until the
-//! last byte of the body has gone. The routing, the retry on another replica and the words of
-//! rollgate's own answers are the same as on `front`'s path.
+//! last byte of the body has gone. The rules (`rules.rs`: route, body limit, prefix, retry
+//! safety, the forwarding headers, rollgate's own answers) are the same as on `front`'s path.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

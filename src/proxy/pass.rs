@@ -1,7 +1,7 @@
 //! One request's pass through the proxy, the same for both front ends (the HTTP/1.1 fast path
-//! in `front.rs` and hyper's in `forward.rs`), as pingora's `ProxyHttp` is for its proxies:
-//! **route** (which service, by host and path), **gate** (a service in maintenance or paused
-//! answers itself), **lease** (the least busy release of the service's pool), **send**, and
+//! in `front.rs` and hyper's in `forward.rs`), as pingora's `ProxyHttp` is for its proxies —
+//! once the chain of rules (`rules.rs`: route, body limit, prefix, retry safety) let it on:
+//! **gate** (a service in maintenance or paused answers itself), **lease** (the least busy release of the service's pool), **send**, and
 //! **retry** on another replica when the one tried refused the connection — or, for a safe
 //! method, lost it before any answer — and the request can be sent again. What differs
 //! between the two front ends is how a request is sent and which connections they keep: that
