@@ -1201,10 +1201,24 @@ fn metrics_count_every_answer_by_class_and_a_real_parser_reads_them() {
             *sent.entry(class).or_insert(0) += 1;
         }
     }
-    let page = Conn::open(metrics_port)
-        .unwrap()
-        .get("/metrics", "")
-        .unwrap();
+    // A lease is let go once the answer's last byte is written, a moment after the client
+    // read it (CI once scraped in between): the page is read again until none is in flight.
+    let scrape = || {
+        Conn::open(metrics_port)
+            .unwrap()
+            .get("/metrics", "")
+            .unwrap()
+    };
+    let mut page = scrape();
+    wait_for(5, || {
+        page = scrape();
+        parsed_metrics(&page.body).iter().any(|(n, l, v)| {
+            n == "rollgate_proxy_in_flight"
+                && l.get("release").map(String::as_str) == Some("counted")
+                && l.get("state").map(String::as_str) == Some("serving")
+                && *v == 0.0
+        })
+    });
     assert_eq!(page.status, 200);
     assert!(page
         .header("content-type")
