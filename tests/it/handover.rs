@@ -158,17 +158,7 @@ fn the_proxy_is_handed_over_under_load_with_no_failed_request() {
     // The access log has every request once, whichever proxy served it.
     send_signal(running.id() as i32, 15);
     assert_eq!(exited(&mut running, 30).and_then(|s| s.code()), Some(0));
-    let logged: usize = std::fs::read_dir(site.root())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("access.log")
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap().lines().count())
-        .sum();
+    let logged = access_lines(&site);
     // The one request the test sent itself: after the bad take-overs.
     let version_probes = 1;
     assert_eq!(logged, seen.len() + version_probes, "access log lines");
