@@ -27,6 +27,10 @@ pub struct SampleArgs {
     pub exit_after_ms: Option<u64>,
     #[arg(long, default_value_t = 1)]
     pub exit_code: i32,
+    /// With --exit-after-ms: count it from when this file exists (looked for every 50 ms), not
+    /// from start — a test arms a crash once its deploy is done, however long the gate took.
+    #[arg(long)]
+    pub exit_armed_by: Option<std::path::PathBuf>,
     /// Answer /readyz with 503 from this long after start (ready, then no longer ready).
     #[arg(long)]
     pub unready_after_ms: Option<u64>,
@@ -170,9 +174,8 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
     };
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
-    let exit_at = args
-        .exit_after_ms
-        .map(|ms| tokio::time::Instant::from_std(started + Duration::from_millis(ms)));
+    let exit = exit_due(&args, started);
+    tokio::pin!(exit);
     // Users reach it on the held socket once it is ready (a real server accepts once it can
     // serve); the connections its answers are owed to, counted, for an orderly stop.
     let ready_at =
@@ -215,7 +218,7 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                     return std::process::ExitCode::SUCCESS;
                 }
             }
-            _ = async { match exit_at { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+            _ = &mut exit => {
                 if held.is_some() {
                     // A crash: what it had accepted and not answered is dropped.
                     eprintln!(
@@ -229,6 +232,24 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
             }
         }
     }
+}
+
+/// Resolves when `--exit-after-ms` has passed: since start, or since `--exit-armed-by`'s file
+/// appeared; never without `--exit-after-ms`.
+async fn exit_due(args: &SampleArgs, started: Instant) {
+    let Some(after) = args.exit_after_ms.map(Duration::from_millis) else {
+        return std::future::pending().await;
+    };
+    let armed = match &args.exit_armed_by {
+        None => started,
+        Some(file) => {
+            while !file.exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Instant::now()
+        }
+    };
+    tokio::time::sleep_until(tokio::time::Instant::from_std(armed + after)).await
 }
 
 /// Its port (`--port`, else `PORT`) and its listeners on 127.0.0.1 (one per thread with

@@ -804,7 +804,7 @@ fn a_stop_killed_after_any_action_is_finished_by_stopping_again() {
 fn a_stop_beside_a_standby_killed_after_any_action_leaves_nothing_running() {
     let with_a_standby = |site: &Site| {
         site.release("v1", "");
-        site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+        site.crashing_release("v2", 2500);
         let policy = write(
             site.root(),
             "policy.json",
@@ -825,6 +825,7 @@ fn a_stop_beside_a_standby_killed_after_any_action_leaves_nothing_running() {
             let out = rollgate_run(site, &args, None);
             assert_eq!(out.status.code(), Some(0), "{}", said(&out));
         }
+        site.arm_crashes("v2");
         assert!(
             wait_for(20, || site
                 .pointer()

@@ -175,17 +175,18 @@ fn rolled_back_for_its_crash_loop(site: &Site) -> serde_json::Value {
     line
 }
 
-/// v1 live, then v2 — which exits 2.5 s after every start — switched to and promoted, both with
-/// `policy_with(crash_loop)`: the policy's path and v1's port.
+/// v1 live, then v2 — which exits 2.5 s after every start once armed — switched to and
+/// promoted, both with `policy_with(crash_loop)`, then armed: the policy's path and v1's port.
 fn v1_then_a_crashing_v2(site: &Site, crash_loop: &str) -> (String, u16) {
     site.release("v1", "");
-    site.release("v2", "--exit-after-ms 2500 --exit-code 4");
+    site.crashing_release("v2", 2500);
     let policy = policy_with(site, crash_loop);
     let first = free_port();
     let out = site.deploy(first, "v1", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    site.arm_crashes("v2");
     (policy, first)
 }
 
@@ -200,7 +201,7 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     use crate::common::http::{Load, Proxy};
     let site = Site::new();
     site.release("v1", "");
-    site.release("v2", "--exit-after-ms 5000 --exit-code 4");
+    site.crashing_release("v2", 5000);
     // The numbers: it exits 5 s after each start, after a 2 s watch that it passes.
     let policy = write(
         site.root(),
@@ -224,6 +225,7 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     let at = |ts: f64| clock + Duration::from_secs_f64((ts - unix).max(0.0));
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    site.arm_crashes("v2");
     assert!(
         wait_for(60, || count_events(&site, "rolled_back", "v2") == 1
             && site.pointer().is_some_and(|p| p["version"] == "v1")),
@@ -403,7 +405,7 @@ fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
 fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
     let site = Site::new();
     site.release("v1", "");
-    site.release("v2", "--exit-after-ms 4000 --exit-code 4");
+    site.crashing_release("v2", 4000);
     let policy = policy_with(&site, "");
     let first = port_block(10);
     let ports = format!("{first}-{}", first + 9);
@@ -426,6 +428,7 @@ fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = rollout("v2");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site.arm_crashes("v2");
     let versions = || {
         let text = std::fs::read_to_string(site.root().join("replicas.json")).unwrap_or_default();
         serde_json::from_str::<serde_json::Value>(&text)

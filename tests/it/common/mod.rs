@@ -121,6 +121,32 @@ impl Site {
         );
     }
 
+    /// A sample release that, once `arm_crashes(version)` has been called, exits with status 4
+    /// `after_ms` after every start (the one running then: `after_ms` after the arming). A test
+    /// arms it once its deploy is done, so a slow gate or watch on a loaded machine never meets
+    /// the crash.
+    pub fn crashing_release(&self, version: &str, after_ms: u64) {
+        let armed = self
+            .root()
+            .join(format!("releases/{version}-crashes-armed"));
+        self.release(
+            version,
+            &format!(
+                "--exit-after-ms {after_ms} --exit-code 4 --exit-armed-by '{}'",
+                armed.display()
+            ),
+        );
+    }
+
+    /// From now on `crashing_release(version)` exits a while after every start.
+    pub fn arm_crashes(&self, version: &str) {
+        write(
+            self.root(),
+            &format!("releases/{version}-crashes-armed"),
+            "",
+        );
+    }
+
     /// `releases/<version>/edge-svc` with a shell body of its own.
     pub fn script(&self, version: &str, body: &str) {
         use std::os::unix::fs::PermissionsExt;
