@@ -204,16 +204,20 @@ fn put_in_maintenance(root: &Root, record: &Stopped) -> Result<&'static str, Err
     };
     traffic::write(&root.0, &state)?;
     crate::engine::fault_point();
-    // The proxy takes it from the file: give it a moment to answer new requests so.
+    proxy_takes(root, Mode::Maintenance);
+    Ok("; the proxy answers its maintenance page (503)")
+}
+
+/// The proxy takes the mode from the file (it watches it): waits, at most 2 s, until a proxy
+/// serving the root says it is in `mode`, so the command's last word is what users get. No
+/// proxy (or one that cannot say): no wait.
+fn proxy_takes(root: &Root, mode: Mode) {
     for _ in 0..100 {
         match crate::proxy::control::traffic_now(&root.0, Duration::from_millis(500)) {
-            Some(mode) if mode != Mode::Maintenance.as_str() => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            Some(now) if now != mode.as_str() => std::thread::sleep(Duration::from_millis(20)),
             _ => break,
         }
     }
-    Ok("; the proxy answers its maintenance page (503)")
 }
 
 /// The maintenance a stop set, lifted (a person's own mode stays).
@@ -228,6 +232,7 @@ fn lift_maintenance(root: &Root) -> Result<(), Error> {
             ..held
         };
         traffic::write(&root.0, &state)?;
+        proxy_takes(root, Mode::Serving);
     }
     Ok(())
 }

@@ -137,25 +137,31 @@ pub async fn follow(root: Root, routes: Arc<Routes>, gate: Arc<Gate>, now: Arc<N
     }
     let mut ticker = tokio::time::interval(FALLBACK_PERIOD);
     loop {
-        tokio::select! {
+        // (targets changed, traffic state changed): the targets are taken first, so that once
+        // the gate says `serving` (what `rollgate start` waits for) the release it started is
+        // the one requests go to.
+        let (targets, traffic) = tokio::select! {
             ready = async { watch.as_ref().expect("guarded").readable().await }, if watch.is_some() => {
-                if let Ok(mut guard) = ready {
-                    let events = guard.get_inner().0.read_events().unwrap_or_default();
-                    guard.clear_ready();
-                    let named = |name: &str| {
-                        events.iter().any(|e| e.name.as_deref().is_some_and(|n| n == name))
-                    };
-                    if named(TRAFFIC_FILE) {
-                        gate.refresh(&root.0);
+                match ready {
+                    Ok(mut guard) => {
+                        let events = guard.get_inner().0.read_events().unwrap_or_default();
+                        guard.clear_ready();
+                        let named = |name: &str| {
+                            events.iter().any(|e| e.name.as_deref().is_some_and(|n| n == name))
+                        };
+                        (named(POINTER_FILE) || named(REPLICAS_FILE), named(TRAFFIC_FILE))
                     }
-                    if !named(POINTER_FILE) && !named(REPLICAS_FILE) {
-                        continue;
-                    }
+                    Err(_) => (true, false),
                 }
             }
-            _ = ticker.tick() => gate.refresh(&root.0),
-            _ = now.notified() => {}
+            _ = ticker.tick() => (true, true),
+            _ = now.notified() => (true, false),
+        };
+        if targets {
+            let _ = refresh(&root, &routes);
         }
-        let _ = refresh(&root, &routes);
+        if traffic {
+            gate.refresh(&root.0);
+        }
     }
 }

@@ -812,8 +812,9 @@ fn defect_09_out_of_descriptors_the_proxy_backs_off_and_recovers() {
     let before = cpu_ticks(pid);
     std::thread::sleep(Duration::from_secs(3));
     let used = cpu_ticks(pid) - before;
-    // 100 ticks a second: a spinning accept loop would use ~300 here.
-    assert!(used < 60, "the proxy used {used} ticks of CPU in 3 s");
+    // 100 ticks a second: a spinning accept loop would use ~300 here (a backing-off one uses
+    // 0-1 alone; CI's load once made it 60, so the bound is a third of a spinning core).
+    assert!(used < 100, "the proxy used {used} ticks of CPU in 3 s");
     drop(idle);
     let started = Instant::now();
     let served = wait_for(20, || {

@@ -1672,6 +1672,17 @@ pub(crate) struct CurlLoad {
 
 impl CurlLoad {
     pub(crate) fn start(versions: &[&'static str], tls: u16, ca: &Ca) -> CurlLoad {
+        CurlLoad::paced(versions, None, tls, ca)
+    }
+
+    /// As `start`, each client at most `rate` requests (curl's `--rate`, as `50/s`): for a
+    /// release slower than the proxy, which would otherwise be the load's bottleneck.
+    pub(crate) fn paced(
+        versions: &[&'static str],
+        rate: Option<&'static str>,
+        tls: u16,
+        ca: &Ca,
+    ) -> CurlLoad {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let clients = versions
             .iter()
@@ -1693,6 +1704,7 @@ impl CurlLoad {
                             .args(["-sS", "--max-time", "20", "--cacert"])
                             .arg(&ca)
                             .args(["--resolve", &format!("a.test:{tls}:127.0.0.1"), version])
+                            .args(rate.iter().flat_map(|rate| ["--rate", rate]))
                             .args(["-w", "%{http_code}\n"])
                             .args(&urls)
                             .output()
