@@ -55,7 +55,7 @@ pub enum Command {
   rollgate release verify dist/manifest.json --pins sha256/...,sha256/... --threshold 2 --dir dist"
     )]
     Release(ReleaseCommand),
-    /// The policy's schedules (issue 70): when each is due next and how its last run went, or
+    /// The policy's schedules: when each is due next and how its last run went, or
     /// one run now under its rules.
     #[command(
         subcommand,
@@ -982,7 +982,7 @@ version of the last promoted record, never a rolled-back one.")]
         #[command(flatten)]
         read: ReadArgs,
     },
-    /// Each schedule's runs (issue 70): how many, succeeded and failed, the success rate, the
+    /// Each schedule's runs: how many, succeeded and failed, the success rate, the
     /// due times skipped and missed, the last success and failure, the longest run.
     #[command(after_help = "Examples:
   rollgate log schedules /srv/edge/deploy.log
