@@ -42,14 +42,16 @@ fn a_release_that_falls_over_after_the_switch_is_switched_back_without_failed_re
     let load = Load::start(proxy.port, 4, Duration::from_millis(5));
     std::thread::sleep(Duration::from_millis(300));
 
-    // Ready at once, gone 200 ms after it started.
-    site.release("v2", "--exit-after-ms 200 --exit-code 3");
+    // Ready at once, gone 200 ms after its switch.
+    site.crashing_release_with("v2", 200, 3);
+    let armed = site.arm_crashes_at("v2", "switched");
     // A 10 s watch: switched back when it fell, long before the watch would have ended (a
     // bound generous for a loaded machine).
     let policy = policy(&site, 10_000);
     let started = Instant::now();
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     let took = started.elapsed();
+    armed.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let seen = load.finish();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -262,9 +264,11 @@ fn a_rollouts_last_wave_is_watched_before_it_is_promoted() {
     };
     let out = rollout("v1", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    // Ready at once, gone a second later: inside the watch after the (only) wave.
-    site.release("v2", "--exit-after-ms 1000 --exit-code 5");
+    // Ready, gone a second later: inside the watch after the (only) wave.
+    site.crashing_release_with("v2", 1000, 5);
+    let armed = site.arm_crashes_at("v2", "replica_ready");
     let out = rollout("v2", &["--watch-ms", "4000"]);
+    armed.join().unwrap();
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -314,14 +318,17 @@ fn the_watch_runs_its_whole_length_after_a_slow_drain() {
     // A proxy that answers the drain without confirming it: the deploy keeps the old release
     // for the whole drain timeout (1500 ms) before it watches.
     let peer = unconfirming_proxy(&site, "error not now\n");
-    // Gone 2.2 s after it started: after the drain, inside a 1 s watch that follows it.
-    site.release("v2", "--exit-after-ms 2200");
+    // Gone 500 ms after its `switched` line (said once the drain is over): inside a 1 s watch
+    // that follows the drain — a watch counted from the switch itself would be over by then.
+    site.crashing_release_with("v2", 500, 1);
+    let armed = site.arm_crashes_at("v2", "switched");
     let out = site.deploy(
         free_port(),
         "v2",
         &["--watch-ms", "1000", "--drain-timeout-ms", "1500"],
     );
     peer.join().unwrap();
+    armed.join().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let last = site.log_lines().last().cloned().unwrap();
     assert_eq!(last["event"], "rolled_back");

@@ -126,13 +126,18 @@ impl Site {
     /// arms it once its deploy is done, so a slow gate or watch on a loaded machine never meets
     /// the crash.
     pub fn crashing_release(&self, version: &str, after_ms: u64) {
+        self.crashing_release_with(version, after_ms, 4);
+    }
+
+    /// `crashing_release`, exiting with `code`.
+    pub fn crashing_release_with(&self, version: &str, after_ms: u64, code: u8) {
         let armed = self
             .root()
             .join(format!("releases/{version}-crashes-armed"));
         self.release(
             version,
             &format!(
-                "--exit-after-ms {after_ms} --exit-code 4 --exit-armed-by '{}'",
+                "--exit-after-ms {after_ms} --exit-code {code} --exit-armed-by '{}'",
                 armed.display()
             ),
         );
@@ -145,6 +150,29 @@ impl Site {
             &format!("releases/{version}-crashes-armed"),
             "",
         );
+    }
+
+    /// Arms `crashing_release(version)` from a thread of its own as soon as the deploy log has
+    /// `event` (`switched`, `replica_ready`) for it: the crash falls `after_ms` after that
+    /// moment of the run, however long the gate before it took on a loaded machine.
+    pub fn arm_crashes_at(&self, version: &str, event: &str) -> std::thread::JoinHandle<()> {
+        let (root, version, event) = (
+            self.root().to_path_buf(),
+            version.to_string(),
+            event.to_string(),
+        );
+        std::thread::spawn(move || {
+            let logged = || {
+                std::fs::read_to_string(root.join("deploy.log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .any(|l| l["event"] == event.as_str() && l["version"] == version.as_str())
+            };
+            if wait_for(120, logged) {
+                write(&root, &format!("releases/{version}-crashes-armed"), "");
+            }
+        })
     }
 
     /// `releases/<version>/edge-svc` with a shell body of its own.
