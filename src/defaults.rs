@@ -22,7 +22,8 @@ pub const DRAIN: Duration = Duration::from_millis(30_000);
 /// (`watch_ms`): long enough to catch a release that is ready at once and falls over moments
 /// later, short enough that a deploy still feels immediate.
 pub const WATCH: Duration = Duration::from_millis(2000);
-/// Failed probes in a row that switch a watched release back (`watch_failures`).
+/// Failed probes in a row that switch a watched release back, or fail a replica in a
+/// rollout's soak (`watch_failures`).
 pub const WATCH_FAILURES: u32 = 3;
 
 // A rollout of N replicas.
@@ -319,7 +320,7 @@ fn readiness_fields() -> Vec<FieldRow> {
         "watch_failures",
         "1-100".into(),
         WATCH_FAILURES.to_string(),
-        "failed probes in a row that switch back",
+        "failed probes in a row that switch a deploy back, or fail a replica in a rollout's soak",
     ),
     (
         "keep_releases",

@@ -27,10 +27,15 @@ pub struct SampleArgs {
     pub exit_after_ms: Option<u64>,
     #[arg(long, default_value_t = 1)]
     pub exit_code: i32,
-    /// With --exit-after-ms: count it from when this file exists (looked for every 50 ms), not
-    /// from start — a test arms a crash once its deploy is done, however long the gate took.
+    /// Count --exit-after-ms from when this file exists (looked for every 50 ms), not from
+    /// start, and answer --unready-probes only once it does: a test arms a crash or a hiccup at
+    /// a moment of its run, however long the gate before it took.
     #[arg(long)]
-    pub exit_armed_by: Option<std::path::PathBuf>,
+    pub armed_by: Option<std::path::PathBuf>,
+    /// With --armed-by: once armed, answer this many readiness probes 503, then ready again (a
+    /// hiccup a judge should tolerate).
+    #[arg(long, default_value_t = 0)]
+    pub unready_probes: u64,
     /// Answer /readyz with 503 from this long after start (ready, then no longer ready).
     #[arg(long)]
     pub unready_after_ms: Option<u64>,
@@ -105,6 +110,20 @@ fn share(text: &str) -> Result<f64, String> {
     }
 }
 
+/// Readiness probes still to be answered 503 once armed (--unready-probes).
+static UNREADY_PROBES_LEFT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether this readiness probe is one of --unready-probes' hiccup.
+fn a_hiccup(args: &SampleArgs) -> bool {
+    use std::sync::atomic::Ordering;
+    args.armed_by.as_ref().is_some_and(|file| file.exists())
+        && UNREADY_PROBES_LEFT
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok()
+}
+
 /// User requests answered so far (every thread's): where the --error-rate errors fall.
 static USER_REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -124,6 +143,7 @@ pub fn run(args: SampleArgs) -> std::process::ExitCode {
 
 async fn serve(args: SampleArgs) -> std::process::ExitCode {
     let started = Instant::now();
+    UNREADY_PROBES_LEFT.store(args.unready_probes, std::sync::atomic::Ordering::SeqCst);
     if args.exit_after_ms == Some(0) {
         eprintln!(
             "sample-service: exiting at boot with status {}",
@@ -234,13 +254,13 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
     }
 }
 
-/// Resolves when `--exit-after-ms` has passed: since start, or since `--exit-armed-by`'s file
+/// Resolves when `--exit-after-ms` has passed: since start, or since `--armed-by`'s file
 /// appeared; never without `--exit-after-ms`.
 async fn exit_due(args: &SampleArgs, started: Instant) {
     let Some(after) = args.exit_after_ms.map(Duration::from_millis) else {
         return std::future::pending().await;
     };
-    let armed = match &args.exit_armed_by {
+    let armed = match &args.armed_by {
         None => started,
         Some(file) => {
             while !file.exists() {
@@ -492,6 +512,7 @@ async fn answer(
                 Some(code) => {
                     StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
                 }
+                None if a_hiccup(&args) => StatusCode::SERVICE_UNAVAILABLE,
                 None if args
                     .unready_after_ms
                     .is_some_and(|ms| started.elapsed() >= Duration::from_millis(ms)) =>

@@ -74,37 +74,52 @@ fn decide(event: &GateEvent) -> Option<Verdict> {
     }
 }
 
-/// The watch after a switch: the new release fails it by exiting, or by failing
-/// `watch_failures` probes in a row.
+/// The watch after a switch, or a rollout's soak: a new process fails it by exiting, by a
+/// fatal probe (a hang its watchdog saw, an error it reported), or by failing `allowed` probes
+/// in a row — one slow answer on a busy host is not a release that stopped being ready.
 #[derive(Debug, Clone)]
 pub struct WatchJudge {
     allowed: u32,
     failed_in_a_row: u32,
+    /// `watch` or `soak`, for the reason.
+    during: &'static str,
 }
 
 impl WatchJudge {
+    /// A single deploy's watch: `watch_failures` in a row switch back.
     pub fn new(watch_failures: u32) -> WatchJudge {
+        WatchJudge::during("watch", watch_failures)
+    }
+
+    /// A rollout's soak (and its watch): `soak_failures` in a row fail the replica.
+    pub fn soak(soak_failures: u32) -> WatchJudge {
+        WatchJudge::during("soak", soak_failures)
+    }
+
+    fn during(during: &'static str, allowed: u32) -> WatchJudge {
         WatchJudge {
-            allowed: watch_failures.max(1),
+            allowed: allowed.max(1),
             failed_in_a_row: 0,
+            during,
         }
     }
 
-    /// One probe's result; the reason to switch back once too many failed in a row.
+    /// One probe's result; the reason it failed once too many failed in a row.
     pub fn observe(&mut self, passed: bool, probe: &Probe) -> Option<String> {
         if passed {
             self.failed_in_a_row = 0;
             return None;
         }
         if probe.is_fatal() {
-            return Some(format!("{probe} during the watch"));
+            return Some(format!("{probe} during the {}", self.during));
         }
         self.failed_in_a_row += 1;
         (self.failed_in_a_row >= self.allowed).then(|| {
             format!(
-                "failed {} probe{} in a row during the watch (last: {probe})",
+                "failed {} probe{} in a row during the {} (last: {probe})",
                 self.failed_in_a_row,
-                if self.failed_in_a_row == 1 { "" } else { "s" }
+                if self.failed_in_a_row == 1 { "" } else { "s" },
+                self.during
             )
         })
     }
@@ -136,6 +151,28 @@ pub fn reason(verdict: &Verdict, deadline: Duration) -> String {
 mod tests {
     use super::*;
     use crate::engine::plan::resolve;
+
+    #[test]
+    fn a_soak_fails_a_replica_only_after_its_failures_in_a_row_or_a_fatal_probe() {
+        let timeout = Probe::TimedOut(Duration::from_millis(1000));
+        let mut judge = WatchJudge::soak(3);
+        assert_eq!(judge.observe(false, &timeout), None);
+        assert_eq!(judge.observe(false, &timeout), None);
+        // A pass starts the count again.
+        assert_eq!(judge.observe(true, &Probe::Status(200)), None);
+        assert_eq!(judge.observe(false, &timeout), None);
+        assert_eq!(judge.observe(false, &timeout), None);
+        assert_eq!(
+            judge.observe(false, &timeout).as_deref(),
+            Some("failed 3 probes in a row during the soak (last: no answer within 1000 ms)")
+        );
+        let fatal = Probe::Reported(5);
+        assert!(fatal.is_fatal());
+        assert_eq!(
+            WatchJudge::soak(3).observe(false, &fatal),
+            Some(format!("{fatal} during the soak"))
+        );
+    }
 
     #[test]
     fn by_default_only_a_200_is_ready() {

@@ -254,6 +254,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
             wave_percents: vec![100],
             watch_ms,
             on_stall: s.on_stall,
+            soak_failures: s.watch_failures,
             // Stopped first, the previous release is no fallback to keep.
             keep_fallback: !stop_first,
             output: s.output,

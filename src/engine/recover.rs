@@ -615,6 +615,7 @@ mod tests {
                 wave_percents: vec![100],
                 watch_ms: 0,
                 on_stall: Default::default(),
+                soak_failures: 1,
                 keep_fallback: false,
                 output: Default::default(),
                 stop_first: false,

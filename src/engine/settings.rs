@@ -259,6 +259,7 @@ fn resolved(
             // A first install has nothing to go back to: `plan` clears it then.
             watch_ms: gate.watch.as_millis() as u64,
             on_stall: crate::policy::OnStall::Rollback,
+            soak_failures: gate.watch_failures,
             keep_fallback: false,
             output: gate.output,
             analysis: gate.analysis,

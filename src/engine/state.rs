@@ -145,6 +145,11 @@ pub struct AbortCause {
     pub phase: String,
 }
 
+/// A run saved before `soak_failures` existed is judged by the default.
+fn soak_failures() -> u32 {
+    crate::defaults::WATCH_FAILURES
+}
+
 /// The numbers a rollout runs by, fixed when it starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -172,6 +177,10 @@ pub struct Settings {
     /// (roll back), or a pause with the replica held for a person (escalate).
     #[serde(default)]
     pub on_stall: crate::policy::OnStall,
+    /// Failed probes in a row that fail a replica in a soak or the rollout's watch (the
+    /// policy's `watch_failures`); an exit or a fatal probe fails it at once.
+    #[serde(default = "soak_failures")]
+    pub soak_failures: u32,
     /// The last wave's replaced processes are kept as fallbacks through the watch (a single
     /// deploy: N = 1, so the kept one fits the surge place its new one used).
     #[serde(default)]

@@ -726,6 +726,7 @@ pub(in crate::engine) mod tests {
                 wave_percents: vec![1, 10, 50, 100],
                 watch_ms: 0,
                 on_stall: Default::default(),
+                soak_failures: 1,
                 keep_fallback: false,
                 output: Default::default(),
                 stop_first: false,

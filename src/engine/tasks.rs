@@ -138,14 +138,14 @@ pub(super) async fn gate_replica(
 /// How a soak judges its replicas.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Judged {
-    /// A rollout's soak: one failed probe fails a replica.
-    Soak,
+    /// A rollout's soak: this many failed probes in a row fail a replica.
+    Soak(u32),
     /// A single deploy's watch: this many failed probes in a row.
     Watch(u32),
 }
 
-/// Watches the new version's replicas until `until` (Unix seconds): one that exits or stops
-/// answering ready has failed. Then a `Tick` ends the soak, unless the traffic judge ends it
+/// Watches the new version's replicas until `until` (Unix seconds): one that exits, fails a
+/// fatal probe, or fails the judge's number of probes in a row has failed. Then a `Tick` ends the soak, unless the traffic judge ends it
 /// (`ends_soak` false: its last look does).
 pub(super) async fn soak(
     mut watched: Vec<(usize, Process, Subject)>,
@@ -169,7 +169,7 @@ pub(super) async fn soak(
         for (slot, process, subject) in watched {
             let out_of_memory = || crate::host::cgroup::out_of_memory(&process.identity());
             let reason = match (judged, process.identity().is_running()) {
-                (Judged::Soak, false) => Some(match out_of_memory() {
+                (Judged::Soak(_), false) => Some(match out_of_memory() {
                     Some(mb) => {
                         format!("killed: out of memory at its {mb} MiB limit during the soak")
                     }
@@ -182,14 +182,13 @@ pub(super) async fn soak(
                     )),
                     ((journal::now() - began) * 1000.0).round() as u64
                 )),
-                (Judged::Soak, true) => match subject.check().await {
-                    (true, _) => None,
+                (Judged::Soak(failures), true) => match subject.check().await {
                     // Nobody here reads its socket: that it runs is what can be judged.
                     (false, Probe::Unwatched) => None,
-                    (false, other) if other.is_fatal() => Some(format!("{other} during the soak")),
-                    (false, other) => {
-                        Some(format!("stopped being ready during the soak ({other})"))
-                    }
+                    (passed, probe) => judges
+                        .entry(slot)
+                        .or_insert_with(|| judge::WatchJudge::soak(failures))
+                        .observe(passed, &probe),
                 },
                 (Judged::Watch(failures), true) => {
                     let (passed, probe) = subject.check().await;

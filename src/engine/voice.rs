@@ -134,8 +134,8 @@ pub(super) trait Voice: Send + Sync {
     }
 
     /// How a soak judges the new processes it watches.
-    fn soak_judge(&self, _rollout: &Rollout) -> Judged {
-        Judged::Soak
+    fn soak_judge(&self, rollout: &Rollout) -> Judged {
+        Judged::Soak(rollout.settings.soak_failures)
     }
 
     /// The facts a post hook is given.

@@ -628,16 +628,19 @@ fn requests_retried_on_the_old_release_and_answered_there_are_not_called_failed(
     let proxy = Proxy::start(&site, &[]);
     let load = Load::kept(proxy.port, 4, Duration::from_millis(2));
     assert!(wait_for(60, || served_by(&site, "v1") >= 100));
-    // Serves, then its server ends while its process lives on: refused connections until the
-    // watch's probes roll it back.
+    // Serves, then — 500 ms into its watch — its server ends while its process lives on:
+    // refused connections until the watch's probes roll it back.
     let bin = crate::common::bin();
+    let armed = site.armed_file("v2");
     site.add_release(
         "v2",
         &format!(
-            "'{}' sample-service --exit-after-ms 1500 --exit-code 0\nsleep 60\n",
-            bin.display()
+            "'{}' sample-service --exit-after-ms 500 --exit-code 0 --armed-by '{}'\nsleep 60\n",
+            bin.display(),
+            armed.display()
         ),
     );
+    let arming = site.arm_at("v2", "switched");
     let file = write(
         site.root(),
         "policy.json",
@@ -645,6 +648,7 @@ fn requests_retried_on_the_old_release_and_answered_there_are_not_called_failed(
             "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 10000}}"#,
     );
     let out = site.deploy(free_port(), "v2", &["--policy", file.to_str().unwrap()]);
+    arming.join().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     let seen = load.finish();
     assert_none_failed(&seen, "v2's watch");

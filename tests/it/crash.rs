@@ -825,7 +825,7 @@ fn a_stop_beside_a_standby_killed_after_any_action_leaves_nothing_running() {
             let out = rollgate_run(site, &args, None);
             assert_eq!(out.status.code(), Some(0), "{}", said(&out));
         }
-        site.arm_crashes("v2");
+        site.arm("v2");
         assert!(
             wait_for(20, || site
                 .pointer()

@@ -186,7 +186,7 @@ fn v1_then_a_crashing_v2(site: &Site, crash_loop: &str) -> (String, u16) {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
-    site.arm_crashes("v2");
+    site.arm("v2");
     (policy, first)
 }
 
@@ -225,7 +225,7 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     let at = |ts: f64| clock + Duration::from_secs_f64((ts - unix).max(0.0));
     let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
-    site.arm_crashes("v2");
+    site.arm("v2");
     assert!(
         wait_for(60, || count_events(&site, "rolled_back", "v2") == 1
             && site.pointer().is_some_and(|p| p["version"] == "v1")),
@@ -429,7 +429,7 @@ fn replicas_that_crash_loop_after_their_rollout_are_rolled_back_by_a_rollout() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = rollout("v2");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    site.arm_crashes("v2");
+    site.arm("v2");
     let versions = || {
         let text = std::fs::read_to_string(site.root().join("replicas.json")).unwrap_or_default();
         serde_json::from_str::<serde_json::Value>(&text)

@@ -44,7 +44,7 @@ fn a_release_that_falls_over_after_the_switch_is_switched_back_without_failed_re
 
     // Ready at once, gone 200 ms after its switch.
     site.crashing_release_with("v2", 200, 3);
-    let armed = site.arm_crashes_at("v2", "switched");
+    let armed = site.arm_at("v2", "switched");
     // A 10 s watch: switched back when it fell, long before the watch would have ended (a
     // bound generous for a loaded machine).
     let policy = policy(&site, 10_000);
@@ -266,7 +266,7 @@ fn a_rollouts_last_wave_is_watched_before_it_is_promoted() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Ready, gone a second later: inside the watch after the (only) wave.
     site.crashing_release_with("v2", 1000, 5);
-    let armed = site.arm_crashes_at("v2", "replica_ready");
+    let armed = site.arm_at("v2", "replica_ready");
     let out = rollout("v2", &["--watch-ms", "4000"]);
     armed.join().unwrap();
     assert_eq!(
@@ -321,7 +321,7 @@ fn the_watch_runs_its_whole_length_after_a_slow_drain() {
     // Gone 500 ms after its `switched` line (said once the drain is over): inside a 1 s watch
     // that follows the drain — a watch counted from the switch itself would be over by then.
     site.crashing_release_with("v2", 500, 1);
-    let armed = site.arm_crashes_at("v2", "switched");
+    let armed = site.arm_at("v2", "switched");
     let out = site.deploy(
         free_port(),
         "v2",

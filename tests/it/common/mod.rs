@@ -121,7 +121,13 @@ impl Site {
         );
     }
 
-    /// A sample release that, once `arm_crashes(version)` has been called, exits with status 4
+    /// The file that arms `version`'s sample service (`--armed-by`): a crash or a hiccup
+    /// counted from the moment a test chose, not from the process's start.
+    pub fn armed_file(&self, version: &str) -> std::path::PathBuf {
+        self.root().join(format!("releases/{version}-armed"))
+    }
+
+    /// A sample release that, once `arm(version)` has been called, exits with status 4
     /// `after_ms` after every start (the one running then: `after_ms` after the arming). A test
     /// arms it once its deploy is done, so a slow gate or watch on a loaded machine never meets
     /// the crash.
@@ -131,33 +137,28 @@ impl Site {
 
     /// `crashing_release`, exiting with `code`.
     pub fn crashing_release_with(&self, version: &str, after_ms: u64, code: u8) {
-        let armed = self
-            .root()
-            .join(format!("releases/{version}-crashes-armed"));
+        let armed = self.armed_file(version);
         self.release(
             version,
             &format!(
-                "--exit-after-ms {after_ms} --exit-code {code} --exit-armed-by '{}'",
+                "--exit-after-ms {after_ms} --exit-code {code} --armed-by '{}'",
                 armed.display()
             ),
         );
     }
 
-    /// From now on `crashing_release(version)` exits a while after every start.
-    pub fn arm_crashes(&self, version: &str) {
-        write(
-            self.root(),
-            &format!("releases/{version}-crashes-armed"),
-            "",
-        );
+    /// From now on `version`'s armed sample service does what it was armed for.
+    pub fn arm(&self, version: &str) {
+        std::fs::write(self.armed_file(version), "").unwrap();
     }
 
-    /// Arms `crashing_release(version)` from a thread of its own as soon as the deploy log has
-    /// `event` (`switched`, `replica_ready`) for it: the crash falls `after_ms` after that
-    /// moment of the run, however long the gate before it took on a loaded machine.
-    pub fn arm_crashes_at(&self, version: &str, event: &str) -> std::thread::JoinHandle<()> {
-        let (root, version, event) = (
+    /// Arms `version` (see `arm`) from a thread of its own as soon as the deploy log has
+    /// `event` (`switched`, `replica_ready`) for it: what it was armed for falls at that moment
+    /// of the run, however long the gate before it took on a loaded machine.
+    pub fn arm_at(&self, version: &str, event: &str) -> std::thread::JoinHandle<()> {
+        let (root, armed, version, event) = (
             self.root().to_path_buf(),
+            self.armed_file(version),
             version.to_string(),
             event.to_string(),
         );
@@ -170,7 +171,7 @@ impl Site {
                     .any(|l| l["event"] == event.as_str() && l["version"] == version.as_str())
             };
             if wait_for(120, logged) {
-                write(&root, &format!("releases/{version}-crashes-armed"), "");
+                std::fs::write(armed, "").unwrap();
             }
         })
     }
