@@ -145,8 +145,8 @@ pub(super) enum Judged {
 }
 
 /// Watches the new version's replicas until `until` (Unix seconds): one that exits, fails a
-/// fatal probe, or fails the judge's number of probes in a row has failed. Then a `Tick` ends the soak, unless the traffic judge ends it
-/// (`ends_soak` false: its last look does).
+/// fatal probe, or fails the judge's number of probes in a row has failed. Then a `Tick` ends
+/// the soak, unless the traffic judge ends it (`ends_soak` false: its last look does).
 pub(super) async fn soak(
     mut watched: Vec<(usize, Process, Subject)>,
     until: f64,
