@@ -19,6 +19,7 @@
         `failed: WHY` and exits 1.
 """
 
+import asyncio
 import http
 import socket
 import ssl
@@ -28,14 +29,17 @@ import time
 
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect
-from websockets.sync.server import serve
+from websockets.asyncio.server import serve as serve_async
 
 
 def serve_uppercase():
-    def echo(connection):
+    # asyncio, one thread: a plain request (the tests' load, one connection each: a response
+    # from process_request closes it) costs no thread, and a deep accept queue keeps a burst of
+    # them from dropping SYNs, which would hold a WebSocket's handshake back for seconds.
+    async def echo(connection):
         try:
-            for message in connection:
-                connection.send(message.upper())
+            async for message in connection:
+                await connection.send(message.upper())
         except ConnectionClosed:
             pass  # the client went away (a test ends by killing it)
 
@@ -44,9 +48,15 @@ def serve_uppercase():
             return connection.respond(http.HTTPStatus.OK, "ok\n")
         return None
 
-    with serve(echo, "127.0.0.1", 0, process_request=plain_http) as server:
-        print(server.socket.getsockname()[1], flush=True)
-        server.serve_forever()
+    async def main():
+        async with serve_async(
+            echo, "127.0.0.1", 0, process_request=plain_http, backlog=4096
+        ) as server:
+            port = next(iter(server.sockets)).getsockname()[1]
+            print(port, flush=True)
+            await server.serve_forever()
+
+    asyncio.run(main())
 
 
 def client(host, port):
