@@ -23,6 +23,7 @@ import asyncio
 import http
 import socket
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -86,10 +87,12 @@ def hold(host, port, cafile):
     if cafile:
         context = ssl.create_default_context(cafile=cafile)
     answered = 0
+    local = None
     try:
         while not ended.is_set():
             sock = socket.create_connection(("127.0.0.1", int(port)), timeout=10)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            local = sock.getsockname()[1]
             scheme = "wss" if context else "ws"
             with connect(
                 f"{scheme}://{host}/",
@@ -113,9 +116,26 @@ def hold(host, port, cafile):
                     code = closed.rcvd.code if closed.rcvd else "none"
                     print(f"closed {code} {time.time():.3f}", flush=True)
     except Exception as e:  # the test reads the reason
-        print(f"failed: {type(e).__name__}: {e}", flush=True)
+        print(f"failed: {type(e).__name__}: {e}{sockets_of(local)}", flush=True)
         sys.exit(1)
     print(f"done {answered}", flush=True)
+
+
+def sockets_of(local):
+    """Both ends of the connection from local port `local`, as `ss` sees them (queues, owning
+    process): which side holds what, for a failure's reason. On one line."""
+    if local is None:
+        return ""
+    try:
+        seen = subprocess.run(
+            ["ss", "-tanp", f"( sport = :{local} or dport = :{local} )"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
+    except Exception as e:
+        return f" (ss: {e})"
+    return " | ss: " + " ".join(seen.split())
 
 
 if __name__ == "__main__":
