@@ -30,6 +30,7 @@ import time
 
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import connect
+from websockets.asyncio.client import connect as connect_async
 from websockets.asyncio.server import serve as serve_async
 
 
@@ -75,12 +76,20 @@ def client(host, port):
 
 
 def hold(host, port, cafile):
-    ended = threading.Event()
+    asyncio.run(hold_async(host, port, cafile))
+
+
+async def hold_async(host, port, cafile):
+    # asyncio, one thread: websockets' threaded client reads a TLS socket in one thread while
+    # it writes in another, which Python's ssl does not allow; on a busy host a handshake's
+    # request was lost so (the proxy never got it) and the client waited out its 10 s.
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
 
     def watch_stdin():
         for _ in sys.stdin:
             pass
-        ended.set()
+        loop.call_soon_threadsafe(ended.set)
 
     threading.Thread(target=watch_stdin, daemon=True).start()
     context = None
@@ -94,7 +103,7 @@ def hold(host, port, cafile):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             local = sock.getsockname()[1]
             scheme = "wss" if context else "ws"
-            with connect(
+            async with connect_async(
                 f"{scheme}://{host}/",
                 sock=sock,
                 ssl=context,
@@ -105,13 +114,13 @@ def hold(host, port, cafile):
                 try:
                     while not ended.is_set():
                         message = f"m{answered}"
-                        connection.send(message)
-                        answer = connection.recv(timeout=10)
+                        await connection.send(message)
+                        answer = await asyncio.wait_for(connection.recv(), 10)
                         if answer != message.upper():
                             print(f"failed: {message} answered {answer}", flush=True)
                             sys.exit(1)
                         answered += 1
-                        time.sleep(0.05)
+                        await asyncio.sleep(0.05)
                 except ConnectionClosedOK as closed:
                     code = closed.rcvd.code if closed.rcvd else "none"
                     print(f"closed {code} {time.time():.3f}", flush=True)
