@@ -513,7 +513,12 @@ fn a_keeper_killed_at_any_moment_of_a_restart_leaves_one_kept_copy_after_up() {
             site.keepers(),
             stdout(&out)
         );
-        assert_eq!(version_on(port).as_deref(), Some("v1"), "round {round}");
+        // It answers: at once, or — a process the killed keeper had just started, adopted by
+        // `up` as it runs — once it has booted (CI's load once made that a moment).
+        assert!(
+            wait_for(10, || version_on(port).as_deref() == Some("v1")),
+            "round {round}: nothing answers on {port}"
+        );
     }
 }
 
