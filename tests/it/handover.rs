@@ -395,9 +395,8 @@ fn ten_hand_overs_under_every_kind_of_load_fail_nothing_and_close_websockets_at_
 
     // The load: kept and new plain connections, curl over TLS (40 requests per connection,
     // HTTP/1.1 and HTTP/2), and twenty WebSockets. Paced: the release is Python's
-    // `websockets` (a thread and a new connection per request), which unpaced load kept at
-    // its limit — on a loaded CI host a WebSocket's handshake once waited there past its
-    // client's 10 s.
+    // `websockets` (a new connection per plain request), slower than the proxy; unpaced, the
+    // load would measure it rather than the hand-overs.
     let kept = Load::kept(plain, 3, Duration::from_millis(20));
     let fresh = Load::start(plain, 4, Duration::from_millis(20));
     let curls = CurlLoad::paced(&["--http2", "--http1.1"], Some("50/s"), tls, &ca);

@@ -36,8 +36,8 @@ from websockets.asyncio.server import serve as serve_async
 
 def serve_uppercase():
     # asyncio, one thread: a plain request (the tests' load, one connection each: a response
-    # from process_request closes it) costs no thread, and a deep accept queue keeps a burst of
-    # them from dropping SYNs, which would hold a WebSocket's handshake back for seconds.
+    # from process_request closes it) costs no thread, and a deep accept queue takes a burst of
+    # them without a dropped SYN.
     async def echo(connection):
         try:
             async for message in connection:
