@@ -212,8 +212,14 @@ fn put_in_maintenance(root: &Root, record: &Stopped) -> Result<&'static str, Err
 /// serving the root says it is in `mode`, so the command's last word is what users get. No
 /// proxy (or one that cannot say): no wait.
 fn proxy_takes(root: &Root, mode: Mode) {
-    for _ in 0..100 {
-        match crate::proxy::control::traffic_now(&root.0, Duration::from_millis(500)) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        // A zero timeout would be no timeout at all on the socket: stop short of the deadline.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left < Duration::from_millis(10) {
+            break;
+        }
+        match crate::proxy::control::traffic_now(&root.0, left.min(Duration::from_millis(500))) {
             Some(now) if now != mode.as_str() => std::thread::sleep(Duration::from_millis(20)),
             _ => break,
         }
