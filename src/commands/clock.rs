@@ -467,18 +467,25 @@ fn adopt_left(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()>) {
         let schedule = live.schedules.iter().find(|s| s.name == name).cloned();
         let (root, facts) = (root.clone(), facts(live));
         runs.spawn(async move {
-            let words = match who {
+            // A due time taken whose run never began is a skipped one (its line the due time's
+            // only one), never a run started again: at most one start per due time.
+            let (event, words) = match who {
                 Some(who) => {
                     wait_adopted(who, run.deadline).await;
-                    "ended; its exit status went with the keeper that started it".to_string()
+                    let words = "ended; its exit status went with the keeper that started it";
+                    (LogEvent::ScheduleFinished, words)
                 }
-                None if run.pid == 0 => "did not run: its keeper died as it started it".to_string(),
-                None => {
-                    "ended while nothing kept the clock; its exit status is not known".to_string()
-                }
+                None if run.pid == 0 => (
+                    LogEvent::ScheduleSkipped,
+                    "did not run: its keeper died as it started it",
+                ),
+                None => (
+                    LogEvent::ScheduleFinished,
+                    "ended while nothing kept the clock; its exit status is not known",
+                ),
             };
             let name = schedule.map_or(name, |s| s.name);
-            finish_adopted(&root, &facts, &name, &run, words);
+            finish_adopted(&root, &facts, &name, &run, event, words.to_string());
         });
     }
 }
@@ -500,7 +507,14 @@ fn is_rollgate(pid: i32) -> bool {
     pid > 0 && exe(&pid.to_string()).is_some_and(|e| Some(e) == exe("self"))
 }
 
-fn finish_adopted(root: &Root, live: &Live, name: &str, run: &Running, words: String) {
+fn finish_adopted(
+    root: &Root,
+    live: &Live,
+    name: &str,
+    run: &Running,
+    event: LogEvent,
+    words: String,
+) {
     let took = ((journal::now() - run.started_at) * 1000.0).max(0.0) as u64;
     let _ = Book::change(&root.0, |book| {
         let taken = book.schedules.entry(name.to_string()).or_default();
@@ -522,13 +536,7 @@ fn finish_adopted(root: &Root, live: &Live, name: &str, run: &Running, words: St
     let detail = format!("{name}: {words}, in {}", run.version);
     let entry = Entry {
         elapsed_ms: Some(took),
-        ..entry(
-            &live,
-            LogEvent::ScheduleFinished,
-            Some(name),
-            run.due,
-            detail,
-        )
+        ..entry(&live, event, Some(name), run.due, detail)
     };
     append(root, &entry);
 }
