@@ -240,6 +240,33 @@ async fn take(
     }
 }
 
+/// Ends every scheduled run of the root that is going (a stopped service runs nothing, its
+/// schedules' runs included): each whole tree, SIGTERM then `grace` then killed. A run being
+/// started as the stop began (its pid not in the book yet) is waited for a moment and ended
+/// too. The words name each run ended.
+pub async fn stop_runs(root: &Root, grace: Duration) -> Vec<String> {
+    let mut said = Vec::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let book = Book::read(&root.0).unwrap_or_default();
+        let mut starting = false;
+        for (name, taken) in &book.schedules {
+            for run in &taken.running {
+                // Being started by a keeper that still runs (a dead one's never starts).
+                starting |= run.pid == 0 && is_rollgate(run.waiter);
+                if run.pid > 0 && run.identity().is_running() {
+                    let how = crate::host::process::stop_group(run.identity(), grace).await;
+                    said.push(format!("schedule {name}'s run (pid {}) {how}", run.pid));
+                }
+            }
+        }
+        if !starting || tokio::time::Instant::now() >= until {
+            return said;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A run as the book holds it before its process exists.
 pub(crate) fn running(live: &Live, due: Option<f64>, token: &str, timeout_ms: u64) -> Running {
     let now = journal::now();

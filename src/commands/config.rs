@@ -52,6 +52,7 @@ impl Change {
         }
         for (_, name) in &change.secrets {
             config::check_secret_name(name)?;
+            config::check_givable(name).map_err(|e| refused(e.0))?;
         }
         if change.sets.is_empty() && change.unsets.is_empty() && change.secrets.is_empty() {
             return Err(refused(

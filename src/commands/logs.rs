@@ -101,7 +101,7 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
             return Err(refused(format!(
                 "release {last} has run no `{kind}` process (no {}.{kind}.N.output in {})",
                 request.service,
-                root.release_dir(&last).display()
+                root.output_dir(&last).display()
             )));
         }
     }
@@ -266,7 +266,7 @@ fn files_of(root: &Root, version: &str, service: &str, kind: Option<&str>) -> Ve
 
 /// The release's files `PREFIXN.output`, N in order.
 fn numbered(root: &Root, version: &str, prefix: &str) -> Vec<PathBuf> {
-    let mut found: Vec<(usize, PathBuf)> = std::fs::read_dir(root.release_dir(version))
+    let mut found: Vec<(usize, PathBuf)> = std::fs::read_dir(root.output_dir(version))
         .map(|entries| {
             entries
                 .flatten()

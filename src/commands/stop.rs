@@ -61,6 +61,8 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             crate::engine::fault_point();
             said.push(format!("{} {how} ({drained})", live.name()));
         }
+        // And what its schedules are running: a stopped service runs nothing.
+        said.extend(super::clock::stop_runs(&root, grace).await);
         let detail = format!(
             "{}{}: {}",
             record.words(),

@@ -48,10 +48,13 @@ pub enum Origin {
 impl Origin {
     /// A release folder's.
     pub fn of_release(dir: &Path) -> Origin {
-        if let Ok(from) = std::fs::read_to_string(dir.join(ADOPTED_FILE)) {
+        if let Ok(Some(from)) = read_optional(dir, ADOPTED_FILE) {
             return Origin::Adopted(from.trim().to_string());
         }
-        match dir.join(ENV_FILE).exists() || dir.join(SECRETS_FILE).exists() {
+        let has = |name: &str| {
+            super::beneath::Beneath::open(dir).is_ok_and(|b| b.has(Path::new(name)))
+        };
+        match has(ENV_FILE) || has(SECRETS_FILE) {
             true => Origin::Own,
             false => Origin::None,
         }
@@ -86,11 +89,11 @@ pub struct Config {
 impl Config {
     /// The release folder's configuration (empty when it has neither file).
     pub fn of_release(dir: &Path) -> Result<Config, ConfigError> {
-        let variables = match read_optional(&dir.join(ENV_FILE))? {
+        let variables = match read_optional(dir, ENV_FILE)? {
             Some(text) => parse_env(&dir.join(ENV_FILE), &text)?,
             None => BTreeMap::new(),
         };
-        let secrets = match read_optional(&dir.join(SECRETS_FILE))? {
+        let secrets = match read_optional(dir, SECRETS_FILE)? {
             Some(text) => parse_secret_map(&dir.join(SECRETS_FILE), &text)?,
             None => BTreeMap::new(),
         };
@@ -109,6 +112,7 @@ impl Config {
             check_private(secrets_dir, 0o077, "folder")?;
         }
         for (key, name) in &self.secrets {
+            check_givable(name)?;
             all.push((key.clone(), read_secret(secrets_dir, name)?));
         }
         Ok(all)
@@ -178,30 +182,12 @@ impl Config {
     }
 }
 
-fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Never through a link: a release may hold links out of itself (a virtual environment's
-    // interpreter), and an `env` linked to a file of the host must not become its environment.
-    let read = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .and_then(|mut file| {
-            let mut bytes = Vec::new();
-            file.read_to_end(&mut bytes).map(|_| bytes)
-        });
-    match read {
-        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => Err(ConfigError(format!(
-            "{} is a symlink; a release's configuration is a file of its own",
-            path.display()
-        ))),
-        Ok(bytes) => String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| ConfigError(format!("{}: not UTF-8 text", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ConfigError(format!("cannot read {}: {e}", path.display()))),
-    }
+/// The release's file `name`, through [`super::beneath`]: never through a link (a release may
+/// hold links out of itself, and an `env` linked to a file of the host must not become its
+/// environment), a regular file only, at most a MiB.
+fn read_optional(dir: &Path, name: &str) -> Result<Option<String>, ConfigError> {
+    super::beneath::read_text(dir, name, super::beneath::SMALL_FILE_CAP)
+        .map_err(|e| ConfigError(format!("cannot read a release's configuration: {e}")))
 }
 
 /// A value as an env file holds it: bare when plain, else in double quotes with escapes.
@@ -326,9 +312,22 @@ pub fn parse_secret_map(path: &Path, text: &str) -> Result<SecretMap, ConfigErro
             .ok_or_else(|| at("not KEY=SECRET_NAME".into()))?;
         check_key(key.trim()).map_err(|e| at(e.to_string()))?;
         check_secret_name(name.trim()).map_err(|e| at(e.to_string()))?;
+        check_givable(name.trim()).map_err(|e| at(e.0))?;
         map.insert(key.trim().to_string(), name.trim().to_string());
     }
     Ok(map)
+}
+
+/// Whether a secret may be given to a process at all: the registry's login
+/// (`registry-auth`) is the engine's alone, for pulling images, and reaches no process's
+/// environment, whoever names it.
+pub fn check_givable(name: &str) -> Result<(), ConfigError> {
+    match name == super::container::REGISTRY_SECRET {
+        true => Err(ConfigError(format!(
+            "the secret {name} is the registry login rollgate pulls images with; no process is given it"
+        ))),
+        false => Ok(()),
+    }
 }
 
 /// A secret's name becomes a file name under `ROOT/secrets/`.

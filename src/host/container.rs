@@ -46,10 +46,11 @@ impl ImageRelease {
     /// The image release in `dir`, if it is one.
     pub fn of_release(dir: &Path) -> std::io::Result<Option<ImageRelease>> {
         let path = dir.join(IMAGE_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+        // Beneath the folder: an `image.json` the release shipped as a link or a FIFO is
+        // refused, never followed or waited on.
+        let Some(text) = super::beneath::read_text(dir, IMAGE_FILE, super::beneath::SMALL_FILE_CAP)?
+        else {
+            return Ok(None);
         };
         serde_json::from_str(&text).map(Some).map_err(|e| {
             std::io::Error::new(

@@ -57,15 +57,13 @@ pub const PRIVATE_FILE_MODE: u32 = 0o600;
 pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    // A new name each time, made with O_EXCL|O_NOFOLLOW: whatever lies in the folder under a
+    // name that could be guessed (a link a release shipped, aimed at a root-only file) is never
+    // opened, truncated or chmodded — the open fails and the next name is tried.
+    let (tmp, mut file) = new_temporary(dir, name, mode).map_err(WriteError::NotWritten)?;
     let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        // The mode given to open(2) is filtered by the umask; set it outright.
+        // The mode given to open(2) is filtered by the umask; set it outright (on the
+        // descriptor, never by path).
         file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
         file.sync_all()?;
@@ -81,6 +79,30 @@ pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Resul
         File::open(dir).and_then(|d| d.sync_all())
     };
     synced.map_err(WriteError::NotDurable)
+}
+
+/// A temporary file in `dir` for `name`, new (`O_CREAT|O_EXCL|O_NOFOLLOW`) under a name no
+/// other process chose: `.NAME.tmp.PID.RANDOM`.
+fn new_temporary(dir: &Path, name: &str, mode: u32) -> std::io::Result<(std::path::PathBuf, File)> {
+    let mut last = None;
+    for _ in 0..16 {
+        let mut random = [0u8; 6];
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut random);
+        let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = dir.join(format!(".{name}.tmp.{}.{suffix}", std::process::id()));
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(mode)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no temporary name was free")))
 }
 
 /// Appends `line` (which ends with a newline) to `path` as one whole line, made with the

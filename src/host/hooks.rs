@@ -197,13 +197,16 @@ pub(super) fn release_context(
     Ok((folder, config))
 }
 
-/// Keeps a hook's output beside its release (`HOOK.output`: an output file, which digests and
-/// signatures leave out), with the root's secret values blanked. Best effort: the log line
-/// quotes its end either way.
-fn keep_output(root: &Path, folder: &Path, hook: Hook, output: &[u8]) {
-    if folder == root {
+/// Keeps a hook's output with its release's own files (`ROOT/output/VERSION/HOOK.output`,
+/// never in the release's folder, where a link it shipped could be waiting under that name),
+/// with the root's secret values blanked. Best effort: the log line quotes its end either way.
+fn keep_output(root: &Path, version: &str, hook: Hook, output: &[u8]) {
+    if super::names::check_name("version", version).is_err() {
         return;
     }
+    let Ok(folder) = super::output::own_folder(root, version) else {
+        return;
+    };
     let secrets = super::config::known_values(&super::config::secrets_dir(root));
     let text = super::config::redact(&String::from_utf8_lossy(output), &secrets);
     let path = folder.join(format!("{}.output", hook.name()));
@@ -335,7 +338,9 @@ async fn run_command(
         reader.abort();
     }
     let output = output.lock().map(|o| o.clone()).unwrap_or_default();
-    keep_output(root, &folder, hook, &output);
+    if folder != root {
+        keep_output(root, &facts.version, hook, &output);
+    }
     let outcome = outcome.map(|status| (status, output));
     let took = started.elapsed().as_millis();
     match outcome {

@@ -6,6 +6,7 @@
 
 pub mod account;
 pub mod attach;
+pub mod beneath;
 pub mod cgroup;
 pub mod config;
 pub mod confine;

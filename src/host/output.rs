@@ -15,6 +15,7 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,6 +78,27 @@ impl Rotation {
 const MIN_MAX_BYTES: u64 = 64 * 1024;
 const MAX_MAX_BYTES: u64 = 16 << 30;
 const MAX_KEEP: u64 = 100;
+
+/// rollgate's own files of each release, under the root: `ROOT/output/VERSION/` (see
+/// `state::Root::output_dir`).
+pub const OUTPUT_DIR: &str = "output";
+
+/// `ROOT/output/VERSION`, made if missing (mode 0700: a process's output may quote its
+/// secrets): the folder of release `version`'s output, its hooks' and its release phase's.
+pub fn own_folder(root: &Path, version: &str) -> std::io::Result<PathBuf> {
+    let folder = root.join(OUTPUT_DIR).join(version);
+    make_own(&folder)?;
+    Ok(folder)
+}
+
+/// Makes `folder` (and what is missing above it) rollgate's own, mode 0700.
+fn make_own(folder: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)
+}
 
 /// Generation `n` of the output file `path`: `path` itself for 0, else `path.n`.
 pub fn generation(path: &Path, n: u64) -> PathBuf {
@@ -165,6 +187,10 @@ fn lock_within(file: &std::fs::File, path: &Path, wait: Duration) -> std::io::Re
 /// with `keep` 1 it goes, so the bound holds from the first byte), so the log quotes this run
 /// only. Then the pump starts; the returned end of its pipe is the release's stdout and stderr.
 pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
+    // Its folder is rollgate's own (`ROOT/output/VERSION`, mode 0700), never the release's.
+    if let Some(folder) = path.parent() {
+        make_own(folder)?;
+    }
     if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
         shift(path, rotation.keep)?;
     }
@@ -174,6 +200,7 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
     let first = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     // Not nix's `Flock`: its drop would unlock the file for the pump too. Closing this copy
     // after the spawn leaves the lock with the pump's.
@@ -278,6 +305,7 @@ impl Sink {
         match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&self.path)
         {
             Ok(file) => self.adopt(file),

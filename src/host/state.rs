@@ -306,14 +306,23 @@ impl Root {
     pub fn executable(&self, version: &str, service: &str) -> PathBuf {
         self.release_dir(version).join(service)
     }
-    /// The candidate's stdout and stderr, beside its executable.
+    /// rollgate's own files of release `version` — its processes' output, its hooks' and its
+    /// release phase's — kept apart from the release's folder: that tree is the release's
+    /// (every name and link in it shipped by whoever built it), so nothing rollgate writes as
+    /// root ever lands where a release could have put a link first. Made by rollgate (mode
+    /// 0700, [`crate::host::output::own_folder`]), never shipped, never writable by a release.
+    pub fn output_dir(&self, version: &str) -> PathBuf {
+        self.0.join(crate::host::output::OUTPUT_DIR).join(version)
+    }
+
+    /// The candidate's stdout and stderr.
     pub fn output_path(&self, version: &str, service: &str) -> PathBuf {
-        self.release_dir(version).join(format!("{service}.output"))
+        self.output_dir(version).join(format!("{service}.output"))
     }
 
     /// A rollout replica's stdout and stderr: one file per slot, so replicas never share one.
     pub fn replica_output_path(&self, version: &str, service: &str, slot: usize) -> PathBuf {
-        self.release_dir(version)
+        self.output_dir(version)
             .join(format!("{service}.{slot}.output"))
     }
 
@@ -325,7 +334,7 @@ impl Root {
         process_type: &str,
         index: usize,
     ) -> PathBuf {
-        self.release_dir(version)
+        self.output_dir(version)
             .join(format!("{service}.{process_type}.{index}.output"))
     }
 

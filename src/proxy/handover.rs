@@ -248,24 +248,27 @@ pub fn say_last(counts: serde_json::Value) {
     }
 }
 
-/// Binds the hand-over channel for `listen` (the name replaced: a proxy that took over from
-/// the one there is the one to take from now), and answers takers on a thread of its own until
-/// one says `serving`; then `stop` is sent (as SIGTERM does) and the thread ends.
-pub fn offer(
-    listen: SocketAddr,
-    offer: Offer,
-    counted: Counted,
-    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
-) -> Result<(), NotHanded> {
-    offer_on(listen, offer, counted, stop).map_err(NotHanded)
+/// The hand-over channel, bound while the proxy is still the user that started it (root, for
+/// a `--user` proxy: in root's run folder, `/run/rollgate/proxy`, mode 0700): whoever takes it
+/// must be that user or root. A proxy that left root binds nothing in a folder of the user it
+/// became — a release running as that user could otherwise take the host's front door.
+pub struct Channel {
+    listener: UnixListener,
+    path: PathBuf,
+    /// The uid that bound it: the only one besides root that may take the sockets.
+    owner: u32,
 }
 
-fn offer_on(
-    listen: SocketAddr,
-    mut offer: Offer,
-    counted: Counted,
-    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
-) -> Result<(), String> {
+/// Where the bound channel is (for [`withdraw`], which may run after the proxy left root).
+static BOUND: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Binds the hand-over channel for `listen` (the name replaced: a proxy that took over from
+/// the one there is the one to take from now). Called before the proxy leaves root.
+pub fn bind(listen: SocketAddr) -> Result<Channel, NotHanded> {
+    bind_channel(listen).map_err(NotHanded)
+}
+
+fn bind_channel(listen: SocketAddr) -> Result<Channel, String> {
     let path = channel_path(listen)?;
     let staging = path.with_extension(format!("{}.staging", std::process::id()));
     let _ = std::fs::remove_file(&staging);
@@ -273,11 +276,47 @@ fn offer_on(
         .map_err(|e| format!("cannot offer a hand-over at {}: {e}", path.display()))?;
     std::fs::rename(&staging, &path)
         .map_err(|e| format!("cannot place {}: {e}", path.display()))?;
+    if let Ok(mut bound) = BOUND.lock() {
+        *bound = Some(path.clone());
+    }
+    Ok(Channel {
+        listener,
+        path,
+        owner: nix::unistd::geteuid().as_raw(),
+    })
+}
+
+impl Channel {
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+/// Answers takers on `channel` on a thread of its own until one says `serving`; then `stop`
+/// is sent (as SIGTERM does) and the thread ends.
+pub fn offer(
+    channel: Channel,
+    offer: Offer,
+    counted: Counted,
+    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), NotHanded> {
+    offer_on(channel, offer, counted, stop).map_err(NotHanded)
+}
+
+fn offer_on(
+    channel: Channel,
+    mut offer: Offer,
+    counted: Counted,
+    stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), String> {
+    let Channel {
+        listener, owner, ..
+    } = channel;
     std::thread::Builder::new()
         .name("handover".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                if !trusted(&stream) {
+                if !trusted(&stream, owner) {
                     continue;
                 }
                 offer.layout.counts = Some(counted());
@@ -305,16 +344,17 @@ pub fn withdraw(listen: SocketAddr) {
     if handed_over() {
         return;
     }
-    if let Ok(path) = channel_path(listen) {
+    let bound = BOUND.lock().ok().and_then(|b| b.clone());
+    if let Some(path) = bound.or_else(|| channel_path(listen).ok()) {
         let _ = std::fs::remove_file(path);
     }
 }
 
-/// Root, or the proxy's own user.
-fn trusted(stream: &UnixStream) -> bool {
-    let me = nix::unistd::geteuid().as_raw();
+/// Root, or the user that bound the channel (a proxy started as root trusts root alone, even
+/// after it became `--user`: that user's processes may be a release's).
+fn trusted(stream: &UnixStream, owner: u32) -> bool {
     nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
-        .is_ok_and(|cred| cred.uid() == me || cred.uid() == 0)
+        .is_ok_and(|cred| cred.uid() == owner || cred.uid() == 0)
 }
 
 /// One taker: `take` read, the layout and the descriptors sent, `serving` read back. Ok (the

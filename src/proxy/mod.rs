@@ -237,6 +237,17 @@ pub fn run(options: Options) -> Result<(), Error> {
 /// `--user NAME`: the proxy leaves root for NAME (its primary group, no supplementary one;
 /// real, effective and saved ids alike, so it cannot come back), after handing it the ACME
 /// state folder it renews certificates into. Every thread at once: glibc's wrappers.
+/// Binds the hand-over channel as the user that started the proxy (see `handover::Channel`),
+/// then, everything privileged done (listeners, the control socket, the certificates, the
+/// channel), becomes `--user`.
+fn leave_root(options: &Options, listen: SocketAddr) -> Result<handover::Channel, Error> {
+    let channel = handover::bind(listen).map_err(|e| Error::Failed(e.to_string()))?;
+    if let Some(name) = &options.user {
+        become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
+    }
+    Ok(channel)
+}
+
 fn become_user(name: &str, acme_state: Option<&std::path::Path>) -> Result<(), Error> {
     use nix::unistd::{setgroups, setresgid, setresuid, User};
     let refused = |why: String| Error::Refused(format!("--user {name}: {why}"));
@@ -308,10 +319,7 @@ fn serve(
     if let Some(carried) = &carried {
         carry::carry(&router.services(), carried);
     }
-    // Everything privileged is done: listeners, the control socket, the certificates.
-    if let Some(name) = &options.user {
-        become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
-    }
+    let channel = leave_root(&options, fronts.listen)?;
     let said = match &config {
         Some(_) => reload::describe(&router, resolver.as_deref()),
         None => router.routes[0].service.root_text.clone(),
@@ -340,7 +348,7 @@ fn serve(
     let stop_tx = Arc::new(stop_tx);
     let counted = counted_by(&current, started);
     hand_over(
-        listen,
+        channel,
         offer,
         handed,
         &current,
@@ -423,7 +431,7 @@ fn counted_by(
 /// then, taking over, tells the old proxy this one serves, and puts what it counts last under
 /// this one's counts.
 fn hand_over(
-    listen: SocketAddr,
+    channel: handover::Channel,
     offer: handover::Offer,
     handed: Option<handover::Handed>,
     current: &Arc<router::Current>,
@@ -431,7 +439,7 @@ fn hand_over(
     stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
 ) -> Result<(), Error> {
     let offered: handover::Counted = Box::new(move || counted().unwrap_or_default());
-    handover::offer(listen, offer, offered, stop_tx).map_err(|e| Error::Failed(e.to_string()))?;
+    handover::offer(channel, offer, offered, stop_tx).map_err(|e| Error::Failed(e.to_string()))?;
     let Some(handed) = handed else {
         return Ok(());
     };

@@ -164,6 +164,7 @@ fn stage_and_rename(
     };
     // An archive of a folder may hold the folder itself: its one top entry is the release.
     let tree = release_root(&content, request.service);
+    refuse_operator_files(&tree, &source)?;
     // A Procfile is checked now, line by line, not at its first deploy.
     let procfile_path = source.join(super::procfile::PROCFILE);
     let procfile = super::procfile::Procfile::of_release_shown_as(&tree, &procfile_path)?;
@@ -239,6 +240,35 @@ fn stage_and_rename(
         return already(&target, &record);
     }
     Ok(Installed::New(record))
+}
+
+/// Files of a release folder that only the operator gives (`config set`), refused in what a
+/// release ships: its `secrets` map would let it name any secret of the root for itself (the
+/// registry's login among them), and `config.from` would pass its own config off as the
+/// service's. Its `env` file is read now as a deploy will read it (beneath the folder, never
+/// through a link), so a wrong one is refused at its line before anything is installed.
+fn refuse_operator_files(tree: &Path, source: &Path) -> Result<(), Error> {
+    use crate::host::config::{Config, ADOPTED_FILE, SECRETS_FILE};
+    for (name, why) in [
+        (
+            SECRETS_FILE,
+            "a release's secrets are given by the operator (`rollgate config set --secret KEY=NAME`), never shipped",
+        ),
+        (
+            ADOPTED_FILE,
+            "it is rollgate's record of config given at a deploy, never shipped",
+        ),
+    ] {
+        if fs::symlink_metadata(tree.join(name)).is_ok() {
+            return Err(refused(format!(
+                "{}: the release ships `{name}`: {why}; nothing was installed",
+                source.display()
+            )));
+        }
+    }
+    Config::of_release(tree)
+        .map(|_| ())
+        .map_err(|e| refused(format!("{}: {}; nothing was installed", source.display(), e.0)))
 }
 
 /// A new release made from an installed one (`config set`): every file of `from` hard-linked
@@ -587,50 +617,51 @@ fn entry_path(path: &Path) -> Result<PathBuf, String> {
     Ok(clean)
 }
 
-/// Whether a link at `at` (inside the release) to `target` stays inside the release.
 /// Whether a symlink at `at` (its path inside the release) to `target` may be installed, or
 /// why not. Allowed: a relative link that stays inside the release (`venv/bin/python ->
-/// python3`, `node_modules/.bin/x -> ../x/cli.js`), and an absolute link to anything outside
-/// the root (`venv/bin/python3 -> /usr/bin/python3`: a Python virtual environment's
-/// interpreter). Refused: a relative link that climbs out of the release (where it lands
-/// depends on where the release sits: another release, the root's secrets), and an absolute
-/// link into the root. A link grants nothing by itself — the release's process opens what it
-/// points at with its own rights — and rollgate never follows one inside a release: it reads
-/// the files it reads itself (`env`, `secrets`, the manifest) only when they are no links.
-fn link_allowed(at: &Path, target: &Path, root: &Path) -> Result<(), &'static str> {
+/// python3`, `node_modules/.bin/x -> ../x/cli.js`), and an absolute link into a folder of the
+/// system that every confined release reads and none writes ([`SYSTEM_FOLDERS`]:
+/// `venv/bin/python3 -> /usr/bin/python3`, a virtual environment's interpreter). Refused: a
+/// relative link that climbs out of the release (where it lands depends on where the release
+/// sits: another release, the root's secrets), and an absolute link anywhere else — the root,
+/// `/proc` (whose `self/root` reaches every path again), `/dev`, `/sys`, `/run`, `/tmp`,
+/// `/var`, `/home`. A link grants nothing by itself (the release's process opens what it
+/// points at with its own rights), and rollgate never follows one inside a release
+/// (`host::beneath`); refusing the rest keeps a release from even naming them.
+fn link_allowed(at: &Path, target: &Path, _root: &Path) -> Result<(), String> {
     if !target.is_absolute() {
         return match stays_inside(at, target) {
             true => Ok(()),
-            false => Err("leads outside the release"),
+            false => Err("leads outside the release".into()),
         };
     }
-    let lexical = |path: &Path| -> PathBuf {
-        let mut clean = PathBuf::new();
-        for part in path.components() {
-            match part {
-                Component::ParentDir => {
-                    clean.pop();
-                }
-                Component::CurDir => {}
-                other => clean.push(other),
+    let mut clean = PathBuf::new();
+    for part in target.components() {
+        match part {
+            Component::Normal(name) => clean.push(name),
+            Component::RootDir => clean.push("/"),
+            Component::CurDir => {}
+            // `..` in an absolute link is refused outright: `/usr/../proc` is not /usr.
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err("climbs with `..`; an absolute link must name its target plainly".into())
             }
         }
-        clean
-    };
-    let target = lexical(target);
-    let roots = [
-        Some(lexical(
-            &std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
-        )),
-        fs::canonicalize(root).ok(),
-    ];
-    if roots.iter().flatten().any(|root| target.starts_with(root)) {
-        return Err(
-            "leads into the root (its releases, secrets and state are not a release's to link to)",
-        );
     }
-    Ok(())
+    match SYSTEM_FOLDERS.iter().any(|folder| clean.starts_with(folder)) {
+        true => Ok(()),
+        false => Err(format!(
+            "leads out of the release to a place that is not a folder of the system ({}); \
+             ship the file inside the release or link to a relative path",
+            SYSTEM_FOLDERS.join(", ")
+        )),
+    }
 }
+
+/// Where an absolute link of a release may lead: the folders of the system a confined release
+/// reads and executes (Landlock, `host::confine`) and that no release can write.
+pub const SYSTEM_FOLDERS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
 
 fn stays_inside(at: &Path, target: &Path) -> bool {
     if target.is_absolute() {
@@ -993,6 +1024,8 @@ pub fn remove(releases: &Path, version: &str) -> Result<(), Error> {
             .join(crate::host::kept_policy::FOLDER)
             .join(format!("{version}.json"));
         let _ = fs::remove_file(kept);
+        // And so does what its processes and hooks said (rollgate's own files of it).
+        let _ = fs::remove_dir_all(root.join(crate::host::output::OUTPUT_DIR).join(version));
     }
     Ok(())
 }

@@ -259,13 +259,26 @@ fn write_manifest(path: &Path, published: &Published) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
+/// A published manifest, read beneath its folder (`host::beneath`): the manifest of an
+/// installed release is a file of that release, and one shipped as a link or a FIFO is refused.
 fn read_published(path: &Path) -> Result<Published, Refusal> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         Refusal::new(
             Reason::Malformed,
             format!("cannot read {}: {e}", path.display()),
         )
-    })?;
+    };
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| cannot(std::io::ErrorKind::NotFound.into()))?;
+    let bytes = crate::host::beneath::read(folder, &name, crate::host::beneath::SMALL_FILE_CAP)
+        .map_err(cannot)?
+        .ok_or_else(|| cannot(std::io::ErrorKind::NotFound.into()))?;
     manifest::parse_published(&bytes)
 }
 
@@ -413,8 +426,10 @@ fn check_artifact(
             format!("artifact name `{}` is not a plain file name", artifact.name),
         ));
     }
-    let file =
-        std::fs::File::open(&path).map_err(|e| digest(format!("{}: {e}", path.display())))?;
+    // Beneath the folder: an artifact that is a link is refused, never read through.
+    let file = crate::host::beneath::open_file(dir, Path::new(&artifact.name))
+        .and_then(|f| f.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
+        .map_err(|e| digest(format!("{}: {e}", path.display())))?;
     let (sha256, size) =
         digest_of(file, copy).map_err(|e| digest(format!("{}: {e}", path.display())))?;
     if sha256 != artifact.sha256 || size != artifact.size {

@@ -18,6 +18,10 @@ pub const PROCFILE: &str = "Procfile";
 /// The type that runs once per deploy, before the release's processes.
 pub const RELEASE_PHASE: &str = "release";
 
+/// The most types a Procfile may name (web and the release phase among them): each type is a
+/// process tree with a keeper of its own, so their number is bounded as the processes are.
+pub const MAX_TYPES: usize = 32;
+
 /// The type the gate probes and the proxy serves.
 pub const WEB: &str = "web";
 
@@ -46,7 +50,7 @@ impl Procfile {
     /// [`Procfile::of_release`], its errors naming the file as `shown` (a release being
     /// installed is named by where it came from, not by its staging folder).
     pub fn of_release_shown_as(dir: &Path, shown: &Path) -> Result<Option<Procfile>, Error> {
-        Procfile::read_shown_as(&dir.join(PROCFILE), shown)
+        Procfile::of_tree_shown_as(dir, shown)
     }
 
     /// The Procfile at `path`, wherever it is (`policy export --procfile`), every type read;
@@ -62,17 +66,30 @@ impl Procfile {
 
     /// The Procfile at `path` (None: there is none), its errors naming it as `shown`.
     fn read_shown_as(path: &Path, shown: &Path) -> Result<Option<Procfile>, Error> {
-        let shown = shown.display();
         let text = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(refused(format!("cannot read {shown}: {e}"))),
+            Err(e) => return Err(refused(format!("cannot read {}: {e}", shown.display()))),
         };
+        Procfile::parse_shown_as(text, shown).map(Some)
+    }
+
+    /// The Procfile of release folder `dir`, read beneath it (`host::beneath`): a Procfile
+    /// that is a link, a FIFO or a device, or larger than a MiB, is refused, never followed.
+    fn of_tree_shown_as(dir: &Path, shown: &Path) -> Result<Option<Procfile>, Error> {
+        let text = crate::host::beneath::read(dir, PROCFILE, crate::host::beneath::SMALL_FILE_CAP)
+            .map_err(|e| refused(format!("cannot read the release's Procfile: {e}")))?;
+        match text {
+            None => Ok(None),
+            Some(text) => Procfile::parse_shown_as(text, shown).map(Some),
+        }
+    }
+
+    fn parse_shown_as(text: Vec<u8>, shown: &Path) -> Result<Procfile, Error> {
+        let shown = shown.display();
         let text =
             String::from_utf8(text).map_err(|_| refused(format!("{shown}: not UTF-8 text")))?;
-        Procfile::parse(&text)
-            .map(Some)
-            .map_err(|(line, why)| refused(format!("{shown}:{line}: {why}")))
+        Procfile::parse(&text).map_err(|(line, why)| refused(format!("{shown}:{line}: {why}")))
     }
 
     /// The lines of `text`, or the first wrong line's number and what is wrong with it.
@@ -105,6 +122,14 @@ impl Procfile {
             let command = command.trim();
             if command.is_empty() {
                 return Err((line, format!("type `{name}` has no command")));
+            }
+            if types.len() == MAX_TYPES {
+                return Err((
+                    line,
+                    format!(
+                        "type `{name}` is one more than the {MAX_TYPES} types a Procfile may have"
+                    ),
+                ));
             }
             if let Some(first) = types.iter().find(|t| t.name == name) {
                 return Err((

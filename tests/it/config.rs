@@ -655,17 +655,33 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
         .unwrap();
     assert_eq!(v2["digest"], record["tree_sha256"]);
 
-    // A release that carries its own config keeps it, and the deploy says how it differs.
+    // A release may not ship a secrets map: the root's secrets are the operator's to give
+    // (issue 78: a shipped map once named the registry login for itself).
+    let build = tempfile::tempdir().unwrap();
+    let exe = write(build.path(), "edge-svc", "#!/bin/sh\nexit 0\n");
+    make_executable(&exe);
+    write(build.path(), "secrets", "DB_PASSWORD=db\n");
+    let out = rollgate()
+        .args(["release", "add", "edge-svc", "v3"])
+        .arg(build.path())
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ships `secrets`"), "{}", stderr(&out));
+    // A release that carries its own config (its env file) keeps it, and the deploy says how
+    // it differs.
     install_needing_a_password(
         &site,
         "v3",
-        &[("env", "GREETING=own\n"), ("secrets", "DB_PASSWORD=db\n")],
+        &[("env", "GREETING=own\nDB_PASSWORD=its-own\n")],
     );
     let out = deploy("v3", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("v3 gets its own config")
-            && stderr(&out).contains("against live v2's: ~ GREETING"),
+            && stderr(&out).contains("against live v2's: ~ DB_PASSWORD, ~ GREETING"),
         "{}",
         stderr(&out)
     );

@@ -241,7 +241,7 @@ fn a_container_whose_supervisor_was_killed_is_removed_by_the_next_start() {
             .contains("dev.rollgate.version=v2"),
         "{left:?}"
     );
-    let said = std::fs::read_to_string(site.root().join("releases/v2/edge-svc.output")).unwrap();
+    let said = std::fs::read_to_string(site.root().join("output/v2/edge-svc.output")).unwrap();
     assert!(
         said.contains("(edge-svc v1): its supervisor is gone"),
         "{said}"

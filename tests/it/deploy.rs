@@ -35,7 +35,7 @@ fn first_deploy_promotes_and_the_release_serves() {
     assert!(!site.root().join("candidate").exists());
     // The candidate's output went beside it.
     assert!(
-        std::fs::read_to_string(site.root().join("releases/v1/edge-svc.output"))
+        std::fs::read_to_string(site.root().join("output/v1/edge-svc.output"))
             .unwrap()
             .contains("listening")
     );
@@ -1671,7 +1671,8 @@ fn a_start_whose_output_file_is_held_is_refused_after_a_bounded_wait_not_hung() 
     use std::os::fd::AsRawFd;
     let site = Site::new();
     site.add_sample("v1", "");
-    let output = site.root().join("releases/v1/edge-svc.output");
+    let output = site.root().join("output/v1/edge-svc.output");
+    std::fs::create_dir_all(output.parent().unwrap()).unwrap();
     let held = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -42,7 +42,7 @@ fn site_with_v1_live() -> (Site, u16) {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // The release's words reach its output file through the output pump, a moment after the
     // deploy returns: the snapshots the tests compare are taken once they are there.
-    let output = site.root().join("releases/v1/edge-svc.output");
+    let output = site.root().join("output/v1/edge-svc.output");
     assert!(wait_for(10, || std::fs::read_to_string(&output)
         .is_ok_and(|text| text.contains("ready from"))));
     let bin = crate::common::bin();

@@ -240,7 +240,8 @@ fn defect_06_a_huge_output_file_is_neither_read_whole_nor_quoted() {
     first_release(&site);
     site.script("v2", "echo this run says goodbye\nexit 78\n");
     // 2 GiB from earlier runs (sparse, so it costs no disk), ending with an old line.
-    let output = site.root().join("releases/v2/edge-svc.output");
+    let output = site.root().join("output/v2/edge-svc.output");
+    std::fs::create_dir_all(output.parent().unwrap()).unwrap();
     let file = std::fs::File::create(&output).unwrap();
     file.set_len(2 << 30).unwrap();
     drop(file);
@@ -283,7 +284,7 @@ fn defect_06_a_huge_output_file_is_neither_read_whole_nor_quoted() {
         "{detail}"
     );
     assert!(!detail.contains("earlier run"), "{detail}");
-    let kept = std::fs::metadata(site.root().join("releases/v2/edge-svc.output.1")).unwrap();
+    let kept = std::fs::metadata(site.root().join("output/v2/edge-svc.output.1")).unwrap();
     assert!(
         kept.len() > 2 << 30,
         "the previous run's output is kept as .output.1"

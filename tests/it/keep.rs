@@ -560,7 +560,7 @@ fn a_kept_release_is_started_ignoring_no_signal() {
             .code(),
         Some(0)
     );
-    let said = std::fs::read_to_string(site.root().join("releases/v1/edge-svc.output")).unwrap();
+    let said = std::fs::read_to_string(site.root().join("output/v1/edge-svc.output")).unwrap();
     let mask = said
         .lines()
         .find_map(|l| l.strip_prefix("SigIgn:"))

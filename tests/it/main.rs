@@ -44,6 +44,7 @@ mod rollback;
 mod rollout;
 mod routes;
 mod schedules;
+mod shipped;
 mod terminal;
 mod tls;
 mod traffic;

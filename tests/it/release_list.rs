@@ -297,9 +297,9 @@ fn keep_releases_prunes_after_each_promotion_and_never_what_runs() {
     );
 }
 
-/// The sum of the sizes of `releases/VERSION/edge-svc.output*`, and how many files there are.
+/// The sum of the sizes of `output/VERSION/edge-svc.output*`, and how many files there are.
 fn output_on_disk(site: &Site, version: &str) -> (u64, usize) {
-    let dir = site.root().join("releases").join(version);
+    let dir = site.root().join("output").join(version);
     std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
@@ -347,7 +347,7 @@ fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
         assert!(files <= 3, "{files} files");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let rotated = site.root().join("releases/v1/edge-svc.output.2");
+    let rotated = site.root().join("output/v1/edge-svc.output.2");
     let older = std::fs::read_to_string(&rotated).unwrap();
     assert!(older.len() > 1_000_000, "a full file: {}", older.len());
     assert!(older.lines().all(|l| l == line), "whole lines only");
@@ -372,7 +372,7 @@ fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
     // so is its pump.
     site.kill_keepers();
     send_signal(-pid, 9);
-    let pump_of = site.root().join("releases/v1/edge-svc.output");
+    let pump_of = site.root().join("output/v1/edge-svc.output");
     let marker = pump_of.to_str().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while a_process_mentions(marker) && std::time::Instant::now() < deadline {

@@ -287,7 +287,7 @@ fn ten_replicas_move_in_waves_behind_the_proxy_with_no_failed_request_and_the_bu
     for slot in 0..10 {
         assert!(site
             .root()
-            .join(format!("releases/v2/edge-svc.{slot}.output"))
+            .join(format!("output/v2/edge-svc.{slot}.output"))
             .exists());
     }
     drop(proxy);
