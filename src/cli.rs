@@ -119,7 +119,7 @@ Exit codes: 0 answered; 1 a log could not be read, or --strict found bad lines; 
 
 The root holds releases/<version>/<svc> (the executable), `current` (the live release, JSON),
 deploy.log (JSON lines) and deploy.lock. The candidate runs in releases/<version>/ with
-PORT=<new-port> and ROLLGATE_VERSION=<version>; its output goes to releases/<version>/<svc>.output.
+PORT=<new-port> and ROLLGATE_VERSION=<version>; its output goes to output/<version>/<svc>.output.
 Deadline and poll interval: the deadline-ms argument, else the policy, else 1500 ms / 100 ms.
 
 Exit codes: 0 promoted; 1 rolled back (the log says why); 2 refused before anything started;
@@ -261,7 +261,7 @@ could not be started; 2 refused (not a root, a deploy holds the lock).")]
   rollgate rollout abort edge-svc --root /srv/edge --rollback
 
 Each replica runs releases/<version>/<svc> with PORT, ROLLGATE_VERSION and ROLLGATE_SLOT set, its
-output in releases/<version>/<svc>.<slot>.output. The pool is ROOT/replicas.json (what
+output in output/<version>/<svc>.<slot>.output. The pool is ROOT/replicas.json (what
 `rollgate proxy` balances across); the rollout's state is ROOT/rollout.json.
 Budgets: surge = ceil(N x max_surge_pct / 100), unavailable = floor(N x max_unavailable_pct / 100)
 (1 if both are 0); without a policy 25 % and 0 %.
@@ -298,7 +298,7 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
   rollgate logs edge-svc --root /srv/edge --release v3
   rollgate logs edge-svc --root /srv/edge --since 2026-12-05T10:00:00Z
 
-A release's output is kept beside it (releases/VERSION/SERVICE.output, rotated at the
+A release's output is kept in ROOT/output/VERSION/SERVICE.output (rotated at the
 policy's output_max_bytes). Output lines carry no time, so --since picks releases and files:
 every release live at T or since (from the deploy log), each file written since T. When -f
 follows a switch, a line on stderr names the release now live.")]

@@ -1,5 +1,5 @@
 //! `rollgate logs SERVICE`: what the application itself printed. A release's stdout and stderr
-//! go to `releases/VERSION/SERVICE.output` (`SERVICE.SLOT.output` for a replica,
+//! go to `output/VERSION/SERVICE.output` (`SERVICE.SLOT.output` for a replica,
 //! `SERVICE.TYPE.N.output` for another process type's, read with `--type TYPE`), rotated by
 //! the output pump; this command reads them so nobody has to know where, and with `-f` follows
 //! the live release across switches (a deploy, a rollback, `config set`) the way

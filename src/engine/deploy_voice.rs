@@ -168,7 +168,7 @@ fn failed_name(rollout: &Rollout) -> String {
 
 /// A deploy's voice: `candidate_started`, `switched`, `promoted`, `rolled_back` and
 /// `escalated`, as `rollgate deploy` has always said them, and a deploy's ways: its gate owns
-/// the terminal and the signals, its candidate's output goes beside its release, and its
+/// the terminal and the signals, its candidate's output goes to its release's output folder, and its
 /// ending is settled (its state cleared) with its outcome line.
 pub(super) struct DeployVoice;
 

@@ -304,6 +304,20 @@ async fn release_phase(start: &Start, prepared: &Prepared, kind: &str) -> Result
     }
 }
 
+/// A user the host's proxy runs as is no service's (a release of it could take the front
+/// door): refused before anything starts.
+fn not_the_proxys_user(rollout: &Rollout) -> Result<(), Error> {
+    match rollout.settings.launch.user.as_deref() {
+        Some(name) if !rollout.settings.launch.unconfined => {
+            match crate::host::account::why_not_named_user(name) {
+                Some(why) => Err(refused(why)),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The deploy's checks under the lock, and its one-replica plan.
 fn prepare_deploy(start: &Start, port: u16, settings: &DeploySettings) -> Result<Prepared, Error> {
     let root = &start.root;
@@ -323,6 +337,7 @@ fn prepare_deploy(start: &Start, port: u16, settings: &DeploySettings) -> Result
         token: format!("{}-{}", std::process::id(), now),
         now,
     });
+    not_the_proxys_user(&rollout)?;
     let (executable, signed) = executable_of(start, admitted);
     rollout.signed = signed.clone();
     rollout.hooks = start.hooks.clone();
@@ -390,6 +405,7 @@ fn prepare_rollout(
             said(&rollout.settings.launch.user)
         )));
     }
+    not_the_proxys_user(&rollout)?;
     // Under the lock, like a single deploy: a signed release must pass before anything starts.
     let admitted = release::admit(&root.0, &start.service, &start.version, chrono::Utc::now())?;
     let (executable, signed) = executable_of(start, admitted);

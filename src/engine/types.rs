@@ -186,7 +186,34 @@ pub fn kinds(
             });
         }
     }
+    if kinds.len() > MAX_TYPED_PROCESSES {
+        return Err(format!(
+            "the release's types would run {} processes ({}); at most {MAX_TYPED_PROCESSES} run beside web",
+            kinds.len(),
+            counts_of(&kinds)
+        ));
+    }
     Ok(kinds)
+}
+
+/// The most processes a release's types may run in all (each is a process tree and a keeper):
+/// a Procfile's 32 types at a few each, not a thousand of each.
+pub const MAX_TYPED_PROCESSES: usize = 256;
+
+/// `worker 200, clock 1`: how many of each type, in order.
+fn counts_of(kinds: &[Kind]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for kind in kinds {
+        match counts.last_mut() {
+            Some((name, n)) if *name == kind.process_type => *n += 1,
+            _ => counts.push((&kind.process_type, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Adds the types' slots to a planned run, after web's: one per process the release runs

@@ -103,11 +103,64 @@ fn existing_user(name: &str) -> Result<ServiceUser, String> {
             "isolation.user = \"{name}\" is root: a release runs as root only with isolation.enabled = false"
         ));
     }
+    if let Some(proxy) = proxy_of_user(user.uid.as_raw()) {
+        return Err(format!(
+            "isolation.user = \"{name}\" is the user `rollgate proxy` (pid {proxy}) runs as: a release of that user could signal it or reach what it holds; give the service a user of its own (leave isolation.user out) or run the proxy as another"
+        ));
+    }
     Ok(ServiceUser {
         uid: user.uid.as_raw(),
         gid: user.gid.as_raw(),
         name: Some(name.to_string()),
     })
+}
+
+/// Where each `rollgate proxy --user` records the uid it becomes, before it leaves root:
+/// `RUN/proxy/user-PID` (root's run folder, mode 0700), so that no service is given that user.
+fn proxy_user_file(pid: u32) -> std::io::Result<PathBuf> {
+    let folder = super::run_dir::folder("proxy", super::run_dir::Reach::Private)?;
+    Ok(folder.join(format!("user-{pid}")))
+}
+
+/// Records that this proxy (this process) is about to become `uid`.
+pub fn record_proxy_user(uid: u32) -> std::io::Result<()> {
+    let path = proxy_user_file(std::process::id())?;
+    super::files::write_atomically(&path, format!("{uid}\n").as_bytes())
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// The pid of a running proxy that runs as `uid` (its record, and its process's real uid now),
+/// if there is one; records of proxies gone are removed on the way.
+fn proxy_of_user(uid: u32) -> Option<u32> {
+    let folder = super::run_dir::folder("proxy", super::run_dir::Reach::Private).ok()?;
+    for entry in std::fs::read_dir(folder).ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("user-").and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let recorded = std::fs::read_to_string(entry.path()).ok();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+        let Some(status) = status else {
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        };
+        let runs_as = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            .and_then(|id| id.parse::<u32>().ok());
+        let said = recorded.and_then(|t| t.trim().parse::<u32>().ok());
+        if said == Some(uid) && runs_as == Some(uid) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Why a named user cannot be a service's (not on this host, root, or the user a running
+/// `rollgate proxy` runs as: see [`existing_user`]); None: it can.
+pub fn why_not_named_user(name: &str) -> Option<String> {
+    existing_user(name).err()
 }
 
 fn read_record(path: &Path) -> Result<Option<ServiceUser>, String> {

@@ -73,16 +73,36 @@ impl Limits {
     /// where its controllers are on (a pure v2 host), else the v1 controllers' own folders (a
     /// hybrid host, as the machines these tests run on). A limit nothing can hold is left out
     /// and said by [`Limits::unheld`].
-    fn knobs(&self, base: &Path) -> Vec<Knob> {
+    fn knobs(&self, base: &Path, group: Option<&str>) -> Vec<Knob> {
         let mut knobs = Vec::new();
         let on_v2 =
             std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
-        let v1 = |controller: &str| {
+        // A v1 controller's folder for the trees: `rollgate/GROUP` when the process belongs to
+        // a group (a release's formation), whose own files hold the same limits — the kernel
+        // charges every tree below to it, so the limits bound the group's processes together.
+        let v1 = |controller: &str, files: &[(&str, String)]| {
             let folder = Path::new("/sys/fs/cgroup").join(controller);
+            if !folder.join("cgroup.procs").is_file() {
+                return None;
+            }
             let ours = folder.join(FOLDER);
-            let made = folder.join("cgroup.procs").is_file()
-                && (std::fs::create_dir(&ours).is_ok() || ours.is_dir());
-            made.then_some(ours)
+            let made = |dir: &Path| std::fs::create_dir(dir).is_ok() || dir.is_dir();
+            if !made(&ours) {
+                return None;
+            }
+            let Some(group) = group else {
+                return Some(ours);
+            };
+            let grouped = ours.join(group);
+            if !made(&grouped) {
+                return Some(ours);
+            }
+            // Twice: a limit and its swap limit must stay ordered (memsw >= mem) whichever
+            // way they change, so one of the two may be refused on the first pass.
+            for (name, value) in files.iter().chain(files) {
+                let _ = std::fs::write(grouped.join(name), value);
+            }
+            Some(grouped)
         };
         let mut v2_files: Vec<(&str, String)> = Vec::new();
         if let Some(mb) = self.memory_mb {
@@ -90,31 +110,39 @@ impl Limits {
             if on_v2.contains("memory") {
                 v2_files.push(("memory.max", bytes));
                 v2_files.push(("memory.swap.max", "0".into()));
-            } else if let Some(folder) = v1("memory") {
+            } else {
                 let mut files = vec![("memory.limit_in_bytes", bytes.clone())];
-                if folder.join("memory.memsw.limit_in_bytes").is_file() {
+                let memsw = Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes");
+                if memsw.is_file() {
                     files.push(("memory.memsw.limit_in_bytes", bytes));
                 }
-                knobs.push(Knob::of(&folder, &files));
+                if let Some(folder) = v1("memory", &files) {
+                    knobs.push(Knob::of(&folder, &files));
+                }
             }
         }
         if let Some(pids) = self.pids {
             if on_v2.contains("pids") {
                 v2_files.push(("pids.max", pids.to_string()));
-            } else if let Some(folder) = v1("pids") {
-                knobs.push(Knob::of(&folder, &[("pids.max", pids.to_string())]));
+            } else {
+                let files = [("pids.max", pids.to_string())];
+                if let Some(folder) = v1("pids", &files) {
+                    knobs.push(Knob::of(&folder, &files));
+                }
             }
         }
         if let Some(pct) = self.cpu_pct {
             let quota = (pct * CPU_PERIOD_US / 100).max(1000);
             if on_v2.contains("cpu") {
                 v2_files.push(("cpu.max", format!("{quota} {CPU_PERIOD_US}")));
-            } else if let Some(folder) = v1("cpu") {
+            } else {
                 let files = [
                     ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
                     ("cpu.cfs_quota_us", quota.to_string()),
                 ];
-                knobs.push(Knob::of(&folder, &files));
+                if let Some(folder) = v1("cpu", &files) {
+                    knobs.push(Knob::of(&folder, &files));
+                }
             }
         }
         if !v2_files.is_empty() {
@@ -165,10 +193,11 @@ pub struct Entry {
 /// The way into a tree for the next release process, with these limits, where the host gives
 /// one. Trees whose processes all exited on their own (nobody stopped them) are removed on
 /// the way.
-pub fn entry(limits: &Limits, label: &str) -> Option<Entry> {
+pub fn entry(limits: &Limits, label: &str, group: Option<&str>) -> Option<Entry> {
     let base = base()?;
     sweep(base);
-    let mut knobs = limits.knobs(base);
+    let group = group.map(label_of);
+    let mut knobs = limits.knobs(base, group.as_deref());
     if !knobs.iter().any(|k| k.base == base.as_os_str().as_bytes()) {
         knobs.push(Knob::of(base, &[]));
     }
@@ -177,6 +206,26 @@ pub fn entry(limits: &Limits, label: &str) -> Option<Entry> {
         nofile: limits.nofile,
         label: format!("{}{LABEL_END}", label_of(label)).into_bytes(),
     })
+}
+
+/// Begins the name of a group of trees whose limits are shared (see [`group_of`]).
+const GROUP_PREFIX: &str = "svc-";
+
+/// The group a service's processes of release `version` share their limits in, on a host
+/// whose limits live in v1 controllers: `svc-ROOTHASH-VERSION`. Every process of one release
+/// of one service — web, each type's, one-offs, hooks, the release phase, scheduled runs — is
+/// charged to it, so the policy's `memory_mb`, `pids` and `cpu_pct` bound them together, not
+/// each (a Procfile of ten types no longer gets ten times the memory). A release beside it in a
+/// deploy (the live one and its candidate) has a group of its own.
+pub fn group_of(root: &Path, version: Option<&str>) -> String {
+    use sha2::Digest;
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let digest = sha2::Sha256::digest(root.as_os_str().as_bytes());
+    let short: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    match version {
+        Some(version) => format!("{GROUP_PREFIX}{short}-{version}"),
+        None => format!("{GROUP_PREFIX}{short}"),
+    }
 }
 
 /// Ends the label in a tree's name (`TOKEN~PID-STARTTIME`).
@@ -249,6 +298,20 @@ fn sweep(base: &Path) {
             let a_tree = name.to_string_lossy().contains(LABEL_END);
             if a_tree && old_enough(&entry) && !base.join(&name).exists() {
                 let _ = std::fs::remove_dir(entry.path());
+            }
+            // A group's folder: its gone trees, then the group itself once empty (rmdir
+            // refuses one that still holds a tree).
+            if !a_tree && name.to_string_lossy().starts_with(GROUP_PREFIX) && entry.path().is_dir() {
+                for tree in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+                    let name = tree.file_name();
+                    let gone = !base.join(&name).exists();
+                    if name.to_string_lossy().contains(LABEL_END) && old_enough(&tree) && gone {
+                        let _ = std::fs::remove_dir(tree.path());
+                    }
+                }
+                if old_enough(&entry) {
+                    let _ = std::fs::remove_dir(entry.path());
+                }
             }
         }
     }
@@ -634,9 +697,25 @@ fn v1_folders(name: &std::ffi::OsStr) -> Vec<PathBuf> {
     };
     hierarchies
         .flatten()
-        .map(|h| h.path().join(FOLDER).join(name))
-        .filter(|p| !p.starts_with(base().unwrap_or(Path::new("/"))) && p.is_dir())
+        .filter_map(|h| v1_folder_in(&h.path(), name))
+        .filter(|p| !p.starts_with(base().unwrap_or(Path::new("/"))))
         .collect()
+}
+
+/// The folder of the tree `name` in the v1 hierarchy `hierarchy`: `rollgate/NAME`, or inside
+/// its group, `rollgate/svc-…/NAME`.
+fn v1_folder_in(hierarchy: &Path, name: &std::ffi::OsStr) -> Option<PathBuf> {
+    let ours = hierarchy.join(FOLDER);
+    let flat = ours.join(name);
+    if flat.is_dir() {
+        return Some(flat);
+    }
+    std::fs::read_dir(&ours)
+        .ok()?
+        .flatten()
+        .filter(|g| g.file_name().to_string_lossy().starts_with(GROUP_PREFIX))
+        .map(|g| g.path().join(name))
+        .find(|p| p.is_dir())
 }
 
 /// When the kernel killed a process of `who`'s tree for reaching its memory limit: that limit,
@@ -660,9 +739,16 @@ pub fn out_of_memory(who: &Identity) -> Option<u64> {
     if std::fs::read_to_string(v2.join("memory.events")).is_ok_and(|t| killed(&t)) {
         return limit_mb(v2.join("memory.max"));
     }
-    let v1 = Path::new("/sys/fs/cgroup/memory").join(FOLDER).join(&name);
-    if std::fs::read_to_string(v1.join("memory.oom_control")).is_ok_and(|t| killed(&t)) {
-        return limit_mb(v1.join("memory.limit_in_bytes"));
+    if let Some(v1) = v1_folder_in(Path::new("/sys/fs/cgroup/memory"), &name) {
+        if std::fs::read_to_string(v1.join("memory.oom_control")).is_ok_and(|t| killed(&t)) {
+            // The limit reached: its own, or its group's (shared by the release's processes).
+            let group = v1.parent().map(|g| g.join("memory.limit_in_bytes"));
+            let own = limit_mb(v1.join("memory.limit_in_bytes"));
+            return match group.and_then(limit_mb) {
+                Some(group) => Some(own.map_or(group, |own| own.min(group))),
+                None => own,
+            };
+        }
     }
     std::fs::read_to_string(Path::new(VERDICTS).join(tree.label()))
         .ok()

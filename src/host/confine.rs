@@ -48,6 +48,17 @@ pub struct Confinement {
     entry: Option<Entry>,
 }
 
+/// The group whose limits the process shares (see `cgroup::group_of`): its service's, for the
+/// release whose folder it runs in.
+fn group_of(rules: &Rules) -> String {
+    let version = rules
+        .release
+        .first()
+        .and_then(|folder| folder.file_name())
+        .map(|name| name.to_string_lossy().into_owned());
+    super::cgroup::group_of(rules.root, version.as_deref())
+}
+
 impl Confinement {
     /// Allocates or finds the service's user, makes its folders, builds the filesystem rules and
     /// the way into a cgroup of its own. Nothing is started yet.
@@ -80,7 +91,7 @@ impl Confinement {
             confined: rules.confined,
             switch_user: true,
             fence,
-            entry: super::cgroup::entry(rules.limits, rules.label),
+            entry: super::cgroup::entry(rules.limits, rules.label, Some(&group_of(rules))),
         })
     }
 

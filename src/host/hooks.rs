@@ -7,7 +7,7 @@
 //! of its own with the same limits; `isolation.enabled = false` lifts it for hooks too), and
 //! its whole tree ends with it: when it exits (what it left running is killed, as systemd does
 //! for a oneshot unit) or at `timeout_ms`. Its output, the last 64 KiB of it, is kept in
-//! `releases/VERSION/HOOK.output` and the end of it quoted in the log line that says how it
+//! `output/VERSION/HOOK.output` and the end of it quoted in the log line that says how it
 //! went.
 
 use crate::defaults;

@@ -59,7 +59,7 @@ events! {
     /// outcome stands. The detail quotes the end of its output.
     HookFailed => "hook_failed",
     /// A hook ran and exited 0; the detail quotes the end of its output (all of it, bounded,
-    /// is kept in `releases/VERSION/HOOK.output`).
+    /// is kept in `output/VERSION/HOOK.output`).
     HookRan => "hook_ran",
     /// `rollgate up` started a live release that was not running (after a reboot or a crash).
     Restarted => "restarted",

@@ -243,6 +243,12 @@ pub fn run(options: Options) -> Result<(), Error> {
 fn leave_root(options: &Options, listen: SocketAddr) -> Result<handover::Channel, Error> {
     let channel = handover::bind(listen).map_err(|e| Error::Failed(e.to_string()))?;
     if let Some(name) = &options.user {
+        // Said first, while it may still write there: no service is given this user.
+        if let Ok(Some(user)) = nix::unistd::User::from_name(name) {
+            crate::host::account::record_proxy_user(user.uid.as_raw()).map_err(|e| {
+                Error::Failed(format!("cannot record the proxy's user {name}: {e}"))
+            })?;
+        }
         become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
     }
     Ok(channel)

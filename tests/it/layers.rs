@@ -903,3 +903,103 @@ fn each_proxy_rule_is_written_once_in_the_filter_chain() {
     let length = lines[start..].iter().position(|l| *l == "    }").unwrap();
     assert!(length < 100, "examine is {length} lines");
 }
+
+/// The functions of `src/` (file, first line, body) that open a file by path with the standard
+/// library and, in the same function, name a release's folder or a file a release ships.
+fn raw_opens_of_release_files() -> Vec<String> {
+    let opens = [
+        "fs::read(",
+        "fs::read_to_string(",
+        "File::open(",
+        "OpenOptions::new()",
+        "read_json(",
+        "read_config(",
+    ];
+    let marks = [
+        "release_dir(",
+        "join(\"releases\")",
+        "workdir",
+        "PROCFILE",
+        "IMAGE_FILE",
+        "ENV_FILE",
+        "SECRETS_FILE",
+        "ADOPTED_FILE",
+        "MANIFEST_FILE",
+    ];
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    collect(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let shown = file.strip_prefix(&src).unwrap().display().to_string();
+        if shown == "host/beneath.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("\n#[cfg(test)]").next().unwrap_or("");
+        let mut function = String::new();
+        let mut name = String::new();
+        let mut judge = |name: &str, body: &str| {
+            let body: String = body
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if opens.iter().any(|o| body.contains(o)) && marks.iter().any(|m| body.contains(m)) {
+                found.push(format!("{shown}:{name}"));
+            }
+        };
+        for line in code.lines() {
+            let trimmed = line.trim_start();
+            let starts = ["fn ", "pub fn ", "pub(crate) fn ", "async fn ", "pub async fn "]
+                .iter()
+                .any(|p| trimmed.starts_with(p));
+            if starts {
+                judge(&name, &function);
+                function.clear();
+                name = trimmed
+                    .split("fn ")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+            }
+            function.push_str(line);
+            function.push('\n');
+        }
+        judge(&name, &function);
+    }
+    found.sort();
+    found
+}
+
+/// Issue 78: root never opens a path a release could shape. A file of a release's folder (its
+/// Procfile, `image.json`, `env`, `secrets`, its manifest) is opened only through
+/// `host/beneath.rs` (openat2 beneath the folder, no symlink, regular files only); no other
+/// function opens a file by path while it names a release's folder or one of those files.
+/// The three listed open files of the operator's, beside such names.
+#[test]
+fn a_releases_files_are_opened_only_beneath_its_folder() {
+    let allowed = [
+        // The signer's own folder, before it is a release (`rollgate release sign DIR`).
+        "release/mod.rs:signed",
+        // The root's trust file (`ROOT/release.trust.json`), beside the manifest it checks.
+        "release/install.rs:verify_manifest",
+        // The image store's claim files, naming the roots that hold an image.
+        "host/container.rs:forget",
+    ];
+    let found: Vec<String> = raw_opens_of_release_files()
+        .into_iter()
+        .filter(|f| !allowed.contains(&f.as_str()))
+        .collect();
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn the_raw_open_finder_sees_the_allowed_ones() {
+    // Without this, an empty list above could mean a finder that finds nothing.
+    let found = raw_opens_of_release_files();
+    assert!(found.contains(&"host/container.rs:forget".to_string()), "{found:?}");
+    assert!(found.contains(&"release/mod.rs:signed".to_string()), "{found:?}");
+}

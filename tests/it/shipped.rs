@@ -290,12 +290,14 @@ fn a_process_of_the_proxys_user_cannot_take_its_sockets_and_root_can() {
     site.release("v1", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
     let port = free_port();
-    let mut first = std::process::Command::new(bin())
-        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--user", "nobody", "--root"])
-        .arg(site.root())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut first = Killed(
+        std::process::Command::new(bin())
+            .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--user", "nobody", "--root"])
+            .arg(site.root())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let uid = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
@@ -304,7 +306,7 @@ fn a_process_of_the_proxys_user_cannot_take_its_sockets_and_root_can() {
             .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_string())
             .unwrap_or_default()
     };
-    assert!(wait_for(20, || uid(first.id()) == "65534" && version_on(port).is_some()));
+    assert!(wait_for(20, || uid(first.0.id()) == "65534" && version_on(port).is_some()));
 
     // The attacker: any process of user nobody (a release whose isolation.user is the proxy's
     // would be one), looking wherever a channel could be and asking for the sockets.
@@ -341,8 +343,27 @@ print("took", took)
     assert!(said.contains("took 0"), "{said}{}", stderr(&out));
     assert!(version_on(port).is_some(), "the first proxy no longer serves");
 
+    // And no service is given the proxy's user: a deploy asking for it is refused, nothing
+    // started.
+    let policy = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 5000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
+            "isolation": {"user": "nobody"}}}"#,
+    );
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v2", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is the user `rollgate proxy`"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+
     // Root hands it over.
-    let mut second = std::process::Command::new(bin())
+    let mut second = Killed(std::process::Command::new(bin())
         .args([
             "proxy",
             "--listen",
@@ -355,14 +376,10 @@ print("took", took)
         .arg(site.root())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
-    let first_ended = wait_for(30, || matches!(first.try_wait(), Ok(Some(_))));
+        .unwrap());
+    let first_ended = wait_for(30, || matches!(first.0.try_wait(), Ok(Some(_))));
     let serving = version_on(port).is_some();
-    let second_alive = matches!(second.try_wait(), Ok(None));
-    let _ = first.kill();
-    let _ = first.wait();
-    let _ = second.kill();
-    let _ = second.wait();
+    let second_alive = matches!(second.0.try_wait(), Ok(None));
     assert!(first_ended && serving && second_alive, "root's --take-over of a --user proxy");
 }
 
@@ -407,4 +424,58 @@ fn stop_ends_a_scheduled_run_that_is_going_and_says_so() {
         "{}",
         stdout(&out)
     );
+}
+
+/// Escape 7: limits applied per process tree, and a release chooses how many trees it has (its
+/// Procfile's types): under `memory_mb = 32` ten types used 258 MiB. A release's processes now
+/// share one group holding the policy's limits: ten types that each hold 40 MiB under
+/// `memory_mb = 128` cannot all live, while two of them fit; and a Procfile may name at most
+/// 32 types, refused at `release add` with the numbers.
+#[test]
+fn a_releases_types_share_its_limits_instead_of_multiplying_them() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 15000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
+            "isolation": {"memory_mb": 128}}}"#,
+    );
+    let hold = "exec /usr/bin/python3 -c 'import time; b = bytearray(40 << 20); print(\"holding\", flush=True); time.sleep(600)'";
+    let procfile = |types: usize| -> String {
+        (0..types).map(|n| format!("hold{n}: {hold}\n")).collect()
+    };
+    let folder = build(&[("Procfile", &procfile(2))], &[]);
+    let out = add(&site, "v1", folder.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "two types of 40 MiB fit in 128: {}", stderr(&out));
+
+    let folder = build(&[("Procfile", &procfile(10))], &[]);
+    let out = add(&site, "v2", folder.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.deploy(free_port(), "v2", &["--policy", policy.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0), "ten types of 40 MiB in 128: {}", stderr(&out));
+    assert!(stderr(&out).contains("out of memory"), "{}", stderr(&out));
+    // v1 is still what runs.
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+
+    let folder = build(&[("Procfile", &procfile(33))], &[]);
+    let out = add(&site, "v3", folder.path());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("hold32") && stderr(&out).contains("32 types"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A process the test started, killed and reaped however the test ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

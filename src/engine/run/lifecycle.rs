@@ -139,7 +139,7 @@ impl Executor {
     }
 
     /// Where the slot's process of `version` writes its output: another type's file of its
-    /// own, a replica's numbered one, or a deploy's beside its release.
+    /// own, a replica's numbered one, or a deploy's in its release's output folder.
     fn output_of(&self, slot: usize, version: &str) -> PathBuf {
         let root = &self.context.root;
         let service = &self.rollout.service;
