@@ -53,10 +53,6 @@ impl Beneath {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The regular file at `relative`, opened for reading (None: there is none). A link in any
     /// component, a `..` or an absolute path, a FIFO, a device or a folder is refused, naming
     /// the file.

@@ -20,6 +20,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::access::{self, AccessLog};
+use super::drain::{Drained, Settled, DRAIN_WAIT};
 use super::failure::Failure;
 use super::idle::{BoxError, IdleBody};
 use super::leases::{Lease, View};
@@ -221,14 +222,16 @@ async fn answer(
     if let (Some(service), Some(begun)) = (decided.service, decided.begun) {
         *logged = Some((service, begun));
     }
+    let http1 = request.version() < hyper::Version::HTTP_2;
     let passage = match decided.verdict {
         Ok(passage) => passage,
         Err(own) => {
             if own.refuses_the_body() {
                 // Read (and thrown away) first: see `read_whole`.
                 let _ = read_whole(request.into_body(), 0, ctx.body_idle).await;
+                return Ok(own_answer(own));
             }
-            return Ok(own_answer(own));
+            return Ok(leaving_the_body(own_answer(own), request.into_body(), ctx, http1).await);
         }
     };
     if let Some(path) = passage.target.and_then(|p| p.parse::<hyper::Uri>().ok()) {
@@ -242,12 +245,18 @@ async fn answer(
             .any(|v| super::traffic::wants_json(v.as_bytes()))
     };
     if let Some(refusal) = pass::gate(&passage.service, wants_json).await {
-        return Ok(own_answer(refusal.into()));
+        let answer = own_answer(refusal.into());
+        return Ok(leaving_the_body(answer, request.into_body(), ctx, http1).await);
     }
     for_the_release(request.headers_mut(), ctx, client, upgrade_value);
     let (parts, body) = request.into_parts();
+    let mut settled = None;
     let body = match passage.body_limit {
-        None => Either::Left(IdleBody::new(body, ctx.body_idle, "request body")),
+        None => {
+            let (body, watch) = Drained::new(IdleBody::new(body, ctx.body_idle, "request body"));
+            settled = Some(watch);
+            Either::Left(body)
+        }
         Some(limit) => match read_whole(body, limit, ctx.body_idle).await {
             Ok(whole) => Either::Right(Full::new(whole)),
             Err(Some(_)) => return Ok(own_answer(rules::too_large(limit))),
@@ -267,14 +276,45 @@ async fn answer(
     };
     let (lease, response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
         Outcome::Answered(lease, response) => (lease, response),
-        Outcome::Own(own) => return Ok(own_answer(own)),
+        Outcome::Own(own) => return Ok(told_if_unkept(own_answer(own), settled, http1).await),
     };
     match client_upgrade {
         Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
             Ok(tunnel(response, client_upgrade, lease, ctx, client))
         }
-        _ => Ok(leased(response, lease, ctx)),
+        _ => Ok(told_if_unkept(leased(response, lease, ctx), settled, http1).await),
     }
+}
+
+/// rollgate's own `answer` to a request whose body no release reads (a redirect to HTTPS, a 503
+/// in maintenance): the body is read to its end and thrown away meanwhile, as a release's
+/// unread rest is (`drain.rs`), so the connection is kept — or said to close.
+async fn leaving_the_body(
+    answer: Response<Body>,
+    body: Incoming,
+    ctx: &Shared,
+    http1: bool,
+) -> Response<Body> {
+    let (body, settled) = Drained::new(IdleBody::new(body, ctx.body_idle, "request body"));
+    drop(body);
+    told_if_unkept(answer, Some(settled), http1).await
+}
+
+/// `answer`, saying `Connection: close` when its request's body was not read to its end (see
+/// `drain.rs`): a kept HTTP/1 connection is never closed under a client that was not told.
+async fn told_if_unkept(
+    mut answer: Response<Body>,
+    settled: Option<Settled>,
+    http1: bool,
+) -> Response<Body> {
+    if let Some(settled) = settled.filter(|_| http1) {
+        if !settled.keeps_the_connection(DRAIN_WAIT).await {
+            answer
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
+    answer
 }
 
 /// The request as the release is spoken to: HTTP/1.1, where Host names the host (an HTTP/2

@@ -254,7 +254,6 @@ pub fn say_last(counts: serde_json::Value) {
 /// became — a release running as that user could otherwise take the host's front door.
 pub struct Channel {
     listener: UnixListener,
-    path: PathBuf,
     /// The uid that bound it: the only one besides root that may take the sockets.
     owner: u32,
 }
@@ -277,19 +276,12 @@ fn bind_channel(listen: SocketAddr) -> Result<Channel, String> {
     std::fs::rename(&staging, &path)
         .map_err(|e| format!("cannot place {}: {e}", path.display()))?;
     if let Ok(mut bound) = BOUND.lock() {
-        *bound = Some(path.clone());
+        *bound = Some(path);
     }
     Ok(Channel {
         listener,
-        path,
         owner: nix::unistd::geteuid().as_raw(),
     })
-}
-
-impl Channel {
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
 }
 
 /// Answers takers on `channel` on a thread of its own until one says `serving`; then `stop`
@@ -309,9 +301,7 @@ fn offer_on(
     counted: Counted,
     stop: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 ) -> Result<(), String> {
-    let Channel {
-        listener, owner, ..
-    } = channel;
+    let Channel { listener, owner } = channel;
     std::thread::Builder::new()
         .name("handover".into())
         .spawn(move || {

@@ -54,6 +54,7 @@ pub mod certs;
 pub mod config;
 pub mod control;
 mod counts;
+mod drain;
 mod failure;
 mod forward;
 mod front;
@@ -234,9 +235,6 @@ pub fn run(options: Options) -> Result<(), Error> {
     serve(options, serves, resolver)
 }
 
-/// `--user NAME`: the proxy leaves root for NAME (its primary group, no supplementary one;
-/// real, effective and saved ids alike, so it cannot come back), after handing it the ACME
-/// state folder it renews certificates into. Every thread at once: glibc's wrappers.
 /// Binds the hand-over channel as the user that started the proxy (see `handover::Channel`),
 /// then, everything privileged done (listeners, the control socket, the certificates, the
 /// channel), becomes `--user`.
@@ -254,6 +252,9 @@ fn leave_root(options: &Options, listen: SocketAddr) -> Result<handover::Channel
     Ok(channel)
 }
 
+/// `--user NAME`: the proxy leaves root for NAME (its primary group, no supplementary one;
+/// real, effective and saved ids alike, so it cannot come back), after handing it the ACME
+/// state folder it renews certificates into. Every thread at once: glibc's wrappers.
 fn become_user(name: &str, acme_state: Option<&std::path::Path>) -> Result<(), Error> {
     use nix::unistd::{setgroups, setresgid, setresuid, User};
     let refused = |why: String| Error::Refused(format!("--user {name}: {why}"));

@@ -15,11 +15,10 @@ use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 
 use super::failure::{classify, Failure};
-use super::idle::IdleBody;
 use super::relay::Wire;
 
 /// A request body on its way to the release, failing if the client stops sending it; or none.
-pub type UpstreamBody = Either<IdleBody<Incoming>, http_body_util::Full<Bytes>>;
+pub type UpstreamBody = Either<super::drain::Drained, http_body_util::Full<Bytes>>;
 
 /// Idle connections to releases kept by one serving thread, of each kind (see [`Idle`]). Clients
 /// that connect per request keep about as many connections to the release busy as they have

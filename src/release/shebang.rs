@@ -39,7 +39,8 @@ pub fn stranded(tree: &Path, installed_at: &Path, limit: usize) -> Vec<Stranded>
             if !kind.is_file() || !executable(&path) {
                 continue;
             }
-            let Some(interpreter) = interpreter_of(&path) else {
+            let inside = path.strip_prefix(tree).unwrap_or(&path);
+            let Some(interpreter) = interpreter_of(tree, inside) else {
                 continue;
             };
             if reachable(&interpreter, installed_at) {
@@ -60,13 +61,17 @@ pub fn stranded(tree: &Path, installed_at: &Path, limit: usize) -> Vec<Stranded>
 
 fn executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }
 
-/// The absolute interpreter a script's first line names (`#!/path args`), if it has one.
-fn interpreter_of(path: &Path) -> Option<PathBuf> {
+/// The absolute interpreter the first line of the script `inside` of `tree` names (`#!/path
+/// args`), if it has one; read beneath the tree (`host::beneath`), never through a link.
+fn interpreter_of(tree: &Path, inside: &Path) -> Option<PathBuf> {
     let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let n = crate::host::beneath::open_file(tree, inside)
+        .ok()??
+        .read(&mut head)
+        .ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
     let text = std::str::from_utf8(line).ok()?;

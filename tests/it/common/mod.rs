@@ -640,11 +640,14 @@ pub const PYTHON_TOOLS: &[(&str, &str)] = &[
 /// Python libraries the tests import, each from PyPI, with the module that tells it is there:
 /// `prometheus-client`'s parser is the real reader of `/metrics` (issue 38); httpx with its
 /// HTTP/2 extra is a client of the TLS listener, and its `h2` writes the rapid-reset flood
-/// (issue 47); `websockets` is both ends of a WebSocket kept open across reloads (issue 48).
+/// (issue 47); `websockets` is both ends of a WebSocket kept open across reloads (issue 48);
+/// gunicorn serves the conformance tests' releases (issue 79).
 pub const PYTHON_MODULES: &[(&str, &str)] = &[
     ("prometheus-client==0.26.0", "prometheus_client"),
     ("httpx[http2]==0.28.1", "h2"),
     ("websockets==15.0.1", "websockets"),
+    // A server users run behind the proxy (issue 79): gunicorn's sync worker.
+    ("gunicorn==23.0.0", "gunicorn"),
 ];
 
 /// The `bin` folder of the tools' virtual environment, created and filled now if `.ci/run`
