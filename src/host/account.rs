@@ -135,7 +135,10 @@ fn proxy_of_user(uid: u32) -> Option<u32> {
     let folder = super::run_dir::folder("proxy", super::run_dir::Reach::Private).ok()?;
     for entry in std::fs::read_dir(folder).ok()?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("user-").and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = name
+            .strip_prefix("user-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         let recorded = std::fs::read_to_string(entry.path()).ok();

@@ -228,7 +228,10 @@ mod tests {
         let dir = folder();
         let got = read_text(dir.path(), "Procfile", 100).unwrap();
         assert_eq!(got.as_deref(), Some("web: ./serve\n"));
-        assert_eq!(read_text(dir.path(), "sub/file", 100).unwrap().as_deref(), Some("inner"));
+        assert_eq!(
+            read_text(dir.path(), "sub/file", 100).unwrap().as_deref(),
+            Some("inner")
+        );
         assert_eq!(read(dir.path(), "nothing", 100).unwrap(), None);
     }
 
@@ -260,7 +263,10 @@ mod tests {
         std::fs::write(dir.path().join("big"), vec![b'x'; 101]).unwrap();
         let e = read(dir.path(), "big", 100).unwrap_err().to_string();
         assert!(e.contains("larger than 100 bytes"), "{e}");
-        assert_eq!(read(dir.path(), "big", 101).unwrap().map(|b| b.len()), Some(101));
+        assert_eq!(
+            read(dir.path(), "big", 101).unwrap().map(|b| b.len()),
+            Some(101)
+        );
     }
 
     #[test]
@@ -271,7 +277,10 @@ mod tests {
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         assert!(open_by_components(&fd.dir, Path::new("sub/file"), flags).is_ok());
         let e = open_by_components(&fd.dir, Path::new("etc/passwd"), flags).unwrap_err();
-        assert!(matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)), "{e}");
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)),
+            "{e}"
+        );
         assert!(open_by_components(&fd.dir, Path::new("../x"), flags).is_err());
     }
 }

@@ -301,8 +301,13 @@ fn sweep(base: &Path) {
             }
             // A group's folder: its gone trees, then the group itself once empty (rmdir
             // refuses one that still holds a tree).
-            if !a_tree && name.to_string_lossy().starts_with(GROUP_PREFIX) && entry.path().is_dir() {
-                for tree in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+            if !a_tree && name.to_string_lossy().starts_with(GROUP_PREFIX) && entry.path().is_dir()
+            {
+                for tree in std::fs::read_dir(entry.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
                     let name = tree.file_name();
                     let gone = !base.join(&name).exists();
                     if name.to_string_lossy().contains(LABEL_END) && old_enough(&tree) && gone {

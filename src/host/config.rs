@@ -51,9 +51,8 @@ impl Origin {
         if let Ok(Some(from)) = read_optional(dir, ADOPTED_FILE) {
             return Origin::Adopted(from.trim().to_string());
         }
-        let has = |name: &str| {
-            super::beneath::Beneath::open(dir).is_ok_and(|b| b.has(Path::new(name)))
-        };
+        let has =
+            |name: &str| super::beneath::Beneath::open(dir).is_ok_and(|b| b.has(Path::new(name)));
         match has(ENV_FILE) || has(SECRETS_FILE) {
             true => Origin::Own,
             false => Origin::None,

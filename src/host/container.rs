@@ -48,7 +48,8 @@ impl ImageRelease {
         let path = dir.join(IMAGE_FILE);
         // Beneath the folder: an `image.json` the release shipped as a link or a FIFO is
         // refused, never followed or waited on.
-        let Some(text) = super::beneath::read_text(dir, IMAGE_FILE, super::beneath::SMALL_FILE_CAP)?
+        let Some(text) =
+            super::beneath::read_text(dir, IMAGE_FILE, super::beneath::SMALL_FILE_CAP)?
         else {
             return Ok(None);
         };

@@ -266,9 +266,13 @@ fn refuse_operator_files(tree: &Path, source: &Path) -> Result<(), Error> {
             )));
         }
     }
-    Config::of_release(tree)
-        .map(|_| ())
-        .map_err(|e| refused(format!("{}: {}; nothing was installed", source.display(), e.0)))
+    Config::of_release(tree).map(|_| ()).map_err(|e| {
+        refused(format!(
+            "{}: {}; nothing was installed",
+            source.display(),
+            e.0
+        ))
+    })
 }
 
 /// A new release made from an installed one (`config set`): every file of `from` hard-linked
@@ -643,11 +647,16 @@ fn link_allowed(at: &Path, target: &Path, _root: &Path) -> Result<(), String> {
             Component::CurDir => {}
             // `..` in an absolute link is refused outright: `/usr/../proc` is not /usr.
             Component::ParentDir | Component::Prefix(_) => {
-                return Err("climbs with `..`; an absolute link must name its target plainly".into())
+                return Err(
+                    "climbs with `..`; an absolute link must name its target plainly".into(),
+                )
             }
         }
     }
-    match SYSTEM_FOLDERS.iter().any(|folder| clean.starts_with(folder)) {
+    match SYSTEM_FOLDERS
+        .iter()
+        .any(|folder| clean.starts_with(folder))
+    {
         true => Ok(()),
         false => Err(format!(
             "leads out of the release to a place that is not a folder of the system ({}); \

@@ -131,7 +131,9 @@ fn an_own_answer_to_a_post_keeps_the_connection_for_the_next_request() {
     let out = site.run(&["traffic", "maintenance", "edge-svc"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let mut conn = Conn::open(proxy.port).unwrap();
-    assert!(wait_for(10, || conn.get("/", "").is_ok_and(|a| a.status == 503)));
+    assert!(wait_for(10, || conn
+        .get("/", "")
+        .is_ok_and(|a| a.status == 503)));
     for n in 0..10 {
         let gap = Duration::from_millis(if n % 2 == 0 { 0 } else { 15 });
         let answer = post_form(&mut conn, "/form", gap).unwrap();

@@ -374,8 +374,7 @@ fn a_migration_runs_in_its_release_with_its_config_and_its_output_is_kept_and_sh
     let release = site.root().join("releases/v2");
     // Its whole output kept with the release's own files (never in its folder), the secret's
     // value blanked.
-    let kept =
-        std::fs::read_to_string(site.root().join("output/v2/pre_deploy.output")).unwrap();
+    let kept = std::fs::read_to_string(site.root().join("output/v2/pre_deploy.output")).unwrap();
     assert!(
         kept.contains(&format!(
             "migrating in {} as hi with [secret]",

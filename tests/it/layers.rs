@@ -951,9 +951,15 @@ fn raw_opens_of_release_files() -> Vec<String> {
         };
         for line in code.lines() {
             let trimmed = line.trim_start();
-            let starts = ["fn ", "pub fn ", "pub(crate) fn ", "async fn ", "pub async fn "]
-                .iter()
-                .any(|p| trimmed.starts_with(p));
+            let starts = [
+                "fn ",
+                "pub fn ",
+                "pub(crate) fn ",
+                "async fn ",
+                "pub async fn ",
+            ]
+            .iter()
+            .any(|p| trimmed.starts_with(p));
             if starts {
                 judge(&name, &function);
                 function.clear();
@@ -1000,6 +1006,12 @@ fn a_releases_files_are_opened_only_beneath_its_folder() {
 fn the_raw_open_finder_sees_the_allowed_ones() {
     // Without this, an empty list above could mean a finder that finds nothing.
     let found = raw_opens_of_release_files();
-    assert!(found.contains(&"host/container.rs:forget".to_string()), "{found:?}");
-    assert!(found.contains(&"release/mod.rs:signed".to_string()), "{found:?}");
+    assert!(
+        found.contains(&"host/container.rs:forget".to_string()),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&"release/mod.rs:signed".to_string()),
+        "{found:?}"
+    );
 }

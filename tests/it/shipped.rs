@@ -64,10 +64,7 @@ fn an_output_file_shipped_as_a_link_never_makes_root_create_or_write_its_target(
     let site = Site::new();
     let (web, worker) = (etc_target("web"), etc_target("worker"));
     let folder = build(
-        &[(
-            "Procfile",
-            "worker: echo worker up; exec sleep 600\n",
-        )],
+        &[("Procfile", "worker: echo worker up; exec sleep 600\n")],
         &[
             ("edge-svc.output", web.to_str().unwrap()),
             ("edge-svc.worker.0.output", worker.to_str().unwrap()),
@@ -80,15 +77,22 @@ fn an_output_file_shipped_as_a_link_never_makes_root_create_or_write_its_target(
     let _ = std::fs::remove_file(&web);
     let _ = std::fs::remove_file(&worker);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(!web_made && !worker_made, "root created a file through a shipped link");
+    assert!(
+        !web_made && !worker_made,
+        "root created a file through a shipped link"
+    );
     // What the release said is kept, in rollgate's own folder.
     let kept = site.root().join("output/v1/edge-svc.output");
     assert!(
-        wait_for(10, || std::fs::read_to_string(&kept).is_ok_and(|t| t.contains("ready"))),
+        wait_for(10, || std::fs::read_to_string(&kept)
+            .is_ok_and(|t| t.contains("ready"))),
         "{}",
         std::fs::read_to_string(&kept).unwrap_or_default()
     );
-    let mode = std::fs::metadata(site.root().join("output/v1")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(site.root().join("output/v1"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o700, "{mode:o}");
     assert!(!web.exists() && !worker.exists());
 }
@@ -98,7 +102,13 @@ fn an_output_file_shipped_as_a_link_never_makes_root_create_or_write_its_target(
 /// temporary file `write_atomically` used: `.release.output.tmp.PID`), then lets it finish.
 fn deploy_with_planted_link(site: &Site, version: &str, target: &Path, extra: &[&str]) -> Output {
     let child = std::process::Command::new(bin())
-        .args(["deploy", "edge-svc", &free_port().to_string(), version, "--root"])
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            version,
+            "--root",
+        ])
         .arg(site.root())
         .args(extra)
         .stdout(std::process::Stdio::piped())
@@ -106,8 +116,11 @@ fn deploy_with_planted_link(site: &Site, version: &str, target: &Path, extra: &[
         .spawn()
         .unwrap();
     let folder = site.root().join("releases").join(version);
-    std::os::unix::fs::symlink(target, folder.join(format!(".release.output.tmp.{}", child.id())))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        target,
+        folder.join(format!(".release.output.tmp.{}", child.id())),
+    )
+    .unwrap();
     std::fs::write(folder.join("armed"), "").unwrap();
     child.wait_with_output().unwrap()
 }
@@ -193,7 +206,11 @@ fn a_link_through_proc_to_the_kept_policy_is_refused_and_never_rewrites_it() {
 fn a_procfile_shipped_as_a_link_to_a_root_only_file_is_refused_unread() {
     let site = Site::new();
     let outside = tempfile::tempdir().unwrap();
-    let secret = write(outside.path(), "other-service.conf", "password: hunter2-do-not-print\n");
+    let secret = write(
+        outside.path(),
+        "other-service.conf",
+        "password: hunter2-do-not-print\n",
+    );
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     for target in [Path::new("/etc/shadow"), secret.as_path()] {
         let folder = build(&[], &[("Procfile", target.to_str().unwrap())]);
@@ -203,7 +220,10 @@ fn a_procfile_shipped_as_a_link_to_a_root_only_file_is_refused_unread() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         let said = stderr(&out);
         assert!(said.contains("Procfile"), "{said}");
-        assert!(!said.contains("hunter2") && !said.contains("root:"), "{said}");
+        assert!(
+            !said.contains("hunter2") && !said.contains("root:"),
+            "{said}"
+        );
         assert!(!site.root().join("releases/v1").exists());
     }
 }
@@ -220,9 +240,19 @@ fn a_procfile_leading_to_a_fifo_the_release_made_never_wedges_a_deploy() {
     nix::unistd::mkfifo(&data.join("Procfile"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     let through_proc = format!("/proc/self/root{}/Procfile", data.display());
     let folder = build(&[], &[("Procfile", &through_proc)]);
-    let out = site.run(&["release", "add", "edge-svc", "v1", folder.path().to_str().unwrap()]);
+    let out = site.run(&[
+        "release",
+        "add",
+        "edge-svc",
+        "v1",
+        folder.path().to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("not a folder of the system"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a folder of the system"),
+        "{}",
+        stderr(&out)
+    );
 
     // The same FIFO under names rollgate reads from an installed release, planted after the
     // install: each deploy says why and returns, none waits on it.
@@ -292,7 +322,14 @@ fn a_process_of_the_proxys_user_cannot_take_its_sockets_and_root_can() {
     let port = free_port();
     let mut first = Killed(
         std::process::Command::new(bin())
-            .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--user", "nobody", "--root"])
+            .args([
+                "proxy",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--user",
+                "nobody",
+                "--root",
+            ])
             .arg(site.root())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -306,7 +343,8 @@ fn a_process_of_the_proxys_user_cannot_take_its_sockets_and_root_can() {
             .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_string())
             .unwrap_or_default()
     };
-    assert!(wait_for(20, || uid(first.0.id()) == "65534" && version_on(port).is_some()));
+    assert!(wait_for(20, || uid(first.0.id()) == "65534"
+        && version_on(port).is_some()));
 
     // The attacker: any process of user nobody (a release whose isolation.user is the proxy's
     // would be one), looking wherever a channel could be and asking for the sockets.
@@ -341,7 +379,10 @@ print("took", took)
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(said.contains("took 0"), "{said}{}", stderr(&out));
-    assert!(version_on(port).is_some(), "the first proxy no longer serves");
+    assert!(
+        version_on(port).is_some(),
+        "the first proxy no longer serves"
+    );
 
     // And no service is given the proxy's user: a deploy asking for it is refused, nothing
     // started.
@@ -363,24 +404,29 @@ print("took", took)
     assert_eq!(site.pointer().unwrap()["version"], "v1");
 
     // Root hands it over.
-    let mut second = Killed(std::process::Command::new(bin())
-        .args([
-            "proxy",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--user",
-            "nobody",
-            "--take-over",
-            "--root",
-        ])
-        .arg(site.root())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap());
+    let mut second = Killed(
+        std::process::Command::new(bin())
+            .args([
+                "proxy",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--user",
+                "nobody",
+                "--take-over",
+                "--root",
+            ])
+            .arg(site.root())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let first_ended = wait_for(30, || matches!(first.0.try_wait(), Ok(Some(_))));
     let serving = version_on(port).is_some();
     let second_alive = matches!(second.0.try_wait(), Ok(None));
-    assert!(first_ended && serving && second_alive, "root's --take-over of a --user proxy");
+    assert!(
+        first_ended && serving && second_alive,
+        "root's --take-over of a --user proxy"
+    );
 }
 
 /// Escape 8: `rollgate stop` returned 0 while a run its clock had started went on (an hour
@@ -407,10 +453,17 @@ fn stop_ends_a_scheduled_run_that_is_going_and_says_so() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let pid_file = site.root().join("data/long.pid");
     let run = || -> Option<i32> {
-        let pid: i32 = std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()?;
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         (alive(pid) && !is_zombie(pid)).then_some(pid)
     };
-    assert!(wait_for(20, || run().is_some()), "the schedule's run never started");
+    assert!(
+        wait_for(20, || run().is_some()),
+        "the schedule's run never started"
+    );
     let pid = run().unwrap();
     let out = site.run(&["stop", "edge-svc"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -418,7 +471,10 @@ fn stop_ends_a_scheduled_run_that_is_going_and_says_so() {
     if running_on {
         send_signal(pid, libc::SIGKILL);
     }
-    assert!(!running_on, "the scheduled run (pid {pid}) outlived the stop");
+    assert!(
+        !running_on,
+        "the scheduled run (pid {pid}) outlived the stop"
+    );
     assert!(
         stdout(&out).contains("schedule long's run"),
         "{}",
@@ -442,20 +498,29 @@ fn a_releases_types_share_its_limits_instead_of_multiplying_them() {
             "isolation": {"memory_mb": 128}}}"#,
     );
     let hold = "exec /usr/bin/python3 -c 'import time; b = bytearray(40 << 20); print(\"holding\", flush=True); time.sleep(600)'";
-    let procfile = |types: usize| -> String {
-        (0..types).map(|n| format!("hold{n}: {hold}\n")).collect()
-    };
+    let procfile =
+        |types: usize| -> String { (0..types).map(|n| format!("hold{n}: {hold}\n")).collect() };
     let folder = build(&[("Procfile", &procfile(2))], &[]);
     let out = add(&site, "v1", folder.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "two types of 40 MiB fit in 128: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "two types of 40 MiB fit in 128: {}",
+        stderr(&out)
+    );
 
     let folder = build(&[("Procfile", &procfile(10))], &[]);
     let out = add(&site, "v2", folder.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = site.deploy(free_port(), "v2", &["--policy", policy.to_str().unwrap()]);
-    assert_ne!(out.status.code(), Some(0), "ten types of 40 MiB in 128: {}", stderr(&out));
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "ten types of 40 MiB in 128: {}",
+        stderr(&out)
+    );
     assert!(stderr(&out).contains("out of memory"), "{}", stderr(&out));
     // v1 is still what runs.
     assert_eq!(site.pointer().unwrap()["version"], "v1");
