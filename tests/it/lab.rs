@@ -344,17 +344,66 @@ fn the_projects_own_check_passes() {
     );
 }
 
+/// `rollgate demo --root ROOT`, its words written to files rather than pipes: a demo stopped at
+/// `limit` (a test that failed) must not leave the test waiting for ever on a pipe that the
+/// releases it started still hold. Past the limit it is killed, with every process whose
+/// folder is under ROOT, and the test fails saying what it had said.
+fn demo_within(root: &std::path::Path, limit: std::time::Duration) -> std::process::Output {
+    let words = tempfile::tempdir().unwrap();
+    let file = |name: &str| std::fs::File::create(words.path().join(name)).unwrap();
+    let mut child = std::process::Command::new(bin())
+        .arg("demo")
+        .arg("--root")
+        .arg(root)
+        .stdout(file("stdout"))
+        .stderr(file("stderr"))
+        .spawn()
+        .unwrap();
+    let began = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if began.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            for pid in under(root) {
+                send_signal(pid, libc::SIGKILL);
+            }
+            panic!(
+                "the demo took more than {} s: {}{}",
+                limit.as_secs(),
+                std::fs::read_to_string(words.path().join("stdout")).unwrap_or_default(),
+                std::fs::read_to_string(words.path().join("stderr")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: std::fs::read(words.path().join("stdout")).unwrap_or_default(),
+        stderr: std::fs::read(words.path().join("stderr")).unwrap_or_default(),
+    }
+}
+
+/// The live processes whose working folder is under `root`.
+fn under(root: &std::path::Path) -> Vec<i32> {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c.starts_with(&root))
+                && !is_zombie(*pid)
+        })
+        .collect()
+}
+
 #[test]
 fn the_demo_tells_the_story_and_leaves_nothing_running() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("demo");
-    let out = rollgate()
-        .arg("demo")
-        .arg("--root")
-        .arg(&root)
-        .timeout(std::time::Duration::from_secs(60))
-        .output()
-        .unwrap();
+    let out = demo_within(&root, std::time::Duration::from_secs(180));
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(
@@ -402,15 +451,7 @@ fn the_demo_tells_the_story_and_leaves_nothing_running() {
             .count(),
         1
     );
-    let root = std::fs::canonicalize(&root).unwrap();
-    let survivors: Vec<i32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c.starts_with(&root))
-                && !is_zombie(*pid)
-        })
-        .collect();
+    let survivors = under(&root);
     assert!(survivors.is_empty(), "left running: {survivors:?}");
     // Refuses to mix with an existing deploy.
     let out = rollgate()
