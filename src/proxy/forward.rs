@@ -160,9 +160,13 @@ pub async fn handle(
     ctx: Arc<Shared>,
     client: Arc<Client>,
 ) -> Result<Response<Body>, Infallible> {
-    let mut logged = None;
-    let response = answer(request, &ctx, &client, &mut logged).await?;
-    let Some((service, begun)) = logged else {
+    let mut abandoned = Abandoned {
+        logged: None,
+        thread: ctx.thread,
+        client: client.peer.ip(),
+    };
+    let response = answer(request, &ctx, &client, &mut abandoned.logged).await?;
+    let Some((service, begun)) = abandoned.logged.take() else {
         return Ok(response);
     };
     let Some(log) = service.access.clone() else {
@@ -190,6 +194,31 @@ pub async fn handle(
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// The status a request's line says when its client left before the answer's head (nginx's
+/// 499, "client closed request"): the client's doing, not the release's.
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// A request being answered, whose line is written even if its client leaves first: hyper drops
+/// the request's future when an HTTP/1 client closes its connection or an HTTP/2 client resets
+/// its stream, and the line that [`handle`] would have written after the answer was lost with
+/// it. Dropped with its line still here, it writes it, status [`CLIENT_CLOSED`].
+struct Abandoned {
+    logged: Option<(Arc<Service>, Box<access::Begun>)>,
+    thread: usize,
+    client: std::net::IpAddr,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some((service, begun)) = self.logged.take() else {
+            return;
+        };
+        if let Some(log) = &service.access {
+            begun.finish(log, self.thread, CLIENT_CLOSED, 0, None, self.client);
+        }
+    }
 }
 
 /// A request's access log line, waiting for the end of its answer's body.
@@ -526,6 +555,11 @@ fn leased(response: Response<Incoming>, lease: Lease, ctx: &Shared) -> Response<
     let (mut parts, body) = response.into_parts();
     if !keep_upgrade {
         strip_hop_by_hop(&mut parts.headers);
+    }
+    // A proxy answers in its own version (RFC 9110 §6.2), not the release's: an HTTP/1.0
+    // release's answer goes out as HTTP/1.1 (hyper frames its body for the client).
+    if parts.version < hyper::Version::HTTP_11 {
+        parts.version = hyper::Version::HTTP_11;
     }
     if let (Some(name), Some(value)) = (&ctx.version_header, &lease.target.header_value) {
         parts.headers.insert(name.clone(), value.clone());

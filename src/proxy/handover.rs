@@ -99,6 +99,9 @@ pub struct Layout {
     pub counts: Option<serde_json::Value>,
 }
 
+/// The name the `/metrics` listener is offered under, among the claims.
+pub const METRICS: &str = "metrics";
+
 /// What a taker received: the descriptors, by their place in the layout.
 pub struct Handed {
     pub layout: Layout,
@@ -140,6 +143,15 @@ impl Handed {
     }
 
     /// The claim on `what` (`listen`, `tls`, `config`), taken out of the hand-over.
+    /// The running proxy's `/metrics` listener, if it offered one on `address` (a take-over
+    /// serves it on without binding the address again, which the old proxy still holds).
+    pub fn metrics(&mut self, address: SocketAddr) -> Option<std::net::TcpListener> {
+        let at = self.claims.iter().position(|(name, _)| name == METRICS)?;
+        let (_, fd) = self.claims.remove(at);
+        let listener = std::net::TcpListener::from(fd);
+        (listener.local_addr().ok() == Some(address)).then_some(listener)
+    }
+
     pub fn claim(&mut self, what: &str) -> Option<crate::host::run_dir::Claim> {
         let at = self.claims.iter().position(|(name, _)| name == what)?;
         let (_, fd) = self.claims.remove(at);

@@ -305,13 +305,13 @@ fn serve(
         )?),
         Serves::Root(_) => None,
     };
-    let offer = fronts.offer(control.as_ref())?;
+    let metrics_listener = metrics_listener(&options, handed.as_mut())?;
+    let offer = fronts.offer(control.as_ref(), metrics_listener.as_ref())?;
     // Taking over, the counts go on from the old proxy's (`carry.rs`).
     let carried: Option<carry::Carried> = handed.as_ref().and_then(handover::Handed::counts);
     let started = carried
         .as_ref()
         .map_or_else(counts::Started::now, carry::Carried::started);
-    let metrics_listener = metrics_listener(&options)?;
     // The main thread's runtime: it follows every service's pointer, answers its proxy.sock
     // and the reloads, and serves connections like the other threads.
     let runtime = current_thread().map_err(Error::Failed)?;
@@ -475,15 +475,21 @@ fn version_header(options: &Options) -> Result<Option<HeaderName>, Error> {
 }
 
 /// `--metrics-listen`'s socket, bound now (before leaving root).
-fn metrics_listener(options: &Options) -> Result<Option<std::net::TcpListener>, Error> {
-    options
-        .metrics_listen
-        .map(|address| {
-            std::net::TcpListener::bind(address)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| Error::Failed(format!("cannot serve /metrics on {address}: {e}")))
-        })
-        .transpose()
+fn metrics_listener(
+    options: &Options,
+    handed: Option<&mut handover::Handed>,
+) -> Result<Option<std::net::TcpListener>, Error> {
+    let Some(address) = options.metrics_listen else {
+        return Ok(None);
+    };
+    // Taking over: the running proxy's own listener (its address is still bound by it).
+    if let Some(listener) = handed.and_then(|h| h.metrics(address)) {
+        return Ok(Some(listener));
+    }
+    std::net::TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map(Some)
+        .map_err(|e| Error::Failed(format!("cannot serve /metrics on {address}: {e}")))
 }
 
 /// The services of `serves` (one root, or a config's routes), started on the main runtime: the
@@ -746,7 +752,11 @@ impl Fronts {
 
     /// What a hand-over passes to the next proxy: copies of every listener and claim (the
     /// config's control claim too), in [`handover::Layout`]'s order.
-    fn offer(&self, control: Option<&reload::Control>) -> Result<handover::Offer, Error> {
+    fn offer(
+        &self,
+        control: Option<&reload::Control>,
+        metrics: Option<&std::net::TcpListener>,
+    ) -> Result<handover::Offer, Error> {
         let copy = |fd: std::os::fd::BorrowedFd<'_>| {
             fd.try_clone_to_owned()
                 .map_err(|e| Error::Failed(format!("cannot keep a copy for a hand-over: {e}")))
@@ -777,6 +787,12 @@ impl Fronts {
                 layout.claims.push(what.to_string());
                 fds.push(copy(claim.as_fd())?);
             }
+        }
+        // The `/metrics` listener too: the next proxy serves it on (issue 79: it could not
+        // bind the address the old one held, and exited).
+        if let Some(metrics) = metrics {
+            layout.claims.push(handover::METRICS.to_string());
+            fds.push(copy(metrics.as_fd())?);
         }
         Ok(handover::Offer { layout, fds })
     }

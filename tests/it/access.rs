@@ -7,7 +7,7 @@ use crate::common::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-fn access_lines(site: &Site) -> Vec<serde_json::Value> {
+pub(crate) fn access_lines(site: &Site) -> Vec<serde_json::Value> {
     let mut lines = Vec::new();
     for name in ["access.log.2", "access.log.1", "access.log"] {
         if let Ok(text) = std::fs::read_to_string(site.root().join(name)) {

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::access::access_lines;
 use crate::common::http::{Conn, Proxy};
 use crate::common::*;
 
@@ -20,8 +21,8 @@ def app(environ, start_response):
     early = environ.get("PATH_INFO") == "/early"
     length = int(environ.get("CONTENT_LENGTH") or 0)
     body = environ["wsgi.input"].read(length) if length and not early else b""
-    # A moment's work, as Django's answer takes.
-    time.sleep(0.02)
+    # A moment's work, as Django's answer takes; `/slow` takes two seconds.
+    time.sleep(2 if environ.get("PATH_INFO") == "/slow" else 0.02)
     start_response("200 OK", [("Content-Type", "text/plain")])
     def answer():
         yield b"got " + str(len(body)).encode() + b" bytes\n"
@@ -144,5 +145,108 @@ fn an_own_answer_to_a_post_keeps_the_connection_for_the_next_request() {
         assert!(!closes, "{n}: the connection was given up");
         let next = conn.get("/", "").unwrap();
         assert_eq!(next.status, 503, "{n}");
+    }
+}
+
+/// A request whose client leaves before the answer still has its line: hyper dropped the
+/// request's future and the line with it (the issue's matrix: 10 of 20 abandoned requests
+/// were never logged). Its line says 499, the client's doing, with no release named.
+#[test]
+fn a_request_whose_client_leaves_before_the_answer_is_logged_499() {
+    let site = Site::new();
+    gunicorn_release(&site, "v1");
+    let policy = unconfined_policy(site.root());
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let proxy = Proxy::start(&site, &["--access-log"]);
+    let mut conn = Conn::open(proxy.port).unwrap();
+    conn.reader
+        .get_mut()
+        .write_all(b"POST /slow HTTP/1.1\r\nHost: app.example\r\nContent-Length: 3\r\n\r\na=1")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(conn);
+    let line = || {
+        access_lines(&site)
+            .into_iter()
+            .find(|l| l["path"] == "/slow")
+    };
+    assert!(
+        wait_for(10, || line().is_some()),
+        "{:?}",
+        access_lines(&site)
+    );
+    let line = line().unwrap();
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["method"], "POST", "{line}");
+}
+
+/// A release that speaks HTTP/1.0 (Python's `http.server`, a body that runs to the close):
+/// its answer goes out in the proxy's own version, HTTP/1.1 (RFC 9110 §6.2), and the client's
+/// connection is kept for its next request.
+#[test]
+fn an_http_1_0_releases_answer_goes_out_as_http_1_1_on_a_kept_connection() {
+    use std::io::BufRead;
+    let site = Site::new();
+    write(
+        &site.root().join("releases/v1"),
+        "serve.py",
+        "import http.server, os\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.answer()\n\
+         \x20   def do_POST(self):\n\
+         \x20       self.rfile.read(int(self.headers.get('content-length') or 0))\n\
+         \x20       self.answer()\n\
+         \x20   def answer(self):\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-type', 'text/plain')\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(b'old school\\n')\n\
+         \x20   def log_message(self, *args):\n\
+         \x20       pass\n\
+         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
+    );
+    site.script("v1", "exec /usr/bin/python3 serve.py\n");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let proxy = Proxy::start(&site, &[]);
+    let mut conn = Conn::open(proxy.port).unwrap();
+    for n in 0..3 {
+        conn.reader
+            .get_mut()
+            .write_all(b"POST /form HTTP/1.1\r\nHost: app.example\r\nContent-Length: 3\r\n\r\na=1")
+            .unwrap();
+        let mut status = String::new();
+        conn.reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{n}: {status:?}");
+        // The rest of the answer, its body framed for HTTP/1.1.
+        let mut rest = Vec::new();
+        loop {
+            let mut line = String::new();
+            conn.reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            rest.push(line.to_ascii_lowercase());
+        }
+        assert!(
+            rest.iter()
+                .any(|h| h.starts_with("transfer-encoding: chunked")),
+            "{n}: {rest:?}"
+        );
+        let mut body = String::new();
+        loop {
+            let mut line = String::new();
+            conn.reader.read_line(&mut line).unwrap();
+            let size = usize::from_str_radix(line.trim(), 16).unwrap();
+            let mut chunk = vec![0; size + 2];
+            std::io::Read::read_exact(&mut conn.reader, &mut chunk).unwrap();
+            if size == 0 {
+                break;
+            }
+            body.push_str(&String::from_utf8_lossy(&chunk[..size]));
+        }
+        assert_eq!(body, "old school\n", "{n}");
     }
 }

@@ -320,21 +320,7 @@ fn a_process_of_the_proxys_user_cannot_take_its_sockets_and_root_can() {
     site.release("v1", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
     let port = free_port();
-    let mut first = Killed(
-        std::process::Command::new(bin())
-            .args([
-                "proxy",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--user",
-                "nobody",
-                "--root",
-            ])
-            .arg(site.root())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut first = proxy_as_nobody(&site, port, &[]);
     let uid = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
@@ -404,22 +390,7 @@ print("took", took)
     assert_eq!(site.pointer().unwrap()["version"], "v1");
 
     // Root hands it over.
-    let mut second = Killed(
-        std::process::Command::new(bin())
-            .args([
-                "proxy",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--user",
-                "nobody",
-                "--take-over",
-                "--root",
-            ])
-            .arg(site.root())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut second = proxy_as_nobody(&site, port, &["--take-over"]);
     let first_ended = wait_for(30, || matches!(first.0.try_wait(), Ok(Some(_))));
     let serving = version_on(port).is_some();
     let second_alive = matches!(second.0.try_wait(), Ok(None));
@@ -533,6 +504,20 @@ fn a_releases_types_share_its_limits_instead_of_multiplying_them() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `rollgate proxy --user nobody` in front of `site` on `port`, started by root.
+fn proxy_as_nobody(site: &Site, port: u16, extra: &[&str]) -> Killed {
+    let listen = format!("127.0.0.1:{port}");
+    Killed(
+        std::process::Command::new(bin())
+            .args(["proxy", "--listen", &listen, "--user", "nobody", "--root"])
+            .arg(site.root())
+            .args(extra)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// A process the test started, killed and reaped however the test ends.
