@@ -42,8 +42,12 @@ enum Stage {
     Ended,
     /// The release stopped reading it; its rest is being read and thrown away.
     Draining,
-    /// It broke off, or its rest was more than the drain reads: the connection cannot be kept.
+    /// Its rest was more than the drain reads, or broke off while drained: the connection
+    /// cannot be kept.
     Unfinished,
+    /// It broke off while being sent to the release: the client left (closed its connection,
+    /// reset its stream) or stopped sending. Its request's failure is the client's.
+    ClientLeft,
 }
 
 /// The client's body as a release is sent it, read to its end whatever happens to it (see the
@@ -54,6 +58,7 @@ pub struct Drained {
 }
 
 /// What the request pass asks of a [`Drained`] body once the answer is ready.
+#[derive(Clone)]
 pub struct Settled(watch::Receiver<Stage>);
 
 impl Drained {
@@ -75,7 +80,7 @@ impl Settled {
         let stage = *self.0.borrow();
         match stage {
             Stage::Streaming | Stage::Ended => true,
-            Stage::Unfinished => false,
+            Stage::Unfinished | Stage::ClientLeft => false,
             Stage::Draining => {
                 let settled = self.0.wait_for(|s| *s != Stage::Draining);
                 matches!(
@@ -84,6 +89,14 @@ impl Settled {
                 )
             }
         }
+    }
+}
+
+impl Settled {
+    /// Whether the body broke off on the client's side while the release was being sent it: a
+    /// failure of that request is the client's leaving, not the release's.
+    pub fn client_left(&self) -> bool {
+        *self.0.borrow() == Stage::ClientLeft
     }
 }
 
@@ -104,7 +117,7 @@ impl Body for Drained {
                 self.stage.send_replace(Stage::Ended);
             }
             Poll::Ready(Some(Err(_))) => {
-                self.stage.send_replace(Stage::Unfinished);
+                self.stage.send_replace(Stage::ClientLeft);
             }
             _ => {}
         }

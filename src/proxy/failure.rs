@@ -22,6 +22,9 @@ pub enum Failure {
     /// A request whose body went with an earlier try was asked to go again (never: the pass
     /// sends such a request once; said rather than assumed).
     Spent,
+    /// The client left while its request's body was being sent (issue 79): no failure of the
+    /// release's, never counted against it.
+    ClientLeft,
 }
 
 impl Failure {
@@ -35,7 +38,9 @@ impl Failure {
         match self {
             _ if self.is_refused() => Miss::Refused,
             Failure::Connect(_) | Failure::Lost(_) | Failure::Broken(_) => Miss::Reset,
-            Failure::Other(_) | Failure::Garbled(_) | Failure::Spent => Miss::Other,
+            Failure::Other(_) | Failure::Garbled(_) | Failure::Spent | Failure::ClientLeft => {
+                Miss::Other
+            }
         }
     }
 
@@ -57,6 +62,7 @@ impl std::fmt::Display for Failure {
             Failure::Broken(e) => write!(f, "{e}"),
             Failure::Garbled(what) => write!(f, "the release sent {what}"),
             Failure::Spent => f.write_str("the request's body went with an earlier try"),
+            Failure::ClientLeft => f.write_str("the client left before its request was whole"),
         }
     }
 }

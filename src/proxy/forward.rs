@@ -302,6 +302,7 @@ async fn answer(
         head: Some(parts),
         body: Some(body),
         again: replay.again,
+        settled: settled.clone(),
     };
     let (lease, response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
         Outcome::Answered(lease, response) => (lease, response),
@@ -584,6 +585,8 @@ struct Forwarding<'a> {
     head: Option<hyper::http::request::Parts>,
     body: Option<UpstreamBody>,
     again: bool,
+    /// How the client's body fared, to tell a client that left from a release that failed.
+    settled: Option<Settled>,
 }
 
 impl pass::Sender for Forwarding<'_> {
@@ -623,7 +626,13 @@ impl pass::Sender for Forwarding<'_> {
                 Request::from_parts(head, body)
             }
         };
-        through_hyper(self.client, self.kept.take(), lease.target.port, request).await
+        let sent = through_hyper(self.client, self.kept.take(), lease.target.port, request).await;
+        match sent {
+            Err(_) if self.settled.as_ref().is_some_and(Settled::client_left) => {
+                Err(Failure::ClientLeft)
+            }
+            other => other,
+        }
     }
 
     fn status(answer: &Response<Incoming>) -> u16 {

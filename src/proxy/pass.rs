@@ -128,6 +128,12 @@ pub async fn to_a_release<S: Sender>(
             }
             Err(failure) => failure,
         };
+        // The client's leaving is no failure of the release's: not counted, not retried; its
+        // line says 499 (`forward::CLIENT_CLOSED`).
+        if matches!(failure, Failure::ClientLeft) {
+            let status = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+            return Outcome::Own(Own::text(status, failure.to_string()));
+        }
         let target = &lease.target;
         let refused = failure.is_refused();
         let lost = replay.safe && failure.is_lost_connection();

@@ -312,12 +312,14 @@ fn an_identical_canary_passes_and_thin_traffic_is_inconclusive_never_a_failure()
     let site = Site::new();
     let (proxy, load) = serving(&site, 72, 4, Duration::from_millis(2));
     site.add_sample("v2", "");
-    // The default bounds (p99 at most 1.2x), after a 1 s warm-up: counted from its first
-    // request, a fresh identical canary on a loaded test machine once scored 1.39x (p = 2.4e-4).
+    // After a 1 s warm-up, and p99 held to 1.5x rather than the default 1.2x: this test is of
+    // an identical canary passing, not of the latency bound (other tests hold that). Counted
+    // from its first request, a fresh identical canary on a loaded test machine once scored
+    // 1.39x (p = 2.4e-4); after the warm-up, CI once saw 1.26x (p = 2.6e-4).
     let file = policy(
         &site,
         5000,
-        r#"{"min_requests": 100, "interval_ms": 1000, "warmup_ms": 1000}"#,
+        r#"{"min_requests": 100, "interval_ms": 1000, "warmup_ms": 1000, "max_latency_ratio": 1.5}"#,
     );
     let out = rollout(&site, "v2", &file);
     assert_eq!(out.status.code(), Some(0), "promoted: {}", said(&out));

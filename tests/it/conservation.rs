@@ -250,3 +250,51 @@ fn an_http_1_0_releases_answer_goes_out_as_http_1_1_on_a_kept_connection() {
         assert_eq!(body, "old school\n", "{n}");
     }
 }
+
+/// An upload its client abandons mid-body was logged 502 and counted against the release as an
+/// upstream reset, so the canary's judge blamed the release for a client's leaving. It is the
+/// client's: its line says 499, and the release's failures stay at none.
+#[test]
+fn an_upload_abandoned_mid_body_is_the_clients_not_a_failure_of_the_release() {
+    let site = Site::new();
+    gunicorn_release(&site, "v1");
+    let policy = unconfined_policy(site.root());
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let metrics = free_port();
+    let metrics_listen = format!("127.0.0.1:{metrics}");
+    let proxy = Proxy::start(
+        &site,
+        &["--access-log", "--metrics-listen", &metrics_listen],
+    );
+    let mut conn = Conn::open(proxy.port).unwrap();
+    let stream = conn.reader.get_mut();
+    stream
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 100000\r\n\r\n")
+        .unwrap();
+    stream.write_all(&[b'x'; 1000]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(conn);
+    let line = || {
+        access_lines(&site)
+            .into_iter()
+            .find(|l| l["path"] == "/upload")
+    };
+    assert!(
+        wait_for(10, || line().is_some()),
+        "{:?}",
+        access_lines(&site)
+    );
+    let line = line().unwrap();
+    assert_eq!(line["status"], 499, "{line}");
+    let scraped = Conn::open(metrics)
+        .and_then(|mut c| c.get("/metrics", ""))
+        .unwrap()
+        .body;
+    let failures: Vec<&str> = scraped
+        .lines()
+        .filter(|l| l.starts_with("rollgate_proxy_upstream_failures_total{"))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
+}
