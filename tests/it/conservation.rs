@@ -3,7 +3,6 @@
 //! body) behind `rollgate proxy`, and a client that keeps its connection and posts forms.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::access::access_lines;
@@ -29,33 +28,27 @@ def app(environ, start_response):
     return answer()
 "#;
 
-/// Installs `version`: gunicorn's sync worker (one worker) serving [`WSGI_APP`] on `$PORT`,
-/// from the tests' Python tools (outside the release, so unconfined: this test is about the
-/// proxy).
-fn gunicorn_release(site: &Site, version: &str) {
+/// `v1` live: gunicorn's sync worker (one worker) serving [`WSGI_APP`] on `$PORT`, from the
+/// tests' Python tools (outside the release, so unconfined: these tests are about the proxy).
+fn gunicorn_live(site: &Site) {
     let gunicorn = python_tools().join("gunicorn");
-    write(
-        &site.root().join("releases").join(version),
-        "app.py",
-        WSGI_APP,
-    );
+    write(&site.root().join("releases/v1"), "app.py", WSGI_APP);
     site.script(
-        version,
+        "v1",
         &format!(
             "exec '{}' --worker-class sync --workers 1 --bind 127.0.0.1:$PORT --access-logfile - app:app\n",
             gunicorn.display()
         ),
     );
-}
-
-fn unconfined_policy(root: &Path) -> PathBuf {
-    write(
-        root,
+    let policy = write(
+        site.root(),
         "policy.json",
         r#"{"edge_svc": {"progress_deadline_ms": 20000, "poll_ms": 100, "max_unavailable_pct": 0,
             "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 0,
             "probe": {"path": "/"}, "isolation": {"enabled": false}}}"#,
-    )
+    );
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 /// Posts `a=1` to `path` on `conn`, its body `gap` after its head; the answer, or why there
@@ -89,10 +82,7 @@ fn post_form(
 #[test]
 fn a_form_post_to_gunicorn_on_a_kept_connection_never_loses_the_next_request() {
     let site = Site::new();
-    gunicorn_release(&site, "v1");
-    let policy = unconfined_policy(site.root());
-    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    gunicorn_live(&site);
     let proxy = Proxy::start(&site, &[]);
     let mut lost = Vec::new();
     let mut answered = 0;
@@ -154,10 +144,7 @@ fn an_own_answer_to_a_post_keeps_the_connection_for_the_next_request() {
 #[test]
 fn a_request_whose_client_leaves_before_the_answer_is_logged_499() {
     let site = Site::new();
-    gunicorn_release(&site, "v1");
-    let policy = unconfined_policy(site.root());
-    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    gunicorn_live(&site);
     let proxy = Proxy::start(&site, &["--access-log"]);
     let mut conn = Conn::open(proxy.port).unwrap();
     conn.reader
@@ -257,10 +244,7 @@ fn an_http_1_0_releases_answer_goes_out_as_http_1_1_on_a_kept_connection() {
 #[test]
 fn an_upload_abandoned_mid_body_is_the_clients_not_a_failure_of_the_release() {
     let site = Site::new();
-    gunicorn_release(&site, "v1");
-    let policy = unconfined_policy(site.root());
-    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    gunicorn_live(&site);
     let metrics = free_port();
     let metrics_listen = format!("127.0.0.1:{metrics}");
     let proxy = Proxy::start(

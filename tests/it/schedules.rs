@@ -24,8 +24,10 @@ fn add(site: &Site, version: &str) {
                 "echo \"tick $ROLLGATE_VERSION $ROLLGATE_SCHEDULE\"\n",
             ),
             (
+                // Its end is written when it is stopped too (`rollgate stop` ends the runs going).
                 "slow.sh",
-                "echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n\
+                "trap 'echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"; exit 143' TERM\n\
+                 echo \"start $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n\
                  sleep 3\n\
                  echo \"stop $ROLLGATE_VERSION $$ $(date +%s%N)\" >> \"$STATE_DIRECTORY/slow\"\n",
             ),
@@ -200,8 +202,7 @@ fn schedules_run_on_time_once_per_due_time_across_deploys_a_rollback_and_a_kill(
     );
     site.stop_service();
     assert!(wait_for(10, || clock_keeper(&site).is_none()));
-    // The last slow run ends, then its line is written.
-    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // The stop ended the runs going; the keeper wrote their lines before it left.
 
     each_due_time_once(&site, "tick");
     each_due_time_once(&site, "slow");
