@@ -386,6 +386,12 @@ impl Entry {
         let start = decimal(start, &mut more);
         for knob in &self.knobs {
             let mut path = StackPath::default();
+            // A group's folder another rollgate's sweep removed (empty) since the parent made
+            // it: made again, so the tree still has a place (its own limits hold either way).
+            if path.push(&knob.base) {
+                let _ = libc::mkdir(path.as_c(), 0o755);
+            }
+            path.len = 0;
             let named = path.push(&knob.base)
                 && path.push(b"/")
                 && path.push(&self.label)

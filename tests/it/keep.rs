@@ -304,18 +304,18 @@ fn a_standby_is_retired_when_the_crash_loop_window_ends() {
         &site,
         r#", "crash_loop": {"restarts": 3, "within_ms": 4000}"#,
     );
+    // The standby recorded as the live release's fallback, its process running. (Asking it
+    // over HTTP races its retirement: it lasts only what is left of the 4 s window, and on a
+    // loaded machine it may not have answered yet when recorded — CI saw both.)
     assert!(
-        wait_for(20, || site
-            .pointer()
-            .is_some_and(|p| p["fallback"]["standby"] == true)),
+        wait_for(20, || site.pointer().is_some_and(|p| p["fallback"]
+            ["standby"]
+            == true
+            && p["fallback"]["pid"]
+                .as_i64()
+                .is_some_and(|pid| alive(pid as i32)))),
         "{:?}",
         site.events()
-    );
-    // Recorded once it was started: on a loaded machine a moment before it answers.
-    assert!(
-        wait_for(10, || version_on(first).as_deref() == Some("v1")),
-        "{:?}",
-        version_on(first)
     );
     assert!(
         wait_for(20, || site.log_lines().iter().any(|l| l["event"]
