@@ -153,17 +153,7 @@ fn a_request_whose_client_leaves_before_the_answer_is_logged_499() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     drop(conn);
-    let line = || {
-        access_lines(&site)
-            .into_iter()
-            .find(|l| l["path"] == "/slow")
-    };
-    assert!(
-        wait_for(10, || line().is_some()),
-        "{:?}",
-        access_lines(&site)
-    );
-    let line = line().unwrap();
+    let line = logged(&site, "/slow");
     assert_eq!(line["status"], 499, "{line}");
     assert_eq!(line["method"], "POST", "{line}");
 }
@@ -259,17 +249,7 @@ fn an_upload_abandoned_mid_body_is_the_clients_not_a_failure_of_the_release() {
     stream.write_all(&[b'x'; 1000]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     drop(conn);
-    let line = || {
-        access_lines(&site)
-            .into_iter()
-            .find(|l| l["path"] == "/upload")
-    };
-    assert!(
-        wait_for(10, || line().is_some()),
-        "{:?}",
-        access_lines(&site)
-    );
-    let line = line().unwrap();
+    let line = logged(&site, "/upload");
     assert_eq!(line["status"], 499, "{line}");
     let scraped = Conn::open(metrics)
         .and_then(|mut c| c.get("/metrics", ""))
@@ -281,4 +261,15 @@ fn an_upload_abandoned_mid_body_is_the_clients_not_a_failure_of_the_release() {
         .filter(|l| !l.ends_with(" 0"))
         .collect();
     assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// The access line of the request to `path`, once the proxy has written it (within 10 s).
+fn logged(site: &Site, path: &str) -> serde_json::Value {
+    let line = || access_lines(site).into_iter().find(|l| l["path"] == path);
+    assert!(
+        wait_for(10, || line().is_some()),
+        "{:?}",
+        access_lines(site)
+    );
+    line().unwrap()
 }
