@@ -276,7 +276,13 @@ impl Side {
         // another replica included: it failed them all the same.
         let answered = |r: &ReleaseCounts| r.answers.values().sum::<u64>();
         let missed = |r: &ReleaseCounts| r.misses.values().sum::<u64>() + r.retried;
-        let failed = |r: &ReleaseCounts| r.answers.get("5xx").copied().unwrap_or(0) + missed(r);
+        // An answer whose body the release broke off (or let stall) failed its user too.
+        let broke = |r: &ReleaseCounts| {
+            let cut = |why: &str| r.cut.get(why).copied().unwrap_or(0);
+            cut("upstream_reset") + cut("upstream_timeout")
+        };
+        let failed =
+            |r: &ReleaseCounts| r.answers.get("5xx").copied().unwrap_or(0) + missed(r) + broke(r);
         let (answered_before, failed_before, missed_before, retried_before) = before
             .map_or((0, 0, 0, 0), |b| {
                 (answered(b), failed(b), missed(b), b.retried)

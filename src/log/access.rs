@@ -19,6 +19,9 @@ struct Line {
     method: String,
     path: String,
     status: u16,
+    /// How the request ended (`proxy::fate`); absent from an older proxy's lines.
+    #[serde(default)]
+    fate: Option<String>,
     bytes: u64,
     duration_ms: f64,
     release: Option<String>,
@@ -52,6 +55,14 @@ pub fn frame(paths: &[PathBuf]) -> Result<DataFrame, LogError> {
             lines
                 .iter()
                 .map(|(l, _)| i64::from(l.status))
+                .collect::<Vec<_>>(),
+        )
+        .into_column(),
+        Series::new(
+            "fate".into(),
+            lines
+                .iter()
+                .map(|(l, _)| l.fate.as_deref())
                 .collect::<Vec<_>>(),
         )
         .into_column(),

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use super::fate::Fate;
 use super::wire::{host_name_bytes, push_decimal, push_ip};
 use crate::host::output::{shift, Rotation};
 
@@ -274,12 +275,14 @@ impl Begun {
         }
     }
 
-    /// Ends the line and adds it to `thread`'s buffer of `log`; gives the buffer back.
+    /// Ends the line (the answer's status and how the request ended, bytes sent after the
+    /// head, the release named) and adds it to `thread`'s buffer of `log`; gives the buffer
+    /// back.
     pub fn finish(
         mut self,
         log: &AccessLog,
         thread: usize,
-        status: u16,
+        (status, fate): (u16, Fate),
         bytes: u64,
         release: Option<(&[u8], u16)>,
         client: IpAddr,
@@ -288,6 +291,9 @@ impl Begun {
         let line = &mut self.line;
         line.extend_from_slice(b",\"status\":");
         push_decimal(line, u64::from(status));
+        line.extend_from_slice(b",\"fate\":\"");
+        line.extend_from_slice(fate.label().as_bytes());
+        line.push(b'"');
         line.extend_from_slice(b",\"bytes\":");
         push_decimal(line, bytes);
         line.extend_from_slice(b",\"duration_ms\":");
@@ -402,7 +408,7 @@ mod tests {
             begun.finish(
                 &log,
                 n % 2,
-                200,
+                (200, Fate::Answered),
                 5,
                 Some((b"v1", 0)),
                 "127.0.0.1".parse().unwrap(),
@@ -420,7 +426,14 @@ mod tests {
             "/q\"\\\u{1}\u{e9}",
             Some("id-1".into()),
         );
-        odd.finish(&log, 0, 404, 0, None, "::1".parse().unwrap());
+        odd.finish(
+            &log,
+            0,
+            (404, Fate::Own(super::super::counts::Reason::NotFound)),
+            0,
+            None,
+            "::1".parse().unwrap(),
+        );
         drop(log);
         let mut lines = 0;
         let mut odd_seen = false;
@@ -435,9 +448,11 @@ mod tests {
                     assert_eq!(value["path"], "/q\"\\\u{1}%C3%A9");
                     assert_eq!(value["release"], serde_json::Value::Null);
                     assert_eq!(value["client"], "::1");
+                    assert_eq!(value["fate"], "not_found");
                     continue;
                 }
                 assert_eq!(value["path"], "/x");
+                assert_eq!(value["fate"], "answered");
                 assert_eq!(value["host"], "a.test");
                 assert_eq!(
                     (value["status"].as_u64(), value["slot"].as_u64()),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::control::{release_counts, ReleaseCounts};
-use super::counts::{bucket_of, Snapshot, Started, CLASSES, MISSES};
+use super::counts::{bucket_of, Snapshot, Started, CLASSES, CUTS, MISSES};
 use super::service::Service;
 
 /// What one proxy counted, by root.
@@ -86,6 +86,7 @@ fn snapshot_of(counted: &ReleaseCounts) -> Snapshot {
     let mut snapshot = Snapshot::default();
     by_name(&CLASSES, &counted.answers, &mut snapshot.answers);
     by_name(&MISSES, &counted.misses, &mut snapshot.misses);
+    by_name(&CUTS, &counted.cut, &mut snapshot.cut);
     snapshot.retried = counted.retried;
     snapshot.latency_sum_us = counted.latency_sum_us;
     for [floor, _, count] in &counted.latency_us {
@@ -110,6 +111,7 @@ mod tests {
         counts.answered(0, 101, Duration::from_secs(500));
         counts.missed(1, super::super::counts::Miss::Reset);
         counts.retried(0);
+        counts.cut(1, super::super::counts::Cut::UpstreamTimeout);
         let seen = counts.snapshot();
         let line = release_counts("v2".into(), 3, &seen);
         assert_eq!(snapshot_of(&line), seen);

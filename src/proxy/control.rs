@@ -25,7 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 
-use super::counts::{bucket_ceiling, bucket_floor, Snapshot, Started, CLASSES, MISSES};
+use super::counts::{bucket_ceiling, bucket_floor, Snapshot, Started, CLASSES, CUTS, MISSES};
 use super::leases::Routes;
 use super::watch::refresh;
 use crate::host::fault::Fault;
@@ -94,6 +94,10 @@ pub struct ReleaseCounts {
     pub slot: u16,
     pub answers: std::collections::BTreeMap<String, u64>,
     pub misses: std::collections::BTreeMap<String, u64>,
+    /// Answers begun (among `answers`) that did not reach the client whole, by why (`CUTS`).
+    /// Absent from an older proxy's line.
+    #[serde(default)]
+    pub cut: std::collections::BTreeMap<String, u64>,
     /// Tries it gave no answer to that went on to another replica (not among `misses`: the
     /// user's request did not fail with them). Absent from an older proxy's line.
     #[serde(default)]
@@ -133,6 +137,7 @@ pub(super) fn release_counts(release: String, slot: u16, seen: &Snapshot) -> Rel
         slot,
         answers: by_name(&CLASSES, &seen.answers),
         misses: by_name(&MISSES, &seen.misses),
+        cut: by_name(&CUTS, &seen.cut),
         retried: seen.retried,
         latency_sum_us: seen.latency_sum_us,
         latency_us: seen

@@ -32,6 +32,94 @@ pub enum Miss {
 /// Each [`Miss`]'s label.
 pub const MISSES: [&str; 3] = ["refused", "reset", "other"];
 
+/// Why an answer a release began (its head counted in `answers`) did not reach its client
+/// whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// The client left (closed, reset its stream, or read nothing for the body idle time).
+    ClientClosed,
+    /// The release's connection broke or closed before the body's end.
+    UpstreamReset,
+    /// The release sent nothing of its body for the body idle time.
+    UpstreamTimeout,
+}
+
+/// Each [`Cut`]'s label.
+pub const CUTS: [&str; 3] = ["client_closed", "upstream_reset", "upstream_timeout"];
+
+impl Cut {
+    /// The release's doing (the judge counts it a failure), not the client's.
+    pub fn is_the_releases(self) -> bool {
+        !matches!(self, Cut::ClientClosed)
+    }
+}
+
+/// Why a request of a route ended without a release's answer or failure to count it on:
+/// rollgate answered it itself, or its client left before any release's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// 308 to https (a plain listener while TLS is on).
+    Redirect,
+    /// 400: a head or body the proxy cannot pass on.
+    BadRequest,
+    /// 404: no route of the service's prefix takes the path.
+    NotFound,
+    /// 421: the connection's TLS name is not the request's host.
+    Misdirected,
+    /// 413: a body past the route's `max_request_body`.
+    RefusedBody,
+    /// 503 of the traffic gate: maintenance, or a pause that ran out.
+    Maintenance,
+    /// 503/502: no release took it (nothing live, or every one tried is gone).
+    NoRelease,
+    /// 499: the client left before any answer.
+    ClientClosed,
+}
+
+/// Each [`Reason`]'s label.
+pub const REASONS: [&str; 8] = [
+    "redirect",
+    "bad_request",
+    "not_found",
+    "misdirected",
+    "refused_body",
+    "maintenance",
+    "no_release",
+    "client_closed",
+];
+
+/// A route's own answers by [`Reason`], a shard per serving thread (as [`Counts`]).
+pub struct RouteCounts {
+    shards: Box<[RouteShard]>,
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct RouteShard([AtomicU64; REASONS.len()]);
+
+impl RouteCounts {
+    pub fn new(threads: usize) -> RouteCounts {
+        RouteCounts {
+            shards: (0..threads.max(1)).map(|_| RouteShard::default()).collect(),
+        }
+    }
+
+    pub fn ended(&self, thread: usize, why: Reason) {
+        self.shards[thread % self.shards.len()].0[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The shards added up, by [`REASONS`].
+    pub fn snapshot(&self) -> [u64; REASONS.len()] {
+        let mut total = [0; REASONS.len()];
+        for shard in self.shards.iter() {
+            for (sum, count) in total.iter_mut().zip(&shard.0) {
+                *sum += count.load(Ordering::Relaxed);
+            }
+        }
+        total
+    }
+}
+
 /// Buckets below the first power of two with eight sub-buckets.
 const EXACT: usize = 8;
 /// Sub-buckets per power of two.
@@ -78,6 +166,8 @@ pub fn bucket_ceiling(index: usize) -> u64 {
 struct Shard {
     answers: [AtomicU64; CLASSES.len()],
     misses: [AtomicU64; MISSES.len()],
+    /// Answers begun (counted in `answers`) that did not reach the client whole.
+    cut: [AtomicU64; CUTS.len()],
     /// Tries that got no answer and went on to another replica: the user's request was not
     /// lost with them (it is counted where it ended).
     retried: AtomicU64,
@@ -91,6 +181,7 @@ impl Default for Shard {
         Shard {
             answers: Default::default(),
             misses: Default::default(),
+            cut: Default::default(),
             retried: AtomicU64::new(0),
             latency_sum: AtomicU64::new(0),
             latency: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -140,6 +231,11 @@ impl Counts {
         self.shard(thread).misses[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// An answer counted by [`Counts::answered`] did not reach its client whole.
+    pub fn cut(&self, thread: usize, why: Cut) {
+        self.shard(thread).cut[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A try got no answer and the request went on to another replica.
     pub fn retried(&self, thread: usize) {
         self.shard(thread).retried.fetch_add(1, Ordering::Relaxed);
@@ -160,6 +256,9 @@ impl Counts {
             for (sum, count) in total.misses.iter_mut().zip(&shard.misses) {
                 *sum += count.load(Ordering::Relaxed);
             }
+            for (sum, count) in total.cut.iter_mut().zip(&shard.cut) {
+                *sum += count.load(Ordering::Relaxed);
+            }
             total.retried += shard.retried.load(Ordering::Relaxed);
             total.latency_sum_us += shard.latency_sum.load(Ordering::Relaxed);
             for (sum, count) in total.latency.iter_mut().zip(&shard.latency) {
@@ -175,6 +274,7 @@ impl Counts {
 pub struct Snapshot {
     pub answers: [u64; CLASSES.len()],
     pub misses: [u64; MISSES.len()],
+    pub cut: [u64; CUTS.len()],
     pub retried: u64,
     pub latency_sum_us: u64,
     pub latency: Vec<u64>,
@@ -185,6 +285,7 @@ impl Default for Snapshot {
         Snapshot {
             answers: [0; CLASSES.len()],
             misses: [0; MISSES.len()],
+            cut: [0; CUTS.len()],
             retried: 0,
             latency_sum_us: 0,
             latency: vec![0; BUCKETS],

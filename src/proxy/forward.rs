@@ -20,9 +20,11 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::access::{self, AccessLog};
+use super::counts::{Cut, Reason};
 use super::drain::{Drained, Settled, DRAIN_WAIT};
 use super::failure::Failure;
-use super::idle::{BoxError, IdleBody};
+use super::fate::Fate;
+use super::idle::{BoxError, IdleBody, IdleTimeout};
 use super::leases::{Lease, View};
 use super::pass::{self, Outcome, Shared};
 use super::rules;
@@ -103,10 +105,20 @@ impl hyper::body::Body for Body {
             Body::Empty => Poll::Ready(None),
             Body::Leased(leased) => {
                 let polled = Pin::new(&mut leased.body).poll_frame(cx);
-                if let (Some(line), Poll::Ready(Some(Ok(frame)))) = (&mut leased.line, &polled) {
-                    if let Some(data) = frame.data_ref() {
-                        line.bytes += data.len() as u64;
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(line), Some(data)) = (&mut leased.line, frame.data_ref()) {
+                            line.bytes += data.len() as u64;
+                        }
                     }
+                    Poll::Ready(Some(Err(e))) => {
+                        leased.broke = Some(match e.is::<IdleTimeout>() {
+                            true => Cut::UpstreamTimeout,
+                            false => Cut::UpstreamReset,
+                        });
+                    }
+                    Poll::Ready(None) => leased.ended = true,
+                    Poll::Pending => {}
                 }
                 polled
             }
@@ -161,39 +173,73 @@ pub async fn handle(
     client: Arc<Client>,
 ) -> Result<Response<Body>, Infallible> {
     let mut abandoned = Abandoned {
-        logged: None,
+        routed: None,
         thread: ctx.thread,
+        counting: ctx.counting,
         client: client.peer.ip(),
     };
-    let response = answer(request, &ctx, &client, &mut abandoned.logged).await?;
-    let Some((service, begun)) = abandoned.logged.take() else {
+    let (response, ended) = answer(request, &ctx, &client, &mut abandoned.routed).await;
+    let Some((service, begun)) = abandoned.routed.take() else {
         return Ok(response);
     };
-    let Some(log) = service.access.clone() else {
-        return Ok(response);
-    };
-    // The line is written when the answer's last byte has gone (a release's), or now.
+    // A release's answer is counted on it as its body ends (`Leased`); the others now.
     let status = response.status().as_u16();
     let (parts, body) = response.into_parts();
     let body = match body {
         Body::Leased(mut leased) => {
-            leased.line = Some(Box::new(Pending {
-                log,
-                begun,
-                status,
-                thread: ctx.thread,
-                client: client.peer.ip(),
-                bytes: 0,
-            }));
+            if let (Some(log), Some(begun)) = (service.access.clone(), begun) {
+                leased.line = Some(Box::new(Pending {
+                    log,
+                    begun,
+                    status,
+                    client: client.peer.ip(),
+                    bytes: 0,
+                }));
+            }
             Body::Leased(leased)
         }
         other => {
-            let bytes = hyper::body::Body::size_hint(&other).exact().unwrap_or(0);
-            begun.finish(&log, ctx.thread, status, bytes, None, client.peer.ip());
+            if ctx.counting {
+                ended.fate.count_on(&service.own_answers, ctx.thread);
+            }
+            if let (Some(log), Some(begun)) = (&service.access, begun) {
+                let bytes = hyper::body::Body::size_hint(&other).exact().unwrap_or(0);
+                let release = ended.release.as_ref().map(|(v, s)| (v.as_bytes(), *s));
+                begun.finish(
+                    log,
+                    ctx.thread,
+                    (status, ended.fate),
+                    bytes,
+                    release,
+                    client.peer.ip(),
+                );
+            }
             other
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// How [`answer`] ended a request whose answer is not a release's body (`Leased` decides its
+/// own): its fate, and the release its line names.
+struct Ended {
+    fate: Fate,
+    release: Option<(String, u16)>,
+}
+
+impl Ended {
+    fn own(own: &rules::Own) -> Ended {
+        Ended {
+            fate: Fate::Own(own.reason),
+            release: None,
+        }
+    }
+}
+
+/// Own answers, and the fate each ends its request with.
+fn own_ended(own: rules::Own) -> (Response<Body>, Ended) {
+    let ended = Ended::own(&own);
+    (own_answer(own), ended)
 }
 
 /// The status a request's line says when its client left before the answer's head (nginx's
@@ -205,18 +251,33 @@ pub const CLIENT_CLOSED: u16 = 499;
 /// its stream, and the line that [`handle`] would have written after the answer was lost with
 /// it. Dropped with its line still here, it writes it, status [`CLIENT_CLOSED`].
 struct Abandoned {
-    logged: Option<(Arc<Service>, Box<access::Begun>)>,
+    /// The request's service and its line's start (when its route logs), once routed.
+    routed: Option<Routed>,
     thread: usize,
+    counting: bool,
     client: std::net::IpAddr,
 }
 
+type Routed = (Arc<Service>, Option<Box<access::Begun>>);
+
 impl Drop for Abandoned {
     fn drop(&mut self) {
-        let Some((service, begun)) = self.logged.take() else {
+        let Some((service, begun)) = self.routed.take() else {
             return;
         };
-        if let Some(log) = &service.access {
-            begun.finish(log, self.thread, CLIENT_CLOSED, 0, None, self.client);
+        let fate = Fate::Own(Reason::ClientClosed);
+        if self.counting {
+            fate.count_on(&service.own_answers, self.thread);
+        }
+        if let (Some(log), Some(begun)) = (&service.access, begun) {
+            begun.finish(
+                log,
+                self.thread,
+                (CLIENT_CLOSED, fate),
+                0,
+                None,
+                self.client,
+            );
         }
     }
 }
@@ -226,41 +287,42 @@ pub struct Pending {
     log: Arc<AccessLog>,
     begun: Box<access::Begun>,
     status: u16,
-    thread: usize,
     client: std::net::IpAddr,
     bytes: u64,
 }
 
-/// [`handle`] but for the access log line; `logged` gets the service and the line's start
-/// when the request's route logs.
+/// [`handle`] but for the access log line and the count of how it ended; `routed` gets the
+/// service and the line's start (when the route logs) once a route takes the request.
 async fn answer(
     request: Request<Incoming>,
     ctx: &Arc<Shared>,
     client: &Arc<Client>,
-    logged: &mut Option<(Arc<Service>, Box<access::Begun>)>,
-) -> Result<Response<Body>, Infallible> {
+    routed: &mut Option<Routed>,
+) -> (Response<Body>, Ended) {
     let mut request = request;
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     if let Err(refused) = in_the_releases_form(&mut request) {
-        return Ok(refused);
+        return own_ended(refused);
     }
     // The rules (`rules.rs`): route, body limit, prefix, retry safety.
     let decided = decide(&request, ctx, client, upgrade);
-    if let (Some(service), Some(begun)) = (decided.service, decided.begun) {
-        *logged = Some((service, begun));
+    if let Some(service) = decided.service {
+        *routed = Some((service, decided.begun));
     }
     let http1 = request.version() < hyper::Version::HTTP_2;
     let passage = match decided.verdict {
         Ok(passage) => passage,
         Err(own) => {
+            let ended = Ended::own(&own);
             if own.refuses_the_body() {
                 // Read (and thrown away) first: see `read_whole`.
                 let _ = read_whole(request.into_body(), 0, ctx.body_idle).await;
-                return Ok(own_answer(own));
+                return (own_answer(own), ended);
             }
-            return Ok(leaving_the_body(own_answer(own), request.into_body(), ctx, http1).await);
+            let answer = leaving_the_body(own_answer(own), request.into_body(), ctx, http1).await;
+            return (answer, ended);
         }
     };
     if let Some(path) = passage.target.and_then(|p| p.parse::<hyper::Uri>().ok()) {
@@ -274,8 +336,11 @@ async fn answer(
             .any(|v| super::traffic::wants_json(v.as_bytes()))
     };
     if let Some(refusal) = pass::gate(&passage.service, wants_json).await {
-        let answer = own_answer(refusal.into());
-        return Ok(leaving_the_body(answer, request.into_body(), ctx, http1).await);
+        let (answer, ended) = own_ended(refusal.into());
+        return (
+            leaving_the_body(answer, request.into_body(), ctx, http1).await,
+            ended,
+        );
     }
     for_the_release(request.headers_mut(), ctx, client, upgrade_value);
     let (parts, body) = request.into_parts();
@@ -288,10 +353,10 @@ async fn answer(
         }
         Some(limit) => match read_whole(body, limit, ctx.body_idle).await {
             Ok(whole) => Either::Right(Full::new(whole)),
-            Err(Some(_)) => return Ok(own_answer(rules::too_large(limit))),
+            Err(Some(_)) => return own_ended(rules::too_large(limit)),
             Err(None) => {
                 let words = "bad request: the body did not arrive whole".to_string();
-                return Ok(own_answer(rules::Own::text(StatusCode::BAD_REQUEST, words)));
+                return own_ended(rules::Own::text(StatusCode::BAD_REQUEST, words));
             }
         },
     };
@@ -306,13 +371,30 @@ async fn answer(
     };
     let (lease, response) = match pass::to_a_release(ctx, &service, &mut sender, replay).await {
         Outcome::Answered(lease, response) => (lease, response),
-        Outcome::Own(own) => return Ok(told_if_unkept(own_answer(own), settled, http1).await),
+        Outcome::Own(own, failed) => {
+            let ended = match failed {
+                Some(failed) => Ended {
+                    fate: Fate::Unanswered(failed.miss),
+                    release: Some((failed.version, failed.slot)),
+                },
+                None => Ended::own(&own),
+            };
+            return (told_if_unkept(own_answer(own), settled, http1).await, ended);
+        }
+    };
+    // A tunnel's line is written as it opens (its release answered 101).
+    let ended = Ended {
+        fate: Fate::Answered,
+        release: Some((lease.target.version.clone(), lease.target.slot)),
     };
     match client_upgrade {
         Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            Ok(tunnel(response, client_upgrade, lease, ctx, client))
+            (tunnel(response, client_upgrade, lease, ctx, client), ended)
         }
-        _ => Ok(told_if_unkept(leased(response, lease, ctx), settled, http1).await),
+        _ => {
+            let answer = leased(response, lease, ctx);
+            (told_if_unkept(answer, settled, http1).await, ended)
+        }
     }
 }
 
@@ -350,7 +432,7 @@ async fn told_if_unkept(
 /// The request as the release is spoken to: HTTP/1.1, where Host names the host (an HTTP/2
 /// request names it in `:authority`), and the origin form (`/path?query`) of the target (a
 /// client's absolute form, `GET http://host/path`, is cut down to it). Err: the 400 to answer.
-fn in_the_releases_form(request: &mut Request<Incoming>) -> Result<(), Response<Body>> {
+fn in_the_releases_form(request: &mut Request<Incoming>) -> Result<(), rules::Own> {
     if request.version() == hyper::Version::HTTP_2 {
         *request.version_mut() = hyper::Version::HTTP_11;
         let authority = request
@@ -371,7 +453,7 @@ fn in_the_releases_form(request: &mut Request<Incoming>) -> Result<(), Response<
             Ok(origin) => *request.uri_mut() = origin,
             Err(_) => {
                 let words = "bad request target".to_string();
-                return Err(own_answer(rules::Own::text(StatusCode::BAD_REQUEST, words)));
+                return Err(rules::Own::text(StatusCode::BAD_REQUEST, words));
             }
         }
     }
@@ -570,6 +652,10 @@ fn leased(response: Response<Incoming>, lease: Lease, ctx: &Shared) -> Response<
         Body::Leased(Leased {
             body: IdleBody::new(body, ctx.body_idle, "response body"),
             lease,
+            ended: false,
+            broke: None,
+            thread: ctx.thread,
+            counting: ctx.counting,
             line: None,
         }),
     )
@@ -679,26 +765,40 @@ fn copy_without_body(head: &hyper::http::request::Parts) -> Request<UpstreamBody
 pub struct Leased {
     body: IdleBody<Incoming>,
     lease: Lease,
+    /// The body's end was read: the client was given all of it.
+    ended: bool,
+    /// The release's side failed it (broke off, or stalled past the body idle time).
+    broke: Option<Cut>,
+    thread: usize,
+    counting: bool,
     /// Its access log line, written when the body ends (or is dropped).
     line: Option<Box<Pending>>,
 }
 
 impl Drop for Leased {
+    /// The answer is done with: whole, or cut (its head was counted on the release; a cut is
+    /// counted there too, and its line says why).
     fn drop(&mut self) {
+        let target = &self.lease.target;
+        let fate = match self.ended || hyper::body::Body::is_end_stream(&self.body) {
+            true => Fate::Answered,
+            false => Fate::Cut(self.broke.unwrap_or(Cut::ClientClosed)),
+        };
+        if let (Fate::Cut(cut), true) = (fate, self.counting) {
+            target.counts.cut(self.thread, cut);
+        }
         if let Some(line) = self.line.take() {
-            let target = &self.lease.target;
             let Pending {
                 log,
                 begun,
                 status,
-                thread,
                 client,
                 bytes,
             } = *line;
             begun.finish(
                 &log,
-                thread,
-                status,
+                self.thread,
+                (status, fate),
                 bytes,
                 Some((target.version.as_bytes(), target.slot)),
                 client,

@@ -43,7 +43,9 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::access;
+use super::counts::Cut;
 use super::failure::Failure;
+use super::fate::Fate;
 use super::forward;
 use super::leases::Lease;
 use super::pass::{self, Outcome, Shared};
@@ -135,6 +137,7 @@ pub(super) async fn serve_over<S: ClientStream>(
         seen: None,
         service: None,
         sent: (0, 0),
+        fate: Fate::Answered,
         released: None,
         line: Vec::new(),
         nodelay: false,
@@ -265,6 +268,8 @@ struct Asked {
     json: bool,
     /// Its access log line's start, when its route logs.
     begun: Option<Box<access::Begun>>,
+    /// A route took it (`service` is its service): its fate is counted there.
+    routed: bool,
 }
 
 /// A client connection's connections to releases, by port (one per release it sent to); they
@@ -298,6 +303,8 @@ struct Front<S> {
     service: Option<Arc<Service>>,
     /// The last answer's status and body bytes sent, for the access log.
     sent: (u16, u64),
+    /// How the last request ended (`fate.rs`).
+    fate: Fate,
     /// The release (version, slot) the last request went to, when its route logs (the
     /// version's bytes in a buffer the connection reuses).
     released: Option<(Vec<u8>, u16)>,
@@ -416,6 +423,7 @@ impl<S: ClientStream> Front<S> {
             .ctx
             .router
             .with(|router| rules::run(router, &facts, thread, line));
+        let routed = decided.service.is_some();
         if let Some(service) = decided.service {
             if self.service.as_ref().map(|s| s.id) != Some(service.id) {
                 self.service = Some(service);
@@ -427,6 +435,7 @@ impl<S: ClientStream> Front<S> {
             close: read.close,
             own: None,
             json: false,
+            routed,
             begun: decided.begun,
         };
         match decided.verdict {
@@ -463,24 +472,28 @@ impl<S: ClientStream> Front<S> {
     /// sends the answer back. False: the connection cannot go on (or the answer said it was
     /// the last: the client asked, or the proxy is stopping).
     async fn answer(&mut self, mut asked: Asked, stop: &watch::Receiver<bool>) -> bool {
-        let Some(begun) = asked.begun.take() else {
-            return self.respond(&asked, stop, false).await;
-        };
-        if let Some((version, _)) = &mut self.released {
+        let begun = asked.begun.take();
+        if let (Some(_), Some((version, _))) = (&begun, &mut self.released) {
             version.clear();
         }
-        let going_on = self.respond(&asked, stop, true).await;
-        if let Some(log) = self.service.as_ref().and_then(|s| s.access.as_ref()) {
+        let going_on = self.respond(&asked, stop, begun.is_some()).await;
+        let Some(service) = self.service.as_ref().filter(|_| asked.routed) else {
+            return going_on;
+        };
+        if self.ctx.counting {
+            self.fate.count_on(&service.own_answers, self.ctx.thread);
+        }
+        if let (Some(begun), Some(log)) = (begun, service.access.as_ref()) {
             let (status, bytes) = self.sent;
             let released = self
                 .released
                 .as_ref()
-                .filter(|(version, _)| !version.is_empty())
+                .filter(|(version, _)| !version.is_empty() && self.fate.names_a_release())
                 .map(|(version, slot)| (version.as_slice(), *slot));
             self.line = begun.finish(
                 log,
                 self.ctx.thread,
-                status,
+                (status, self.fate),
                 bytes,
                 released,
                 self.peer.ip(),
@@ -529,12 +542,19 @@ impl<S: ClientStream> Front<S> {
         match pass::to_a_release(&ctx, &service, &mut sender, replay).await {
             Outcome::Answered(lease, (wire, answer, said_last)) => {
                 let reusable = self.pass_body(wire, lease.target.port, answer).await;
+                if let (Fate::Cut(cut), true) = (self.fate, ctx.counting) {
+                    lease.target.counts.cut(ctx.thread, cut);
+                }
                 drop(lease);
                 reusable && !said_last
             }
-            Outcome::Own(own) => {
+            Outcome::Own(own, failed) => {
                 let last = last();
-                self.own(&own, last).await && !last
+                let going_on = self.own(&own, last).await && !last;
+                if let Some(failed) = failed {
+                    self.fate = Fate::Unanswered(failed.miss);
+                }
+                going_on
             }
         }
     }
@@ -558,7 +578,7 @@ impl<S: ClientStream> Front<S> {
         loop {
             match state.take(&mut wire.buffer, &mut self.output) {
                 Ok(()) => {}
-                Err(_) => return false,
+                Err(_) => return self.cut(Cut::UpstreamReset),
             }
             if !self.output.is_empty() {
                 if writes > 0 {
@@ -567,7 +587,7 @@ impl<S: ClientStream> Front<S> {
                 writes += 1;
                 flushed += self.output.len() as u64;
                 if !self.flush().await {
-                    return false;
+                    return self.cut(Cut::ClientClosed);
                 }
                 self.sent.1 = flushed.saturating_sub(head);
             }
@@ -579,10 +599,12 @@ impl<S: ClientStream> Front<S> {
                     state = Passing::Closing;
                 }
                 // Cut short, broken, or idle too long: the client cannot be told but by a close.
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return false,
+                Ok(Ok(0)) | Ok(Err(_)) => return self.cut(Cut::UpstreamReset),
+                Err(_) => return self.cut(Cut::UpstreamTimeout),
                 Ok(Ok(_)) => {}
             }
         }
+        self.fate = Fate::Answered;
         if answer.reusable
             && wire.buffer.is_empty()
             && !matches!(answer.framing, Some(Framing::UntilClose))
@@ -590,6 +612,12 @@ impl<S: ClientStream> Front<S> {
             self.kept.wires.push((port, wire));
         }
         true
+    }
+
+    /// The answer being passed did not reach the client whole (`why`): the connection ends.
+    fn cut(&mut self, why: Cut) -> bool {
+        self.fate = Fate::Cut(why);
+        false
     }
 
     /// Writes `output` to the client; false if the client went away or read nothing of it for
@@ -618,8 +646,10 @@ impl<S: ClientStream> Front<S> {
             content_type,
             retry_after,
             body,
+            reason,
         } = own;
         self.sent = (status.as_u16(), body.len() as u64);
+        self.fate = Fate::Own(*reason);
         let out = &mut self.output;
         out.clear();
         push_status_line(out, status.as_u16(), b"");
@@ -924,29 +954,65 @@ impl<S: ClientStream> pass::Sender for Relaying<'_, S> {
             .version_header
             .as_ref()
             .zip(target.header_value.as_ref());
-        let output = &mut front.output;
         let hsts = front.over.hsts();
+        let max_header_bytes = front.ctx.max_header_bytes;
+        let Front {
+            stream,
+            input,
+            output,
+            upstream_head,
+            ..
+        } = front;
         let (asked, stop) = (self.asked, self.stop);
         let mut said_last = false;
-        let (wire, answer) =
-            relay::exchange(kept, port, &front.upstream_head, asked.safe, |buffer| {
-                // Decided when the answer's head is written, so a proxy told to stop while the
-                // release works tells the client too.
-                said_last = asked.close || *stop.borrow();
-                let wrote = Written {
-                    head_request: asked.head,
-                    last: said_last,
-                    version_header,
-                    hsts,
-                };
-                answer_head(buffer, &wrote, output)
-            })
-            .await?;
+        let exchange = relay::exchange(kept, port, upstream_head, asked.safe, |buffer| {
+            // Decided when the answer's head is written, so a proxy told to stop while the
+            // release works tells the client too.
+            said_last = asked.close || *stop.borrow();
+            let wrote = Written {
+                head_request: asked.head,
+                last: said_last,
+                version_header,
+                hsts,
+            };
+            answer_head(buffer, &wrote, output)
+        });
+        // The client is watched while the release works: one that closes its side (or whose
+        // connection breaks) has left, and its request ends there, as nginx's 499 — not as an
+        // answer written into a closed connection and logged as given.
+        let (wire, answer) = tokio::select! {
+            biased;
+            answered = exchange => answered?,
+            () = client_leaves(stream, input, max_header_bytes) => {
+                return Err(Failure::ClientLeft);
+            }
+        };
         Ok((wire, answer, said_last))
     }
 
     fn status(answer: &Self::Answer) -> u16 {
         answer.1.status
+    }
+}
+
+/// Resolves when the client closes its side of the connection or it breaks. What it sends
+/// meanwhile (a pipelined request) is kept in `input`, up to `limit` bytes: past that it is not
+/// read until the answer has gone.
+async fn client_leaves<S: ClientStream>(stream: &mut S, input: &mut BytesMut, limit: usize) {
+    loop {
+        if input.len() >= limit {
+            return std::future::pending().await;
+        }
+        if input.capacity() - input.len() < 1024 {
+            input.reserve(READ_CHUNK);
+        }
+        let read = std::future::poll_fn(|cx| {
+            tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, &mut *input)
+        });
+        match read.await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
     }
 }
 

@@ -7,6 +7,12 @@
 //! - `rollgate_proxy_answers_total{class}`: answers by status class (1xx is an upgrade's 101);
 //! - `rollgate_proxy_upstream_failures_total{reason}`: requests no release answered
 //!   (`refused`, `reset`: the connection broke or closed first, `other`: an unreadable answer);
+//! - `rollgate_proxy_answers_cut_total{reason}`: answers among `answers_total` that did not
+//!   reach the client whole (`client_closed`, `upstream_reset`, `upstream_timeout`);
+//! - `rollgate_proxy_own_answers_total{reason}` (route only): requests rollgate answered itself
+//!   or whose client left before any answer (`counts::REASONS`). With the two above, every
+//!   request a route took is counted once: the access log's lines of a route and release
+//!   equal its answers and failures, its lines without a release its own answers (`fate.rs`);
 //! - `rollgate_proxy_answer_seconds`: time from sending the request to the answer's head, a
 //!   histogram whose `le` bounds are powers of two microseconds (16 µs to 134 s): the proxy's
 //!   finer buckets (`counts.rs`) summed at those edges;
@@ -29,7 +35,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::counts::{bucket_ceiling, Snapshot, Started, BUCKETS, CLASSES, MISSES};
+use super::counts::{bucket_ceiling, Snapshot, Started, BUCKETS, CLASSES, CUTS, MISSES, REASONS};
 use super::service::Service;
 
 /// A label value as the text format wants it: backslash, double quote and newline escaped.
@@ -94,6 +100,39 @@ pub fn render(services: &[Arc<Service>], by_route: bool, started: Started) -> St
                 "rollgate_proxy_upstream_failures_total{{{route}release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
                 label(version)
             );
+        }
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_answers_cut_total",
+        "counter",
+        "Answers (among answers_total) that did not reach the client whole, by why.",
+    );
+    for (route, version, slot, seen) in &counted {
+        for (reason, count) in CUTS.iter().zip(seen.cut) {
+            let _ = writeln!(
+                out,
+                "rollgate_proxy_answers_cut_total{{{route}release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
+                label(version)
+            );
+        }
+    }
+    series(
+        &mut out,
+        "rollgate_proxy_own_answers_total",
+        "counter",
+        "Requests rollgate answered itself, or whose client left before any answer, by why.",
+    );
+    for service in services {
+        let route = route_label(service, by_route);
+        let route = route.trim_end_matches(',');
+        let own = service.own_answers.snapshot();
+        for (reason, count) in REASONS.iter().zip(own) {
+            let labels = match route.is_empty() {
+                true => format!("reason=\"{reason}\""),
+                false => format!("{route},reason=\"{reason}\""),
+            };
+            let _ = writeln!(out, "rollgate_proxy_own_answers_total{{{labels}}} {count}");
         }
     }
     series(

@@ -56,6 +56,7 @@ pub mod control;
 mod counts;
 mod drain;
 mod failure;
+mod fate;
 mod forward;
 mod front;
 pub mod handover;
@@ -1123,7 +1124,7 @@ impl Core {
                     let stop = core_stop_rx.clone();
                     connections.spawn(async move {
                         let _slot = permit;
-                        tls::redirect(stream, to_https, stop).await;
+                        tls::redirect(stream, peer, to_https, stop).await;
                     });
                 }
                 Kind::Tls {

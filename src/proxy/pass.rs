@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use hyper::header::HeaderName;
 use hyper::StatusCode;
 
+use super::counts::Miss;
 use super::failure::Failure;
 use super::leases::Lease;
 use super::router;
@@ -92,8 +93,16 @@ pub enum Outcome<A> {
     /// A release answered; the lease lasts as long as its answer is being sent.
     Answered(Lease, A),
     /// No release did: rollgate's own answer (503 nothing live, 502 every replica tried
-    /// refused or the one tried failed), in its words.
-    Own(Own),
+    /// refused or the one tried failed), in its words; and the release whose failure it tells
+    /// (counted on it), if one.
+    Own(Own, Option<Failed>),
+}
+
+/// The release a request failed on, and how (`counts::Miss`).
+pub struct Failed {
+    pub version: String,
+    pub slot: u16,
+    pub miss: Miss,
 }
 
 /// Steps three to five: lease a release of `service`, send, count what came back, and try
@@ -114,7 +123,7 @@ pub async fn to_a_release<S: Sender>(
                 false => StatusCode::BAD_GATEWAY,
             };
             let words = no_release_took_it(&service.root_text, &refusals, pool_size);
-            return Outcome::Own(Own::text(status, words));
+            return Outcome::Own(Own::text(status, words), None);
         };
         let sent = ctx.counting.then(Instant::now);
         let result = sender.send(&lease).await;
@@ -132,7 +141,7 @@ pub async fn to_a_release<S: Sender>(
         // line says 499 (`forward::CLIENT_CLOSED`).
         if matches!(failure, Failure::ClientLeft) {
             let status = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
-            return Outcome::Own(Own::text(status, failure.to_string()));
+            return Outcome::Own(Own::text(status, failure.to_string()), None);
         }
         let target = &lease.target;
         let refused = failure.is_refused();
@@ -147,10 +156,16 @@ pub async fn to_a_release<S: Sender>(
             refusals.push(format!("{} on 127.0.0.1:{}", target.version, target.port));
             continue;
         }
+        let miss = failure.miss();
         if let Some(counts) = counts {
-            counts.missed(ctx.thread, failure.miss());
+            counts.missed(ctx.thread, miss);
         }
         let words = release_failed(&target.version, target.port, refused, pool_size);
-        return Outcome::Own(Own::text(StatusCode::BAD_GATEWAY, words));
+        let failed = Failed {
+            version: target.version.clone(),
+            slot: target.slot,
+            miss,
+        };
+        return Outcome::Own(Own::text(StatusCode::BAD_GATEWAY, words), Some(failed));
     }
 }

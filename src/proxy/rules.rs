@@ -29,6 +29,7 @@ use hyper::header::{HeaderName, CONNECTION, UPGRADE};
 use hyper::StatusCode;
 
 use super::access::{self, Begun};
+use super::counts::Reason;
 use super::router::{Picked, Route, Router};
 use super::service::Service;
 use super::traffic::Refusal;
@@ -66,6 +67,8 @@ pub struct Own {
     pub content_type: &'static str,
     pub retry_after: Option<u64>,
     pub body: String,
+    /// Why rollgate answered itself, as its route counts it (`fate.rs`).
+    pub reason: Reason,
 }
 
 /// The content type of rollgate's words.
@@ -79,6 +82,7 @@ impl Own {
             content_type: TEXT,
             retry_after: None,
             body: words + "\n",
+            reason: super::fate::reason_of(status.as_u16()),
         }
     }
 }
@@ -99,6 +103,7 @@ impl From<Refusal> for Own {
             content_type: refusal.content_type,
             retry_after: refusal.retry_after,
             body: refusal.body,
+            reason: Reason::Maintenance,
         }
     }
 }

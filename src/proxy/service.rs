@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use super::access::{self, AccessLog};
+use super::counts::RouteCounts;
 use super::leases::{Routes, View};
 use super::traffic::Gate;
 use super::watch;
@@ -30,6 +31,9 @@ pub struct Service {
     pub gate: Arc<Gate>,
     /// `ROOT/access.log`, when the route logs.
     pub access: Option<Arc<AccessLog>>,
+    /// Its requests rollgate answered itself, by why (`fate.rs`): with the releases' counts
+    /// in `routes`, one count per request.
+    pub own_answers: Arc<RouteCounts>,
     /// One view of `routes` per serving thread (each thread locks only its own: never
     /// contended), so a request chooses a release without the table's lock.
     views: Box<[Mutex<View>]>,
@@ -51,6 +55,7 @@ impl Service {
         gate.refresh(&root.0);
         Service {
             gate,
+            own_answers: Arc::new(RouteCounts::new(threads)),
             access: access.map(|(settings, started_ms)| {
                 Arc::new(AccessLog::new(&root.0, settings, threads, started_ms))
             }),
@@ -80,6 +85,7 @@ impl Service {
             root_text: self.root_text.clone(),
             routes: self.routes.clone(),
             gate: self.gate.clone(),
+            own_answers: self.own_answers.clone(),
             access: match access {
                 None => self.access.clone(),
                 Some(logs) => logs.map(|(settings, started_ms)| {

@@ -21,10 +21,13 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_rustls::rustls;
 
+use super::access::{self, Begun};
 use super::certs::{Resolver, TlsError, ACME_TLS_ALPN};
+use super::fate::{reason_of, Fate};
 use super::forward;
 use super::front;
 use super::pass::Shared;
+use super::router::Picked;
 
 pub const DEFAULT_NAME: &str = "default";
 
@@ -226,7 +229,12 @@ fn is_host_header(host: &[u8]) -> bool {
 /// A plain HTTP connection while TLS is on: every request for a host https serves is sent to
 /// the same host and path over https with 308 (the method and body kept), on `tls_port` unless
 /// it is 443; a Host that is no host gets 400, one https would refuse 421.
-pub async fn redirect(stream: TcpStream, to_https: ToHttps, mut stop: watch::Receiver<bool>) {
+pub async fn redirect(
+    stream: TcpStream,
+    peer: SocketAddr,
+    to_https: ToHttps,
+    mut stop: watch::Receiver<bool>,
+) {
     let header_read_timeout = to_https.shared.header_read_timeout;
     let http01 = to_https.http01.clone();
     let to_https = Arc::new(to_https);
@@ -274,6 +282,34 @@ pub async fn redirect(stream: TcpStream, to_https: ToHttps, mut stop: watch::Rec
                 "bad request: the Host header is not a host name\n".into(),
             )
         };
+        // The request's route (by host and path) logs and counts it as https's would.
+        let routed = host.and_then(|host| {
+            let shared = &to_https.shared;
+            let service =
+                shared
+                    .router
+                    .with(|router| match router.pick(host, path.as_bytes()) {
+                        Picked::Route(route) => Some(route.service.clone()),
+                        Picked::NoRoute => None,
+                    })?;
+            let begun = service
+                .access
+                .as_ref()
+                .filter(|l| l.samples(shared.thread))
+                .map(|log| {
+                    let id = request.headers().get("x-request-id");
+                    Begun::new(
+                        log,
+                        Vec::new(),
+                        &service.name,
+                        host,
+                        request.method().as_str(),
+                        &path,
+                        id.and_then(|v| access::given_request_id(v.as_bytes())),
+                    )
+                });
+            Some((service, begun))
+        });
         let response = match to_https.answer(host, &path) {
             Plain::Https(location) => match HeaderValue::from_str(&location) {
                 Ok(value) => Response::builder()
@@ -291,9 +327,23 @@ pub async fn redirect(stream: TcpStream, to_https: ToHttps, mut stop: watch::Rec
                 format!("no site here for {name}: no certificate or route covers it, so it is not sent to https\n"),
             ),
         };
-        std::future::ready(Ok::<_, std::convert::Infallible>(response.unwrap_or_else(
-            |_| Response::new(http_body_util::Full::new(bytes::Bytes::new())),
-        )))
+        let response = response
+            .unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
+        if let Some((service, begun)) = routed {
+            let shared = &to_https.shared;
+            let status = response.status().as_u16();
+            let fate = Fate::Own(reason_of(status));
+            if shared.counting {
+                fate.count_on(&service.own_answers, shared.thread);
+            }
+            if let (Some(log), Some(begun)) = (&service.access, begun) {
+                let bytes = hyper::body::Body::size_hint(response.body())
+                    .exact()
+                    .unwrap_or(0);
+                begun.finish(log, shared.thread, (status, fate), bytes, None, peer.ip());
+            }
+        }
+        std::future::ready(Ok::<_, std::convert::Infallible>(response))
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -140,22 +140,52 @@ fn an_own_answer_to_a_post_keeps_the_connection_for_the_next_request() {
 
 /// A request whose client leaves before the answer still has its line: hyper dropped the
 /// request's future and the line with it (the matrix: 10 of 20 abandoned requests
-/// were never logged). Its line says 499, the client's doing, with no release named.
+/// were never logged), and rollgate's own HTTP/1.1 path wrote the release's late answer into
+/// the closed connection and logged it 200, given. Its line says 499, `client_closed`, with no
+/// release named, and the route counts it so.
 #[test]
 fn a_request_whose_client_leaves_before_the_answer_is_logged_499() {
     let site = Site::new();
     gunicorn_live(&site);
-    let proxy = Proxy::start(&site, &["--access-log"]);
-    let mut conn = Conn::open(proxy.port).unwrap();
-    conn.reader
-        .get_mut()
-        .write_all(b"POST /slow HTTP/1.1\r\nHost: app.example\r\nContent-Length: 3\r\n\r\na=1")
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(conn);
-    let line = logged(&site, "/slow");
-    assert_eq!(line["status"], 499, "{line}");
-    assert_eq!(line["method"], "POST", "{line}");
+    let metrics = free_port();
+    let metrics_listen = format!("127.0.0.1:{metrics}");
+    let proxy = Proxy::start(
+        &site,
+        &["--access-log", "--metrics-listen", &metrics_listen],
+    );
+    // A POST (hyper's path) and a GET (rollgate's own), each on a connection its client
+    // closes while the release works on it.
+    let heads = [
+        "POST /slow?post HTTP/1.1\r\nHost: app.example\r\nContent-Length: 3\r\n\r\na=1",
+        "GET /slow?get HTTP/1.1\r\nHost: app.example\r\n\r\n",
+    ];
+    for head in heads {
+        let mut conn = Conn::open(proxy.port).unwrap();
+        conn.reader.get_mut().write_all(head.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(conn);
+    }
+    // Both lines are in (the GET's once the release's late answer came, 2 s on).
+    assert!(wait_for(20, || access_lines(&site)
+        .iter()
+        .filter(|l| l["path"] == "/slow")
+        .count()
+        == 2));
+    for line in access_lines(&site) {
+        assert_eq!(line["status"], 499, "{line}");
+        assert_eq!(line["fate"], "client_closed", "{line}");
+        assert_eq!(line["release"], serde_json::Value::Null, "{line}");
+    }
+    let scraped = Conn::open(metrics)
+        .and_then(|mut c| c.get("/metrics", ""))
+        .unwrap()
+        .body;
+    assert!(
+        scraped
+            .lines()
+            .any(|l| l == "rollgate_proxy_own_answers_total{reason=\"client_closed\"} 2"),
+        "{scraped}"
+    );
 }
 
 /// A release that speaks HTTP/1.0 (Python's `http.server`, a body that runs to the close):
