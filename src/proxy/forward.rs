@@ -401,7 +401,7 @@ async fn answer(
 /// rollgate's own `answer` to a request whose body no release reads (a redirect to HTTPS, a 503
 /// in maintenance): the body is read to its end and thrown away meanwhile, as a release's
 /// unread rest is (`drain.rs`), so the connection is kept — or said to close.
-async fn leaving_the_body(
+pub(super) async fn leaving_the_body(
     answer: Response<Body>,
     body: Incoming,
     ctx: &Shared,

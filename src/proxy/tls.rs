@@ -226,6 +226,120 @@ fn is_host_header(host: &[u8]) -> bool {
     name_ok && port_ok
 }
 
+/// The plain listener's answer to `request` (its body is left for the caller to read away),
+/// logged and counted on the request's route.
+fn plain_answer(
+    request: &hyper::Request<hyper::body::Incoming>,
+    to_https: &ToHttps,
+    http01: &super::acme::Http01Answers,
+    peer: SocketAddr,
+) -> Response<http_body_util::Full<bytes::Bytes>> {
+    // ACME's HTTP-01: the key authorization of an open challenge, and nothing else.
+    if let Some(token) = request
+        .uri()
+        .path()
+        .strip_prefix(super::acme::HTTP01_PREFIX)
+    {
+        let answer = http01.lock().ok().and_then(|open| open.get(token).cloned());
+        let response =
+            match answer {
+                Some(key_authorization) => Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/octet-stream")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(
+                        key_authorization,
+                    ))),
+                None => Response::builder().status(StatusCode::NOT_FOUND).body(
+                    http_body_util::Full::new(bytes::Bytes::from_static(b"no such challenge\n")),
+                ),
+            };
+        return response
+            .unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
+    }
+    let host = match request.headers().get(HOST) {
+        Some(header) => Some(header.as_bytes()),
+        None => request.uri().authority().map(|a| a.as_str().as_bytes()),
+    };
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let plain_text = |status: StatusCode, text: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "text/plain; charset=utf-8")
+            .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+    };
+    let bad_host = || {
+        plain_text(
+            StatusCode::BAD_REQUEST,
+            "bad request: the Host header is not a host name\n".into(),
+        )
+    };
+    // The request's route (by host and path) logs and counts it as https's would.
+    let routed = host.and_then(|host| {
+        let shared = &to_https.shared;
+        let service = shared
+            .router
+            .with(|router| match router.pick(host, path.as_bytes()) {
+                Picked::Route(route) => Some(route.service.clone()),
+                Picked::NoRoute => None,
+            })?;
+        let begun = service
+            .access
+            .as_ref()
+            .filter(|l| l.samples(shared.thread))
+            .map(|log| {
+                let id = request.headers().get("x-request-id");
+                Begun::new(
+                    log,
+                    Vec::new(),
+                    &service.name,
+                    host,
+                    request.method().as_str(),
+                    &path,
+                    id.and_then(|v| access::given_request_id(v.as_bytes())),
+                )
+            });
+        Some((service, begun))
+    });
+    let response = match to_https.answer(host, &path) {
+        Plain::Https(location) => match HeaderValue::from_str(&location) {
+            Ok(value) => Response::builder()
+                .status(StatusCode::PERMANENT_REDIRECT)
+                .header(LOCATION, value)
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(http_body_util::Full::new(bytes::Bytes::from(format!(
+                    "this site is served over https: {location}\n"
+                )))),
+            Err(_) => bad_host(),
+        },
+        Plain::BadHost => bad_host(),
+        Plain::NotServed(name) => plain_text(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!("no site here for {name}: no certificate or route covers it, so it is not sent to https\n"),
+        ),
+    };
+    let response =
+        response.unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
+    if let Some((service, begun)) = routed {
+        let shared = &to_https.shared;
+        let status = response.status().as_u16();
+        let fate = Fate::Own(reason_of(status));
+        if shared.counting {
+            fate.count_on(&service.own_answers, shared.thread);
+        }
+        if let (Some(log), Some(begun)) = (&service.access, begun) {
+            let bytes = hyper::body::Body::size_hint(response.body())
+                .exact()
+                .unwrap_or(0);
+            begun.finish(log, shared.thread, (status, fate), bytes, None, peer.ip());
+        }
+    }
+    response
+}
+
 /// A plain HTTP connection while TLS is on: every request for a host https serves is sent to
 /// the same host and path over https with 308 (the method and body kept), on `tls_port` unless
 /// it is 443; a Host that is no host gets 400, one https would refuse 421.
@@ -239,111 +353,16 @@ pub async fn redirect(
     let http01 = to_https.http01.clone();
     let to_https = Arc::new(to_https);
     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-        // ACME's HTTP-01: the key authorization of an open challenge, and nothing else.
-        if let Some(token) = request
-            .uri()
-            .path()
-            .strip_prefix(super::acme::HTTP01_PREFIX)
-        {
-            let answer = http01.lock().ok().and_then(|open| open.get(token).cloned());
-            let response = match answer {
-                Some(key_authorization) => Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/octet-stream")
-                    .body(http_body_util::Full::new(bytes::Bytes::from(
-                        key_authorization,
-                    ))),
-                None => Response::builder().status(StatusCode::NOT_FOUND).body(
-                    http_body_util::Full::new(bytes::Bytes::from_static(b"no such challenge\n")),
-                ),
-            };
-            let response = response
-                .unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
-            return std::future::ready(Ok::<_, std::convert::Infallible>(response));
+        let (to_https, http01) = (to_https.clone(), http01.clone());
+        async move {
+            let response = plain_answer(&request, &to_https, &http01, peer);
+            let (parts, full) = response.into_parts();
+            let answer = Response::from_parts(parts, forward::Body::Plain(full));
+            // A body no one reads is read away first (`drain.rs`): the connection is kept.
+            let body = request.into_body();
+            let answer = forward::leaving_the_body(answer, body, &to_https.shared, true).await;
+            Ok::<_, std::convert::Infallible>(answer)
         }
-        let host = match request.headers().get(HOST) {
-            Some(header) => Some(header.as_bytes()),
-            None => request.uri().authority().map(|a| a.as_str().as_bytes()),
-        };
-        let path = request
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        let plain_text = |status: StatusCode, text: String| {
-            Response::builder()
-                .status(status)
-                .header("content-type", "text/plain; charset=utf-8")
-                .body(http_body_util::Full::new(bytes::Bytes::from(text)))
-        };
-        let bad_host = || {
-            plain_text(
-                StatusCode::BAD_REQUEST,
-                "bad request: the Host header is not a host name\n".into(),
-            )
-        };
-        // The request's route (by host and path) logs and counts it as https's would.
-        let routed = host.and_then(|host| {
-            let shared = &to_https.shared;
-            let service =
-                shared
-                    .router
-                    .with(|router| match router.pick(host, path.as_bytes()) {
-                        Picked::Route(route) => Some(route.service.clone()),
-                        Picked::NoRoute => None,
-                    })?;
-            let begun = service
-                .access
-                .as_ref()
-                .filter(|l| l.samples(shared.thread))
-                .map(|log| {
-                    let id = request.headers().get("x-request-id");
-                    Begun::new(
-                        log,
-                        Vec::new(),
-                        &service.name,
-                        host,
-                        request.method().as_str(),
-                        &path,
-                        id.and_then(|v| access::given_request_id(v.as_bytes())),
-                    )
-                });
-            Some((service, begun))
-        });
-        let response = match to_https.answer(host, &path) {
-            Plain::Https(location) => match HeaderValue::from_str(&location) {
-                Ok(value) => Response::builder()
-                    .status(StatusCode::PERMANENT_REDIRECT)
-                    .header(LOCATION, value)
-                    .header("content-type", "text/plain; charset=utf-8")
-                    .body(http_body_util::Full::new(bytes::Bytes::from(format!(
-                        "this site is served over https: {location}\n"
-                    )))),
-                Err(_) => bad_host(),
-            },
-            Plain::BadHost => bad_host(),
-            Plain::NotServed(name) => plain_text(
-                StatusCode::MISDIRECTED_REQUEST,
-                format!("no site here for {name}: no certificate or route covers it, so it is not sent to https\n"),
-            ),
-        };
-        let response = response
-            .unwrap_or_else(|_| Response::new(http_body_util::Full::new(bytes::Bytes::new())));
-        if let Some((service, begun)) = routed {
-            let shared = &to_https.shared;
-            let status = response.status().as_u16();
-            let fate = Fate::Own(reason_of(status));
-            if shared.counting {
-                fate.count_on(&service.own_answers, shared.thread);
-            }
-            if let (Some(log), Some(begun)) = (&service.access, begun) {
-                let bytes = hyper::body::Body::size_hint(response.body())
-                    .exact()
-                    .unwrap_or(0);
-                begun.finish(log, shared.thread, (status, fate), bytes, None, peer.ip());
-            }
-        }
-        std::future::ready(Ok::<_, std::convert::Infallible>(response))
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -9,6 +9,7 @@ mod attacks;
 mod bench_scripts;
 mod cli;
 mod config;
+mod conformance;
 mod conservation;
 mod console;
 mod console_browser;

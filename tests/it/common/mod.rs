@@ -641,13 +641,15 @@ pub const PYTHON_TOOLS: &[(&str, &str)] = &[
 /// `prometheus-client`'s parser is the real reader of `/metrics` (issue 38); httpx with its
 /// HTTP/2 extra is a client of the TLS listener, and its `h2` writes the rapid-reset flood
 /// (issue 47); `websockets` is both ends of a WebSocket kept open across reloads (issue 48);
-/// gunicorn serves the conformance tests' releases (issue 79).
+/// gunicorn and uvicorn serve the conformance tests' releases (issue 79).
 pub const PYTHON_MODULES: &[(&str, &str)] = &[
     ("prometheus-client==0.26.0", "prometheus_client"),
     ("httpx[http2]==0.28.1", "h2"),
     ("websockets==15.0.1", "websockets"),
-    // A server users run behind the proxy (issue 79): gunicorn's sync worker.
+    // Servers users run behind the proxy (issue 79's conformance matrix): gunicorn's sync and
+    // gthread workers, uvicorn.
     ("gunicorn==23.0.0", "gunicorn"),
+    ("uvicorn==0.32.1", "uvicorn"),
 ];
 
 /// The `bin` folder of the tools' virtual environment, created and filled now if `.ci/run`
