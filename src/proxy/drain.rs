@@ -30,6 +30,10 @@ use super::idle::{BoxError, IdleBody};
 /// The most of a body's rest that is read and thrown away after the release stopped reading.
 pub const DRAINED_AT_MOST: u64 = 1 << 20;
 
+/// The most of an HTTP/2 request's body that is read and thrown away beside rollgate's answer
+/// refusing it ([`discard`]); past it, the stream is reset.
+pub const DISCARDED_AT_MOST: u64 = 64 << 20;
+
 /// How long an answer waits for a drain under way before it goes with `Connection: close`.
 pub const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
@@ -177,5 +181,29 @@ fn drain_rest(mut body: IdleBody<Incoming>, stage: Arc<watch::Sender<Stage>>) {
             true => Stage::Ended,
             false => Stage::Unfinished,
         });
+    });
+}
+
+/// Reads `body` to its end in a task of its own and throws it away (at most
+/// [`DISCARDED_AT_MOST`], each read held to the body's idle time): an HTTP/2 request rollgate
+/// answers without reading (a 413) has its stream end cleanly after the answer, as nginx
+/// discards such a body. Its stream reset under the answer instead, clients that were still
+/// sending (curl 7.88) reported a stream error and never showed the answer.
+pub fn discard(mut body: IdleBody<Incoming>) {
+    if body.is_end_stream() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        use http_body_util::BodyExt;
+        let mut read = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, |d| d.len() as u64);
+            if read > DISCARDED_AT_MOST {
+                return;
+            }
+        }
     });
 }

@@ -303,6 +303,8 @@ async fn answer(
     let upgrade = is_upgrade(request.headers());
     let upgrade_value = request.headers().get(UPGRADE).cloned();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
+    // Asked before the request is put in the release's form (HTTP/1.1, whatever it came in).
+    let http1 = request.version() < hyper::Version::HTTP_2;
     if let Err(refused) = in_the_releases_form(&mut request) {
         return own_ended(refused);
     }
@@ -311,14 +313,16 @@ async fn answer(
     if let Some(service) = decided.service {
         *routed = Some((service, decided.begun));
     }
-    let http1 = request.version() < hyper::Version::HTTP_2;
     let passage = match decided.verdict {
         Ok(passage) => passage,
         Err(own) => {
             let ended = Ended::own(&own);
             if own.refuses_the_body() {
+                if !http1 {
+                    return (refusing(own, request.into_body(), ctx), ended);
+                }
                 // Read (and thrown away) first: see `read_whole`.
-                let _ = read_whole(request.into_body(), 0, ctx.body_idle).await;
+                let _ = read_whole(request.into_body(), 0, ctx.body_idle, true).await;
                 return (own_answer(own), ended);
             }
             let answer = leaving_the_body(own_answer(own), request.into_body(), ctx, http1).await;
@@ -351,10 +355,15 @@ async fn answer(
             settled = Some(watch);
             Either::Left(body)
         }
-        Some(limit) => match read_whole(body, limit, ctx.body_idle).await {
+        Some(limit) => match read_whole(body, limit, ctx.body_idle, http1).await {
             Ok(whole) => Either::Right(Full::new(whole)),
-            Err(Some(_)) => return own_ended(rules::too_large(limit)),
-            Err(None) => {
+            Err(Refused::TooLarge(Some(rest))) => {
+                let own = rules::too_large(limit);
+                let ended = Ended::own(&own);
+                return (refusing(own, rest, ctx), ended);
+            }
+            Err(Refused::TooLarge(None)) => return own_ended(rules::too_large(limit)),
+            Err(Refused::Broken) => {
                 let words = "bad request: the body did not arrive whole".to_string();
                 return own_ended(rules::Own::text(StatusCode::BAD_REQUEST, words));
             }
@@ -491,30 +500,55 @@ fn decide(
 /// "Stream error in the HTTP/2 framing layer"); past this, the answer goes anyway.
 const DISCARDED_AT_MOST: u64 = 1 << 20;
 
+/// Why [`read_whole`] gave no body.
+enum Refused {
+    /// Past the limit; over HTTP/2, the rest of the stream (answered at once, read away beside
+    /// the answer: [`refusing`]), over HTTP/1 read on and thrown away first.
+    TooLarge(Option<Incoming>),
+    /// It broke off or stalled.
+    Broken,
+}
+
 /// A request body read whole if it is at most `limit` bytes — for one of unknown length
 /// (chunked, an HTTP/2 stream without `content-length`) held to the route's limit before any
-/// of it goes on. Err(Some(bytes)) past the limit (read on and thrown away, up to
-/// [`DISCARDED_AT_MOST`]); Err(None) when it broke off or stalled.
-async fn read_whole(body: Incoming, limit: u64, idle: Duration) -> Result<Bytes, Option<u64>> {
+/// of it goes on. Past the limit, over HTTP/1 (`http1`) the rest is read on and thrown away, up
+/// to [`DISCARDED_AT_MOST`], so the client reads the 413 rather than a write error.
+async fn read_whole(
+    body: Incoming,
+    limit: u64,
+    idle: Duration,
+    http1: bool,
+) -> Result<Bytes, Refused> {
     use http_body_util::BodyExt;
     let mut body = IdleBody::new(body, idle, "request body");
     let mut whole = bytes::BytesMut::new();
     let mut read = 0u64;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(|_| None)?.into_data() else {
+        let Ok(data) = frame.map_err(|_| Refused::Broken)?.into_data() else {
             continue;
         };
         read += data.len() as u64;
         if read <= limit {
             whole.extend_from_slice(&data);
+        } else if !http1 {
+            return Err(Refused::TooLarge(Some(body.into_inner())));
         } else if read > limit + DISCARDED_AT_MOST {
-            return Err(Some(read));
+            return Err(Refused::TooLarge(None));
         }
     }
     match read <= limit {
         true => Ok(whole.freeze()),
-        false => Err(Some(read)),
+        false => Err(Refused::TooLarge(None)),
     }
+}
+
+/// rollgate's `own` answer to an HTTP/2 request whose `body` it will not read: sent at once,
+/// while the rest of the body is read and thrown away beside it (`drain::discard`), so the
+/// stream ends cleanly. Dropped unread, the body reset the stream under the answer (curl:
+/// "Stream error in the HTTP/2 framing layer", no 413).
+fn refusing(own: rules::Own, body: Incoming, ctx: &Shared) -> Response<Body> {
+    super::drain::discard(IdleBody::new(body, ctx.body_idle, "request body"));
+    own_answer(own)
 }
 
 /// rollgate's own answer, as hyper sends it.

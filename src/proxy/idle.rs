@@ -53,6 +53,11 @@ impl<B> IdleBody<B> {
             what,
         }
     }
+
+    /// The body underneath, its timer gone.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
 }
 
 impl<B> Body for IdleBody<B>

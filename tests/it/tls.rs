@@ -1954,6 +1954,17 @@ root = "{}"
             refused.ends_with(&format!("{version} 413")),
             "{how}: {refused}"
         );
+        if how == "--http2" {
+            // Issue 79: more than the proxy reads before it answers (3 MiB), streamed from
+            // stdin and read whole by curl first: the 413 every time (the stream was reset
+            // under it: curl 000, "Stream error in the HTTP/2 framing layer").
+            for extra in [&["-T", "-"][..], &["--data-binary", "@-"][..]] {
+                for _ in 0..3 {
+                    let refused = ask(how, "/api/up", extra, Some(3 << 20));
+                    assert!(refused.ends_with("2 413"), "{extra:?}: {refused}");
+                }
+            }
+        }
         assert_eq!(
             received.load(std::sync::atomic::Ordering::SeqCst) - before,
             600 + 700,
