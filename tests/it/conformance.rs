@@ -82,7 +82,7 @@ fn servers() -> Vec<(&'static str, Command, u16)> {
 }
 
 /// `/metrics`' series `name` for route `route`, its samples added up.
-fn summed(scraped: &str, name: &str, route: &str, and: &str) -> u64 {
+pub(crate) fn summed(scraped: &str, name: &str, route: &str, and: &str) -> u64 {
     let opening = format!("{name}{{route=\"{route}\",");
     scraped
         .lines()
