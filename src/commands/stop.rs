@@ -18,6 +18,7 @@ use crate::host::lock;
 use crate::host::state::Root;
 use crate::host::stopped::{self, Stopped};
 use crate::host::traffic::{self, Mode, Traffic};
+use crate::proxy::control::{Ask, Tunnels};
 
 /// Who set the maintenance a stop puts the proxy in: what tells it from a person's own.
 const STOP_MARKER: &str = "rollgate stop";
@@ -55,8 +56,12 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             said.push(words);
         }
         for live in set.iter().filter(|l| l.identity.is_running()) {
+            // A service being stopped has no next release: its tunnels are sent away (a
+            // WebSocket's Close, 1001) rather than waited for.
+            let ask = Ask::Drain(Tunnels::SendAway);
             let drained =
-                crate::proxy::control::request(&root.0, live.port, Duration::from_secs(30)).await;
+                crate::proxy::control::request(&root.0, live.port, ask, Duration::from_secs(30))
+                    .await;
             let how = crate::host::process::stop_group(live.identity, grace).await;
             crate::engine::fault_point();
             said.push(format!("{} {how} ({drained})", live.name()));

@@ -22,6 +22,7 @@ use crate::host::journal::{self, LogEvent};
 use crate::host::process;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
+use crate::proxy::control::Tunnels;
 
 /// Whatever a rollgate that died left on the root (we hold the lock, so it is dead), finished
 /// by the same executor. A deploy: a switch that happened is finished, one that did not is
@@ -190,7 +191,7 @@ pub(crate) async fn adopt(
             .find(|p| p.identity() == stray)
             .map(|p| p.port)
         {
-            drain_before_stop(root, port, rollout.settings.drain_ms).await;
+            drain_before_stop(root, port, rollout.settings.drain_ms, Tunnels::Wait).await;
         }
         process::stop_group(stray, grace).await;
     }

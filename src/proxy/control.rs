@@ -11,7 +11,13 @@
 //! SIGTERM to the old release. If the proxy could not re-read the pointer, or still routes new
 //! requests to that port, it answers `error <why>\n` instead, and the deployer keeps the old
 //! release for its whole drain timeout. No socket (or nobody listening) means no proxy: nothing
-//! to wait for.
+//! to wait for. `drain <old-port> go` sends the release's open tunnels away first (a
+//! WebSocket's Close, 1001): a release retired after a watch, whose tunnels had the watch.
+//!
+//! `switch <old-port>`: the same re-read and check, answered at once (`switched <old-port>`):
+//! a watched deploy's switch, whose old release runs on as the fallback with its requests and
+//! tunnels (waiting for them there held the switch, and its `switched` line, up to the drain
+//! timeout).
 //!
 //! The socket is the deployer's alone: mode 0600, a peer of another uid (root excepted) is
 //! refused, and a request line is at most [`MAX_LINE`] bytes and must arrive within
@@ -46,6 +52,8 @@ pub fn socket_path(root: &Path) -> PathBuf {
 pub enum Drain {
     NoProxy,
     Drained(Duration),
+    /// The proxy confirmed new requests go elsewhere (`switch <port>`).
+    Switched,
     TimedOut(Duration),
     /// The proxy answered `error ...`: it did not switch, or could not tell.
     Refused(String),
@@ -57,6 +65,7 @@ impl std::fmt::Display for Drain {
         match self {
             Drain::NoProxy => write!(f, "no proxy"),
             Drain::Drained(d) => write!(f, "proxy drained it in {} ms", d.as_millis()),
+            Drain::Switched => write!(f, "proxy switched (its requests go on)"),
             Drain::TimedOut(d) => write!(
                 f,
                 "proxy still draining after {} ms (drain timeout)",
@@ -246,8 +255,9 @@ fn parse_counts(line: &str) -> Result<CountsLine, NoCounts> {
     })
 }
 
-/// Deployer side: asks the proxy (if any) to drain `port`, waiting at most `timeout`.
-pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
+/// Deployer side: asks the proxy (if any) to drain `port` (or confirm the switch away from it),
+/// waiting at most `timeout`.
+pub async fn request(root: &Path, port: u16, ask: Ask, timeout: Duration) -> Drain {
     let stream = match UnixStream::connect(socket_path(root)).await {
         Ok(s) => s,
         Err(e)
@@ -262,9 +272,12 @@ pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
     };
     let exchange = async {
         let (read, mut write) = stream.into_split();
-        write
-            .write_all(format!("drain {port}\n").as_bytes())
-            .await?;
+        let line = match ask {
+            Ask::Drain(Tunnels::Wait) => format!("drain {port}\n"),
+            Ask::Drain(Tunnels::SendAway) => format!("drain {port} go\n"),
+            Ask::Switch => format!("switch {port}\n"),
+        };
+        write.write_all(line.as_bytes()).await?;
         let mut line = String::new();
         BufReader::new(read).read_line(&mut line).await?;
         Ok::<String, std::io::Error>(line)
@@ -276,6 +289,7 @@ pub async fn request(root: &Path, port: u16, timeout: Duration) -> Drain {
             ["drained", answered, ms] if answered == port.to_string() => {
                 Drain::Drained(Duration::from_millis(ms.parse().unwrap_or(0)))
             }
+            ["switched", answered] if answered == port.to_string() => Drain::Switched,
             ["error", ..] => Drain::Refused(line.trim().trim_start_matches("error ").to_string()),
             _ => Drain::Failed(format!("unexpected answer {:?}", line.trim())),
         },
@@ -326,8 +340,13 @@ fn trusted(stream: &UnixStream) -> bool {
 
 /// What a peer asks for.
 enum Asked {
-    /// `drain <port>`: confirm that the release on that port has finished its requests.
-    Drain(u16),
+    /// `drain <port>`: confirm that the release on that port has finished its requests;
+    /// `drain <port> go`: and tell its tunnels to go away first (it is being stopped after a
+    /// watch: they have had their time).
+    Drain(u16, Tunnels),
+    /// `switch <port>`: confirm that new requests no longer go to the release on that port
+    /// (the deployer's switch, the release kept as the fallback: nothing to wait for).
+    Switch(u16),
     /// `counts`: what each release answered (`metrics::counts_line`).
     Counts,
     /// `tls`: the certificates served and the handshakes counted (`certs::TlsLine`).
@@ -378,7 +397,13 @@ pub async fn serve(
             }
             let (read, mut write) = stream.into_split();
             let answer = match read_request(read).await {
-                Ok(Asked::Drain(port)) => answer(port, &root, &routes, &switched, &gate).await,
+                Ok(Asked::Drain(port, tunnels)) => {
+                    let ask = Ask::Drain(tunnels);
+                    answer(port, ask, &root, &routes, &switched, &gate).await
+                }
+                Ok(Asked::Switch(port)) => {
+                    answer(port, Ask::Switch, &root, &routes, &switched, &gate).await
+                }
                 Ok(Asked::Counts) => counts_line(&routes, started),
                 Ok(Asked::Tls) => tls_line(tls.as_deref()),
                 Ok(Asked::Traffic) => format!("{}\n", gate.mode().as_str()),
@@ -456,22 +481,42 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Asked, &'
         }
         Ok(Ok(_)) => {}
     }
+    let port = |port: &str| port.parse::<u16>().map_err(|_| "bad port");
     match line.split_whitespace().collect::<Vec<_>>()[..] {
-        ["drain", port] => port
-            .parse::<u16>()
-            .map(Asked::Drain)
-            .map_err(|_| "bad port"),
+        ["drain", at] => Ok(Asked::Drain(port(at)?, Tunnels::Wait)),
+        ["drain", at, "go"] => Ok(Asked::Drain(port(at)?, Tunnels::SendAway)),
+        ["switch", at] => Ok(Asked::Switch(port(at)?)),
         ["counts"] => Ok(Asked::Counts),
         ["tls"] => Ok(Asked::Tls),
         ["traffic"] => Ok(Asked::Traffic),
         ["routes"] => Ok(Asked::Routes),
-        _ => Err("expected `drain <port>` or `counts`"),
+        _ => Err("expected `drain <port> [go]`, `switch <port>` or `counts`"),
     }
 }
 
-/// Confirms a drain only once the pointer was re-read and new requests go elsewhere.
+/// What the deployer asks of the release on a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Its requests finished (its tunnels as they may, within the deployer's drain timeout).
+    Drain(Tunnels),
+    /// New requests going elsewhere; the ones it has go on.
+    Switch,
+}
+
+/// What a drain does with the release's open tunnels (WebSockets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tunnels {
+    /// Waited for, as any request.
+    Wait,
+    /// Told to go away now (a WebSocket's Close, 1001), then waited for.
+    SendAway,
+}
+
+/// Confirms a drain (or a switch) only once the pointer was re-read and new requests go
+/// elsewhere.
 async fn answer(
     port: u16,
+    ask: Ask,
     root: &Root,
     routes: &Routes,
     switched: &Notify,
@@ -490,6 +535,14 @@ async fn answer(
         .into_iter()
         .filter(|t| t.port == port)
         .collect();
+    if ask == Ask::Switch {
+        return match serving.is_empty() {
+            true => format!("switched {port}\n"),
+            false => {
+                format!("error the pointer still names port {port}; new requests still go there\n")
+            }
+        };
+    }
     if !serving.is_empty() {
         // Still in the pool: drained only while the service is paused (a stop-first deploy)
         // or in maintenance (`rollgate stop`), when no new request reaches it. A request that
@@ -505,6 +558,9 @@ async fn answer(
         }
     }
     for target in routes.retired_on(port) {
+        if ask == Ask::Drain(Tunnels::SendAway) {
+            target.send_tunnels_away();
+        }
         target.drained().await;
     }
     format!("drained {port} {}\n", started.elapsed().as_millis())

@@ -652,13 +652,15 @@ fn tunnel(
         .get(UPGRADE)
         .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
     let tunnels = ctx.tunnels.clone();
+    let target = lease.target.clone();
     tokio::spawn(async move {
         // The lease and the connection slot live as long as the tunnel.
         let _lease = lease;
         let _slot = slot;
         if let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) {
             let (client, upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-            super::tunnel::join(client, upstream, websocket, idle, tunnels).await;
+            let sent_away = target.tunnels_sent_away();
+            super::tunnel::join(client, upstream, websocket, idle, tunnels, sent_away).await;
         }
     });
     let (parts, _) = response.into_parts();

@@ -29,6 +29,8 @@ pub struct Target {
     pub header_value: Option<hyper::header::HeaderValue>,
     in_flight: AtomicUsize,
     idle: Notify,
+    /// True once the deployer retiring it asked its tunnels to go (`drain <port> go`).
+    going: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Target {
@@ -57,6 +59,7 @@ impl Target {
             header_value: hyper::header::HeaderValue::from_str(version).ok(),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
+            going: tokio::sync::watch::channel(false).0,
         })
     }
 
@@ -75,6 +78,18 @@ impl Target {
             }
             idle.await;
         }
+    }
+
+    /// Tells the tunnels open to this release to go away now (a WebSocket gets its Close,
+    /// 1001, at a frame boundary): it is being stopped.
+    pub fn send_tunnels_away(&self) {
+        self.going.send_replace(true);
+    }
+
+    /// Resolves once [`Target::send_tunnels_away`] was called.
+    pub async fn tunnels_sent_away(&self) {
+        let mut going = self.going.subscribe();
+        let _ = going.wait_for(|going| *going).await;
     }
 
     fn same_release(&self, (version, port, pid, slot): Member<'_>) -> bool {

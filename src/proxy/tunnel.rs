@@ -87,13 +87,15 @@ impl Drop for Open {
 }
 
 /// Joins the client's upgraded connection to the release's until both ends are done, nothing
-/// moves either way for `idle`, or the proxy's drain timeout closes it (a WebSocket with 1001).
+/// moves either way for `idle`, or the proxy's drain timeout closes it — or `sent_away`
+/// resolves: the release is being stopped (a WebSocket with 1001 either way).
 pub async fn join<C, U>(
     client: C,
     upstream: U,
     websocket: bool,
     idle: Duration,
     tunnels: Arc<Tunnels>,
+    sent_away: impl Future<Output = ()>,
 ) where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
@@ -113,12 +115,13 @@ pub async fn join<C, U>(
         websocket,
         &client_closed,
     );
-    let to_client = to_client(
-        &mut release_read,
-        &mut client_write,
-        websocket,
-        tunnels.going_away(),
-    );
+    let going_away = async {
+        tokio::select! {
+            () = tunnels.going_away() => {}
+            () = sent_away => {}
+        }
+    };
+    let to_client = to_client(&mut release_read, &mut client_write, websocket, going_away);
     let relay = async {
         tokio::pin!(to_release, to_client);
         let (mut release_done, mut client_done) = (false, false);
@@ -408,6 +411,7 @@ mod tests {
             true,
             Duration::from_secs(60),
             tunnels.clone(),
+            std::future::pending(),
         ));
         // Half a frame from the release, then the stop: the tunnel waits out the drain, then
         // for the rest of the frame.

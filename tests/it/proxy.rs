@@ -251,6 +251,81 @@ fn a_slow_request_to_the_old_release_finishes_before_it_is_stopped() {
     assert_eq!(Conn::open(port).unwrap().get("/", "").unwrap().body, "v2");
 }
 
+/// Issue 79: a deploy of a WebSocket service with five sockets open waited the drain timeout
+/// twice — at the switch, for the old release's tunnels (its `switched` line stamped that late,
+/// users already on the new release), and again after the watch. The switch only needs the
+/// proxy to route new requests to the candidate: it is stamped at once, the old release's
+/// sockets stay open through the watch (it runs on as the fallback), and after the watch they
+/// are sent away (a Close with 1001, at a frame boundary): each client reopens, on the new
+/// release. The deploy takes its gate and watch, not 2 × the 20 s drain timeout.
+#[test]
+fn a_websocket_services_deploy_takes_its_gate_and_watch_not_twice_the_drain_timeout() {
+    let site = Site::new();
+    let server = crate::common::repo().join("tests/tools/websocket.py");
+    for version in ["v1", "v2"] {
+        site.script(
+            version,
+            &format!(
+                "exec '{}' '{}' serve $PORT\n",
+                python_tools().join("python").display(),
+                server.display()
+            ),
+        );
+    }
+    let policy = write(
+        site.root(),
+        "policy.json",
+        r#"{"edge_svc": {"progress_deadline_ms": 20000, "poll_ms": 100, "max_unavailable_pct": 0,
+            "max_surge_pct": 100, "on_stall": "rollback", "watch_ms": 3000,
+            "drain_timeout_ms": 20000, "probe": {"path": "/"}, "isolation": {"enabled": false}}}"#,
+    );
+    let policy = ["--policy", policy.to_str().unwrap()];
+    let out = site.deploy(free_port(), "v1", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let proxy = Proxy::start(&site, &[]);
+    let mut holders = crate::common::websocket::Holders::open(5, proxy.port, "app.example", None);
+    let began = Instant::now();
+    let out = site.deploy(free_port(), "v2", &policy);
+    let took = began.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(20), "the deploy took {took:?}");
+    let lines = site.log_lines();
+    let at = |event: &str| {
+        lines
+            .iter()
+            .rev()
+            .find(|l| l["event"] == event)
+            .and_then(|l| l["ts"].as_f64())
+            .unwrap_or_else(|| panic!("no {event} line: {lines:?}"))
+    };
+    let (switched, promoted) = (at("switched"), at("promoted"));
+    // Stamped at the switch: the watch (3 s) and the retirement are all that follow it.
+    let after = promoted - switched;
+    assert!(
+        (3.0..10.0).contains(&after),
+        "promoted {after} s after the switch"
+    );
+    // Sent away as v1 was stopped: each client reopens, on v2.
+    assert!(
+        holders.reopened(20),
+        "a WebSocket was not sent away and reopened"
+    );
+    for held in holders.finish() {
+        assert!(held.end.starts_with("done"), "{held:?}");
+        assert!(held.opens >= 2, "{held:?}");
+        let sent_away: Vec<_> = held
+            .closes
+            .iter()
+            .filter(|(code, _)| *code == 1001)
+            .collect();
+        assert_eq!(sent_away.len(), 1, "{held:?}");
+        assert!(
+            sent_away[0].1 >= switched + 2.5,
+            "{held:?} (switched at {switched})"
+        );
+    }
+}
+
 #[test]
 fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     let site = Site::new();

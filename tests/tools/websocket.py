@@ -1,8 +1,8 @@
 """A real WebSocket (RFC 6455) on both ends of a proxied connection, from PyPI's `websockets`.
 
-    websocket.py serve
-        Listens on 127.0.0.1 (a port of the kernel's choosing, printed on the first line of
-        stdout) and answers every text message with the same text uppercased; a plain HTTP
+    websocket.py serve [PORT]
+        Listens on 127.0.0.1 (PORT, else a port of the kernel's choosing; printed on the first
+        line of stdout) and answers every text message with the same text uppercased; a plain HTTP
         request (no Upgrade) gets 200 "ok".
 
     websocket.py client HOST PORT
@@ -34,7 +34,7 @@ from websockets.asyncio.client import connect as connect_async
 from websockets.asyncio.server import serve as serve_async
 
 
-def serve_uppercase():
+def serve_uppercase(port=0):
     # asyncio, one thread: a plain request (the tests' load, one connection each: a response
     # from process_request closes it) costs no thread, and a deep accept queue takes a burst of
     # them without a dropped SYN.
@@ -52,10 +52,10 @@ def serve_uppercase():
 
     async def main():
         async with serve_async(
-            echo, "127.0.0.1", 0, process_request=plain_http, backlog=4096
+            echo, "127.0.0.1", port, process_request=plain_http, backlog=4096
         ) as server:
-            port = next(iter(server.sockets)).getsockname()[1]
-            print(port, flush=True)
+            bound = next(iter(server.sockets)).getsockname()[1]
+            print(bound, flush=True)
             await server.serve_forever()
 
     asyncio.run(main())
@@ -148,8 +148,8 @@ def sockets_of(local):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"]:
-        serve_uppercase()
+    if sys.argv[1:2] == ["serve"] and len(sys.argv) in (2, 3):
+        serve_uppercase(int(sys.argv[2]) if len(sys.argv) == 3 else 0)
     elif sys.argv[1:2] == ["client"] and len(sys.argv) == 4:
         client(sys.argv[2], sys.argv[3])
     elif sys.argv[1:2] == ["hold"] and len(sys.argv) in (4, 5):

@@ -306,7 +306,7 @@ impl Executor {
             .clone()
             .filter(|_| keep_previous)
         else {
-            let retired = self.stop_retiring(slot).await?;
+            let retired = self.stop_retiring(slot, Tunnels::Wait).await?;
             let kept_words = self.voice.swapped(
                 &mut self.rollout,
                 &mut self.words,
@@ -318,12 +318,9 @@ impl Executor {
             }
             return Ok(());
         };
-        let drained = drain_before_stop(
-            &self.context.root,
-            kept.port,
-            self.rollout.settings.drain_ms,
-        )
-        .await;
+        // The previous release runs on as the fallback: the proxy only confirms it switched
+        // (its requests and tunnels go on), and `switched` is said now, at the switch.
+        let drained = confirm_switch(&self.context.root, kept.port).await;
         if let Some(said) =
             self.voice
                 .switched(&mut self.rollout, &kept, durability.as_deref(), &drained)
@@ -345,7 +342,7 @@ impl Executor {
     ) -> Result<(), Error> {
         let stopped = match keep_previous {
             true => None,
-            false => self.stop_retiring(slot).await?,
+            false => self.stop_retiring(slot, Tunnels::Wait).await?,
         };
         let Some(live) = self.rollout.slot(slot).live.clone() else {
             return Ok(());
@@ -378,7 +375,11 @@ impl Executor {
         let Some(old) = self.rollout.slot(slot).fallback.clone() else {
             return Ok(());
         };
-        let retired = self.retire(slot, |s| s.fallback.take()).await?;
+        // Its tunnels (WebSockets) had the watch to move to the new release: the rest are sent
+        // away now rather than waited for (a drain timeout after the watch).
+        let retired = self
+            .retire(slot, |s| s.fallback.take(), Tunnels::SendAway)
+            .await?;
         match self.rollout.slot(slot).kind.clone() {
             Some(kind) => {
                 let stopped = retired.unwrap_or_default();
@@ -395,7 +396,9 @@ impl Executor {
 
     /// Takes the slot's live process out of the pool, then drains and stops it.
     pub(super) async fn retire_live(&mut self, slot: usize) -> Result<(), Error> {
-        self.retire(slot, |s| s.live.take()).await.map(drop)
+        self.retire(slot, |s| s.live.take(), Tunnels::Wait)
+            .await
+            .map(drop)
     }
 
     /// The process `take` moves out of the slot is recorded as retiring, saved, out of the
@@ -405,6 +408,7 @@ impl Executor {
         &mut self,
         slot: usize,
         take: impl FnOnce(&mut state::Slot) -> Option<Process>,
+        tunnels: Tunnels,
     ) -> Result<Option<String>, Error> {
         let s = self.rollout.slot_mut(slot);
         let Some(leaving) = take(s) else {
@@ -413,12 +417,16 @@ impl Executor {
         s.retiring = Some(leaving);
         self.save()?;
         self.write_pool()?;
-        self.stop_retiring(slot).await
+        self.stop_retiring(slot, tunnels).await
     }
 
-    /// Drains and stops the slot's retiring process; says how ("drained ...; old release v1
-    /// stopped (SIGTERM)"), None when there was none.
-    pub(crate) async fn stop_retiring(&mut self, slot: usize) -> Result<Option<String>, Error> {
+    /// Drains and stops the slot's retiring process (its tunnels as `tunnels` says); says how
+    /// ("drained ...; old release v1 stopped (SIGTERM)"), None when there was none.
+    pub(crate) async fn stop_retiring(
+        &mut self,
+        slot: usize,
+        tunnels: Tunnels,
+    ) -> Result<Option<String>, Error> {
         let Some(old) = self.rollout.slot(slot).retiring.clone() else {
             return Ok(None);
         };
@@ -426,7 +434,7 @@ impl Executor {
         // Another type's process serves nothing to drain, and stops with its type's grace.
         let drained = match self.rollout.slot(slot).kind {
             Some(_) => String::new(),
-            None => drain_before_stop(&self.context.root, old.port, settings.drain_ms)
+            None => drain_before_stop(&self.context.root, old.port, settings.drain_ms, tunnels)
                 .await
                 .to_string(),
         };
@@ -466,7 +474,10 @@ impl Executor {
             s.retiring = s.live.replace(kept.clone());
             self.save()?;
             self.write_pool()?;
-            let stopped = self.stop_retiring(slot).await?.unwrap_or_default();
+            let stopped = self
+                .stop_retiring(slot, Tunnels::Wait)
+                .await?
+                .unwrap_or_default();
             let detail = format!(
                 "{} back on {} (pid {}); {stopped}",
                 kind.name(),
@@ -549,7 +560,7 @@ impl Executor {
         if typed {
             // An old process whose stop was cut short is gone (its whole tree) before its
             // release is brought back: two of a singleton never run at once.
-            self.stop_retiring(slot).await?;
+            self.stop_retiring(slot, Tunnels::Wait).await?;
         }
         if !self.behaviour.revert_brings_back && !typed {
             // The previous release never left: what it is doing is what a rollback says.

@@ -23,7 +23,7 @@ use super::analysis::{Finding, OnFail, OnInconclusive, Verdict};
 use super::control;
 use super::fault;
 use super::record::{append, log_analysis, log_deploy, log_outcome, write_pool};
-use super::retire::drain_before_stop;
+use super::retire::{confirm_switch, drain_before_stop};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use super::tasks::{
@@ -39,6 +39,7 @@ use crate::host::probe::{Probe, Subject};
 use crate::host::process;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
+use crate::proxy::control::Tunnels;
 
 mod held;
 pub(crate) use held::lift_left_pause;

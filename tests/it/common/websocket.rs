@@ -87,9 +87,13 @@ impl WebSocketClient {
 }
 
 /// WebSockets held open through a proxy (`websocket.py hold`), each in a process of its own:
-/// reopened whenever the server closes one cleanly.
+/// reopened whenever the server closes one cleanly. Each holder's lines come through a thread
+/// of its own, so a test can wait for one with a deadline.
 pub struct Holders {
     children: Vec<std::process::Child>,
+    lines: Vec<std::sync::mpsc::Receiver<String>>,
+    /// Each holder's lines read so far, past its first `open`.
+    seen: Vec<Vec<String>>,
 }
 
 /// What one holder saw: how many WebSockets it opened, each clean close's code and Unix time,
@@ -105,37 +109,43 @@ impl Holders {
     /// `count` WebSockets to `host` through 127.0.0.1:`port` (wss trusting `ca`, when given),
     /// each open before this returns.
     pub fn open(count: usize, port: u16, host: &str, ca: Option<&std::path::Path>) -> Holders {
-        let children: Vec<std::process::Child> = (0..count)
-            .map(|_| {
-                let mut command = Command::new(python_tools().join("python"));
-                command.arg(repo().join("tests/tools/websocket.py")).args([
-                    "hold",
-                    host,
-                    &port.to_string(),
-                ]);
-                if let Some(ca) = ca {
-                    command.arg(ca);
-                }
-                command
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let mut holders = Holders { children };
-        for child in &mut holders.children {
-            let mut first = String::new();
-            let stdout = child.stdout.as_mut().unwrap();
-            // One byte at a time: the rest of the output stays for `finish`.
-            let mut byte = [0u8; 1];
-            while !first.ends_with('\n') {
-                use std::io::Read;
-                if stdout.read(&mut byte).unwrap_or(0) == 0 {
-                    break;
-                }
-                first.push(byte[0] as char);
+        let mut holders = Holders {
+            children: Vec::new(),
+            lines: Vec::new(),
+            seen: Vec::new(),
+        };
+        for _ in 0..count {
+            let mut command = Command::new(python_tools().join("python"));
+            command.arg(repo().join("tests/tools/websocket.py")).args([
+                "hold",
+                host,
+                &port.to_string(),
+            ]);
+            if let Some(ca) = ca {
+                command.arg(ca);
             }
+            let mut child = command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            let (send, lines) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in stdout.lines().map_while(Result::ok) {
+                    if send.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+            holders.children.push(child);
+            holders.lines.push(lines);
+            holders.seen.push(Vec::new());
+        }
+        for lines in &holders.lines {
+            let first = lines
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_default();
             assert!(
                 first.starts_with("open "),
                 "a WebSocket did not open: {first:?}"
@@ -144,28 +154,45 @@ impl Holders {
         holders
     }
 
+    /// Waits (up to `seconds`) until every holder has had its WebSocket closed by the server
+    /// and opened another; false if one did not.
+    pub fn reopened(&mut self, seconds: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        for (lines, seen) in self.lines.iter().zip(&mut self.seen) {
+            loop {
+                let closed = seen.iter().any(|l| l.starts_with("closed "));
+                if closed && seen.last().is_some_and(|l| l.starts_with("open ")) {
+                    break;
+                }
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match lines.recv_timeout(left) {
+                    Ok(line) => seen.push(line),
+                    Err(_) => return false,
+                }
+            }
+        }
+        true
+    }
+
     /// Each holder closes its WebSocket itself and says what it saw (the first open included).
     pub fn finish(mut self) -> Vec<Held> {
         let children = std::mem::take(&mut self.children);
+        let lines = std::mem::take(&mut self.lines);
+        let seen = std::mem::take(&mut self.seen);
         children
             .into_iter()
-            .map(|mut child| {
+            .zip(lines)
+            .zip(seen)
+            .map(|((mut child, lines), seen)| {
                 drop(child.stdin.take());
-                let mut said = String::new();
-                use std::io::Read;
-                child
-                    .stdout
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut said)
-                    .unwrap();
                 let _ = child.wait();
                 let mut held = Held {
                     opens: 1,
                     closes: Vec::new(),
                     end: String::new(),
                 };
-                for line in said.lines() {
+                // The thread ends at the holder's end of output: every line is in.
+                for line in seen.into_iter().chain(lines.iter()) {
                     let words: Vec<&str> = line.split(' ').collect();
                     match words.as_slice() {
                         ["open", _] => held.opens += 1,
