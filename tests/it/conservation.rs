@@ -475,7 +475,9 @@ fn every_request_a_route_takes_has_one_line_and_one_count_own_answers_included()
     assert!(wait_for(10, || curl("a.test", "a.test", "/", &[]) == "503"));
 
     // What each route's lines say, and what /metrics says of the same route.
-    let expected: [(&Site, &str, &[(&str, bool)]); 3] = [
+    // Each route's fates, and whether each names a release.
+    type Fates<'a> = &'a [(&'a str, bool)];
+    let expected: [(&Site, &str, Fates); 3] = [
         (
             &a,
             "a",
