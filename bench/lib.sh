@@ -27,10 +27,13 @@ stop_releases() {
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# sample_release ROLLGATE ROOT VERSION: releases/VERSION/svc runs ROLLGATE's sample service.
+# sample_release ROLLGATE ROOT VERSION: releases/VERSION/svc runs ROLLGATE's sample service,
+# from a copy (a hard link where it can) inside the release: a confined release runs only what
+# is in its folder or the system's.
 sample_release() {
   mkdir -p "$2/releases/$3"
-  printf '#!/bin/sh\nexec %s sample-service\n' "$1" >"$2/releases/$3/svc"
+  ln -f "$1" "$2/releases/$3/rollgate" 2>/dev/null || cp "$1" "$2/releases/$3/rollgate"
+  printf '#!/bin/sh\nexec "$(dirname "$0")/rollgate" sample-service\n' >"$2/releases/$3/svc"
   chmod +x "$2/releases/$3/svc"
 }
 

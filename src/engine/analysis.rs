@@ -554,6 +554,36 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_the_release_broke_off_is_its_failure_and_one_the_client_left_is_not() {
+        let counted = |cut: &[(&str, u64)]| crate::proxy::control::ReleaseCounts {
+            release: "v2".into(),
+            slot: 0,
+            answers: [("2xx".to_string(), 10)].into(),
+            misses: Default::default(),
+            cut: cut.iter().map(|(why, n)| (why.to_string(), *n)).collect(),
+            retried: 0,
+            latency_sum_us: 0,
+            latency_us: Vec::new(),
+        };
+        let line = |cut: &[(&str, u64)]| CountsLine {
+            started_ms: 1,
+            pid: 1,
+            releases: vec![counted(cut)],
+        };
+        let before = line(&[]);
+        let now = line(&[
+            ("upstream_reset", 2),
+            ("upstream_timeout", 1),
+            ("client_closed", 4),
+        ]);
+        let side = Side::between(Some(&before), &now, "v2");
+        // Its ten answers were counted at their heads; three of them it did not finish.
+        assert_eq!((side.requests, side.errors), (0, 3));
+        let side = Side::between(None, &now, "v2");
+        assert_eq!(side.users_had(), (10, 3));
+    }
+
+    #[test]
     fn fisher_matches_a_hand_computed_tail() {
         // 3 errors, all in the canary's 10 of 20 requests: C(10,3)/C(20,3) = 120/1140.
         let p = fisher_greater(3, 10, 0, 10);
