@@ -140,3 +140,56 @@ fn the_architecture_page_names_every_source_file() {
         .collect();
     assert!(named_gone.is_empty(), "named but gone: {named_gone:?}");
 }
+
+/// Issue 81: the docs named `proxy::routes`, a module that never was (`router.rs`). Every
+/// `` `ROOM::NAME `` a page names is a module of `src/ROOM/`, an item of the room's own file,
+/// or a test of `tests/it/ROOM.rs`.
+#[test]
+fn every_module_path_the_docs_name_exists() {
+    let rooms = [
+        "proxy", "engine", "host", "commands", "log", "render", "release", "config",
+    ];
+    let mut pages = vec![repo().join("README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    let mut unknown = Vec::new();
+    for page in pages
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
+        let text = read(page.clone());
+        for room in rooms {
+            for rest in text.split(&format!("`{room}::")).skip(1) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name.is_empty() {
+                    continue;
+                }
+                let src = repo().join("src").join(room);
+                let module = src.join(format!("{name}.rs")).exists() || src.join(&name).is_dir();
+                let own = read(src.join("mod.rs")) + &read(repo().join(format!("src/{room}.rs")));
+                let word = |line: &str| {
+                    line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .any(|w| w == name)
+                };
+                let item = ["fn", "struct", "enum", "mod", "const", "type", "static"]
+                    .iter()
+                    .any(|kind| own.contains(&format!("{kind} {name}")))
+                    || own
+                        .split("use ")
+                        .skip(1)
+                        .any(|used| word(used.split(';').next().unwrap_or("")));
+                let test = read(repo().join(format!("tests/it/{room}.rs")))
+                    .contains(&format!("fn {name}("));
+                if !(module || item || test) {
+                    unknown.push(format!("{}: {room}::{name}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "{unknown:#?}");
+}
