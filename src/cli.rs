@@ -470,6 +470,14 @@ The demo stops the live release at the end, so nothing is left running; the file
         #[command(flatten)]
         target: RootArgs,
     },
+    /// Deletes the releases a prune or `release rm` renamed out of ROOT/releases (hidden
+    /// `.removing-*` folders), in the background, after the command that removed them has
+    /// said so. Started by rollgate, not by hand (see `release::install::remove`).
+    #[command(hide = true, name = "sweep-removed")]
+    SweepRemoved {
+        #[command(flatten)]
+        target: RootArgs,
+    },
     /// Holds a service's listening socket for its root and hands a copy to each release
     /// rollgate starts (SCM_RIGHTS on ROOT/listen.sock). Started by rollgate when a policy
     /// has `listen`, not by hand.

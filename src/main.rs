@@ -246,6 +246,10 @@ fn run(command: Command) -> Result<u8, Error> {
             backlog,
         } => rollgate::commands::hold::run(&target.root, listen, backlog),
         Command::KeepClock { target } => rollgate::commands::clock::keep_clock(target.root),
+        Command::SweepRemoved { target } => {
+            rollgate::release::install::sweep_removed(&target.root.join("releases"));
+            Ok(error::SUCCESS)
+        }
         Command::SampleService(_)
         | Command::OutputPump { .. }
         | Command::ListenExec { .. }

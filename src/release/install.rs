@@ -120,8 +120,8 @@ fn in_staging<T>(
 /// appeared meanwhile (another install won).
 fn seal(releases: &Path, tree: &Path, record: &Record) -> Result<bool, Error> {
     let text = serde_json::to_string_pretty(record).expect("a record serializes") + "\n";
-    write_synced(&tree.join(RECORD_FILE), text.as_bytes())?;
-    sync_tree(tree)?;
+    write_new(&tree.join(RECORD_FILE), text.as_bytes())?;
+    sync_everything_under(tree)?;
     let target = releases.join(&record.version);
     match nix::fcntl::renameat2(
         None,
@@ -300,7 +300,7 @@ pub fn derive(
             .collect();
         link_tree(&source, &source, &tree, &skipped)?;
         for (name, text) in replace.iter().filter(|(_, text)| !text.is_empty()) {
-            write_synced(&tree.join(name), text.as_bytes())?;
+            write_new(&tree.join(name), text.as_bytes())?;
         }
         let executable = tree.join(service);
         let (size, files, tree_sha256) = digest_tree(&tree)?;
@@ -446,9 +446,9 @@ fn fill_image(
     };
     fs::create_dir(content).map_err(|e| failed("create", content, e))?;
     let text = serde_json::to_string_pretty(&record).expect("an image record serializes") + "\n";
-    write_synced(&content.join(container::IMAGE_FILE), text.as_bytes())?;
+    write_new(&content.join(container::IMAGE_FILE), text.as_bytes())?;
     let launcher = content.join(service);
-    write_synced(&launcher, container::launcher(&id).as_bytes())?;
+    write_new(&launcher, container::launcher(&id).as_bytes())?;
     fs::set_permissions(&launcher, fs::Permissions::from_mode(0o755))
         .map_err(|e| failed("make executable", &launcher, e))?;
     Ok("image")
@@ -522,17 +522,22 @@ impl Budget {
     }
 }
 
-/// Copies `from` to `to` (created with `mode`), counting its bytes; synced.
+/// Copies `from` to `to` (created with `mode`), counting its bytes. Not synced here: the
+/// whole staged tree is, once, before it is renamed into place ([`seal`]).
 fn copy_file(from: &Path, to: &Path, mode: u32, budget: &mut Budget) -> Result<(), Error> {
-    let mut input = File::open(from).map_err(|e| refused(format!("{}: {e}", from.display())))?;
+    let input = File::open(from).map_err(|e| refused(format!("{}: {e}", from.display())))?;
     let mut output = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(to)
         .map_err(|e| failed("create", to, e))?;
-    copy_counted(&mut input, &mut output, from, budget)?;
-    output.sync_all().map_err(|e| failed("sync", to, e))?;
+    // The kernel copies (copy_file_range, a reflink where the filesystem shares extents),
+    // never more than the budget has left: a file that grows meanwhile is cut and refused.
+    let left = budget.max_bytes.saturating_sub(budget.bytes);
+    let copied = std::io::copy(&mut input.take(left.saturating_add(1)), &mut output)
+        .map_err(|e| refused(format!("{}: cannot copy it: {e}", from.display())))?;
+    budget.bytes(copied, from)?;
     // The umask may have taken bits the source had.
     fs::set_permissions(to, fs::Permissions::from_mode(mode)).map_err(|e| failed("chmod", to, e))
 }
@@ -767,7 +772,6 @@ fn unpack(archive: &Path, content: &Path, root: &Path, budget: &mut Budget) -> R
                 };
                 copy_counted(&mut entry, &mut output, archive, &mut unlimited)
                     .map_err(|e| bad(format!("a truncated or corrupt archive ({e})")))?;
-                output.sync_all().map_err(|e| failed("sync", &target, e))?;
                 fs::set_permissions(&target, fs::Permissions::from_mode(mode))
                     .map_err(|e| failed("chmod", &target, e))?;
             }
@@ -891,29 +895,62 @@ fn verify_manifest(request: &Request, manifest: &Path, tree: &Path) -> Result<()
         let _ = fs::remove_file(&copy);
     }
     let bytes = fs::read(manifest).map_err(|e| refused(format!("{}: {e}", manifest.display())))?;
-    write_synced(&copy, &bytes)
+    write_new(&copy, &bytes)
 }
 
 /// Content bytes, regular files, and the tree digest of a release folder (its record aside).
+/// Its files are hashed on every core at once (a venv has thousands).
 pub fn digest_tree(dir: &Path) -> Result<(u64, u64, String), Error> {
     let mut lines = Vec::new();
-    let (mut size, mut files) = (0u64, 0u64);
-    walk(dir, dir, &mut lines, &mut size, &mut files)?;
+    let mut files = Vec::new();
+    let mut size = 0u64;
+    walk(dir, dir, &mut lines, &mut files, &mut size)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let share = files.len().div_ceil(threads).max(1);
+    let hashed: Vec<Result<Vec<String>, Error>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = files
+            .chunks(share)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|(relative, mode, path)| {
+                            Ok(format!("f {relative} {mode:o} {}", file_sha256(path)?))
+                        })
+                        .collect::<Result<Vec<String>, Error>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Failed("a hashing thread panicked".into())))
+            })
+            .collect()
+    });
+    for chunk in hashed {
+        lines.extend(chunk?);
+    }
     lines.sort();
     let mut hasher = Sha256::new();
     for line in &lines {
         hasher.update(line.as_bytes());
         hasher.update(b"\n");
     }
-    Ok((size, files, hex(&hasher.finalize())))
+    Ok((size, files.len() as u64, hex(&hasher.finalize())))
 }
+
+/// A regular file of a tree to hash: its path inside, its mode, where it is.
+type ToHash = (String, u32, PathBuf);
 
 fn walk(
     top: &Path,
     dir: &Path,
     lines: &mut Vec<String>,
+    files: &mut Vec<ToHash>,
     size: &mut u64,
-    files: &mut u64,
 ) -> Result<(), Error> {
     let entries =
         fs::read_dir(dir).map_err(|e| Error::Invalid(format!("{}: {e}", dir.display())))?;
@@ -937,7 +974,7 @@ fn walk(
         let mode = meta.permissions().mode() & 0o7777;
         if meta.is_dir() {
             lines.push(format!("d {relative} {mode:o}"));
-            walk(top, &path, lines, size, files)?;
+            walk(top, &path, lines, files, size)?;
         } else if meta.file_type().is_symlink() {
             let target = fs::read_link(&path)
                 .map(|t| t.display().to_string())
@@ -945,8 +982,7 @@ fn walk(
             lines.push(format!("l {relative} {target}"));
         } else if meta.is_file() {
             *size += meta.len();
-            *files += 1;
-            lines.push(format!("f {relative} {mode:o} {}", file_sha256(&path)?));
+            files.push((relative, mode, path));
         }
     }
     Ok(())
@@ -982,29 +1018,24 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+/// A new file of a staged tree (synced with the tree, [`seal`]).
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .open(path)
         .map_err(|e| failed("create", path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| failed("write", path, e))?;
-    file.sync_all().map_err(|e| failed("sync", path, e))
+    file.write_all(bytes).map_err(|e| failed("write", path, e))
 }
 
-/// Syncs every folder of a tree (the files were synced as they were written).
-fn sync_tree(dir: &Path) -> Result<(), Error> {
-    for entry in fs::read_dir(dir)
-        .map_err(|e| failed("read", dir, e))?
-        .flatten()
-    {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            sync_tree(&entry.path())?;
-        }
-    }
-    sync_dir(dir)
+/// Makes a staged tree durable before it is renamed into place: one `syncfs` of the filesystem
+/// it is on (its files and folders among what it writes back), not one fsync per file and
+/// folder — 9 412 of them for a Django venv, each waiting on a disk other work keeps busy
+/// (issue 81: 24-29 s a release on a busy host, against 0.3 s for `cp -a` and one sync).
+fn sync_everything_under(dir: &Path) -> Result<(), Error> {
+    let folder = File::open(dir).map_err(|e| failed("open", dir, e))?;
+    rustix::fs::syncfs(&folder).map_err(|e| failed("sync", dir, e.into()))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), Error> {
@@ -1016,17 +1047,18 @@ fn sync_dir(dir: &Path) -> Result<(), Error> {
 /// Folders being removed begin with this (a dot: no longer a version the moment they are named so).
 const REMOVING_PREFIX: &str = ".removing-";
 
-/// Removes an installed release crash-safely: it is first renamed to a hidden name (from that
-/// moment no deploy or listing sees it, and no one sees it half-removed), then deleted. A
-/// removal cut short leaves only the hidden folder, which the next `release add` or `prune`
-/// deletes.
+/// Removes an installed release crash-safely, and out of the caller's time: it is renamed to
+/// a hidden name (from that moment no deploy or listing sees it, and no one sees it
+/// half-removed) and its files are deleted by a process of their own in the background
+/// ([`sweep_removed`]) — a venv of thousands of files took 18 s to delete, 24 s of a deploy that
+/// pruned one after its promotion (issue 81). A deletion cut short leaves only the hidden
+/// folder, which the next `release add`, prune or sweep finishes.
 pub fn remove(releases: &Path, version: &str) -> Result<(), Error> {
     check_name("version", version)?;
     let from = releases.join(version);
     let hidden = releases.join(format!("{REMOVING_PREFIX}{version}-{}", std::process::id()));
     fs::rename(&from, &hidden).map_err(|e| failed("rename out", &from, e))?;
     sync_dir(releases)?;
-    fs::remove_dir_all(&hidden).map_err(|e| failed("remove", &hidden, e))?;
     // The policy it ran under goes with it (a record of a release that is gone).
     if let Some(root) = releases.parent() {
         let kept = root
@@ -1035,8 +1067,53 @@ pub fn remove(releases: &Path, version: &str) -> Result<(), Error> {
         let _ = fs::remove_file(kept);
         // And so does what its processes and hooks said (rollgate's own files of it).
         let _ = fs::remove_dir_all(root.join(crate::host::output::OUTPUT_DIR).join(version));
+        sweep_in_the_background(root);
     }
     Ok(())
+}
+
+/// Starts `rollgate sweep-removed` for `root`, detached (a session of its own, no terminal,
+/// nothing inherited to write to): it outlives this command. Not started, the hidden folders
+/// wait for the next command that sweeps.
+fn sweep_in_the_background(root: &Path) {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new("/proc/self/exe");
+    command
+        .arg("sweep-removed")
+        .arg("--root")
+        .arg(root)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    if let Ok(mut child) = command.spawn() {
+        // Reaped here while this command lives (a long one would gather zombies), by whoever
+        // inherits it once it has exited.
+        std::thread::spawn(move || child.wait());
+    }
+}
+
+/// Deletes every release renamed out of `releases` for removal (`.removing-*`), whoever
+/// renamed it: those are never read again.
+pub fn sweep_removed(releases: &Path) {
+    let Ok(entries) = fs::read_dir(releases) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(REMOVING_PREFIX)
+        {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Removes what a dead installer staged or a dead removal left (a `kill -9` mid-way).
