@@ -172,8 +172,13 @@ fn stage_and_rename(
         .as_ref()
         .and_then(|p| p.line_of(super::procfile::WEB));
     let executable = tree.join(request.service);
-    // What the release runs: its executable at the top, or its Procfile's `web:` — not both.
-    let what_runs = match (fs::symlink_metadata(&executable), web_line) {
+    // What the release runs: its executable at the top, or its Procfile's `web:` — not both. A
+    // folder named like the service beside a `web:` line is the application's own (Django's
+    // project package `shop/` for service `shop`), not an executable.
+    let at_top = fs::symlink_metadata(&executable);
+    let folder_at_top = at_top.as_ref().is_ok_and(|meta| meta.is_dir());
+    let what_runs = match (at_top, web_line) {
+        (_, Some(_)) if folder_at_top => tree.join(super::procfile::PROCFILE),
         (Err(_), Some(_)) => tree.join(super::procfile::PROCFILE),
         (Err(_), None) => {
             return Err(refused(format!(
@@ -658,17 +663,31 @@ fn link_allowed(at: &Path, target: &Path, _root: &Path) -> Result<(), String> {
             }
         }
     }
-    match SYSTEM_FOLDERS
+    if SYSTEM_FOLDERS
         .iter()
         .any(|folder| clean.starts_with(folder))
     {
-        true => Ok(()),
-        false => Err(format!(
-            "leads out of the release to a place that is not a folder of the system ({}); \
-             ship the file inside the release or link to a relative path",
-            SYSTEM_FOLDERS.join(", ")
-        )),
+        return Ok(());
     }
+    // A virtual environment's interpreter, made by a Python outside the system (pyenv, conda,
+    // a home folder): a confined release could not run it, and its scripts would fail with a
+    // bare "Permission denied" (126) at the first deploy (issue 81).
+    let interpreter = at.parent().is_some_and(|bin| bin.ends_with("bin"))
+        && at
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("python"));
+    let way_out = match interpreter {
+        true => {
+            "a virtual environment's interpreter: make the environment with the system's \
+                 Python (/usr/bin/python3 -m venv), or with --copies so the interpreter ships \
+                 inside the release"
+        }
+        false => "ship the file inside the release or link to a relative path",
+    };
+    Err(format!(
+        "leads out of the release to a place that is not a folder of the system ({}); {way_out}",
+        SYSTEM_FOLDERS.join(", ")
+    ))
 }
 
 /// Where an absolute link of a release may lead: the folders of the system a confined release

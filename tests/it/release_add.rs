@@ -572,3 +572,49 @@ fn release_add_names_scripts_whose_interpreter_is_outside_the_release() {
         "{said}"
     );
 }
+
+/// Issue 81, 1 and 2: a Django project's package folder named like the service (`shop/` for
+/// service `shop`) beside a Procfile's `web:` line was refused as "both an executable and a
+/// `web:` line" (a folder is not an executable); a virtual environment made by pyenv's Python
+/// links its interpreter outside the system's folders: refused at once with the way out (it
+/// failed at the first deploy with a bare "Permission denied").
+#[test]
+fn a_django_package_named_like_the_service_installs_and_a_pyenv_venv_is_told_the_way_out() {
+    let site = Site::new();
+    let build = tempfile::tempdir().unwrap();
+    write(build.path(), "shop/settings.py", "DEBUG = False\n");
+    write(build.path(), "shop/__init__.py", "");
+    write(
+        build.path(),
+        "Procfile",
+        "web: python3 -m http.server $PORT\n",
+    );
+    let out = rollgate()
+        .args(["release", "add", "shop", "v1"])
+        .arg(build.path())
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(site.root().join("releases/v1/shop/settings.py").is_file());
+    // pyenv's interpreter, linked from the venv.
+    std::fs::create_dir_all(build.path().join("venv/bin")).unwrap();
+    std::os::unix::fs::symlink(
+        "/root/.pyenv/versions/3.11.7/bin/python3",
+        build.path().join("venv/bin/python3"),
+    )
+    .unwrap();
+    let out = rollgate()
+        .args(["release", "add", "shop", "v2"])
+        .arg(build.path())
+        .arg("--root")
+        .arg(site.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("venv/bin/python3"), "{said}");
+    assert!(said.contains("/usr/bin/python3 -m venv"), "{said}");
+    assert!(!site.root().join("releases/v2").exists());
+}
