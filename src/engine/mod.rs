@@ -51,6 +51,8 @@ pub mod status;
 mod step;
 mod tasks;
 mod types;
+#[cfg(test)]
+mod types_tests;
 pub mod view;
 mod voice;
 

@@ -102,39 +102,7 @@ pub fn render(services: &[Arc<Service>], by_route: bool, started: Started) -> St
             );
         }
     }
-    series(
-        &mut out,
-        "rollgate_proxy_answers_cut_total",
-        "counter",
-        "Answers (among answers_total) that did not reach the client whole, by why.",
-    );
-    for (route, version, slot, seen) in &counted {
-        for (reason, count) in CUTS.iter().zip(seen.cut) {
-            let _ = writeln!(
-                out,
-                "rollgate_proxy_answers_cut_total{{{route}release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
-                label(version)
-            );
-        }
-    }
-    series(
-        &mut out,
-        "rollgate_proxy_own_answers_total",
-        "counter",
-        "Requests rollgate answered itself, or whose client left before any answer, by why.",
-    );
-    for service in services {
-        let route = route_label(service, by_route);
-        let route = route.trim_end_matches(',');
-        let own = service.own_answers.snapshot();
-        for (reason, count) in REASONS.iter().zip(own) {
-            let labels = match route.is_empty() {
-                true => format!("reason=\"{reason}\""),
-                false => format!("{route},reason=\"{reason}\""),
-            };
-            let _ = writeln!(out, "rollgate_proxy_own_answers_total{{{labels}}} {count}");
-        }
-    }
+    render_ends(&mut out, services, by_route, &counted);
     series(
         &mut out,
         "rollgate_proxy_upstream_retries_total",
@@ -236,6 +204,50 @@ pub fn render(services: &[Arc<Service>], by_route: bool, started: Started) -> St
         started.at_ms as f64 / 1e3
     );
     out
+}
+
+/// How the requests ended that `answers_total` and `upstream_failures_total` do not tell: the
+/// answers cut short (per release) and rollgate's own answers (per route).
+fn render_ends(
+    out: &mut String,
+    services: &[Arc<Service>],
+    by_route: bool,
+    counted: &[(String, String, u16, Snapshot)],
+) {
+    let out = &mut *out;
+    series(
+        out,
+        "rollgate_proxy_answers_cut_total",
+        "counter",
+        "Answers (among answers_total) that did not reach the client whole, by why.",
+    );
+    for (route, version, slot, seen) in counted {
+        for (reason, count) in CUTS.iter().zip(seen.cut) {
+            let _ = writeln!(
+                out,
+                "rollgate_proxy_answers_cut_total{{{route}release=\"{}\",slot=\"{slot}\",reason=\"{reason}\"}} {count}",
+                label(version)
+            );
+        }
+    }
+    series(
+        out,
+        "rollgate_proxy_own_answers_total",
+        "counter",
+        "Requests rollgate answered itself, or whose client left before any answer, by why.",
+    );
+    for service in services {
+        let route = route_label(service, by_route);
+        let route = route.trim_end_matches(',');
+        let own = service.own_answers.snapshot();
+        for (reason, count) in REASONS.iter().zip(own) {
+            let labels = match route.is_empty() {
+                true => format!("reason=\"{reason}\""),
+                false => format!("{route},reason=\"{reason}\""),
+            };
+            let _ = writeln!(out, "rollgate_proxy_own_answers_total{{{labels}}} {count}");
+        }
+    }
 }
 
 /// The `route="NAME",` that opens a service's labels (nothing for `--root`'s one service).

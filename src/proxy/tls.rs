@@ -21,13 +21,12 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_rustls::rustls;
 
-use super::access::{self, Begun};
 use super::certs::{Resolver, TlsError, ACME_TLS_ALPN};
 use super::fate::{reason_of, Fate};
 use super::forward;
 use super::front;
 use super::pass::Shared;
-use super::router::Picked;
+use super::rules;
 
 pub const DEFAULT_NAME: &str = "default";
 
@@ -277,32 +276,23 @@ fn plain_answer(
             "bad request: the Host header is not a host name\n".into(),
         )
     };
-    // The request's route (by host and path) logs and counts it as https's would.
+    // The request's route (by host and path) logs and counts it as https's would: its line
+    // is begun by the same rules (`rules::run`).
     let routed = host.and_then(|host| {
         let shared = &to_https.shared;
-        let service = shared
+        let facts = rules::Facts {
+            method: request.method().as_str(),
+            target: &path,
+            host: Some(host),
+            request_id: request.headers().get("x-request-id").map(|v| v.as_bytes()),
+            body: rules::Body::None,
+            upgrade: false,
+            sni: None,
+        };
+        let decided = shared
             .router
-            .with(|router| match router.pick(host, path.as_bytes()) {
-                Picked::Route(route) => Some(route.service.clone()),
-                Picked::NoRoute => None,
-            })?;
-        let begun = service
-            .access
-            .as_ref()
-            .filter(|l| l.samples(shared.thread))
-            .map(|log| {
-                let id = request.headers().get("x-request-id");
-                Begun::new(
-                    log,
-                    Vec::new(),
-                    &service.name,
-                    host,
-                    request.method().as_str(),
-                    &path,
-                    id.and_then(|v| access::given_request_id(v.as_bytes())),
-                )
-            });
-        Some((service, begun))
+            .with(|router| rules::run(router, &facts, shared.thread, &mut Vec::new()));
+        Some((decided.service?, decided.begun))
     });
     let response = match to_https.answer(host, &path) {
         Plain::Https(location) => match HeaderValue::from_str(&location) {
