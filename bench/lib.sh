@@ -9,7 +9,7 @@ stop_releases() {
   # Their keepers first (SIGTERM: a keeper leaves its release running), or they would start
   # the releases again; a pid is signalled only while it is a keeper.
   for keeper in $(ls "$1/.keepers" 2>/dev/null); do
-    if tr '\0' ' ' <"/proc/$keeper/cmdline" 2>/dev/null | grep -q '^[^ ]* keep $'; then
+    if tr '\0' ' ' <"/proc/$keeper/cmdline" 2>/dev/null | grep -q '^[^ ]* keep '; then
       kill -TERM "$keeper" 2>/dev/null || true
     fi
   done

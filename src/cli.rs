@@ -462,7 +462,11 @@ The demo stops the live release at the end, so nothing is left running; the file
     /// ended as it ended otherwise. Its spec comes on stdin. Started by rollgate for every
     /// release process, not by hand (see `host::keeper`).
     #[command(hide = true, name = "keep")]
-    Keep,
+    Keep {
+        /// The service and the process kept (`shop worker.1`): only for `ps` to show.
+        #[arg(hide = true)]
+        named: Vec<String>,
+    },
     /// Keeps a root's schedules: runs each at its due times in the live release. Started by
     /// rollgate's supervisor for a policy with `schedules`, not by hand (see `commands::clock`).
     #[command(hide = true, name = "keep-clock")]

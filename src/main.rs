@@ -126,7 +126,7 @@ fn main() -> ExitCode {
         // A container release's supervisor: one small runtime, no output of its own.
         Command::ContainerRun(args) => container_run(args),
         // A release process's keeper: one small runtime, its report on stdout.
-        Command::Keep => rollgate::commands::keep::keep_main(),
+        Command::Keep { .. } => rollgate::commands::keep::keep_main(),
         command => match run(command) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {
@@ -254,7 +254,7 @@ fn run(command: Command) -> Result<u8, Error> {
         | Command::OutputPump { .. }
         | Command::ListenExec { .. }
         | Command::ContainerRun(_)
-        | Command::Keep => {
+        | Command::Keep { .. } => {
             unreachable!("run by main before the commands")
         }
         Command::Proxy(args) => dispatch::proxy::run_proxy(args),

@@ -86,6 +86,23 @@ impl Default for Backoff {
 }
 
 impl Spec {
+    /// The service and the process kept, as `ps` shows the keeper: `shop web`, `shop web.2`
+    /// (a replica), `shop worker.1` — read off its output file's name (`SERVICE[.TYPE].N.output`).
+    fn shown_as(&self) -> [String; 2] {
+        let file = self
+            .output
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stem = file.strip_suffix(".output").unwrap_or(&file);
+        let process = match stem.strip_prefix(&format!("{}.", self.service)) {
+            Some(rest) if rest.chars().all(|c| c.is_ascii_digit()) => format!("web.{rest}"),
+            Some(rest) => rest.to_string(),
+            None => "web".to_string(),
+        };
+        [self.service.clone(), process]
+    }
+
     pub fn of(launch: &super::process::Launch, service: &str) -> Spec {
         Spec {
             root: launch.root.to_path_buf(),
@@ -248,8 +265,11 @@ fn spawn_keeper(
     let (spec_read, spec_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let mut command = tokio::process::Command::new("/proc/self/exe");
+    // Shown by `ps` as what it keeps (`rollgate keep shop worker.1`), not `/proc/self/exe keep`.
     command
+        .arg0("rollgate")
         .arg(KEEP_COMMAND)
+        .args(spec.shown_as())
         .current_dir(&spec.root)
         .stdin(Stdio::from(spec_read))
         .stdout(Stdio::from(report_write))

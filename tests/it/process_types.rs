@@ -104,6 +104,29 @@ fn a_release_s_workers_and_clock_are_replaced_with_it_and_a_failing_worker_rolls
     let names: Vec<&str> = v1.iter().map(|p| p.0.as_str()).collect();
     assert_eq!(names, ["worker.0", "worker.1", "clock.0"]);
     assert!(v1.iter().all(|p| p.1 == "v1" && alive(p.2)), "{v1:?}");
+    // Issue 81, 5: `ps` shows each keeper as what it keeps (it was `/proc/self/exe keep`).
+    let shown = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let parent = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap();
+        let cmdline = std::fs::read(format!("/proc/{parent}/cmdline")).unwrap();
+        String::from_utf8_lossy(&cmdline)
+            .replace('\0', " ")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        shown(site.live_pid().unwrap()),
+        "rollgate keep edge-svc web"
+    );
+    for (name, _, pid) in &v1 {
+        assert_eq!(shown(*pid), format!("rollgate keep edge-svc {name}"));
+    }
 
     // v2: every process replaced; the old ones stopped; never two clocks.
     good(&site, "v2");
