@@ -20,10 +20,10 @@ use dispatch::{ended, printed};
 
 /// `rollgate listen-exec`: the release's environment says that fd 3 is its socket and that it
 /// is meant for this very process, then the release replaces it (same pid).
-fn listen_exec(name: &str, program: &[std::ffi::OsString]) -> ExitCode {
+fn listen_exec(name: &str, program: &[std::ffi::OsString]) -> u8 {
     use std::os::unix::process::CommandExt;
     let Some((executable, args)) = program.split_first() else {
-        return ExitCode::from(error::REFUSED);
+        return error::REFUSED;
     };
     let error = std::process::Command::new(executable)
         .args(args)
@@ -35,12 +35,12 @@ fn listen_exec(name: &str, program: &[std::ffi::OsString]) -> ExitCode {
         "rollgate listen-exec: cannot start {}: {error}",
         executable.to_string_lossy()
     );
-    ExitCode::from(127)
+    127
 }
 
 /// `rollgate container-run`: the container's exit code as this process's (a code past 255, or
 /// none, is 255); what went wrong with the engine on stderr, exit 125 as `docker run` does.
-fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
+fn container_run(args: cli::ContainerRunArgs) -> u8 {
     let spec = rollgate::host::container::RunSpec {
         name: args
             .name
@@ -76,14 +76,14 @@ fn container_run(args: cli::ContainerRunArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("rollgate container-run: {e}");
-            return ExitCode::from(125);
+            return 125;
         }
     };
     match runtime.block_on(rollgate::host::container::run(&spec)) {
-        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(255)),
+        Ok(code) => u8::try_from(code).unwrap_or(255),
         Err(why) => {
             eprintln!("rollgate container-run: {why}");
-            ExitCode::from(125)
+            125
         }
     }
 }
@@ -102,9 +102,16 @@ fn handed_file(fd: i32) -> Option<std::fs::File> {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The one way out: every command's exit status, whatever ran it.
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    ExitCode::from(exit_status(Cli::parse().command))
+}
+
+/// Runs `command` to its exit status: the few that run before any runtime (a release's own
+/// program, its output pump, its start with a held socket, a container's or a process's
+/// keeper) each in its own way, every other one through [`run`], its error rendered here.
+fn exit_status(command: Command) -> u8 {
+    match command {
         // The test releases' own program, with exit statuses of its own.
         Command::SampleService(args) => sample::run(args),
         // A release's output pump: no runtime, no thread, nothing on stdout.
@@ -117,8 +124,8 @@ fn main() -> ExitCode {
             // Its stdout is FILE, opened and locked by the rollgate that started it.
             let first = rollgate::host::output::stdout_if_it_is(&file);
             match rollgate::host::output::pump(&file, rotation, std::io::stdin().lock(), first) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(_) => ExitCode::from(error::FAILED),
+                Ok(()) => error::SUCCESS,
+                Err(_) => error::FAILED,
             }
         }
         // A release's start with its held socket: no runtime, only the exec.
@@ -128,10 +135,10 @@ fn main() -> ExitCode {
         // A release process's keeper: one small runtime, its report on stdout.
         Command::Keep { .. } => rollgate::commands::keep::keep_main(),
         command => match run(command) {
-            Ok(code) => ExitCode::from(code),
+            Ok(code) => code,
             Err(error) => {
                 eprint!("{}", error.render());
-                ExitCode::from(error.code())
+                error.code()
             }
         },
     }

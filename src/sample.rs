@@ -133,7 +133,7 @@ fn is_an_error(n: u64, rate: f64) -> bool {
     rate > 0.0 && ((n + 1) as f64 * rate).floor() > (n as f64 * rate).floor()
 }
 
-pub fn run(args: SampleArgs) -> std::process::ExitCode {
+pub fn run(args: SampleArgs) -> u8 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -141,7 +141,7 @@ pub fn run(args: SampleArgs) -> std::process::ExitCode {
     runtime.block_on(serve(args))
 }
 
-async fn serve(args: SampleArgs) -> std::process::ExitCode {
+async fn serve(args: SampleArgs) -> u8 {
     let started = Instant::now();
     UNREADY_PROBES_LEFT.store(args.unready_probes, std::sync::atomic::Ordering::SeqCst);
     if args.exit_after_ms == Some(0) {
@@ -149,14 +149,14 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
             "sample-service: exiting at boot with status {}",
             args.exit_code
         );
-        return std::process::ExitCode::from(args.exit_code as u8);
+        return args.exit_code as u8;
     }
     let held = match args.listen_fds {
         true => match held_socket() {
             Ok(held) => Some(held),
             Err(e) => {
                 eprintln!("sample-service: --listen-fds: {e}");
-                return std::process::ExitCode::from(2);
+                return 2;
             }
         },
         false => None,
@@ -168,7 +168,7 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
     let version = std::env::var("ROLLGATE_VERSION").unwrap_or_else(|_| "unknown".into());
     let Some(Ok(listener)) = listeners.next().map(TcpListener::from_std) else {
         eprintln!("sample-service: cannot use the listener on 127.0.0.1:{port}");
-        return std::process::ExitCode::from(3);
+        return 3;
     };
     // Extra threads only serve; this one also watches for SIGTERM and the exit timer, and the
     // process ends when it returns.
@@ -231,11 +231,11 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                     let _ = shutdown.send(true);
                     answer_what_is_owed(&open).await;
                     stopping();
-                    return std::process::ExitCode::SUCCESS;
+                    return 0;
                 } else {
                     eprintln!("sample-service: SIGTERM, exiting");
                     stopping();
-                    return std::process::ExitCode::SUCCESS;
+                    return 0;
                 }
             }
             _ = &mut exit => {
@@ -248,7 +248,7 @@ async fn serve(args: SampleArgs) -> std::process::ExitCode {
                 }
                 eprintln!("sample-service: exiting with status {} at {:.6}", args.exit_code, unix_now());
                 stopping();
-                return std::process::ExitCode::from(args.exit_code as u8);
+                return args.exit_code as u8;
             }
         }
     }
@@ -274,15 +274,13 @@ async fn exit_due(args: &SampleArgs, started: Instant) {
 
 /// Its port (`--port`, else `PORT`) and its listeners on 127.0.0.1 (one per thread with
 /// `--threads`), or the exit code that says why not.
-fn bind(
-    args: &SampleArgs,
-) -> Result<(u16, std::vec::IntoIter<std::net::TcpListener>), std::process::ExitCode> {
+fn bind(args: &SampleArgs) -> Result<(u16, std::vec::IntoIter<std::net::TcpListener>), u8> {
     let port = args
         .port
         .or_else(|| std::env::var("PORT").ok().and_then(|p| p.parse().ok()));
     let Some(port) = port else {
         eprintln!("sample-service: set PORT or --port");
-        return Err(std::process::ExitCode::from(2));
+        return Err(2);
     };
     let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let bound = if args.threads > 1 {
@@ -296,7 +294,7 @@ fn bind(
         Ok(listeners) => Ok((port, listeners.into_iter())),
         Err(e) => {
             eprintln!("sample-service: {e}");
-            Err(std::process::ExitCode::from(3))
+            Err(3)
         }
     }
 }

@@ -73,7 +73,7 @@ fn pidfd_of(who: Identity) -> Option<tokio::io::unix::AsyncFd<std::os::fd::Owned
 
 /// `rollgate keep`: reads its spec on stdin, starts (or adopts) the release, says so, and keeps
 /// it. Its exit is its release's when it lets the release end.
-pub fn keep_main() -> std::process::ExitCode {
+pub fn keep_main() -> u8 {
     use std::io::Read;
     let mut text = Vec::new();
     let spec = std::io::stdin()
@@ -86,7 +86,7 @@ pub fn keep_main() -> std::process::ExitCode {
         Ok(spec) => spec,
         Err(e) => {
             keeper::report(&format!("error its keeper could not read its spec: {e}"));
-            return std::process::ExitCode::from(crate::error::FAILED);
+            return crate::error::FAILED;
         }
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -96,12 +96,12 @@ pub fn keep_main() -> std::process::ExitCode {
         Ok(runtime) => runtime.block_on(keep(spec)),
         Err(e) => {
             keeper::report(&format!("error its keeper could not start: {e}"));
-            std::process::ExitCode::from(crate::error::FAILED)
+            crate::error::FAILED
         }
     }
 }
 
-async fn keep(spec: Spec) -> std::process::ExitCode {
+async fn keep(spec: Spec) -> u8 {
     // A terminal's or a session's end is not the release's: caught and left unread, not
     // ignored, so the release (whose exec resets caught signals) gets them as it would anywhere.
     use tokio::signal::unix::{signal, SignalKind};
@@ -121,7 +121,7 @@ async fn keep(spec: Spec) -> std::process::ExitCode {
             }
             Err(e) => {
                 keeper::report(&format!("error {e}"));
-                return std::process::ExitCode::from(crate::error::FAILED);
+                return crate::error::FAILED;
             }
         },
     };
@@ -140,7 +140,7 @@ async fn keep(spec: Spec) -> std::process::ExitCode {
     keeper::report(&said);
     let Ok(terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     else {
-        return std::process::ExitCode::from(crate::error::FAILED);
+        return crate::error::FAILED;
     };
     let keeper = Keeper {
         root,
@@ -201,7 +201,7 @@ async fn next_for(standby: &mut Option<Standby>) -> StandbyEvent {
 impl Keeper {
     /// Keeps the release (and its standby, while it has one); ends as [`Keeper::keep_watching`]
     /// does, with no standby left running.
-    async fn run(mut self, watched: Watched) -> std::process::ExitCode {
+    async fn run(mut self, watched: Watched) -> u8 {
         let code = self.keep_watching(watched).await;
         if let Some(standby) = self.standby.take() {
             // Not under the lock (whoever asked this keeper to go may hold it): its entry in
@@ -212,7 +212,7 @@ impl Keeper {
     }
 
     /// Watches the release until it ends, then starts it again or lets it go (ending so).
-    async fn keep_watching(&mut self, mut watched: Watched) -> std::process::ExitCode {
+    async fn keep_watching(&mut self, mut watched: Watched) -> u8 {
         let mut notes = Notes::default();
         // Only a notify-probed release has anything to read: the others cost no wake-ups.
         let every = match self.spec.record.probe.is_notify() {
@@ -226,7 +226,7 @@ impl Keeper {
         loop {
             let status = tokio::select! {
                 // Asked to stop: the release keeps running (`up` gives it a keeper again).
-                _ = self.terminate.recv() => return std::process::ExitCode::SUCCESS,
+                _ = self.terminate.recv() => return 0,
                 status = watched.end() => status,
                 _ = gone.tick() => {
                     if self.root.0.is_dir() {
@@ -234,7 +234,7 @@ impl Keeper {
                     }
                     // Its root was removed: nothing can name, stop or start it any more.
                     process::stop_group(self.release, defaults::GRACE).await;
-                    return std::process::ExitCode::SUCCESS;
+                    return 0;
                 }
                 _ = look.tick() => {
                     notes.look(&self.root, self.release, &self.spec.record.probe).await;
@@ -356,7 +356,7 @@ impl Keeper {
         status: Option<std::process::ExitStatus>,
         mut words: String,
         mut orderly: bool,
-    ) -> Result<tokio::process::Child, std::process::ExitCode> {
+    ) -> Result<tokio::process::Child, u8> {
         let root = self.root.clone();
         loop {
             if let (false, Some(at)) = (orderly, self.crashes.next_allowed) {
@@ -540,7 +540,7 @@ impl Keeper {
         live: &Live,
         status: Option<std::process::ExitStatus>,
         because: &str,
-    ) -> Result<std::process::ExitCode, String> {
+    ) -> Result<u8, String> {
         let mut command = tokio::process::Command::new("/proc/self/exe");
         command
             .args(["rollback", &live.service, "--because", because])
@@ -706,7 +706,7 @@ async fn linger(
     release: Identity,
     status: Option<std::process::ExitStatus>,
     terminate: &mut tokio::signal::unix::Signal,
-) -> std::process::ExitCode {
+) -> u8 {
     loop {
         tokio::select! {
             _ = terminate.recv() => return mirror(status),
@@ -720,13 +720,13 @@ async fn linger(
 }
 
 /// Ends this keeper as its release ended: the same exit code, or the same signal.
-fn mirror(status: Option<std::process::ExitStatus>) -> std::process::ExitCode {
+fn mirror(status: Option<std::process::ExitStatus>) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     let Some(status) = status else {
-        return std::process::ExitCode::from(crate::error::FAILED);
+        return crate::error::FAILED;
     };
     if let Some(code) = status.code() {
-        return std::process::ExitCode::from(code.clamp(0, 255) as u8);
+        return code.clamp(0, 255) as u8;
     }
     if let Some(signal) = status.signal() {
         // SAFETY: no core file, the signal's default action, then the signal to itself.
@@ -743,7 +743,7 @@ fn mirror(status: Option<std::process::ExitStatus>) -> std::process::ExitCode {
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             libc::kill(libc::getpid(), signal);
         }
-        return std::process::ExitCode::from(128u8.saturating_add(signal as u8));
+        return 128u8.saturating_add(signal as u8);
     }
-    std::process::ExitCode::from(crate::error::FAILED)
+    crate::error::FAILED
 }

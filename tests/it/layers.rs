@@ -1015,3 +1015,32 @@ fn the_raw_open_finder_sees_the_allowed_ones() {
         "{found:?}"
     );
 }
+
+/// Issue 81, 8: `main.rs` had eight exit sites (`container-run`, `listen-exec`, the keeper's
+/// own); every command now ends with an exit status that `main` turns into the process's,
+/// once — and nothing in `src` exits the process any other way.
+#[test]
+fn main_has_one_exit_route() {
+    let main = std::fs::read_to_string(repo().join("src/main.rs")).unwrap();
+    let code: String = main
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(code.matches("ExitCode::").count(), 1, "main.rs");
+    let mut folders = vec![repo().join("src")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("main.rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(
+                    !text.contains("std::process::exit(") && !text.contains("ExitCode"),
+                    "{path:?} makes the process's exit status itself"
+                );
+            }
+        }
+    }
+}
