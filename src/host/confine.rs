@@ -170,6 +170,16 @@ impl Confinement {
         program: &Path,
         e: std::io::Error,
     ) -> std::io::Error {
+        let bare = program.components().count() == 1;
+        if bare && e.kind() == std::io::ErrorKind::PermissionDenied && !on_path(program) {
+            // The search through PATH met a folder confinement forbids and found the command
+            // nowhere: the error the kernel left is that folder's "Permission denied", but the
+            // command does not exist (issue 81).
+            return std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{}: command not found in PATH", program.display()),
+            );
+        }
         match (user, e.kind()) {
             (Some(user), std::io::ErrorKind::PermissionDenied) => {
                 match super::account::why_unreachable(program, user) {
@@ -180,6 +190,16 @@ impl Confinement {
             _ => e,
         }
     }
+}
+
+/// Whether an executable file named `program` is in one of PATH's folders.
+fn on_path(program: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|folder| {
+        std::fs::metadata(folder.join(program))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// In the child, after [`drop_privileges`]: the service's gid, then its uid, real, effective and

@@ -807,6 +807,26 @@ fn run_executes_a_one_off_command_in_the_live_release_as_its_user_with_its_confi
         "echo \"$GREETING $DB_PASSWORD $(id -u) $PWD $STATE_DIRECTORY\"; sleep 300 & echo $! > \"$STATE_DIRECTORY/child\"; exit 7",
     ]);
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    // Issue 81, 2: a command that does not exist is said to be not found, not "Permission
+    // denied" (what PATH's search left after a folder the confinement forbids). Run with a
+    // PATH holding such a folder, as an operator's shell has.
+    let missing = rollgate()
+        .args(["run", "edge-svc", "--root"])
+        .arg(site.root())
+        .args(["--", "no-such-command-81"])
+        .env(
+            "PATH",
+            format!("/root/.cargo/bin:{}", std::env::var("PATH").unwrap()),
+        )
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_ne!(missing.status.code(), Some(0));
+    assert!(
+        stderr(&missing).contains("no-such-command-81: command not found in PATH"),
+        "{}",
+        stderr(&missing)
+    );
     let said = stdout(&out);
     let uid = service_uid(&site);
     let expected = if crate::hooks::nix_is_root() {
