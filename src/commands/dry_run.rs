@@ -484,7 +484,20 @@ fn deploy_report(
         Ok(live) => report.check(engine::beside_the_live(live.as_ref(), port)),
         Err(e) => report.check(Err(e.to_string())),
     }
-    report.check(engine::port_free(port));
+    // A crash loop's standby is retired before the deploy plans: its port will be free.
+    let standby = live
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .and_then(|p| p.fallback.as_ref())
+        .filter(|f| f.standby && f.port == port);
+    report.check(match standby {
+        Some(standby) => Ok(format!(
+            "port {port} is the crash loop's standby's ({} pid {}): the deploy retires it first",
+            standby.version, standby.pid
+        )),
+        None => engine::port_free(port),
+    });
     report.check(admission_check(&root, &request.service, &request.version));
     report.check(config_check(
         &root,

@@ -66,9 +66,19 @@ impl PortChoice {
             } => (first, last, source),
         };
         let live = root.read_pointer()?;
+        // A crash loop's standby is retired before any run plans (a dry run, which retires
+        // nothing, counts its port free as the run will find it: issue 81).
+        let standby = live
+            .as_ref()
+            .and_then(|p| p.fallback.as_ref())
+            .filter(|f| f.standby)
+            .map(|f| f.port);
         let taken: Vec<u16> = live
             .iter()
-            .flat_map(|p| std::iter::once(p.port).chain(p.fallback.as_ref().map(|f| f.port)))
+            .flat_map(|p| {
+                let kept = p.fallback.as_ref().filter(|f| !f.standby);
+                std::iter::once(p.port).chain(kept.map(|f| f.port))
+            })
             .collect();
         let left_by_a_dead_deploy = state::load(root)?
             .filter(|left| left.unsettled_deploy())
@@ -76,7 +86,9 @@ impl PortChoice {
         (*first..=*last)
             .find(|port| {
                 !taken.contains(port)
-                    && (port_free(*port).is_ok() || left_by_a_dead_deploy == Some(*port))
+                    && (port_free(*port).is_ok()
+                        || left_by_a_dead_deploy == Some(*port)
+                        || standby == Some(*port))
             })
             .ok_or_else(|| {
                 let taken = match taken.as_slice() {

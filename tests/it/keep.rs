@@ -386,6 +386,30 @@ fn a_standby_outlives_neither_its_keeper_nor_the_next_deploy() {
         site.events()
     );
     let standby = standby_pid().unwrap();
+    // Issue 81, 3: a dry run predicts the deploy — its range's one other port busy, the
+    // standby's port is the one it would take (the deploy retires the standby first); it said
+    // "no port of --ports ... is free".
+    let _busy = std::net::TcpListener::bind(("127.0.0.1", first + 1));
+    let ports = format!("{first}-{}", first + 1);
+    let args = ["--policy", policy.as_str(), "--ports", &ports, "--dry-run"];
+    let dry = site.run(&[&["deploy", "edge-svc", "v3"][..], &args].concat());
+    assert_eq!(
+        dry.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&dry),
+        stderr(&dry)
+    );
+    assert!(
+        stdout(&dry).contains("it would go ahead"),
+        "{}",
+        stdout(&dry)
+    );
+    assert!(
+        stdout(&dry).contains(&format!("port {first}")),
+        "{}",
+        stdout(&dry)
+    );
     let out = site.deploy(free_port(), "v3", &["--policy", &policy]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!alive(standby) || is_zombie(standby));
