@@ -476,6 +476,9 @@ fn forget_unless_kept(releases: &Path, root: &Path, image: &str) -> Option<Strin
         .into_iter()
         .flatten()
         .flatten()
+        // A release renamed out for removal (`.removing-*`, its files deleted in the
+        // background) or being staged holds nothing.
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .filter_map(|e| {
             crate::host::container::ImageRelease::of_release(&e.path())
                 .ok()

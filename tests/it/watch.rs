@@ -315,11 +315,11 @@ fn the_watch_runs_its_whole_length_after_a_slow_drain() {
     let site = Site::new();
     site.release("v1", "");
     assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
-    // A proxy that answers the drain without confirming it: the deploy keeps the old release
-    // for the whole drain timeout (1500 ms) before it watches.
-    let peer = unconfirming_proxy(&site, "error not now\n");
-    // Gone 500 ms after its `switched` line (said once the drain is over): inside a 1 s watch
-    // that follows the drain — a watch counted from the switch itself would be over by then.
+    // A proxy that answers the switch without confirming it: the old release runs on as the
+    // fallback whatever it says (before issue 79 the switch drained it, and an unconfirmed
+    // drain held the watch for the whole drain timeout, 1500 ms).
+    let peer = unconfirming_proxy(&site, "error not now\n", 1);
+    // Gone 500 ms after its `switched` line: inside the 1 s watch that follows.
     site.crashing_release_with("v2", 500, 1);
     let armed = site.arm_at("v2", "switched");
     let out = site.deploy(

@@ -923,19 +923,27 @@ pub fn replica_versions(site: &Site) -> Vec<String> {
         .collect()
 }
 
-/// A stand-in for a proxy on the root's socket that answers one drain request with `answer`
-/// (an error line, so the drain is never confirmed); joins to the request line it read.
-pub fn unconfirming_proxy(site: &Site, answer: &'static str) -> std::thread::JoinHandle<String> {
+/// A stand-in for a proxy on the root's socket that answers `asks` requests (a switch, a drain)
+/// with `answer` (an error line, so none is ever confirmed); joins to the request lines it read.
+pub fn unconfirming_proxy(
+    site: &Site,
+    answer: &'static str,
+    asks: usize,
+) -> std::thread::JoinHandle<Vec<String>> {
     use std::io::{BufRead, Write};
     let listener = std::os::unix::net::UnixListener::bind(site.root().join("proxy.sock")).unwrap();
     std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(&stream)
-            .read_line(&mut line)
-            .unwrap();
-        (&stream).write_all(answer.as_bytes()).unwrap();
-        line
+        (0..asks)
+            .map(|_| {
+                let (stream, _) = listener.accept().unwrap();
+                let mut line = String::new();
+                std::io::BufReader::new(&stream)
+                    .read_line(&mut line)
+                    .unwrap();
+                (&stream).write_all(answer.as_bytes()).unwrap();
+                line
+            })
+            .collect()
     })
 }
 
