@@ -40,6 +40,8 @@ pub struct Request {
     /// A release that carries no config of its own gets the service's (the live release's):
     /// a deploy of a new release. A rollback brings a release back as it was, and does not.
     pub give_service_config: bool,
+    /// What the engine says once it has planned the run (`engine::Start::announce`).
+    pub announce: Option<String>,
 }
 
 impl Request {
@@ -214,6 +216,7 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
             executable,
             hooks,
             plan,
+            announce: request.announce,
         },
         policy.as_ref(),
     )

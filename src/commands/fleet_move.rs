@@ -105,6 +105,7 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
             no_wait: false,
             eval: request.eval,
             give_service_config: true,
+            announce: None,
         }),
         Way::Rollout => rollout::rollout(rollout::Request {
             service: request.service,
@@ -114,6 +115,7 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
             policy_entry: request.policy_entry,
             eval: request.eval,
             give_service_config: true,
+            announce: None,
             args: settings::Args {
                 ports: request
                     .ports

@@ -165,13 +165,20 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
 /// a replica root, a rollout of the version its replicas run that gives each a fresh process,
 /// within the rollout's budgets.
 pub fn restart(request: RollbackRequest) -> Result<Outcome, Error> {
-    restart_sized(request, None)
+    restart_sized(request, None, None)
 }
 
 /// A restart that also sets how many web replicas run (`rollgate scale SVC web=N`): a rollout
 /// of the live version with a fresh process for each replica, `web` of them — a single
 /// release's root becomes a replica set, a replica set grows or shrinks.
-pub fn restart_sized(request: RollbackRequest, web: Option<usize>) -> Result<Outcome, Error> {
+///
+/// `said_first`: words the engine says before its own once it has planned the restart (a
+/// scale's), never if it refuses it.
+pub fn restart_sized(
+    request: RollbackRequest,
+    web: Option<usize>,
+    said_first: Option<String>,
+) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     let root = Root::existing(request.root.clone())?;
     let set = root.read_replicas()?;
@@ -196,7 +203,7 @@ pub fn restart_sized(request: RollbackRequest, web: Option<usize>) -> Result<Out
             )));
         };
         let replicas = web.or(set.as_ref().map(|s| s.replicas.len())).unwrap_or(1);
-        eprintln!(
+        let restarting = format!(
             "rollgate: restarting {}'s {replicas} replicas of {version}: a fresh process for each, through the gate",
             request.service,
         );
@@ -214,6 +221,7 @@ pub fn restart_sized(request: RollbackRequest, web: Option<usize>) -> Result<Out
             policy_entry: deploy.policy_entry,
             eval: deploy.eval,
             give_service_config: false,
+            announce: Some(said_first.map_or(restarting.clone(), |s| format!("{s}\n{restarting}"))),
             args: crate::engine::settings::Args {
                 replicas: web,
                 ports,
@@ -246,7 +254,7 @@ pub fn restart_sized(request: RollbackRequest, web: Option<usize>) -> Result<Out
             ),
         ),
     };
-    eprintln!(
+    let restarting = format!(
         "rollgate: restarting {} {}: a fresh process beside the running one, through the gate",
         request.service, live.version
     );
@@ -256,6 +264,7 @@ pub fn restart_sized(request: RollbackRequest, web: Option<usize>) -> Result<Out
         version: live.version,
         root: request.root,
         give_service_config: false,
+        announce: Some(said_first.map_or(restarting.clone(), |s| format!("{s}\n{restarting}"))),
         ..request.deploy
     })
 }

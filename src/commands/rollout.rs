@@ -25,6 +25,8 @@ pub struct Request {
     pub args: settings::Args,
     /// As a deploy's: a new release gets the service's config (a rollback's does not).
     pub give_service_config: bool,
+    /// What the engine says once it has planned the run (`engine::Start::announce`).
+    pub announce: Option<String>,
 }
 
 /// The request's policy: its `--policy` entry, checked by the contract, else the one kept in
@@ -69,6 +71,7 @@ pub fn rollout(request: Request) -> Result<Outcome, Error> {
             executable,
             hooks,
             plan,
+            announce: request.announce,
         },
         policy.as_ref(),
     )

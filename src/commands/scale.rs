@@ -85,13 +85,15 @@ pub fn scale(request: RollbackRequest, counts: &[(String, usize)]) -> Result<Out
     write(&after)?;
     let mut asked: Vec<String> = counts.iter().map(|(n, c)| format!("{n}={c}")).collect();
     asked.extend(web.map(|n| format!("web={n}")));
-    eprintln!(
+    // Said by the engine once it has planned the restart, not before a refusal (a singleton
+    // scaled past one was announced, then refused: issue 81).
+    let scaling = format!(
         "rollgate: scaling {} {} to {}: every process started again through its gate",
         request.service,
         live.version,
         asked.join(" ")
     );
-    let outcome = rollback::restart_sized(request, web);
+    let outcome = rollback::restart_sized(request, web, Some(scaling));
     if !outcome.as_ref().is_ok_and(|o| o.went_live()) {
         // Not applied: the counts that run are the ones kept.
         write(&before)?;

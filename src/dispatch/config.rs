@@ -63,6 +63,7 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                     eval: policy::EvalOptions::default(),
                     args: settings::Args::default(),
                     give_service_config: false,
+                    announce: None,
                 };
                 return Ok(ended(rollout::rollout(request)?));
             }
@@ -86,6 +87,7 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                 no_wait: false,
                 eval: policy::EvalOptions::default(),
                 give_service_config: false,
+                announce: None,
             };
             Ok(ended(deploy::deploy(request)?))
         }

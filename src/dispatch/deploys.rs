@@ -54,6 +54,7 @@ pub fn run_deploy(args: cli::DeployArgs) -> Result<u8, Error> {
         no_wait,
         eval: eval_options(gate.eval),
         give_service_config: true,
+        announce: None,
     };
     if dry_run {
         Ok(report_dry_run(dry_run::deploy(&request)))
@@ -95,6 +96,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
         policy_entry: gate.policy_entry,
         eval: eval_options(gate.eval),
         give_service_config: false,
+        announce: None,
         args: settings::Args {
             deadline_ms: gate.deadline_ms,
             grace_ms: gate.grace_ms,
@@ -157,6 +159,7 @@ pub fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
         .map_err(|e| usage(format!("--soak: {e}")))?;
     Ok(rollout::Request {
         give_service_config: true,
+        announce: None,
         service: args.service.unwrap_or_default(),
         version: args.version.unwrap_or_default(),
         root: args.target.root,
@@ -293,5 +296,6 @@ fn same_release_deploy(service: String, root: PathBuf, gate: cli::GateArgs) -> d
         no_wait: false,
         eval: eval_options(eval),
         give_service_config: false,
+        announce: None,
     }
 }

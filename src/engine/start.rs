@@ -34,6 +34,9 @@ pub struct Start {
     pub executable: PathBuf,
     pub hooks: Hooks,
     pub plan: Plan,
+    /// Words for stderr once the run is planned (a restart's, a scale's: "restarting …"):
+    /// said only when the engine takes the run, never before it refuses it (issue 81).
+    pub announce: Option<String>,
 }
 
 /// Where a deploy's candidate goes: a port named, or one of a range, chosen here under the
@@ -195,6 +198,10 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
         // Its other types (workers, a clock): slots of the run beside web's.
         let others = procfile.map(|p| p.others()).unwrap_or_default();
         with_types(&start, &mut prepared.rollout, &others)?;
+        // Planned whole (its types' counts checked last): the run is taken.
+        if let Some(words) = &start.announce {
+            eprintln!("{words}");
+        }
         let kind = match start.plan {
             Plan::Deploy { .. } => "deploy",
             Plan::Rollout { .. } => "rollout",

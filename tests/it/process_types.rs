@@ -474,6 +474,12 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
         let out = scale(counts);
         assert_eq!(out.status.code(), Some(2), "{counts:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(said), "{counts:?}: {}", stderr(&out));
+        // Issue 81, 5: refused before anything was announced ("scaling… restarting…").
+        assert!(
+            !stderr(&out).contains("scaling") && !stderr(&out).contains("restarting"),
+            "{counts:?}: {}",
+            stderr(&out)
+        );
     }
     let kept = std::fs::read_to_string(site.root().join("scale.json")).unwrap();
     assert_eq!(
