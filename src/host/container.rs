@@ -930,10 +930,11 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
 
 /// Whether the engine says the kernel's OOM killer ended the container. The engine sets
 /// `OOMKilled` from an OOM event of its own, which can land after the exit it reported (more
-/// than a second later on a loaded machine, seen in CI): a container SIGKILLed (137) under a
-/// memory limit, not by a stop of ours, is asked again for up to five seconds.
+/// than a second later on a loaded machine, seen in CI; once more than five): a container
+/// SIGKILLed (137) under a memory limit, not by a stop of ours, is asked again for up to fifteen
+/// seconds — its candidate is dead either way, only the reason waits.
 async fn oom_killed(docker: &Docker, id: &str, may_be_late: bool) -> bool {
-    let tries = if may_be_late { 50 } else { 1 };
+    let tries = if may_be_late { 150 } else { 1 };
     for attempt in 1..=tries {
         let said = docker
             .inspect_container(id, None)
