@@ -119,7 +119,7 @@ fn a_form_post_to_gunicorn_on_a_kept_connection_never_loses_the_next_request() {
 /// The acceptance's reproduction as the reporter ran it: Python's `http.client`
 /// posting a form on kept TLS connections to gunicorn's sync worker, its body right behind its
 /// head or 15 ms after it, to a path that reads it, one that answers without reading it, and a
-/// slower app's (100 ms). 1 000 POSTs from 8 clients at once: every one answered (the proxy
+/// slower app's (100 ms). 1 000 POSTs from 4 clients at once: every one answered (the proxy
 /// before the fix lost them as `200, 200, EOF`).
 #[test]
 fn a_thousand_form_posts_over_kept_tls_connections_to_gunicorn_lose_none() {
@@ -142,7 +142,7 @@ fn a_thousand_form_posts_over_kept_tls_connections_to_gunicorn_lose_none() {
         .arg(script)
         .arg(tls.to_string())
         .arg(ca.pem())
-        .args(["app.example", "1000", "8"])
+        .args(["app.example", "1000", "4"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
