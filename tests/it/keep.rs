@@ -308,9 +308,12 @@ fn a_standby_is_retired_when_the_crash_loop_window_ends() {
     // only what is left of the 4 s window, and on a loaded machine its start takes most of it
     // (CI saw a poll of `current` miss it, as it had seen one over HTTP miss it before).
     assert!(
-        wait_for(20, || site.log_lines().iter().any(|l| l["event"] == "standby"
-            && l["pid"].as_i64().is_some()
-            && l["detail"].as_str().unwrap().contains("started beside"))),
+        wait_for(20, || site
+            .log_lines()
+            .iter()
+            .any(|l| l["event"] == "standby"
+                && l["pid"].as_i64().is_some()
+                && l["detail"].as_str().unwrap().contains("started beside"))),
         "{:?}",
         site.events()
     );
