@@ -391,11 +391,7 @@ fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words()
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )
     .unwrap();
-    let before: Vec<String> = std::fs::read_dir(site.root().join("releases"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .collect();
+    let before = site.release_folders();
     let out = config(
         &site,
         &["set", "edge-svc", "--secret", "X=never-set", "--no-deploy"],
@@ -406,11 +402,7 @@ fn secrets_reach_only_the_process_and_never_the_roots_files_or_rollgates_words()
         "{}",
         stderr(&out)
     );
-    let after: Vec<String> = std::fs::read_dir(site.root().join("releases"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .collect();
+    let after = site.release_folders();
     assert_eq!(before.len(), after.len(), "nothing made");
     // A value is never taken from the command line.
     let out = rollgate()

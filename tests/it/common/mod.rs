@@ -112,6 +112,19 @@ impl Site {
         self.dir.path()
     }
 
+    /// The release folders under `releases/`, sorted: hidden ones (`.staging-…` being installed,
+    /// `.removing-…` being deleted by the background sweep) are not releases.
+    pub fn release_folders(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.root().join("releases"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// `releases/<version>/edge-svc` running `rollgate sample-service <args>`.
     pub fn release(&self, version: &str, args: &str) {
         let bin = crate::common::bin();
