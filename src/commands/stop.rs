@@ -97,8 +97,12 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
         let (_lock, set) = locked_live_set(&root, request, "deploy a release instead").await?;
         let was = stopped::read(&root.0)?;
         let ready = ready_within(&root);
-        let mut said = Vec::new();
+        // What a start cut short left running, named by nothing, goes first (as `up` does):
+        // never a second copy beside the one started now.
+        let kept = crate::host::keeper::kept(&root.0, true);
+        let mut said = super::supervise::stop_strays(&root, &kept).await;
         let mut failed = Vec::new();
+        let mut started_now = Vec::new();
         for (n, live) in set.iter().enumerate() {
             if live.identity.is_running() {
                 said.push(format!(
@@ -113,12 +117,19 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
             match restart(&root, live, ready, n as u64, (why, None), kept).await {
                 Ok(started) => {
                     crate::engine::fault_point();
-                    said.push(format!("{}: started ({})", live.name(), started.how))
+                    said.push(format!("{}: started ({})", live.name(), started.how));
+                    started_now.push((live.name(), started.identity));
                 }
                 Err(e) => failed.push(format!("{}: NOT started: {e}", live.name())),
             }
         }
         if !failed.is_empty() {
+            // The service stays stopped, so nothing of it runs: what this start did start goes
+            // again (its keeper sees the stop and lets it go).
+            for (name, who) in started_now {
+                let how = crate::host::process::stop_group(who, stop_grace(&root)).await;
+                said.push(format!("{name}: {how}, since the service stays stopped"));
+            }
             said.extend(failed);
             return Err(Error::Failed(format!(
                 "{}\n{} stays stopped: nothing else starts it until `rollgate start` succeeds",

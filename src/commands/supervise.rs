@@ -133,6 +133,8 @@ pub(crate) struct Started {
     pub(crate) how: String,
     /// It passed its probe (else it is running, not known to be ready).
     pub(crate) ready: bool,
+    /// Started through a keeper that was killed while it was waited for: it runs, unkept.
+    pub(crate) keeper_lost: bool,
 }
 
 /// Starts the release and waits until it passes its own probe (the one its gate used), or it
@@ -156,7 +158,9 @@ pub(crate) fn restart_token(attempt: u64) -> String {
 
 /// A release process just started again, not yet known to be ready.
 pub(crate) struct Launched {
+    /// The release itself, or (`kept`) its keeper, whose child it is.
     pub(crate) child: tokio::process::Child,
+    kept: bool,
     pub(crate) identity: Identity,
     subject: crate::host::probe::Subject,
     /// Reads what a notify-probed release says while it is waited for.
@@ -235,10 +239,12 @@ pub(crate) fn launch(
         port: live.port,
         workdir: root.release_dir(&live.version),
         notices: notifier.as_ref().map(|n| n.notices()),
-        image: live.launch.image_of(&root.release_dir(&live.version)),
+        root: root.0.clone(),
+        launch: live.launch.clone(),
     };
     Ok(Launched {
         child,
+        kept: matches!(spawn, Spawn::Kept(_)),
         identity,
         subject,
         _notifier: notifier,
@@ -253,9 +259,17 @@ impl Launched {
         let pid = self.identity.pid;
         let deadline = tokio::time::Instant::now() + ready;
         let mut last = String::from("no probe yet");
+        // A keeper killed is not its release ending (issue 80: the release ran on, unkept and
+        // named by nothing, and the next start gave a second copy): from then on the release
+        // itself is watched.
+        let mut keeper_lost = false;
         let (how, passed) = loop {
             tokio::select! {
-                status = self.child.wait() => {
+                status = self.child.wait(), if !keeper_lost => {
+                    if self.kept && self.identity.is_running() {
+                        keeper_lost = true;
+                        continue;
+                    }
                     let status = process::ended_words(status, Some(&self.identity));
                     let tail = said_last(root, &self.output);
                     return Err(format!("exited with {status} before it was ready{tail}"));
@@ -264,6 +278,10 @@ impl Launched {
                     break (format!("pid {pid}, not ready after {} ms (last probe: {last})", ready.as_millis()), false);
                 }
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if keeper_lost && !self.identity.is_running() {
+                        let tail = said_last(root, &self.output);
+                        return Err(format!("exited before it was ready (its keeper was killed before it){tail}"));
+                    }
                     let (passed, probe) = self.subject.check().await;
                     if passed {
                         break (format!("pid {pid}, ready ({probe})"), true);
@@ -279,6 +297,7 @@ impl Launched {
             identity: self.identity,
             how,
             ready: passed,
+            keeper_lost,
         })
     }
 
@@ -359,15 +378,32 @@ pub(crate) async fn restart(
         let stopped = process::stop_group(started.identity, Duration::from_secs(5)).await;
         return Err(format!("{e}; the process started for it {stopped}"));
     }
+    let mut how = started.how.clone();
+    if started.keeper_lost {
+        // Named now, so kept again as any running live release is.
+        let spec = Spec::adopting(
+            &root.0,
+            &live.service,
+            started.identity,
+            &live.launch,
+            Backoff::default(),
+        );
+        match keeper::adopt(&spec) {
+            Ok(_) => how.push_str("; its keeper was killed while it started, and it has a new one"),
+            Err(e) => how.push_str(&format!(
+                "; its keeper was killed while it started, and it is NOT kept: {e}"
+            )),
+        }
+    }
     log(
         root,
         live,
         LogEvent::Restarted,
         Some(started.identity.pid),
         ended,
-        format!("{why}; started again: {}", started.how),
+        format!("{why}; started again: {how}"),
     );
-    Ok(started)
+    Ok(Started { how, ..started })
 }
 
 /// Every live release under `root` kept, the caller holding the lock: one running without a
@@ -493,7 +529,7 @@ fn named(root: &Root) -> (Vec<Identity>, Vec<i32>) {
 /// killed between starting a release again and recording it left them — so that no second copy
 /// of a release ever runs beside the one the next pass starts. Words for each; the caller
 /// holds the lock.
-async fn stop_strays(root: &Root, kept: &keeper::Keepers) -> Vec<String> {
+pub(crate) async fn stop_strays(root: &Root, kept: &keeper::Keepers) -> Vec<String> {
     let (named, fallback) = named(root);
     let unnamed = |who: &Identity| !named.contains(who) && !fallback.contains(&who.pid);
     let mut strays: Vec<Identity> = kept

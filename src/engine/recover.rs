@@ -420,9 +420,8 @@ async fn final_probe(root: &Root, rollout: &Rollout) -> Result<(), String> {
         port: new.port,
         workdir: root.release_dir(&new.version),
         notices: notifier.as_ref().map(|n| n.notices()),
-        image: rollout
-            .launch_of(&new)
-            .image_of(&root.release_dir(&new.version)),
+        root: root.0.clone(),
+        launch: rollout.launch_of(&new).clone(),
     };
     match subject.check().await {
         (true, _) => Ok(()),

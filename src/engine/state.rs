@@ -204,7 +204,7 @@ pub struct Settings {
 
 impl Settings {
     /// How its releases, and so its hooks, are confined.
-    pub fn isolation(&self) -> crate::host::hooks::Isolation<'_> {
+    pub fn isolation(&self) -> crate::host::confine::Isolation<'_> {
         self.launch.isolation()
     }
 }

@@ -352,7 +352,8 @@ fn live_status(
         port: p.port,
         workdir: root.release_dir(&p.version),
         notices: None,
-        image: p.launch.image_of(&root.release_dir(&p.version)),
+        root: root.0.clone(),
+        launch: p.launch.clone(),
     };
     let (passed, said) = rt.block_on(subject.check());
     let running = p.identity().is_running();

@@ -682,6 +682,18 @@ impl Tree {
         }
     }
 
+    /// Ends whatever is left in it (a one-off's, a hook's or a probe's leftovers, once its
+    /// leader exited or was killed) and removes it: nothing it started outlives it, and no
+    /// empty tree is left behind.
+    pub async fn end(&self) {
+        self.kill();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.is_populated() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.remove();
+    }
+
     /// Removes the tree once it is empty (a populated one stays, and says so by failing), and
     /// the v1 controllers' folders of the same name with it.
     pub fn remove(&self) -> bool {

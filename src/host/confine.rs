@@ -11,6 +11,32 @@ use landlock::RulesetCreated;
 use super::account::{Folders, ServiceUser};
 use super::cgroup::{Entry, Limits};
 
+/// The PATH every process rollgate starts for a service has (systemd's default for a unit); a
+/// release's env file may set its own.
+pub const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What rollgate itself reads from its environment, kept for the processes that are rollgate
+/// (a container's supervisor): where the container engine is, where its runtime folder is, the
+/// test suite's fault points, and how a panic is reported.
+const ROLLGATES_OWN: [&str; 5] = [
+    "DOCKER_HOST",
+    "XDG_RUNTIME_DIR",
+    "ROLLGATE_FAULT",
+    "ROLLGATE_LOG_PARSER",
+    "RUST_BACKTRACE",
+];
+
+/// How the service's releases are confined (the policy's `isolation`): its hooks, one-offs and
+/// exec probes are so too.
+#[derive(Debug, Clone, Copy)]
+pub struct Isolation<'a> {
+    /// False only where the policy says `isolation.enabled = false`.
+    pub confined: bool,
+    pub user: Option<&'a str>,
+    pub writable: &'a [PathBuf],
+    pub limits: &'a Limits,
+}
+
 /// What a process of a service is to be confined by.
 pub struct Rules<'a> {
     /// The service's root: where its user is recorded and its own folders are.
@@ -102,12 +128,33 @@ impl Confinement {
         self.switch_user = false;
     }
 
-    /// The service's folders in the child's environment.
-    pub fn give_folders(&self, command: &mut tokio::process::Command) {
+    /// The child's environment from nothing, as systemd gives a unit's (issue 80, 6): a fixed
+    /// PATH, a UTF-8 locale, the service's folders (`STATE_DIRECTORY`/`HOME`, `TMPDIR`) and its
+    /// user's name — nothing of the caller's shell, so a release started by a deploy from a
+    /// terminal runs as the same release started by `up` from a unit. The launcher adds the
+    /// release's configuration and rollgate's own variables after this.
+    ///
+    /// A container's supervisor is rollgate itself (it keeps rollgate's uid): it also keeps what
+    /// rollgate reads from its environment (where the engine is, the test suite's fault points);
+    /// the container's own environment is only what the supervisor is told to pass.
+    pub fn give_environment(&self, command: &mut tokio::process::Command) {
         command
+            .env_clear()
+            .env("PATH", SERVICE_PATH)
+            .env("LANG", "C.UTF-8")
             .env("STATE_DIRECTORY", &self.folders.data)
             .env("HOME", &self.folders.data)
             .env("TMPDIR", &self.folders.tmp);
+        if let Some(name) = self.user.as_ref().and_then(|u| u.name.as_deref()) {
+            command.env("USER", name).env("LOGNAME", name);
+        }
+        if !self.switch_user {
+            for name in ROLLGATES_OWN {
+                if let Some(value) = std::env::var_os(name) {
+                    command.env(name, value);
+                }
+            }
+        }
     }
 
     /// Makes the child take it on, between fork and exec: a session of its own, its cgroup,
@@ -171,10 +218,14 @@ impl Confinement {
         e: std::io::Error,
     ) -> std::io::Error {
         let bare = program.components().count() == 1;
-        if bare && e.kind() == std::io::ErrorKind::PermissionDenied && !on_path(program) {
-            // The search through PATH met a folder confinement forbids and found the command
-            // nowhere: the error the kernel left is that folder's "Permission denied", but the
-            // command does not exist (issue 81).
+        let searched = matches!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::NotFound
+        );
+        if bare && searched && !on_path(program) {
+            // The search through the service's PATH found the command nowhere (where it met a
+            // folder confinement forbids, the error the kernel left is that folder's
+            // "Permission denied", but the command does not exist: issue 81).
             return std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 format!("{}: command not found in PATH", program.display()),
@@ -192,11 +243,10 @@ impl Confinement {
     }
 }
 
-/// Whether an executable file named `program` is in one of PATH's folders.
+/// Whether an executable file named `program` is in one of the folders of a service's PATH.
 fn on_path(program: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|folder| {
+    std::env::split_paths(SERVICE_PATH).any(|folder| {
         std::fs::metadata(folder.join(program))
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     })

@@ -77,15 +77,7 @@ pub fn ran_before_start(detail: &str) -> bool {
 /// How a release phase's lines begin.
 const RELEASE_PHASE_WORDS: &str = "the release phase";
 
-/// How the service's releases are confined (the policy's `isolation`): its hooks are so too.
-#[derive(Debug, Clone, Copy)]
-pub struct Isolation<'a> {
-    /// False only where the policy says `isolation.enabled = false`.
-    pub confined: bool,
-    pub user: Option<&'a str>,
-    pub writable: &'a [PathBuf],
-    pub limits: &'a super::cgroup::Limits,
-}
+pub use super::confine::Isolation;
 
 /// What a hook is told, as `ROLLGATE_*` variables.
 #[derive(Debug, Clone, Default)]
@@ -264,7 +256,7 @@ async fn run_command(
     let user = confinement.user.clone();
     let started = Instant::now();
     let mut command = tokio::process::Command::new(program);
-    confinement.give_folders(&mut command);
+    confinement.give_environment(&mut command);
     confinement.install(&mut command, || Ok(()));
     let mut child = command
         .args(args)
@@ -327,12 +319,7 @@ async fn run_command(
     }
     // Whatever it left running ends with it (its output was judged by its exit already).
     if let Some(tree) = &tree {
-        tree.kill();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while tree.is_populated() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tree.remove();
+        tree.end().await;
     }
     for reader in &readers {
         reader.abort();

@@ -131,8 +131,8 @@ fn is_default_probe(spec: &Spec) -> bool {
 
 impl LaunchRecord {
     /// How a process started from it, and so its hooks, are confined.
-    pub fn isolation(&self) -> super::hooks::Isolation<'_> {
-        super::hooks::Isolation {
+    pub fn isolation(&self) -> super::confine::Isolation<'_> {
+        super::confine::Isolation {
             confined: !self.unconfined,
             user: self.user.as_deref(),
             writable: &self.writable,

@@ -225,16 +225,8 @@ fn prepare(one_off: &OneOff<'_>, label: &str) -> std::io::Result<Prepared> {
             command
         }
     };
-    confinement.give_folders(&mut command);
+    confinement.give_environment(&mut command);
     confinement.install(&mut command, || Ok(()));
-    for variable in [
-        "NOTIFY_SOCKET",
-        "WATCHDOG_USEC",
-        "WATCHDOG_PID",
-        "LISTEN_FDS",
-    ] {
-        command.env_remove(variable);
-    }
     command
         .current_dir(&folder)
         .envs(config)
@@ -252,12 +244,7 @@ fn prepare(one_off: &OneOff<'_>, label: &str) -> std::io::Result<Prepared> {
 /// session, which it leads.
 async fn end_tree(tree: Option<&super::cgroup::Tree>, pid: i32) {
     if let Some(tree) = tree {
-        tree.kill();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while tree.is_populated() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tree.remove();
+        tree.end().await;
     } else if pid > 0 {
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(pid),

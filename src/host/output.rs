@@ -159,6 +159,22 @@ fn remove_if_there(path: &Path) -> std::io::Result<()> {
 /// file still running, and the start is refused rather than left hanging.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
+/// Whether a pump holds the lock on the output file at `path` (a process of that place runs).
+fn held_by_a_pump(path: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor owned here; it reads or writes no memory. A lock taken is
+    // let go when `file` closes, at the end of this function.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    !taken && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+}
+
 /// Takes the exclusive lock on `file` (at `path`), waiting at most `wait`.
 fn lock_within(file: &std::fs::File, path: &Path, wait: Duration) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -191,7 +207,11 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
     if let Some(folder) = path.parent() {
         make_own(folder)?;
     }
-    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+    // A file still held by a running process of the same place (the live copy a restart or a
+    // rollout starts beside) moves away too, said something or not: its pump writes on into
+    // `.1`, and this run gets a file of its own at once (issue 80: a silent worker's held
+    // empty file made every restart wait 10 s and be refused).
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) || held_by_a_pump(path) {
         shift(path, rotation.keep)?;
     }
     // The file is opened and locked here, before the release can say anything, and handed to

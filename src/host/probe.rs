@@ -390,8 +390,12 @@ pub struct Subject {
     pub port: u16,
     pub workdir: PathBuf,
     pub notices: Option<watch::Receiver<Notices>>,
-    /// An image release (its launch record's image): an exec probe runs inside its container.
-    pub image: Option<String>,
+    /// The service's root and the process's launch record: an exec probe of an image release
+    /// runs inside its container; of any other, as the release's own processes run (its user,
+    /// its confinement, a clean environment) — never as root, since the program is the
+    /// release's.
+    pub root: PathBuf,
+    pub launch: super::launch::LaunchRecord,
 }
 
 impl Subject {
@@ -440,10 +444,10 @@ impl Subject {
             Target::Tcp => bounded(timeout, tcp(self.port)).await,
             // Whether it still runs is the gate's own watch (its exit ends the gate).
             Target::Up => Probe::Running,
-            Target::Exec { command } if self.image.is_some() => {
+            Target::Exec { command } if self.launch.image_of(&self.workdir).is_some() => {
                 exec_inside(command, &self.workdir, self.port, timeout).await
             }
-            Target::Exec { command } => exec(command, &self.workdir, self.port, timeout).await,
+            Target::Exec { command } => self.exec(command, timeout).await,
             Target::Notify {
                 confirm,
                 watchdog_ms,
@@ -549,45 +553,76 @@ async fn http(port: u16, path: &str, host: &str) -> Probe {
     result
 }
 
-/// Runs the command in its own process group, so that at the timeout the whole group (what it
-/// started too) is killed and nothing outlives the probe.
-async fn exec(command: &[String], workdir: &Path, port: u16, timeout: Duration) -> Probe {
-    let Some((program, args)) = command.split_first() else {
-        return Probe::Failed("empty probe command".into());
-    };
-    // A relative program names a file in the release folder, as the release's own path does.
-    let program = if program.contains('/') && !program.starts_with('/') {
-        workdir.join(program)
-    } else {
-        PathBuf::from(program)
-    };
-    let mut child = match tokio::process::Command::new(&program)
-        .args(args)
-        .current_dir(workdir)
-        .env("PORT", port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(e) => return Probe::Failed(format!("cannot run {}: {e}", program.display())),
-    };
-    // Dropped first (declared last): the group is killed while its leader is still ours,
-    // unreaped, so the number cannot name anyone else's group.
-    let mut group = GroupKiller(child.id().map(|pid| pid as i32));
-    let probe = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) => Probe::Command(status.code()),
-        Ok(Err(e)) => Probe::Failed(format!("waiting for {}: {e}", program.display())),
-        Err(_) => Probe::TimedOut(timeout),
-    };
-    if matches!(probe, Probe::Command(_)) {
-        // Reaped: whatever it left in the background is the command's own affair.
-        group.0 = None;
+impl Subject {
+    /// An exec probe of a process release: the release's program, so it runs as the release's
+    /// own processes do (its user, its filesystem rules, a cgroup tree, a clean environment
+    /// with `PORT`), never with rollgate's privileges. At the timeout its session is killed;
+    /// whatever it leaves running ends with its tree.
+    async fn exec(&self, command: &[String], timeout: Duration) -> Probe {
+        let Some((program, args)) = command.split_first() else {
+            return Probe::Failed("empty probe command".into());
+        };
+        // A relative program names a file in the release folder, as the release's own path does.
+        let program = if program.contains('/') && !program.starts_with('/') {
+            self.workdir.join(program)
+        } else {
+            PathBuf::from(program)
+        };
+        let isolation = self.launch.isolation();
+        let confinement = match super::confine::Confinement::prepare(&super::confine::Rules {
+            root: &self.root,
+            confined: isolation.confined,
+            user: isolation.user,
+            release: &[self.workdir.as_path()],
+            readable: &[],
+            writable: isolation.writable,
+            limits: isolation.limits,
+            label: "probe",
+            ports: &[],
+        }) {
+            Ok(confinement) => confinement,
+            Err(e) => return Probe::Failed(format!("cannot confine {}: {e}", program.display())),
+        };
+        let user = confinement.user.clone();
+        let mut command = tokio::process::Command::new(&program);
+        confinement.give_environment(&mut command);
+        confinement.install(&mut command, || Ok(()));
+        let spawned = command
+            .args(args)
+            .current_dir(&self.workdir)
+            .env("PORT", self.port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let e = super::confine::Confinement::explain(user.as_ref(), &program, e);
+                return Probe::Failed(format!("cannot run {}: {e}", program.display()));
+            }
+        };
+        let pid = child.id().map_or(0, |pid| pid as i32);
+        let tree = super::identity::Identity::of(pid).and_then(|who| super::cgroup::of(&who));
+        // Dropped first (declared last): the session it leads is killed while the leader is
+        // still ours, unreaped, so the number cannot name anyone else's group.
+        let mut group = GroupKiller(Some(pid));
+        let probe = match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(Ok(status)) => Probe::Command(status.code()),
+            Ok(Err(e)) => Probe::Failed(format!("waiting for {}: {e}", program.display())),
+            Err(_) => Probe::TimedOut(timeout),
+        };
+        if matches!(probe, Probe::Command(_)) {
+            // Reaped: its number may be anyone's now; its tree holds what it left.
+            group.0 = None;
+        }
+        drop(group);
+        if let Some(tree) = &tree {
+            tree.end().await;
+        }
+        probe
     }
-    probe
 }
 
 /// An exec probe of a container release: run inside its container (see

@@ -270,19 +270,15 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
             command
         }
     };
+    confinement.give_environment(&mut command);
     command.envs(config);
     command
         .current_dir(launch.workdir)
         .env("PORT", launch.port.to_string())
         .env("ROLLGATE_VERSION", launch.version)
         .env("ROLLGATE_DEPLOY_TOKEN", launch.token);
-    confinement.give_folders(&mut command);
     if let Some(slot) = launch.slot {
         command.env("ROLLGATE_SLOT", slot.to_string());
-    }
-    // rollgate's own notification socket (it may run under systemd) is never the release's.
-    for variable in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
-        command.env_remove(variable);
     }
     if let Some((address, watchdog)) = launch.notify {
         command.env(super::notify::SOCKET_VARIABLE, address);

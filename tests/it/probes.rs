@@ -97,23 +97,51 @@ fn a_tcp_probe_is_ready_once_the_port_accepts() {
     assert_never_ready(&other, &out, "connection refused");
 }
 
+/// An exec probe's program is the release's: it runs in the release folder with the port, as
+/// the release's own processes run — its user, its filesystem rules, a clean environment —
+/// never as root (it ran as root, and could write anywhere: a uid 0 way out of a release).
 #[test]
-fn an_exec_probe_runs_in_the_release_folder_with_the_port() {
+fn an_exec_probe_runs_in_the_release_folder_with_the_port_as_the_release_runs() {
     let site = Site::new();
     site.release("v1", "");
+    // Root's alone (the test runs as root in CI): the probe tries to leave its mark there.
+    let victim = tempfile::tempdir().unwrap();
+    let mark = victim.path().join("written-by-the-probe");
     write(
         site.root(),
         "releases/v1/check.sh",
-        "#!/bin/sh\necho \"$PORT $(pwd)\" > probe-saw\n",
+        &format!(
+            "#!/bin/sh\necho \"$PORT $(pwd) $(id -u) ${{CALLERS_OWN:-none}}\" > \"$STATE_DIRECTORY/probe-saw\"\n\
+             echo uid0 > '{}' 2>/dev/null\nexit 0\n",
+            mark.display()
+        ),
     );
     make_executable(&site.root().join("releases/v1/check.sh"));
     let port = free_port();
     let policy = policy(&site, "{kind: exec, command: [./check.sh]}");
-    let out = site.deploy(port, "v1", &["--policy", &policy]);
+    let out = rollgate()
+        .args(["deploy", "edge-svc", &port.to_string(), "v1", "--root"])
+        .arg(site.root())
+        .args(["--policy", &policy])
+        .env("CALLERS_OWN", "from-the-shell")
+        .output()
+        .unwrap();
     assert_promoted(&site, &out, "v1");
-    let saw = std::fs::read_to_string(site.root().join("releases/v1/probe-saw")).unwrap();
+    let saw = std::fs::read_to_string(site.root().join("data/probe-saw")).unwrap();
     let folder = site.root().join("releases/v1").canonicalize().unwrap();
-    assert_eq!(saw.trim(), format!("{port} {}", folder.display()));
+    let words: Vec<&str> = saw.split_whitespace().collect();
+    assert_eq!(words[..2], [port.to_string(), folder.display().to_string()]);
+    assert_eq!(
+        words[3], "none",
+        "the caller's environment reached the probe"
+    );
+    if nix::unistd::geteuid().is_root() {
+        assert_ne!(words[2], "0", "the probe ran as root");
+        assert!(
+            !mark.exists(),
+            "the release's probe wrote as root outside its release"
+        );
+    }
 
     let other = Site::new();
     other.release("v1", "");

@@ -1026,3 +1026,54 @@ fn a_rollout_of_several_types_killed_after_any_action_is_finished_whole() {
     assert!(k > 10, "the rollout had {k} actions");
     site.stop_service();
 }
+
+/// Issue 80: a live process that had printed nothing yet held its empty output file (its pump's
+/// lock), and the new copy `restart` starts beside it waited 10 s for that lock and was
+/// refused ("still being written by another process of the same release"). The held file moves
+/// away as a written one does.
+#[test]
+fn a_restart_beside_a_process_that_printed_nothing_goes_ahead() {
+    let site = Site::new();
+    let policy = write(site.root(), "policy.yaml", POLICY);
+    let policy = ["--policy", policy.to_str().unwrap()];
+    add(
+        &site,
+        "v1",
+        "worker: exec sleep 1000\nclock: exec sleep 1001\n",
+        &[],
+    );
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    let out = site.run(
+        &[
+            &[
+                "deploy",
+                "edge-svc",
+                "v1",
+                "--ports",
+                &ports,
+                "--watch-ms",
+                "0",
+            ][..],
+            &policy,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let before = formation(&site);
+    let out = site.run(
+        &[
+            &["restart", "edge-svc", "--ports", &ports, "--watch-ms", "0"][..],
+            &policy,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = formation(&site);
+    assert_eq!(after.len(), 3, "{after:?}");
+    for (old, new) in before.iter().zip(&after) {
+        assert_eq!(old.0, new.0);
+        assert_ne!(old.2, new.2, "{} was not restarted", old.0);
+        assert!(alive(new.2));
+    }
+}

@@ -355,3 +355,198 @@ fn stop_keeps_a_service_down_through_up_and_deploys_until_start_brings_it_back_g
     // Started again, it deploys as before.
     assert_eq!(site.deploy(free_port(), "v2", &[]).status.code(), Some(0));
 }
+
+/// Issue 80, 6: a release inherited the environment of whoever started it (OLDPWD, SHLVL,
+/// PYENV_ROOT… of the operator's shell), so the release a deploy started from a terminal ran
+/// with another environment than the same release `start`ed by a unit. Now both get one built
+/// from nothing: a fixed PATH, the service's folders, rollgate's variables.
+#[test]
+fn a_release_started_from_a_shell_and_from_a_unit_gets_one_environment() {
+    let site = Site::new();
+    site.release("v1", "");
+    let from_a_shell = rollgate()
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v1",
+            "--root",
+        ])
+        .arg(site.root())
+        .env("OLDPWD", "/home/operator/src")
+        .env("SHLVL", "3")
+        .env("PYENV_ROOT", "/home/operator/.pyenv")
+        .env("PATH", "/home/operator/.pyenv/shims:/usr/bin:/bin")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(
+        from_a_shell.status.code(),
+        Some(0),
+        "{}",
+        stderr(&from_a_shell)
+    );
+    let environment = |pid: i32| -> Vec<String> {
+        let bytes = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let mut variables: Vec<String> = bytes
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            // Each start has its own token.
+            .filter(|v| !v.starts_with("ROLLGATE_DEPLOY_TOKEN="))
+            .collect();
+        variables.sort();
+        variables
+    };
+    let by_the_deploy = environment(site.live_pid().unwrap());
+    for caller in ["OLDPWD=", "SHLVL=", "PYENV_ROOT="] {
+        assert!(
+            !by_the_deploy.iter().any(|v| v.starts_with(caller)),
+            "{caller} reached the release: {by_the_deploy:?}"
+        );
+    }
+    assert!(
+        by_the_deploy.contains(
+            &"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()
+        ),
+        "{by_the_deploy:?}"
+    );
+    let out = site.run(&["stop", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // As a unit starts it: nothing but a PATH.
+    let from_a_unit = rollgate()
+        .args(["start", "edge-svc", "--root"])
+        .arg(site.root())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(
+        from_a_unit.status.code(),
+        Some(0),
+        "{}",
+        stderr(&from_a_unit)
+    );
+    assert_eq!(environment(site.live_pid().unwrap()), by_the_deploy);
+}
+
+/// Issue 80: `start` took its keeper's death for its release's — a keeper killed while `start`
+/// waited for the release to be ready failed the start ("exited with signal 9"), and the
+/// release ran on, kept by nobody and named by nothing (the next start made a second copy).
+/// Now the release is watched itself, named live when ready, and given a new keeper.
+#[test]
+fn a_keeper_killed_while_start_waits_leaves_its_release_started_named_and_kept() {
+    let site = Site::new();
+    site.release("v1", "--ready-after-ms 3000");
+    let out = site.deploy(free_port(), "v1", &["10000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.run(&["stop", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let start = std::process::Command::new(bin())
+        .args(["start", "edge-svc", "--root"])
+        .arg(site.root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its keeper, once it has started the release (which is 3 s from ready).
+    assert!(wait_for(10, || !site.keepers().is_empty()
+        && !site.processes().is_empty()));
+    let keeper = site.keepers()[0];
+    let release = site.processes()[0];
+    send_signal(keeper, 9);
+    let out = start.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("its keeper was killed while it started, and it has a new one"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        site.live_pid(),
+        Some(release),
+        "the release started is the one named live"
+    );
+    assert!(alive(release));
+    assert!(wait_for(5, || site
+        .keepers()
+        .iter()
+        .any(|k| *k != keeper && alive(*k))));
+    assert_eq!(site.processes(), [release], "one copy");
+}
+
+/// Issue 80: a `start` that failed left what it had started running (web, while a worker
+/// failed) although the service stays stopped.
+#[test]
+fn a_failed_start_leaves_nothing_of_the_service_running() {
+    let site = Site::new();
+    let worker =
+        "[ -e \"$STATE_DIRECTORY/broken\" ] && { echo broken; exit 3; }\nexec sleep 1000\n";
+    site.add_sample_with(
+        "v1",
+        &[
+            ("Procfile", "worker: sh worker.sh\n"),
+            ("worker.sh", worker),
+        ],
+    );
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      min_ready_ms: 300\n",
+    );
+    let out = site.deploy(
+        free_port(),
+        "v1",
+        &["--policy", policy.to_str().unwrap(), "--watch-ms", "0"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.run(&["stop", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(wait_for(5, || site.processes().is_empty()));
+
+    std::fs::write(site.root().join("data/broken"), "").unwrap();
+    let out = site.run(&["start", "edge-svc"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stderr(&out).contains("stays stopped"), "{}", stderr(&out));
+    assert!(
+        wait_for(5, || site.processes().is_empty()),
+        "the service is stopped, yet runs {:?}",
+        site.processes()
+    );
+}
+
+/// Issue 80: a `start` killed while it waited for its release left that release running, named
+/// by nothing, and the next `start` never stopped it (as `up` does): it waited on its output or
+/// started a second copy beside it.
+#[test]
+fn the_next_start_stops_what_a_killed_start_left() {
+    let site = Site::new();
+    site.release("v1", "--ready-after-ms 2000");
+    let out = site.deploy(free_port(), "v1", &["10000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.run(&["stop", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut start = std::process::Command::new(bin())
+        .args(["start", "edge-svc", "--root"])
+        .arg(site.root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(10, || !site.processes().is_empty()));
+    let stray = site.processes()[0];
+    start.kill().unwrap();
+    start.wait().unwrap();
+    let out = site.run(&["start", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("named by nothing"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!alive(stray) || is_zombie(stray), "the stray still runs");
+    let live = site.live_pid().unwrap();
+    assert_ne!(live, stray);
+    assert_eq!(site.processes(), [live], "one copy");
+}

@@ -130,7 +130,8 @@ impl Executor {
             port,
             workdir: self.context.root.release_dir(version),
             notices: self.notifiers.get(token).map(Notifier::notices),
-            image: launch.image_of(&self.context.root.release_dir(version)),
+            root: self.context.root.0.clone(),
+            launch: launch.clone(),
         }
     }
 
