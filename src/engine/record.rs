@@ -268,11 +268,17 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
         ..rollout.pointer_to(live)
     };
     // The same process stays live since it was switched to (only its fallback may change).
+    // A new process of the live version (a restart, a scale, a deploy of the same version)
+    // keeps the version's switch time: the crash-loop window and what users had of a release
+    // count from the switch to its code, which a restart does not move (issue 80, 2: a
+    // restart re-armed the crash-loop rollback, and a few exits rolled the code back).
     if let Some(live) = root.read_pointer().ok().flatten() {
-        if live.version == pointer.version && live.pid == pointer.pid && live.port == pointer.port {
-            if live.fallback == pointer.fallback {
-                return Ok(None);
-            }
+        let same_process =
+            live.version == pointer.version && live.pid == pointer.pid && live.port == pointer.port;
+        if same_process && live.fallback == pointer.fallback {
+            return Ok(None);
+        }
+        if live.service == pointer.service && live.version == pointer.version {
             pointer.promoted_at = live.promoted_at;
         }
     }

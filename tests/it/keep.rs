@@ -606,3 +606,65 @@ fn unix_now() -> f64 {
         .unwrap()
         .as_secs_f64()
 }
+
+/// Issue 80, 2: `restart` re-armed the crash-loop rule — its switch was taken for a new
+/// release's — so a few exits of web soon after a restart rolled the *code* back to the
+/// release before it. The window counts from the switch to the version, which a restart (or a
+/// scale) of the same version does not move.
+#[test]
+fn a_restart_does_not_arm_the_crash_loop_rollback() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    let policy = policy_with(
+        &site,
+        r#", "crash_loop": {"restarts": 2, "within_ms": 2000}"#,
+    );
+    for version in ["v1", "v2"] {
+        let out = site.deploy(free_port(), version, &["--policy", &policy]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let promoted_at = site.pointer().unwrap()["promoted_at"].as_f64().unwrap();
+    assert!(
+        wait_for(10, || unix_now() > promoted_at + 2.5),
+        "the crash-loop window of v2's switch passed"
+    );
+    let out = site.run(&[
+        "restart",
+        "edge-svc",
+        "--port",
+        &free_port().to_string(),
+        "--policy",
+        &policy,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        site.pointer().unwrap()["promoted_at"].as_f64(),
+        Some(promoted_at),
+        "the restart moved the switch to v2"
+    );
+    // Two exits at once after the restart: restarted each time, never rolled back.
+    for n in 1..=2 {
+        let pid = site.live_pid().unwrap();
+        send_signal(pid, 9);
+        assert!(
+            wait_for(10, || restarted(&site).len() == n
+                && site.live_pid().is_some_and(|p| p != pid && alive(p))),
+            "{:?}",
+            site.events()
+        );
+    }
+    // Nor was the release before it started beside it as a crash loop's standby.
+    assert!(
+        site.events().iter().all(|e| e.0 != "standby"),
+        "{:?}",
+        site.events()
+    );
+    assert_eq!(site.pointer().unwrap()["version"], "v2");
+    assert_eq!(
+        count_events(&site, "rolled_back", "v2"),
+        0,
+        "{:?}",
+        site.events()
+    );
+}
