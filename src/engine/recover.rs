@@ -30,6 +30,11 @@ use crate::proxy::control::Tunnels;
 /// (refused with what to run). A rollout: an ended one is settled, a running one is paused
 /// with every replica serving (see [`finish`]).
 pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
+    // A hook (the release phase) runs only while its command holds the lock: one still running
+    // now is a dead holder's, and goes before anything else starts.
+    for words in crate::host::hooks::end_left_behind(&root.0).await {
+        eprintln!("rollgate: {words}");
+    }
     let left = state::load(root)?;
     let finished = match left.clone() {
         Some(left) if left.unsettled_deploy() => finish_deploy(root, left).await,

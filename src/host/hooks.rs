@@ -205,6 +205,46 @@ fn keep_output(root: &Path, version: &str, hook: Hook, output: &[u8]) {
     let _ = super::files::write_atomically(&path, text.as_bytes());
 }
 
+/// Begins the label of every hook's tree.
+const HOOK_LABEL: &str = "hook-";
+
+/// The label of a hook's tree: the hook and its root (`hook-release-svc-ROOTHASH`). Hooks run
+/// only while a command holds the root's lock, so such a tree the next holder finds is one a
+/// dead holder left: [`end_left_behind`] ends it.
+fn tree_label(root: &Path, hook: Hook) -> String {
+    format!(
+        "{HOOK_LABEL}{}-{}",
+        hook.name(),
+        super::cgroup::group_of(root, None)
+    )
+}
+
+/// Ends the hooks a command killed while it ran them left running on `root` (a release phase
+/// migrating on, beside the next deploy's: issue 80), whole, tree and all; the caller holds
+/// the root's lock. Words for each.
+pub async fn end_left_behind(root: &Path) -> Vec<String> {
+    let ours = format!(
+        "-{}",
+        super::cgroup::label_of(&super::cgroup::group_of(root, None))
+    );
+    let mut said = Vec::new();
+    for (tree, who, label) in super::cgroup::started_by_prefix(HOOK_LABEL) {
+        if !label.ends_with(&ours) {
+            continue;
+        }
+        tree.end().await;
+        let hook = label
+            .strip_prefix(HOOK_LABEL)
+            .and_then(|rest| rest.strip_suffix(&ours))
+            .unwrap_or("?");
+        said.push(format!(
+            "hook {hook} (pid {}), left running by a rollgate killed while it ran it: stopped",
+            who.pid
+        ));
+    }
+    said
+}
+
 fn ports(list: &[u16]) -> String {
     list.iter()
         .map(u16::to_string)
@@ -249,7 +289,7 @@ async fn run_command(
         readable: &own_folder,
         writable: isolation.writable,
         limits: isolation.limits,
-        label: &format!("hook-{}", hook.name()),
+        label: &tree_label(root, hook),
         ports: &[],
     })
     .map_err(could_not_start)?;

@@ -215,3 +215,53 @@ fn a_procfile_web_line_is_what_the_release_runs() {
         stderr(&out)
     );
 }
+
+/// Issue 80: the release phase outlived a deployer killed while it ran (its tree carried no
+/// root of its own), and the next deploy's release phase ran beside it — two migrations at
+/// once. The next command under the root's lock ends it first.
+#[test]
+fn a_release_phase_left_by_a_killed_deploy_is_ended_before_the_next_deploy() {
+    let site = Site::new();
+    let marker = format!("1000.{}", std::process::id());
+    let build = built(&format!(
+        "release: echo migrating > \"$STATE_DIRECTORY/phase\"; exec sleep {marker}\n"
+    ));
+    let out = add(&site, "v1", &build);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut deploy = std::process::Command::new(bin())
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v1",
+            "--root",
+        ])
+        .arg(site.root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(20, || site.root().join("data/phase").exists()
+        && a_process_mentions(&marker)));
+    deploy.kill().unwrap();
+    deploy.wait().unwrap();
+    assert!(
+        a_process_mentions(&marker),
+        "the release phase runs on at first"
+    );
+
+    let build = built("release: true\n");
+    let out = add(&site, "v2", &build);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = site.deploy(free_port(), "v2", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("hook release (pid "),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !a_process_mentions(&marker),
+        "v1's release phase still runs"
+    );
+}
