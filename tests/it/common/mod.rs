@@ -34,10 +34,22 @@ pub fn bin() -> PathBuf {
         ));
         let reachable = dir.join("rollgate");
         if !reachable.is_file() {
-            // Another build's copy is of no more use: a hard link keeps its 270 MB alive.
+            // Another build's copy is of no more use once its run is over: a hard link keeps
+            // its 270 MB alive. One made in the last hours may be a run still going beside
+            // this one (a second clone's tests on the same machine): it stays.
             let all = dir.parent().unwrap();
+            let stale = |entry: &std::fs::DirEntry| {
+                entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|made| made.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(3 * 3600))
+            };
             for old in std::fs::read_dir(all).into_iter().flatten().flatten() {
-                let _ = std::fs::remove_dir_all(old.path());
+                if stale(&old) {
+                    let _ = std::fs::remove_dir_all(old.path());
+                }
             }
             std::fs::create_dir_all(&dir).unwrap();
             for d in [dir.parent().unwrap(), dir.as_path()] {
