@@ -96,6 +96,9 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
             }
         }
     }
+    // The live release is read as it runs now: its running processes' files only, not those a
+    // scale left behind (issue 80, 7).
+    let running = request.release.is_none();
     if let Some(kind) = kind {
         if files_of(&root, &last, &request.service, Some(kind)).is_empty() {
             return Err(refused(format!(
@@ -105,8 +108,15 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
             )));
         }
     }
-    let mut reading =
-        open(&root, &last, &request.service, kind, request.since, out).map_err(written)?;
+    let mut reading = open(
+        &root,
+        (&last, running),
+        &request.service,
+        kind,
+        request.since,
+        out,
+    )
+    .map_err(written)?;
     let first = poll(&mut reading, request.lines).map_err(written)?;
     if write_lines(out, &first).is_err() || !request.follow {
         return Ok(());
@@ -133,7 +143,8 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
                     "rollgate logs: {} is live now (was {}); its output follows",
                     now, reading.version
                 );
-                reading = open(&root, &now, &request.service, kind, None, out).map_err(written)?;
+                reading = open(&root, (&now, true), &request.service, kind, None, out)
+                    .map_err(written)?;
             }
             _ => {}
         }
@@ -310,18 +321,53 @@ fn modified(path: &Path) -> Option<f64> {
     )
 }
 
-/// Opens a release's files for reading; with `since`, its rotated generations written since
-/// are printed first (the current file is read by its follower).
-fn open(
+/// The files of the processes of `kind` (none: web) that run now as the state names them: each
+/// of the type's places in the formation, each web replica's slot; None where the state names
+/// no such processes of `version` (then every file there is read).
+fn running_files(
     root: &Root,
     version: &str,
+    service: &str,
+    kind: Option<&str>,
+) -> Option<Vec<PathBuf>> {
+    let files: Vec<PathBuf> = match kind {
+        Some(kind) => root
+            .read_processes()
+            .ok()??
+            .processes
+            .iter()
+            .filter(|p| p.process_type == kind && p.version == version)
+            .map(|p| root.process_output_path(version, service, kind, p.index))
+            .collect(),
+        None => root
+            .read_replicas()
+            .ok()??
+            .replicas
+            .iter()
+            .filter(|r| r.version == version)
+            .map(|r| root.replica_output_path(version, service, r.slot))
+            .collect(),
+    };
+    (!files.is_empty()).then_some(files)
+}
+
+/// Opens a release's files for reading (of the processes that run now, when `running`); with
+/// `since`, its rotated generations written since are printed first (the current file is read
+/// by its follower).
+fn open(
+    root: &Root,
+    (version, running): (&str, bool),
     service: &str,
     kind: Option<&str>,
     since: Option<f64>,
     out: &mut dyn Write,
 ) -> std::io::Result<Reading> {
-    let files = files_of(root, version, service, kind);
-    let several = files.len() > 1;
+    let files = running
+        .then(|| running_files(root, version, service, kind))
+        .flatten()
+        .unwrap_or_else(|| files_of(root, version, service, kind));
+    // Another type's lines always say which of its processes printed them.
+    let several = files.len() > 1 || kind.is_some();
     let mut reading = Reading {
         version: version.to_string(),
         files: Vec::new(),
@@ -360,20 +406,21 @@ fn slot_label(path: &Path, service: &str) -> String {
 }
 
 /// What each file gained since the last poll, as lines (labelled when there are several); the
-/// last `lines` of them when asked.
+/// last `lines` of each file when asked — of each process, not of them all together, where
+/// the last file's would hide every other's (issue 80, 7).
 fn poll(reading: &mut Reading, lines: Option<usize>) -> std::io::Result<Vec<String>> {
     let mut all = Vec::new();
     for (label, follower) in &mut reading.files {
-        for line in follower.poll()? {
+        let mut gained = follower.poll()?;
+        if let Some(keep) = lines {
+            gained.drain(..gained.len().saturating_sub(keep));
+        }
+        for line in gained {
             all.push(match label {
                 Some(label) => format!("[{label}] {}", line.text),
                 None => line.text,
             });
         }
-    }
-    if let Some(keep) = lines {
-        let skip = all.len().saturating_sub(keep);
-        all.drain(..skip);
     }
     Ok(all)
 }

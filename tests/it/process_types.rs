@@ -461,6 +461,11 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
         "the extra workers stopped"
     );
     assert_eq!(running(&site, "worker.sh").len(), 1);
+    // The last lines of each worker that runs, labelled — not of the files the three scaled
+    // away left behind (issue 80, 7: `-n 2` gave two stale lines of those).
+    let out = site.run(&["logs", "edge-svc", "--type", "worker", "-n", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "[worker.0] worker up on v1\n");
     let seen = load.finish();
     assert_none_failed(&seen, "scaling the workers up and down");
     assert!(seen.len() > 50, "{} requests", seen.len());
@@ -1076,4 +1081,65 @@ fn a_restart_beside_a_process_that_printed_nothing_goes_ahead() {
         assert_ne!(old.2, new.2, "{} was not restarted", old.0);
         assert!(alive(new.2));
     }
+}
+
+/// Issue 80, 3: a worker that passed its readiness (stayed up its `min_ready_ms`) and exited
+/// before web's switch was not seen: web switched, users got the release, and only then was it
+/// rolled back, "2 ms after the switch". Readiness holds until the switch: the release is
+/// rolled back before it, users never on it, the reason naming the worker and its time.
+#[test]
+fn a_worker_ready_then_gone_before_web_s_switch_fails_the_deploy_before_the_switch() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 8000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 2\n      min_ready_ms: 300\n",
+    );
+    let policy = ["--policy", policy.to_str().unwrap()];
+    add(
+        &site,
+        "v1",
+        "worker: exec sh worker.sh\n",
+        &[("worker.sh", looping("worker"))],
+    );
+    let out = site.deploy(
+        free_port(),
+        "v1",
+        &[&policy[..], &["--watch-ms", "0"]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // v2's web is ready 2.5 s after its start; its workers stay up 1 s, past their 300 ms.
+    let web = format!(
+        "#!/bin/sh\nexec '{}' sample-service --ready-after-ms 2500\n",
+        bin().display()
+    );
+    add(
+        &site,
+        "v2",
+        "worker: sleep 1; exit 3\n",
+        &[("edge-svc", web)],
+    );
+    let out = site.deploy(
+        free_port(),
+        "v2",
+        &[&policy[..], &["--watch-ms", "0"]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(site.pointer().unwrap()["version"], "v1");
+    let events = site.events();
+    assert!(
+        !events.iter().any(|e| e.0 == "switched" && e.1 == "v2"),
+        "users were switched to v2: {events:?}"
+    );
+    let rolled_back = site
+        .log_lines()
+        .into_iter()
+        .rfind(|l| l["event"] == "rolled_back" && l["version"] == "v2")
+        .unwrap();
+    let detail = rolled_back["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("exited after it was ready, before web's switch"),
+        "{detail}"
+    );
+    assert!(detail.contains("worker."), "{detail}");
 }

@@ -550,3 +550,47 @@ fn the_next_start_stops_what_a_killed_start_left() {
     assert_ne!(live, stray);
     assert_eq!(site.processes(), [live], "one copy");
 }
+
+/// Issue 80, 6: `up --root A --root B` brought the roots up one after the other, so after a
+/// reboot a fast service waited for a slow one to be ready. Now every root's pass runs at once.
+#[test]
+fn up_brings_every_root_up_at_once_so_a_fast_service_never_waits_for_a_slow_one() {
+    use crate::common::http::Conn;
+    let (slow, fast) = (Site::new(), Site::new());
+    slow.release("v1", "--ready-after-ms 4000");
+    fast.release("v1", "");
+    let (slow_port, fast_port) = (free_port(), free_port());
+    let out = slow.deploy(slow_port, "v1", &["15000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = fast.deploy(fast_port, "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    slow.reboot();
+    fast.reboot();
+    let up = std::process::Command::new(bin())
+        .args(["up", "--root"])
+        .arg(slow.root())
+        .arg("--root")
+        .arg(fast.root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(20, || version_on(fast_port).as_deref() == Some("v1")));
+    // The fast one answers while the slow one, listed first, is still getting ready.
+    let slow_ready = Conn::open(slow_port)
+        .and_then(|mut c| c.get("/readyz", ""))
+        .is_ok_and(|answer| answer.status == 200);
+    assert!(!slow_ready, "the fast service waited for the slow one");
+    let out = up.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).matches("started (pid").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    let said = stdout(&out);
+    let first = said.find(&slow.root().display().to_string()).unwrap();
+    let second = said.find(&fast.root().display().to_string()).unwrap();
+    assert!(first < second, "said in the order given: {said}");
+}

@@ -138,6 +138,35 @@ impl Executor {
         }
     }
 
+    /// A process of another type that passed its gate (it is in its slot, the run's version)
+    /// and has exited since, while web's switch is still to come: the slot and why, in words
+    /// with its true time (issue 80, 3: it was seen only after the switch, users already on
+    /// the release, its rollback saying "2 ms after the switch").
+    pub(super) fn a_ready_type_gone(&self) -> Option<(usize, String)> {
+        if self.rollout.phase != Phase::Running {
+            return None;
+        }
+        let to = &self.rollout.to;
+        self.rollout
+            .slots
+            .iter()
+            .filter(|s| s.kind.is_some() && s.state == SlotState::Succeeded)
+            .find_map(|s| {
+                let process = s.live.as_ref().filter(|p| p.version == *to && p.pid > 0)?;
+                if process.identity().is_running() {
+                    return None;
+                }
+                let since = s.finished.map_or(0.0, |ready| journal::now() - ready);
+                Some((
+                    s.slot,
+                    format!(
+                        "pid {} exited after it was ready, before web's switch (found gone {since:.1} s after its ready)",
+                        process.pid
+                    ),
+                ))
+            })
+    }
+
     /// Where the slot's process of `version` writes its output: another type's file of its
     /// own, a replica's numbered one, or a deploy's in its release's output folder.
     fn output_of(&self, slot: usize, version: &str) -> PathBuf {

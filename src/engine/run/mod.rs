@@ -476,6 +476,14 @@ impl Executor {
                     }
                     GateEnd::Failed(reason) | GateEnd::Stalled(reason) => Err(reason),
                 };
+                // Readiness holds until web's switch: a process of another type that was ready
+                // and has exited since fails the release before a slot's readiness can lead
+                // to the switch (web's own, or the last type's, which web waits for).
+                if let (Purpose::Upgrade, Ok(()), Some((gone, reason))) =
+                    (task.purpose, &result, self.a_ready_type_gone())
+                {
+                    self.handle(Event::Failed { slot: gone, reason }).await?;
+                }
                 match (task.purpose, result) {
                     (Purpose::Upgrade, Ok(())) => self.handle(Event::Ready { slot }).await,
                     (Purpose::Upgrade, Err(reason)) => {
