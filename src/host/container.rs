@@ -861,6 +861,8 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
             }),
         )),
     };
+    // From a moment before its start: the engine's `oom` events are asked for from here.
+    let started_at = super::journal::now() - 1.0;
     docker.start_container(id, None).await.map_err(|e| {
         std::io::Error::other(format!("the engine could not start {}: {e}", spec.name))
     })?;
@@ -917,7 +919,7 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
     }
     // A SIGKILL nobody here asked for, under a memory limit: most likely the OOM killer.
     let may_be_late = code == 137 && spec.memory_mb.is_some() && !asked_to_stop;
-    if oom_killed(docker, id, may_be_late).await {
+    if oom_killed(docker, id, may_be_late, started_at).await {
         let limit_mb = spec.memory_mb.unwrap_or(0);
         eprintln!("rollgate container-run: killed: out of memory at its {limit_mb} MiB limit");
         if let Some(verdict) = &spec.verdict {
@@ -928,12 +930,15 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
     Ok(i32::try_from(code).unwrap_or(255))
 }
 
-/// Whether the engine says the kernel's OOM killer ended the container. The engine sets
-/// `OOMKilled` from an OOM event of its own, which can land after the exit it reported (more
-/// than a second later on a loaded machine, seen in CI; once more than five): a container
-/// SIGKILLed (137) under a memory limit, not by a stop of ours, is asked again for up to fifteen
-/// seconds — its candidate is dead either way, only the reason waits.
-async fn oom_killed(docker: &Docker, id: &str, may_be_late: bool) -> bool {
+/// Whether the engine says the kernel's OOM killer ended the container: its `OOMKilled` flag,
+/// or an `oom` event of the container since its start. The engine sets the flag from an OOM
+/// event of its own, which can land after the exit it reported (more than a second later on a
+/// loaded machine, seen in CI; once more than five), and its exit handling can set the flag
+/// back to the exit's own word (the rollback then said `exited 137`, twice in CI under load):
+/// the event, kept in the engine's event log, is asked too. A container SIGKILLed (137) under
+/// a memory limit, not by a stop of ours, is asked again for up to fifteen seconds — its
+/// candidate is dead either way, only the reason waits.
+async fn oom_killed(docker: &Docker, id: &str, may_be_late: bool, since: f64) -> bool {
     let tries = if may_be_late { 150 } else { 1 };
     for attempt in 1..=tries {
         let said = docker
@@ -941,7 +946,7 @@ async fn oom_killed(docker: &Docker, id: &str, may_be_late: bool) -> bool {
             .await
             .ok()
             .and_then(|inspected| inspected.state?.oom_killed);
-        if said == Some(true) {
+        if said == Some(true) || (may_be_late && oom_event_since(docker, id, since).await) {
             return true;
         }
         if attempt < tries {
@@ -949,6 +954,31 @@ async fn oom_killed(docker: &Docker, id: &str, may_be_late: bool) -> bool {
         }
     }
     false
+}
+
+/// Whether the engine's event log has an `oom` event of container `id` from `since` (Unix
+/// seconds) to now; the stream ends at now, and a silent engine within a second is a no.
+async fn oom_event_since(docker: &Docker, id: &str, since: f64) -> bool {
+    let filters = HashMap::from([
+        ("container".to_string(), vec![id.to_string()]),
+        ("event".to_string(), vec!["oom".to_string()]),
+    ]);
+    let mut events = docker.events(Some(bollard::query_parameters::EventsOptions {
+        since: Some(format!("{since:.9}")),
+        until: Some(format!("{:.9}", super::journal::now())),
+        filters: Some(filters),
+    }));
+    let found = async {
+        while let Some(event) = events.next().await {
+            if event.is_ok() {
+                return true;
+            }
+        }
+        false
+    };
+    tokio::time::timeout(Duration::from_secs(1), found)
+        .await
+        .unwrap_or(false)
 }
 
 /// How an exec probe run inside a container ended.
