@@ -153,7 +153,7 @@ the rollout's budgets. Exit codes: as `deploy` (or `rollout`).")]
 
 The counts are kept in ROOT/scale.json, over the policy's processes.TYPE.replicas, for every
 later deploy too. They are applied at once by `rollgate restart` (every process started again
-through its gate, web beside the old one); a restart that fails puts the counts back. web=N is
+through its gate, web beside the old one); the counts are kept once that restart completes. web=N is
 the web replica set's size: a rollout of the live version to N fresh replicas (a single
 release's root becomes a replica set). A singleton stays at most 1; web=0 is `rollgate stop`.
 Exit codes: as `restart` (or `rollout`); 2 for a type the live release has no line for, or a

@@ -106,6 +106,7 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
             eval: request.eval,
             give_service_config: true,
             announce: None,
+            scale: None,
         }),
         Way::Rollout => rollout::rollout(rollout::Request {
             service: request.service,
@@ -116,6 +117,7 @@ pub fn run(request: MoveRequest, input: impl Read) -> Result<Outcome, Error> {
             eval: request.eval,
             give_service_config: true,
             announce: None,
+            scale: None,
             args: settings::Args {
                 ports: request
                     .ports

@@ -165,7 +165,7 @@ pub fn rollback(request: RollbackRequest) -> Result<Outcome, Error> {
 /// a replica root, a rollout of the version its replicas run that gives each a fresh process,
 /// within the rollout's budgets.
 pub fn restart(request: RollbackRequest) -> Result<Outcome, Error> {
-    restart_sized(request, None, None)
+    restart_sized(request, None, None, None)
 }
 
 /// A restart that also sets how many web replicas run (`rollgate scale SVC web=N`): a rollout
@@ -173,11 +173,13 @@ pub fn restart(request: RollbackRequest) -> Result<Outcome, Error> {
 /// release's root becomes a replica set, a replica set grows or shrinks.
 ///
 /// `said_first`: words the engine says before its own once it has planned the restart (a
-/// scale's), never if it refuses it.
+/// scale's), never if it refuses it; `scale`: the type counts it plans with and keeps once
+/// it completes (a scale's).
 pub fn restart_sized(
     request: RollbackRequest,
     web: Option<usize>,
     said_first: Option<String>,
+    scale: Option<std::collections::BTreeMap<String, usize>>,
 ) -> Result<Outcome, Error> {
     crate::host::names::check_name("service", &request.service)?;
     let root = Root::existing(request.root.clone())?;
@@ -222,6 +224,7 @@ pub fn restart_sized(
             eval: deploy.eval,
             give_service_config: false,
             announce: Some(said_first.map_or(restarting.clone(), |s| format!("{s}\n{restarting}"))),
+            scale,
             args: crate::engine::settings::Args {
                 replicas: web,
                 ports,
@@ -265,6 +268,7 @@ pub fn restart_sized(
         root: request.root,
         give_service_config: false,
         announce: Some(said_first.map_or(restarting.clone(), |s| format!("{s}\n{restarting}"))),
+        scale,
         ..request.deploy
     })
 }

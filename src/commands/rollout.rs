@@ -27,6 +27,8 @@ pub struct Request {
     pub give_service_config: bool,
     /// What the engine says once it has planned the run (`engine::Start::announce`).
     pub announce: Option<String>,
+    /// The type counts this run makes the root's (`engine::Start::scale`).
+    pub scale: Option<std::collections::BTreeMap<String, usize>>,
 }
 
 /// The request's policy: its `--policy` entry, checked by the contract, else the one kept in
@@ -72,6 +74,7 @@ pub fn rollout(request: Request) -> Result<Outcome, Error> {
             hooks,
             plan,
             announce: request.announce,
+            scale: request.scale,
         },
         policy.as_ref(),
     )

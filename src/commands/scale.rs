@@ -3,7 +3,8 @@
 //! (`scale.json`, over the policy's `processes.TYPE.replicas`, for every later deploy too) and
 //! applied at once by a restart of the live release: every process of it started again through
 //! its gate — web beside the old one, so users see nothing — with the new counts, the extra
-//! ones stopped with their type's grace. A restart that fails puts the counts back.
+//! ones stopped with their type's grace once it is promoted. The engine keeps the counts when
+//! the restart completes; one that fails or is cut short leaves them as they were.
 //!
 //! `web=N` is the web replica set's size (`replicas.json`, not `scale.json`): the restart is
 //! then a rollout of the live version to N fresh replicas (a single release's root becomes a
@@ -74,15 +75,10 @@ pub fn scale(request: RollbackRequest, counts: &[(String, usize)]) -> Result<Out
             }
         )));
     }
-    let before = root.read_scale()?;
-    let mut after: BTreeMap<String, usize> = before.clone();
+    // The engine plans the restart with these counts and makes them the root's when it
+    // completes: a scale cut short or gone back leaves `scale.json` as the processes are.
+    let mut after: BTreeMap<String, usize> = root.read_scale()?;
     after.extend(counts.iter().cloned());
-    let write = |counts: &BTreeMap<String, usize>| {
-        root.write_scale(counts).map_err(|e| {
-            Error::Failed(format!("cannot write {}: {e}", root.scale_path().display()))
-        })
-    };
-    write(&after)?;
     let mut asked: Vec<String> = counts.iter().map(|(n, c)| format!("{n}={c}")).collect();
     asked.extend(web.map(|n| format!("web={n}")));
     // Said by the engine once it has planned the restart, not before a refusal (a singleton
@@ -93,10 +89,5 @@ pub fn scale(request: RollbackRequest, counts: &[(String, usize)]) -> Result<Out
         live.version,
         asked.join(" ")
     );
-    let outcome = rollback::restart_sized(request, web, Some(scaling));
-    if !outcome.as_ref().is_ok_and(|o| o.went_live()) {
-        // Not applied: the counts that run are the ones kept.
-        write(&before)?;
-    }
-    outcome
+    rollback::restart_sized(request, web, Some(scaling), Some(after))
 }

@@ -64,6 +64,7 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                     args: settings::Args::default(),
                     give_service_config: false,
                     announce: None,
+                    scale: None,
                 };
                 return Ok(ended(rollout::rollout(request)?));
             }
@@ -88,6 +89,7 @@ pub fn run_config(command: ConfigCommand) -> Result<u8, Error> {
                 eval: policy::EvalOptions::default(),
                 give_service_config: false,
                 announce: None,
+                scale: None,
             };
             Ok(ended(deploy::deploy(request)?))
         }

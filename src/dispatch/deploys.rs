@@ -55,6 +55,7 @@ pub fn run_deploy(args: cli::DeployArgs) -> Result<u8, Error> {
         eval: eval_options(gate.eval),
         give_service_config: true,
         announce: None,
+        scale: None,
     };
     if dry_run {
         Ok(report_dry_run(dry_run::deploy(&request)))
@@ -97,6 +98,7 @@ pub fn run_rollback(args: cli::RollbackArgs) -> Result<u8, Error> {
         eval: eval_options(gate.eval),
         give_service_config: false,
         announce: None,
+        scale: None,
         args: settings::Args {
             deadline_ms: gate.deadline_ms,
             grace_ms: gate.grace_ms,
@@ -160,6 +162,7 @@ pub fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
     Ok(rollout::Request {
         give_service_config: true,
         announce: None,
+        scale: None,
         service: args.service.unwrap_or_default(),
         version: args.version.unwrap_or_default(),
         root: args.target.root,
@@ -297,5 +300,6 @@ fn same_release_deploy(service: String, root: PathBuf, gate: cli::GateArgs) -> d
         eval: eval_options(eval),
         give_service_config: false,
         announce: None,
+        scale: None,
     }
 }

@@ -294,6 +294,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         post_hook_started: false,
         holds_requests: false,
         last_analysis: None,
+        scale: None,
     }
 }
 

@@ -640,6 +640,7 @@ mod tests {
             post_hook_started: false,
             holds_requests: false,
             last_analysis: None,
+            scale: None,
         }
     }
 

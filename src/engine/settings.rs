@@ -425,6 +425,7 @@ pub fn plan(
         post_hook_started: false,
         holds_requests: false,
         last_analysis: None,
+        scale: None,
     })
 }
 

@@ -37,6 +37,10 @@ pub struct Start {
     /// Words for stderr once the run is planned (a restart's, a scale's: "restarting …"):
     /// said only when the engine takes the run, never before it refuses it (issue 81).
     pub announce: Option<String>,
+    /// A scale's type counts (`scale.json` as it asks it to be): the run is planned with them,
+    /// and they become the root's when it completes — with the processes, never before (a
+    /// killed scale left `scale.json` at the new count and the processes at the old: issue 80).
+    pub scale: Option<std::collections::BTreeMap<String, usize>>,
 }
 
 /// Where a deploy's candidate goes: a port named, or one of a range, chosen here under the
@@ -262,10 +266,14 @@ fn with_types(
         Plan::Deploy { settings, .. } => settings.processes.clone(),
         Plan::Rollout { policy, .. } => super::types::rules_of(policy.as_deref())?,
     };
+    let scale = match &start.scale {
+        Some(asked) => asked.clone(),
+        None => start.root.read_scale()?,
+    };
     let kinds = super::types::kinds(
         others,
         &rules,
-        &start.root.read_scale()?,
+        &scale,
         &rollout.settings.launch,
         rollout.settings.stop_first,
     )
@@ -277,6 +285,7 @@ fn with_types(
         .map(|f| f.processes)
         .unwrap_or_default();
     super::types::add_slots(rollout, kinds, &live);
+    rollout.scale = start.scale.clone();
     Ok(())
 }
 

@@ -256,6 +256,10 @@ pub struct Rollout {
     /// The traffic judge's last verdict in this run (status and the console show it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_analysis: Option<crate::engine::analysis::Verdict>,
+    /// A scale's type counts: written to `scale.json` when the run completes (the same again
+    /// when a crash makes that happen twice); an aborted run leaves the file as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<std::collections::BTreeMap<String, usize>>,
 }
 
 /// What a single deploy carries beyond a rollout, for its log lines and whoever finishes it.

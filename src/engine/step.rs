@@ -301,6 +301,7 @@ fn switch_seen(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<A
         slot,
         keep_previous: false,
     });
+    remove_typed_surplus(rollout, now, actions);
     let (event, detail) = outcome(rollout);
     actions.push(note(event, None, None, detail));
     actions.push(Action::Stop);
@@ -520,6 +521,7 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         }
         if rollout.wave >= rollout.waves.len() {
             rollout.phase = Phase::Completed;
+            remove_typed_surplus(rollout, now, actions);
             for s in &rollout.slots {
                 if s.fallback.is_some() {
                     actions.push(Action::DropFallback { slot: s.slot });
@@ -578,11 +580,25 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
     }
 }
 
-/// A scale down goes first: the pool shrinks to the count asked for before any replica moves,
-/// so the budgets (counted on that count) hold from the first wave on.
+/// A scale down of web goes first: the pool shrinks to the count asked for before any replica
+/// moves, so the budgets (counted on that count) hold from the first wave on. So does the
+/// process of a type the release no longer has (a clock renamed must not run beside its new
+/// name). A process of a type scaled down runs on until the release is promoted, as its
+/// replaced ones do ([`remove_typed_surplus`]): a run that goes back finds it running (issue
+/// 80: a scale-down that rolled back never brought back the workers it had stopped first).
 fn remove_surplus(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
+    let kept_types: Vec<String> = rollout
+        .slots
+        .iter()
+        .filter(|s| s.state != SlotState::Surplus)
+        .filter_map(|s| s.kind.as_ref().map(|k| k.process_type.clone()))
+        .collect();
     for s in &mut rollout.slots {
-        if s.state == SlotState::Surplus {
+        let scaled_down = s
+            .kind
+            .as_ref()
+            .is_some_and(|k| kept_types.contains(&k.process_type));
+        if s.state == SlotState::Surplus && !scaled_down {
             s.state = SlotState::Removed;
             s.finished = Some(now);
             actions.push(Action::Remove { slot: s.slot });
@@ -596,6 +612,26 @@ fn remove_surplus(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
                 ),
             ));
         }
+    }
+}
+
+/// At the promotion: the other types' processes that have no place in the release (its type
+/// scaled down, or gone from its Procfile) leave.
+fn remove_typed_surplus(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
+    for s in &mut rollout.slots {
+        let Some(kind) = s.kind.as_ref().filter(|_| s.state == SlotState::Surplus) else {
+            continue;
+        };
+        let name = kind.name();
+        s.state = SlotState::Removed;
+        s.finished = Some(now);
+        actions.push(Action::Remove { slot: s.slot });
+        actions.push(note(
+            LogEvent::ReplicaRemoved,
+            Some(s.slot),
+            None,
+            format!("{name} stopped: the release has no place for it"),
+        ));
     }
 }
 
@@ -764,6 +800,7 @@ pub(in crate::engine) mod tests {
             post_hook_started: false,
             holds_requests: false,
             last_analysis: None,
+            scale: None,
         }
     }
 

@@ -220,7 +220,8 @@ fn counts_of(kinds: &[Kind]) -> String {
 /// (replacing the live process of its type and place, if one runs), each in its wave
 /// ([`in_step`]: a deploy's one wave, or in step with a replica set's web),
 /// and one surplus slot for each live process the release no longer has a place for (its type
-/// gone or scaled down), which leaves before anything starts.
+/// gone or scaled down), which leaves before anything starts if its type is gone, once the
+/// release is promoted if it was scaled down (`step::remove_surplus`).
 pub fn add_slots(rollout: &mut Rollout, kinds: Vec<Kind>, live: &[TypedProcess]) {
     let web_waves = rollout.waves.clone();
     if rollout.waves.is_empty() {

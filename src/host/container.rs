@@ -862,7 +862,7 @@ async fn supervise(docker: &Docker, id: &str, spec: &RunSpec) -> std::io::Result
         )),
     };
     // From a moment before its start: the engine's `oom` events are asked for from here.
-    let started_at = super::journal::now() - 1.0;
+    let started_at = unix_now() - 1.0;
     docker.start_container(id, None).await.map_err(|e| {
         std::io::Error::other(format!("the engine could not start {}: {e}", spec.name))
     })?;
@@ -965,7 +965,7 @@ async fn oom_event_since(docker: &Docker, id: &str, since: f64) -> bool {
     ]);
     let mut events = docker.events(Some(bollard::query_parameters::EventsOptions {
         since: Some(format!("{since:.9}")),
-        until: Some(format!("{:.9}", super::journal::now())),
+        until: Some(format!("{:.9}", unix_now())),
         filters: Some(filters),
     }));
     let found = async {
@@ -979,6 +979,14 @@ async fn oom_event_since(docker: &Docker, id: &str, since: f64) -> bool {
     tokio::time::timeout(Duration::from_secs(1), found)
         .await
         .unwrap_or(false)
+}
+
+/// Unix seconds now (the engine's event log is asked by them).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
 }
 
 /// How an exec probe run inside a container ended.

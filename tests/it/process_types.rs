@@ -715,14 +715,17 @@ fn a_worker_crash_looping_after_the_switch_rolls_the_release_back_once() {
     good(&site, "v1");
     let out = deploy("v1");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Its workers stay up until armed (after the switch: a worker gone before it fails the
+    // deploy before users are switched), then exit at every start.
     add(
         &site,
         "v2",
-        "worker: sleep 1; echo 'lost the database' >&2; exit 1\nclock: exec sh clock.sh\n",
+        "worker: while [ ! -e \"$STATE_DIRECTORY/armed\" ]; do sleep 0.05; done; echo 'lost the database' >&2; exit 1\nclock: exec sh clock.sh\n",
         &[("clock.sh", looping("clock"))],
     );
     let out = deploy("v2");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::write(site.root().join("data/armed"), "").unwrap();
     assert!(
         wait_for(40, || site.pointer().unwrap()["version"] == "v1"),
         "not rolled back: {:?}",
@@ -1142,4 +1145,171 @@ fn a_worker_ready_then_gone_before_web_s_switch_fails_the_deploy_before_the_swit
         "{detail}"
     );
     assert!(detail.contains("worker."), "{detail}");
+}
+
+/// Issue 80: a scale-down stopped the surplus workers before anything else, and when its
+/// restart then failed (rolled back) nothing brought them back: the release ran on with one
+/// worker of three. A scaled-down type's extra processes now run until the release is
+/// promoted; a run that goes back leaves them as they were.
+#[test]
+fn a_scale_down_that_rolls_back_leaves_every_worker_running() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 3000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 3\n      min_ready_ms: 300\n",
+    );
+    let policy = ["--policy", policy.to_str().unwrap()];
+    // Its web fails to start once `broken` is in its state folder.
+    let web = format!(
+        "#!/bin/sh\n[ -e \"$STATE_DIRECTORY/broken\" ] && exit 1\nexec '{}' sample-service\n",
+        bin().display()
+    );
+    add(
+        &site,
+        "v1",
+        "worker: exec sh worker.sh\n",
+        &[("worker.sh", looping("worker")), ("edge-svc", web)],
+    );
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    let out = site.run(
+        &[
+            &[
+                "deploy",
+                "edge-svc",
+                "v1",
+                "--ports",
+                &ports,
+                "--watch-ms",
+                "0",
+            ][..],
+            &policy,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let three = formation(&site);
+    assert_eq!(three.len(), 3, "{three:?}");
+
+    std::fs::write(site.root().join("data/broken"), "").unwrap();
+    let out = site.run(
+        &[
+            &[
+                "scale",
+                "edge-svc",
+                "worker=1",
+                "--ports",
+                &ports,
+                "--watch-ms",
+                "0",
+            ][..],
+            &policy,
+        ]
+        .concat(),
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (name, _, pid) in &three {
+        assert!(
+            alive(*pid),
+            "{name} (pid {pid}) was stopped by a scale that went back"
+        );
+    }
+    assert_eq!(
+        formation(&site),
+        three,
+        "processes.json names the three as before"
+    );
+    assert_eq!(running(&site, "worker.sh").len(), 3);
+}
+
+/// Issue 80: a `scale` killed halfway left `scale.json` at the new count and the processes at
+/// the old (it wrote the file first, then restarted). The engine now plans the restart with the
+/// counts and keeps them when the run completes, so whatever action the scale is killed after,
+/// once `up` has finished it the counts kept are the processes that run.
+#[test]
+fn a_scale_killed_after_any_action_leaves_the_counts_kept_and_the_processes_agreeing() {
+    use std::os::unix::process::ExitStatusExt;
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 1\n      min_ready_ms: 100\n",
+    );
+    let policy = ["--policy", policy.to_str().unwrap()];
+    add(
+        &site,
+        "v1",
+        "worker: exec sh worker.sh\n",
+        &[("worker.sh", looping("worker"))],
+    );
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    let out = site.run(
+        &[
+            &[
+                "deploy",
+                "edge-svc",
+                "v1",
+                "--ports",
+                &ports,
+                "--watch-ms",
+                "0",
+            ][..],
+            &policy,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let kept = |site: &Site| -> usize {
+        std::fs::read_to_string(site.root().join("scale.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v["worker"].as_u64())
+            .map_or(1, |n| n as usize)
+    };
+    let mut k = 1;
+    loop {
+        // From one worker to two, and back: each scale killed after its K-th action.
+        let asked = if kept(&site) == 1 {
+            "worker=2"
+        } else {
+            "worker=1"
+        };
+        let out = rollgate()
+            .args([
+                "scale",
+                "edge-svc",
+                asked,
+                "--ports",
+                &ports,
+                "--watch-ms",
+                "0",
+                "--root",
+            ])
+            .arg(site.root())
+            .args(policy)
+            .env("ROLLGATE_FAULT", format!("kill-after-action:{k}"))
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let killed = out.status.signal() == Some(9);
+        let up = site.run(&["up"]);
+        assert_eq!(up.status.code(), Some(0), "K={k}: {}", stderr(&up));
+        let workers = formation(&site);
+        assert!(workers.iter().all(|p| alive(p.2)), "K={k}: {workers:?}");
+        assert_eq!(
+            kept(&site),
+            workers.len(),
+            "K={k} ({asked}): scale.json and the workers that run disagree: {workers:?}"
+        );
+        assert_eq!(running(&site, "worker.sh").len(), workers.len(), "K={k}");
+        if !killed {
+            assert_eq!(out.status.code(), Some(0), "K={k}: {}", stderr(&out));
+            break;
+        }
+        k += 1;
+    }
+    assert!(k > 5, "the scale had {k} actions");
+    site.stop_service();
 }

@@ -88,8 +88,29 @@ impl Executor {
         self.release_requests()?;
         self.voice.settled(&mut self.rollout);
         self.raise_floor()?;
+        self.keep_scale()?;
         state::clear(&self.context.root)
             .map_err(|e| failed(format!("{}, but {e}", self.rollout.phase_word())))
+    }
+
+    /// A scale's counts become the root's once its run completed (before the run's state is
+    /// cleared, so a crash between them writes them again).
+    pub(super) fn keep_scale(&self) -> Result<(), Error> {
+        let Some(counts) = self.rollout.scale.as_ref() else {
+            return Ok(());
+        };
+        if self.rollout.phase != Phase::Completed {
+            return Ok(());
+        }
+        let root = &self.context.root;
+        root.write_scale(counts).map_err(|e| {
+            failed(format!(
+                "completed, but {} was not written: {e}",
+                root.scale_path().display()
+            ))
+        })?;
+        fault::point();
+        Ok(())
     }
 
     /// The floor of a signed release is raised once it is live everywhere (the same value
