@@ -7,8 +7,10 @@
 //! second start, no port to find); else it is retired at the window's end
 //! (`engine::retire_standby`, which also retires it when a run begins or its keeper is gone).
 //!
-//! Not for a replica set (its rollback is a rollout) nor a release served through a held socket
-//! (its socket queues connections while it restarts; the two releases would share it).
+//! Not for a replica set (its rollback is a rollout), a release served through a held socket
+//! (its socket queues connections while it restarts; the two releases would share it), nor a
+//! release of several types (made live, a standby moved web alone, the workers and clock left
+//! on the crashing release: such a release is rolled back whole by a deploy).
 
 use super::supervise::{launch, log, Launched, Live, Spawn};
 use crate::defaults;
@@ -27,12 +29,27 @@ pub(crate) struct Standby {
 }
 
 /// Why a standby is not started for `crashing`, or None when one can be.
-fn not_possible(crashing: &Live) -> Option<&'static str> {
+fn not_possible(root: &Root, crashing: &Live) -> Option<&'static str> {
     if crashing.slot.is_some() {
         return Some("a replica set is rolled back by a rollout");
     }
     if crashing.launch.listen.is_some() {
         return Some("its socket is held: connections wait in its queue while it restarts");
+    }
+    // A standby is web's alone: made live, it would leave the release's workers and clock on
+    // the crashing version (issue 80, 1). Such a release goes back whole, by a deploy.
+    let has_types = root
+        .read_processes()
+        .ok()
+        .flatten()
+        .is_some_and(|formation| {
+            formation
+                .processes
+                .iter()
+                .any(|p| p.version == crashing.version)
+        });
+    if has_types {
+        return Some("a release of several types is rolled back whole, every type by its gate");
     }
     None
 }
@@ -46,7 +63,7 @@ pub(crate) async fn bring(
     attempt: u64,
     until: tokio::time::Instant,
 ) -> Result<Standby, Error> {
-    if let Some(why) = not_possible(crashing) {
+    if let Some(why) = not_possible(root, crashing) {
         return Err(refused(why));
     }
     let earlier = super::earlier::previous_release(root, &crashing.service, &crashing.version)?;

@@ -1313,3 +1313,63 @@ fn a_scale_killed_after_any_action_leaves_the_counts_kept_and_the_processes_agre
     assert!(k > 5, "the scale had {k} actions");
     site.stop_service();
 }
+
+/// Issue 80, 1: a web crash loop after the switch was rolled back through the standby — web
+/// alone: the workers and the clock stayed on the crashing release, and `up` called that
+/// running. A release of several types goes back whole.
+#[test]
+fn a_web_crash_loop_after_the_switch_rolls_every_type_back() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        &format!("{POLICY}  crash_loop:\n    restarts: 2\n    within_ms: 60000\n"),
+    );
+    let deploy = |version: &str| {
+        site.deploy(
+            free_port(),
+            version,
+            &["--policy", policy.to_str().unwrap(), "--watch-ms", "0"],
+        )
+    };
+    good(&site, "v1");
+    let out = deploy("v1");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // v2: its web exits 300 ms after every start once armed; its worker and clock are sound.
+    site.crashing_release("v2", 300);
+    for (name, body) in [
+        (
+            "Procfile",
+            "worker: exec sh worker.sh\nclock: exec sh clock.sh\n".to_string(),
+        ),
+        ("worker.sh", looping("worker")),
+        ("clock.sh", looping("clock")),
+    ] {
+        write(site.root(), &format!("releases/v2/{name}"), &body);
+    }
+    let out = deploy("v2");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(formation(&site).iter().all(|p| p.1 == "v2"));
+    site.arm("v2");
+    assert!(
+        wait_for(60, || site.pointer().unwrap()["version"] == "v1"),
+        "not rolled back: {:?}",
+        site.events()
+    );
+    assert!(
+        wait_for(30, || {
+            let whole = formation(&site);
+            whole.len() == 3 && whole.iter().all(|p| p.1 == "v1" && alive(p.2))
+        }),
+        "the workers and clock stayed on v2: {:?}",
+        formation(&site)
+    );
+    never_two_clocks(&site, "after the crash loop's rollback");
+    // The keeper's rollback says so once its deploy has returned.
+    assert!(wait_for(30, || count_events(&site, "rolled_back", "v2") == 1));
+    assert!(wait_for(30, || site
+        .run(&["stop", "edge-svc"])
+        .status
+        .code()
+        == Some(0)));
+}
