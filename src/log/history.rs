@@ -203,12 +203,27 @@ impl Attempt {
         Some(self.live_until? - self.finished?)
     }
 
-    /// How long users had a release that was rolled back after they had it: from its
-    /// promotion to its rollback in production, or from its switch to the end of its watch.
+    /// How long users had a release that was rolled back after they had it (in its watch, or
+    /// in production after its promotion). One definition everywhere (issue 81, 4): from its switch to its rollback — what its
+    /// rollback's line says (`exposure.live_s`, counted from `current`'s switch), else from its
+    /// `switched` line, else (a log with no switch line) from its promotion.
     pub fn exposure(&self) -> Option<f64> {
+        let switched = self
+            .facts()
+            .and_then(|f| f.switched_at)
+            .filter(|t| t.is_finite());
         match self.outcome {
-            Outcome::RolledBack => Some(self.finished? - self.facts()?.switched_at?),
-            _ => Some(self.rolled_back_at? - self.finished?),
+            Outcome::RolledBack => match self.served() {
+                Some(said) => Some(said.live_s),
+                None => Some(self.finished? - switched?),
+            },
+            _ => {
+                let ended = self.rolled_back_at?;
+                match self.served() {
+                    Some(said) => Some(said.live_s),
+                    None => Some(ended - switched.or(self.finished)?),
+                }
+            }
         }
     }
 

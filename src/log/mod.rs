@@ -640,6 +640,10 @@ pub fn stats(paths: &[PathBuf], format: Format, reading: &Reading) -> Result<Str
         ),
         ("unfinished".into(), s.unfinished.to_string()),
         (
+            "refused before anything started".into(),
+            s.refused.to_string(),
+        ),
+        (
             "candidate rejection rate".into(),
             pct(s.candidate_rejection_rate),
         ),

@@ -65,6 +65,9 @@ pub struct Stats {
     pub rolled_back: u64,
     pub escalated: u64,
     pub unfinished: u64,
+    /// Refused before anything started (a `pre_deploy` hook or the release phase failed):
+    /// attempts too, so every attempt has its row (issue 81, 4: 11 attempts, 8 + 2 said).
+    pub refused: u64,
     pub candidate_rejection_rate: Option<f64>,
     pub span_s: Option<f64>,
     pub promotions_per_day: Option<f64>,
@@ -267,9 +270,10 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
                     (true, false) => "in its watch",
                     (false, _) => "after promotion",
                 },
+                // Users had it from its switch: its exposure's start, however it ended.
                 live_from: match in_watch {
                     true => a.finished.zip(a.exposure()).map(|(end, s)| end - s),
-                    false => a.finished,
+                    false => a.rolled_back_at.zip(a.exposure()).map(|(end, s)| end - s),
                 },
                 rolled_back_at: if in_watch {
                     a.finished
@@ -291,6 +295,7 @@ pub fn stats(records: u64, span: Option<(f64, f64)>, attempts: &[Attempt]) -> Po
         rolled_back,
         escalated: count_where(&df, outcome_is("escalated"))?,
         unfinished: count_where(&df, outcome_is("unfinished"))?,
+        refused: count_where(&df, outcome_is("refused"))?,
         candidate_rejection_rate: (decided > 0).then(|| before_users as f64 / decided as f64),
         span_s,
         promotions_per_day: per(86_400.0),

@@ -223,6 +223,53 @@ fn stats_on_a_known_log() {
     assert!(table.contains("after promotion"));
 }
 
+/// Issue 81, 4: `log stats` said 11 attempts for 8 promoted and 2 rolled back (the refused one
+/// had no row), and three figures of one exposure disagreed: the rollback's line said users had
+/// v2 for 27.0 s (from its switch), `exposure_s` 23.9 and "users had it from" its promotion,
+/// 3.1 s after the switch. One definition now: from the switch, as the line says.
+#[test]
+fn stats_give_every_attempt_a_row_and_one_exposure_from_the_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = r#"{"ts":900,"event":"candidate_started","version":"v1","detail":""}
+{"ts":901,"event":"promoted","version":"v1","detail":"ready"}
+{"ts":999,"event":"candidate_started","version":"v2","detail":""}
+{"ts":1000.1,"event":"switched","version":"v2","detail":"switched from v1"}
+{"ts":1003.2,"event":"promoted","version":"v2","detail":"passed the watch"}
+{"ts":1010,"event":"hook_failed","version":"v3","detail":"hook pre_deploy (./m.sh) failed with exit status: 1; the deploy was refused"}
+{"ts":1027.1,"event":"rolled_back","version":"v2","detail":"rolled back in production, back to v1; users had it for 27.0 s; ended by a person (rollgate rollback)","exposure":{"live_s":27.0,"ended_by":"a person (rollgate rollback)"}}
+"#;
+    let path = write(dir.path(), "deploy.log", log);
+    let out = run_log(&["stats", "--format", "json"], &path);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["attempts"], 3);
+    assert_eq!(s["refused"], 1, "{s}");
+    let rows: u64 = [
+        "promoted",
+        "rolled_back",
+        "escalated",
+        "unfinished",
+        "refused",
+    ]
+    .iter()
+    .map(|k| s[*k].as_u64().unwrap())
+    .sum();
+    assert_eq!(rows, 3, "every attempt has its row: {s}");
+    assert_eq!(
+        s["rolled_back_after_promotion"][0]["exposure_s"], 27.0,
+        "{s}"
+    );
+    let had = &s["rolled_back_after_users_had_them"][0];
+    assert_eq!(had["exposure_s"], 27.0, "{had}");
+    let from = had["live_from"].as_f64().unwrap();
+    assert!(
+        (from - 1000.1).abs() < 1e-6,
+        "users had it from its switch: {had}"
+    );
+    let table = stdout(&run_log(&["stats"], &path));
+    assert!(table.contains("refused before anything started"), "{table}");
+}
+
 #[test]
 fn sql_over_the_log_and_attempts() {
     let dir = tempfile::tempdir().unwrap();
