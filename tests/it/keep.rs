@@ -300,10 +300,22 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
 #[test]
 fn a_standby_is_retired_when_the_crash_loop_window_ends() {
     let site = Site::new();
-    let (_, first) = v1_then_a_crashing_v2(
+    site.release("v1", "");
+    site.crashing_release("v2", 3000);
+    let policy = policy_with(
         &site,
-        r#", "crash_loop": {"restarts": 3, "within_ms": 4000}"#,
+        r#", "crash_loop": {"restarts": 3, "within_ms": 6000}"#,
     );
+    let first = free_port();
+    let out = site.deploy(first, "v1", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Armed at its switch, so its first exit falls 3 s into the 6 s window (2 s after its 1 s
+    // watch) however long the deploy takes to return on a loaded machine (armed after it, CI
+    // once saw the exit land past a 4 s window: no standby at all).
+    let armed = site.arm_at("v2", "switched");
+    let out = site.deploy(free_port(), "v2", &["--policy", &policy]);
+    assert_eq!(out.status.code(), Some(0), "promoted: {}", stderr(&out));
+    armed.join().unwrap();
     // The standby started (its line names its pid). Not watched for in `current`: it lasts
     // only what is left of the 4 s window, and on a loaded machine its start takes most of it
     // (CI saw a poll of `current` miss it, as it had seen one over HTTP miss it before).
