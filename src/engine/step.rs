@@ -10,7 +10,7 @@ use crate::host::journal::LogEvent;
 use crate::host::state::ReplicaClass;
 
 use super::budgets::too_many_failures;
-use super::state::{AbortCause, Phase, Rollout, SlotState};
+use super::state::{AbortCause, Phase, Rollout, Slot, SlotState};
 use crate::policy::OnStall;
 
 /// Something the executor saw, or a person asked for.
@@ -599,20 +599,21 @@ fn remove_surplus(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
             .as_ref()
             .is_some_and(|k| kept_types.contains(&k.process_type));
         if s.state == SlotState::Surplus && !scaled_down {
-            s.state = SlotState::Removed;
-            s.finished = Some(now);
-            actions.push(Action::Remove { slot: s.slot });
-            actions.push(note(
-                LogEvent::ReplicaRemoved,
-                Some(s.slot),
-                None,
-                format!(
-                    "replica {} removed: {} replicas asked for",
-                    s.slot, rollout.settings.replicas
-                ),
-            ));
+            let words = format!(
+                "replica {} removed: {} replicas asked for",
+                s.slot, rollout.settings.replicas
+            );
+            remove(s, now, words, actions);
         }
     }
+}
+
+/// A surplus slot leaves: its process is taken out and stopped, and the log says why.
+fn remove(s: &mut Slot, now: f64, words: String, actions: &mut Vec<Action>) {
+    s.state = SlotState::Removed;
+    s.finished = Some(now);
+    actions.push(Action::Remove { slot: s.slot });
+    actions.push(note(LogEvent::ReplicaRemoved, Some(s.slot), None, words));
 }
 
 /// At the promotion: the other types' processes that have no place in the release (its type
@@ -622,16 +623,8 @@ fn remove_typed_surplus(rollout: &mut Rollout, now: f64, actions: &mut Vec<Actio
         let Some(kind) = s.kind.as_ref().filter(|_| s.state == SlotState::Surplus) else {
             continue;
         };
-        let name = kind.name();
-        s.state = SlotState::Removed;
-        s.finished = Some(now);
-        actions.push(Action::Remove { slot: s.slot });
-        actions.push(note(
-            LogEvent::ReplicaRemoved,
-            Some(s.slot),
-            None,
-            format!("{name} stopped: the release has no place for it"),
-        ));
+        let words = format!("{} stopped: the release has no place for it", kind.name());
+        remove(s, now, words, actions);
     }
 }
 

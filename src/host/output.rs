@@ -160,6 +160,8 @@ fn remove_if_there(path: &Path) -> std::io::Result<()> {
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether a pump holds the lock on the output file at `path` (a process of that place runs).
+/// The file is rollgate's own (`ROOT/output/VERSION`, mode 0700, never in a release's tree or
+/// `ROOT/data`), so it is opened by path, `O_NOFOLLOW` as [`start`] opens it.
 fn held_by_a_pump(path: &Path) -> bool {
     use std::os::fd::AsRawFd;
     let Ok(file) = std::fs::OpenOptions::new()

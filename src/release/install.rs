@@ -1120,6 +1120,12 @@ fn sweep_in_the_background(root: &Path) {
 
 /// Deletes every release renamed out of `releases` for removal (`.removing-*`), whoever
 /// renamed it: those are never read again.
+///
+/// The trees hold what a release shipped, links included, but no release can write them or
+/// `releases/` itself (its folder is rollgate's, read-only to its user): the names removed are
+/// rollgate's own renames. std's `remove_dir_all` walks each tree by descriptor (`openat` with
+/// `O_NOFOLLOW`, `unlinkat`; Rust 1.58.1 and later), so a link inside is removed, never
+/// followed — the same holds for [`remove_dead_stagings`].
 pub fn sweep_removed(releases: &Path) {
     let Ok(entries) = fs::read_dir(releases) else {
         return;

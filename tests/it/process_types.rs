@@ -694,27 +694,34 @@ fn a_django_like_app_deploys_under_load_with_every_job_done_once_and_one_clock()
     site.stop_service();
 }
 
-/// A worker that crash-loops after its release's switch rolls the whole release back (policy
-/// `crash_loop`), as web's crash loop does — once, though both of its processes loop (the
-/// second keeper's rollback finds it done: `--from` the crashing version).
-#[test]
-fn a_worker_crash_looping_after_the_switch_rolls_the_release_back_once() {
-    let site = Site::new();
+/// A good v1 (web, two workers, a clock) deployed under `POLICY` with `crash_loop` 2 exits in
+/// 60 s; the deploy of a version under that policy (no watch), for what the test installs next.
+fn good_v1_with_a_crash_loop_rule(site: &Site) -> impl Fn(&str) -> std::process::Output + '_ {
     let policy = write(
         site.root(),
         "policy.yaml",
         &format!("{POLICY}  crash_loop:\n    restarts: 2\n    within_ms: 60000\n"),
     );
-    let deploy = |version: &str| {
+    let deploy = move |version: &str| {
         site.deploy(
             free_port(),
             version,
             &["--policy", policy.to_str().unwrap(), "--watch-ms", "0"],
         )
     };
-    good(&site, "v1");
+    good(site, "v1");
     let out = deploy("v1");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    deploy
+}
+
+/// A worker that crash-loops after its release's switch rolls the whole release back (policy
+/// `crash_loop`), as web's crash loop does — once, though both of its processes loop (the
+/// second keeper's rollback finds it done: `--from` the crashing version).
+#[test]
+fn a_worker_crash_looping_after_the_switch_rolls_the_release_back_once() {
+    let site = Site::new();
+    let deploy = good_v1_with_a_crash_loop_rule(&site);
     // Its workers stay up until armed (after the switch: a worker gone before it fails the
     // deploy before users are switched), then exit at every start.
     add(
@@ -1320,21 +1327,7 @@ fn a_scale_killed_after_any_action_leaves_the_counts_kept_and_the_processes_agre
 #[test]
 fn a_web_crash_loop_after_the_switch_rolls_every_type_back() {
     let site = Site::new();
-    let policy = write(
-        site.root(),
-        "policy.yaml",
-        &format!("{POLICY}  crash_loop:\n    restarts: 2\n    within_ms: 60000\n"),
-    );
-    let deploy = |version: &str| {
-        site.deploy(
-            free_port(),
-            version,
-            &["--policy", policy.to_str().unwrap(), "--watch-ms", "0"],
-        )
-    };
-    good(&site, "v1");
-    let out = deploy("v1");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let deploy = good_v1_with_a_crash_loop_rule(&site);
     // v2: its web exits 300 ms after every start once armed; its worker and clock are sound.
     site.crashing_release("v2", 300);
     for (name, body) in [
