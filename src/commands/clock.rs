@@ -159,7 +159,7 @@ async fn keep(root: &Root) {
         for schedule in &live.schedules {
             let last = last_due(root, &schedule.name).unwrap_or(now - SLACK);
             if let Some(due) = schedule.next_after(last).filter(|due| *due <= now) {
-                take(root, &live, schedule, due, &mut runs).await;
+                take(root, &live, schedule, due, false, &mut runs).await;
             }
         }
         while runs.try_join_next().is_some() {}
@@ -190,6 +190,7 @@ async fn take(
     live: &Live,
     schedule: &Schedule,
     due: f64,
+    caught_up: bool,
     runs: &mut tokio::task::JoinSet<()>,
 ) {
     let token = format!("sched-{}-{}", schedule.name, (due * 1000.0) as u64);
@@ -234,9 +235,9 @@ async fn take(
             for who in going {
                 crate::host::process::stop_group(who, RUN_GRACE).await;
             }
-            start(root, live, schedule, Some(due), token, runs);
+            start(root, live, schedule, (Some(due), caught_up), token, runs);
         }
-        AtDue::Start => start(root, live, schedule, Some(due), token, runs),
+        AtDue::Start => start(root, live, schedule, (Some(due), caught_up), token, runs),
     }
 }
 
@@ -323,13 +324,13 @@ fn start(
     root: &Root,
     live: &Live,
     schedule: &Schedule,
-    due: Option<f64>,
+    (due, caught_up): (Option<f64>, bool),
     token: String,
     runs: &mut tokio::task::JoinSet<()>,
 ) {
     let (root, live_facts, schedule) = (root.clone(), facts(live), schedule.clone());
     runs.spawn(async move {
-        let ended = run(&root, &live_facts, &schedule, due, &token).await;
+        let ended = run(&root, &live_facts, &schedule, (due, caught_up), &token).await;
         finish(&root, &live_facts, &schedule, due, &token, &ended);
     });
 }
@@ -355,12 +356,13 @@ pub(crate) struct RunEnd {
     pub(crate) took_ms: u64,
 }
 
-/// Runs it to its end, or says why it could not start.
+/// Runs it to its end, or says why it could not start; `due` is its due time (none: run now)
+/// and whether it is one caught up after the clock was down.
 pub(crate) async fn run(
     root: &Root,
     live: &Live,
     schedule: &Schedule,
-    due: Option<f64>,
+    (due, caught_up): (Option<f64>, bool),
     token: &str,
 ) -> Result<RunEnd, String> {
     let output = new_output(root, &schedule.name, token)?;
@@ -388,12 +390,14 @@ pub(crate) async fn run(
             run.start_time = who.start_time;
             (true, ())
         });
-        // A due time caught up after the clock was down starts late, and says so.
+        // A start past its due time says how late; one caught up after the clock was down says
+        // so too — only that one (a run merely late on a loaded host was called caught up).
         let late = due
             .map(|due| journal::now() - due)
             .filter(|late| *late > SLACK)
-            .map_or(String::new(), |late| {
-                format!("; {late:.1} s after its due time (caught up)")
+            .map_or(String::new(), |late| match caught_up {
+                true => format!("; {late:.1} s after its due time (caught up)"),
+                false => format!("; {late:.1} s after its due time"),
             });
         let detail = format!(
             "{} `{}` started in {} (pid {}){late}",
@@ -625,7 +629,7 @@ async fn say_missed(root: &Root, live: &Live, runs: &mut tokio::task::JoinSet<()
             );
         }
         if catch_up {
-            take(root, live, schedule, latest, runs).await;
+            take(root, live, schedule, latest, true, runs).await;
         }
     }
 }

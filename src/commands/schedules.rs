@@ -165,7 +165,7 @@ pub fn run_now(root: &std::path::Path, service: &str, name: &str) -> Result<u8, 
                 crate::host::process::stop_group(who, std::time::Duration::from_secs(5)).await;
             }
         }
-        let ended = clock::run(&root, &live, &schedule, None, &token).await;
+        let ended = clock::run(&root, &live, &schedule, (None, false), &token).await;
         clock::finish(&root, &live, &schedule, None, &token, &ended);
         match ended {
             Ok(end) => {

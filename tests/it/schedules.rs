@@ -87,11 +87,15 @@ fn each_due_time_once(site: &Site, name: &str) {
         match event.as_str() {
             "schedule_started" => {
                 *seen.entry(key).or_default() += 1;
-                // A due time caught up after the clock was down starts late, and says so.
+                // A due time caught up after the clock was down starts late, and says so. Any
+                // other starts at its due time: within 1 s, or (a loaded host: CI once saw 1.08 s)
+                // before the next one and saying how late — never called caught up.
+                let late = ts - due;
+                let on_time = (0.0..=1.0).contains(&late)
+                    || (late < 2.0 && detail.contains(" s after its due time"));
                 assert!(
-                    (0.0..=1.0).contains(&(ts - due)) || detail.contains("(caught up)"),
-                    "{name}: started {:.3} s after its due time: {detail}",
-                    ts - due
+                    on_time || detail.contains("(caught up)"),
+                    "{name}: started {late:.3} s after its due time: {detail}"
                 );
             }
             "schedule_skipped" => *seen.entry(key).or_default() += 1,
