@@ -394,7 +394,7 @@ pub(crate) async fn run(
         // so too — only that one (a run merely late on a loaded host was called caught up).
         let late = due
             .map(|due| journal::now() - due)
-            .filter(|late| *late > SLACK)
+            .filter(|late| caught_up || *late > SLACK)
             .map_or(String::new(), |late| match caught_up {
                 true => format!("; {late:.1} s after its due time (caught up)"),
                 false => format!("; {late:.1} s after its due time"),
