@@ -145,16 +145,19 @@ replica root, a rollout of the version its replicas run that gives each a fresh 
 the rollout's budgets. Exit codes: as `deploy` (or `rollout`).")]
     Restart(RollbackArgs),
     /// How many processes of each of the live release's types (its Procfile's lines) run,
-    /// without a new release: kept in the root, applied by a restart through the gate.
+    /// without a new release: kept in the root; only the difference starts or stops.
     #[command(after_help = "Examples:
   rollgate scale edge-svc worker=4 --root /srv/edge
   rollgate scale edge-svc worker=1 mailer=0 --root /srv/edge
+  rollgate scale edge-svc worker=+1 --root /srv/edge      # one more than run now
   rollgate scale edge-svc web=3 --ports 8081-8090 --root /srv/edge
 
 The counts are kept in ROOT/scale.json, over the policy's processes.TYPE.replicas, for every
-later deploy too. They are applied at once by `rollgate restart` (every process started again
-through its gate, web beside the old one); the counts are kept once that restart completes. web=N is
-the web replica set's size: a rollout of the live version to N fresh replicas (a single
+later deploy too. They are applied at once: only the difference starts (each new process
+through its type's gate) or stops (once the new ones are ready); web and the processes already
+running keep running, and no port is needed. The counts are kept once that run completes; a
+scale killed is taken back whole by the next command. web=N is the web replica set's size: a
+rollout of the live version to N fresh replicas (--ports or the policy's ports; a single
 release's root becomes a replica set). A singleton stays at most 1; web=0 is `rollgate stop`.
 Exit codes: as `restart` (or `rollout`); 2 for a type the live release has no line for, or a
 count refused.")]
@@ -299,9 +302,11 @@ Exit codes: 0 aborted (logged as rolled_back); 2 nothing to abort.")]
   rollgate logs edge-svc --root /srv/edge --since 2026-12-05T10:00:00Z
 
 A release's output is kept in ROOT/output/VERSION/SERVICE.output (rotated at the
-policy's output_max_bytes). Output lines carry no time, so --since picks releases and files:
-every release live at T or since (from the deploy log), each file written since T. When -f
-follows a switch, a line on stderr names the release now live.")]
+policy's output_max_bytes), each line begun with the time rollgate read it (UTC, to the
+millisecond), printed first: `2026-12-07T14:30:36.123Z [worker.1] job 7 done`. --since picks
+every release live at T or since (from the deploy log), of each the files written since T, and
+of those the lines said since T. When -f follows a switch, a line on stderr names the release
+now live.")]
     Logs {
         service: String,
         #[command(flatten)]
@@ -326,6 +331,9 @@ follows a switch, a line on stderr names the release now live.")]
         /// before it first.
         #[arg(long, value_name = "NAME", conflicts_with_all = ["process_type", "release"])]
         schedule: Option<String>,
+        /// Print the lines without the time each was said.
+        #[arg(long)]
+        no_time: bool,
     },
     /// The live release (version, port, pid, uptime, answering) and the last outcomes.
     #[command(after_help = "Examples:
@@ -468,7 +476,7 @@ The demo stops the live release at the end, so nothing is left running; the file
         named: Vec<String>,
     },
     /// Keeps a root's schedules: runs each at its due times in the live release. Started by
-    /// rollgate's supervisor for a policy with `schedules`, not by hand (see `commands::clock`).
+    /// rollgate's supervisor for a policy with `schedules`, not by hand (see `supervision::clock`).
     #[command(hide = true, name = "keep-clock")]
     KeepClock {
         #[command(flatten)]
@@ -815,7 +823,8 @@ pub struct ScaleArgs {
     pub counts: Vec<String>,
     #[command(flatten)]
     pub target: RootArgs,
-    /// Ports to pick the restarted web process's from, as for `deploy`.
+    /// Ports for web's fresh replicas when web=N is asked (as for `rollout`); other types
+    /// take no port.
     #[arg(long, value_name = "A-B")]
     pub ports: Option<String>,
     #[command(flatten)]

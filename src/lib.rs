@@ -17,4 +17,5 @@ pub mod proxy;
 pub mod release;
 pub mod render;
 pub mod sample;
+pub mod supervision;
 pub mod webhooks;

@@ -98,6 +98,18 @@ fn handed_file(fd: i32) -> Option<std::fs::File> {
     (fd > 2 && open).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
+/// `rollgate logs`: a release's bytes reach a terminal escaped (issue 66); a pipe gets them as
+/// written.
+fn logs(request: rollgate::commands::logs::Request) -> Result<u8, Error> {
+    let (stdout, mut said) = (std::io::stdout().lock(), std::io::stderr());
+    let mut out: Box<dyn std::io::Write> = match std::io::IsTerminal::is_terminal(&stdout) {
+        true => Box::new(rollgate::host::output::Printable::new(stdout)),
+        false => Box::new(stdout),
+    };
+    rollgate::commands::logs::run(&request, &mut out, &mut said)?;
+    Ok(error::SUCCESS)
+}
+
 /// mimalloc for every command (see Cargo.toml): the proxy's hot path allocates per request.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -123,7 +135,8 @@ fn exit_status(command: Command) -> u8 {
             let rotation = rollgate::host::output::Rotation { max_bytes, keep };
             // Its stdout is FILE, opened and locked by the rollgate that started it.
             let first = rollgate::host::output::stdout_if_it_is(&file);
-            match rollgate::host::output::pump(&file, rotation, std::io::stdin().lock(), first) {
+            let stdin = std::io::stdin().lock();
+            match rollgate::host::output::pump(&file, rotation, stdin, first, true) {
                 Ok(()) => error::SUCCESS,
                 Err(_) => error::FAILED,
             }
@@ -133,7 +146,7 @@ fn exit_status(command: Command) -> u8 {
         // A container release's supervisor: one small runtime, no output of its own.
         Command::ContainerRun(args) => container_run(args),
         // A release process's keeper: one small runtime, its report on stdout.
-        Command::Keep { .. } => rollgate::commands::keep::keep_main(),
+        Command::Keep { .. } => rollgate::supervision::keep::keep_main(),
         command => match run(command) {
             Ok(code) => code,
             Err(error) => {
@@ -214,30 +227,21 @@ fn run(command: Command) -> Result<u8, Error> {
             lines,
             process_type,
             schedule,
-        } => {
-            let since = since
+            no_time,
+        } => logs(rollgate::commands::logs::Request {
+            root: target.root,
+            service,
+            follow,
+            release,
+            since: since
                 .map(|t| rollgate::render::time::parse_time(&t))
                 .transpose()
-                .map_err(|e| error::refused(format!("--since: {e}")))?;
-            let request = rollgate::commands::logs::Request {
-                root: target.root,
-                service,
-                follow,
-                release,
-                since,
-                lines,
-                process_type,
-                schedule,
-            };
-            let (stdout, mut said) = (std::io::stdout().lock(), std::io::stderr());
-            // A release's bytes reach a terminal escaped (issue 66); a pipe gets them as written.
-            let mut out: Box<dyn std::io::Write> = match std::io::IsTerminal::is_terminal(&stdout) {
-                true => Box::new(rollgate::host::output::Printable::new(stdout)),
-                false => Box::new(stdout),
-            };
-            rollgate::commands::logs::run(&request, &mut out, &mut said)?;
-            Ok(error::SUCCESS)
-        }
+                .map_err(|e| error::refused(format!("--since: {e}")))?,
+            lines,
+            process_type,
+            schedule,
+            times: !no_time,
+        }),
         Command::Status {
             target,
             format,
@@ -252,7 +256,7 @@ fn run(command: Command) -> Result<u8, Error> {
             listen,
             backlog,
         } => rollgate::commands::hold::run(&target.root, listen, backlog),
-        Command::KeepClock { target } => rollgate::commands::clock::keep_clock(target.root),
+        Command::KeepClock { target } => rollgate::supervision::clock::keep_clock(target.root),
         Command::SweepRemoved { target } => {
             rollgate::release::install::sweep_removed(&target.root.join("releases"));
             Ok(error::SUCCESS)

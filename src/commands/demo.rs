@@ -363,7 +363,7 @@ fn status_of_get(port: u16) -> Option<u16> {
     text.strip_prefix("HTTP/1.1 ")?.parse().ok()
 }
 
-/// Stops the proxy (SIGTERM, then waits) and every replica the pool names.
+/// Stops the proxy (SIGTERM, then waits), then the fleet's service as `rollgate stop` does.
 fn stop_fleet(fleet: &Path, proxy: Option<&mut std::process::Child>) {
     if let Some(proxy) = proxy {
         let _ = nix::sys::signal::kill(
@@ -372,15 +372,30 @@ fn stop_fleet(fleet: &Path, proxy: Option<&mut std::process::Child>) {
         );
         let _ = proxy.wait();
     }
-    if let Ok(Some(set)) = Root::new(fleet.to_path_buf()).read_replicas() {
-        for replica in set.replicas {
-            crate::commands::deploy::stop_release(
-                fleet,
-                &set.service,
-                replica.pid,
-                replica.start_time,
-            );
-        }
+    let _ = stop_service(fleet);
+}
+
+/// The root's service stopped for good by `rollgate stop` itself — every live process and its
+/// keeper gone when it returns (a demo leaves nothing running; a real deploy leaves it
+/// serving, of course). Err: what stop said when it did not stop it.
+fn stop_service(root: &Path) -> Result<(), String> {
+    let service = crate::engine::service_of(&Root::new(root.to_path_buf()));
+    let me = std::env::current_exe().map_err(|e| format!("cannot find rollgate itself: {e}"))?;
+    let out = Command::new(me)
+        .args([
+            "stop",
+            &service,
+            "--reason",
+            "the demo leaves nothing running",
+        ])
+        .arg("--root")
+        .arg(root)
+        .env("NO_COLOR", "1")
+        .output()
+        .map_err(|e| format!("cannot run rollgate stop: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
     }
 }
 
@@ -471,23 +486,25 @@ fn last_reason(root: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// A demo leaves nothing running: the live release is stopped at the end (a real deploy
-/// leaves it serving, of course).
+/// A demo leaves nothing running: the live release is stopped at the end.
 fn stop_live(root: &Path) -> String {
     let pointer = match Root::new(root.to_path_buf()).read_pointer() {
         Ok(Some(pointer)) => pointer,
         Ok(None) => return "Nothing is live.".into(),
         Err(e) => return format!("{e}; nothing stopped."),
     };
-    let version = pointer.version.clone();
-    let answering = crate::commands::deploy::answers_ready(pointer.port);
-    crate::commands::deploy::stop_release(root, &pointer.service, pointer.pid, pointer.start_time);
-    format!(
-        "Live release: {version} ({}). The demo stopped it so nothing is left running.",
-        if answering {
-            "answering on /readyz"
-        } else {
-            "NOT answering"
-        }
-    )
+    let answering = match crate::commands::deploy::answers_ready(pointer.port) {
+        true => "answering on /readyz",
+        false => "NOT answering",
+    };
+    match stop_service(root) {
+        Ok(()) => format!(
+            "Live release: {} ({answering}). The demo stopped it so nothing is left running.",
+            pointer.version
+        ),
+        Err(e) => format!(
+            "Live release: {} ({answering}). The demo could not stop it: {e}",
+            pointer.version
+        ),
+    }
 }

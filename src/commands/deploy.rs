@@ -12,9 +12,7 @@ use crate::engine::plan::{self, Settings};
 use crate::engine::{runtime, Outcome, Plan, PortChoice, Start};
 use crate::error::{refused, Error};
 use crate::host::fault::Fault;
-use crate::host::identity::Identity;
 use crate::host::probe::{self, Probe};
-use crate::host::process;
 use crate::host::state::Root;
 use crate::policy::{self, EvalOptions};
 
@@ -220,6 +218,7 @@ pub fn deploy(request: Request) -> Result<Outcome, Error> {
             plan,
             announce: request.announce,
             scale: request.scale,
+            tail: None,
         },
         policy.as_ref(),
     )
@@ -254,30 +253,6 @@ pub fn answers_ready(port: u16) -> bool {
     runtime().is_ok_and(|rt| {
         rt.block_on(probe::readyz(port, crate::defaults::PROBE_TIMEOUT)) == Probe::Status(200)
     })
-}
-
-/// Stops a release of `service` under `root` for good (for the demo, which leaves nothing
-/// running), as `rollgate stop` would: recorded as stopped first, under the root's lock, so
-/// its keeper lets it go instead of starting it again; then its group, by pid and start time,
-/// waiting up to the default grace.
-pub fn stop_release(root: &std::path::Path, service: &str, pid: i32, start_time: u64) {
-    let _lock =
-        crate::host::lock::acquire(&crate::host::state::Root(root.to_path_buf()).lock_path());
-    let stopped = crate::host::stopped::Stopped {
-        service: service.to_string(),
-        since: crate::host::journal::now(),
-        by: "rollgate demo".into(),
-        why: Some("the demo leaves nothing running".into()),
-    };
-    if let Err(e) = crate::host::stopped::write(root, &stopped) {
-        eprintln!("rollgate: {e}");
-    }
-    if let Ok(rt) = runtime() {
-        rt.block_on(process::stop_group(
-            Identity { pid, start_time },
-            crate::defaults::GRACE,
-        ));
-    }
 }
 
 #[cfg(test)]

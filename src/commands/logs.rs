@@ -7,9 +7,11 @@
 //! file is read to its end, a line on stderr says which release is live now, and its output is
 //! read from its start (its boot, the gate included).
 //!
-//! Output files carry no time of their own per line, so `--since T` works by release and by
-//! file: every release live at T or after it (from the deploy log's promotions), and of each
-//! the output files last written at or after T.
+//! Each line carries the time the output pump read it (`host::output::Stamp`), printed first
+//! (`TIME [worker.1] words`; `--no-time` leaves it off). `--since T` takes every release live at
+//! T or after it (from the deploy log's promotions), of each the output files last written at
+//! or after T, and of those the lines said at or after T (a line without a time — split, or
+//! written by an older rollgate — goes with its file).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,6 +40,51 @@ pub struct Request {
     pub process_type: Option<String>,
     /// A schedule's runs' output (`ROOT/schedules/NAME.output`, the run before in `.1`).
     pub schedule: Option<String>,
+    /// Each line's time printed before it (`--no-time`: false).
+    pub times: bool,
+}
+
+/// How lines are shown: with their times or not, from when.
+#[derive(Debug, Clone, Copy)]
+struct Shown {
+    times: bool,
+    since: Option<f64>,
+}
+
+impl Shown {
+    fn of(request: &Request) -> Shown {
+        Shown {
+            times: request.times,
+            since: request.since,
+        }
+    }
+
+    /// A line as printed (`TIME [label] words`), or None when it was said before `since`.
+    fn line(&self, line: &str, label: Option<&str>) -> Option<String> {
+        let (time, words) = match crate::host::output::stamp_of(line) {
+            Some((time, words)) => (Some(time), words),
+            None => (None, line),
+        };
+        if let (Some(since), Some(time)) = (self.since, time) {
+            let said = chrono::DateTime::parse_from_rfc3339(time)
+                .map(|t| t.timestamp_millis() as f64 / 1000.0);
+            if said.is_ok_and(|said| said < since) {
+                return None;
+            }
+        }
+        let mut shown = String::with_capacity(line.len() + 16);
+        if let Some(time) = time.filter(|_| self.times) {
+            shown.push_str(time);
+            shown.push(' ');
+        }
+        if let Some(label) = label {
+            shown.push('[');
+            shown.push_str(label);
+            shown.push_str("] ");
+        }
+        shown.push_str(words);
+        Some(shown)
+    }
 }
 
 /// How often a follower looks for new output and for a switch.
@@ -89,10 +136,11 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
         _ => Vec::new(),
     };
     let written = |e: std::io::Error| Error::Failed(format!("cannot write the output: {e}"));
+    let shown = Shown::of(request);
     for version in &earlier {
         for path in files_of(&root, version, &request.service, kind) {
             for generation in generations(&path, request.since) {
-                copy_whole(&generation, out).map_err(written)?;
+                copy_whole(&generation, shown, out).map_err(written)?;
             }
         }
     }
@@ -108,22 +156,15 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
             )));
         }
     }
-    let mut reading = open(
-        &root,
-        (&last, running),
-        &request.service,
-        kind,
-        request.since,
-        out,
-    )
-    .map_err(written)?;
-    let first = poll(&mut reading, request.lines).map_err(written)?;
+    let mut reading =
+        open(&root, (&last, running), &request.service, kind, shown, out).map_err(written)?;
+    let first = poll(&mut reading, request.lines, shown).map_err(written)?;
     if write_lines(out, &first).is_err() || !request.follow {
         return Ok(());
     }
     loop {
         std::thread::sleep(POLL);
-        let lines = poll(&mut reading, None).map_err(written)?;
+        let lines = poll(&mut reading, None, shown).map_err(written)?;
         if write_lines(out, &lines).is_err() {
             return Ok(());
         }
@@ -134,7 +175,7 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
         match now {
             Some(now) if now != reading.version => {
                 // The old release's last words first, then the new one from its start.
-                let rest = poll(&mut reading, None).map_err(written)?;
+                let rest = poll(&mut reading, None, shown).map_err(written)?;
                 if write_lines(out, &rest).is_err() {
                     return Ok(());
                 }
@@ -143,7 +184,11 @@ pub fn run(request: &Request, out: &mut dyn Write, said: &mut dyn Write) -> Resu
                     "rollgate logs: {} is live now (was {}); its output follows",
                     now, reading.version
                 );
-                reading = open(&root, (&now, true), &request.service, kind, None, out)
+                let from_start = Shown {
+                    since: None,
+                    ..shown
+                };
+                reading = open(&root, (&now, true), &request.service, kind, from_start, out)
                     .map_err(written)?;
             }
             _ => {}
@@ -160,15 +205,16 @@ fn schedule_output(
     out: &mut dyn Write,
 ) -> Result<(), Error> {
     crate::host::names::check_name("schedule", name)?;
-    let kept = super::clock::outputs(root, name);
+    let kept = crate::supervision::clock::outputs(root, name);
     if kept.is_empty() {
         return Err(refused(format!(
             "schedule {name} has not run under {} (nothing in {})",
             root.0.display(),
-            super::clock::outputs_dir(root, name).display()
+            crate::supervision::clock::outputs_dir(root, name).display()
         )));
     }
     let written = |e: std::io::Error| Error::Failed(format!("cannot write the output: {e}"));
+    let shown = Shown::of(request);
     let since = |p: &Path| {
         request
             .since
@@ -178,7 +224,11 @@ fn schedule_output(
     let (older, newest) = kept.split_at(kept.len() - 1);
     for path in older.iter().filter(|p| since(p)) {
         let text = std::fs::read(path).unwrap_or_default();
-        lines.extend(String::from_utf8_lossy(&text).lines().map(str::to_string));
+        lines.extend(
+            String::from_utf8_lossy(&text)
+                .lines()
+                .filter_map(|l| shown.line(l, None)),
+        );
     }
     let mut following = newest[0].clone();
     let mut follower = Follower::new(&following, Start::Beginning);
@@ -188,7 +238,7 @@ fn schedule_output(
                 .poll()
                 .map_err(written)?
                 .into_iter()
-                .map(|l| l.text),
+                .filter_map(|l| shown.line(&l.text, None)),
         );
     } else {
         follower = Follower::new(&following, Start::End);
@@ -205,10 +255,10 @@ fn schedule_output(
             .poll()
             .map_err(written)?
             .into_iter()
-            .map(|l| l.text)
+            .filter_map(|l| shown.line(&l.text, None))
             .collect();
         // A newer run: the rest of this one's, then the new one's from its start.
-        if let Some(newer) = super::clock::outputs(root, name)
+        if let Some(newer) = crate::supervision::clock::outputs(root, name)
             .into_iter()
             .rfind(|p| *p > following)
         {
@@ -219,7 +269,7 @@ fn schedule_output(
                     .poll()
                     .map_err(written)?
                     .into_iter()
-                    .map(|l| l.text),
+                    .filter_map(|l| shown.line(&l.text, None)),
             );
         }
         if write_lines(out, &more).is_err() {
@@ -228,14 +278,15 @@ fn schedule_output(
     }
 }
 
-/// The release live now: the replicas' (the first slot's version) or the pointer's.
+/// The release live now: the formation's first web process's version.
 fn live_release(root: &Root) -> Result<Option<String>, Error> {
-    if let Some(set) = root.read_replicas()? {
-        if let Some(first) = set.replicas.first() {
-            return Ok(Some(first.version.clone()));
-        }
-    }
-    Ok(root.read_pointer()?.map(|p| p.version))
+    let formation = crate::engine::what_runs(root)?;
+    Ok(formation.and_then(|f| {
+        f.processes
+            .into_iter()
+            .find(|p| p.process_type == crate::host::state::WEB)
+            .map(|p| p.version)
+    }))
 }
 
 /// The releases live at `since` or promoted after it, oldest first, `last` (the live one) left
@@ -321,33 +372,22 @@ fn modified(path: &Path) -> Option<f64> {
     )
 }
 
-/// The files of the processes of `kind` (none: web) that run now as the state names them: each
-/// of the type's places in the formation, each web replica's slot; None where the state names
-/// no such processes of `version` (then every file there is read).
+/// The files of the processes of `kind` (none: web) that run now as the formation names them:
+/// each of the type's places, web's replicas or its single release; None where it names no
+/// such processes of `version` (then every file there is read).
 fn running_files(
     root: &Root,
     version: &str,
     service: &str,
     kind: Option<&str>,
 ) -> Option<Vec<PathBuf>> {
-    let files: Vec<PathBuf> = match kind {
-        Some(kind) => root
-            .read_processes()
-            .ok()??
-            .processes
-            .iter()
-            .filter(|p| p.process_type == kind && p.version == version)
-            .map(|p| root.process_output_path(version, service, kind, p.index))
-            .collect(),
-        None => root
-            .read_replicas()
-            .ok()??
-            .replicas
-            .iter()
-            .filter(|r| r.version == version)
-            .map(|r| root.replica_output_path(version, service, r.slot))
-            .collect(),
-    };
+    let files: Vec<PathBuf> = crate::supervision::supervise::live_set(root)
+        .ok()?
+        .iter()
+        .filter(|live| live.service == service && live.version == version)
+        .filter(|live| live.process.as_ref().map(|(t, _)| t.as_str()) == kind)
+        .map(|live| live.output(root))
+        .collect();
     (!files.is_empty()).then_some(files)
 }
 
@@ -359,7 +399,7 @@ fn open(
     (version, running): (&str, bool),
     service: &str,
     kind: Option<&str>,
-    since: Option<f64>,
+    shown: Shown,
     out: &mut dyn Write,
 ) -> std::io::Result<Reading> {
     let files = running
@@ -373,10 +413,10 @@ fn open(
         files: Vec::new(),
     };
     for path in files {
-        if let Some(since) = since {
+        if let Some(since) = shown.since {
             for generation in generations(&path, Some(since)) {
                 if generation != path {
-                    copy_whole(&generation, out)?;
+                    copy_whole(&generation, shown, out)?;
                 }
             }
         }
@@ -408,19 +448,18 @@ fn slot_label(path: &Path, service: &str) -> String {
 /// What each file gained since the last poll, as lines (labelled when there are several); the
 /// last `lines` of each file when asked — of each process, not of them all together, where
 /// the last file's would hide every other's (issue 80, 7).
-fn poll(reading: &mut Reading, lines: Option<usize>) -> std::io::Result<Vec<String>> {
+fn poll(reading: &mut Reading, lines: Option<usize>, shown: Shown) -> std::io::Result<Vec<String>> {
     let mut all = Vec::new();
     for (label, follower) in &mut reading.files {
-        let mut gained = follower.poll()?;
+        let mut gained: Vec<String> = follower
+            .poll()?
+            .into_iter()
+            .filter_map(|line| shown.line(&line.text, label.as_deref()))
+            .collect();
         if let Some(keep) = lines {
             gained.drain(..gained.len().saturating_sub(keep));
         }
-        for line in gained {
-            all.push(match label {
-                Some(label) => format!("[{label}] {}", line.text),
-                None => line.text,
-            });
-        }
+        all.extend(gained);
     }
     Ok(all)
 }
@@ -434,16 +473,18 @@ fn write_lines(out: &mut dyn Write, lines: &[String]) -> std::io::Result<()> {
     out.flush()
 }
 
-/// A whole file, as it is (an earlier release's or an older generation's).
-fn copy_whole(path: &Path, out: &mut dyn Write) -> std::io::Result<()> {
-    match std::fs::File::open(path) {
-        Ok(mut file) => {
-            std::io::copy(&mut file, out)?;
-            out.flush()
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
+/// A whole file (an earlier release's or an older generation's), its lines as `shown`.
+fn copy_whole(path: &Path, shown: Shown, out: &mut dyn Write) -> std::io::Result<()> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let lines: Vec<String> = String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|line| shown.line(line, None))
+        .collect();
+    write_lines(out, &lines)
 }
 
 #[cfg(test)]

@@ -5,16 +5,13 @@
 //! (`engine::start`, `engine::ask`, `engine::watch`): a person's pause, resume, abort,
 //! promote and the background watcher of `deploy --no-wait` need no command module at all.
 
-pub mod clock;
 pub mod config;
 pub mod console;
 pub mod demo;
 pub mod deploy;
 pub mod dry_run;
-pub(crate) mod earlier;
 pub mod fleet_move;
 pub mod hold;
-pub mod keep;
 pub mod logs;
 pub mod policy_show;
 pub(crate) mod preflight;
@@ -25,9 +22,7 @@ pub mod run;
 pub mod scale;
 pub mod schedules;
 pub mod secret;
-pub(crate) mod standby;
 pub mod status;
 pub mod stop;
-pub mod supervise;
 pub mod traffic;
 pub mod up;

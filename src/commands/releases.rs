@@ -187,9 +187,11 @@ impl Marks {
         };
         let live = pointer.map(|p| p.version.clone());
         let last_good = match (service, &live) {
-            (Some(service), Some(live)) => super::earlier::previous_release(root, service, live)
-                .ok()
-                .map(|e| e.version),
+            (Some(service), Some(live)) => {
+                crate::supervision::earlier::previous_release(root, service, live)
+                    .ok()
+                    .map(|e| e.version)
+            }
             _ => None,
         };
         Ok(Marks {
@@ -401,6 +403,17 @@ fn prune_releases(
 ) -> Result<Pruned, Error> {
     let state = Root::existing(root.to_path_buf())?;
     let _lock = crate::host::lock::acquire(&state.lock_path())?;
+    prune_locked(&state, keep, dry_run, spare_undeployed)
+}
+
+/// `prune_releases` with the root's lock held by the caller.
+fn prune_locked(
+    state: &Root,
+    keep: usize,
+    dry_run: bool,
+    spare_undeployed: bool,
+) -> Result<Pruned, Error> {
+    let root = state.0.as_path();
     let folder = state.0.join("releases");
     if !dry_run {
         crate::release::install::remove_dead_stagings(&folder);
@@ -417,7 +430,7 @@ fn prune_releases(
             if !dry_run {
                 pruned
                     .images
-                    .extend(remove_installed(&state, &release.version)?);
+                    .extend(remove_installed(state, &release.version)?);
             }
             pruned.removed.push(release.version.clone());
         } else {
@@ -491,33 +504,51 @@ fn forget_unless_kept(releases: &Path, root: &Path, image: &str) -> Option<Strin
     }
 }
 
-/// Starts a run through the engine's front door and, once its release went live, applies the
-/// policy's `keep_releases` (a deploy and a rollout alike).
+/// Starts a run through the engine's front door, handing it the run's tail: once its release
+/// went live, the policy's `keep_releases` (a deploy and a rollout alike), then keepers for
+/// whatever runs — done by the engine under the run's own lock.
 pub(crate) fn start_then_prune(
-    start: crate::engine::Start,
+    mut start: crate::engine::Start,
     policy: Option<&crate::policy::RolloutSettings>,
 ) -> Result<crate::engine::Outcome, Error> {
-    let root = start.root.0.clone();
-    let outcome = crate::engine::start(start)?;
-    if outcome.went_live() {
-        prune_after_promotion(&root, policy);
-    }
-    super::supervise::after_a_run(&root);
-    Ok(outcome)
-}
-
-/// The policy's `keep_releases` applied once a release is promoted (`defaults::KEEP_RELEASES`
-/// when the policy does not say; nothing when it asks 0). What is removed is said on stderr; a prune that cannot run (the
-/// lock taken by the next deploy already) is said and left for the next promotion: the
-/// promotion stands either way.
-pub fn prune_after_promotion(root: &Path, policy: Option<&crate::policy::RolloutSettings>) {
     let keep = policy
         .and_then(|p| p.keep_releases)
         .unwrap_or(crate::defaults::KEEP_RELEASES as u64);
+    start.tail = Some(Box::new(AfterARun { keep }));
+    crate::engine::start(start)
+}
+
+/// A run's tail, under the engine's lock: a promoted release's old ones pruned, then every
+/// process the state names running and kept.
+struct AfterARun {
+    /// The policy's `keep_releases` (0: none pruned).
+    keep: u64,
+}
+
+impl crate::engine::Tail for AfterARun {
+    fn after<'a>(
+        &'a self,
+        root: &'a Root,
+        outcome: &'a crate::engine::Outcome,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+        Box::pin(async move {
+            if outcome.went_live() {
+                prune_after_promotion(root, self.keep);
+            }
+            crate::supervision::supervise::after_a_run(root).await;
+        })
+    }
+}
+
+/// The policy's `keep_releases` applied once a release is promoted (`defaults::KEEP_RELEASES`
+/// when the policy does not say; nothing when it asks 0), the root's lock held by the caller.
+/// What is removed is said on stderr; a prune that fails is said and left for the next
+/// promotion: the promotion stands either way.
+fn prune_after_promotion(root: &Root, keep: u64) {
     if keep == 0 {
         return;
     }
-    match prune_releases(root, keep as usize, false, true) {
+    match prune_locked(root, keep as usize, false, true) {
         Ok(pruned) if !pruned.removed.is_empty() => {
             eprintln!(
                 "rollgate: keep_releases = {keep}: removed {}",

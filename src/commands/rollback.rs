@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use super::deploy::{self, Request};
-use super::earlier::previous_release;
 use crate::engine::Outcome;
 use crate::error::{refused, Error};
 use crate::host::state::Root;
+use crate::supervision::earlier::previous_release;
 
 /// For a root served by a replica set: the version most replicas run and the release live
 /// before it (to move the replicas back with a rollout). None for a single-release root.

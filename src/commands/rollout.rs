@@ -75,6 +75,7 @@ pub fn rollout(request: Request) -> Result<Outcome, Error> {
             plan,
             announce: request.announce,
             scale: request.scale,
+            tail: None,
         },
         policy.as_ref(),
     )

@@ -4,7 +4,6 @@
 //! release, confinement and limit; `'forbid` refuses while a run goes on, `'replace` stops it
 //! first), its exit status rollgate's.
 
-use super::clock::{self, Live};
 use crate::engine::clock::{at_due, AtDue, Schedule};
 use crate::error::{refused, Error};
 use crate::host::journal;
@@ -12,6 +11,7 @@ use crate::host::schedule_book::Book;
 use crate::host::state::Root;
 use crate::render::table::{Cell, Grid, Layout};
 use crate::render::Format;
+use crate::supervision::clock::{self, Live};
 
 /// One schedule as `schedules list` shows it.
 pub type Listed = crate::engine::schedule_status::ScheduleStatus;

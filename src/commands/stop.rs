@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::supervise::{live_set, restart, Spawn};
 use crate::error::{refused, Error};
 use crate::host::journal::{self, Entry, LogEvent};
 use crate::host::lock;
@@ -19,6 +18,7 @@ use crate::host::state::Root;
 use crate::host::stopped::{self, Stopped};
 use crate::host::traffic::{self, Mode, Traffic};
 use crate::proxy::control::{Ask, Tunnels};
+use crate::supervision::supervise::{live_set, restart_together, Spawn};
 
 /// Who set the maintenance a stop puts the proxy in: what tells it from a person's own.
 const STOP_MARKER: &str = "rollgate stop";
@@ -35,7 +35,9 @@ pub struct StopRequest {
 pub fn stop(request: &StopRequest) -> Result<String, Error> {
     let root = the_services_root(request)?;
     crate::engine::runtime()?.block_on(async {
-        let (_lock, set) = locked_live_set(&root, request, "nothing to stop").await?;
+        let (lock, set) = locked_live_set(&root, request, "nothing to stop").await?;
+        let identities: Vec<_> = set.iter().map(|l| l.identity).collect();
+        let keepers = crate::host::keeper::kept(&root.0, false).keepers_of(&identities);
         let record = match stopped::read(&root.0)? {
             Some(earlier) => earlier,
             None => Stopped {
@@ -67,7 +69,7 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             said.push(format!("{} {how} ({drained})", live.name()));
         }
         // And what its schedules are running: a stopped service runs nothing.
-        said.extend(super::clock::stop_runs(&root, grace).await);
+        said.extend(crate::supervision::clock::stop_runs(&root, grace).await);
         let detail = format!(
             "{}{}: {}",
             record.words(),
@@ -85,24 +87,33 @@ pub fn stop(request: &StopRequest) -> Result<String, Error> {
             &detail,
         )?;
         crate::engine::fault_point();
+        // Their keepers go too (one waiting out a crash's backoff would linger until its end):
+        // asked once the lock is let go, which a keeper whose release just ended waits for.
+        drop(lock);
+        crate::host::keeper::ask_to_go(&keepers, KEEPERS_GO_WITHIN).await;
         Ok(format!("{} {detail}\n", request.service))
     })
 }
+
+/// How long `stop` waits for the keepers of what it stopped to go.
+const KEEPERS_GO_WITHIN: Duration = Duration::from_secs(5);
 
 /// `rollgate start`: the stopped service's live release started again, gated; then its
 /// maintenance and its stop are lifted.
 pub fn start(request: &StopRequest) -> Result<String, Error> {
     let root = the_services_root(request)?;
     crate::engine::runtime()?.block_on(async {
-        let (_lock, set) = locked_live_set(&root, request, "deploy a release instead").await?;
+        let (lock, set) = locked_live_set(&root, request, "deploy a release instead").await?;
         let was = stopped::read(&root.0)?;
         let ready = ready_within(&root);
         // What a start cut short left running, named by nothing, goes first (as `up` does):
         // never a second copy beside the one started now.
         let kept = crate::host::keeper::kept(&root.0, true);
-        let mut said = super::supervise::stop_strays(&root, &kept).await;
+        let mut said = crate::supervision::supervise::stop_strays(&root, &kept).await;
         let mut failed = Vec::new();
-        let mut started_now = Vec::new();
+        // What runs of the service now: found running (a stop cut short left it) or started.
+        let mut running = Vec::new();
+        let mut dead = Vec::new();
         for (n, live) in set.iter().enumerate() {
             if live.identity.is_running() {
                 said.push(format!(
@@ -110,26 +121,36 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
                     live.name(),
                     live.identity.pid
                 ));
+                running.push((live.name(), live.identity));
                 continue;
             }
-            let why = "started by rollgate start";
-            let kept = Spawn::Kept(crate::host::keeper::Backoff::default());
-            match restart(&root, live, ready, n as u64, (why, None), kept).await {
+            dead.push((live, n as u64, "started by rollgate start"));
+        }
+        let kept = Spawn::Kept(crate::host::keeper::Backoff::default());
+        let results = restart_together(&root, dead.iter().copied(), ready, kept).await;
+        for ((live, _, _), result) in dead.iter().zip(results) {
+            match result {
                 Ok(started) => {
                     crate::engine::fault_point();
                     said.push(format!("{}: started ({})", live.name(), started.how));
-                    started_now.push((live.name(), started.identity));
+                    running.push((live.name(), started.identity));
                 }
                 Err(e) => failed.push(format!("{}: NOT started: {e}", live.name())),
             }
         }
         if !failed.is_empty() {
-            // The service stays stopped, so nothing of it runs: what this start did start goes
-            // again (its keeper sees the stop and lets it go).
-            for (name, who) in started_now {
+            // The service stays stopped, so nothing of it runs: what this start started goes
+            // again, and so does what it found running (a stop killed halfway left it), each
+            // with its keeper.
+            let identities: Vec<_> = running.iter().map(|(_, who)| *who).collect();
+            let keepers = crate::host::keeper::kept(&root.0, false).keepers_of(&identities);
+            for (name, who) in running {
                 let how = crate::host::process::stop_group(who, stop_grace(&root)).await;
                 said.push(format!("{name}: {how}, since the service stays stopped"));
             }
+            said.extend(crate::supervision::clock::stop_runs(&root, stop_grace(&root)).await);
+            drop(lock);
+            crate::host::keeper::ask_to_go(&keepers, KEEPERS_GO_WITHIN).await;
             said.extend(failed);
             return Err(Error::Failed(format!(
                 "{}\n{} stays stopped: nothing else starts it until `rollgate start` succeeds",
@@ -160,9 +181,11 @@ pub fn start(request: &StopRequest) -> Result<String, Error> {
         stopped::clear(&root.0)?;
         crate::engine::fault_point();
         // The schedules resume with the service.
-        match super::clock::ensure(&root).await {
-            Some(started) if started.is_ok() => said.push(super::clock::said(&started)),
-            Some(failed) => eprintln!("rollgate: {}", super::clock::said(&failed)),
+        match crate::supervision::clock::ensure(&root).await {
+            Some(started) if started.is_ok() => {
+                said.push(crate::supervision::clock::said(&started))
+            }
+            Some(failed) => eprintln!("rollgate: {}", crate::supervision::clock::said(&failed)),
             None => {}
         }
         Ok(said.join("\n") + "\n")
@@ -175,7 +198,7 @@ async fn locked_live_set(
     root: &Root,
     request: &StopRequest,
     otherwise: &str,
-) -> Result<(lock::Lock, Vec<super::supervise::Live>), Error> {
+) -> Result<(lock::Lock, Vec<crate::supervision::supervise::Live>), Error> {
     let held = lock::acquire(&root.lock_path())?;
     crate::engine::recover_leaving_escalated(root).await?;
     let set = live_set(root).map_err(Error::Refused)?;

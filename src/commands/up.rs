@@ -4,7 +4,7 @@
 //! named, and gives a keeper to a running live release that has none. `--supervise` keeps
 //! doing the latter and sends the roots' webhooks; restarting a release that exits is its
 //! keeper's work, the same for a release `up` started as for one a deploy started
-//! (`commands::supervise`).
+//! (`supervision::supervise`).
 //!
 //! The state is only changed under the root's lock.
 
@@ -18,7 +18,7 @@ use crate::host::lock;
 use crate::host::signals::Signals;
 use crate::host::state::Root;
 
-use super::supervise::{self, Dead, Found};
+use crate::supervision::supervise::{self, Dead, Found};
 
 /// How often `--supervise` looks for a live release without a keeper.
 const SUPERVISE_POLL: Duration = Duration::from_millis(500);
@@ -185,6 +185,6 @@ async fn supervise(
 /// Whether a live release runs without a keeper, or is not running with none holding it (its
 /// keeper let it go while a run held the root, or was killed).
 fn needs_a_pass(root: &Root) -> bool {
-    let kept = crate::host::keeper::kept(&root.0, false).releases;
+    let kept = crate::host::keeper::kept(&root.0, false).releases();
     supervise::live_set(root).is_ok_and(|set| set.iter().any(|live| !kept.contains(&live.identity)))
 }

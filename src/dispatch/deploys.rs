@@ -189,6 +189,8 @@ pub fn rollout_request(args: RolloutArgs) -> Result<rollout::Request, Error> {
             drain_ms: args.drain_timeout_ms,
             watch_ms: args.watch_ms,
             fresh: false,
+            types_only: false,
+            scale_by: Default::default(),
         },
     })
 }

@@ -1,5 +1,5 @@
 //! When a schedule is due, and what its keeper does at a due time (issue 70) — pure: the
-//! clock's keeper (`commands::clock`) reads the time and the state, asks here, and acts.
+//! clock's keeper (`supervision::clock`) reads the time and the state, asks here, and acts.
 //!
 //! A schedule's due times are fixed points in time, never "so long after the last run": cron
 //! fields in UTC, or `@every N` counted from the Unix epoch (every 2 s is each even second), so

@@ -32,6 +32,7 @@ pub mod clock;
 mod control;
 mod deploy_voice;
 mod fault;
+pub mod formation;
 mod gate;
 mod judge;
 mod outcome;
@@ -65,6 +66,7 @@ pub use runtime::runtime;
 pub use standby::retire_standby;
 pub use start::{
     beside_the_live, not_a_replica_set, port_free, proxy_counts, start, Plan, PortChoice, Start,
+    Tail,
 };
 pub use state::{Phase, Rollout, SlotState};
 pub use status::{service_of, LiveStatus, ReplicaStatus, RootStatus};
@@ -89,6 +91,12 @@ pub fn record_rolled_back_in_production(
 /// `ROLLGATE_FAULT=kill-after-action:K` may kill it, counted with the engine's own.
 pub fn fault_point() {
     fault::point();
+}
+
+/// What runs under a root: every process of the live release, web's as the proxy's views
+/// name them (see `formation`). None: nothing was ever made live there.
+pub fn what_runs(root: &Root) -> Result<Option<crate::host::state::Formation>, Error> {
+    Ok(formation::read(root)?)
 }
 
 /// The run in flight under a root (or the last one, ended), as the engine saved it: what

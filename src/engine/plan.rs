@@ -136,6 +136,7 @@ pub fn resolve_with_watch(
         )?,
         output: (output != crate::host::output::Rotation::default()).then_some(output),
         grace_ms: (grace != defaults::GRACE).then_some(grace.as_millis() as u64),
+        min_ready_ms: policy.and_then(|p| p.min_ready_ms).filter(|ms| *ms > 0),
     };
     Ok(Settings {
         launch,
@@ -295,6 +296,7 @@ pub fn deploy(asked: &DeployAsked) -> Rollout {
         holds_requests: false,
         last_analysis: None,
         scale: None,
+        types_only: false,
     }
 }
 

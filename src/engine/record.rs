@@ -197,9 +197,25 @@ pub(crate) fn exposure(
     }
 }
 
-/// Who or what ended a release's time with users, from the reason its run gave.
+/// Who or what ended a release's time with users, from the reason its run gave. A reason the
+/// engine did not word is a person's (`rollout abort --reason`, or "aborted by a person").
 pub(crate) fn ended_by(reason: &str) -> String {
-    let by = if reason.starts_with("analysis") {
+    // A required process's failure is judged by how it failed; a gate's words by theirs.
+    let failed = reason
+        .strip_prefix("required replica ")
+        .or_else(|| reason.strip_prefix("process "))
+        .and_then(|rest| rest.split_once(" failed: "));
+    if let Some((_, how)) = failed {
+        return ended_by(how);
+    }
+    if let Some(how) = reason.strip_prefix("candidate ") {
+        return ended_by(how);
+    }
+    let by = if reason.contains("not confirmed by the release deadline") {
+        "the release deadline"
+    } else if reason.starts_with("not ready") || reason.starts_with("stopped being ready") {
+        "its readiness gate"
+    } else if reason.starts_with("analysis") {
         "the traffic judge"
     } else if reason.starts_with("killed: out of memory") {
         "the kernel (out of memory at its limit)"
@@ -228,17 +244,27 @@ pub(crate) fn write_pool(root: &Root, rollout: &Rollout) -> Result<Option<String
 
 fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Error> {
     // The other types' live processes first: web's switch is the release's last step.
-    if rollout.is_whole_release() {
-        root.write_processes(&rollout.formation()).map_err(|e| {
+    if rollout.types_only {
+        // Web did not move: its files and the pointer (with its fallback) stay as they are.
+        super::formation::write_other_types(root, &rollout.formation()).map_err(|e| {
             failed(format!(
                 "cannot write {}: {e}",
-                root.processes_path().display()
+                root.formation_path().display()
+            ))
+        })?;
+        return Ok(None);
+    }
+    if rollout.is_whole_release() {
+        super::formation::write_other_types(root, &rollout.formation()).map_err(|e| {
+            failed(format!(
+                "cannot write {}: {e}",
+                root.formation_path().display()
             ))
         })?;
     }
     let pool = rollout.pool();
     if rollout.single.is_none() {
-        root.write_replicas(&pool).map_err(|e| {
+        super::formation::write_replicas(root, &pool).map_err(|e| {
             failed(format!(
                 "cannot write {}: {e}",
                 root.replicas_path().display()
@@ -282,12 +308,47 @@ fn write_pool_files(root: &Root, rollout: &Rollout) -> Result<Option<String>, Er
             pointer.promoted_at = live.promoted_at;
         }
     }
-    match root.write_pointer(&pointer) {
+    match super::formation::write_pointer(root, &pointer) {
         Ok(()) => Ok(None),
         Err(error @ WriteError::NotDurable(_)) => Ok(Some(error.to_string())),
         Err(WriteError::NotWritten(e)) => Err(failed(format!(
             "cannot switch {}: {e}; the old pointer is intact",
             root.pointer_path().display()
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ended_by;
+
+    /// Every reason the engine words names what ended the release, not "a person" (a rollout
+    /// aborted at its release deadline said "ended by a person").
+    #[test]
+    fn an_engine_reason_names_what_ended_the_release_and_only_a_persons_says_a_person() {
+        let cases = [
+            (
+                "required replica 2 not confirmed by the release deadline",
+                "the release deadline",
+            ),
+            (
+                "required replica 1 failed: candidate exited with exit status: 9 before ready",
+                "the release itself (it exited)",
+            ),
+            (
+                "process worker.0 failed: candidate killed: out of memory at its 64 MiB limit",
+                "the kernel (out of memory at its limit)",
+            ),
+            (
+                "required replica 0 failed: not ready after 700 ms",
+                "its readiness gate",
+            ),
+            ("analysis failed: canary 5xx", "the traffic judge"),
+            ("aborted by a person", "a person"),
+            ("bad data in the canary, says ops", "a person"),
+        ];
+        for (reason, by) in cases {
+            assert_eq!(ended_by(reason), by, "{reason}");
+        }
     }
 }

@@ -45,7 +45,15 @@ pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
     if let Some(left) = left.filter(|_| finished.is_ok()) {
         super::run::lift_left_pause(root, &left)?;
     }
+    mend_formation(root);
     finished
+}
+
+/// The formation written again from the views, where a crash came between the two writes.
+fn mend_formation(root: &Root) {
+    if let Err(e) = super::formation::publish(root) {
+        eprintln!("rollgate: {}: {e}", root.formation_path().display());
+    }
 }
 
 /// For `up` (and each pass of `up --supervise`), `promote` and `abort`: the same, except that
@@ -54,6 +62,7 @@ pub(crate) async fn recover(root: &Root) -> Result<(), Error> {
 pub(crate) async fn recover_leaving_escalated(root: &Root) -> Result<(), Error> {
     if let Some(left) = state::load(root)? {
         if left.unsettled_deploy() && left.slot(0).held && !is_switched(root, &left)? {
+            mend_formation(root);
             return Ok(());
         }
     }
@@ -210,13 +219,20 @@ pub(crate) async fn adopt(
 /// lock): an ended one is driven to the end its state implies (restores, the outcome line,
 /// the floor, the post hook, each once); a running one stops where it is, paused, with every
 /// replica that had left the pool serving its previous version again, for a person to
-/// resume or abort. A paused one gets the same: the reverts its pause began are finished,
-/// and a new replica that died meanwhile is judged.
+/// resume or abort (a scale of the types goes back instead: nobody is asked about a count). A
+/// paused one gets the same: the reverts its pause began are finished, and a new replica that
+/// died meanwhile is judged.
 pub(crate) async fn finish(root: &Root, saved: Rollout) -> Result<(), Error> {
     let event = match saved.phase {
         Phase::Paused => Event::Tick,
         Phase::Completed | Phase::Aborted if !saved.unsettled => return Ok(()),
         Phase::Completed | Phase::Aborted => Event::Tick,
+        // A scale of the types waits for nobody: it goes back whole (its new processes
+        // stopped, the ones it would have stopped kept, the counts as they were).
+        Phase::Running if saved.types_only => Event::Abort {
+            reason: "its rollgate died before the scale completed; the counts are as they were (scale again)".into(),
+            rollback: true,
+        },
         Phase::Running => Event::Pause {
             reason: "its rollgate died; nothing drives it".into(),
         },
@@ -361,7 +377,7 @@ async fn finish_rollback(root: &Root, mut rollout: Rollout, gone: String) -> Res
         .rollout()
         .slots
         .iter()
-        .filter(|s| s.kind.is_some())
+        .filter(|s| !s.serves())
         .filter(|s| {
             s.fallback.is_some()
                 || s.candidate.is_some()
@@ -500,7 +516,7 @@ pub fn record_restart(
     new: Identity,
 ) -> Result<(), Error> {
     let failed = |e: String| Error::Failed(e);
-    // Another type's process: `processes.json` names it (its identity is its own alone).
+    // Another type's process: the formation names it (its identity is its own alone).
     if let Some(mut formation) = root.read_processes()? {
         if let Some(p) = formation
             .processes
@@ -509,7 +525,7 @@ pub fn record_restart(
         {
             p.pid = new.pid;
             p.start_time = new.start_time;
-            root.write_processes(&formation)
+            super::formation::write_other_types(root, &formation)
                 .map_err(|e| failed(e.to_string()))?;
             return Ok(());
         }
@@ -524,8 +540,7 @@ pub fn record_restart(
         };
         replica.pid = new.pid;
         replica.start_time = new.start_time;
-        root.write_replicas(&set)
-            .map_err(|e| failed(e.to_string()))?;
+        super::formation::write_replicas(root, &set).map_err(|e| failed(e.to_string()))?;
         if let Ok(Some(mut rollout)) = state::load(root) {
             let mut changed = false;
             for each in &mut rollout.slots {
@@ -548,8 +563,7 @@ pub fn record_restart(
         if pointer.names(old) {
             pointer.pid = new.pid;
             pointer.start_time = new.start_time;
-            root.write_pointer(&pointer)
-                .map_err(|e| failed(e.to_string()))?;
+            super::formation::write_pointer(root, &pointer).map_err(|e| failed(e.to_string()))?;
         } else if slot.is_none() {
             return Err(failed("current changed meanwhile".into()));
         }
@@ -641,6 +655,7 @@ mod tests {
             holds_requests: false,
             last_analysis: None,
             scale: None,
+            types_only: false,
         }
     }
 

@@ -26,6 +26,13 @@ pub struct Args {
     /// Every replica gets a fresh process, those already on the version included (`rollgate
     /// restart` of a replica root): one at a time within the rollout's budgets.
     pub fresh: bool,
+    /// A scale of the other types alone (`rollgate scale SVC worker=3`): web's processes and
+    /// every process already on the version stay as they are; only the difference starts and
+    /// stops, so no port is needed (issue 80, 4).
+    pub types_only: bool,
+    /// A scale's counts relative to what runs (`worker=+1`), each decided under the lock
+    /// from the processes running then, so two scales at once never count from one number.
+    pub scale_by: BTreeMap<String, i64>,
 }
 
 /// `A-B` (inclusive), both ports non-zero and A <= B.
@@ -161,6 +168,8 @@ pub struct Resolved {
     pub classes: BTreeMap<usize, ReplicaClass>,
     /// See [`Args::fresh`].
     pub fresh: bool,
+    /// See [`Args::types_only`].
+    pub types_only: bool,
 }
 
 pub fn resolve(
@@ -188,10 +197,13 @@ fn resolved(
     .map_err(|e| e.to_string())?;
     deploy_plan::check_bounds(&gate)
         .map_err(|e| e.to_string().replace("; nothing was started", ""))?;
+    let running = baseline.iter().map(|(slot, _)| slot + 1).max();
     let replicas = match (args.replicas, policy.and_then(|p| p.replicas)) {
+        // Web stays as it runs.
+        _ if args.types_only => running.unwrap_or(1),
         (Some(n), _) => n,
         (None, Some(n)) => n as usize,
-        (None, None) => baseline.iter().map(|(slot, _)| slot + 1).max().unwrap_or(1),
+        (None, None) => running.unwrap_or(1),
     };
     if !(1..=defaults::MAX_REPLICAS).contains(&replicas) {
         return Err(format!(
@@ -231,7 +243,15 @@ fn resolved(
             "max_failure_ratio is {max_failure_ratio}; allowed is 0 to 1"
         ));
     }
-    let ports = ports_of(args, policy, previous, replicas + budgets.surge, replicas)?;
+    let ports = match args.types_only {
+        // No web process starts: the ports web runs on are all the run names.
+        true => baseline
+            .iter()
+            .map(|(_, p)| (p.port, p.port))
+            .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+            .ok_or("nothing of the service is live; nothing to scale")?,
+        false => ports_of(args, policy, previous, replicas + budgets.surge, replicas)?,
+    };
     let classes = classes_of(policy, replicas)?;
     let soak_ms = args
         .soak_ms
@@ -268,6 +288,7 @@ fn resolved(
         },
         classes,
         fresh: args.fresh,
+        types_only: args.types_only,
     })
 }
 
@@ -379,6 +400,9 @@ pub fn plan(
                 .unwrap_or(ReplicaClass::BestEffort);
             // A left-behind slot keeps what it runs; with nothing running it is a new replica.
             let state = match &live {
+                // A scale of the other types: web keeps what it runs, outside every wave.
+                Some(l) if resolved.types_only && l.version == to => SlotState::Skipped,
+                Some(_) if resolved.types_only => SlotState::LeftBehind,
                 Some(_) if slot >= settings.replicas => SlotState::Surplus,
                 None if slot >= settings.replicas => SlotState::Removed,
                 Some(_) if class == ReplicaClass::LeftBehind => SlotState::LeftBehind,
@@ -393,7 +417,11 @@ pub fn plan(
         .filter(|s| s.state == SlotState::Pending)
         .map(|s| s.slot)
         .collect();
-    if moving.is_empty() && !slots.iter().any(|s| s.state == SlotState::Surplus) {
+    // (A scale of the types decides once its types are planned: `start::with_types`.)
+    if moving.is_empty()
+        && !slots.iter().any(|s| s.state == SlotState::Surplus)
+        && !resolved.types_only
+    {
         return None;
     }
     let waves = assign_waves(&moving, &settings.wave_percents);
@@ -426,6 +454,7 @@ pub fn plan(
         holds_requests: false,
         last_analysis: None,
         scale: None,
+        types_only: resolved.types_only,
     })
 }
 
@@ -443,11 +472,34 @@ fn most_common<'a>(versions: impl Iterator<Item = &'a str>) -> Option<String> {
 /// The plan in one line, for the log.
 pub fn describe(rollout: &Rollout) -> String {
     let s = &rollout.settings;
-    let web = |wave: &Vec<usize>| {
-        wave.iter()
-            .filter(|s| rollout.slot(**s).kind.is_none())
-            .count()
-    };
+    if rollout.types_only {
+        let names = |state: SlotState| {
+            let named: Vec<String> = rollout
+                .slots
+                .iter()
+                .filter(|slot| !slot.serves() && slot.state == state)
+                .map(Slot::name)
+                .collect();
+            match named.is_empty() {
+                true => "none".to_string(),
+                false => named.join(", "),
+            }
+        };
+        return format!(
+            "scale {} of {}: starts {}; stops {}; web and the {} other running process(es) stay as they are; release deadline in {} ms",
+            rollout.id,
+            rollout.to,
+            names(SlotState::Pending),
+            names(SlotState::Surplus),
+            rollout
+                .slots
+                .iter()
+                .filter(|slot| !slot.serves() && slot.state == SlotState::Skipped)
+                .count(),
+            ((s.release_deadline - rollout.started_at) * 1000.0).round() as u64,
+        );
+    }
+    let web = |wave: &Vec<usize>| wave.iter().filter(|s| rollout.slot(**s).serves()).count();
     let sizes: Vec<String> = rollout.waves.iter().map(|w| web(w).to_string()).collect();
     let moved: Vec<usize> = rollout.waves.iter().flatten().copied().collect();
     let types = rollout

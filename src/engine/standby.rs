@@ -1,6 +1,6 @@
 //! A crash-looping release's standby, as the engine meets it (issue 68). A keeper whose release
 //! exits within its crash-loop window starts the release live before it beside it
-//! (`commands::standby`) and records it as `current`'s fallback, marked `standby`: the proxy
+//! (`supervision::standby`) and records it as `current`'s fallback, marked `standby`: the proxy
 //! sends it what the crashing release refuses. Here is its retirement, the one way it ends
 //! without being made live: at the window's end, when a run begins (a run plans its own
 //! fallback), when the service is stopped, or when its keeper is gone.
@@ -29,7 +29,7 @@ pub async fn retire_standby(root: &Root, why: &str) -> Result<Option<String>, Er
     };
     let stopped = process::stop_group(standby.identity(), GRACE).await;
     super::fault::point();
-    root.write_pointer(&pointer).map_err(|e| {
+    super::formation::write_pointer(root, &pointer).map_err(|e| {
         Error::Failed(format!(
             "cannot retire the standby {}: {e}",
             standby.version

@@ -41,6 +41,21 @@ pub struct Start {
     /// and they become the root's when it completes — with the processes, never before (a
     /// killed scale left `scale.json` at the new count and the processes at the old: issue 80).
     pub scale: Option<std::collections::BTreeMap<String, usize>>,
+    /// What follows the run under the same lock, once it has ended (see [`Tail`]).
+    pub tail: Option<Box<dyn Tail>>,
+}
+
+/// What the command that started a run has done once the run has ended — keepers given to
+/// what runs, old releases pruned — run by the engine before it lets the root's lock go
+/// (issue 80, 4): a deploy's path goes one way, command → engine → the tail it was handed,
+/// and never takes the lock a second time after the engine (the next deploy could come
+/// between). The engine does not know what the tail does; the command layers name it.
+pub trait Tail {
+    fn after<'a>(
+        &'a self,
+        root: &'a Root,
+        outcome: &'a Outcome,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 }
 
 /// Where a deploy's candidate goes: a port named, or one of a range, chosen here under the
@@ -135,6 +150,36 @@ pub enum Plan {
     },
 }
 
+/// What a release runs, read once from its folder when its run is planned: whether it is an
+/// image, and which (spawn, stop and the exec probe never read it again); its Procfile's
+/// `web:` line, if it has one (else its executable); its other types' lines.
+struct Runs {
+    image: Option<String>,
+    web: Option<Vec<String>>,
+    others: Vec<(String, String)>,
+}
+
+impl Runs {
+    fn of(start: &Start) -> Result<Runs, Error> {
+        let folder = start.root.release_dir(&start.version);
+        let image = crate::host::container::ImageRelease::of_release(&folder)
+            .map_err(|e| refused(format!("{e}; nothing was started")))?
+            .map(|image| image.image);
+        let procfile = release::procfile::Procfile::of_release(&folder)?;
+        Ok(Runs {
+            image,
+            web: procfile.as_ref().and_then(|p| p.web()),
+            others: procfile.map(|p| p.others()).unwrap_or_default(),
+        })
+    }
+
+    /// The record a run's new processes start from, completed with what the release runs.
+    fn fill(&self, launch: &mut crate::host::launch::LaunchRecord) {
+        launch.image = self.image.clone();
+        launch.command = self.web.clone();
+    }
+}
+
 /// A planned run, ready for its first save.
 struct Prepared {
     rollout: Rollout,
@@ -169,13 +214,18 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             &format!("a run of {} {} began", start.service, start.version),
         )
         .await?;
+        // What the release runs, read once from its folder, goes into the plan's own launch
+        // record: nothing patches the record after it is planned (issue 80, 5).
+        let runs = Runs::of(&start)?;
         let mut prepared = match &start.plan {
             Plan::Deploy { port, settings, .. } => {
                 let port = port.decide(&start.root)?;
-                prepare_deploy(&start, port, settings)?
+                let mut settings = settings.as_ref().clone();
+                runs.fill(&mut settings.launch);
+                prepare_deploy(&start, port, &settings)?
             }
             Plan::Rollout { args, policy } => {
-                match prepare_rollout(&start, args, policy.as_deref())? {
+                match prepare_rollout(&start, args, policy.as_deref(), &runs)? {
                     Some(prepared) => prepared,
                     None => {
                         return Ok(Outcome::rollout(
@@ -189,19 +239,11 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
                 }
             }
         };
-        // Decided once, on the record every process of the run starts from: whether the release
-        // is an image, and which (spawn, stop and the exec probe never read it again).
-        prepared.rollout.settings.launch.image =
-            crate::host::container::ImageRelease::of_release(&start.root.release_dir(&start.version))
-                .map_err(|e| refused(format!("{e}; nothing was started")))?
-                .map(|image| image.image);
-        // And what it runs: its Procfile's `web:` line, if it has one (else its executable).
-        let procfile =
-            release::procfile::Procfile::of_release(&start.root.release_dir(&start.version))?;
-        prepared.rollout.settings.launch.command = procfile.as_ref().and_then(|p| p.web());
         // Its other types (workers, a clock): slots of the run beside web's.
-        let others = procfile.map(|p| p.others()).unwrap_or_default();
-        with_types(&start, &mut prepared.rollout, &others)?;
+        with_types(&start, &mut prepared.rollout, &runs.others)?;
+        if let Some(outcome) = nothing_to_scale(&start, &prepared.rollout)? {
+            return Ok(outcome);
+        }
         // Planned whole (its types' counts checked last): the run is taken.
         if let Some(words) = &start.announce {
             eprintln!("{words}");
@@ -245,12 +287,16 @@ pub fn start(start: Start) -> Result<Outcome, Error> {
             None => {}
         }
         release_phase(&start, &prepared, kind).await?;
-        match start.plan {
+        let outcome = match start.plan {
             Plan::Deploy { no_wait, .. } => {
                 run_deploy(&start.root, prepared, no_wait, &mut signals).await
             }
             Plan::Rollout { .. } => run_rollout(&start.root, prepared, &mut signals).await,
+        }?;
+        if let Some(tail) = &start.tail {
+            tail.after(&start.root, &outcome).await;
         }
+        Ok(outcome)
     })
 }
 
@@ -266,10 +312,30 @@ fn with_types(
         Plan::Deploy { settings, .. } => settings.processes.clone(),
         Plan::Rollout { policy, .. } => super::types::rules_of(policy.as_deref())?,
     };
-    let scale = match &start.scale {
+    let mut scale = match &start.scale {
         Some(asked) => asked.clone(),
         None => start.root.read_scale()?,
     };
+    let live = start
+        .root
+        .read_processes()?
+        .filter(|f| f.service == start.service)
+        .map(|f| f.processes)
+        .unwrap_or_default();
+    let scale_by = match &start.plan {
+        Plan::Rollout { args, .. } => args.scale_by.clone(),
+        Plan::Deploy { .. } => Default::default(),
+    };
+    for (name, by) in &scale_by {
+        let running = live.iter().filter(|p| &p.process_type == name).count();
+        let count = running as i64 + by;
+        if !(0..=1000).contains(&count) {
+            return Err(refused(format!(
+                "{name}={by:+}: {running} run, so that asks for {count}; a count is 0 to 1000; nothing was started"
+            )));
+        }
+        scale.insert(name.clone(), count as usize);
+    }
     let kinds = super::types::kinds(
         others,
         &rules,
@@ -278,15 +344,41 @@ fn with_types(
         rollout.settings.stop_first,
     )
     .map_err(|e| refused(format!("{e}; nothing was started")))?;
-    let live = start
-        .root
-        .read_processes()?
-        .filter(|f| f.service == start.service)
-        .map(|f| f.processes)
-        .unwrap_or_default();
     super::types::add_slots(rollout, kinds, &live);
-    rollout.scale = start.scale.clone();
+    rollout.scale = match start.scale.is_some() || !scale_by.is_empty() {
+        true => Some(scale),
+        false => None,
+    };
     Ok(())
+}
+
+/// A scale of the types that starts and stops nothing (the counts asked are the ones running):
+/// ends here, its counts kept (they may differ from the policy's, which now run).
+fn nothing_to_scale(start: &Start, rollout: &Rollout) -> Result<Option<Outcome>, Error> {
+    let moves = |s: &super::state::Slot| {
+        matches!(
+            s.state,
+            super::state::SlotState::Pending | super::state::SlotState::Surplus
+        )
+    };
+    if !rollout.types_only || rollout.slots.iter().any(moves) {
+        return Ok(None);
+    }
+    if let Some(counts) = &rollout.scale {
+        start.root.write_scale(counts).map_err(|e| {
+            Error::Failed(format!(
+                "cannot write {}: {e}",
+                start.root.scale_path().display()
+            ))
+        })?;
+    }
+    Ok(Some(Outcome::rollout(
+        Ending::Completed,
+        format!(
+            "{} {} already runs those counts; nothing started or stopped",
+            start.service, start.version
+        ),
+    )))
 }
 
 /// The new version's release phase (its Procfile's `release:`), run once before any of its
@@ -393,6 +485,7 @@ fn prepare_rollout(
     start: &Start,
     args: &settings::Args,
     policy: Option<&policy::RolloutSettings>,
+    runs: &Runs,
 ) -> Result<Option<Prepared>, Error> {
     let root = &start.root;
     let previous = state::load(root)?;
@@ -408,7 +501,8 @@ fn prepare_rollout(
         )));
     }
     let baseline = settings::baseline(root, &start.service)?;
-    let resolved = settings::resolve(args, policy, previous.as_ref(), &baseline)?;
+    let mut resolved = settings::resolve(args, policy, previous.as_ref(), &baseline)?;
+    runs.fill(&mut resolved.settings.launch);
     let Some(mut rollout) = settings::plan(
         &start.service,
         &start.version,

@@ -260,6 +260,12 @@ pub struct Rollout {
     /// when a crash makes that happen twice); an aborted run leaves the file as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<std::collections::BTreeMap<String, usize>>,
+    /// A scale of the other types alone ([`super::settings::Args::types_only`]): web's slots
+    /// and every typed process already on the version are `Skipped`; only new places start
+    /// and the extra ones stop, and the run writes `formation.json` alone (web's files and the
+    /// pointer, with its fallback, stay as they are).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub types_only: bool,
 }
 
 /// What a single deploy carries beyond a rollout, for its log lines and whoever finishes it.
@@ -293,6 +299,20 @@ pub struct Single {
 }
 
 impl Slot {
+    /// Web's slot: its process serves through the proxy (a port, the gate's probe, the switch).
+    /// A slot with a `kind` is another type's, which serves nothing; this is the one question
+    /// the planner asks of a slot's type.
+    pub fn serves(&self) -> bool {
+        self.kind.is_none()
+    }
+
+    /// Whether a process it replaced still has to go: kept as its fallback, or recorded
+    /// leaving (out of the pool, its stop decided) by a run whose rollgate died before it
+    /// stopped.
+    pub fn has_an_old_process(&self) -> bool {
+        self.fallback.is_some() || self.retiring.is_some()
+    }
+
     /// A slot serving `live` (its version is what a revert or a rollback brings back), in no
     /// wave yet, with nothing in flight.
     pub fn new(slot: usize, class: ReplicaClass, state: SlotState, live: Option<Process>) -> Slot {
@@ -387,7 +407,7 @@ impl Rollout {
     /// How many of web's replicas are in `state` (the other types' processes are counted by
     /// [`Rollout::types_in_step`]).
     pub fn count(&self, state: SlotState) -> usize {
-        let web = self.slots.iter().filter(|s| s.kind.is_none());
+        let web = self.slots.iter().filter(|s| s.serves());
         web.filter(|s| s.state == state).count()
     }
 
@@ -545,7 +565,7 @@ impl Rollout {
             replicas: self
                 .slots
                 .iter()
-                .filter(|s| s.kind.is_none())
+                .filter(|s| s.serves())
                 .filter_map(|s| {
                     let live = s.live.as_ref()?;
                     Some(Replica {
@@ -563,13 +583,15 @@ impl Rollout {
 
     /// A release of several process types: one slot or more is not web.
     pub fn is_whole_release(&self) -> bool {
-        self.slots.iter().any(|s| s.kind.is_some())
+        self.slots.iter().any(|s| !s.serves())
     }
 
-    /// The live processes of the other types (`processes.json`): each typed slot's live one.
+    /// The live processes of the other types (the formation's, besides web's): each typed
+    /// slot's live one.
     pub fn formation(&self) -> crate::host::state::Formation {
         crate::host::state::Formation {
             service: self.service.clone(),
+            web_replicas: false,
             processes: self
                 .slots
                 .iter()
@@ -580,6 +602,7 @@ impl Rollout {
                         process_type: kind.process_type.clone(),
                         index: kind.index,
                         version: live.version.clone(),
+                        port: None,
                         pid: live.pid,
                         start_time: live.start_time,
                         launch: self.launch_of(live).clone(),

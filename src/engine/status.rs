@@ -49,7 +49,7 @@ pub struct RootStatus {
     /// The policy the service is held to: the live release's record (none: the defaults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyStatus>,
-    /// The live processes of the release's other types (`processes.json`), in its order.
+    /// The live processes of the release's other types (`formation.json`), in its order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessStatus>,
     /// The live policy's schedules (issue 70): each one's state, next due time, last run.
@@ -272,14 +272,15 @@ impl RootStatus {
     }
 }
 
-/// The live processes of the release's other types; their restarts counted since `since`.
+/// The live processes of the release's other types (web's are `live` and `replicas`); their
+/// restarts counted since `since`.
 fn processes(root: &Root, since: f64) -> Vec<ProcessStatus> {
-    let Some(formation) = root.read_processes().ok().flatten() else {
+    let Some(formation) = super::formation::read(root).ok().flatten() else {
         return Vec::new();
     };
     formation
-        .processes
-        .into_iter()
+        .other_types()
+        .cloned()
         .map(|p| {
             let identity = p.identity();
             let process = p.name();
@@ -388,9 +389,13 @@ fn live_status(
             })
             .flatten(),
         own_user: !crate::host::account::can_switch_user(),
-        image: p.launch.image_of(&root.release_dir(&p.version)),
+        image: p
+            .launch
+            .runner(&root.release_dir(&p.version))
+            .image()
+            .map(str::to_string),
         kept: crate::host::keeper::kept(&root.0, false)
-            .releases
+            .releases()
             .contains(&p.identity()),
         restarts: crate::host::journal::restarts_since(
             &root.log_path(),

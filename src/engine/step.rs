@@ -74,7 +74,8 @@ pub enum Action {
         slot: usize,
         keep_previous: bool,
     },
-    /// The watch passed: the slot's fallback leaves the pool, is drained again and stopped.
+    /// The watch passed: the slot's fallback leaves the pool, is drained again and stopped —
+    /// or its old process, recorded leaving when a crash cut its stop short, is stopped.
     DropFallback {
         slot: usize,
     },
@@ -204,7 +205,7 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     if s.state != SlotState::Upgrading || s.held {
         return;
     }
-    if s.kind.is_none() && others_waiting {
+    if s.serves() && others_waiting {
         s.gated = true;
         return;
     }
@@ -212,13 +213,13 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     s.finished = Some(now);
     s.left_pool = false;
     s.gated = false;
-    // Another type's old process runs on (out of `processes.json`) until the release is
+    // Another type's old process runs on (out of `formation.json`) until the release is
     // promoted, so a rollback finds it running; web keeps its fallback only through a watch.
     let keep_previous = match &s.kind {
         Some(_) => s.live.is_some(),
         None => keep && s.live.is_some(),
     };
-    let typed = s.kind.is_some();
+    let typed = !s.serves();
     // The swap is decided here and saved with the decision, so that the pool is written
     // right after that one save; a crash between them finds the new process live and the
     // previous one retiring (or kept), and recovery writes the pool the same way.
@@ -243,7 +244,7 @@ fn ready(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<Action>
     let web_waits = rollout
         .slots
         .iter()
-        .find(|o| o.kind.is_none() && o.gated && o.state == SlotState::Upgrading)
+        .find(|o| o.serves() && o.gated && o.state == SlotState::Upgrading)
         .map(|o| o.slot);
     if let (true, false, Some(web)) = (typed, types_in_flight(rollout), web_waits) {
         ready(rollout, web, now, actions);
@@ -255,7 +256,7 @@ fn types_in_flight(rollout: &Rollout) -> bool {
     rollout
         .slots
         .iter()
-        .any(|o| o.kind.is_some() && matches!(o.state, SlotState::Pending | SlotState::Upgrading))
+        .any(|o| !o.serves() && matches!(o.state, SlotState::Pending | SlotState::Upgrading))
 }
 
 /// Web's new process waits for the other types (`gated`) when it is the one web process that
@@ -265,7 +266,7 @@ fn types_in_flight(rollout: &Rollout) -> bool {
 /// fails restores every replica that moved all the same (`abort` of a whole release).
 fn web_waits_for_types(rollout: &Rollout) -> bool {
     let moving = rollout.waves.iter().flatten();
-    moving.filter(|s| rollout.slot(**s).kind.is_none()).count() <= 1
+    moving.filter(|s| rollout.slot(**s).serves()).count() <= 1
 }
 
 /// The switch to the slot's new process happened, whatever the state said: the new process
@@ -288,9 +289,10 @@ fn switch_seen(rollout: &mut Rollout, slot: usize, now: f64, actions: &mut Vec<A
     if s.retiring.is_none() {
         s.retiring = s.fallback.take();
     }
-    // The release's other types: their old processes, kept until now, go.
+    // The release's other types: their old processes, kept until now (or recorded leaving
+    // when the run's rollgate died before they stopped), go.
     for other in &rollout.slots {
-        if other.slot != slot && other.kind.is_some() && other.fallback.is_some() {
+        if other.slot != slot && !other.serves() && other.has_an_old_process() {
             actions.push(Action::DropFallback { slot: other.slot });
         }
     }
@@ -549,7 +551,7 @@ fn advance(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
             let web: Vec<usize> = wave_slots
                 .iter()
                 .copied()
-                .filter(|s| rollout.slot(*s).kind.is_none())
+                .filter(|s| rollout.slot(*s).serves())
                 .collect();
             let types = rollout
                 .types_in_step(&wave_slots)
@@ -659,7 +661,7 @@ fn start_what_fits(rollout: &mut Rollout, now: f64, actions: &mut Vec<Action>) {
         let upgrading = |r: &Rollout, in_place: bool| {
             r.slots
                 .iter()
-                .filter(|s| s.kind.is_none())
+                .filter(|s| s.serves())
                 .filter(|s| s.state == SlotState::Upgrading && s.left_pool == in_place)
                 .count()
         };
@@ -794,6 +796,7 @@ pub(in crate::engine) mod tests {
             holds_requests: false,
             last_analysis: None,
             scale: None,
+            types_only: false,
         }
     }
 
@@ -1426,7 +1429,10 @@ pub(in crate::engine) mod tests {
                     }
                 }
             }
-            Action::DropFallback { .. } => s.fallback = None,
+            Action::DropFallback { .. } => {
+                s.fallback = None;
+                s.retiring = None;
+            }
             Action::Revert { .. } => {
                 s.candidate = None;
                 if let Some(kept) = s.fallback.take() {

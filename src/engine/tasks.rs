@@ -65,6 +65,19 @@ pub(super) fn instant_after(at: f64) -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs_f64(wait.min(MAX_WAIT_SECS))
 }
 
+/// Sleeps until the wall clock reads `at` (Unix seconds). Timers run on the monotonic clock and
+/// the planner judges by the wall clock: a timer that woke before the wall clock got there
+/// sleeps again, so a release deadline or a soak's end is never seen early, judged not yet
+/// due, and then lost (a loaded run once soaked 5 s past a 1.5 s release deadline).
+pub(super) async fn sleep_until_wall(at: f64) {
+    loop {
+        tokio::time::sleep_until(instant_after(at)).await;
+        if journal::now() >= at {
+            return;
+        }
+    }
+}
+
 /// A timer never waits longer than a day (release deadlines are bounded by the contract).
 const MAX_WAIT_SECS: f64 = 86_400.0 * 2.0;
 
@@ -155,14 +168,15 @@ pub(super) async fn soak(
     sender: UnboundedSender<Message>,
     ends_soak: bool,
 ) {
-    let end = instant_after(until);
+    let end = sleep_until_wall(until);
+    tokio::pin!(end);
     let began = journal::now();
     let mut ticker = tokio::time::interval(poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut judges: HashMap<usize, judge::WatchJudge> = HashMap::new();
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(end) => break,
+            _ = &mut end => break,
             _ = ticker.tick() => {}
         }
         let mut still = Vec::new();
@@ -291,7 +305,15 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let last = tokio::select! {
-            _ = tokio::time::sleep_until(end) => true,
+            _ = tokio::time::sleep_until(end) => {
+                // The soak ends by the wall clock, as the planner judges it (see
+                // `sleep_until_wall`): a last verdict sent before would end nothing.
+                if journal::now() < until {
+                    end = instant_after(until);
+                    continue;
+                }
+                true
+            }
             _ = ticker.tick() => false,
         };
         let verdict = match counts(&judging.root, COUNTS_TIMEOUT).await {
@@ -366,5 +388,20 @@ pub(super) async fn analyse(judging: Judging, until: f64, sender: UnboundedSende
         if failed || last {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Paused, tokio's clock jumps straight to each timer while the wall clock does not move:
+    /// the monotonic clock ahead of the wall clock, as it was when a loaded run lost its
+    /// release deadline. The sleep still ends only once the wall clock is there.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_timer_that_wakes_before_the_wall_clock_sleeps_again() {
+        let at = journal::now() + 0.3;
+        sleep_until_wall(at).await;
+        assert!(journal::now() >= at, "woke {} s early", at - journal::now());
     }
 }

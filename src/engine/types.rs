@@ -1,6 +1,6 @@
 //! A release's process types besides web, planned as slots of its run (issue 69): the
 //! policy's `processes` resolved into each type's rules, the release's Procfile lines into the
-//! slots they fill, and the live processes of the types (`processes.json`) into what each slot
+//! slots they fill, and the live processes of the types (`formation.json`) into what each slot
 //! replaces. Every process of the release is then one slot of the one planner: started by its
 //! type's rule (beside its old one, or once the old one is gone), gated by its type's
 //! readiness, swapped in, and — with the rest of the release — promoted or rolled back whole.
@@ -173,6 +173,7 @@ pub fn kinds(
             listen: None,
             command: Some(vec!["/bin/sh".into(), "-c".into(), command.clone()]),
             grace_ms: rule.grace_ms,
+            min_ready_ms: (rule.min_ready_ms > 0).then_some(rule.min_ready_ms),
             ..run.clone()
         };
         for index in 0..rule.replicas {
@@ -217,7 +218,8 @@ fn counts_of(kinds: &[Kind]) -> String {
 }
 
 /// Adds the types' slots to a planned run, after web's: one per process the release runs
-/// (replacing the live process of its type and place, if one runs), each in its wave
+/// (replacing the live process of its type and place, if one runs — a scale of the types
+/// keeps it, `Skipped`, when it already runs the version), each in its wave
 /// ([`in_step`]: a deploy's one wave, or in step with a replica set's web),
 /// and one surplus slot for each live process the release no longer has a place for (its type
 /// gone or scaled down), which leaves before anything starts if its type is gone, once the
@@ -239,6 +241,19 @@ pub fn add_slots(rollout: &mut Rollout, kinds: Vec<Kind>, live: &[TypedProcess])
             .find(|p| p.process_type == kind.process_type && p.index == kind.index);
         placed.extend(old.map(TypedProcess::identity));
         let slot = rollout.slots.len();
+        // A scale of the types keeps a process already on the version where it is.
+        if let Some(old) = old.filter(|o| rollout.types_only && o.version == rollout.to) {
+            rollout.slots.push(Slot {
+                kind: Some(kind),
+                ..Slot::new(
+                    slot,
+                    ReplicaClass::Required,
+                    SlotState::Skipped,
+                    Some(process_of(old)),
+                )
+            });
+            continue;
+        }
         rollout.waves[wave].push(slot);
         rollout.slots.push(Slot {
             wave: Some(wave),

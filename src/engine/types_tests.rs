@@ -20,6 +20,7 @@ fn old(process_type: &str, index: usize, pid: i32) -> TypedProcess {
         process_type: process_type.into(),
         index,
         version: "v1".into(),
+        port: None,
         pid,
         start_time: 5,
         launch: LaunchRecord::default(),
@@ -115,6 +116,30 @@ fn the_types_are_slots_web_switches_last_and_the_singleton_is_stopped_last() {
         })
         .collect();
     assert_eq!(swaps, vec![2, 0]);
+}
+
+/// A crash after the worker's old process was recorded leaving (out of the pool, its stop
+/// decided) and before it stopped: the recovery, which sees the switch, has it stopped — its
+/// keeper killed with the deployer, nothing else would (the formation's random-kill test).
+#[test]
+fn an_old_process_recorded_leaving_when_the_deployer_died_goes_at_the_switch_seen() {
+    let mut r = release();
+    let old_worker = r.slot(1).live.clone();
+    assert!(old_worker.is_some());
+    step(&mut r, Event::Tick, 100.0);
+    step(&mut r, Event::Ready { slot: 0 }, 101.0);
+    step(&mut r, Event::Ready { slot: 1 }, 102.0);
+    step(&mut r, Event::Ready { slot: 2 }, 103.0);
+    step(&mut r, Event::Tick, 106.0);
+    assert_eq!(r.phase, Phase::Completed);
+    // The executor's retire of the worker's old process: recorded leaving, saved — and killed
+    // before the stop.
+    r.slot_mut(1).retiring = old_worker;
+    let recovered = step(&mut r, Event::SwitchSeen { slot: 0 }, 110.0);
+    assert!(
+        recovered.contains(&Action::DropFallback { slot: 1 }),
+        "{recovered:?}"
+    );
 }
 
 /// A replica set of four (waves 1, 10, 50, 100 %: one replica each, surge 1) with two

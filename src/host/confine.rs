@@ -37,8 +37,43 @@ pub struct Isolation<'a> {
     pub limits: &'a Limits,
 }
 
+/// How a release's process runs, decided once from its launch record (`LaunchRecord::runner`)
+/// and read by every launcher, probe and report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runner {
+    /// Its executable, or its Procfile line, on this host.
+    Host,
+    /// In a container of this image, through rollgate's supervisor (which keeps rollgate's uid
+    /// to reach the engine, and hands the service's user and limits to the container).
+    Image(String),
+}
+
+impl Runner {
+    pub fn image(&self) -> Option<&str> {
+        match self {
+            Runner::Host => None,
+            Runner::Image(image) => Some(image),
+        }
+    }
+}
+
+/// Where a process of a service stands: what it reads, what its cgroup is named after, what it
+/// may bind. Its isolation (user, writable folders, limits) is its launch record's.
+pub struct Placement<'a> {
+    /// The service's root: where its user is recorded and its own folders are.
+    pub root: &'a Path,
+    /// Its release folders: made readable to its user, read and executed under Landlock.
+    pub release: &'a [&'a Path],
+    /// Folders it only reads and executes, left as they are (a hook's own folder).
+    pub readable: &'a [&'a Path],
+    /// What its cgroup is named after (the run's token): recovery finds it by this.
+    pub label: &'a str,
+    /// The TCP ports it may bind (a release's `$PORT`; none for a hook).
+    pub ports: &'a [u16],
+}
+
 /// What a process of a service is to be confined by.
-pub struct Rules<'a> {
+struct Rules<'a> {
     /// The service's root: where its user is recorded and its own folders are.
     pub root: &'a Path,
     /// False only where the policy says `isolation.enabled = false`.
@@ -86,9 +121,40 @@ fn group_of(rules: &Rules) -> String {
 }
 
 impl Confinement {
+    /// The one preparation of every process rollgate starts for a service — a release's process,
+    /// a one-off, a hook (the release phase too), an exec probe, a standby: `isolation` as its
+    /// launch record says, at `place`. One that runs an image is its container's supervisor: it
+    /// keeps rollgate's uid and no limits of its own (the container holds them).
+    pub fn for_process(
+        isolation: Isolation,
+        runner: &Runner,
+        place: &Placement,
+    ) -> std::io::Result<Confinement> {
+        let in_container = runner.image().is_some();
+        let no_limits = Limits::default();
+        let mut confinement = Confinement::prepare(&Rules {
+            root: place.root,
+            confined: isolation.confined,
+            user: isolation.user,
+            release: place.release,
+            readable: place.readable,
+            writable: isolation.writable,
+            limits: match in_container {
+                true => &no_limits,
+                false => isolation.limits,
+            },
+            label: place.label,
+            ports: place.ports,
+        })?;
+        if in_container {
+            confinement.switch_user = false;
+        }
+        Ok(confinement)
+    }
+
     /// Allocates or finds the service's user, makes its folders, builds the filesystem rules and
     /// the way into a cgroup of its own. Nothing is started yet.
-    pub fn prepare(rules: &Rules) -> std::io::Result<Confinement> {
+    fn prepare(rules: &Rules) -> std::io::Result<Confinement> {
         let user = match rules.confined && super::account::can_switch_user() {
             true => Some(super::account::for_service(rules.root, rules.user)?),
             false => None,
@@ -119,13 +185,6 @@ impl Confinement {
             fence,
             entry: super::cgroup::entry(rules.limits, rules.label, Some(&group_of(rules))),
         })
-    }
-
-    /// The child keeps rollgate's uid (with no privileges and the same filesystem rules): it
-    /// hands the service's user on rather than becoming it (a container's supervisor, which
-    /// must reach the engine's socket).
-    pub fn keep_own_uid(&mut self) {
-        self.switch_user = false;
     }
 
     /// The child's environment from nothing, as systemd gives a unit's (issue 80, 6): a fixed

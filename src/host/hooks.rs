@@ -281,17 +281,18 @@ async fn run_command(
         false => vec![folder.as_path()],
     };
     let own_folder: Vec<&Path> = Path::new(program).parent().into_iter().collect();
-    let confinement = super::confine::Confinement::prepare(&super::confine::Rules {
-        root,
-        confined: isolation.confined,
-        user: isolation.user,
-        release: &release,
-        readable: &own_folder,
-        writable: isolation.writable,
-        limits: isolation.limits,
-        label: &tree_label(root, hook),
-        ports: &[],
-    })
+    // A hook runs on the host, an image release's too (its program is beside the policy).
+    let confinement = super::confine::Confinement::for_process(
+        *isolation,
+        &super::launch::Runner::Host,
+        &super::confine::Placement {
+            root,
+            release: &release,
+            readable: &own_folder,
+            label: &tree_label(root, hook),
+            ports: &[],
+        },
+    )
     .map_err(could_not_start)?;
     let user = confinement.user.clone();
     let started = Instant::now();

@@ -14,6 +14,7 @@ pub struct Identity {
 /// What `/proc/PID/stat` says of a process.
 pub(super) struct Stat {
     pub(super) state: char,
+    pub(super) parent: i32,
     pub(super) process_group: i32,
     pub(super) session: i32,
     /// The kernel's flags for the task (field 9): `PF_EXITING` once it is on its way out.
@@ -21,7 +22,7 @@ pub(super) struct Stat {
     pub(super) start_time: u64,
 }
 
-/// Reads `/proc/PID/stat`: the state (field 3), the process group (field 5), the session
+/// Reads `/proc/PID/stat`: the state (field 3), the parent (field 4), the process group (field 5), the session
 /// (field 6) and the start time (field 22). The command name (field 2) may hold spaces and parentheses, so fields are
 /// counted after its last `)`.
 pub(super) fn stat(pid: i32) -> Option<Stat> {
@@ -30,6 +31,7 @@ pub(super) fn stat(pid: i32) -> Option<Stat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some(Stat {
         state: fields.first()?.chars().next()?,
+        parent: fields.get(1)?.parse().ok()?,
         process_group: fields.get(2)?.parse().ok()?,
         session: fields.get(3)?.parse().ok()?,
         flags: fields.get(6)?.parse().ok()?,
@@ -152,4 +154,22 @@ mod tests {
         };
         assert!(!impostor.is_running());
     }
+}
+
+/// A pidfd for `who`, readable once it ends; None when it is gone already.
+pub fn pidfd(who: Identity) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, who.pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor was just returned to this process and is owned here alone.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    // Opened on the same process the state names, not on one that took its pid since.
+    if Identity::of(who.pid) != Some(who) {
+        return None;
+    }
+    // SAFETY: the AsyncFd owns the descriptor, so it stays open for as long as it is registered.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .ok()
 }

@@ -10,7 +10,7 @@
 //! the release's pid back. The state names the *release* (its pid and start time), never the
 //! keeper: stopping, probing and confining are as they were.
 //!
-//! What the keeper does when its release ends is the command layer's (`commands::keep`):
+//! What the keeper does when its release ends is the supervision layer's (`supervision::keep`):
 //! a release the state names as live, while no run holds the root, is started again; any other
 //! end (a candidate that failed its gate, a retired or stopped release, an end while a run holds
 //! the root and so owns its processes) makes the keeper exit *as its release did* — the same
@@ -128,12 +128,14 @@ impl Spec {
     }
 
     /// A keeper for `release`, running without one; what it starts again it reads from the
-    /// state, as every restart does.
+    /// state, as every restart does. `output` is the release's output file, which names the
+    /// process the keeper shows as (an adopted worker's keeper showed as `web`).
     pub fn adopting(
         root: &Path,
         service: &str,
         release: Identity,
         record: &LaunchRecord,
+        output: &Path,
         backoff: Backoff,
     ) -> Spec {
         Spec {
@@ -141,7 +143,7 @@ impl Spec {
             service: service.to_string(),
             executable: PathBuf::new(),
             workdir: PathBuf::new(),
-            output: PathBuf::new(),
+            output: output.to_path_buf(),
             port: 0,
             version: String::new(),
             token: String::new(),
@@ -264,29 +266,19 @@ fn spawn_keeper(
 ) -> std::io::Result<(tokio::process::Child, OwnedFd)> {
     let (spec_read, spec_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let mut command = tokio::process::Command::new("/proc/self/exe");
     // Shown by `ps` as what it keeps (`rollgate keep shop worker.1`), not `/proc/self/exe keep`.
+    let args = std::iter::once(KEEP_COMMAND.to_string()).chain(spec.shown_as());
+    let mut command = super::daemon::command(args, &spec.root, move || match listen {
+        Some(fd) => super::listen::place_in_child(fd),
+        None => Ok(()),
+    });
     command
-        .arg0("rollgate")
-        .arg(KEEP_COMMAND)
-        .args(spec.shown_as())
-        .current_dir(&spec.root)
         .stdin(Stdio::from(spec_read))
         .stdout(Stdio::from(report_write))
-        .stderr(Stdio::null())
-        // The crash tests' fault (engine::fault) is the starting command's, never its keeper's.
-        .env_remove("ROLLGATE_FAULT");
-    // SAFETY: close, setsid and `place_in_child` are system calls; nothing of the parent is
-    // touched.
-    unsafe {
-        command.pre_exec(move || {
-            super::lock::close_held_in_child();
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            if let Some(fd) = listen {
-                super::listen::place_in_child(fd)?;
-            }
-            Ok(())
-        });
+        .stderr(Stdio::null());
+    // The test suite's: a keeper killed after it started its release, before it said so.
+    if super::files::fault("keeper-dies-before-report") {
+        command.env(KEEPER_FAULT, "dies-before-report");
     }
     let child = command.spawn()?;
     let text = serde_json::to_vec(spec).map_err(std::io::Error::other)?;
@@ -296,6 +288,9 @@ fn spawn_keeper(
     drop(spec_write);
     Ok((child, report_read))
 }
+
+/// The variable that carries the test suite's fault into a keeper (see `start`).
+pub const KEEPER_FAULT: &str = "ROLLGATE_KEEPER_FAULT";
 
 /// Reads the keeper's one line, waiting at most [`REPORT_WAIT`] for it.
 fn read_report(report: OwnedFd, said: &mut String) -> std::io::Result<()> {
@@ -426,39 +421,44 @@ impl Registration {
 /// tokens of restarts that keepers which are gone began (a process may carry one).
 #[derive(Debug, Default)]
 pub struct Keepers {
-    pub releases: Vec<Identity>,
+    /// Each running keeper (its pid, from its entry's name) and the release it keeps.
+    pub running: Vec<(i32, Identity)>,
     pub abandoned: Vec<String>,
     /// The tokens of standbys whose keepers are gone: the next pass retires them.
     pub abandoned_standbys: Vec<String>,
 }
 
+impl Keepers {
+    /// The releases running keepers keep.
+    pub fn releases(&self) -> Vec<Identity> {
+        self.running.iter().map(|(_, release)| *release).collect()
+    }
+
+    /// The running keepers (their pids) that keep one of `releases`.
+    pub fn keepers_of(&self, releases: &[Identity]) -> Vec<i32> {
+        self.running
+            .iter()
+            .filter(|(_, release)| releases.contains(release))
+            .map(|(keeper, _)| *keeper)
+            .collect()
+    }
+}
+
 /// A keeper's file locked (shared) if no keeper holds it — one killed a moment ago and still on
-/// its way out is waited for (up to 2 s) rather than taken for a live one (found as `up`, run
-/// right after a `kill -9` of the keepers, saw a standby still kept).
+/// its way out is waited for rather than taken for a live one (found as `up`, run right after a
+/// `kill -9` of the keepers, saw a standby still kept).
 fn lock_unless_held(
     file: std::fs::File,
     path: &Path,
-) -> Result<nix::fcntl::Flock<std::fs::File>, (std::fs::File, nix::Error)> {
+) -> Result<nix::fcntl::Flock<std::fs::File>, std::fs::File> {
     use nix::fcntl::{Flock, FlockArg};
     let keeper = path
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.parse::<i32>().ok());
-    let mut file = file;
-    let since = std::time::Instant::now();
-    loop {
-        match Flock::lock(file, FlockArg::LockSharedNonblock) {
-            Ok(locked) => return Ok(locked),
-            Err((back, e)) => {
-                let dying = keeper.is_some_and(super::identity::is_dying);
-                if !dying || since.elapsed() > std::time::Duration::from_secs(2) {
-                    return Err((back, e));
-                }
-                file = back;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-        }
-    }
+    super::daemon::unless_held_by_a_live_one(keeper, file, |file| {
+        Flock::lock(file, FlockArg::LockSharedNonblock).map_err(|(back, _)| back)
+    })
 }
 
 /// The releases a running keeper keeps under `root`. With `tidy` (the root locked), the
@@ -491,18 +491,65 @@ pub fn kept(root: &Path, tidy: bool) -> Keepers {
                     let _ = std::fs::remove_file(&path);
                 }
             }
-            Err((mut file, _)) => {
+            Err(mut file) => {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
-                let mut words = text.split_whitespace().map(|w| w.parse::<u64>());
-                if let (Some(Ok(pid)), Some(Ok(start_time))) = (words.next(), words.next()) {
-                    kept.releases.push(Identity {
-                        pid: pid as i32,
-                        start_time,
-                    });
+                let keeper = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.parse::<i32>().ok());
+                if let (Some(keeper), Some(release)) = (keeper, release_named(&text)) {
+                    kept.running.push((keeper, release));
                 }
             }
         }
     }
     kept
+}
+
+/// The release a keeper's entry names on its first line (`PID START_TIME`).
+fn release_named(text: &str) -> Option<Identity> {
+    let mut words = text.split_whitespace().map(|w| w.parse::<u64>());
+    match (words.next(), words.next()) {
+        (Some(Ok(pid)), Some(Ok(start_time))) => Some(Identity {
+            pid: i32::try_from(pid).ok()?,
+            start_time,
+        }),
+        _ => None,
+    }
+}
+
+/// Asks the keepers `pids` to go (SIGTERM, through a pidfd opened on the keeper itself) and
+/// waits, at most `within`, until they are gone: a keeper asked so lets its release be.
+pub async fn ask_to_go(pids: &[i32], within: Duration) {
+    let mut ends = Vec::new();
+    for pid in pids {
+        let Some(identity) = Identity::of(*pid) else {
+            continue;
+        };
+        let Some(fd) = super::identity::pidfd(identity) else {
+            continue;
+        };
+        // The pid is still a keeper's (the pidfd now pins that very process).
+        if !is_keeper(&pid.to_string()) {
+            continue;
+        }
+        // SAFETY: pidfd_send_signal takes a pidfd this process owns, a signal and no info.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                libc::SIGTERM,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        ends.push(fd);
+    }
+    let all_gone = async {
+        for fd in &ends {
+            let _ = fd.readable().await;
+        }
+    };
+    let _ = tokio::time::timeout(within, all_gone).await;
 }

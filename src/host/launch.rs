@@ -65,6 +65,17 @@ pub struct LaunchRecord {
         skip_serializing_if = "Option::is_none"
     )]
     pub grace_ms: Option<u64>,
+    /// How long it must stay up and ready once its probe first passes before it counts as
+    /// started (policy `min_ready_ms`, or its type's `processes.TYPE.min_ready_ms`): a `start`,
+    /// `up` or `restart` holds it as its deploy's gate did, so a process that dies in its first
+    /// second is not called started. None: not held (and records written before it).
+    /// (Named apart from the run's own `min_ready_ms`, as `output` is.)
+    #[serde(
+        default,
+        rename = "ready_held_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min_ready_ms: Option<u64>,
     /// What it runs: its release's Procfile line for its type (`web:`), run by `/bin/sh -c`
     /// in the release's folder, read once when the run is planned; none: the release's
     /// executable at its top.
@@ -129,6 +140,8 @@ fn is_default_probe(spec: &Spec) -> bool {
     *spec == Spec::default()
 }
 
+pub use super::confine::Runner;
+
 impl LaunchRecord {
     /// How a process started from it, and so its hooks, are confined.
     pub fn isolation(&self) -> super::confine::Isolation<'_> {
@@ -140,16 +153,20 @@ impl LaunchRecord {
         }
     }
 
-    /// The image the process runs: the recorded one, else (a record written before rollgate
-    /// recorded it) the one `release_dir`'s `image.json` names — the one place that is read
-    /// again.
-    pub fn image_of(&self, release_dir: &std::path::Path) -> Option<String> {
-        self.image.clone().or_else(|| {
+    /// How a process started from it runs: in a container of the recorded image, else (a record
+    /// written before rollgate recorded it) of the one `release_dir`'s `image.json` names — the
+    /// one place that is read again — else on the host.
+    pub fn runner(&self, release_dir: &std::path::Path) -> Runner {
+        let image = self.image.clone().or_else(|| {
             super::container::ImageRelease::of_release(release_dir)
                 .ok()
                 .flatten()
                 .map(|image| image.image)
-        })
+        });
+        match image {
+            Some(image) => Runner::Image(image),
+            None => Runner::Host,
+        }
     }
 
     /// How its output is bounded when it is started again (the policy's, else the defaults).
@@ -173,6 +190,30 @@ impl LaunchRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runner_is_the_recorded_image_else_an_older_record_s_image_json_else_the_host() {
+        let release = tempfile::tempdir().unwrap();
+        let recorded = LaunchRecord {
+            image: Some("sha256:aa".into()),
+            ..LaunchRecord::default()
+        };
+        assert_eq!(
+            recorded.runner(release.path()),
+            Runner::Image("sha256:aa".into())
+        );
+        assert_eq!(LaunchRecord::default().runner(release.path()), Runner::Host);
+        std::fs::write(
+            release.path().join("image.json"),
+            r#"{"image": "sha256:bb", "source": "docker-archive:/a.tar"}"#,
+        )
+        .unwrap();
+        let older = LaunchRecord::default().runner(release.path());
+        assert_eq!(older, Runner::Image("sha256:bb".into()));
+        assert_eq!(older.image(), Some("sha256:bb"));
+        // The record's own image wins over the folder's.
+        assert_eq!(recorded.runner(release.path()).image(), Some("sha256:aa"));
+    }
 
     #[test]
     fn a_default_record_writes_nothing_and_an_old_pointers_fields_read_back() {

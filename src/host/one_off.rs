@@ -170,25 +170,19 @@ fn prepare(one_off: &OneOff<'_>, label: &str) -> std::io::Result<Prepared> {
     let record = one_off.record;
     // An image release's command runs in a container of its image, through the supervisor a
     // release's container has (which holds the container's user and limits for the engine).
-    let image = record.image_of(&folder);
-    let no_limits = super::cgroup::Limits::default();
-    let mut confinement = super::confine::Confinement::prepare(&super::confine::Rules {
-        root: one_off.root,
-        confined: !record.unconfined,
-        user: record.user.as_deref(),
-        release: &[folder.as_path()],
-        readable: &[],
-        writable: &record.writable,
-        limits: match image {
-            Some(_) => &no_limits,
-            None => &record.limits,
+    let runner = record.runner(&folder);
+    let image = runner.image().map(str::to_string);
+    let confinement = super::confine::Confinement::for_process(
+        record.isolation(),
+        &runner,
+        &super::confine::Placement {
+            root: one_off.root,
+            release: &[folder.as_path()],
+            readable: &[],
+            label,
+            ports: &[],
         },
-        label,
-        ports: &[],
-    })?;
-    if image.is_some() {
-        confinement.keep_own_uid();
-    }
+    )?;
     let user = confinement.user.clone();
     let mut command = match &image {
         Some(image) => {

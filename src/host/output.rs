@@ -249,6 +249,10 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
         command.pre_exec(|| {
             use nix::sys::signal::{signal, SigHandler, Signal};
             super::lock::close_held_in_child();
+            // Its stdin, stdout and stderr are all it uses: nothing else of its starter's
+            // goes with it (a release's held socket, placed at fd 3 for the release, kept the
+            // service's port listening after the release and its holder were gone).
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             for ignored in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
                 signal(ignored, SigHandler::SigIgn).map_err(std::io::Error::from)?;
@@ -263,7 +267,8 @@ pub fn start(path: &Path, rotation: Rotation) -> std::io::Result<OwnedFd> {
     Ok(write)
 }
 
-/// The pump: copies `input` into `path` until the input ends, rotating by size. A write that
+/// The pump: copies `input` into `path` until the input ends, rotating by size, each line
+/// begun with the time its first byte was read when `stamped` ([`Stamp`]). A write that
 /// fails (the disk is full) loses that piece of output, never the release: the pipe is drained
 /// whatever happens, so a release never blocks or dies on its own output.
 ///
@@ -273,6 +278,7 @@ pub fn pump(
     rotation: Rotation,
     mut input: impl Read,
     first: Option<std::fs::File>,
+    stamped: bool,
 ) -> std::io::Result<()> {
     let mut sink = Sink {
         path: path.to_path_buf(),
@@ -286,6 +292,8 @@ pub fn pump(
         None => sink.open(),
     }
     let mut buffer = vec![0u8; 64 * 1024];
+    let mut stamp = Stamp::default();
+    let mut out = Vec::with_capacity(buffer.len());
     loop {
         let n = match input.read(&mut buffer) {
             Ok(0) => return Ok(()),
@@ -293,8 +301,76 @@ pub fn pump(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        sink.write(&buffer[..n]);
+        match stamped {
+            true => {
+                stamp.lines(&buffer[..n], &now_stamp(), &mut out);
+                sink.write(&out);
+            }
+            false => sink.write(&buffer[..n]),
+        }
     }
+}
+
+/// Each line of a release's output begins with the time the pump read its first byte, in UTC
+/// to the millisecond and one space (`2026-12-07T14:30:36.123Z `), as svlogd's `-tt` and
+/// Heroku's router stamp lines: `rollgate logs` shows when each line was said (issue 80, 7),
+/// and `--since` picks lines, not files. Readers take a line without one as it is (a line
+/// longer than a whole file, split; a file an older rollgate wrote).
+#[derive(Debug)]
+pub struct Stamp {
+    /// The next byte read begins a line.
+    at_line_start: bool,
+}
+
+impl Default for Stamp {
+    fn default() -> Stamp {
+        Stamp {
+            at_line_start: true,
+        }
+    }
+}
+
+/// How long a line's stamp is, its space included.
+pub const STAMP_LEN: usize = 25;
+
+impl Stamp {
+    /// `chunk` into `out` (cleared first), `now` before each line it begins.
+    pub fn lines(&mut self, chunk: &[u8], now: &str, out: &mut Vec<u8>) {
+        out.clear();
+        for piece in chunk.split_inclusive(|b| *b == b'\n') {
+            if self.at_line_start {
+                out.extend_from_slice(now.as_bytes());
+            }
+            out.extend_from_slice(piece);
+            self.at_line_start = piece.ends_with(b"\n");
+        }
+    }
+}
+
+/// Now, as a line's stamp (its space included).
+fn now_stamp() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ ")
+        .to_string()
+}
+
+/// A line's stamp and the words after it; None for a line without one.
+pub fn stamp_of(line: &str) -> Option<(&str, &str)> {
+    let bytes = line.as_bytes();
+    if bytes.len() < STAMP_LEN {
+        return None;
+    }
+    let shape = b"dddd-dd-ddTdd:dd:dd.dddZ ";
+    let fits = shape.iter().zip(bytes).all(|(want, got)| match want {
+        b'd' => got.is_ascii_digit(),
+        other => other == got,
+    });
+    fits.then(|| (&line[..STAMP_LEN - 1], &line[STAMP_LEN..]))
+}
+
+/// A line without its stamp (as it is when it has none).
+pub fn unstamped(line: &str) -> &str {
+    stamp_of(line).map_or(line, |(_, words)| words)
 }
 
 /// The pump's stdout, when it is `path` (as the rollgate that starts a pump makes it): the
@@ -481,7 +557,7 @@ pub fn first_error(path: &Path) -> Option<String> {
         .read_to_end(&mut bytes)
         .ok()?;
     let text = String::from_utf8_lossy(&bytes);
-    let mut lines = text.lines();
+    let mut lines = text.lines().map(unstamped);
     let mut first_looking = None;
     while let Some(line) = lines.next() {
         if line
@@ -610,7 +686,11 @@ pub fn tail(path: &Path, lines: usize) -> String {
         return String::new();
     }
     let text = String::from_utf8_lossy(&bytes);
-    let mut kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut kept: Vec<&str> = text
+        .lines()
+        .map(unstamped)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
     // A read that starts mid-file starts mid-line: that first piece is not a whole line.
     if from > 0 && !kept.is_empty() {
         kept.remove(0);
@@ -659,7 +739,7 @@ mod tests {
         let path = dir.path().join("svc.output");
         let line = "0123456789abcdefghi\n"; // 20 bytes
         let text: String = (0..1000).map(|i| format!("{i:05}{}", &line[5..])).collect();
-        pump(&path, rotation(1000, 3), text.as_bytes(), None).unwrap();
+        pump(&path, rotation(1000, 3), text.as_bytes(), None, false).unwrap();
         let sizes = sizes(&path, 5);
         assert_eq!(
             sizes[..3],
@@ -699,7 +779,7 @@ mod tests {
         // left: the file must not end with "bb", nor the next begin with "b".
         let reads = ["aaaa\nbb", "b\ncc\n", "dddd\neeee\nf", "ff\n"];
         let chunks = Chunks(reads.iter().map(|r| r.as_bytes().to_vec()).collect());
-        pump(&path, rotation(8, 9), chunks, None).unwrap();
+        pump(&path, rotation(8, 9), chunks, None, false).unwrap();
         let files: Vec<String> = (0..5)
             .rev()
             .filter_map(|n| std::fs::read_to_string(generation(&path, n)).ok())
@@ -716,7 +796,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("svc.output");
         let text = "x".repeat(2500);
-        pump(&path, rotation(1000, 5), text.as_bytes(), None).unwrap();
+        pump(&path, rotation(1000, 5), text.as_bytes(), None, false).unwrap();
         assert_eq!(
             sizes(&path, 4),
             [Some(500), Some(1000), Some(1000), None],
@@ -761,6 +841,67 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         assert_eq!(tail(&path, 2), "second to last | last words");
         assert_eq!(tail(&dir.path().join("missing"), 3), "");
+    }
+
+    #[test]
+    fn each_line_is_stamped_once_where_it_begins_whatever_the_reads() {
+        let mut stamp = Stamp::default();
+        let mut out = Vec::new();
+        let mut file = Vec::new();
+        // A line begun in one read and ended in the next gets one time, the first read's.
+        for (read, now) in [
+            ("one\ntw", "2026-12-07T10:00:00.001Z "),
+            ("o\n", "2026-12-07T10:00:00.002Z "),
+            ("\nthree", "2026-12-07T10:00:00.003Z "),
+        ] {
+            stamp.lines(read.as_bytes(), now, &mut out);
+            file.extend_from_slice(&out);
+        }
+        assert_eq!(
+            String::from_utf8(file).unwrap(),
+            "2026-12-07T10:00:00.001Z one\n2026-12-07T10:00:00.001Z two\n\
+             2026-12-07T10:00:00.003Z \n2026-12-07T10:00:00.003Z three"
+        );
+        assert_eq!(now_stamp().len(), STAMP_LEN);
+        assert!(stamp_of(&now_stamp()).is_some(), "{}", now_stamp());
+    }
+
+    #[test]
+    fn a_stamp_is_told_from_words_that_merely_look_like_one() {
+        assert_eq!(
+            stamp_of("2026-12-07T10:00:00.001Z job 7 done"),
+            Some(("2026-12-07T10:00:00.001Z", "job 7 done"))
+        );
+        for line in [
+            "job 7 done",
+            "2026-12-07 10:00:00.001Z job",
+            "2026-12-07T10:00:00Z job 7 done",
+            "2026-12-07T10:00:00.001Zjob",
+            "2026-12-07T10:00:00.001Z",
+        ] {
+            assert_eq!(stamp_of(line), None, "{line}");
+            assert_eq!(unstamped(line), line);
+        }
+    }
+
+    #[test]
+    fn quotes_of_a_stamped_file_leave_the_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.output");
+        let stamped: String = GUNICORN_BOOT_FAILURE
+            .lines()
+            .map(|l| format!("2026-12-07T10:00:00.001Z {l}\n"))
+            .collect();
+        std::fs::write(&path, stamped).unwrap();
+        assert_eq!(
+            first_error(&path).as_deref(),
+            Some("ModuleNotFoundError: No module named 'flaskx'")
+        );
+        assert_eq!(
+            tail(&path, 2),
+            "[2026-12-05 10:00:01 +0000] [7] [ERROR] Shutting down: Master | \
+             [2026-12-05 10:00:01 +0000] [7] [ERROR] Reason: Worker failed to boot."
+        );
     }
 
     /// What gunicorn prints when a worker cannot import the application: the cause in the

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
+use super::launch::Runner;
 use super::notify::Notices;
 use crate::policy::ProbePolicy;
 use tokio::sync::watch;
@@ -444,7 +445,7 @@ impl Subject {
             Target::Tcp => bounded(timeout, tcp(self.port)).await,
             // Whether it still runs is the gate's own watch (its exit ends the gate).
             Target::Up => Probe::Running,
-            Target::Exec { command } if self.launch.image_of(&self.workdir).is_some() => {
+            Target::Exec { command } if self.launch.runner(&self.workdir) != Runner::Host => {
                 exec_inside(command, &self.workdir, self.port, timeout).await
             }
             Target::Exec { command } => self.exec(command, timeout).await,
@@ -568,18 +569,18 @@ impl Subject {
         } else {
             PathBuf::from(program)
         };
-        let isolation = self.launch.isolation();
-        let confinement = match super::confine::Confinement::prepare(&super::confine::Rules {
-            root: &self.root,
-            confined: isolation.confined,
-            user: isolation.user,
-            release: &[self.workdir.as_path()],
-            readable: &[],
-            writable: isolation.writable,
-            limits: isolation.limits,
-            label: "probe",
-            ports: &[],
-        }) {
+        // On the host (an image release's exec probe runs inside its container instead).
+        let confinement = match super::confine::Confinement::for_process(
+            self.launch.isolation(),
+            &super::launch::Runner::Host,
+            &super::confine::Placement {
+                root: &self.root,
+                release: &[self.workdir.as_path()],
+                readable: &[],
+                label: "probe",
+                ports: &[],
+            },
+        ) {
             Ok(confinement) => confinement,
             Err(e) => return Probe::Failed(format!("cannot confine {}: {e}", program.display())),
         };

@@ -213,7 +213,8 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.0))?;
     // A container release runs through its supervisor, which holds the container's limits
     // and user for the engine (see `container`).
-    let image = launch.record.image_of(launch.workdir);
+    let runner = launch.record.runner(launch.workdir);
+    let image = runner.image().map(str::to_string);
     if image.is_some() && launch.listen.is_some() {
         return Err(std::io::Error::other(
             "a held socket (policy `listen`) reaches a process release only; a container release listens on $PORT itself",
@@ -223,25 +224,17 @@ pub fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
     let release_dirs: Vec<&Path> = std::iter::once(launch.workdir)
         .chain(launch.executable.parent())
         .collect();
-    let no_limits = super::cgroup::Limits::default();
-    let mut confinement = super::confine::Confinement::prepare(&super::confine::Rules {
-        root: launch.root,
-        confined: !launch.record.unconfined,
-        user: launch.record.user.as_deref(),
-        release: &release_dirs,
-        readable: &[],
-        writable: &launch.record.writable,
-        limits: if image.is_some() {
-            &no_limits
-        } else {
-            &launch.record.limits
+    let confinement = super::confine::Confinement::for_process(
+        launch.record.isolation(),
+        &runner,
+        &super::confine::Placement {
+            root: launch.root,
+            release: &release_dirs,
+            readable: &[],
+            label: launch.token,
+            ports: &[launch.port],
         },
-        label: launch.token,
-        ports: &[launch.port],
-    })?;
-    if image.is_some() {
-        confinement.keep_own_uid();
-    }
+    )?;
     let user = confinement.user.clone();
     let output = std::fs::File::from(super::output::start(launch.output, launch.rotation)?);
     if let Some(user) = &user {

@@ -23,7 +23,11 @@ pub const POINTER_FILE: &str = "current";
 /// The replicas of a multi-replica service that are in the pool (see [`ReplicaSet`]).
 pub const REPLICAS_FILE: &str = "replicas.json";
 pub const CANDIDATE_FILE: &str = "candidate";
-pub const PROCESSES_FILE: &str = "processes.json";
+/// Every live process of the release, web's and each other type's (see [`Formation`]).
+pub const FORMATION_FILE: &str = "formation.json";
+/// What rollgate before `formation.json` kept the other types' processes in: read when a root
+/// has no formation yet, removed once the formation is written.
+pub const LEGACY_PROCESSES_FILE: &str = "processes.json";
 /// The counts `rollgate scale` set, by process type: they override the policy's
 /// `processes.TYPE.replicas` for every deploy until scaled again.
 pub const SCALE_FILE: &str = "scale.json";
@@ -62,7 +66,7 @@ pub struct Fallback {
     #[serde(default)]
     pub start_time: u64,
     /// Not a run's: the release live before this one, started again beside it by its keeper
-    /// when it began to crash within its crash-loop window (`commands::standby`). Retired at the
+    /// when it began to crash within its crash-loop window (`supervision::standby`). Retired at the
     /// window's end, by the next run, or made live if the crash loop is rolled back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub standby: bool,
@@ -128,15 +132,22 @@ pub struct ReplicaSet {
     pub replicas: Vec<Replica>,
 }
 
-/// One live process of another type than web (a worker, a clock: issue 69).
+/// The process type web's processes have in the formation (the one that serves).
+pub const WEB: &str = "web";
+
+/// One live process of the formation: web's (with its port) or another type's (a worker, a
+/// clock: issue 69).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TypedProcess {
-    /// Its Procfile type.
+    /// Its Procfile type (`web` for the processes that serve).
     pub process_type: String,
-    /// Its place among the type's processes (0, 1, ...).
+    /// Its place among the type's processes (0, 1, ...; a web replica's slot).
     pub index: usize,
     pub version: String,
+    /// The port it serves on: web's alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     pub pid: i32,
     pub start_time: u64,
     /// How it was started (its command, user, limits, readiness): started so again.
@@ -158,14 +169,27 @@ impl TypedProcess {
     }
 }
 
-/// `processes.json`: the live processes of the release's other types, replaced atomically by
-/// the engine as `current` is (written only by `engine::record`). The proxy never reads it:
-/// they serve nothing. No file, or an empty list: none run.
+/// `formation.json`: every live process of the release — web's and each other type's — with
+/// its version, port and launch record, replaced atomically; written by the engine alone
+/// (`engine::formation`). Web's part is also kept, as it always was, in the proxy's views —
+/// `current` (whose rename is the switch) and `replicas.json` — which the formation follows.
+/// No file, or an empty list: nothing runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Formation {
     pub service: String,
+    /// Web runs as a replica set (`replicas.json`; its processes' places are their slots), not
+    /// as the single release `current` names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub web_replicas: bool,
     pub processes: Vec<TypedProcess>,
+}
+
+impl Formation {
+    /// The processes of the other types than web.
+    pub fn other_types(&self) -> impl Iterator<Item = &TypedProcess> {
+        self.processes.iter().filter(|p| p.process_type != WEB)
+    }
 }
 
 /// Where a deploy in flight stands.
@@ -262,6 +286,8 @@ pub type Signed = Floor;
 
 /// The most slots a root's state may name (a rollout moves at most this many replicas).
 pub const MAX_SLOTS: usize = 1000;
+/// Processes a formation may name: web's slots and as many of the other types'.
+pub const MAX_PROCESSES: usize = 2 * MAX_SLOTS;
 
 pub fn too_many(count: usize) -> String {
     format!("{count} replicas named; at most {MAX_SLOTS} are allowed")
@@ -338,19 +364,32 @@ impl Root {
             .join(format!("{service}.{process_type}.{index}.output"))
     }
 
-    pub fn processes_path(&self) -> PathBuf {
-        self.0.join(PROCESSES_FILE)
+    pub fn formation_path(&self) -> PathBuf {
+        self.0.join(FORMATION_FILE)
     }
 
-    /// The live processes of the release's other types (none without the file); names that
-    /// reach paths are checked.
-    pub fn read_processes(&self) -> Result<Option<Formation>, Fault> {
-        let path = self.processes_path();
-        let formation: Option<Formation> = read_json(&path)?;
+    fn legacy_processes_path(&self) -> PathBuf {
+        self.0.join(LEGACY_PROCESSES_FILE)
+    }
+
+    /// The formation as last written (a root from before `formation.json`: its other types'
+    /// processes from `processes.json`); names that reach paths are checked. Read it through
+    /// `engine::formation::read`, which puts web's part as the proxy's views name it.
+    pub fn read_formation(&self) -> Result<Option<Formation>, Fault> {
+        let mut path = self.formation_path();
+        let mut formation: Option<Formation> = read_json(&path)?;
+        if formation.is_none() {
+            path = self.legacy_processes_path();
+            formation = read_json(&path)?;
+        }
         if let Some(f) = &formation {
             checked(&path, "service", check_name("service", &f.service))?;
-            if f.processes.len() > MAX_SLOTS {
-                return checked(&path, "processes", Err(too_many(f.processes.len())));
+            if f.processes.len() > MAX_PROCESSES {
+                let e = format!(
+                    "{} processes named; at most {MAX_PROCESSES} are allowed",
+                    f.processes.len()
+                );
+                return checked(&path, "processes", Err(e));
             }
             for (n, p) in f.processes.iter().enumerate() {
                 checked(
@@ -368,10 +407,24 @@ impl Root {
         Ok(formation)
     }
 
-    pub fn write_processes(&self, formation: &Formation) -> Result<(), WriteError> {
+    /// The live processes of the release's other types than web (none without a formation).
+    pub fn read_processes(&self) -> Result<Option<Formation>, Fault> {
+        Ok(self.read_formation()?.map(|f| Formation {
+            processes: f.other_types().cloned().collect(),
+            ..f
+        }))
+    }
+
+    /// Replaces `formation.json` (only `engine::formation` calls it); a `processes.json` an
+    /// older rollgate left is removed once the formation holds what it said.
+    pub fn write_formation(&self, formation: &Formation) -> Result<(), WriteError> {
         let mut bytes = serde_json::to_vec_pretty(formation).expect("a formation serializes");
         bytes.push(b'\n');
-        write_atomically(&self.processes_path(), &bytes)
+        write_atomically(&self.formation_path(), &bytes)?;
+        match fs::remove_file(self.legacy_processes_path()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WriteError::NotDurable(e)),
+            _ => Ok(()),
+        }
     }
 
     pub fn scale_path(&self) -> PathBuf {

@@ -307,21 +307,30 @@ pub fn render_tls(tls: &super::certs::TlsLine) -> String {
     out
 }
 
-/// Serves `/metrics` on `listener` until the runtime stops.
+/// Serves `/metrics` on `listener` until `stop` is said; then stops accepting and returns once
+/// every connection it accepted has had its answer (a scrape accepted just before a hand-over
+/// is answered by this proxy, never dropped with its runtime: issue 79's rule, one fate each).
 pub async fn serve(
     listener: TcpListener,
     router: Arc<super::router::Current>,
     started: Started,
     tls: Option<Arc<super::certs::Resolver>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.changed() => break,
+        };
+        while connections.try_join_next().is_some() {}
+        let Ok((stream, _)) = accepted else {
             // Out of descriptors, most likely: do not spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let (router, tls) = (router.clone(), tls.clone());
-        tokio::spawn(async move {
+        let (router, tls, mut stop) = (router.clone(), tls.clone(), stop.clone());
+        connections.spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<_>| {
                 let (router, tls) = (router.clone(), tls.clone());
                 async move {
@@ -348,11 +357,13 @@ pub async fn serve(
                     Ok::<_, std::convert::Infallible>(response)
                 }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(TokioIo::new(stream), service);
+            serve_until_stopped!(connection, stop);
         });
     }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
 }

@@ -372,18 +372,9 @@ fn serve(
             });
         }
         runtime.block_on(async {
-            if let Some(listener) = metrics_listener {
-                let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-                if let Ok(address) = listener.local_addr() {
-                    eprintln!("rollgate proxy: /metrics on http://{address}/metrics");
-                }
-                tokio::spawn(metrics::serve(
-                    listener,
-                    current.clone(),
-                    started,
-                    resolver.clone(),
-                ));
-            }
+            let metrics_served = metrics_listener
+                .map(|listener| serve_metrics(listener, &current, started, &resolver, &stop_tx))
+                .transpose()?;
             if let (Some(settings), Some(resolver)) = (options.acme.clone(), resolver.clone()) {
                 tokio::spawn(acme::keep(settings, resolver, http01.clone()));
             }
@@ -400,6 +391,11 @@ fn serve(
             handover::say_serving();
             stop_on_a_signal(stop_tx)?;
             first.serve().await;
+            if let Some(served) = metrics_served {
+                // Scrapes accepted before the stop are answered (bounded: a scraper that
+                // never reads does not hold the proxy).
+                let _ = tokio::time::timeout(METRICS_LAST_ANSWERS, served).await;
+            }
             Ok::<(), String>(())
         })
     });
@@ -419,6 +415,27 @@ fn serve(
     result.map_err(Error::Failed)?;
     eprintln!("rollgate proxy: stopped");
     Ok(())
+}
+
+/// Serves `/metrics` on `listener` (within the runtime) until the proxy stops.
+fn serve_metrics(
+    listener: std::net::TcpListener,
+    current: &Arc<router::Current>,
+    started: counts::Started,
+    resolver: &Option<Arc<certs::Resolver>>,
+    stop_tx: &tokio::sync::watch::Sender<bool>,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+    if let Ok(address) = listener.local_addr() {
+        eprintln!("rollgate proxy: /metrics on http://{address}/metrics");
+    }
+    Ok(tokio::spawn(metrics::serve(
+        listener,
+        current.clone(),
+        started,
+        resolver.clone(),
+        stop_tx.subscribe(),
+    )))
 }
 
 /// What the proxy counted, as of the moment it is asked (for the next proxy: `carry.rs`).
@@ -1005,6 +1022,8 @@ pub(crate) fn reuseport_listeners(
 }
 
 /// First and longest wait after a failed accept.
+/// How long a stopping proxy waits for the `/metrics` answers it owes.
+const METRICS_LAST_ANSWERS: Duration = Duration::from_secs(5);
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 

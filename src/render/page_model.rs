@@ -67,7 +67,7 @@ pub struct RootView {
     pub routes: Option<Vec<String>>,
     /// A person stopped the service (`rollgate stop`).
     pub stopped: Option<StoppedView>,
-    /// The live release's other process types' processes (`processes.json`).
+    /// The live release's other process types' processes (`formation.json`).
     pub processes: Vec<ProcessView>,
     /// The live policy's schedules (issue 70).
     pub schedules: Vec<ScheduleView>,

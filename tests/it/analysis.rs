@@ -82,10 +82,12 @@ fn a_canary_serving_more_5xx_is_rolled_back_by_its_numbers_before_its_soak_ends(
     let site = Site::new();
     let (proxy, load) = serving(&site, 70, 4, Duration::from_millis(2));
     site.add_sample("v2", "--error-rate 0.05");
+    // Judged on its 5xx alone: on a loaded machine the canary's p99 was once 1.5x the
+    // baseline's, and latency (1.2x by default) failed it first.
     let file = policy(
         &site,
         30_000,
-        r#"{"min_requests": 100, "interval_ms": 1000, "on_fail": "rollback"}"#,
+        r#"{"min_requests": 100, "interval_ms": 1000, "on_fail": "rollback", "max_latency_ratio": 100}"#,
     );
     let started = Instant::now();
     let out = rollout(&site, "v2", &file);

@@ -240,6 +240,7 @@ fn a_port_taken_by_another_process_fails_the_gate_naming_who_holds_it() {
 /// which), and the root-only folder stays root's.
 #[test]
 fn a_release_swapping_its_state_for_a_link_never_makes_root_give_it_another_folder() {
+    let _nobody = crate::common::as_nobody_alone();
     let victim = tempfile::tempdir().unwrap();
     for n in 0..300 {
         std::fs::write(victim.path().join(format!("file{n}")), "root's").unwrap();
@@ -423,6 +424,7 @@ fn a_proxy_starts_and_reloads_though_its_old_abstract_names_were_taken_first() {
 /// lifted and the clients see every answer.
 #[test]
 fn a_user_change_stops_first_holding_requests_and_a_failed_one_brings_the_old_user_back() {
+    let _nobody = crate::common::as_nobody_alone();
     use crate::common::http::{assert_none_failed, Load, Proxy};
     if !crate::hooks::nix_is_root() {
         return;
@@ -497,6 +499,7 @@ fn a_user_change_stops_first_holding_requests_and_a_failed_one_brings_the_old_us
 /// the new release stopped, the old one brought back as its own user, the pause lifted.
 #[test]
 fn a_user_change_killed_mid_gate_is_undone_by_the_next_command_with_the_pause_lifted() {
+    let _nobody = crate::common::as_nobody_alone();
     use crate::common::http::{Conn, Proxy};
     if !crate::hooks::nix_is_root() {
         return;

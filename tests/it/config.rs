@@ -575,6 +575,12 @@ fn a_new_code_release_gets_the_live_config_unless_it_carries_its_own() {
         "{}",
         stdout(&shown)
     );
+    // Issue 81, 5: every line ends, the last one too.
+    assert!(
+        stdout(&shown).ends_with("<secret db>\n"),
+        "{:?}",
+        stdout(&shown)
+    );
 
     let deploy = |version: &str, extra: &[&str]| {
         rollgate()

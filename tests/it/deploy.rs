@@ -1043,6 +1043,7 @@ fn a_release_runs_without_privileges_unless_the_policy_says_isolation_enabled_fa
 /// policy can name an existing user instead, never root.
 #[test]
 fn each_service_runs_as_a_uid_of_its_own_which_owns_only_its_state() {
+    let _nobody = crate::common::as_nobody_alone();
     let bin = crate::common::bin();
     let (a, b) = (Site::new(), Site::new());
     assert_eq!(set_secret(&a, "db", "hunter2").status.code(), Some(0));
@@ -1265,41 +1266,44 @@ fn a_rollgate_that_is_not_root_confines_what_it_can_and_says_what_it_cannot() {
     use std::os::unix::process::CommandExt;
     let site = Site::new();
     site.release("v1", "");
-    let nobody = 65534;
+    // A uid of this test alone, not `nobody`'s: the release it leaves running as that uid
+    // until the test ends would block another test's data handed back from `nobody` (a
+    // service's folder never changes hands while anything runs as its owner).
+    let unprivileged = 64_999;
     for entry in [
         site.root().to_path_buf(),
         site.root().join("releases"),
         site.root().join("releases/v1"),
         site.root().join("releases/v1/edge-svc"),
     ] {
-        std::os::unix::fs::chown(&entry, Some(nobody), Some(nobody)).unwrap();
+        std::os::unix::fs::chown(&entry, Some(unprivileged), Some(unprivileged)).unwrap();
     }
-    let as_nobody = |args: &[&str]| {
+    let as_unprivileged = |args: &[&str]| {
         std::process::Command::new(crate::common::bin())
             .args(args)
             .arg("--root")
             .arg(site.root())
-            .uid(nobody)
-            .gid(nobody)
+            .uid(unprivileged)
+            .gid(unprivileged)
             .env("NO_COLOR", "1")
             .output()
             .unwrap()
     };
     let port = free_port().to_string();
-    let dry = as_nobody(&["deploy", "edge-svc", &port, "v1", "--dry-run"]);
+    let dry = as_unprivileged(&["deploy", "edge-svc", &port, "v1", "--dry-run"]);
     assert!(
         stdout(&dry).contains(
-            "rollgate's own user (uid 65534): only root can run a release as another user"
+            "rollgate's own user (uid 64999): only root can run a release as another user"
         ) && stdout(&dry).contains("its process group (no writable cgroup v2 hierarchy here)"),
         "{}",
         stdout(&dry)
     );
-    let out = as_nobody(&["deploy", "edge-svc", &port, "v1"]);
+    let out = as_unprivileged(&["deploy", "edge-svc", &port, "v1"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let status = as_nobody(&["status"]);
+    let status = as_unprivileged(&["status"]);
     assert!(
         stdout(&status).contains(
-            "yes (uid 65534, rollgate's own: NOT a user of its own, only root can switch users; no privileges; tree none: its process group;"
+            "yes (uid 64999, rollgate's own: NOT a user of its own, only root can switch users; no privileges; tree none: its process group;"
         ),
         "{}",
         stdout(&status)

@@ -179,7 +179,7 @@ impl Drop for Fleet {
             };
             // Their keepers first, or they would start them again.
             kill_keepers_in(&self.root(host));
-            let named_anywhere = ["current", "replicas.json", "processes.json"].map(named);
+            let named_anywhere = ["current", "replicas.json", "formation.json"].map(named);
             for pid in named_anywhere.into_iter().flatten() {
                 send_signal(-(pid as i32), 9);
             }
@@ -420,11 +420,7 @@ fn hosts_that_run_replicas_are_moved_by_a_rollout_each_and_rechecked() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     for host in 0..3 {
-        let text = std::fs::read_to_string(fleet.root(host).join("processes.json")).unwrap();
-        let formation: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let workers: Vec<(String, String)> = formation["processes"]
-            .as_array()
-            .unwrap()
+        let workers: Vec<(String, String)> = typed_processes(&fleet.root(host))
             .iter()
             .filter(|p| alive(p["pid"].as_i64().unwrap() as i32))
             .map(|p| {

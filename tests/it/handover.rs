@@ -550,6 +550,16 @@ fn a_restart_on_the_socket_systemd_holds_fails_no_request() {
         let said = std::fs::read_to_string(logs.path().join(format!("{}.err", n - 1)));
         assert_eq!(status.and_then(|s| s.code()), Some(0), "{said:?}");
         running = start(n);
+        // Once it serves (its handler for SIGTERM is set by then: CI's loaded run sent the next
+        // SIGTERM 500 ms after the start, before it had one, and it died of the signal), and a
+        // moment of load through it.
+        let log = logs.path().join(format!("{n}.err"));
+        assert!(
+            wait_for(20, || std::fs::read_to_string(&log)
+                .is_ok_and(|l| l.contains("rollgate proxy: listening on"))),
+            "proxy {n} does not serve: {:?}",
+            std::fs::read_to_string(&log)
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     let (kept, fresh) = (kept.finish(), fresh.finish());
@@ -590,21 +600,40 @@ fn a_proxy_serving_metrics_is_handed_over_and_metrics_answer_throughout() {
         "{}",
         std::fs::read_to_string(said(0)).unwrap_or_default()
     );
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let scraper = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let (mut ok, mut failed) = (0, 0);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match scrape() {
-                    true => ok += 1,
-                    false => failed += 1,
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            (ok, failed)
-        })
+    // Four scrapers, a new connection each time, sending their request 100 ms after they
+    // connect, so some scrape is always accepted and unanswered when a proxy stops: the old
+    // proxy must answer the ones it accepted.
+    let slow_scrape = move || {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", metrics)) else {
+            return false;
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let asked =
+            stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n");
+        let mut answer = String::new();
+        asked.is_ok()
+            && stream.read_to_string(&mut answer).is_ok()
+            && answer.starts_with("HTTP/1.1 200")
+            && answer.contains("rollgate_")
     };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scrapers: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0, 0);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match slow_scrape() {
+                        true => ok += 1,
+                        false => failed += 1,
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
     let load = Load::start(port, 2, Duration::from_millis(10));
     for n in 1..=3 {
         let mut flags = flags.to_vec();
@@ -628,7 +657,10 @@ fn a_proxy_serving_metrics_is_handed_over_and_metrics_answer_throughout() {
     }
     let seen = load.finish();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (ok, failed) = scraper.join().unwrap();
+    let (ok, failed) = scrapers
+        .into_iter()
+        .map(|s| s.join().unwrap())
+        .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f));
     send_signal(running.id() as i32, 15);
     let _ = exited(&mut running, 30);
     crate::common::http::assert_none_failed(&seen, "three hand-overs serving /metrics");

@@ -105,6 +105,34 @@ fn only_live_releases_are_kept_and_stop_lets_go() {
         && site.processes().is_empty()));
 }
 
+/// `stop` returns with the service's keepers gone, also one waiting out a crash's backoff
+/// (before, it lingered through the backoff — 2 s after a second crash — and a test that
+/// looked for the next `start`'s keeper right after `stop` found the old one leaving).
+#[test]
+fn stop_returns_once_the_keepers_are_gone_even_one_waiting_out_a_backoff() {
+    let site = Site::new();
+    site.release("v1", "");
+    let out = site.deploy(free_port(), "v1", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let first = site.live_pid().unwrap();
+    send_signal(first, 9);
+    // Started again at once (a first exit has no backoff)...
+    assert!(wait_for(10, || site
+        .live_pid()
+        .is_some_and(|p| p != first && alive(p))));
+    // ...and killed again: the keeper now waits 2 s before the next start.
+    let second = site.live_pid().unwrap();
+    send_signal(second, 9);
+    assert!(wait_for(10, || !alive(second)));
+    let keepers = site.keepers();
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    let out = site.run(&["stop", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(site.keepers().is_empty(), "{:?}", site.keepers());
+    assert!(!alive(keepers[0]));
+    assert!(site.processes().is_empty(), "{:?}", site.processes());
+}
+
 /// A keeper killed (SIGKILL) leaves its release running and kept by nobody — `status` says so —
 /// until the next `up`, which gives it a keeper again; that keeper restarts it when it exits,
 /// though it cannot know how it ended (it was not its parent).
@@ -143,6 +171,42 @@ fn a_release_whose_keeper_was_killed_is_kept_again_by_up() {
 }
 
 /// A policy for `edge-svc` with `crash_loop` as given (JSON), written into the site.
+/// Issue 81, 5: a keeper shows in `ps` as what it keeps — an adopted one too (`up` gave a
+/// worker whose keeper was killed a keeper that showed as `rollgate keep edge-svc web`).
+#[test]
+fn an_adopted_keeper_shows_the_process_it_keeps() {
+    let site = Site::new();
+    site.add_sample_with("v1", &[("Procfile", "worker: exec sleep 7770012\n")]);
+    let out = site.deploy(free_port(), "v1", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    site.kill_keepers();
+    let out = site.run(&["up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let worker = typed_processes(site.root())[0]["pid"].as_i64().unwrap();
+    let web = i64::from(site.live_pid().unwrap());
+    // Each keeper's entry names the process it keeps on its first line.
+    let mut shown = Vec::new();
+    for entry in std::fs::read_dir(site.root().join(".keepers"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(keeper) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let kept: i64 = text.split_whitespace().next().unwrap().parse().unwrap();
+        let cmdline = std::fs::read(format!("/proc/{keeper}/cmdline")).unwrap_or_default();
+        shown.push((kept, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+    }
+    shown.sort();
+    let mut wanted = vec![
+        (web, "rollgate keep edge-svc web ".to_string()),
+        (worker, "rollgate keep edge-svc worker.0 ".to_string()),
+    ];
+    wanted.sort();
+    assert_eq!(shown, wanted);
+}
+
 fn policy_with(site: &Site, crash_loop: &str) -> String {
     let body = format!(
         r#"{{"edge_svc": {{"progress_deadline_ms": 5000, "poll_ms": 50, "on_stall": "rollback",
@@ -292,6 +356,64 @@ fn a_release_that_crash_loops_after_its_switch_is_rolled_back_by_its_keeper() {
     assert_eq!(version_on(port).as_deref(), Some("v1"));
     assert!(wait_for(10, || site.processes().len() == 1
         && site.keepers().len() == 1));
+}
+
+/// Issue 80, 2: a restart moves the live release to the other port of a two-port range — the
+/// one the release before it was last live on — and a crash loop after it then had no standby
+/// ("last live on no other port"): every request failed while it crashed. The standby now
+/// takes a free port when its last one is taken, and says so.
+#[test]
+fn a_standby_comes_when_its_last_port_is_the_crashing_release_s_after_a_restart() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.crashing_release("v2", 2500);
+    let policy = policy_with(
+        &site,
+        r#", "crash_loop": {"restarts": 10, "within_ms": 120000}"#,
+    );
+    let first = port_block(2);
+    let ports = format!("{first}-{}", first + 1);
+    let deploy = |version: &str| {
+        site.run(&[
+            "deploy", "edge-svc", version, "--ports", &ports, "--policy", &policy,
+        ])
+    };
+    assert_eq!(deploy("v1").status.code(), Some(0));
+    assert_eq!(deploy("v2").status.code(), Some(0));
+    assert_eq!(site.pointer().unwrap()["port"], first + 1);
+    let out = site.run(&[
+        "restart", "edge-svc", "--ports", &ports, "--policy", &policy,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        site.pointer().unwrap()["port"],
+        first,
+        "v2 on v1's last port"
+    );
+    site.arm("v2");
+    let standby = || {
+        site.log_lines()
+            .into_iter()
+            .find(|l| l["event"] == "standby")
+            .map(|l| l["detail"].as_str().unwrap().to_string())
+    };
+    assert!(wait_for(20, || standby().is_some()), "{:?}", site.events());
+    let said = standby().unwrap();
+    assert!(
+        said.contains("v1 started beside edge-svc v2")
+            && said.contains(&format!(
+                "(its last port {first} is v2's now: a free one instead)"
+            )),
+        "{said}"
+    );
+    let fallback = wait_for(10, || site.pointer().unwrap().get("fallback").is_some());
+    assert!(fallback, "{:?}", site.pointer());
+    let port = site.pointer().unwrap()["fallback"]["port"]
+        .as_u64()
+        .unwrap() as u16;
+    assert!(port != first && port != first + 1, "{port}");
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    site.stop_service();
 }
 
 /// A standby lasts the crash-loop window: a release that exits once within it gets the release
@@ -601,7 +723,8 @@ fn a_kept_release_is_started_ignoring_no_signal() {
             .code(),
         Some(0)
     );
-    let said = std::fs::read_to_string(site.root().join("output/v1/edge-svc.output")).unwrap();
+    let said =
+        untimed(&std::fs::read_to_string(site.root().join("output/v1/edge-svc.output")).unwrap());
     let mask = said
         .lines()
         .find_map(|l| l.strip_prefix("SigIgn:"))
@@ -679,4 +802,89 @@ fn a_restart_does_not_arm_the_crash_loop_rollback() {
         "{:?}",
         site.events()
     );
+}
+
+/// Issue 81, 6: a release's child whose own parent died first (the program a `/bin/sh -c`
+/// Procfile line runs) went to PID 1, and its zombie lingered until a slow PID 1 reaped it. A
+/// keeper is now its release's subreaper: the orphan is its child, and once it exits it is
+/// reaped — gone, not a zombie — with nobody else's help.
+#[test]
+fn a_keeper_is_the_subreaper_of_its_release_and_reaps_its_orphans() {
+    let site = Site::new();
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  processes:\n    worker:\n      min_ready_ms: 100\n",
+    );
+    // `sh -c` stays the worker's process (two commands), with `sleep` its child.
+    site.add_sample_with("v1", &[("Procfile", "worker: sleep 7770004; true\n")]);
+    let out = site.deploy(free_port(), "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shell = typed_processes(site.root())[0]["pid"].as_i64().unwrap() as i32;
+    let keeper = parent_of(shell).unwrap();
+    assert!(is_keeper(keeper), "the worker's parent is its keeper");
+    let child = || {
+        site.processes().into_iter().find(|pid| {
+            parent_of(*pid) == Some(shell)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c == b"sleep\x007770004\x00")
+        })
+    };
+    assert!(wait_for(10, || child().is_some()));
+    let sleep = child().unwrap();
+    send_signal(shell, 9);
+    assert!(wait_for(10, || parent_of(sleep) != Some(shell)));
+    assert_eq!(
+        parent_of(sleep),
+        Some(keeper),
+        "the orphan went to the keeper, not to PID 1"
+    );
+    // It ends (the keeper ends its release's tree before starting it again), and is reaped by
+    // the keeper: no zombie left.
+    assert!(
+        wait_for(10, || parent_of(sleep).is_none()),
+        "pid {sleep} still there as {:?}",
+        std::fs::read_to_string(format!("/proc/{sleep}/stat"))
+    );
+    site.stop_service();
+}
+
+/// A keeper killed after it started its release and before it said so: the run could not know
+/// the release started, forgot its candidate, and the process ran on named by nothing — found by
+/// the random-kill test as a worker `up` never stopped. The run now stops whatever carries the
+/// candidate's token.
+#[test]
+fn a_keeper_killed_before_it_reports_its_start_leaves_no_process_behind() {
+    let site = Site::new();
+    site.release("v1", "");
+    site.release("v2", "");
+    let out = site.deploy(free_port(), "v1", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let live = site.live_pid().unwrap();
+    let out = rollgate()
+        .args([
+            "deploy",
+            "edge-svc",
+            &free_port().to_string(),
+            "v2",
+            "--root",
+        ])
+        .arg(site.root())
+        .env("ROLLGATE_FAULT", "keeper-dies-before-report")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("its keeper ended before it said whether the release started"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(site.live_pid(), Some(live));
+    assert!(
+        wait_for(10, || site.processes() == [live]),
+        "v1 alone runs: {:?}",
+        site.processes()
+    );
+    site.stop_service();
 }

@@ -451,6 +451,16 @@ fn the_demo_tells_the_story_and_leaves_nothing_running() {
             .count(),
         1
     );
+    // Both acts end as `rollgate stop` ends a service: logged, and every keeper gone with
+    // what it kept (a keeper the demo left to notice the stop on its own outlived it).
+    for log in [root.join("deploy.log"), root.join("fleet/deploy.log")] {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let stop = text
+            .lines()
+            .rfind(|l| l.contains(r#""event":"stopped""#))
+            .unwrap_or_else(|| panic!("no stop in {}: {text}", log.display()));
+        assert!(stop.contains("(the demo leaves nothing running)"), "{stop}");
+    }
     let survivors = under(&root);
     assert!(survivors.is_empty(), "left running: {survivors:?}");
     // Refuses to mix with an existing deploy.

@@ -356,3 +356,38 @@ fn a_rollout_of_replicas_shares_the_one_socket_and_refuses_nothing() {
     assert!(seen.versions.get("v2").is_some_and(|n| *n > 0), "{seen:?}");
     assert_eq!(replica_versions(&site), ["v2", "v2", "v2"]);
 }
+
+/// The output pump keeps nothing of its starter's but its three standard descriptors: it
+/// inherited the held socket (fd 3, placed for the release) and kept the service's port
+/// listening after the release and its holder were gone (found as `up` after a reboot seeing
+/// its port still accept before anything was started).
+#[test]
+fn the_output_pump_holds_no_socket_of_the_release() {
+    let site = Site::new();
+    let port = free_port();
+    let policy = policy(&site, &format!("127.0.0.1:{port}"), 0);
+    site.add_sample("v1", "--listen-fds");
+    let out = deploy(&site, "v1", &policy);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let output = site.root().join("output/v1/edge-svc.output");
+    let pumps: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("output-pump") && c.contains(output.to_str().unwrap())
+            })
+        })
+        .collect();
+    assert_eq!(pumps.len(), 1, "{pumps:?}");
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", pumps[0]))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.display().to_string())
+        .filter(|target| target.starts_with("socket:"))
+        .collect();
+    assert!(sockets.is_empty(), "the pump holds {sockets:?}");
+    site.stop_service();
+}

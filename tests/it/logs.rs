@@ -40,12 +40,14 @@ fn logs_print_the_live_release_and_follow_it_across_a_deploy() {
     assert_eq!(deploy("v1").status.code(), Some(0));
     let out = logs(&site, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Each line with the time it was said, first (issue 80, 7); `--no-time` leaves it off.
+    assert!(stdout(&out).lines().all(timed), "{}", stdout(&out));
     assert!(
-        stdout(&out).starts_with("sample-service v1: listening on 127.0.0.1:"),
+        untimed(&stdout(&out)).starts_with("sample-service v1: listening on 127.0.0.1:"),
         "{}",
         stdout(&out)
     );
-    let out = logs(&site, &["-n", "1"]);
+    let out = logs(&site, &["-n", "1", "--no-time"]);
     assert_eq!(stdout(&out).lines().count(), 1, "{}", stdout(&out));
     assert!(
         stdout(&out).starts_with("sample-service: ready from"),
@@ -92,20 +94,23 @@ fn logs_print_the_live_release_and_follow_it_across_a_deploy() {
     );
     drop(follower);
 
-    // A release by name, live or not; --since gives every release live since then.
-    let out = logs(&site, &["--release", "v1"]);
+    // A release by name, live or not; --since gives every release live since then, and of
+    // their lines those said since then: v1's last words, not its boot.
+    let out = logs(&site, &["--release", "v1", "--no-time"]);
     assert!(
         stdout(&out).starts_with("sample-service v1:"),
         "{}",
         stdout(&out)
     );
-    let out = logs(&site, &["--since", &format!("{before}")]);
+    let out = logs(&site, &["--since", &format!("{before}"), "--no-time"]);
     let all = stdout(&out);
-    let (v1, v2) = (
+    let (v1_boot, v1_end, v2) = (
         all.find("sample-service v1: listening"),
+        all.find("sample-service: SIGTERM, exiting"),
         all.find("sample-service v2: listening"),
     );
-    assert!(v1.is_some() && v1 < v2, "{all}");
+    assert!(v1_boot.is_none(), "said before --since: {all}");
+    assert!(v1_end.is_some() && v1_end < v2, "{all}");
     let out = logs(&site, &["--release", "v9"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

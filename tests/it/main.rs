@@ -22,6 +22,8 @@ mod dry_run;
 mod engines;
 mod fleet;
 mod follow;
+mod formation;
+mod formation_kill;
 mod handover;
 mod hardening;
 mod hooks;

@@ -39,13 +39,9 @@ fn good(site: &Site, version: &str) {
     );
 }
 
-/// `processes.json`: (type.index, version, pid) of each live process of another type.
+/// `formation.json`: (type.index, version, pid) of each live process of another type.
 fn formation(site: &Site) -> Vec<(String, String, i32)> {
-    let text = std::fs::read_to_string(site.root().join("processes.json")).unwrap();
-    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-    value["processes"]
-        .as_array()
-        .unwrap()
+    typed_processes(site.root())
         .iter()
         .map(|p| {
             (
@@ -70,8 +66,16 @@ fn clock_intervals(site: &Site) -> Vec<(u128, u128)> {
         );
         match what {
             "start" => intervals.push((pid, at, u128::MAX)),
+            // The stop of the latest process of that pid still running: pids are reused (the
+            // kernel's pid_max here is 32768, and a long test starts many clocks), and an earlier
+            // clock of the same pid once took a later one's stop — two clocks at once, seen
+            // where there were none.
             _ => {
-                if let Some(i) = intervals.iter_mut().find(|i| i.0 == pid) {
+                if let Some(i) = intervals
+                    .iter_mut()
+                    .rev()
+                    .find(|i| i.0 == pid && i.2 == u128::MAX)
+                {
                     i.2 = at;
                 }
             }
@@ -317,28 +321,68 @@ fn scripts(root: &std::path::Path, script: &str) -> Vec<i32> {
 }
 
 /// Issue 69, 7: a deploy of web, two workers and a singleton clock, killed (-9) after each of
-/// its actions in turn, then `up`: the release is whole (every process of one version, all
+/// its actions in turn — its keepers with it — then `up`: the release is whole (every process of one version, all
 /// running, web answering on what `current` names), the attempt has one outcome line, and two
 /// clocks never ran at once.
 #[test]
 fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
+    killed_after_each_action_then_up(Run::Deploy { watch_ms: "200" });
+}
+
+/// The same with no watch: the old processes of the other types go right after the switch.
+#[test]
+fn a_deploy_of_several_types_with_no_watch_killed_after_any_action_is_finished_whole_by_up() {
+    killed_after_each_action_then_up(Run::Deploy { watch_ms: "0" });
+}
+
+/// The same for `restart` (a fresh process of each beside the running one): the formation's
+/// random-kill test found an old worker running on, named by nothing, after a restart killed
+/// once it had promoted.
+#[test]
+fn a_restart_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
+    killed_after_each_action_then_up(Run::Restart);
+}
+
+/// What [`killed_after_each_action_then_up`] runs again and again.
+#[derive(Clone, Copy)]
+enum Run {
+    /// A deploy of the other version, on a port of its own.
+    Deploy { watch_ms: &'static str },
+    /// A restart of the live version, on the root's range of ports.
+    Restart,
+}
+
+fn killed_after_each_action_then_up(run: Run) {
     use std::os::unix::process::ExitStatusExt;
     let site = Site::new();
     let policy = write(site.root(), "policy.yaml", POLICY);
     good(&site, "v1");
     good(&site, "v2");
+    let first = port_block(4);
+    let range = format!("{first}-{}", first + 3);
+    // Every run takes its port from the root's four (a fresh port each time took dozens from
+    // the ports the whole suite shares, and once they came round again another test's port
+    // was handed out while its release was between two processes).
     let deploy = |version: &str, fault: Option<u64>| {
         let mut command = rollgate();
-        command
-            .args([
+        let args: Vec<&str> = match (run, fault) {
+            (Run::Deploy { watch_ms }, _) => vec![
                 "deploy",
                 "edge-svc",
-                &free_port().to_string(),
                 version,
-                "--root",
-            ])
+                "--ports",
+                &range,
+                "--watch-ms",
+                watch_ms,
+            ],
+            (Run::Restart, None) => vec!["deploy", "edge-svc", version, "--ports", &range],
+            (Run::Restart, Some(_)) => vec!["restart", "edge-svc", "--ports", &range],
+        };
+        command
+            .args(args)
+            .arg("--root")
             .arg(site.root())
-            .args(["--policy", policy.to_str().unwrap(), "--watch-ms", "200"])
+            .args(["--policy", policy.to_str().unwrap()])
             .timeout(std::time::Duration::from_secs(60));
         if let Some(k) = fault {
             command.env("ROLLGATE_FAULT", format!("kill-after-action:{k}"));
@@ -356,6 +400,11 @@ fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
         let next = if live == "v1" { "v2" } else { "v1" };
         let out = deploy(next, Some(k));
         let killed = out.status.signal() == Some(9);
+        if killed {
+            // The whole group goes, as at a `kill -9` of the unit: with no keeper left to name
+            // a process, only the state can.
+            site.kill_keepers();
+        }
         let up = site.run(&["up"]);
         assert_eq!(up.status.code(), Some(0), "K={k}: {}", stderr(&up));
         let pointer = site.pointer().unwrap();
@@ -416,7 +465,9 @@ fn a_deploy_of_several_types_killed_after_any_action_is_finished_whole_by_up() {
 
 /// `rollgate scale`: a type's count changed without a new release, kept for later deploys; a
 /// singleton cannot go past 1, an unknown type is refused —
-/// and a refused scale keeps the counts that run.
+/// and a refused scale keeps the counts that run. Issue 80, 4: only the difference starts and
+/// stops (web, the clock and the workers already running keep their processes), and no port
+/// is asked for.
 #[test]
 fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
     let site = Site::new();
@@ -429,43 +480,90 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
         &[&policy[..], &["--watch-ms", "0"]].concat(),
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let first = port_block(10);
-    let ports = format!("{first}-{}", first + 9);
     let scale = |counts: &[&str]| {
         let mut args = vec!["scale", "edge-svc"];
         args.extend_from_slice(counts);
         args.extend_from_slice(&policy);
-        args.extend_from_slice(&["--ports", &ports]);
         args.extend_from_slice(&["--watch-ms", "0"]);
         site.run(&args)
     };
     let names = |site: &Site| -> Vec<String> { formation(site).into_iter().map(|p| p.0).collect() };
+    let pid_of = |site: &Site, name: &str| {
+        formation(site)
+            .into_iter()
+            .find(|p| p.0 == name)
+            .map(|p| p.2)
+    };
+    let (web, worker, clock) = (
+        site.live_pid().unwrap(),
+        pid_of(&site, "worker.0").unwrap(),
+        pid_of(&site, "clock.0").unwrap(),
+    );
 
     // Up and down under load through the proxy: no request fails.
     let proxy = Proxy::start(&site, &[]);
     let load = Load::kept(proxy.port, 4, std::time::Duration::from_millis(5));
     let out = scale(&["worker=4"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only the difference starts or stops"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(
         names(&site),
         ["worker.0", "worker.1", "worker.2", "worker.3", "clock.0"]
     );
     assert!(formation(&site).iter().all(|p| p.1 == "v1" && alive(p.2)));
+    let unmoved = |site: &Site| {
+        site.live_pid() == Some(web)
+            && pid_of(site, "worker.0") == Some(worker)
+            && pid_of(site, "clock.0") == Some(clock)
+            && alive(web)
+            && alive(worker)
+            && alive(clock)
+    };
+    assert!(
+        unmoved(&site),
+        "web, worker.0 and the clock kept their processes: {:?}",
+        formation(&site)
+    );
     let four = formation(&site);
 
     let out = scale(&["worker=1"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(names(&site), ["worker.0", "clock.0"]);
     assert!(
-        wait_for(10, || four.iter().all(|p| !alive(p.2))),
+        wait_for(10, || four.iter().skip(1).take(3).all(|p| !alive(p.2))),
         "the extra workers stopped"
     );
+    assert!(unmoved(&site), "{:?}", formation(&site));
+    // Asked for what runs: nothing moves, and it says so.
+    let out = scale(&["worker=1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("nothing started or stopped"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(unmoved(&site));
+    // Relative counts, decided from what runs: one more, then one fewer.
+    let out = scale(&["worker=+1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(names(&site), ["worker.0", "worker.1", "clock.0"]);
+    assert!(unmoved(&site));
+    let out = scale(&["worker=-1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(names(&site), ["worker.0", "clock.0"]);
+    assert!(unmoved(&site));
     assert_eq!(running(&site, "worker.sh").len(), 1);
     // The last lines of each worker that runs, labelled — not of the files the three scaled
     // away left behind (issue 80, 7: `-n 2` gave two stale lines of those).
+    // Each line with its time, first (issue 80, 7).
     let out = site.run(&["logs", "edge-svc", "--type", "worker", "-n", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "[worker.0] worker up on v1\n");
+    assert!(timed(&stdout(&out)), "{}", stdout(&out));
+    assert_eq!(untimed(&stdout(&out)), "[worker.0] worker up on v1\n");
     let seen = load.finish();
     assert_none_failed(&seen, "scaling the workers up and down");
     assert!(seen.len() > 50, "{} requests", seen.len());
@@ -475,6 +573,9 @@ fn scale_changes_a_type_s_count_without_a_release_and_keeps_it() {
         (&["clock=2"][..], "clock is a singleton"),
         (&["mailer=1"][..], "no `mailer:` line in its Procfile"),
         (&["worker"][..], "give TYPE=COUNT"),
+        (&["worker=-2"][..], "worker=-2: 1 run, so that asks for -1"),
+        (&["worker=+x"][..], "or +N / -N"),
+        (&["web=+1"][..], "give web's count itself"),
     ] {
         let out = scale(counts);
         assert_eq!(out.status.code(), Some(2), "{counts:?}: {}", stderr(&out));
@@ -882,6 +983,11 @@ fn a_replica_set_rolls_out_every_type_in_step_and_scale_sets_web_s_count() {
     assert_eq!(web_replicas(&site).len(), 1);
     assert_eq!(formation(&site).len(), 3);
     assert!(wait_for(10, || running(&site, "worker.sh").len() == 2));
+    // Kept for later runs: a rollout's completion writes the counts as a deploy's does.
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.root().join("scale.json")).unwrap())
+            .unwrap();
+    assert_eq!(kept, serde_json::json!({"worker": 2}));
     let out = scale(&["web=0"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("web=0 would leave nobody answering"));
@@ -976,6 +1082,11 @@ fn a_rollout_of_several_types_killed_after_any_action_is_finished_whole() {
         let next = if live == "v1" { "v2" } else { "v1" };
         let out = rollout(next, Some(k));
         let killed = out.status.signal() == Some(9);
+        if killed {
+            // The whole group goes, as at a `kill -9` of the unit: with no keeper left to name
+            // a process, only the state can.
+            site.kill_keepers();
+        }
         let up = site.run(&["up"]);
         assert_eq!(up.status.code(), Some(0), "K={k}: {}", stderr(&up));
         // Serving, whatever the crash cut: web answers, every process named runs, one clock.
@@ -1154,29 +1265,29 @@ fn a_worker_ready_then_gone_before_web_s_switch_fails_the_deploy_before_the_swit
     assert!(detail.contains("worker."), "{detail}");
 }
 
-/// Issue 80: a scale-down stopped the surplus workers before anything else, and when its
-/// restart then failed (rolled back) nothing brought them back: the release ran on with one
-/// worker of three. A scaled-down type's extra processes now run until the release is
-/// promoted; a run that goes back leaves them as they were.
+/// Issue 80: a scale-down stopped the surplus workers before anything else, and when the
+/// rest of the run then failed (rolled back) nothing brought them back: the release ran on
+/// with one worker of three. A scaled-down type's extra processes now run until the run
+/// completes; a run that goes back leaves them as they were.
 #[test]
 fn a_scale_down_that_rolls_back_leaves_every_worker_running() {
     let site = Site::new();
     let policy = write(
         site.root(),
         "policy.yaml",
-        "edge_svc:\n  progress_deadline_ms: 3000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 3\n      min_ready_ms: 300\n",
+        "edge_svc:\n  progress_deadline_ms: 3000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      replicas: 3\n      min_ready_ms: 300\n    mailer:\n      replicas: 0\n      min_ready_ms: 300\n",
     );
     let policy = ["--policy", policy.to_str().unwrap()];
-    // Its web fails to start once `broken` is in its state folder.
-    let web = format!(
-        "#!/bin/sh\n[ -e \"$STATE_DIRECTORY/broken\" ] && exit 1\nexec '{}' sample-service\n",
-        bin().display()
+    // Its mailer fails to start once `broken` is in its state folder.
+    let mailer = format!(
+        "[ -e \"$STATE_DIRECTORY/broken\" ] && exit 1\n{}",
+        looping("mailer")
     );
     add(
         &site,
         "v1",
-        "worker: exec sh worker.sh\n",
-        &[("worker.sh", looping("worker")), ("edge-svc", web)],
+        "worker: exec sh worker.sh\nmailer: exec sh mailer.sh\n",
+        &[("worker.sh", looping("worker")), ("mailer.sh", mailer)],
     );
     let first = port_block(2);
     let ports = format!("{first}-{}", first + 1);
@@ -1206,8 +1317,7 @@ fn a_scale_down_that_rolls_back_leaves_every_worker_running() {
                 "scale",
                 "edge-svc",
                 "worker=1",
-                "--ports",
-                &ports,
+                "mailer=1",
                 "--watch-ms",
                 "0",
             ][..],
@@ -1228,6 +1338,14 @@ fn a_scale_down_that_rolls_back_leaves_every_worker_running() {
         "processes.json names the three as before"
     );
     assert_eq!(running(&site, "worker.sh").len(), 3);
+    assert!(
+        wait_for(10, || running(&site, "mailer.sh").is_empty()),
+        "the mailer that failed is gone"
+    );
+    assert!(
+        !site.root().join("scale.json").exists(),
+        "the counts are as they were"
+    );
 }
 
 /// Issue 80: a `scale` killed halfway left `scale.json` at the new count and the processes at
@@ -1301,6 +1419,11 @@ fn a_scale_killed_after_any_action_leaves_the_counts_kept_and_the_processes_agre
             .output()
             .unwrap();
         let killed = out.status.signal() == Some(9);
+        if killed {
+            // The whole group goes, as at a `kill -9` of the unit: with no keeper left to name
+            // a process, only the state can.
+            site.kill_keepers();
+        }
         let up = site.run(&["up"]);
         assert_eq!(up.status.code(), Some(0), "K={k}: {}", stderr(&up));
         let workers = formation(&site);

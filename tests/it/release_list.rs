@@ -373,7 +373,10 @@ fn a_release_output_is_rotated_by_size_and_a_failing_one_still_quoted() {
     let rotated = site.root().join("output/v1/edge-svc.output.2");
     let older = std::fs::read_to_string(&rotated).unwrap();
     assert!(older.len() > 1_000_000, "a full file: {}", older.len());
-    assert!(older.lines().all(|l| l == line), "whole lines only");
+    assert!(
+        older.lines().all(|l| timed(l) && &l[25..] == line),
+        "whole lines only, each with its time"
+    );
     assert!(alive(pid), "the release runs on");
 
     // A release that says a lot, then its last words, and exits: the reason quotes them.

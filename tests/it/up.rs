@@ -443,6 +443,10 @@ fn a_keeper_killed_while_start_waits_leaves_its_release_started_named_and_kept()
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = site.run(&["stop", "edge-svc"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        site.keepers().is_empty(),
+        "stop returns with its keepers gone"
+    );
     let start = std::process::Command::new(bin())
         .args(["start", "edge-svc", "--root"])
         .arg(site.root())
@@ -450,11 +454,21 @@ fn a_keeper_killed_while_start_waits_leaves_its_release_started_named_and_kept()
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Its keeper, once it has started the release (which is 3 s from ready).
-    assert!(wait_for(10, || !site.keepers().is_empty()
-        && !site.processes().is_empty()));
-    let keeper = site.keepers()[0];
-    let release = site.processes()[0];
+    // Its keeper, once it has started the release (which is 3 s from ready): the one process
+    // of the root whose parent is the one keeper (a process caught between its fork and its
+    // exec is neither yet).
+    let mut started = None;
+    assert!(wait_for(10, || {
+        let (keepers, processes) = (site.keepers(), site.processes());
+        started = match (keepers.as_slice(), processes.as_slice()) {
+            ([keeper], [release]) if parent_of(*release) == Some(*keeper) => {
+                Some((*keeper, *release))
+            }
+            _ => None,
+        };
+        started.is_some()
+    }));
+    let (keeper, release) = started.unwrap();
     send_signal(keeper, 9);
     let out = start.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -477,12 +491,13 @@ fn a_keeper_killed_while_start_waits_leaves_its_release_started_named_and_kept()
 }
 
 /// Issue 80: a `start` that failed left what it had started running (web, while a worker
-/// failed) although the service stays stopped.
+/// failed) although the service stays stopped. The broken worker lives 300 ms: a start must
+/// hold it to its type's `min_ready_ms` as the deploy did (CI's loaded run met one slow enough
+/// to be alive at the first poll, and `start` called it started).
 #[test]
 fn a_failed_start_leaves_nothing_of_the_service_running() {
     let site = Site::new();
-    let worker =
-        "[ -e \"$STATE_DIRECTORY/broken\" ] && { echo broken; exit 3; }\nexec sleep 1000\n";
+    let worker = "[ -e \"$STATE_DIRECTORY/broken\" ] && { echo broken; sleep 0.3; exit 3; }\nexec sleep 1000\n";
     site.add_sample_with(
         "v1",
         &[
@@ -493,7 +508,9 @@ fn a_failed_start_leaves_nothing_of_the_service_running() {
     let policy = write(
         site.root(),
         "policy.yaml",
-        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      min_ready_ms: 300\n",
+        // Held 1.5 s: a broken worker exits well within it even on a loaded machine (at 300 ms,
+        // one was slow enough to start that it counted as ready).
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      min_ready_ms: 1500\n",
     );
     let out = site.deploy(
         free_port(),
@@ -514,6 +531,102 @@ fn a_failed_start_leaves_nothing_of_the_service_running() {
         "the service is stopped, yet runs {:?}",
         site.processes()
     );
+}
+
+/// `rollgate stop edge-svc`, SIGKILLed by the fault seam after its `k`-th persisted action.
+fn stop_killed_after(site: &Site, k: u32) {
+    let out = rollgate()
+        .args(["stop", "edge-svc", "--root"])
+        .arg(site.root())
+        .env("ROLLGATE_FAULT", format!("kill-after-action:{k}"))
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+    assert!(
+        site.root().join("stopped.json").exists(),
+        "the stop is recorded first"
+    );
+}
+
+/// Found by the formation's random-kill test: a `stop` killed after it had stopped web but not
+/// the worker; the `start` that followed could not start web, said the service stays stopped,
+/// and left the worker it had found running — stopped, yet running, with nothing (not `up`) to
+/// ever stop it.
+#[test]
+fn a_failed_start_after_a_stop_cut_short_stops_what_it_found_running() {
+    let site = Site::new();
+    site.add_sample_with("v1", &[("Procfile", "worker: exec sleep 7770011\n")]);
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  processes:\n    worker:\n      min_ready_ms: 100\n",
+    );
+    let port = free_port();
+    let out = site.deploy(
+        port,
+        "v1",
+        &["--policy", policy.to_str().unwrap(), "--watch-ms", "0"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let web = site.live_pid().unwrap();
+    let worker = typed_processes(site.root())[0]["pid"].as_i64().unwrap() as i32;
+    // Its actions: the stop recorded, the proxy's maintenance, web stopped — then killed.
+    stop_killed_after(&site, 3);
+    assert!(wait_for(5, || !alive(web)), "web was stopped");
+    assert!(alive(worker), "the worker was not reached");
+    // Web cannot start again: its port is taken.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let out = site.run(&["start", "edge-svc"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stderr(&out).contains("stays stopped"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("worker.0): stopped"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !alive(worker),
+        "the service stays stopped, yet its worker runs"
+    );
+    assert!(
+        wait_for(5, || site.processes().is_empty()
+            && site.keepers().is_empty()),
+        "stopped, yet running: {:?}, kept by {:?}",
+        site.processes(),
+        site.keepers()
+    );
+}
+
+/// What a dead web left — here the server its shell started, still holding the port — is
+/// stopped before `start` starts web again: the `start` after a `stop` killed halfway found
+/// the port taken and left the service stopped.
+#[test]
+fn start_stops_what_a_dead_web_left_before_it_starts_web_again() {
+    let site = Site::new();
+    // A shell that starts the server and waits for it: the shell is web's process.
+    site.script(
+        "v1",
+        &format!("'{}' sample-service &\nwait\n", bin().display()),
+    );
+    let port = free_port();
+    let out = site.deploy(port, "v1", &["--watch-ms", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shell = site.live_pid().unwrap();
+    stop_killed_after(&site, 1);
+    // Its keeper killed, then the shell: the server runs on, holding web's port.
+    site.kill_keepers();
+    send_signal(shell, 9);
+    assert!(wait_for(5, || !alive(shell)));
+    let server = site.processes();
+    assert_eq!(server.len(), 1, "{server:?}");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_err());
+    let out = site.run(&["start", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!alive(server[0]), "what the dead web left is gone");
+    let web = site.live_pid().unwrap();
+    assert_ne!(web, shell);
+    assert!(alive(web));
 }
 
 /// Issue 80: a `start` killed while it waited for its release left that release running, named

@@ -111,6 +111,11 @@ impl Executor {
                 child
             }
             Err(e) => {
+                // A keeper that died before it said whether it started the release may have
+                // started it: whatever carries the token goes, or it would run on named by
+                // nothing (found by the random-kill test: a worker left after `up`).
+                let grace = self.grace_for(slot, &recorded);
+                stop_recorded(&recorded, grace).await;
                 self.rollout.slot_mut(slot).candidate = None;
                 self.save()?;
                 let reason = format!("cannot start {}: {e}", executable.display());
@@ -150,7 +155,7 @@ impl Executor {
         self.rollout
             .slots
             .iter()
-            .filter(|s| s.kind.is_some() && s.state == SlotState::Succeeded)
+            .filter(|s| !s.serves() && s.state == SlotState::Succeeded)
             .find_map(|s| {
                 let process = s.live.as_ref().filter(|p| p.version == *to && p.pid > 0)?;
                 if process.identity().is_running() {
@@ -360,7 +365,7 @@ impl Executor {
         Ok(())
     }
 
-    /// Another type's process is in `processes.json` now: its old one runs on until the
+    /// Another type's process is in `formation.json` now: its old one runs on until the
     /// release is promoted (`keep_previous`), or (a stop-first type, a process brought back)
     /// the one it replaced is stopped.
     async fn typed_swapped(
@@ -399,16 +404,18 @@ impl Executor {
     }
 
     /// The watch passed: the fallback leaves the pool, is drained again (requests it took as
-    /// the fallback finish) and stopped. Another type's old process is stopped.
+    /// the fallback finish) and stopped. Another type's old process is stopped — also one a
+    /// dead rollgate had recorded leaving and not stopped (its keeper may be gone too: then
+    /// nothing else would).
     pub(super) async fn drop_fallback(&mut self, slot: usize) -> Result<(), Error> {
-        let Some(old) = self.rollout.slot(slot).fallback.clone() else {
+        let s = self.rollout.slot(slot);
+        let Some(old) = s.fallback.clone().or_else(|| s.retiring.clone()) else {
             return Ok(());
         };
         // Its tunnels (WebSockets) had the watch to move to the new release: the rest are sent
         // away now rather than waited for (a drain timeout after the watch).
-        let retired = self
-            .retire(slot, |s| s.fallback.take(), Tunnels::SendAway)
-            .await?;
+        let leaving = |s: &mut state::Slot| s.fallback.take().or_else(|| s.retiring.take());
+        let retired = self.retire(slot, leaving, Tunnels::SendAway).await?;
         match self.rollout.slot(slot).kind.clone() {
             Some(kind) => {
                 let stopped = retired.unwrap_or_default();
@@ -497,7 +504,7 @@ impl Executor {
     /// only drained), and the new one is stopped.
     pub(super) async fn switch_back(&mut self, slot: usize, kept: Process) -> Result<(), Error> {
         if let Some(kind) = self.rollout.slot(slot).kind.clone() {
-            // Its old process ran on: `processes.json` names it again, the new one stops.
+            // Its old process ran on: `formation.json` names it again, the new one stops.
             let s = self.rollout.slot_mut(slot);
             s.fallback = None;
             s.retiring = s.live.replace(kept.clone());
@@ -585,7 +592,7 @@ impl Executor {
         if let Some(kept) = self.rollout.slot(slot).fallback.clone() {
             return self.switch_back(slot, kept).await;
         }
-        let typed = self.rollout.slot(slot).kind.is_some();
+        let typed = !self.rollout.slot(slot).serves();
         if typed {
             // An old process whose stop was cut short is gone (its whole tree) before its
             // release is brought back: two of a singleton never run at once.

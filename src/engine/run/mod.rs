@@ -27,7 +27,7 @@ use super::retire::{confirm_switch, drain_before_stop};
 use super::state::{self, Phase, Process, Rollout, SlotState};
 use super::step::{step, Action, Event, Note};
 use super::tasks::{
-    analyse, gate_replica, instant_after, soak, GateEnd, GateTiming, Gated, Judging, Message,
+    analyse, gate_replica, sleep_until_wall, soak, GateEnd, GateTiming, Gated, Judging, Message,
     Purpose,
 };
 use super::view as render;
@@ -249,13 +249,14 @@ impl Executor {
     pub async fn run(&mut self, first: Event, signals: &mut Signals) -> Result<Phase, Error> {
         self.handle(first).await?;
         let mut control = tokio::time::interval(CONTROL_POLL);
-        let deadline = instant_after(self.rollout.settings.release_deadline);
+        let deadline = sleep_until_wall(self.rollout.settings.release_deadline);
+        tokio::pin!(deadline);
         let mut deadline_seen = false;
         while !self.finished() && self.detached.is_none() {
             tokio::select! {
                 Some(message) = self.receiver.recv() => self.on_message(message).await?,
                 name = signals.recv() => self.on_signal(name).await?,
-                _ = tokio::time::sleep_until(deadline), if !deadline_seen => {
+                _ = &mut deadline, if !deadline_seen => {
                     deadline_seen = true;
                     self.handle(Event::Tick).await?;
                 }
@@ -295,7 +296,8 @@ impl Executor {
 
     /// Once an ended rollout's reverts and restores are done: the effects its ending owes,
     /// each safe to repeat after a crash (the outcome line is written once per rollout id, the
-    /// floor is raised to the same value, the post hook is marked started before it runs, so
+    /// floor is raised to the same value, a scale's counts written the same again, the post
+    /// hook is marked started before it runs, so
     /// it runs at most once); then the state says nothing is owed.
     pub(crate) async fn settle(&mut self) -> Result<(), Error> {
         if self.behaviour.settles_at_stop {
@@ -310,6 +312,7 @@ impl Executor {
         self.log_outcome(event, detail)?;
         fault::point();
         self.raise_floor()?;
+        self.keep_scale()?;
         if !self.rollout.post_hook_started {
             self.rollout.post_hook_started = true;
             self.save()?;
@@ -466,7 +469,7 @@ impl Executor {
                     Some(status) => self.statuses.insert(slot, status),
                     None => self.statuses.remove(&slot),
                 };
-                if task.purpose == Purpose::Upgrade && self.rollout.slot(slot).kind.is_none() {
+                if task.purpose == Purpose::Upgrade && self.rollout.slot(slot).serves() {
                     self.record_gate(&gated);
                 }
                 let result = match gated.end {

@@ -103,6 +103,30 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether a line begins with the output pump's time (`2026-12-07T14:30:36.123Z `).
+pub fn timed(line: &str) -> bool {
+    let shape = b"dddd-dd-ddTdd:dd:dd.dddZ ";
+    line.len() >= shape.len()
+        && shape
+            .iter()
+            .zip(line.as_bytes())
+            .all(|(want, got)| match want {
+                b'd' => got.is_ascii_digit(),
+                other => other == got,
+            })
+}
+
+/// Output as the release said it: each line's time (the pump's, or `logs`') taken off.
+pub fn untimed(text: &str) -> String {
+    text.lines()
+        .map(|line| match timed(line) {
+            true => &line[25..],
+            false => line,
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -426,6 +450,15 @@ pub fn kill_keepers_in(root: &Path) {
             }
         }
     }
+}
+
+/// Held by every test that runs a release as the system's `nobody` (uid 65534), declared
+/// before its sites (so they are stopped before it is let go): a service's folder changes
+/// hands only while nothing runs as its owner, and `nobody` is one user for the whole machine
+/// — a test changing back from it was refused while another ran a release as it (CI).
+pub fn as_nobody_alone() -> std::sync::MutexGuard<'static, ()> {
+    static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    NOBODY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether `pid` is a keeper: rollgate's own `keep` command.
@@ -866,10 +899,14 @@ fn handed_out_ports() -> (u32, u32) {
 /// share one process, so a block handed out is never handed out again in it (a cursor moves
 /// past it): two tests running at once cannot both find the same block free before either binds
 /// it. Where the cursor starts depends on the process id, so two test runs on one machine rarely
-/// look at the same ports.
+/// look at the same ports. Once the cursor has come round, a port handed out in the last
+/// [`PORT_REST`] is passed over while others are free: its test may still own it, between two
+/// processes on it (CI's hostile test once had its port taken so).
 pub fn port_block(len: u16) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    static HANDED: std::sync::Mutex<std::collections::BTreeMap<u32, std::time::Instant>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
     let (low, high) = handed_out_ports();
     let (len, ports) = (u32::from(len), high - low + 1);
     let _ = CURSOR.compare_exchange(
@@ -878,20 +915,34 @@ pub fn port_block(len: u16) -> u16 {
         Ordering::SeqCst,
         Ordering::SeqCst,
     );
-    for _ in 0..ports {
-        // Reserve the next `len` ports for this call alone, then check they are free now.
-        let reserved = CURSOR.fetch_add(len, Ordering::SeqCst);
-        let Some(first) = block_at(reserved, len, (low, high)) else {
-            continue;
-        };
-        let free = (first..first + len)
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok());
-        if free {
-            return first as u16;
+    // Two rounds: the first passes over recently handed-out ports, the second takes any free.
+    for round in 0..2 {
+        for _ in 0..ports / len {
+            // Reserve the next `len` ports for this call alone, then check they are free now.
+            let reserved = CURSOR.fetch_add(len, Ordering::SeqCst);
+            let Some(first) = block_at(reserved, len, (low, high)) else {
+                continue;
+            };
+            let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+            let resting = (first..first + len)
+                .any(|p| handed.get(&p).is_some_and(|at| at.elapsed() < PORT_REST));
+            if round == 0 && resting {
+                continue;
+            }
+            let free = (first..first + len)
+                .all(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok());
+            if free {
+                let now = std::time::Instant::now();
+                handed.extend((first..first + len).map(|p| (p, now)));
+                return first as u16;
+            }
         }
     }
     panic!("no free block of {len} ports from {low} to {high}")
 }
+
+/// How long a port handed out by [`port_block`] is passed over once the cursor comes round.
+const PORT_REST: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The first port of the block `port_block` reserved at `cursor`: one modulus for every length,
 /// so no two reservations share a port until the cursor has gone all the way round; a block
@@ -1173,4 +1224,27 @@ pub fn service_uid(site: &Site) -> u64 {
     )
     .unwrap();
     record["uid"].as_u64().unwrap()
+}
+
+/// The parent of `pid` (field 4 of its stat), while it exists (a zombie too).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The processes of the other types than web that the root's `formation.json` names (none
+/// without one), as written.
+pub fn typed_processes(root: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(root.join("formation.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v["processes"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p["process_type"] != "web")
+        .collect()
 }

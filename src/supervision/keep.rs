@@ -53,24 +53,6 @@ impl Watched {
     }
 }
 
-/// A pidfd for `who`, readable once it ends; None when it is gone already.
-fn pidfd_of(who: Identity) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, who.pid, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the descriptor was just returned to this process and is owned here alone.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-    // Opened on the same process the state names, not on one that took its pid since.
-    if Identity::of(who.pid) != Some(who) {
-        return None;
-    }
-    // SAFETY: the AsyncFd owns the descriptor, so it stays open for as long as it is registered.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-        .ok()
-}
-
 /// `rollgate keep`: reads its spec on stdin, starts (or adopts) the release, says so, and keeps
 /// it. Its exit is its release's when it lets the release end.
 pub fn keep_main() -> u8 {
@@ -110,8 +92,18 @@ async fn keep(spec: Spec) -> u8 {
         signal(SignalKind::hangup()),
     );
     let root = Root(spec.root.clone());
+    // Orphans of the release come here, not to PID 1, and are reaped at once (issue 81, 6).
+    crate::host::reaper::become_subreaper();
+    let Ok(children) = signal(SignalKind::child()) else {
+        keeper::report("error its keeper could not watch its children");
+        return crate::error::FAILED;
+    };
     let (watched, release, said) = match spec.adopt {
-        Some(who) => (Watched::Adopted(pidfd_of(who)), who, "adopted".to_string()),
+        Some(who) => (
+            Watched::Adopted(crate::host::identity::pidfd(who)),
+            who,
+            "adopted".to_string(),
+        ),
         None => match process::spawn(&spec.launch()) {
             Ok(child) => {
                 let pid = child.id().map_or(0, |p| p as i32);
@@ -125,6 +117,9 @@ async fn keep(spec: Spec) -> u8 {
             }
         },
     };
+    if std::env::var(keeper::KEEPER_FAULT).is_ok_and(|f| f == "dies-before-report") {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
     if spec.listen {
         // The release has its own copy of the held socket; a restart asks the holder again.
         // SAFETY: closes this process's fd 3, which its starter put there for the release.
@@ -148,6 +143,7 @@ async fn keep(spec: Spec) -> u8 {
         release,
         registration,
         terminate,
+        children,
         crashes: Crashes {
             in_a_row: 0,
             last_start: Instant::now(),
@@ -169,6 +165,8 @@ struct Keeper {
     release: Identity,
     registration: Option<Registration>,
     terminate: tokio::signal::unix::Signal,
+    /// SIGCHLD: a child ended — the release, its standby, or an orphan of theirs to reap.
+    children: tokio::signal::unix::Signal,
     crashes: Crashes,
     attempt: u64,
     /// How each exit since the release's switch ended, while within the crash-loop window.
@@ -208,7 +206,18 @@ impl Keeper {
             // `current` is retired by the next pass, which finds its token left behind.
             process::stop_group(standby.live.identity, defaults::GRACE).await;
         }
+        // What its release's tree left exiting is reaped before the keeper goes (it would
+        // pass to PID 1 otherwise).
+        self.reap_orphans();
         code
+    }
+
+    /// Reaps the orphans reparented to this keeper (never its release or standby, whose ends
+    /// are awaited).
+    fn reap_orphans(&self) {
+        let standby = self.standby.as_ref().map(|s| s.live.identity.pid);
+        let awaited: Vec<i32> = std::iter::once(self.release.pid).chain(standby).collect();
+        crate::host::reaper::reap_orphans(&awaited);
     }
 
     /// Watches the release until it ends, then starts it again or lets it go (ending so).
@@ -244,6 +253,10 @@ impl Keeper {
                     self.after_standby(event).await;
                     continue;
                 }
+                _ = self.children.recv() => {
+                    self.reap_orphans();
+                    continue;
+                }
             };
             if notes.notifier.is_some() {
                 // What it said just before it exited (STOPPING=1) may still be queued.
@@ -270,7 +283,7 @@ impl Keeper {
         }
     }
 
-    /// Starts the release live before this one as its standby (see `commands::standby`); why
+    /// Starts the release live before this one as its standby (see `supervision::standby`); why
     /// not, logged, when it cannot be.
     async fn bring_standby(&mut self, until: tokio::time::Instant) {
         let Some(live) = keeps_it(&self.root, self.release) else {
@@ -415,6 +428,12 @@ impl Keeper {
                 },
             };
             let ended = (!was_orderly).then(|| words.clone());
+            // What its ended process left running (a `/bin/sh -c` line's program, a fork) goes
+            // with it before it starts again: it would run beside the next copy — two clocks
+            // (issue 81, 6). Its tree's rest, or its process group where it has no tree. (Only
+            // when it is started again: a candidate's end is its deploy's to judge and clean.)
+            process::stop_group(self.release, self.spec.record.grace()).await;
+            self.reap_orphans();
             self.crashes.last_start = Instant::now();
             // Started and recorded under the lock, then let go of it: a deploy is never kept
             // waiting while the release gets ready.

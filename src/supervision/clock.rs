@@ -68,23 +68,16 @@ pub async fn ensure(root: &Root) -> Option<std::io::Result<u32>> {
     if !has_schedules(root) || !keeper_gone(&lock_path(&root.0)).await {
         return None;
     }
-    let mut command = tokio::process::Command::new("/proc/self/exe");
+    let args = [
+        KEEP_CLOCK_COMMAND.as_ref(),
+        "--root".as_ref(),
+        root.0.as_os_str(),
+    ];
+    let mut command = crate::host::daemon::command(args, &root.0, || Ok(()));
     command
-        .args([KEEP_CLOCK_COMMAND, "--root"])
-        .arg(&root.0)
-        .current_dir(&root.0)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .env_remove("ROLLGATE_FAULT");
-    // SAFETY: close and setsid are system calls; nothing of the parent is touched.
-    unsafe {
-        command.pre_exec(|| {
-            crate::host::lock::close_held_in_child();
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
+        .stderr(std::process::Stdio::null());
     Some(command.spawn().map(|child| child.id().unwrap_or_default()))
 }
 
@@ -93,24 +86,18 @@ pub async fn ensure(root: &Root) -> Option<std::io::Result<u32>> {
 /// nothing) and lets go of it within a moment.
 async fn keeper_gone(lock: &std::path::Path) -> bool {
     use crate::host::lock;
-    if lock::is_free(lock) {
-        return true;
-    }
-    let holder = std::fs::read_to_string(lock).unwrap_or_default();
-    let Ok(pid) = holder.trim().parse::<i32>() else {
-        return false;
+    let holder = std::fs::read_to_string(lock)
+        .ok()
+        .and_then(|text| text.trim().parse::<i32>().ok());
+    let lock = lock.to_path_buf();
+    let free = move || {
+        crate::host::daemon::unless_held_by_a_live_one(holder, (), |()| {
+            lock::is_free(&lock).then_some(()).ok_or(())
+        })
     };
-    if !crate::host::identity::is_dying(pid) {
-        return false;
-    }
-    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
-    while tokio::time::Instant::now() < until {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        if lock::is_free(lock) {
-            return true;
-        }
-    }
-    false
+    tokio::task::spawn_blocking(free)
+        .await
+        .is_ok_and(|free| free.is_ok())
 }
 
 /// What [`ensure`] did, in words.
@@ -406,15 +393,17 @@ pub(crate) async fn run(
             live.version,
             who.pid
         );
-        log_with_pid(
-            root,
-            live,
-            LogEvent::ScheduleStarted,
-            Some(schedule),
-            due,
-            detail,
-            who.pid,
-        );
+        let entry = Entry {
+            pid: Some(who.pid),
+            ..entry(
+                live,
+                LogEvent::ScheduleStarted,
+                Some(&schedule.name),
+                due,
+                detail,
+            )
+        };
+        super::say(root, &entry);
     };
     let ended = crate::host::one_off::run_to_file(&one_off, &to, spawned)
         .await
@@ -470,7 +459,7 @@ pub(crate) fn finish(
         ok: Some(ok),
         ..entry(live, event, Some(&schedule.name), due, entry_detail)
     };
-    append(root, &entry);
+    super::say(root, &entry);
 }
 
 /// The runs a keeper before this one left: waited for (their exit status is lost with their
@@ -569,7 +558,7 @@ fn finish_adopted(
         elapsed_ms: Some(took),
         ..entry(&live, event, Some(name), run.due, detail)
     };
-    append(root, &entry);
+    super::say(root, &entry);
 }
 
 /// The due times that passed while nothing kept the clock: said once per schedule (how many,
@@ -656,29 +645,8 @@ fn log(
     due: Option<f64>,
     detail: String,
 ) {
-    append(
+    super::say(
         root,
         &entry(live, event, schedule.map(|s| s.name.as_str()), due, detail),
     );
-}
-
-fn log_with_pid(
-    root: &Root,
-    live: &Live,
-    event: LogEvent,
-    schedule: Option<&Schedule>,
-    due: Option<f64>,
-    detail: String,
-    pid: i32,
-) {
-    let entry = Entry {
-        pid: Some(pid),
-        ..entry(live, event, schedule.map(|s| s.name.as_str()), due, detail)
-    };
-    append(root, &entry);
-}
-
-fn append(root: &Root, entry: &Entry) {
-    // Nowhere else to say it: a keeper's stderr is closed.
-    let _ = journal::append(&root.log_path(), entry);
 }

@@ -1,7 +1,7 @@
 //! Keeping what was deployed running (issue 68): the live set as the state names it, the
 //! restart every path shares (a keeper's, `up`'s, `start`'s), and the pass that gives every live
 //! release a keeper (`up`, `up --supervise`, the end of each run). The keeper itself — what it
-//! does when its release ends — is `commands::keep`.
+//! does when its release ends — is `supervision::keep`.
 
 use std::time::Duration;
 
@@ -11,7 +11,6 @@ use crate::error::Error;
 use crate::host::identity::Identity;
 use crate::host::journal::{self, LogEvent};
 use crate::host::keeper::{self, Backoff, Spec};
-use crate::host::lock;
 use crate::host::notify;
 use crate::host::process;
 use crate::host::state::Root;
@@ -22,7 +21,7 @@ pub(crate) struct Live {
     pub(crate) service: String,
     /// A replica's slot (None: the single release `current` names, or another type's process).
     pub(crate) slot: Option<usize>,
-    /// Another type's process (`processes.json`): its type and place (None: web).
+    /// Another type's process (`formation.json`): its type and place (None: web).
     pub(crate) process: Option<(String, usize)>,
     pub(crate) version: String,
     pub(crate) port: u16,
@@ -57,64 +56,28 @@ impl Live {
     }
 }
 
-/// What the state names as live: the replica set, else `current`; then the processes of the
-/// release's other types (`processes.json`).
+/// What the state names as live: every process of the formation (`engine::formation`), web's
+/// as the proxy's views name them now.
 pub(crate) fn live_set(root: &Root) -> Result<Vec<Live>, String> {
-    let mut live = web_set(root)?;
-    if let Some(formation) = root.read_processes().map_err(|e| e.to_string())? {
-        live.extend(formation.processes.into_iter().map(|p| Live {
-            service: formation.service.clone(),
-            slot: None,
-            process: Some((p.process_type.clone(), p.index)),
-            identity: p.identity(),
-            version: p.version,
-            port: 0,
-            launch: p.launch,
-        }));
-    }
-    Ok(live)
-}
-
-/// The web processes the state names as live: the replica set, else `current`.
-fn web_set(root: &Root) -> Result<Vec<Live>, String> {
-    if let Some(set) = root.read_replicas().map_err(|e| e.to_string())? {
-        // Replicas are probed as the rollout that placed them probed them.
-        let settings = engine::saved_run(root)
-            .ok()
-            .flatten()
-            .filter(|r| r.service == set.service)
-            .map(|r| r.settings);
-        let launch = settings.map(|s| s.launch).unwrap_or_default();
-        return Ok(set
-            .replicas
-            .into_iter()
-            .map(|r| Live {
-                service: set.service.clone(),
-                slot: Some(r.slot),
-                process: None,
-                version: r.version,
-                port: r.port,
-                identity: Identity {
-                    pid: r.pid,
-                    start_time: r.start_time,
-                },
-                launch: launch.clone(),
-            })
-            .collect());
-    }
-    Ok(root
-        .read_pointer()
-        .map_err(|e| e.to_string())?
-        .map(|p| Live {
-            identity: p.identity(),
-            launch: p.launch,
-            service: p.service,
-            slot: None,
-            process: None,
-            version: p.version,
-            port: p.port,
-        })
+    let Some(formation) = engine::formation::read(root).map_err(|e| e.to_string())? else {
+        return Ok(Vec::new());
+    };
+    let web_replicas = formation.web_replicas;
+    Ok(formation
+        .processes
         .into_iter()
+        .map(|p| {
+            let web = p.process_type == crate::host::state::WEB;
+            Live {
+                service: formation.service.clone(),
+                slot: (web && web_replicas).then_some(p.index),
+                identity: p.identity(),
+                process: (!web).then(|| (p.process_type.clone(), p.index)),
+                version: p.version,
+                port: p.port.unwrap_or(0),
+                launch: p.launch,
+            }
+        })
         .collect())
 }
 
@@ -293,12 +256,66 @@ impl Launched {
                 }
             }
         };
+        let (how, passed) = match (passed, self.subject.launch.min_ready_ms) {
+            (true, Some(ms)) => match self
+                .hold(root, Duration::from_millis(ms), &mut keeper_lost)
+                .await?
+            {
+                None => (how, true),
+                Some(lapse) => (format!("pid {pid}, {lapse}"), false),
+            },
+            _ => (how, passed),
+        };
         Ok(Started {
             identity: self.identity,
             how,
             ready: passed,
             keeper_lost,
         })
+    }
+
+    /// After its probe first passed: it must stay up and pass at every poll for `held` (as its
+    /// deploy's gate held it) — an exit is the error, a failed probe the words of the lapse.
+    async fn hold(
+        &mut self,
+        root: &Root,
+        held: Duration,
+        keeper_lost: &mut bool,
+    ) -> Result<Option<String>, String> {
+        let ready_at = tokio::time::Instant::now();
+        let since = || ready_at.elapsed().as_millis();
+        loop {
+            tokio::select! {
+                biased;
+                status = self.child.wait(), if !*keeper_lost => {
+                    if self.kept && self.identity.is_running() {
+                        *keeper_lost = true;
+                        continue;
+                    }
+                    let status = process::ended_words(status, Some(&self.identity));
+                    let tail = said_last(root, &self.output);
+                    return Err(format!(
+                        "exited with {status} {} ms after it was first ready (it must stay up {} ms){tail}",
+                        since(),
+                        held.as_millis()
+                    ));
+                }
+                _ = tokio::time::sleep_until(ready_at + held) => return Ok(None),
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if *keeper_lost && !self.identity.is_running() {
+                        let tail = said_last(root, &self.output);
+                        return Err(format!("exited {} ms after it was first ready (its keeper was killed before it){tail}", since()));
+                    }
+                    let (passed, probe) = self.subject.check().await;
+                    if !passed {
+                        return Ok(Some(format!(
+                            "stopped being ready ({probe}) {} ms after it was first ready",
+                            since()
+                        )));
+                    }
+                }
+            }
+        }
     }
 
     /// [`Launched::ready`] for a process that must pass its probe within `within`: one that
@@ -341,16 +358,13 @@ pub(crate) fn log(
         process: live.process.as_ref().map(|(t, n)| format!("{t}.{n}")),
         ..journal::Entry::new(event, &live.version, &live.service, detail)
     };
-    if let Err(e) = journal::append(&root.log_path(), &entry) {
-        eprintln!(
-            "rollgate: cannot append to {}: {e}",
-            root.log_path().display()
-        );
-    }
+    super::say(root, &entry);
 }
 
 /// Restarts one release that is not running (`ended` says how its process ended, when its
-/// keeper saw it); the caller holds the lock.
+/// keeper saw it); the caller holds the lock. What its last process left goes first — a child
+/// still holding its port or its files, a leader whose threads are still on their way out — so
+/// the new one never meets it (a `start` after a killed `stop` found the port taken).
 pub(crate) async fn restart(
     root: &Root,
     live: &Live,
@@ -359,6 +373,7 @@ pub(crate) async fn restart(
     (why, ended): (&str, Option<&str>),
     spawn: Spawn,
 ) -> Result<Started, String> {
+    process::stop_group(live.identity, defaults::GRACE).await;
     let started = match start(root, live, ready, attempt, spawn).await {
         Ok(started) => started,
         Err(e) => {
@@ -386,6 +401,7 @@ pub(crate) async fn restart(
             &live.service,
             started.identity,
             &live.launch,
+            &live.output(root),
             Backoff::default(),
         );
         match keeper::adopt(&spec) {
@@ -404,6 +420,21 @@ pub(crate) async fn restart(
         format!("{why}; started again: {how}"),
     );
     Ok(Started { how, ..started })
+}
+
+/// [`restart`] for several processes of the formation at once (`attempt` tells their tokens
+/// apart), each held to its own readiness as a deploy holds them; their results in order.
+/// They start one after another (a keeper says each started) and are then waited for
+/// together: a formation of slow-to-prove workers starts in the time of its slowest.
+pub(crate) async fn restart_together<'a>(
+    root: &Root,
+    dead: impl Iterator<Item = (&'a Live, u64, &'a str)>,
+    ready: Duration,
+    spawn: Spawn,
+) -> Vec<Result<Started, String>> {
+    let restarts =
+        dead.map(|(live, attempt, why)| restart(root, live, ready, attempt, (why, None), spawn));
+    futures_util::future::join_all(restarts).await
 }
 
 /// Every live release under `root` kept, the caller holding the lock: one running without a
@@ -437,8 +468,12 @@ pub(crate) async fn ensure(
             report.push(Found::Done(words));
         }
     }
-    let kept = kept.releases;
-    for (n, live) in live_set(root).map_err(Error::Refused)?.iter().enumerate() {
+    let kept = kept.releases();
+    let lives = live_set(root).map_err(Error::Refused)?;
+    // The dead ones are started together, each held to its own readiness (as a deploy starts a
+    // formation's processes), their lines in the formation's order.
+    let mut dead_ones = Vec::new();
+    for (n, live) in lives.iter().enumerate() {
         if live.identity.is_running() {
             if !kept.contains(&live.identity) {
                 if let Err(e) = keeper::adopt(&Spec::adopting(
@@ -446,6 +481,7 @@ pub(crate) async fn ensure(
                     &live.service,
                     live.identity,
                     &live.launch,
+                    &live.output(root),
                     backoff,
                 )) {
                     report.push(Found::Failed(format!(
@@ -474,26 +510,24 @@ pub(crate) async fn ensure(
             }
             Dead::Unkept(why) => why,
         };
-        // A worker it left may still hold its port or its files.
-        process::stop_group(live.identity, defaults::GRACE).await;
         let why = format!("pid {} was not running ({why})", live.identity.pid);
-        match restart(
-            root,
-            live,
-            ready,
-            n as u64,
-            (&why, None),
-            Spawn::Kept(backoff),
-        )
-        .await
-        {
-            Ok(started) => report.push(Found::Done(format!(
-                "{}: started ({})",
-                live.name(),
-                started.how
-            ))),
-            Err(e) => report.push(Found::Failed(format!("{}: NOT started: {e}", live.name()))),
-        }
+        report.push(Found::Unchanged(String::new()));
+        dead_ones.push((report.len() - 1, n, live, why));
+    }
+    let results = restart_together(
+        root,
+        dead_ones
+            .iter()
+            .map(|(_, n, live, why)| (*live, *n as u64, why.as_str())),
+        ready,
+        Spawn::Kept(backoff),
+    )
+    .await;
+    for ((line, _, live, _), result) in dead_ones.iter().zip(results) {
+        report[*line] = match result {
+            Ok(started) => Found::Done(format!("{}: started ({})", live.name(), started.how)),
+            Err(e) => Found::Failed(format!("{}: NOT started: {e}", live.name())),
+        };
     }
     // The root's schedules are kept on the same seam: a clock keeper runs while the service
     // runs and its policy has schedules.
@@ -533,10 +567,9 @@ pub(crate) async fn stop_strays(root: &Root, kept: &keeper::Keepers) -> Vec<Stri
     let (named, fallback) = named(root);
     let unnamed = |who: &Identity| !named.contains(who) && !fallback.contains(&who.pid);
     let mut strays: Vec<Identity> = kept
-        .releases
-        .iter()
+        .releases()
+        .into_iter()
         .filter(|who| unnamed(who) && who.is_running())
-        .copied()
         .collect();
     for token in &kept.abandoned {
         strays.extend(process::find_by_token(token).into_iter().filter(unnamed));
@@ -552,23 +585,16 @@ pub(crate) async fn stop_strays(root: &Root, kept: &keeper::Keepers) -> Vec<Stri
     said
 }
 
-/// After a deploy or rollout let go of the root: whatever it left live runs and is kept (a live
-/// release that ended while the run held the root was the run's to judge; its keeper let it
-/// go). Skipped when the root is taken again already or the service is stopped; what it
-/// started or could not start is said on stderr.
-pub(crate) fn after_a_run(root: &std::path::Path) {
-    let root = Root(root.to_path_buf());
-    let Ok(_lock) = lock::acquire(&root.lock_path()) else {
-        return;
-    };
+/// A deploy's or rollout's tail, under its lock (`engine::Tail`): whatever it left live runs
+/// and is kept (a live release that ended while the run held the root was the run's to judge;
+/// its keeper let it go). Skipped when the service is stopped; what it started or could not
+/// start is said on stderr.
+pub(crate) async fn after_a_run(root: &Root) {
     if crate::host::stopped::read(&root.0).ok().flatten().is_some() {
         return;
     }
-    let Ok(runtime) = engine::runtime() else {
-        return;
-    };
     let why = Dead::Restart("found not running after a run");
-    match runtime.block_on(ensure(&root, defaults::UP_READY, Backoff::default(), why)) {
+    match ensure(root, defaults::UP_READY, Backoff::default(), why).await {
         Ok(report) => {
             // What it did (a start, a stray stopped) or could not do; not what simply runs.
             for found in report.iter().filter(|f| !matches!(f, Found::Unchanged(_))) {
