@@ -204,7 +204,7 @@ impl Keeper {
         if let Some(standby) = self.standby.take() {
             // Not under the lock (whoever asked this keeper to go may hold it): its entry in
             // `current` is retired by the next pass, which finds its token left behind.
-            process::stop_group(standby.live.identity, defaults::GRACE).await;
+            process::stop_group(standby.live.identity, standby.live.launch.grace()).await;
         }
         // What its release's tree left exiting is reaped before the keeper goes (it would
         // pass to PID 1 otherwise).
@@ -242,7 +242,7 @@ impl Keeper {
                         continue;
                     }
                     // Its root was removed: nothing can name, stop or start it any more.
-                    process::stop_group(self.release, defaults::GRACE).await;
+                    process::stop_group(self.release, self.spec.record.grace()).await;
                     return 0;
                 }
                 _ = look.tick() => {
@@ -338,7 +338,7 @@ impl Keeper {
             let _ = engine::retire_standby(&self.root, &why).await;
         }
         // Whatever `current` says now, this keeper's standby does not outlive its window.
-        process::stop_group(standby.live.identity, defaults::GRACE).await;
+        process::stop_group(standby.live.identity, standby.live.launch.grace()).await;
         if let Some(registration) = self.registration.as_mut() {
             let _ = registration.standby(None);
         }

@@ -97,7 +97,7 @@ pub(crate) async fn bring(
     let started = match started {
         Ok(started) => started,
         Err(e) => {
-            crate::host::process::stop_group(live.identity, defaults::GRACE).await;
+            crate::host::process::stop_group(live.identity, live.launch.grace()).await;
             return Err(e);
         }
     };

@@ -373,7 +373,12 @@ pub(crate) async fn restart(
     (why, ended): (&str, Option<&str>),
     spawn: Spawn,
 ) -> Result<Started, String> {
-    process::stop_group(live.identity, defaults::GRACE).await;
+    // With the release's own grace, as `stop` gives it: a child finishing its work on SIGTERM
+    // (a worker's job, a server's last requests) is let finish as the policy allows.
+    let left = match process::stop_group(live.identity, live.launch.grace()).await {
+        process::Stopped::AlreadyGone => None,
+        stopped => Some(format!("what its last process left {stopped}")),
+    };
     let started = match start(root, live, ready, attempt, spawn).await {
         Ok(started) => started,
         Err(e) => {
@@ -394,6 +399,9 @@ pub(crate) async fn restart(
         return Err(format!("{e}; the process started for it {stopped}"));
     }
     let mut how = started.how.clone();
+    if let Some(left) = left {
+        how.push_str(&format!("; {left}"));
+    }
     if started.keeper_lost {
         // Named now, so kept again as any running live release is.
         let spec = Spec::adopting(

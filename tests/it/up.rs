@@ -629,6 +629,49 @@ fn start_stops_what_a_dead_web_left_before_it_starts_web_again() {
     assert!(alive(web));
 }
 
+/// What a dead process left is stopped with the release's own `stop_grace_ms`, as `stop` gives
+/// it, not rollgate's default 5 s: a child that needs 6 s to finish its work on SIGTERM, under
+/// a 15 s grace, finishes it (it was killed at 5 s before).
+#[test]
+fn a_start_stops_what_a_dead_web_left_with_the_release_s_own_grace() {
+    let site = Site::new();
+    // Web's shell starts the server and a child that takes 6 s to finish on SIGTERM (its
+    // `sleep` is signalled with it; the trap's own is not), then waits for both.
+    site.script(
+        "v1",
+        &format!(
+            "sh -c 'trap \"sleep 6; echo finished > $STATE_DIRECTORY/finished; exit 0\" TERM; while :; do sleep 1; done' &\n'{}' sample-service &\nwait\n",
+            bin().display()
+        ),
+    );
+    let policy = write(
+        site.root(),
+        "policy.yaml",
+        "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  stop_grace_ms: 15000\n",
+    );
+    let port = free_port();
+    let out = site.deploy(port, "v1", &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shell = site.live_pid().unwrap();
+    stop_killed_after(&site, 1);
+    site.kill_keepers();
+    send_signal(shell, 9);
+    assert!(wait_for(5, || !alive(shell)));
+    let out = site.run(&["start", "edge-svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let finished = site.root().join("data/finished");
+    assert!(
+        finished.exists(),
+        "the child was killed before its grace ended: {}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("what its last process left stopped (SIGTERM)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// Issue 80: a `start` killed while it waited for its release left that release running, named
 /// by nothing, and the next `start` never stopped it (as `up` does): it waited on its output or
 /// started a second copy beside it.
