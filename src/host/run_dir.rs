@@ -10,8 +10,31 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// A claim held for as long as the value lives (an exclusive `flock` on a file in the run
-/// folder): released by the kernel when its holder dies.
-pub type Claim = nix::fcntl::Flock<File>;
+/// folder): released by the kernel when the last descriptor of its open file closes — when its
+/// holder drops it or dies. Never unlocked by hand: a claim a proxy was handed over is the open
+/// file the old proxy holds too, and a `LOCK_UN` from a new proxy that failed to start would
+/// take it from the old one, which still serves (nix's `Flock` unlocks so on drop).
+#[derive(Debug)]
+pub struct Claim(File);
+
+impl Claim {
+    /// Claims the open file `file` (a claim's file handed over by another process is the same
+    /// open file: locking it again succeeds at once). None while another open file holds it.
+    pub fn lock(file: File) -> std::io::Result<Option<Claim>> {
+        use rustix::fs::{flock, FlockOperation};
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(Claim(file))),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl std::os::fd::AsFd for Claim {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
 
 /// Who may enter a folder of the run folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,11 +122,7 @@ pub fn claim(path: &Path) -> std::io::Result<Option<Claim>> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(fail)?;
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        Ok(claim) => Ok(Some(claim)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => Err(fail(e.into())),
-    }
+    Claim::lock(file).map_err(fail)
 }
 
 /// A short name for something whose own name may be long or hold any byte (a config file's

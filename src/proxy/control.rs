@@ -320,7 +320,8 @@ pub async fn listen(root: &Path) -> Result<UnixListener, Fault> {
     let placed = std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))
         .and_then(|()| {
-            std::fs::rename(&staging, &path)
+            // Taking over, placed once this proxy is sure to serve (`handover::place_names`).
+            super::handover::place_name(staging.clone(), path.clone())
                 .map_err(|e| format!("cannot place {}: {e}", path.display()))
         });
     if let Err(why) = placed {

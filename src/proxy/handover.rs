@@ -156,11 +156,9 @@ impl Handed {
         let at = self.claims.iter().position(|(name, _)| name == what)?;
         let (_, fd) = self.claims.remove(at);
         // The same open file the old proxy locked: locking it again is at once.
-        nix::fcntl::Flock::lock(
-            std::fs::File::from(fd),
-            nix::fcntl::FlockArg::LockExclusiveNonblock,
-        )
-        .ok()
+        crate::host::run_dir::Claim::lock(std::fs::File::from(fd))
+            .ok()
+            .flatten()
     }
 }
 
@@ -273,8 +271,72 @@ pub struct Channel {
 /// Where the bound channel is (for [`withdraw`], which may run after the proxy left root).
 static BOUND: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
-/// Binds the hand-over channel for `listen` (the name replaced: a proxy that took over from
-/// the one there is the one to take from now). Called before the proxy leaves root.
+/// The socket names a proxy answers on (its hand-over channel, each root's `proxy.sock`, a
+/// config's control socket) are bound under a staging name and renamed into place. A proxy that
+/// takes over places them only at [`place_names`], once nothing but serving is left: placing
+/// one replaces the running proxy's socket, which a taker that then failed could not give back
+/// (the running proxy would serve on, unreachable for drains, reloads and the next take-over).
+static NAMES: std::sync::Mutex<Names> = std::sync::Mutex::new(Names {
+    placed: false,
+    pending: Vec::new(),
+});
+
+struct Names {
+    /// Set at [`place_names`]: from then on a name is placed as it is bound.
+    placed: bool,
+    /// (staging, name) of the sockets bound and not placed yet.
+    pending: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Places the socket bound at `staging` under `name` — at once, or, taking over, at
+/// [`place_names`].
+pub fn place_name(staging: PathBuf, name: PathBuf) -> std::io::Result<()> {
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if took_over() && !names.placed {
+        names.pending.push((staging, name));
+        return Ok(());
+    }
+    std::fs::rename(&staging, &name)
+}
+
+/// Places every name bound so far: from here the running proxy's sockets are replaced by this
+/// one's. Called once everything that may still fail before serving has succeeded.
+pub fn place_names() -> Result<(), String> {
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    names.placed = true;
+    for (staging, name) in std::mem::take(&mut names.pending) {
+        std::fs::rename(&staging, &name)
+            .map_err(|e| format!("cannot place {}: {e}", name.display()))?;
+    }
+    Ok(())
+}
+
+/// A name this proxy no longer answers on: removed if this proxy placed it and did not hand
+/// it over; if it never placed it (a take-over that failed), only its staging socket goes and
+/// the running proxy's stays.
+pub fn remove_name(name: &std::path::Path) {
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(at) = names.pending.iter().position(|(_, n)| n == name) {
+        let (staging, _) = names.pending.remove(at);
+        let _ = std::fs::remove_file(staging);
+        return;
+    }
+    if !handed_over() && (names.placed || !took_over()) {
+        let _ = std::fs::remove_file(name);
+    }
+}
+
+/// Removes the staging sockets of names never placed (a take-over that failed).
+pub fn remove_unplaced() {
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    for (staging, _) in std::mem::take(&mut names.pending) {
+        let _ = std::fs::remove_file(staging);
+    }
+}
+
+/// Binds the hand-over channel for `listen` (its name replaced — taking over, at
+/// [`place_names`] — : a proxy that took over from the one there is the one to take from now).
+/// Called before the proxy leaves root.
 pub fn bind(listen: SocketAddr) -> Result<Channel, NotHanded> {
     bind_channel(listen).map_err(NotHanded)
 }
@@ -285,7 +347,7 @@ fn bind_channel(listen: SocketAddr) -> Result<Channel, String> {
     let _ = std::fs::remove_file(&staging);
     let listener = UnixListener::bind(&staging)
         .map_err(|e| format!("cannot offer a hand-over at {}: {e}", path.display()))?;
-    std::fs::rename(&staging, &path)
+    place_name(staging, path.clone())
         .map_err(|e| format!("cannot place {}: {e}", path.display()))?;
     if let Ok(mut bound) = BOUND.lock() {
         *bound = Some(path);
@@ -342,13 +404,10 @@ fn offer_on(
 
 /// A proxy that stops without handing over takes its channel's name with it (one that handed
 /// over leaves it: it is the new proxy's).
-pub fn withdraw(listen: SocketAddr) {
-    if handed_over() {
-        return;
-    }
+pub fn withdraw() {
     let bound = BOUND.lock().ok().and_then(|b| b.clone());
-    if let Some(path) = bound.or_else(|| channel_path(listen).ok()) {
-        let _ = std::fs::remove_file(path);
+    if let Some(path) = bound {
+        remove_name(&path);
     }
 }
 

@@ -233,43 +233,67 @@ pub fn run(options: Options) -> Result<(), Error> {
         }
         None => None,
     };
-    serve(options, serves, resolver)
+    let served = serve(options, serves, resolver);
+    if served.is_err() {
+        // A take-over that failed before it placed its names leaves no staging socket behind.
+        handover::remove_unplaced();
+    }
+    served
 }
 
 /// Binds the hand-over channel as the user that started the proxy (see `handover::Channel`),
 /// then, everything privileged done (listeners, the control socket, the certificates, the
-/// channel), becomes `--user`.
+/// channel), becomes `--user`. What may still fail (the user unknown, its ACME folder not
+/// given to it) fails before the proxy's socket names are placed: a take-over that fails here
+/// leaves the running proxy's in place (`handover::place_names`).
 fn leave_root(options: &Options, listen: SocketAddr) -> Result<handover::Channel, Error> {
     let channel = handover::bind(listen).map_err(|e| Error::Failed(e.to_string()))?;
-    if let Some(name) = &options.user {
-        // Said first, while it may still write there: no service is given this user.
-        if let Ok(Some(user)) = nix::unistd::User::from_name(name) {
-            crate::host::account::record_proxy_user(user.uid.as_raw()).map_err(|e| {
-                Error::Failed(format!("cannot record the proxy's user {name}: {e}"))
-            })?;
-        }
-        become_user(name, options.acme.as_ref().map(|a| a.state.as_path()))?;
+    let user = match &options.user {
+        Some(name) => Some(prepare_user(
+            name,
+            options.acme.as_ref().map(|a| a.state.as_path()),
+        )?),
+        None => None,
+    };
+    handover::place_names().map_err(Error::Failed)?;
+    if let Some(user) = user {
+        become_user(&user)?;
     }
     Ok(channel)
 }
 
-/// `--user NAME`: the proxy leaves root for NAME (its primary group, no supplementary one;
-/// real, effective and saved ids alike, so it cannot come back), after handing it the ACME
-/// state folder it renews certificates into. Every thread at once: glibc's wrappers.
-fn become_user(name: &str, acme_state: Option<&std::path::Path>) -> Result<(), Error> {
-    use nix::unistd::{setgroups, setresgid, setresuid, User};
+/// `--user NAME` looked up, recorded (no service is given this user) and handed the ACME state
+/// folder it renews certificates into; all of it while the proxy is still root.
+fn prepare_user(
+    name: &str,
+    acme_state: Option<&std::path::Path>,
+) -> Result<nix::unistd::User, Error> {
     let refused = |why: String| Error::Refused(format!("--user {name}: {why}"));
-    let user = User::from_name(name)
+    let user = nix::unistd::User::from_name(name)
         .map_err(|e| refused(format!("cannot read the user database: {e}")))?
         .ok_or_else(|| refused("no such user on this host (see /etc/passwd)".into()))?;
+    crate::host::account::record_proxy_user(user.uid.as_raw())
+        .map_err(|e| Error::Failed(format!("cannot record the proxy's user {name}: {e}")))?;
     if let Some(state) = acme_state {
         crate::host::account::hand_over(state, user.uid.as_raw(), user.gid.as_raw())
             .map_err(|e| refused(format!("cannot hand {} to it: {e}", state.display())))?;
     }
+    Ok(user)
+}
+
+/// The proxy leaves root for `user` (its primary group, no supplementary one; real, effective
+/// and saved ids alike, so it cannot come back). Every thread at once: glibc's wrappers.
+fn become_user(user: &nix::unistd::User) -> Result<(), Error> {
+    use nix::unistd::{setgroups, setresgid, setresuid};
     setgroups(&[])
         .and_then(|()| setresgid(user.gid, user.gid, user.gid))
         .and_then(|()| setresuid(user.uid, user.uid, user.uid))
-        .map_err(|e| refused(format!("cannot switch to it: {e} (only root can)")))
+        .map_err(|e| {
+            Error::Refused(format!(
+                "--user {}: cannot switch to it: {e} (only root can)",
+                user.name
+            ))
+        })
 }
 
 /// The proxy's life once its options are read: bind, start the services, leave root, serve on
@@ -406,12 +430,11 @@ fn serve(
         if let Ok(counts) = counted() {
             handover::say_last(counts);
         }
-        // Locks on files the new proxy shares: unlocking them would release its claims.
-        std::mem::forget(claims);
     } else {
-        handover::withdraw(listen);
-        drop(claims);
+        handover::withdraw();
     }
+    // Closed, never unlocked (`run_dir::Claim`): a claim handed over is the new proxy's too.
+    drop(claims);
     result.map_err(Error::Failed)?;
     eprintln!("rollgate proxy: stopped");
     Ok(())

@@ -362,13 +362,9 @@ impl Control {
 
 impl Drop for Control {
     fn drop(&mut self) {
-        // Handed over: the name and the claim are the new proxy's (the lock is on a file it
-        // shares: unlocking it here would release its claim).
-        if super::handover::handed_over() {
-            std::mem::forget(self.claim.take());
-            return;
-        }
-        let _ = std::fs::remove_file(&self.path);
+        // Handed over, the name is the new proxy's (its claim, the same open file, is only
+        // closed here: `run_dir::Claim`); never placed, it is still the running proxy's.
+        super::handover::remove_name(&self.path);
     }
 }
 
@@ -399,19 +395,23 @@ pub fn listen(
                 file.display()
             ))
         })?;
-    // The name is this proxy's now: one left by a proxy that was killed goes.
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(failed(e.to_string())),
-    }
-    let listener = std::os::unix::net::UnixListener::bind(&path)
+    // Bound under a staging name and renamed over the name (one left by a proxy that was
+    // killed, or, taking over, the running proxy's once this one is sure to serve).
+    let staging = path.with_extension(format!("{}.staging", std::process::id()));
+    let _ = std::fs::remove_file(&staging);
+    let listener = std::os::unix::net::UnixListener::bind(&staging)
         .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
         .and_then(|listener| {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
                 .map(|()| listener)
         })
-        .map_err(|e| failed(e.to_string()))?;
+        .and_then(|listener| {
+            super::handover::place_name(staging.clone(), path.clone()).map(|()| listener)
+        })
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&staging);
+            failed(e.to_string())
+        })?;
     Ok(Control {
         listener,
         path,
@@ -576,9 +576,8 @@ impl Drop for Running {
         for task in &self.tasks {
             task.abort();
         }
-        // Handed over, the name is the new proxy's socket.
-        if !super::handover::handed_over() {
-            let _ = std::fs::remove_file(control::socket_path(&self.service.root.0));
-        }
+        // Handed over, the name is the new proxy's socket; never placed (a take-over that
+        // failed), it is still the running proxy's.
+        super::handover::remove_name(&control::socket_path(&self.service.root.0));
     }
 }

@@ -267,14 +267,6 @@ impl Drop for ProxiesOf<'_> {
     }
 }
 
-/// The Unix time now, in seconds.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// `ROOT/proxy.sock`'s `counts` line.
 fn counts_line(site: &Site) -> serde_json::Value {
     use std::io::{BufRead, Write};
@@ -668,4 +660,154 @@ fn a_proxy_serving_metrics_is_handed_over_and_metrics_answer_throughout() {
         ok > 10 && failed == 0,
         "/metrics: {ok} answered, {failed} failed"
     );
+}
+
+/// A take-over that fails *after* it took the running proxy's sockets (here its `--user` names
+/// no user, found only when it leaves root) must leave the running proxy whole: still serving,
+/// still holding its address against a second proxy, and still reachable for the next
+/// take-over. The failed taker had put its own hand-over channel over the running proxy's and
+/// dropped the claims it had taken over (nix's `Flock` unlocks on drop), so the next
+/// `--take-over` found no proxy and a plain second proxy could start on the same address.
+#[test]
+fn a_take_over_that_fails_after_taking_the_sockets_leaves_the_running_proxy_whole() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let port = free_port();
+    let logs = tempfile::tempdir().unwrap();
+    let said = |n: usize| logs.path().join(format!("proxy-{n}.err"));
+    let mut running = proxy(&bin(), &site, port, &[], &said(0));
+    assert!(wait_for(10, || version_on(port).as_deref() == Some("v1")));
+
+    let failed = Command::new(bin())
+        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(site.root())
+        .args(["--take-over", "--user", "no-such-user-rollgate"])
+        .output()
+        .unwrap();
+    assert_ne!(failed.status.code(), Some(0));
+    assert!(
+        stderr(&failed).contains("no-such-user-rollgate"),
+        "{}",
+        stderr(&failed)
+    );
+    assert!(
+        running.try_wait().unwrap().is_none(),
+        "the running proxy goes on"
+    );
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+
+    // Its address is still claimed: a second proxy (no take-over) is refused by the claim,
+    // not only because the port is bound.
+    let second = rollgate()
+        .args(["proxy", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(site.root())
+        .timeout(Duration::from_secs(20))
+        .output()
+        .unwrap();
+    assert_ne!(second.status.code(), Some(0));
+    assert!(
+        stderr(&second).contains("by another rollgate proxy"),
+        "{}",
+        stderr(&second)
+    );
+
+    // And the next take-over finds it and takes over.
+    let mut next = proxy(&bin(), &site, port, &["--take-over"], &said(1));
+    let status = exited(&mut running, 30);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "the running proxy was not handed over: {}\n{}",
+        std::fs::read_to_string(said(0)).unwrap_or_default(),
+        std::fs::read_to_string(said(1)).unwrap_or_default()
+    );
+    assert!(next.try_wait().unwrap().is_none(), "the new one serves");
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+    send_signal(next.id() as i32, 15);
+    assert_eq!(exited(&mut next, 30).and_then(|s| s.code()), Some(0));
+}
+
+/// The same for a proxy serving a config: a take-over that took the sockets and the config's
+/// control claim, then failed (its `--metrics-listen` address is taken), leaves the running
+/// proxy answering reloads on its control socket (the failed taker removed that name as it
+/// went, so `proxy reload` found no proxy), and the next take-over takes it.
+#[test]
+fn a_failed_take_over_of_a_config_leaves_the_running_proxy_answering_reloads() {
+    let site = Site::new();
+    site.release("v1", "");
+    assert_eq!(site.deploy(free_port(), "v1", &[]).status.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write(
+        dir.path(),
+        "proxy.toml",
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[[route]]\nhost = \"*\"\nroot = \"{}\"\n",
+            site.root().display()
+        ),
+    );
+    let with_config = |extra: &[&str], said: &Path| {
+        Command::new(bin())
+            .args(["proxy", "--config"])
+            .arg(&config)
+            .args(extra)
+            .stderr(std::fs::File::create(said).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let said = |n: usize| dir.path().join(format!("proxy-{n}.err"));
+    let mut running = with_config(&[], &said(0));
+    assert!(wait_for(10, || version_on(port).as_deref() == Some("v1")));
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let metrics = taken.local_addr().unwrap().to_string();
+    let failed = Command::new(bin())
+        .args([
+            "proxy",
+            "--take-over",
+            "--metrics-listen",
+            &metrics,
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_ne!(failed.status.code(), Some(0));
+    assert!(stderr(&failed).contains("/metrics"), "{}", stderr(&failed));
+    assert!(
+        running.try_wait().unwrap().is_none(),
+        "the running proxy goes on"
+    );
+
+    let reload = rollgate()
+        .args(["proxy", "reload", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(reload.status.code(), Some(0), "{}", stderr(&reload));
+    assert_eq!(version_on(port).as_deref(), Some("v1"));
+
+    let mut next = with_config(&["--take-over"], &said(1));
+    assert_eq!(
+        exited(&mut running, 30).and_then(|s| s.code()),
+        Some(0),
+        "the running proxy was not handed over: {}\n{}",
+        std::fs::read_to_string(said(0)).unwrap_or_default(),
+        std::fs::read_to_string(said(1)).unwrap_or_default()
+    );
+    let reload = rollgate()
+        .args(["proxy", "reload", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        reload.status.code(),
+        Some(0),
+        "the new one answers: {}",
+        stderr(&reload)
+    );
+    send_signal(next.id() as i32, 15);
+    assert_eq!(exited(&mut next, 30).and_then(|s| s.code()), Some(0));
 }
