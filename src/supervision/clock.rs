@@ -187,14 +187,7 @@ async fn take(
             return (false, None);
         }
         taken.last_due = Some(due);
-        let going: Vec<Identity> = taken
-            .running
-            .iter()
-            .filter(|r| r.pid > 0 && r.identity().is_running())
-            .map(Running::identity)
-            .collect();
-        // A run being started (its pid not written yet) is going too.
-        let starting = taken.running.iter().filter(|r| r.pid == 0).count();
+        let (going, starting) = going(&taken.running);
         let decision = at_due(schedule, going.len() + starting);
         if !matches!(decision, AtDue::Skip(_)) {
             taken
@@ -226,6 +219,30 @@ async fn take(
         }
         AtDue::Start => start(root, live, schedule, (Some(due), caught_up), token, runs),
     }
+}
+
+/// The runs of a schedule that are going: those whose process runs, and how many more are
+/// being started (their pid not written yet) by a keeper that still runs. One whose keeper
+/// died as it started it is going only if its process began (found by its token): a clock
+/// killed right after it took a due time left such an entry, which its next keeper removes —
+/// counted until then, it made the next keeper skip the due time it was to catch up ("the last
+/// run still runs") under `'forbid`.
+fn going(runs: &[Running]) -> (Vec<Identity>, usize) {
+    let me = std::process::id() as i32;
+    let mut going: Vec<Identity> = runs
+        .iter()
+        .filter(|r| r.pid > 0 && r.identity().is_running())
+        .map(Running::identity)
+        .collect();
+    let mut starting = 0;
+    for run in runs.iter().filter(|r| r.pid == 0) {
+        if run.waiter == me || is_rollgate(run.waiter) {
+            starting += 1;
+        } else {
+            going.extend(crate::host::process::find_by_token(&run.token));
+        }
+    }
+    (going, starting)
 }
 
 /// Ends every scheduled run of the root that is going (a stopped service runs nothing, its

@@ -734,14 +734,6 @@ fn a_kept_release_is_started_ignoring_no_signal() {
     assert_eq!(mask & 0b11, 0, "{said}");
 }
 
-/// Now in Unix seconds, as the log's `ts`.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// Issue 80, 2: `restart` re-armed the crash-loop rule — its switch was taken for a new
 /// release's — so a few exits of web soon after a restart rolled the *code* back to the
 /// release before it. The window counts from the switch to the version, which a restart (or a

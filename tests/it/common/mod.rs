@@ -576,6 +576,14 @@ pub fn wait_for(seconds: u64, mut condition: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// Now in Unix seconds, as the log's `ts`.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
 /// GET / on a port: the sample service answers with its version.
 pub fn version_on(port: u16) -> Option<String> {
     use std::io::{Read, Write};
