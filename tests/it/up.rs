@@ -690,8 +690,20 @@ fn the_next_start_stops_what_a_killed_start_left() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_for(10, || !site.processes().is_empty()));
-    let stray = site.processes()[0];
+    // The release itself (its sample service), not a process of rollgate's between its fork
+    // and its exec (its cwd already the root, its name not yet a keeper's).
+    let release = || {
+        site.processes().into_iter().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains("sample-service"))
+        })
+    };
+    let mut stray = None;
+    assert!(wait_for(10, || {
+        stray = release();
+        stray.is_some()
+    }));
+    let stray = stray.unwrap();
     start.kill().unwrap();
     start.wait().unwrap();
     let out = site.run(&["start", "edge-svc"]);
