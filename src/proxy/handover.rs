@@ -301,12 +301,13 @@ pub fn place_name(staging: PathBuf, name: PathBuf) -> std::io::Result<()> {
 
 /// Places every name bound so far: from here the running proxy's sockets are replaced by this
 /// one's. Called once everything that may still fail before serving has succeeded.
-pub fn place_names() -> Result<(), String> {
+pub fn place_names() -> std::io::Result<()> {
     let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
     names.placed = true;
     for (staging, name) in std::mem::take(&mut names.pending) {
-        std::fs::rename(&staging, &name)
-            .map_err(|e| format!("cannot place {}: {e}", name.display()))?;
+        std::fs::rename(&staging, &name).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot place {}: {e}", name.display()))
+        })?;
     }
     Ok(())
 }

@@ -255,7 +255,7 @@ fn leave_root(options: &Options, listen: SocketAddr) -> Result<handover::Channel
         )?),
         None => None,
     };
-    handover::place_names().map_err(Error::Failed)?;
+    handover::place_names().map_err(|e| Error::Failed(e.to_string()))?;
     if let Some(user) = user {
         become_user(&user)?;
     }

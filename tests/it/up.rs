@@ -598,6 +598,21 @@ fn a_failed_start_after_a_stop_cut_short_stops_what_it_found_running() {
     );
 }
 
+/// Deploys v1 with `extra`, then leaves the root as a `stop` killed halfway and a dead web
+/// leave it: the stop recorded, web's keeper killed, then its shell (what the shell started
+/// runs on). Web's port and the dead shell's pid.
+fn a_dead_web_after_a_stop_cut_short(site: &Site, extra: &[&str]) -> (u16, i32) {
+    let port = free_port();
+    let out = site.deploy(port, "v1", extra);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shell = site.live_pid().unwrap();
+    stop_killed_after(site, 1);
+    site.kill_keepers();
+    send_signal(shell, 9);
+    assert!(wait_for(5, || !alive(shell)));
+    (port, shell)
+}
+
 /// What a dead web left — here the server its shell started, still holding the port — is
 /// stopped before `start` starts web again: the `start` after a `stop` killed halfway found
 /// the port taken and left the service stopped.
@@ -609,15 +624,8 @@ fn start_stops_what_a_dead_web_left_before_it_starts_web_again() {
         "v1",
         &format!("'{}' sample-service &\nwait\n", bin().display()),
     );
-    let port = free_port();
-    let out = site.deploy(port, "v1", &["--watch-ms", "0"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let shell = site.live_pid().unwrap();
-    stop_killed_after(&site, 1);
-    // Its keeper killed, then the shell: the server runs on, holding web's port.
-    site.kill_keepers();
-    send_signal(shell, 9);
-    assert!(wait_for(5, || !alive(shell)));
+    // The server runs on, holding web's port.
+    let (port, shell) = a_dead_web_after_a_stop_cut_short(&site, &["--watch-ms", "0"]);
     let server = site.processes();
     assert_eq!(server.len(), 1, "{server:?}");
     assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_err());
@@ -649,14 +657,7 @@ fn a_start_stops_what_a_dead_web_left_with_the_release_s_own_grace() {
         "policy.yaml",
         "edge_svc:\n  progress_deadline_ms: 5000\n  poll_ms: 50\n  max_unavailable_pct: 0\n  max_surge_pct: 100\n  on_stall: rollback\n  watch_ms: 0\n  stop_grace_ms: 15000\n",
     );
-    let port = free_port();
-    let out = site.deploy(port, "v1", &["--policy", policy.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let shell = site.live_pid().unwrap();
-    stop_killed_after(&site, 1);
-    site.kill_keepers();
-    send_signal(shell, 9);
-    assert!(wait_for(5, || !alive(shell)));
+    a_dead_web_after_a_stop_cut_short(&site, &["--policy", policy.to_str().unwrap()]);
     let out = site.run(&["start", "edge-svc"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let finished = site.root().join("data/finished");
