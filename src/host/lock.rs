@@ -90,9 +90,15 @@ pub fn acquire(path: &Path) -> Result<Lock, Fault> {
             // A keeper, or a holder that has not written its pid yet (the lock is taken, then
             // the file is truncated and the pid written: read in between it names nobody):
             // waited for a moment too — found as `up` refused right after a keeper took it.
+            // So is a holder gone or on its way out (a keeper killed mid-restart): the lock is
+            // let go as it exits, or a moment later by a child it had just forked, which holds
+            // a copy until it closes it (`close_held_in_child`) — `up` refused once, naming the
+            // dead keeper as "another deploy", on a loaded machine.
             Err(Fault::Busy { holder, .. })
                 if since.elapsed() < KEEPER_HOLDS
-                    && (holder == UNKNOWN_HOLDER || super::identity::is_keeper(&holder)) =>
+                    && (holder == UNKNOWN_HOLDER
+                        || super::identity::is_keeper(&holder)
+                        || holder.parse().is_ok_and(super::identity::is_dying)) =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -212,6 +218,28 @@ mod tests {
             matches!(acquire(&path), Err(Fault::Busy { holder, .. }) if holder == std::process::id().to_string())
         );
         assert!(started.elapsed() < KEEPER_HOLDS);
+    }
+
+    /// A lock still held a moment after the holder it names is gone (a child it forked holds
+    /// a copy until it closes it) is waited for, not refused as another deploy's.
+    #[test]
+    fn a_lock_whose_named_holder_is_gone_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deploy.lock");
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        gone.wait().unwrap();
+        std::fs::write(&path, format!("{gone_pid}\n")).unwrap();
+        // The copy a child holds: another open of the file, locked.
+        let copy = std::fs::File::open(&path).unwrap();
+        let taken = Flock::lock(copy, FlockArg::LockExclusiveNonblock).unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(taken);
+        });
+        let taken = acquire(&path);
+        assert!(taken.is_ok(), "refused: {:?}", taken.err());
+        releaser.join().unwrap();
     }
 
     /// Issue 67, 10: a child between fork and exec (here held there for a second) does not
