@@ -55,6 +55,18 @@ impl Request {
             policy,
         )
     }
+
+    /// The numbers given on its command line, as a rollout it becomes (a restart, a scale)
+    /// takes them; the rest of the rollout's arguments are the caller's.
+    pub fn rollout_args(&self) -> crate::engine::settings::Args {
+        crate::engine::settings::Args {
+            deadline_ms: self.deadline_ms,
+            grace_ms: self.grace_ms,
+            drain_ms: self.drain_ms,
+            watch_ms: self.watch_ms,
+            ..Default::default()
+        }
+    }
 }
 
 /// `rollgate deploy SERVICE ...`'s positional words: `VERSION`, or `PORT VERSION

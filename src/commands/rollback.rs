@@ -215,6 +215,12 @@ pub fn restart_sized(
             .map(crate::engine::settings::parse_ports)
             .transpose()?;
         let deploy = request.deploy;
+        let args = crate::engine::settings::Args {
+            replicas: web,
+            ports,
+            fresh: true,
+            ..deploy.rollout_args()
+        };
         return super::rollout::rollout(super::rollout::Request {
             service: request.service,
             version,
@@ -225,16 +231,7 @@ pub fn restart_sized(
             give_service_config: false,
             announce: Some(said_first.map_or(restarting.clone(), |s| format!("{s}\n{restarting}"))),
             scale,
-            args: crate::engine::settings::Args {
-                replicas: web,
-                ports,
-                deadline_ms: deploy.deadline_ms,
-                grace_ms: deploy.grace_ms,
-                drain_ms: deploy.drain_ms,
-                watch_ms: deploy.watch_ms,
-                fresh: true,
-                ..Default::default()
-            },
+            args,
         });
     }
     let live = root

@@ -161,6 +161,11 @@ fn scale_types(
     scale_by: BTreeMap<String, i64>,
 ) -> Result<Outcome, Error> {
     let deploy = request.deploy;
+    let args = crate::engine::settings::Args {
+        types_only: true,
+        scale_by,
+        ..deploy.rollout_args()
+    };
     super::rollout::rollout(super::rollout::Request {
         announce: Some(format!(
             "rollgate: scaling {} {version} to {}: only the difference starts or stops; web and the processes running stay",
@@ -175,15 +180,7 @@ fn scale_types(
         eval: deploy.eval,
         give_service_config: false,
         scale: Some(after),
-        args: crate::engine::settings::Args {
-            deadline_ms: deploy.deadline_ms,
-            grace_ms: deploy.grace_ms,
-            drain_ms: deploy.drain_ms,
-            watch_ms: deploy.watch_ms,
-            types_only: true,
-            scale_by,
-            ..Default::default()
-        },
+        args,
     })
 }
 
