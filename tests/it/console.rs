@@ -491,12 +491,13 @@ fn status_json_and_the_console_api_are_the_same_model_field_for_field() {
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_str(&stdout(&out)).unwrap()
     };
-    // In the canary's soak: a slot moved, the others pending, a soak counting down.
-    assert!(wait_for(60, || get_json(
-        &console,
-        "/api/v1/roots/edge-svc"
-    )["rollout"]["soak_left_ms"]
-        .is_u64()));
+    // In the canary's soak: a slot moved, the others pending, a soak counting down. The
+    // planner saves the soak with the canary's swap and the pool (the live pointer) is written
+    // just after, so both are waited for: between the two, two reads may rightly differ.
+    assert!(wait_for(60, || {
+        let api = get_json(&console, "/api/v1/roots/edge-svc");
+        api["rollout"]["soak_left_ms"].is_u64() && api["live"]["version"] == "v2"
+    }));
     for phase in ["soaking", "paused"] {
         let cli = status();
         let api = get_json(&console, "/api/v1/roots/edge-svc");
