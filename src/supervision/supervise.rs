@@ -479,7 +479,9 @@ pub(crate) async fn ensure(
     let kept = kept.releases();
     let lives = live_set(root).map_err(Error::Refused)?;
     // The dead ones are started together, each held to its own readiness (as a deploy starts a
-    // formation's processes), their lines in the formation's order.
+    // formation's processes), their lines in the formation's order: a line per live process,
+    // the dead ones' (`None`) known once their starts are done.
+    let mut lines: Vec<Option<Found>> = Vec::new();
     let mut dead_ones = Vec::new();
     for (n, live) in lives.iter().enumerate() {
         if live.identity.is_running() {
@@ -492,35 +494,35 @@ pub(crate) async fn ensure(
                     &live.output(root),
                     backoff,
                 )) {
-                    report.push(Found::Failed(format!(
+                    lines.push(Some(Found::Failed(format!(
                         "{}: running (pid {}) but not kept: {e}",
                         live.name(),
                         live.identity.pid
-                    )));
+                    ))));
                     continue;
                 }
             }
-            report.push(Found::Unchanged(format!(
+            lines.push(Some(Found::Unchanged(format!(
                 "{}: running (pid {})",
                 live.name(),
                 live.identity.pid
-            )));
+            ))));
             continue;
         }
         let why = match dead {
             Dead::Restart(why) => why,
             Dead::Unkept(_) if kept.contains(&live.identity) => {
-                report.push(Found::Failed(format!(
+                lines.push(Some(Found::Failed(format!(
                     "{}: not running (its keeper gave up on it)",
                     live.name()
-                )));
+                ))));
                 continue;
             }
             Dead::Unkept(why) => why,
         };
         let why = format!("pid {} was not running ({why})", live.identity.pid);
-        report.push(Found::Unchanged(String::new()));
-        dead_ones.push((report.len() - 1, n, live, why));
+        dead_ones.push((lines.len(), n, live, why));
+        lines.push(None);
     }
     let results = restart_together(
         root,
@@ -532,11 +534,12 @@ pub(crate) async fn ensure(
     )
     .await;
     for ((line, _, live, _), result) in dead_ones.iter().zip(results) {
-        report[*line] = match result {
+        lines[*line] = Some(match result {
             Ok(started) => Found::Done(format!("{}: started ({})", live.name(), started.how)),
             Err(e) => Found::Failed(format!("{}: NOT started: {e}", live.name())),
-        };
+        });
     }
+    report.extend(lines.into_iter().flatten());
     // The root's schedules are kept on the same seam: a clock keeper runs while the service
     // runs and its policy has schedules.
     match super::clock::ensure(root).await {
